@@ -1,0 +1,215 @@
+"""Bookie settings: BookKeeper's names and defaults, as a dataclass.
+
+Settings come from three places, later ones winning:
+
+1. the defaults below (BookKeeper's, except where a comment says why not);
+2. a ``key=value`` file in the style of ``bk_server.conf`` (``#`` starts a comment line,
+   lists are comma-separated, booleans are ``true``/``false``);
+3. the environment: ``PYBK_<name>``, e.g. ``PYBK_journalMaxGroupWaitMSec=1``.
+
+Every value is checked when the settings are built; a bad one raises
+:class:`pybk.errors.InvalidConfiguration` naming the key and what is allowed.
+Keys that pybk does not know are logged and ignored, since a ``bk_server.conf`` also
+holds settings of parts pybk does not have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from pybk.errors import InvalidConfiguration
+
+log = logging.getLogger(__name__)
+
+ENV_PREFIX = "PYBK_"
+
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Settings of one bookie (storage engine), named as in BookKeeper's ``bk_server.conf``."""
+
+    #: Directory of the journal files (and of a cookie).
+    journalDirectory: str = "/tmp/bk-txn"
+    #: Directories of the entry logs; the first also holds the LMDB index.
+    ledgerDirectories: tuple[str, ...] = ("/tmp/bk-data",)
+
+    #: Longest time a group of journal records waits for more records before it is
+    #: written and synced, when ``journalFlushWhenQueueEmpty`` is false.
+    journalMaxGroupWaitMSec: float = 2.0
+    #: A group is written and synced once it holds this many bytes, even if more wait.
+    journalBufferedWritesThreshold: int = 512 * 1024
+    #: Write and sync a group as soon as the queue is empty instead of waiting
+    #: ``journalMaxGroupWaitMSec`` for more.  BookKeeper defaults to false; pybk defaults
+    #: to true because groups form by themselves while the previous fdatasync runs, and
+    #: a lone add then costs one fdatasync instead of the group wait plus one.
+    journalFlushWhenQueueEmpty: bool = True
+    #: A journal file is rolled once it reaches this size.
+    journalMaxSizeMB: int = 2048
+    #: Journal files older than the checkpoint that are kept anyway (for inspection).
+    journalMaxBackups: int = 5
+    #: Journal files grow by this much at a time, written as zeros, so that an
+    #: fdatasync after an append never has to sync a file-size change.
+    journalPreAllocSizeMB: int = 16
+    #: Most records waiting for the journal; further adds block (back-pressure).
+    journalQueueSize: int = 10_000
+
+    #: An entry log is rolled once it reaches this size.
+    logSizeLimit: int = 1024 * _MIB
+    #: Milliseconds between checkpoints (flush of the write cache to entry logs and
+    #: index, then a new LastLogMark).
+    flushInterval: int = 10_000
+    #: Memory for entries not yet in entry logs, in MiB.  Half of it fills while the
+    #: other half is flushed; when both are full, adds block.  (BookKeeper:
+    #: ``dbStorage_writeCacheMaxSizeMb``.)
+    writeCacheMaxSizeMb: int = 64
+    #: Largest entry accepted, in bytes (BookKeeper's frame limit, 5 MiB).
+    maxEntrySizeBytes: int = 5 * _MIB
+
+    #: Milliseconds between garbage collection runs.
+    gcWaitTime: int = 1000
+    #: Entry logs with a live fraction under this are compacted by minor compaction.
+    minorCompactionThreshold: float = 0.2
+    #: Seconds between minor compactions (0 disables them).
+    minorCompactionInterval: int = 3600
+    #: Entry logs with a live fraction under this are compacted by major compaction.
+    majorCompactionThreshold: float = 0.8
+    #: Seconds between major compactions (0 disables them).
+    majorCompactionInterval: int = 86_400
+
+    #: A disk fuller than this fraction makes the bookie read-only (or stops it).
+    diskUsageThreshold: float = 0.95
+    #: A read-only bookie becomes writable again once every disk is under this fraction.
+    diskUsageLwmThreshold: float = 0.90
+    #: Milliseconds between disk usage checks.
+    diskCheckInterval: int = 10_000
+    #: Go read-only when a disk is full; when false, shut the bookie down instead.
+    readOnlyModeEnabled: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.ledgerDirectories, (list, str)):
+            dirs = self.ledgerDirectories
+            object.__setattr__(
+                self, "ledgerDirectories", tuple([dirs] if isinstance(dirs, str) else dirs)
+            )
+        _validate(self)
+
+    def replace(self, **changes: Any) -> "ServerSettings":
+        """A copy with some settings changed (validated like any other)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> "ServerSettings":
+        """Build settings from a ``key=value`` file, then the environment, then ``overrides``."""
+        values: dict[str, Any] = {}
+        if path is not None:
+            values.update(parse_conf_file(path))
+        env = os.environ if environ is None else environ
+        for f in fields(cls):
+            if ENV_PREFIX + f.name in env:
+                values[f.name] = env[ENV_PREFIX + f.name]
+        values.update(overrides)
+        return cls.from_mapping(values)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "ServerSettings":
+        """Build settings from names and values (strings are parsed by the field's type)."""
+        known = {f.name: f for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, raw in values.items():
+            if key not in known:
+                log.warning("ignoring unknown setting %r", key)
+                continue
+            kwargs[key] = _convert(key, known[key].default, raw)
+        return cls(**kwargs)
+
+
+def parse_conf_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Read a ``bk_server.conf``-style file into raw strings."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except OSError as e:
+        raise InvalidConfiguration(f"cannot read settings file {path}: {e.strerror}") from e
+    values: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise InvalidConfiguration(f"{path}:{number}: expected key=value, got {line!r}")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def _convert(key: str, default: Any, raw: Any) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    try:
+        if isinstance(default, bool):
+            lowered = raw.strip().lower()
+            if lowered in ("true", "yes", "1", "on"):
+                return True
+            if lowered in ("false", "no", "0", "off"):
+                return False
+            raise ValueError(raw)
+        if isinstance(default, tuple):
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
+        if isinstance(default, int):
+            return int(raw.strip())
+        if isinstance(default, float):
+            return float(raw.strip())
+    except ValueError:
+        raise InvalidConfiguration(
+            f"setting {key}: {raw!r} is not a valid {type(default).__name__}"
+        ) from None
+    return raw
+
+
+def _require(condition: bool, key: str, value: Any, allowed: str) -> None:
+    if not condition:
+        raise InvalidConfiguration(f"setting {key}={value!r} is invalid: it must be {allowed}")
+
+
+def _validate(s: ServerSettings) -> None:
+    for f in fields(s):
+        value = getattr(s, f.name)
+        expected = type(f.default)
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            continue
+        _require(isinstance(value, expected), f.name, value, f"a {expected.__name__}")
+    _require(bool(s.journalDirectory), "journalDirectory", s.journalDirectory, "a directory")
+    _require(len(s.ledgerDirectories) > 0, "ledgerDirectories", s.ledgerDirectories,
+             "at least one directory")
+    _require(len(set(s.ledgerDirectories)) == len(s.ledgerDirectories), "ledgerDirectories",
+             s.ledgerDirectories, "distinct directories")
+    for key in ("journalMaxSizeMB", "journalPreAllocSizeMB", "journalQueueSize",
+                "journalBufferedWritesThreshold", "logSizeLimit", "flushInterval",
+                "writeCacheMaxSizeMb", "maxEntrySizeBytes", "gcWaitTime", "diskCheckInterval"):
+        _require(getattr(s, key) > 0, key, getattr(s, key), "greater than 0")
+    for key in ("journalMaxBackups", "minorCompactionInterval", "majorCompactionInterval",
+                "journalMaxGroupWaitMSec"):
+        _require(getattr(s, key) >= 0, key, getattr(s, key), "0 or more")
+    for key in ("minorCompactionThreshold", "majorCompactionThreshold"):
+        _require(0.0 <= getattr(s, key) <= 1.0, key, getattr(s, key), "between 0 and 1")
+    _require(s.minorCompactionThreshold <= s.majorCompactionThreshold, "minorCompactionThreshold",
+             s.minorCompactionThreshold, "at most majorCompactionThreshold")
+    _require(0.0 < s.diskUsageThreshold <= 1.0, "diskUsageThreshold", s.diskUsageThreshold,
+             "in (0, 1]")
+    _require(0.0 < s.diskUsageLwmThreshold <= s.diskUsageThreshold, "diskUsageLwmThreshold",
+             s.diskUsageLwmThreshold, "in (0, diskUsageThreshold]")
+    _require(s.logSizeLimit >= 2 * s.maxEntrySizeBytes, "logSizeLimit", s.logSizeLimit,
+             "at least twice maxEntrySizeBytes")
+    _require(s.writeCacheMaxSizeMb * _MIB >= 4 * s.maxEntrySizeBytes, "writeCacheMaxSizeMb",
+             s.writeCacheMaxSizeMb, "at least 4 times maxEntrySizeBytes (in MiB)")

@@ -1,0 +1,607 @@
+"""The bookie: pybk's storage engine for the ledger entries of one node.
+
+A :class:`Bookie` ties the parts together:
+
+* an add goes into the :class:`~pybk.storage.writecache.WriteCache` (so it can be read at
+  once) and into the :class:`~pybk.storage.journal.Journal`; it is acknowledged when its
+  journal record is fdatasync'd;
+* a checkpoint (every ``flushInterval``, when the write cache is half full, and at close)
+  takes a journal mark, writes the cache to an entry log, fsyncs it, commits the index,
+  and persists LastLogMark; older journals may then go;
+* at start the journal is replayed from LastLogMark;
+* a housekeeping thread collects garbage, compacts entry logs and watches disk usage.
+
+Guarantee: every acknowledged add, fence, explicit LAC and delete survives a crash
+(kill -9 or power loss) at any moment.  An add that was never acknowledged reads back
+either exactly or as NoSuchEntry after a crash, never as other bytes.
+
+Thread safety: every public method may be called from any thread.  Completion callbacks
+run on the thread that synced the journal; they may call back into the bookie.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+from concurrent.futures import Future
+from typing import Callable
+
+from pybk.errors import (BookieClosed, BookieReadOnly, BookKeeperError, CorruptData,
+                         EntryTooLarge, LedgerFenced, MalformedEntry,
+                         NoSuchEntry, NoSuchLedger, Unauthorized)
+from pybk.settings import ServerSettings
+from pybk.storage import journal as jr
+from pybk.storage.cookie import format_directories, verify_cookies
+from pybk.storage.diskcheck import DiskMonitor, UsageFunction, used_fraction
+from pybk.storage.entries import ENTRY_HEADER, ENTRY_HEADER_SIZE, LAST_ENTRY
+from pybk.storage.entrylog import EntryLogger, Location, entry_crc
+from pybk.storage.fileio import DEFAULT_IO, FileIO
+from pybk.storage.gc import GarbageCollector, GcStats
+from pybk.storage.index import Index, StoredLedgerState
+from pybk.storage.lastmark import read_mark, write_mark
+from pybk.storage.writecache import WriteCache
+
+log = logging.getLogger(__name__)
+
+Callback = Callable[[BaseException | None], None]
+_LEDGER_ID = struct.Struct(">Q")
+_LEDGER_LAC = struct.Struct(">Qq")
+
+
+class LedgerState:
+    """What the bookie knows of one ledger besides its entries."""
+
+    __slots__ = ("master_key", "fenced", "deleted", "lac", "explicit_lac")
+
+    def __init__(self, master_key: bytes, fenced: bool = False, deleted: bool = False,
+                 lac: int = -1, explicit_lac: int | None = None) -> None:
+        self.master_key = master_key
+        self.fenced = fenced
+        self.deleted = deleted
+        self.lac = lac
+        self.explicit_lac = explicit_lac
+
+    def stored(self) -> StoredLedgerState:
+        return StoredLedgerState(self.master_key, self.fenced, self.deleted, self.lac,
+                                 self.explicit_lac)
+
+
+def format_bookie(settings: ServerSettings, force: bool = False) -> str:
+    """Initialise a new bookie's directories (cookies); returns its instance id."""
+    return format_directories(settings, force=force)
+
+
+class Bookie:
+    """The storage engine of one bookie.  Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, settings: ServerSettings, *, io: FileIO = DEFAULT_IO,
+                 disk_usage: UsageFunction = used_fraction,
+                 start_background_threads: bool = True) -> None:
+        self.settings = settings
+        self._io = io
+        self.instance_id = verify_cookies(settings)
+        self._ledger_dirs = list(settings.ledgerDirectories)
+        self._lock = threading.Lock()            # ledger states, caches, journal order
+        self._checkpoint_lock = threading.Lock()  # one checkpoint at a time
+        self._entrylog_lock = threading.Lock()    # appends to entry logs
+        self._cache_space = threading.Condition(threading.Lock())
+        self._states: dict[int, LedgerState] = {}
+        self._dirty: set[int] = set()
+        self._pending_deletes: set[int] = set()
+        self._active = WriteCache()
+        self._flushing: WriteCache | None = None
+        self._cache_half_bytes = settings.writeCacheMaxSizeMb * 1024 * 1024 // 2
+        self._max_entry = settings.maxEntrySizeBytes
+        self._read_only = False
+        self._closed = False
+        self._stop = threading.Event()
+        self._checkpoint_wanted = threading.Event()
+        self._disks = DiskMonitor([settings.journalDirectory, *self._ledger_dirs],
+                                  settings.diskUsageThreshold, settings.diskUsageLwmThreshold,
+                                  disk_usage)
+        self._disks.measure()
+        self._index = Index(os.path.join(self._ledger_dirs[0], "current", "index"))
+        self._entry_logs = EntryLogger(self._ledger_dirs, settings.logSizeLimit,
+                                       self._choose_ledger_dir, io, self._index.last_log_id())
+        self._gc = GarbageCollector(self._entry_logs, self._index, self._entrylog_lock)
+        self._durably_deleted = {lid for lid, st in self._index.ledger_states() if st.deleted}
+        self.replayed_records, last_journal_id = self._replay()
+        self._journal = jr.Journal(settings.journalDirectory, settings, io,
+                                   first_journal_id=last_journal_id + 1)
+        self._threads: list[threading.Thread] = []
+        self.checkpoint()
+        self._last_minor = self._last_major = time.monotonic()
+        if self._disks.should_become_read_only():
+            self._on_disk_full()
+        if start_background_threads:
+            for target, name in ((self._sync_loop, "pybk-sync"),
+                                 (self._housekeeping_loop, "pybk-housekeeping")):
+                thread = threading.Thread(target=target, name=name, daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    # -- context manager ---------------------------------------------------------
+
+    def __enter__(self) -> "Bookie":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- state -------------------------------------------------------------------
+
+    @property
+    def is_read_only(self) -> bool:
+        return self._read_only
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def _state(self, ledger_id: int) -> LedgerState | None:
+        """The ledger's state, loaded from the index on first use.  Caller holds the lock."""
+        state = self._states.get(ledger_id)
+        if state is None:
+            stored = self._index.ledger_state(ledger_id)
+            if stored is None:
+                return None
+            state = LedgerState(*stored)
+            self._states[ledger_id] = state
+        return state
+
+    def _readable_state(self, ledger_id: int) -> LedgerState:
+        with self._lock:
+            state = self._state(ledger_id)
+        if state is None or state.deleted:
+            raise NoSuchLedger(f"ledger {ledger_id} does not exist on this bookie"
+                               + (" (deleted)" if state is not None else ""))
+        return state
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise BookieClosed("the bookie is closed")
+        if self._read_only:
+            raise BookieReadOnly("the bookie is read-only: a disk is over "
+                                 f"diskUsageThreshold={self.settings.diskUsageThreshold}")
+        failure = self._journal.failure
+        if failure is not None:
+            raise failure
+
+    def _writable_state(self, ledger_id: int, master_key: bytes) -> LedgerState:
+        """The ledger's state for a mutation, created (and its key journaled) on first use.
+
+        Caller holds the lock.
+        """
+        state = self._state(ledger_id)
+        if state is None:
+            state = LedgerState(master_key)
+            self._states[ledger_id] = state
+            self._dirty.add(ledger_id)
+            payload = _LEDGER_ID.pack(ledger_id) + master_key
+            self._journal.submit(jr.record_header(jr.MASTER_KEY, payload), payload, _ignore)
+            return state
+        if state.master_key != master_key:
+            raise Unauthorized(f"wrong master key for ledger {ledger_id}")
+        if state.deleted:
+            if state.fenced:
+                raise LedgerFenced(f"ledger {ledger_id} was fenced and then deleted")
+            raise NoSuchLedger(f"ledger {ledger_id} was deleted")
+        return state
+
+    # -- adds --------------------------------------------------------------------
+
+    def add_entry_async(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+                        *, recovery: bool = False, callback: Callback | None = None
+                        ) -> Future | None:
+        """Add an entry; complete once its journal record is durable.
+
+        With ``callback``, it is called as ``callback(None)`` or ``callback(error)`` and
+        None is returned; otherwise a :class:`concurrent.futures.Future` is returned.
+        Errors found before queueing (wrong key, fenced, read-only, too large...) are
+        raised at once.  ``recovery`` adds are accepted by a fenced ledger.
+        """
+        future = None
+        if callback is None:
+            future = Future()
+            callback = _future_setter(future)
+        self._admit(entry)
+        header, crc = jr.entry_record_header(entry)
+        with self._lock:
+            self._add_locked(ledger_id, entry_id, entry, master_key, recovery, crc)
+            self._journal.submit(header, entry, callback)
+        return future
+
+    def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+                  *, recovery: bool = False) -> None:
+        """Add an entry and return once it is durable (see :meth:`add_entry_async`)."""
+        self._admit(entry)
+        header, crc = jr.entry_record_header(entry)
+        waiter = jr.Waiter()
+        with self._lock:
+            self._add_locked(ledger_id, entry_id, entry, master_key, recovery, crc)
+            self._journal.submit(header, entry, waiter, wake=False)
+        self._journal.wait(waiter)
+
+    def _admit(self, entry: bytes) -> None:
+        """Checks and back-pressure before an add takes the lock."""
+        self._check_writable()
+        if len(entry) > self._max_entry:
+            raise EntryTooLarge(f"entry of {len(entry)} bytes is over maxEntrySizeBytes="
+                                f"{self._max_entry}")
+        if len(entry) < ENTRY_HEADER_SIZE:
+            raise MalformedEntry(f"entry of {len(entry)} bytes is shorter than its "
+                                 f"{ENTRY_HEADER_SIZE}-byte header")
+        if self._active.size_bytes >= self._cache_half_bytes:
+            self._wait_for_cache_space()
+        self._journal.wait_for_queue_space()
+
+    def _add_locked(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+                    recovery: bool, crc: int) -> None:
+        if self._closed:
+            raise BookieClosed("the bookie is closed")
+        header_ledger, header_entry, lac = ENTRY_HEADER.unpack_from(entry)
+        if header_ledger != ledger_id or header_entry != entry_id:
+            raise MalformedEntry(f"entry header says ledger {header_ledger} entry "
+                                 f"{header_entry}, the add says ledger {ledger_id} entry "
+                                 f"{entry_id}")
+        state = self._writable_state(ledger_id, master_key)
+        if state.fenced and not recovery:
+            raise LedgerFenced(f"ledger {ledger_id} is fenced")
+        self._active.put(ledger_id, entry_id, entry, crc)
+        if lac > state.lac:
+            state.lac = lac
+            self._dirty.add(ledger_id)
+
+    def _wait_for_cache_space(self) -> None:
+        """Block while both write cache halves are full (bounded memory)."""
+        if self._journal.is_committer_thread():
+            return  # a completion callback must not wait for the checkpoint it blocks
+        self._checkpoint_wanted.set()
+        with self._cache_space:
+            while (self._active.size_bytes >= self._cache_half_bytes
+                   and self._flushing is not None and not self._closed):
+                self._cache_space.wait(0.1)
+
+    # -- ledger operations -------------------------------------------------------
+
+    def fence(self, ledger_id: int, master_key: bytes) -> Future:
+        """Fence a ledger: from now on only recovery adds are accepted (durable, survives
+        restart).  The Future completes once the fence is journaled."""
+        self._check_open()
+        future: Future = Future()
+        payload = _LEDGER_ID.pack(ledger_id)
+        with self._lock:
+            state = self._writable_state(ledger_id, master_key)
+            state.fenced = True
+            self._dirty.add(ledger_id)
+            self._journal.submit(jr.record_header(jr.FENCE, payload), payload,
+                                 _future_setter(future))
+        return future
+
+    def set_explicit_lac(self, ledger_id: int, lac: int, master_key: bytes) -> Future:
+        """Record an explicit LAC (sent by an idle writer); durable when the Future is done."""
+        self._check_open()
+        future: Future = Future()
+        payload = _LEDGER_LAC.pack(ledger_id, lac)
+        with self._lock:
+            state = self._writable_state(ledger_id, master_key)
+            if state.explicit_lac is None or lac > state.explicit_lac:
+                state.explicit_lac = lac
+                self._dirty.add(ledger_id)
+            self._journal.submit(jr.record_header(jr.EXPLICIT_LAC, payload), payload,
+                                 _future_setter(future))
+        return future
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Delete a ledger's entries (durably).  Later adds to it are refused; its space
+        is reclaimed by garbage collection."""
+        self._check_open()
+        payload = _LEDGER_ID.pack(ledger_id)
+        waiter = jr.Waiter()
+        with self._lock:
+            state = self._state(ledger_id)
+            if state is None:
+                state = self._states[ledger_id] = LedgerState(b"")
+            state.deleted = True
+            self._dirty.add(ledger_id)
+            self._pending_deletes.add(ledger_id)
+            self._active.drop_ledger(ledger_id)
+            self._journal.submit(jr.record_header(jr.DELETE, payload), payload, waiter,
+                                 wake=False)
+        self._journal.wait(waiter)
+
+    def force(self, ledger_id: int) -> Future:
+        """A Future that completes once everything added to the ledger so far is durable."""
+        self._readable_state(ledger_id)
+        future: Future = Future()
+        self._journal.mark(_future_setter(future, result=None))
+        return future
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BookieClosed("the bookie is closed")
+
+    # -- reads -------------------------------------------------------------------
+
+    def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        """The entry's bytes as added; ``entry_id=LAST_ENTRY`` (-1) reads the last one."""
+        self._check_open()
+        self._readable_state(ledger_id)
+        if entry_id == LAST_ENTRY:
+            last = self.last_entry_id(ledger_id)
+            if last is None:
+                raise NoSuchEntry(f"ledger {ledger_id} holds no entries")
+            entry_id = last
+        for attempt in range(2):
+            for cache in (self._active, self._flushing):
+                if cache is not None:
+                    data = cache.get(ledger_id, entry_id)
+                    if data is not None:
+                        return data
+            location = self._index.location(ledger_id, entry_id)
+            if location is None:
+                raise NoSuchEntry(f"ledger {ledger_id} has no entry {entry_id} here")
+            try:
+                return self._entry_logs.read(Location(location.log_id, location.offset),
+                                             location.length)
+            except (CorruptData, OSError):
+                if attempt:
+                    raise
+                # Compaction may have moved the entry between the lookup and the read.
+        raise AssertionError("unreachable")
+
+    def last_entry_id(self, ledger_id: int) -> int | None:
+        """The highest entry id held for the ledger, or None."""
+        self._readable_state(ledger_id)
+        candidates = [c.last_entry_id(ledger_id) for c in (self._active, self._flushing)
+                      if c is not None]
+        candidates.append(self._index.last_entry_id(ledger_id))
+        present = [c for c in candidates if c is not None]
+        return max(present) if present else None
+
+    def entry_ids(self, ledger_id: int) -> list[int]:
+        """Every entry id held for the ledger, ascending."""
+        self._readable_state(ledger_id)
+        ids = set(self._index.entry_ids(ledger_id))
+        for cache in (self._active, self._flushing):
+            if cache is not None:
+                ids.update(cache.entry_ids(ledger_id))
+        return sorted(ids)
+
+    def read_lac(self, ledger_id: int) -> int:
+        """The highest LAC known: carried by a stored entry, or set explicitly (-1: none)."""
+        state = self._readable_state(ledger_id)
+        explicit = state.explicit_lac if state.explicit_lac is not None else -1
+        return max(state.lac, explicit)
+
+    def read_explicit_lac(self, ledger_id: int) -> int | None:
+        """The explicit LAC last set for the ledger, or None."""
+        return self._readable_state(ledger_id).explicit_lac
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        return self._readable_state(ledger_id).fenced
+
+    def ledger_exists(self, ledger_id: int) -> bool:
+        with self._lock:
+            state = self._state(ledger_id)
+        return state is not None and not state.deleted
+
+    # -- checkpoint --------------------------------------------------------------
+
+    def checkpoint(self) -> jr.LogMark | None:
+        """Flush the write cache to entry logs and index, then persist LastLogMark.
+
+        Returns the new mark (None if the journal has failed and no mark could be taken).
+        """
+        with self._checkpoint_lock:
+            waiter = jr.Waiter()
+            with self._lock:
+                flushing = self._active
+                self._flushing = flushing
+                self._active = WriteCache()
+                states = {lid: self._states[lid].stored() for lid in self._dirty}
+                self._dirty = set()
+                deletes = self._pending_deletes
+                self._pending_deletes = set()
+                try:
+                    self._journal.mark(waiter)
+                except BookKeeperError:
+                    waiter(None)
+            mark = waiter.wait()
+            self._flush(flushing, states, deletes)
+            self._flushing = None
+            with self._cache_space:
+                self._cache_space.notify_all()
+            if not isinstance(mark, jr.LogMark):
+                return None
+            write_mark(self._ledger_dirs, mark)
+            self._journal.remove_old_files(mark, self.settings.journalMaxBackups)
+            return mark
+
+    def _flush(self, cache: WriteCache, states: dict[int, StoredLedgerState],
+               deletes: set[int]) -> None:
+        """Write a cache generation to entry logs (synced), then commit the index."""
+        gone = deletes | {lid for lid, st in states.items() if st.deleted}
+        entries = cache.sorted_entries(gone)
+        with self._entrylog_lock:
+            locations = self._entry_logs.append(entries) if entries else []
+            self._entry_logs.sync()
+            last_log_id = self._entry_logs.last_log_id
+        self._index.commit_checkpoint(entries, locations, states, deletes, last_log_id)
+        self._durably_deleted |= gone
+
+    # -- replay ------------------------------------------------------------------
+
+    def _replay(self) -> tuple[int, int]:
+        mark = read_mark(self._ledger_dirs)
+        started = time.monotonic()
+        replayed_bytes = 0
+
+        def apply(rtype: int, payload: bytes) -> None:
+            nonlocal replayed_bytes
+            replayed_bytes += len(payload)
+            if rtype == jr.ADD:
+                ledger_id, entry_id, lac = ENTRY_HEADER.unpack_from(payload)
+                state = self._state(ledger_id)
+                if state is None:
+                    state = self._states[ledger_id] = LedgerState(b"")
+                if state.deleted:
+                    return
+                self._active.put(ledger_id, entry_id, payload, entry_crc(payload))
+                state.lac = max(state.lac, lac)
+                self._dirty.add(ledger_id)
+                if self._active.size_bytes >= self._cache_half_bytes:
+                    self._flush_replayed()
+                return
+            ledger_id = _LEDGER_ID.unpack_from(payload)[0]
+            state = self._state(ledger_id)
+            if state is None:
+                state = self._states[ledger_id] = LedgerState(b"")
+            if rtype == jr.MASTER_KEY:
+                state.master_key = payload[_LEDGER_ID.size:]
+            elif rtype == jr.FENCE:
+                state.fenced = True
+            elif rtype == jr.EXPLICIT_LAC:
+                lac = _LEDGER_LAC.unpack_from(payload)[1]
+                state.explicit_lac = max(lac, state.explicit_lac if state.explicit_lac
+                                         is not None else lac)
+            elif rtype == jr.DELETE:
+                state.deleted = True
+                self._active.drop_ledger(ledger_id)
+                self._pending_deletes.add(ledger_id)
+            self._dirty.add(ledger_id)
+
+        records, last_id = jr.replay(self.settings.journalDirectory, mark, apply)
+        self._flush_replayed()
+        elapsed = time.monotonic() - started
+        self.replay_stats = {"records": records, "bytes": replayed_bytes, "seconds": elapsed}
+        log.info("replayed %d journal records (%d bytes) from %s in %.3f s", records,
+                 replayed_bytes, mark, elapsed)
+        return records, last_id
+
+    def _flush_replayed(self) -> None:
+        """During replay: move what was replayed so far into entry logs and the index (the
+        mark stays where it is until the first checkpoint)."""
+        states = {lid: self._states[lid].stored() for lid in self._dirty}
+        self._flush(self._active, states, self._pending_deletes)
+        self._active, self._dirty, self._pending_deletes = WriteCache(), set(), set()
+
+    # -- housekeeping --------------------------------------------------------------
+
+    def collect_garbage(self) -> GcStats:
+        """Remove entry logs that hold only deleted ledgers (deletions already checkpointed)."""
+        return self._gc.collect(set(self._durably_deleted))
+
+    def compact(self, threshold: float) -> GcStats:
+        """Copy the live entries of logs under ``threshold`` live fraction, then drop them."""
+        deleted = set(self._durably_deleted)
+        stats = self._gc.collect(deleted)
+        compacted = self._gc.compact(deleted, threshold)
+        stats.logs_compacted = compacted.logs_compacted
+        stats.entries_moved = compacted.entries_moved
+        stats.bytes_reclaimed += compacted.bytes_reclaimed
+        return stats
+
+    def check_disks(self) -> None:
+        """Measure disk usage now and go read-only / writable as the thresholds say."""
+        self._disks.measure()
+        if not self._read_only and self._disks.should_become_read_only():
+            self._on_disk_full()
+        elif self._read_only and self._disks.may_become_writable():
+            log.warning("disk usage back under diskUsageLwmThreshold=%s: bookie writable again",
+                        self.settings.diskUsageLwmThreshold)
+            self._read_only = False
+
+    def _on_disk_full(self) -> None:
+        full = self._disks.full_directories()
+        if self.settings.readOnlyModeEnabled:
+            log.warning("disk usage over diskUsageThreshold=%s in %s: bookie read-only",
+                        self.settings.diskUsageThreshold, full)
+            self._read_only = True
+        else:
+            log.error("disk usage over diskUsageThreshold=%s in %s and readOnlyModeEnabled is "
+                      "false: shutting the bookie down", self.settings.diskUsageThreshold, full)
+            self._read_only = True
+            threading.Thread(target=self.close, name="pybk-shutdown", daemon=True).start()
+
+    def _choose_ledger_dir(self) -> str:
+        full = set(self._disks.full_directories())
+        candidates = [d for d in self._ledger_dirs if d not in full] or self._ledger_dirs
+        return self._disks.least_used(candidates)
+
+    def _sync_loop(self) -> None:
+        interval = self.settings.flushInterval / 1000.0
+        while not self._stop.is_set():
+            self._checkpoint_wanted.wait(interval)
+            if self._stop.is_set():
+                return
+            self._checkpoint_wanted.clear()
+            try:
+                self.checkpoint()
+            except Exception:  # keep checkpointing; the next attempt may succeed
+                log.exception("checkpoint failed")
+
+    def _housekeeping_loop(self) -> None:
+        gc_interval = self.settings.gcWaitTime / 1000.0
+        disk_interval = self.settings.diskCheckInterval / 1000.0
+        next_disk_check = time.monotonic() + disk_interval
+        while not self._stop.wait(min(gc_interval, disk_interval)):
+            try:
+                now = time.monotonic()
+                if now >= next_disk_check:
+                    self.check_disks()
+                    next_disk_check = now + disk_interval
+                self._scheduled_gc(now)
+            except Exception:
+                log.exception("housekeeping failed")
+
+    def _scheduled_gc(self, now: float) -> None:
+        s = self.settings
+        if s.majorCompactionInterval and now - self._last_major >= s.majorCompactionInterval:
+            self._last_major = self._last_minor = now
+            self.compact(s.majorCompactionThreshold)
+        elif s.minorCompactionInterval and now - self._last_minor >= s.minorCompactionInterval:
+            self._last_minor = now
+            self.compact(s.minorCompactionThreshold)
+        else:
+            self.collect_garbage()
+
+    # -- shutdown ----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Finish queued work, checkpoint, and release every file and thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop.set()
+        self._checkpoint_wanted.set()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
+        try:
+            self._journal.sync()
+        except BookKeeperError:
+            pass  # the journal failed earlier; what it holds is replayed at next start
+        self.checkpoint()
+        self._journal.close()
+        with self._entrylog_lock:
+            self._entry_logs.close()
+        self._index.close()
+        log.info("bookie closed")
+
+
+def _ignore(_result: object) -> None:
+    """Completion of a record whose outcome rides on a later record's (the master key)."""
+
+
+def _future_setter(future: Future, result: object = None) -> Callable[[object], None]:
+    def complete(outcome: object) -> None:
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(result)
+    return complete

@@ -1,0 +1,339 @@
+"""Entry logs: the entries of all ledgers, interleaved in large append-only files.
+
+The checkpoint moves entries from the write cache into the current entry log (sorted by
+ledger and entry id, so a ledger's entries sit together), fsyncs it, and only then points
+the index at them.  A log is rolled at ``logSizeLimit``; a rolled log is *sealed*: its
+ledger map (which ledgers it holds, and how many bytes each) is appended and the header
+points at it, so garbage collection knows what a log holds without reading it.
+
+File format
+-----------
+Files are ``<ledger dir>/current/<log id as 16 hex digits>.log``; ids increase across all
+ledger directories.  All integers are big-endian.
+
+Header, 64 bytes::
+
+    0   8  magic  b"PYBKELOG"
+    8   4  format version (1)
+    12  4  header length (64)
+    16  8  log id
+    24  8  offset of the ledger map (0 while the log is not sealed)
+    32  4  number of ledgers in the map
+    36 24  zero
+    60  4  CRC-32 (zlib) of bytes 0..59
+
+Records follow back to back from offset 64::
+
+    0   4  entry length N
+    4   4  checksum: CRC-32 (zlib) of the byte 0x01 followed by the entry
+           (the same checksum as the entry's journal record)
+    8   N  the entry; its first 16 bytes are its ledger id and entry id
+
+The ledger map, written when the log is sealed, at the end of the file::
+
+    0   4  magic b"LMAP"
+    4   4  number of ledgers M
+    8  16M ledger id (8), bytes of that ledger's records, headers included (8)
+    ..  4  CRC-32 (zlib) of the map's preceding bytes
+
+Crash guarantees
+----------------
+The index only ever points at records that were fsynced before the index was committed.
+A log that was not sealed when the bookie stopped is scanned at the next start (the scan
+stops at the first damaged record: an unsynced, torn tail that nothing points at) and
+sealed then, its map appended at the end of the file.  Reads verify the checksum and
+raise :class:`pybk.errors.CorruptData` on a mismatch instead of returning bad bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import zlib
+from typing import Callable, Iterator, NamedTuple
+
+from pybk.errors import BookKeeperError, CorruptData
+from pybk.storage.fileio import DEFAULT_IO, FileIO, fsync_directory
+from pybk.storage.journal import ENTRY_CRC_SEED
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"PYBKELOG"
+VERSION = 1
+HEADER = struct.Struct(">8sIIQQI24x")
+HEADER_SIZE = HEADER.size + 4
+RECORD = struct.Struct(">II")  # entry length, checksum
+RECORD_HEADER_SIZE = RECORD.size
+ENTRY_IDS = struct.Struct(">QQ")
+MAP_MAGIC = b"LMAP"
+MAP_HEAD = struct.Struct(">4sI")
+MAP_ITEM = struct.Struct(">QQ")
+SUFFIX = ".log"
+CURRENT = "current"
+
+
+class Location(NamedTuple):
+    """Where a record lies: log id and the offset of its record header."""
+
+    log_id: int
+    offset: int
+
+
+#: An entry on its way into an entry log: ``(ledger id, entry id, data, crc)``.  A plain
+#: tuple: the checkpoint builds one per entry, and a named tuple costs several times more.
+CacheEntry = tuple[int, int, bytes, int]
+
+
+def log_file_name(log_id: int) -> str:
+    return f"{log_id:016x}{SUFFIX}"
+
+
+def entry_crc(entry: bytes) -> int:
+    """The checksum an entry log record (and a journal ADD record) carries for ``entry``."""
+    return zlib.crc32(entry, ENTRY_CRC_SEED)
+
+
+def _header_bytes(log_id: int, map_offset: int, map_count: int) -> bytes:
+    head = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, log_id, map_offset, map_count)
+    return head + struct.pack(">I", zlib.crc32(head))
+
+
+class EntryLogger:
+    """All entry logs of a bookie: appending, sealing, reading, scanning and deleting.
+
+    ``choose_directory`` picks the ledger directory of each new log (it lets the bookie
+    skip full disks).  Appends come from one thread at a time (the checkpoint or the
+    compactor, serialised by the caller); reads may come from any thread.
+    """
+
+    def __init__(self, ledger_dirs: list[str], log_size_limit: int,
+                 choose_directory: Callable[[], str], io: FileIO = DEFAULT_IO,
+                 last_log_id: int = 0) -> None:
+        self._dirs = [os.path.join(d, CURRENT) for d in ledger_dirs]
+        self._size_limit = log_size_limit
+        self._choose_directory = choose_directory
+        self._io = io
+        self._paths: dict[int, str] = {}
+        self._read_fds: dict[int, int] = {}
+        self._fd_lock = threading.Lock()
+        #: log id -> {ledger id: bytes}, for every log including the current one.
+        self.ledger_maps: dict[int, dict[int, int]] = {}
+        #: log id -> total record bytes.
+        self.log_sizes: dict[int, int] = {}
+        self._current_id = -1
+        self._current_fd = -1
+        self._current_offset = 0
+        self._unsynced: list[int] = []  # rolled logs whose seal is done but data unsynced
+        for directory in self._dirs:
+            for name in os.listdir(directory):
+                if name.endswith(SUFFIX) and len(name) == 16 + len(SUFFIX):
+                    self._paths[int(name[:16], 16)] = os.path.join(directory, name)
+        self.last_log_id = max([last_log_id, *self._paths])
+        for log_id in sorted(self._paths):
+            self._load_map(log_id)
+
+    # -- writing -----------------------------------------------------------------
+
+    def append(self, entries: list[CacheEntry]) -> list[tuple[int, int]]:
+        """Append entries (buffered: one write per call); return ``(log id, offset)`` of each.
+
+        ``entries`` are ``(ledger id, entry id, data, crc)`` tuples.  The data is durable
+        only after :meth:`sync`.
+        """
+        locations: list[tuple[int, int]] = []
+        buffers: list[bytes] = []
+        pending = 0
+        ledger_map = self.ledger_maps.get(self._current_id)
+        pack = RECORD.pack
+        for ledger_id, entry_id, data, crc in entries:
+            size = RECORD_HEADER_SIZE + len(data)
+            if self._current_fd < 0 or (self._current_offset + pending + size > self._size_limit
+                                        and self._current_offset + pending > HEADER_SIZE):
+                if buffers:
+                    self._current_offset += self._io.write_all(self._current_fd, buffers)
+                    buffers, pending = [], 0
+                self._roll()
+                ledger_map = self.ledger_maps[self._current_id]
+            locations.append((self._current_id, self._current_offset + pending))
+            buffers.append(pack(len(data), crc))
+            buffers.append(data)
+            pending += size
+            ledger_map[ledger_id] = ledger_map.get(ledger_id, 0) + size
+        if buffers:
+            self._current_offset += self._io.write_all(self._current_fd, buffers)
+        if self._current_id >= 0:
+            self.log_sizes[self._current_id] = self._current_offset - HEADER_SIZE
+        return locations
+
+    def sync(self) -> None:
+        """Make everything appended so far durable."""
+        for log_id in self._unsynced:
+            self._seal_file(log_id)
+        self._unsynced.clear()
+        if self._current_fd >= 0:
+            self._io.fdatasync(self._current_fd)
+
+    def _roll(self) -> None:
+        if self._current_fd >= 0:
+            # Sealing needs the data durable first; defer it to sync() (one fsync per log).
+            os.close(self._current_fd)
+            self._unsynced.append(self._current_id)
+        self.last_log_id += 1
+        log_id = self.last_log_id
+        directory = os.path.join(self._choose_directory(), CURRENT)
+        path = os.path.join(directory, log_file_name(log_id))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self._io.write_all(fd, [_header_bytes(log_id, 0, 0)])
+        self._io.fdatasync(fd)
+        fsync_directory(directory)
+        self._paths[log_id] = path
+        self.ledger_maps[log_id] = {}
+        self.log_sizes[log_id] = 0
+        self._current_id, self._current_fd, self._current_offset = log_id, fd, HEADER_SIZE
+        log.debug("entry log %s started", path)
+
+    def seal_current(self) -> None:
+        """Seal the current log (at shutdown): sync it, write its map, and start none."""
+        if self._current_fd >= 0:
+            os.close(self._current_fd)
+            self._unsynced.append(self._current_id)
+            self._current_fd, self._current_id = -1, -1
+        self.sync()
+
+    def _seal_file(self, log_id: int, map_offset: int | None = None) -> None:
+        """fsync a log's records, append its ledger map, point the header at it, fsync."""
+        path = self._paths[log_id]
+        ledger_map = self.ledger_maps[log_id]
+        body = MAP_HEAD.pack(MAP_MAGIC, len(ledger_map)) + b"".join(
+            MAP_ITEM.pack(ledger, nbytes) for ledger, nbytes in sorted(ledger_map.items()))
+        body += struct.pack(">I", zlib.crc32(body))
+        fd = os.open(path, os.O_RDWR)
+        try:
+            self._io.fdatasync(fd)
+            offset = os.fstat(fd).st_size if map_offset is None else map_offset
+            self._io.pwrite_all(fd, body, offset)
+            self._io.fdatasync(fd)
+            self._io.pwrite_all(fd, _header_bytes(log_id, offset, len(ledger_map)), 0)
+            self._io.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    # -- reading -----------------------------------------------------------------
+
+    def read(self, location: Location, length: int) -> bytes:
+        """The entry at ``location`` (``length`` bytes), checksum verified."""
+        fd = self._read_fd(location.log_id)
+        record = os.pread(fd, RECORD_HEADER_SIZE + length, location.offset)
+        if len(record) == RECORD_HEADER_SIZE + length:
+            stored_length, crc = RECORD.unpack_from(record)
+            data = record[RECORD_HEADER_SIZE:]
+            if stored_length == length and entry_crc(data) == crc:
+                return data
+        raise CorruptData(f"entry log {self._paths.get(location.log_id)} holds no valid "
+                          f"record of {length} bytes at offset {location.offset}")
+
+    def _read_fd(self, log_id: int) -> int:
+        fd = self._read_fds.get(log_id)
+        if fd is None:
+            with self._fd_lock:
+                fd = self._read_fds.get(log_id)
+                if fd is None:
+                    path = self._paths.get(log_id)
+                    if path is None:
+                        raise CorruptData(f"the index points at entry log {log_id:x}, "
+                                          "which does not exist")
+                    fd = os.open(path, os.O_RDONLY)
+                    self._read_fds[log_id] = fd
+        return fd
+
+    def scan(self, log_id: int) -> Iterator[tuple[Location, int, int, int, int]]:
+        """Yield ``(location, ledger id, entry id, length, crc)`` of each valid record."""
+        path = self._paths[log_id]
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(HEADER_SIZE)
+            _magic, _v, _h, _id, map_offset, _count = HEADER.unpack_from(head)
+            end = map_offset if map_offset else size
+            offset = HEADER_SIZE
+            while offset + RECORD_HEADER_SIZE + ENTRY_IDS.size <= end:
+                f.seek(offset)
+                length, crc = RECORD.unpack(f.read(RECORD_HEADER_SIZE))
+                if length < ENTRY_IDS.size or offset + RECORD_HEADER_SIZE + length > end:
+                    break
+                data = f.read(length)
+                if entry_crc(data) != crc:
+                    break
+                ledger_id, entry_id = ENTRY_IDS.unpack_from(data)
+                yield Location(log_id, offset), ledger_id, entry_id, length, crc
+                offset += RECORD_HEADER_SIZE + length
+
+    # -- metadata and deletion ---------------------------------------------------
+
+    def _load_map(self, log_id: int) -> None:
+        path = self._paths[log_id]
+        with open(path, "rb") as f:
+            head = f.read(HEADER_SIZE)
+            if len(head) < HEADER_SIZE or head[:8] != MAGIC or \
+                    struct.unpack_from(">I", head, HEADER.size)[0] != zlib.crc32(head[:HEADER.size]):
+                raise BookKeeperError(f"entry log {path} has a damaged header; move it aside "
+                                      "if its ledgers are safe elsewhere")
+            _m, version, _h, stored_id, map_offset, count = HEADER.unpack_from(head)
+            if version != VERSION or stored_id != log_id:
+                raise BookKeeperError(f"entry log {path}: version {version}, id {stored_id:x}; "
+                                      f"expected version {VERSION}, id {log_id:x}")
+            if map_offset:
+                f.seek(map_offset)
+                body = f.read(MAP_HEAD.size + MAP_ITEM.size * count + 4)
+                magic, stored_count = MAP_HEAD.unpack_from(body)
+                crc_ok = len(body) == MAP_HEAD.size + MAP_ITEM.size * count + 4 and \
+                    struct.unpack_from(">I", body, len(body) - 4)[0] == zlib.crc32(body[:-4])
+                if magic == MAP_MAGIC and stored_count == count and crc_ok:
+                    items = (MAP_ITEM.unpack_from(body, MAP_HEAD.size + i * MAP_ITEM.size)
+                             for i in range(count))
+                    self.ledger_maps[log_id] = dict(items)
+                    self.log_sizes[log_id] = map_offset - HEADER_SIZE
+                    return
+                log.warning("entry log %s: damaged ledger map, rebuilding it", path)
+        ledger_map: dict[int, int] = {}
+        end = HEADER_SIZE
+        for location, ledger_id, _entry, length, _crc in self.scan(log_id):
+            ledger_map[ledger_id] = ledger_map.get(ledger_id, 0) + RECORD_HEADER_SIZE + length
+            end = location.offset + RECORD_HEADER_SIZE + length
+        self.ledger_maps[log_id] = ledger_map
+        self.log_sizes[log_id] = end - HEADER_SIZE
+        self._seal_file(log_id)
+        log.info("entry log %s was not sealed: scanned %d ledgers, sealed it", path,
+                 len(ledger_map))
+
+    @property
+    def current_log_id(self) -> int:
+        """The log being appended to, or -1."""
+        return self._current_id
+
+    def log_ids(self) -> list[int]:
+        return sorted(self._paths)
+
+    def delete(self, log_id: int) -> None:
+        """Remove a log file (never the current one)."""
+        if log_id == self._current_id:
+            raise ValueError("cannot delete the current entry log")
+        with self._fd_lock:
+            fd = self._read_fds.pop(log_id, None)
+        if fd is not None:
+            os.close(fd)
+        path = self._paths.pop(log_id)
+        self.ledger_maps.pop(log_id, None)
+        self.log_sizes.pop(log_id, None)
+        os.unlink(path)
+        fsync_directory(os.path.dirname(path))
+        log.info("deleted entry log %s", path)
+
+    def close(self) -> None:
+        """Seal the current log and close every file."""
+        self.seal_current()
+        with self._fd_lock:
+            for fd in self._read_fds.values():
+                os.close(fd)
+            self._read_fds.clear()

@@ -1,0 +1,85 @@
+"""The few file system calls the storage engine's durable writes go through.
+
+The journal, the entry logs and the LastLogMark write through a :class:`FileIO`, so that a
+test can put a fault-injecting layer underneath (see ``tests/faultyio.py``): drop, truncate
+or garble what was written since the last sync, as a power cut would.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+# Linux refuses writev() with more buffers than IOV_MAX (1024).
+_IOV_MAX = 1024
+
+
+class FileIO:
+    """Plain POSIX calls: whole writes (retrying short ones), fdatasync and fsync."""
+
+    def write_all(self, fd: int, buffers: Sequence[bytes]) -> int:
+        """Write ``buffers`` at the file position, in order, completely; return the byte count."""
+        total = 0
+        for start in range(0, len(buffers), _IOV_MAX):
+            chunk = list(buffers[start:start + _IOV_MAX])
+            remaining = sum(len(b) for b in chunk)
+            total += remaining
+            while remaining:
+                written = os.writev(fd, chunk)
+                remaining -= written
+                if remaining:
+                    chunk = _skip(chunk, written)
+        return total
+
+    def pwrite_all(self, fd: int, data: bytes, offset: int) -> None:
+        """Write ``data`` at ``offset`` completely."""
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view = view[written:]
+            offset += written
+
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+
+def _skip(buffers: list[bytes], count: int) -> list[bytes]:
+    """The buffers that remain after the first ``count`` bytes were written."""
+    while count:
+        head = buffers[0]
+        if len(head) <= count:
+            count -= len(head)
+            buffers.pop(0)
+        else:
+            buffers[0] = memoryview(head)[count:]
+            count = 0
+    return buffers
+
+
+def fsync_directory(path: str) -> None:
+    """Make a directory's entries (created, renamed or removed files) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file_atomically(path: str, data: bytes, io: FileIO | None = None) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file."""
+    io = io or DEFAULT_IO
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        io.write_all(fd, [data])
+        io.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_directory(os.path.dirname(os.path.abspath(path)))
+
+
+DEFAULT_IO = FileIO()

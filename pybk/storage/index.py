@@ -1,0 +1,199 @@
+"""The entry index and the ledger state table, in LMDB.
+
+LMDB replaces BookKeeper's per-ledger index files.  The environment lives in
+``<first ledger dir>/current/index`` and holds three tables; all integers are big-endian.
+
+``entries``
+    key: ledger id (8) + entry id (8), so keys sort by ledger, then entry, and a ledger's
+    last entry is one reverse cursor seek.
+    value: entry log id (8) + offset of the record in that log (8) + entry length (4).
+
+``ledgers``
+    key: ledger id (8).
+    value: flags (1: bit 0 fenced, bit 1 deleted, bit 2 explicit LAC set), highest LAC
+    carried by a stored entry (8, signed, -1 for none), explicit LAC (8, signed), then the
+    master key (the rest).
+
+``meta``
+    ``last_entry_log_id`` (8): the highest entry log id ever used, so ids never repeat.
+
+Durability: the index is written only by the checkpoint, GC and compaction, each in one
+transaction; a committed transaction is durable (LMDB syncs data pages, then the meta
+page).  Everything newer than the last checkpoint is in the journal and is replayed into
+the write cache at start, so adds never pay for an index sync.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Iterable, Iterator, NamedTuple
+
+import lmdb
+
+ENTRY_KEY = struct.Struct(">QQ")
+LEDGER_KEY = struct.Struct(">Q")
+LOCATION = struct.Struct(">QQI")
+LEDGER_STATE = struct.Struct(">Bqq")
+LAST_LOG_ID_KEY = b"last_entry_log_id"
+
+FLAG_FENCED, FLAG_DELETED, FLAG_EXPLICIT_LAC = 1, 2, 4
+
+# LMDB reserves address space, not disk: the file grows only as the index does.
+_MAP_SIZE_BYTES = 1 << 40
+
+
+class StoredLocation(NamedTuple):
+    log_id: int
+    offset: int
+    length: int
+
+
+class StoredLedgerState(NamedTuple):
+    master_key: bytes
+    fenced: bool
+    deleted: bool
+    lac: int
+    explicit_lac: int | None
+
+
+def encode_ledger_state(state: StoredLedgerState) -> bytes:
+    flags = (FLAG_FENCED if state.fenced else 0) | (FLAG_DELETED if state.deleted else 0) | \
+        (FLAG_EXPLICIT_LAC if state.explicit_lac is not None else 0)
+    explicit = state.explicit_lac if state.explicit_lac is not None else -1
+    return LEDGER_STATE.pack(flags, state.lac, explicit) + state.master_key
+
+
+def decode_ledger_state(value: bytes) -> StoredLedgerState:
+    flags, lac, explicit = LEDGER_STATE.unpack_from(value)
+    return StoredLedgerState(
+        master_key=bytes(value[LEDGER_STATE.size:]),
+        fenced=bool(flags & FLAG_FENCED),
+        deleted=bool(flags & FLAG_DELETED),
+        lac=lac,
+        explicit_lac=explicit if flags & FLAG_EXPLICIT_LAC else None,
+    )
+
+
+class LocationUpdate(NamedTuple):
+    ledger_id: int
+    entry_id: int
+    log_id: int
+    offset: int
+    length: int
+
+
+class Index:
+    """Entry locations and ledger states of one bookie."""
+
+    def __init__(self, directory: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+        self._env = lmdb.open(directory, map_size=_MAP_SIZE_BYTES, max_dbs=3,
+                              max_readers=256, readahead=False)
+        self._entries = self._env.open_db(b"entries")
+        self._ledgers = self._env.open_db(b"ledgers")
+        self._meta = self._env.open_db(b"meta")
+
+    # -- reads -------------------------------------------------------------------
+
+    def location(self, ledger_id: int, entry_id: int) -> StoredLocation | None:
+        with self._env.begin(db=self._entries, buffers=True) as txn:
+            value = txn.get(ENTRY_KEY.pack(ledger_id, entry_id))
+            return StoredLocation._make(LOCATION.unpack(value)) if value is not None else None
+
+    def last_entry_id(self, ledger_id: int) -> int | None:
+        """The highest entry id indexed for a ledger."""
+        with self._env.begin(db=self._entries, buffers=True) as txn:
+            cursor = txn.cursor()
+            if cursor.set_range(ENTRY_KEY.pack(ledger_id + 1, 0)):
+                found = cursor.prev()
+            else:
+                found = cursor.last()
+            if not found:
+                return None
+            key_ledger, key_entry = ENTRY_KEY.unpack(cursor.key())
+            return key_entry if key_ledger == ledger_id else None
+
+    def entry_ids(self, ledger_id: int) -> list[int]:
+        ids = []
+        with self._env.begin(db=self._entries, buffers=True) as txn:
+            cursor = txn.cursor()
+            if cursor.set_range(ENTRY_KEY.pack(ledger_id, 0)):
+                for key in cursor.iternext(keys=True, values=False):
+                    key_ledger, key_entry = ENTRY_KEY.unpack(key)
+                    if key_ledger != ledger_id:
+                        break
+                    ids.append(key_entry)
+        return ids
+
+    def ledger_state(self, ledger_id: int) -> StoredLedgerState | None:
+        with self._env.begin(db=self._ledgers, buffers=True) as txn:
+            value = txn.get(LEDGER_KEY.pack(ledger_id))
+            return decode_ledger_state(value) if value is not None else None
+
+    def ledger_states(self) -> Iterator[tuple[int, StoredLedgerState]]:
+        """Every ledger the bookie knows, deleted ones included."""
+        with self._env.begin(db=self._ledgers) as txn:
+            for key, value in txn.cursor():
+                yield LEDGER_KEY.unpack(key)[0], decode_ledger_state(value)
+
+    def last_log_id(self) -> int:
+        with self._env.begin(db=self._meta) as txn:
+            value = txn.get(LAST_LOG_ID_KEY)
+            return struct.unpack(">Q", value)[0] if value else 0
+
+    # -- writes (each one durable transaction) -------------------------------------
+
+    def commit_checkpoint(self, entries: list[tuple[int, int, bytes, int]],
+                          locations: list[tuple[int, int]],
+                          states: dict[int, StoredLedgerState],
+                          deleted: Iterable[int], last_log_id: int) -> None:
+        """Point entries at their logs, store ledger states, drop deleted ledgers' entries.
+
+        ``entries`` are ``(ledger id, entry id, data, crc)`` and ``locations`` the
+        matching ``(log id, offset)`` pairs, as the entry logger returned them.
+        """
+        with self._env.begin(write=True) as txn:
+            pack_key, pack_value = ENTRY_KEY.pack, LOCATION.pack
+            items = [(pack_key(e[0], e[1]), pack_value(loc[0], loc[1], len(e[2])))
+                     for e, loc in zip(entries, locations)]
+            if items:
+                txn.cursor(db=self._entries).putmulti(items)
+            for ledger_id in deleted:
+                self._delete_entries(txn, ledger_id)
+            ledgers = txn.cursor(db=self._ledgers)
+            ledgers.putmulti([(LEDGER_KEY.pack(ledger_id), encode_ledger_state(state))
+                              for ledger_id, state in sorted(states.items())])
+            txn.put(LAST_LOG_ID_KEY, struct.pack(">Q", last_log_id), db=self._meta)
+
+    def _delete_entries(self, txn: lmdb.Transaction, ledger_id: int) -> None:
+        cursor = txn.cursor(db=self._entries)
+        if not cursor.set_range(ENTRY_KEY.pack(ledger_id, 0)):
+            return
+        while True:
+            key = cursor.key()  # empty once the cursor ran off the end
+            if len(key) != ENTRY_KEY.size or ENTRY_KEY.unpack(key)[0] != ledger_id:
+                return
+            cursor.delete()
+
+    def relocate(self, moves: Iterable[tuple[LocationUpdate, int, int]]) -> int:
+        """Compaction's update: ``(new location, old log id, old offset)``.
+
+        An entry is re-pointed only if the index still points at the old place (a newer
+        write of the same entry, or a deletion, wins).  Returns how many moved.
+        """
+        moved = 0
+        with self._env.begin(write=True, db=self._entries) as txn:
+            for new, old_log_id, old_offset in moves:
+                key = ENTRY_KEY.pack(new.ledger_id, new.entry_id)
+                current = txn.get(key)
+                if current is None:
+                    continue
+                log_id, offset, _length = LOCATION.unpack(current)
+                if (log_id, offset) == (old_log_id, old_offset):
+                    txn.put(key, LOCATION.pack(new.log_id, new.offset, new.length))
+                    moved += 1
+        return moved
+
+    def close(self) -> None:
+        self._env.close()

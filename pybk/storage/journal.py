@@ -1,0 +1,543 @@
+"""The journal: the bookie's write-ahead log, with group commit.
+
+Every mutation (entry add, master key, fence, explicit LAC, ledger delete) is appended to
+the journal and made durable with ``fdatasync`` before it is acknowledged.  Everything
+queued while the previous sync ran goes out in the next group: one write, one fdatasync.
+
+File format
+-----------
+Files live in ``journalDirectory`` and are named ``<journal id as 16 hex digits>.txn``;
+ids increase by one per file.  All integers are big-endian.
+
+Header, 32 bytes::
+
+    0   8  magic  b"PYBKJNL1"
+    8   4  format version (1)
+    12  4  header length (32)
+    16  8  journal id
+    24  4  zero
+    28  4  CRC-32 (zlib) of bytes 0..27
+
+Records follow back to back from offset 32::
+
+    0   4  payload length N (N >= 0)
+    4   4  checksum: CRC-32 (zlib) of the type byte followed by the payload
+    8   1  type
+    9   N  payload
+
+Record types and payloads:
+
+=====  ============  ======================================================
+type   name          payload
+=====  ============  ======================================================
+1      ADD           the entry bytes (they start with ledger id, entry id)
+2      MASTER_KEY    ledger id (8), then the master key
+3      FENCE         ledger id (8)
+4      EXPLICIT_LAC  ledger id (8), LAC (8, signed)
+5      DELETE        ledger id (8)
+=====  ============  ======================================================
+
+Files grow in steps of ``journalPreAllocSizeMB`` with ``posix_fallocate``: the space reads
+as zeros, and a zero length with a zero checksum marks the end of the records.
+
+Crash guarantees
+----------------
+A record is acknowledged only after the fdatasync that covers it returned.  Replay reads
+records in order and stops a file at the first record that is truncated, fails its
+checksum or has an unknown type (a torn write): nothing from there on in that file is
+applied, and what was discarded is logged.  Records of later files (written after a
+restart) are still replayed.
+
+Journal files whose every record is older than the checkpoint's LastLogMark are no longer
+needed; ``journalMaxBackups`` of them are kept, older ones are removed.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import mmap
+import os
+import struct
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Callable, Iterator, NamedTuple
+
+from pybk.errors import BookieClosed, BookKeeperError, DiskFull
+from pybk.storage.fileio import DEFAULT_IO, FileIO, fsync_directory
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"PYBKJNL1"
+VERSION = 1
+HEADER = struct.Struct(">8sIIQI")  # magic, version, header length, journal id, zero
+HEADER_SIZE = HEADER.size + 4  # + CRC
+RECORD = struct.Struct(">IIB")  # payload length, checksum, type
+SUFFIX = ".txn"
+
+ADD, MASTER_KEY, FENCE, EXPLICIT_LAC, DELETE = 1, 2, 3, 4, 5
+RECORD_TYPES = frozenset((ADD, MASTER_KEY, FENCE, EXPLICIT_LAC, DELETE))
+_TYPE_SEED = {t: zlib.crc32(bytes([t])) for t in RECORD_TYPES}
+
+#: Seed of an ADD record's checksum; entry logs store entries with the same checksum.
+ENTRY_CRC_SEED = _TYPE_SEED[ADD]
+
+
+def record_header(record_type: int, payload: bytes) -> bytes:
+    """The 9 bytes that precede ``payload`` in a journal record."""
+    return RECORD.pack(len(payload), zlib.crc32(payload, _TYPE_SEED[record_type]), record_type)
+
+
+def entry_record_header(entry: bytes) -> tuple[bytes, int]:
+    """The ADD record header of an entry and the entry's checksum (reused by entry logs)."""
+    crc = zlib.crc32(entry, ENTRY_CRC_SEED)
+    return RECORD.pack(len(entry), crc, ADD), crc
+
+
+class LogMark(NamedTuple):
+    """A position in the journal: replay from here covers everything after it."""
+
+    journal_id: int
+    offset: int
+
+
+def journal_file_name(journal_id: int) -> str:
+    return f"{journal_id:016x}{SUFFIX}"
+
+
+def list_journal_ids(directory: str) -> list[int]:
+    """The ids of the journal files in ``directory``, ascending."""
+    ids = []
+    for name in os.listdir(directory):
+        if name.endswith(SUFFIX) and len(name) == 16 + len(SUFFIX):
+            try:
+                ids.append(int(name[:16], 16))
+            except ValueError:
+                continue
+    return sorted(ids)
+
+
+@dataclass
+class ScanReport:
+    """What a scan of one journal file found."""
+
+    records: int = 0
+    end_offset: int = HEADER_SIZE
+    discarded_bytes: int = 0
+    reason: str = ""
+
+
+def scan_journal(path: str, start_offset: int = 0) -> Iterator[tuple[int, bytes, int]]:
+    """Yield ``(type, payload, end offset)`` of each valid record of a journal file.
+
+    Starts at ``start_offset`` (the header's end when smaller) and stops at the end of
+    the records or at the first damaged one.  The generator's return value is a
+    :class:`ScanReport` (use ``yield from``, or :func:`replay_file`).
+    """
+    report = ScanReport()
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < HEADER_SIZE:
+            report.reason = f"file is {size} bytes, shorter than its header"
+            report.discarded_bytes = size
+            return report
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            magic, version, header_len, _jid, _zero = HEADER.unpack_from(data, 0)
+            (header_crc,) = struct.unpack_from(">I", data, HEADER.size)
+            if magic != MAGIC or header_crc != zlib.crc32(data[:HEADER.size]):
+                report.reason = "bad header"
+                report.discarded_bytes = size
+                return report
+            if version != VERSION or header_len != HEADER_SIZE:
+                raise BookKeeperError(f"journal {path} has format version {version}, "
+                                      f"this pybk reads version {VERSION}")
+            pos = max(start_offset, HEADER_SIZE)
+            while True:
+                if pos + RECORD.size > size:
+                    if not _all_zero(data, pos, size):
+                        report.reason = "truncated record header"
+                    break
+                length, crc, rtype = RECORD.unpack_from(data, pos)
+                if length == 0 and crc == 0 and rtype == 0:
+                    # Preallocated zeros end the records, unless a torn write left data
+                    # further on (then that data is discarded, and said so).
+                    if not _all_zero(data, pos, size):
+                        report.reason = "zeros followed by data"
+                    break
+                body_end = pos + RECORD.size + length
+                if rtype not in RECORD_TYPES:
+                    report.reason = f"unknown record type {rtype}"
+                    break
+                if body_end > size:
+                    report.reason = "truncated record"
+                    break
+                payload = data[pos + RECORD.size:body_end]
+                if zlib.crc32(payload, _TYPE_SEED[rtype]) != crc:
+                    report.reason = "checksum mismatch"
+                    break
+                pos = body_end
+                report.records += 1
+                yield rtype, payload, pos
+            report.end_offset = pos
+            if report.reason:
+                report.discarded_bytes = size - pos
+    return report
+
+
+_ZEROS = bytes(1 << 20)
+
+
+def _all_zero(data: mmap.mmap, start: int, end: int) -> bool:
+    """Whether ``data[start:end]`` holds only zero bytes (compared a MiB at a time)."""
+    for chunk_start in range(start, end, len(_ZEROS)):
+        chunk = data[chunk_start:min(end, chunk_start + len(_ZEROS))]
+        if chunk != _ZEROS[:len(chunk)]:
+            return False
+    return True
+
+
+class Waiter:
+    """A one-shot completion for a caller that blocks (cheaper than a Future)."""
+
+    __slots__ = ("_lock", "result")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self.result: object = None
+
+    def __call__(self, result: object) -> None:
+        self.result = result
+        self._lock.release()
+
+    def pending(self) -> bool:
+        return self._lock.locked()
+
+    def wait(self) -> object:
+        self._lock.acquire()
+        return self.result
+
+
+# A queued request is a tuple (header, payload, callback); a marker has header None.
+_Request = tuple
+
+
+class Journal:
+    """Appends records durably with group commit; one instance per journal directory.
+
+    Two ways in:
+
+    * :meth:`submit` queues a record with a completion callback (many in flight); the
+      journal thread writes and syncs groups.
+    * :meth:`submit` with ``wake=False`` and then :meth:`wait`: when nobody is writing,
+      the caller writes the group itself instead of handing it to the journal thread (a
+      blocking caller then pays one fdatasync and no thread switch).
+
+    Callbacks run on the thread that synced the group, in queue order, as ``callback(None)``
+    or ``callback(error)``; a marker's callback gets the :class:`LogMark` just after the
+    records queued before it.  Keep callbacks short.
+
+    The queue is a deque appended to without a lock (appends are atomic); the journal
+    thread sleeps on ``_wakeup``, a lock that producers release only when it sleeps.
+    """
+
+    def __init__(self, directory: str, settings, io: FileIO = DEFAULT_IO,
+                 first_journal_id: int = 1) -> None:
+        self._dir = directory
+        self._io = io
+        self._max_file_bytes = settings.journalMaxSizeMB * 1024 * 1024
+        self._prealloc_bytes = settings.journalPreAllocSizeMB * 1024 * 1024
+        self._group_bytes = settings.journalBufferedWritesThreshold
+        self._group_wait_s = settings.journalMaxGroupWaitMSec / 1000.0
+        self._flush_when_empty = settings.journalFlushWhenQueueEmpty
+        self._queue_limit = settings.journalQueueSize
+        self._queue: collections.deque[_Request] = collections.deque()
+        self._wakeup = threading.Lock()
+        self._wakeup.acquire()
+        self._sleeping = False
+        self._space = threading.Condition(threading.Lock())
+        self._producers_waiting = 0
+        self._commit_lock = threading.Lock()
+        self._committer: int | None = None
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._fd = -1
+        self._journal_id = first_journal_id - 1
+        self._offset = 0
+        self._allocated = 0
+        self._roll()
+        self._thread = threading.Thread(target=self._run, name="pybk-journal", daemon=True)
+        self._thread.start()
+
+    # -- producers ---------------------------------------------------------------
+
+    def submit(self, header: bytes, payload: bytes, callback: Callable[[object], None],
+               wake: bool = True) -> None:
+        """Queue a record; ``callback(None)`` once durable, ``callback(exc)`` on failure.
+
+        ``wake=False`` leaves the group to the caller, who must then call :meth:`wait`
+        with ``callback`` (a :class:`Waiter`).
+        """
+        if self._failure is not None or self._closed:
+            raise self._failure or BookieClosed("the journal is closed")
+        self._queue.append((header, payload, callback))
+        if self._sleeping and (wake or not self._flush_when_empty):
+            self._wake()
+
+    def wait(self, waiter: Waiter) -> None:
+        """Block until ``waiter``'s record is durable; raise what writing it raised.
+
+        When nobody is writing, the caller writes and syncs the group itself (leader of
+        the group commit): one fdatasync and no thread switch for a lone blocking add.
+        """
+        if self.is_committer_thread():
+            raise BookKeeperError("a blocking journal write from a completion callback "
+                                  "would wait for itself; use the asynchronous form")
+        if self._flush_when_empty and self._commit_lock.acquire(blocking=False):
+            self._committer = threading.get_ident()
+            try:
+                while waiter.pending() and self._commit_one_group():
+                    pass
+            finally:
+                self._committer = None
+                self._commit_lock.release()
+        if self._queue and self._sleeping:
+            self._wake()
+        result = waiter.wait()
+        if result is not None:
+            raise result  # type: ignore[misc]
+
+    def mark(self, callback: Callable[[object], None]) -> None:
+        """Call ``callback(LogMark)`` with the position after every record queued so far."""
+        if self._failure is not None or self._closed:
+            raise self._failure or BookieClosed("the journal is closed")
+        self._queue.append((None, None, callback))
+        if self._sleeping:
+            self._wake()
+
+    def sync(self) -> None:
+        """Return once every record queued before the call is durable."""
+        waiter = Waiter()
+        self.mark(waiter)
+        result = waiter.wait()
+        if isinstance(result, BaseException):
+            raise result
+
+    def wait_for_queue_space(self) -> None:
+        """Back-pressure: block while ``journalQueueSize`` records wait.
+
+        Call it before taking locks that a completion callback may need; the journal's
+        own thread never blocks here (it is the one that makes space).
+        """
+        if len(self._queue) < self._queue_limit or self.is_committer_thread():
+            return
+        with self._space:
+            self._producers_waiting += 1
+            try:
+                while len(self._queue) >= self._queue_limit and not self._closed \
+                        and self._failure is None:
+                    self._space.wait(0.1)
+            finally:
+                self._producers_waiting -= 1
+
+    def is_committer_thread(self) -> bool:
+        """Whether the calling thread is writing a group (and running its callbacks)."""
+        return self._committer == threading.get_ident()
+
+    @property
+    def current_journal_id(self) -> int:
+        return self._journal_id
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that stopped this journal, if one did."""
+        return self._failure
+
+    def _wake(self) -> None:
+        try:
+            self._wakeup.release()
+        except RuntimeError:
+            pass  # already released by another producer
+
+    # -- the writing side --------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            if not self._queue:
+                if self._closed:
+                    return
+                self._sleeping = True
+                # Re-check after announcing the sleep: a producer that appended before
+                # it saw _sleeping False and did not wake us.
+                if not self._queue:
+                    self._wakeup.acquire(timeout=0.5)
+                self._sleeping = False
+                continue
+            with self._commit_lock:
+                self._committer = threading.get_ident()
+                try:
+                    self._commit_one_group()
+                finally:
+                    self._committer = None
+
+    def _take_group(self) -> list[_Request]:
+        """Take queued requests up to the byte threshold or a marker (which ends a group)."""
+        group: list[_Request] = []
+        nbytes = 0
+        deadline = None
+        queue = self._queue
+        while True:
+            while queue and nbytes < self._group_bytes:
+                request = queue.popleft()
+                group.append(request)
+                if request[0] is None:
+                    break
+                nbytes += len(request[0]) + len(request[1])
+            if (not group or group[-1][0] is None or nbytes >= self._group_bytes
+                    or self._flush_when_empty or self._closed):
+                break
+            # BookKeeper's group wait: collect more until the deadline.
+            now = time.monotonic()
+            deadline = deadline or now + self._group_wait_s
+            if now >= deadline:
+                break
+            self._sleeping = True
+            if not queue:
+                self._wakeup.acquire(timeout=deadline - now)
+            self._sleeping = False
+        if self._producers_waiting:
+            with self._space:
+                self._space.notify_all()
+        return group
+
+    def _commit_one_group(self) -> bool:
+        """Write and sync one group, then complete it.  Caller holds the commit lock."""
+        group = self._take_group()
+        if not group:
+            return False
+        buffers: list[bytes] = []
+        append = buffers.append
+        for header, payload, _callback in group:
+            if header is not None:
+                append(header)
+                append(payload)
+        error: BaseException | None = self._failure
+        if buffers and error is None:
+            try:
+                self._write_durably(buffers)
+            except OSError as e:
+                error = self._fail(e)
+        if error is None:
+            mark = LogMark(self._journal_id, self._offset)
+            for header, _payload, callback in group:
+                callback(None if header is not None else mark)
+        else:
+            for _header, _payload, callback in group:
+                callback(error)
+        return True
+
+    def _write_durably(self, buffers: list[bytes]) -> None:
+        nbytes = sum(len(b) for b in buffers)
+        if self._offset + nbytes > self._max_file_bytes and self._offset > HEADER_SIZE:
+            self._roll()
+        if self._offset + nbytes > self._allocated:
+            grow = max(self._prealloc_bytes, self._offset + nbytes - self._allocated)
+            os.posix_fallocate(self._fd, self._allocated, grow)
+            self._allocated += grow
+        written = self._io.write_all(self._fd, buffers)
+        self._offset += written
+        self._io.fdatasync(self._fd)
+
+    def _fail(self, error: OSError) -> BaseException:
+        """A write or sync failed: the file's tail is now unknown, so stop this journal.
+
+        After a failed fdatasync the kernel may have dropped the dirty pages, so retrying
+        on the same file could acknowledge data that is not on disk.  Every later request
+        fails with the same error until the bookie restarts (and replays what is valid).
+        """
+        if error.errno == 28:  # ENOSPC
+            failure: BaseException = DiskFull(f"journal {self._dir} is full: {error}")
+        else:
+            failure = BookKeeperError(f"journal write to {self._dir} failed: {error}")
+        log.error("%s; the journal takes no more records", failure)
+        self._failure = failure
+        while self._queue:
+            self._queue.popleft()[2](failure)
+        with self._space:
+            self._space.notify_all()
+        return failure
+
+    def _roll(self) -> None:
+        """Close the current file and start the next one (header written and synced)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._journal_id += 1
+        path = os.path.join(self._dir, journal_file_name(self._journal_id))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        os.posix_fallocate(fd, 0, self._prealloc_bytes)
+        header = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, self._journal_id, 0)
+        self._io.write_all(fd, [header, struct.pack(">I", zlib.crc32(header))])
+        self._io.fdatasync(fd)
+        fsync_directory(self._dir)
+        self._fd = fd
+        self._offset = HEADER_SIZE
+        self._allocated = self._prealloc_bytes
+        log.debug("journal %s started", path)
+
+    # -- housekeeping ------------------------------------------------------------
+
+    def remove_old_files(self, mark: LogMark, keep_backups: int) -> list[int]:
+        """Remove files wholly before ``mark``, keeping the newest ``keep_backups`` of them."""
+        old = [j for j in list_journal_ids(self._dir) if j < mark.journal_id
+               and j != self._journal_id]
+        doomed = old[:max(0, len(old) - keep_backups)]
+        for journal_id in doomed:
+            os.unlink(os.path.join(self._dir, journal_file_name(journal_id)))
+        if doomed:
+            fsync_directory(self._dir)
+            log.info("removed journals %s (checkpoint at %s)", doomed, mark)
+        return doomed
+
+    def close(self) -> None:
+        """Write what is queued, then stop the journal thread and close the file."""
+        self._closed = True
+        self._wake()
+        self._thread.join()
+        with self._commit_lock:
+            while self._commit_one_group():
+                pass
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def replay(directory: str, mark: LogMark,
+           apply: Callable[[int, bytes], None]) -> tuple[int, int]:
+    """Apply every valid record after ``mark`` in order; return (records, last journal id).
+
+    A damaged tail ends its file (logged); later files are still replayed.
+    """
+    records = 0
+    last_id = mark.journal_id
+    for journal_id in list_journal_ids(directory):
+        last_id = max(last_id, journal_id)
+        if journal_id < mark.journal_id:
+            continue
+        path = os.path.join(directory, journal_file_name(journal_id))
+        start = mark.offset if journal_id == mark.journal_id else 0
+        scanner = scan_journal(path, start)
+        while True:
+            try:
+                rtype, payload, _end = next(scanner)
+            except StopIteration as stop:
+                report: ScanReport = stop.value
+                break
+            apply(rtype, payload)
+        records += report.records
+        if report.reason:
+            log.warning("journal %s: replay stopped at offset %d (%s); %d bytes after it "
+                        "were discarded", path, report.end_offset, report.reason,
+                        report.discarded_bytes)
+    return records, last_id

@@ -1,0 +1,56 @@
+"""LastLogMark: the journal position a checkpoint covers, kept in every ledger directory.
+
+File ``<ledger dir>/current/lastMark``, 20 bytes, big-endian::
+
+    0  8  journal id
+    8  8  offset in that journal
+    16 4  CRC-32 (zlib) of bytes 0..15
+
+Written atomically (temporary file, fsync, rename, directory fsync) only after the entry
+logs and the index are durable.  At start the smallest valid mark of all directories is
+used: replaying from an older mark is always safe, because replay is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import zlib
+
+from pybk.storage.fileio import write_file_atomically
+from pybk.storage.journal import LogMark
+
+log = logging.getLogger(__name__)
+
+MARK = struct.Struct(">QQ")
+FILE_NAME = "lastMark"
+
+
+def _path(ledger_dir: str) -> str:
+    return os.path.join(ledger_dir, "current", FILE_NAME)
+
+
+def write_mark(ledger_dirs: list[str], mark: LogMark) -> None:
+    body = MARK.pack(*mark)
+    data = body + struct.pack(">I", zlib.crc32(body))
+    for directory in ledger_dirs:
+        write_file_atomically(_path(directory), data)
+
+
+def read_mark(ledger_dirs: list[str]) -> LogMark:
+    """The oldest valid mark among the directories, or (0, 0): replay everything."""
+    marks = []
+    for directory in ledger_dirs:
+        try:
+            with open(_path(directory), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return LogMark(0, 0)
+        if len(data) != MARK.size + 4 or struct.unpack_from(">I", data, MARK.size)[0] != \
+                zlib.crc32(data[:MARK.size]):
+            log.warning("ignoring damaged %s; replaying the journal from its start",
+                        _path(directory))
+            return LogMark(0, 0)
+        marks.append(LogMark(*MARK.unpack_from(data)))
+    return min(marks) if marks else LogMark(0, 0)

@@ -1,0 +1,25 @@
+"""pybk: Apache BookKeeper's replicated log storage in Python."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="pybk",
+    version="0.1.0",
+    description="A Python implementation of Apache BookKeeper's replicated log storage",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["pybk", "pybk.*"]),
+    package_data={"pybk": ["py.typed"]},
+    install_requires=[
+        "lmdb>=1.4",
+        "mmh3>=4.0",
+        "kazoo>=2.9",
+        "pyzmq>=25.0",
+    ],
+    extras_require={
+        "test": ["pytest>=7.4", "pytest-timeout>=2.2", "psutil>=5.9"],
+        "spark": ["pyspark>=3.5", "pyarrow>=14"],
+    },
+    entry_points={"console_scripts": ["pybk = pybk.cli:main"]},
+)
