@@ -1,0 +1,63 @@
+"""Shared fixtures: real directories under pytest's tmp_path, real bookies, closed after."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from pybk.settings import ServerSettings
+from pybk.storage import Bookie, format_bookie, make_entry
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+KEY = b"master-key"
+
+
+def entry(ledger_id: int, entry_id: int, body: bytes | None = None, lac: int | None = None) -> bytes:
+    """A well-formed entry whose body tells which (ledger, entry) it is."""
+    if body is None:
+        body = f"ledger {ledger_id} entry {entry_id} ".encode() * 4
+    return make_entry(ledger_id, entry_id, entry_id - 1 if lac is None else lac, body)
+
+
+@pytest.fixture
+def settings_factory(tmp_path):
+    """Settings for a bookie under tmp_path; keyword arguments override."""
+
+    def make(**overrides) -> ServerSettings:
+        base = dict(
+            journalDirectory=str(tmp_path / "journal"),
+            ledgerDirectories=(str(tmp_path / "ledgers0"), str(tmp_path / "ledgers1")),
+            journalPreAllocSizeMB=1,
+        )
+        base.update(overrides)
+        return ServerSettings(**base)
+
+    return make
+
+
+@pytest.fixture
+def bookie_factory(settings_factory):
+    """Open (formatting on first use) bookies; every one still open is closed at the end."""
+    opened: list[Bookie] = []
+
+    def make(settings: ServerSettings | None = None, **kwargs) -> Bookie:
+        settings = settings or settings_factory()
+        if not os.path.exists(os.path.join(settings.journalDirectory, "current", "COOKIE")):
+            format_bookie(settings)
+        bookie = Bookie(settings, **kwargs)
+        opened.append(bookie)
+        return bookie
+
+    yield make
+    for bookie in opened:
+        bookie.close()
+
+
+@pytest.fixture
+def bookie(bookie_factory):
+    return bookie_factory()

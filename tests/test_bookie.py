@@ -1,0 +1,317 @@
+"""The bookie's operations and errors, on real files with real fsync."""
+
+from __future__ import annotations
+
+import glob
+import os
+import threading
+
+import pytest
+
+from conftest import KEY, entry
+from pybk.errors import (BookieClosed, EntryTooLarge, LedgerFenced, MalformedEntry,
+                         NoSuchEntry, NoSuchLedger, Unauthorized)
+from pybk.storage import LAST_ENTRY, Bookie
+from storageutil import CountingIO, close_as_if_crashed
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_add_then_read_back_before_and_after_checkpoint_and_restart(bookie_factory,
+                                                                     settings_factory):
+    settings = settings_factory()
+    bookie = bookie_factory(settings)
+    for e in range(50):
+        bookie.add_entry(7, e, entry(7, e), KEY)
+    assert bookie.read_entry(7, 10) == entry(7, 10)  # from the write cache
+    bookie.checkpoint()
+    assert bookie.read_entry(7, 10) == entry(7, 10)  # from an entry log via the index
+    bookie.close()
+    reopened = bookie_factory(settings)
+    assert [reopened.read_entry(7, e) for e in range(50)] == [entry(7, e) for e in range(50)]
+    assert reopened.entry_ids(7) == list(range(50))
+
+
+def test_async_adds_complete_through_futures_and_callbacks(bookie):
+    futures = [bookie.add_entry_async(1, e, entry(1, e), KEY) for e in range(100)]
+    assert all(f.result(timeout=10) is None for f in futures)
+    done = threading.Event()
+    outcomes = []
+
+    def callback(error):
+        outcomes.append(error)
+        done.set()
+
+    assert bookie.add_entry_async(1, 100, entry(1, 100), KEY, callback=callback) is None
+    assert done.wait(10)
+    assert outcomes == [None]
+
+
+def test_read_last_entry_and_lac(bookie):
+    with pytest.raises(NoSuchLedger):
+        bookie.read_lac(3)
+    for e in range(5):
+        bookie.add_entry(3, e, entry(3, e, lac=e - 1), KEY)
+    assert bookie.read_entry(3, LAST_ENTRY) == entry(3, 4)
+    assert bookie.last_entry_id(3) == 4
+    assert bookie.read_lac(3) == 3
+    assert bookie.read_explicit_lac(3) is None
+    bookie.set_explicit_lac(3, 4, KEY).result(timeout=10)
+    assert bookie.read_explicit_lac(3) == 4
+    assert bookie.read_lac(3) == 4
+
+
+def test_explicit_lac_and_lac_survive_a_crash(bookie_factory, settings_factory, tmp_path):
+    settings = settings_factory()
+    bookie = bookie_factory(settings)
+    for e in range(3):
+        bookie.add_entry(5, e, entry(5, e), KEY)
+    bookie.set_explicit_lac(5, 2, KEY).result(timeout=10)
+    close_as_if_crashed(bookie, str(tmp_path))
+    reopened = bookie_factory(settings)
+    assert reopened.replayed_records > 0
+    assert reopened.read_explicit_lac(5) == 2
+    assert reopened.read_lac(5) == 2
+
+
+def test_missing_ledger_and_entry_are_distinct_errors(bookie):
+    with pytest.raises(NoSuchLedger, match="ledger 9"):
+        bookie.read_entry(9, 0)
+    bookie.add_entry(9, 0, entry(9, 0), KEY)
+    with pytest.raises(NoSuchEntry, match="entry 1"):
+        bookie.read_entry(9, 1)
+
+
+def test_wrong_master_key_is_unauthorized(bookie):
+    bookie.add_entry(4, 0, entry(4, 0), KEY)
+    with pytest.raises(Unauthorized):
+        bookie.add_entry(4, 1, entry(4, 1), b"another key")
+    with pytest.raises(Unauthorized):
+        bookie.fence(4, b"another key")
+    with pytest.raises(NoSuchEntry):
+        bookie.read_entry(4, 1)
+
+
+def test_master_key_survives_restart(bookie_factory, settings_factory, tmp_path):
+    settings = settings_factory()
+    bookie = bookie_factory(settings)
+    bookie.add_entry(4, 0, entry(4, 0), KEY)
+    close_as_if_crashed(bookie, str(tmp_path))
+    reopened = bookie_factory(settings)
+    with pytest.raises(Unauthorized):
+        reopened.add_entry(4, 1, entry(4, 1), b"another key")
+    reopened.add_entry(4, 1, entry(4, 1), KEY)
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["clean-restart", "crash"])
+def test_fence_refuses_adds_accepts_recovery_adds_and_survives_restart(
+        bookie_factory, settings_factory, tmp_path, crash):
+    settings = settings_factory()
+    bookie = bookie_factory(settings)
+    bookie.add_entry(2, 0, entry(2, 0), KEY)
+    bookie.fence(2, KEY).result(timeout=10)
+    assert bookie.is_fenced(2)
+    with pytest.raises(LedgerFenced):
+        bookie.add_entry(2, 1, entry(2, 1), KEY)
+    bookie.add_entry(2, 1, entry(2, 1), KEY, recovery=True)
+    if crash:
+        close_as_if_crashed(bookie, str(tmp_path))
+    else:
+        bookie.close()
+    reopened = bookie_factory(settings)
+    assert reopened.is_fenced(2)
+    with pytest.raises(LedgerFenced):
+        reopened.add_entry(2, 2, entry(2, 2), KEY)
+    assert reopened.read_entry(2, 1) == entry(2, 1)
+
+
+def test_fencing_an_unknown_ledger_records_it(bookie):
+    bookie.fence(11, KEY).result(timeout=10)
+    with pytest.raises(LedgerFenced):
+        bookie.add_entry(11, 0, entry(11, 0), KEY)
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["clean-restart", "crash"])
+def test_deleted_ledger_is_gone_and_refuses_adds(bookie_factory, settings_factory, tmp_path,
+                                                  crash):
+    settings = settings_factory()
+    bookie = bookie_factory(settings)
+    for e in range(10):
+        bookie.add_entry(6, e, entry(6, e), KEY)
+    bookie.checkpoint()
+    bookie.add_entry(6, 10, entry(6, 10), KEY)
+    bookie.fence(8, KEY).result(timeout=10)
+    bookie.delete_ledger(6)
+    bookie.delete_ledger(8)
+    if crash:
+        close_as_if_crashed(bookie, str(tmp_path))
+    else:
+        bookie.close()
+    reopened = bookie_factory(settings)
+    for e in (0, 10):
+        with pytest.raises(NoSuchLedger):
+            reopened.read_entry(6, e)
+    assert not reopened.ledger_exists(6)
+    with pytest.raises(NoSuchLedger, match="deleted"):
+        reopened.add_entry(6, 11, entry(6, 11), KEY)
+    with pytest.raises(LedgerFenced, match="deleted"):  # fenced, then deleted: still fenced
+        reopened.add_entry(8, 0, entry(8, 0), KEY, recovery=False)
+
+
+def test_force_completes_once_durable(bookie):
+    bookie.add_entry_async(1, 0, entry(1, 0), KEY)
+    assert bookie.force(1).result(timeout=10) is None
+    with pytest.raises(NoSuchLedger):
+        bookie.force(99)
+
+
+def test_entry_limits_and_malformed_entries(bookie_factory, settings_factory):
+    bookie = bookie_factory(settings_factory(maxEntrySizeBytes=4096, logSizeLimit=1 << 20))
+    with pytest.raises(EntryTooLarge, match="maxEntrySizeBytes=4096"):
+        bookie.add_entry(1, 0, entry(1, 0, body=b"x" * 5000), KEY)
+    with pytest.raises(MalformedEntry, match="shorter than"):
+        bookie.add_entry(1, 0, b"short", KEY)
+    with pytest.raises(MalformedEntry, match="ledger 2 entry 0"):
+        bookie.add_entry(1, 0, entry(2, 0), KEY)
+    with pytest.raises(NoSuchLedger):
+        bookie.read_entry(1, 0)
+
+
+def test_closed_bookie_refuses_everything(bookie):
+    bookie.add_entry(1, 0, entry(1, 0), KEY)
+    bookie.close()
+    with pytest.raises(BookieClosed):
+        bookie.add_entry(1, 1, entry(1, 1), KEY)
+    with pytest.raises(BookieClosed):
+        bookie.read_entry(1, 0)
+    bookie.close()  # closing twice is harmless
+
+
+def test_group_commit_shares_fdatasyncs(bookie_factory):
+    io = CountingIO()
+    bookie = bookie_factory(io=io)
+    before = io.journal_syncs
+    futures = [bookie.add_entry_async(1, e, entry(1, e), KEY) for e in range(2000)]
+    for f in futures:
+        f.result(timeout=30)
+    syncs = io.journal_syncs - before
+    assert 1 <= syncs < 2000 / 4, f"{syncs} fdatasyncs for 2000 queued adds"
+
+
+def test_group_wait_collects_a_group_into_one_fdatasync(bookie_factory, settings_factory):
+    io = CountingIO()
+    settings = settings_factory(journalFlushWhenQueueEmpty=False, journalMaxGroupWaitMSec=500)
+    bookie = bookie_factory(settings, io=io)
+    before = io.journal_syncs
+    futures = [bookie.add_entry_async(1, e, entry(1, e), KEY) for e in range(20)]
+    for f in futures:
+        f.result(timeout=10)
+    assert io.journal_syncs - before <= 2  # the first add opens a group that waits 500 ms
+
+
+def test_buffered_writes_threshold_splits_groups(bookie_factory, settings_factory):
+    io = CountingIO()
+    settings = settings_factory(journalFlushWhenQueueEmpty=False, journalMaxGroupWaitMSec=10000,
+                                journalBufferedWritesThreshold=8192)
+    bookie = bookie_factory(settings, io=io)
+    before = io.journal_syncs
+    futures = [bookie.add_entry_async(1, e, entry(1, e, body=b"z" * 1000), KEY)
+               for e in range(80)]
+    for f in futures:
+        f.result(timeout=10)
+    # 80 KB of records in groups of at most ~8 KB: about 10 syncs, and never a 10 s wait.
+    assert 8 <= io.journal_syncs - before <= 20
+
+
+def test_journal_rolls_and_old_journals_are_removed_keeping_backups(bookie_factory,
+                                                                    settings_factory):
+    settings = settings_factory(journalMaxSizeMB=1, journalMaxBackups=2)
+    bookie = bookie_factory(settings)
+    body = b"j" * 60_000
+    for e in range(100):  # about 6 MB of journal: six or more files
+        bookie.add_entry(1, e, entry(1, e, body=body), KEY)
+    journals = glob.glob(os.path.join(settings.journalDirectory, "*.txn"))
+    assert len(journals) >= 6
+    bookie.checkpoint()
+    remaining = sorted(glob.glob(os.path.join(settings.journalDirectory, "*.txn")))
+    assert len(remaining) == 3  # the current journal and two backups
+    assert [bookie.read_entry(1, e) for e in (0, 50, 99)] == \
+        [entry(1, e, body=body) for e in (0, 50, 99)]
+
+
+def test_entry_logs_roll_and_are_sealed_with_ledger_maps(bookie_factory, settings_factory):
+    settings = settings_factory(logSizeLimit=1 << 20, maxEntrySizeBytes=256 << 10)
+    bookie = bookie_factory(settings)
+    body = b"e" * 50_000
+    for e in range(60):
+        for ledger in (1, 2):
+            bookie.add_entry(ledger, e, entry(ledger, e, body=body), KEY)
+    bookie.checkpoint()
+    bookie.close()
+    reopened = bookie_factory(settings)
+    logs = reopened._entry_logs
+    assert len(logs.log_ids()) >= 6
+    for log_id in logs.log_ids():
+        assert set(logs.ledger_maps[log_id]) <= {1, 2}
+    total = sum(sum(m.values()) for m in logs.ledger_maps.values())
+    assert total >= 120 * 50_000
+    assert reopened.read_entry(2, 59) == entry(2, 59, body=body)
+
+
+def test_blocking_add_from_a_completion_callback_is_refused_not_deadlocked(bookie):
+    errors = []
+    done = threading.Event()
+
+    def callback(_error):
+        try:
+            bookie.add_entry(1, 1, entry(1, 1), KEY)
+        except Exception as e:  # noqa: BLE001 - the test records what was raised
+            errors.append(e)
+        done.set()
+
+    bookie.add_entry_async(1, 0, entry(1, 0), KEY, callback=callback)
+    assert done.wait(10)
+    assert len(errors) == 1 and "asynchronous form" in str(errors[0])
+
+
+def test_async_add_from_a_completion_callback_works(bookie):
+    done = threading.Event()
+
+    def chain(entry_id):
+        def callback(error):
+            assert error is None
+            if entry_id == 20:
+                done.set()
+            else:
+                bookie.add_entry_async(1, entry_id + 1, entry(1, entry_id + 1), KEY,
+                                       callback=chain(entry_id + 1))
+        return callback
+
+    bookie.add_entry_async(1, 0, entry(1, 0), KEY, callback=chain(0))
+    assert done.wait(20)
+    assert bookie.entry_ids(1) == list(range(21))
+
+
+def test_many_threads_add_concurrently(bookie):
+    def writer(ledger):
+        for e in range(200):
+            bookie.add_entry(ledger, e, entry(ledger, e), KEY)
+
+    threads = [threading.Thread(target=writer, args=(ledger,)) for ledger in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    for ledger in range(8):
+        assert bookie.entry_ids(ledger) == list(range(200))
+        assert bookie.read_entry(ledger, 199) == entry(ledger, 199)
+
+
+def test_unformatted_bookie_is_refused(settings_factory):
+    from pybk.errors import InvalidCookie
+    settings = settings_factory()
+    for d in (settings.journalDirectory, *settings.ledgerDirectories):
+        os.makedirs(d)
+    with pytest.raises(InvalidCookie, match="never formatted"):
+        Bookie(settings)
