@@ -230,10 +230,10 @@ def test_journal_rolls_and_old_journals_are_removed_keeping_backups(bookie_facto
     body = b"j" * 60_000
     for e in range(100):  # about 6 MB of journal: six or more files
         bookie.add_entry(1, e, entry(1, e, body=body), KEY)
-    journals = glob.glob(os.path.join(settings.journalDirectory, "*.txn"))
+    journals = glob.glob(os.path.join(bookie.journal_dir, "*.txn"))
     assert len(journals) >= 6
     bookie.checkpoint()
-    remaining = sorted(glob.glob(os.path.join(settings.journalDirectory, "*.txn")))
+    remaining = sorted(glob.glob(os.path.join(bookie.journal_dir, "*.txn")))
     assert len(remaining) == 3  # the current journal and two backups
     assert [bookie.read_entry(1, e) for e in (0, 50, 99)] == \
         [entry(1, e, body=body) for e in (0, 50, 99)]

@@ -84,6 +84,7 @@ class Bookie:
         self._io = io
         self.instance_id = verify_cookies(settings)
         self._ledger_dirs = list(settings.ledgerDirectories)
+        self.journal_dir = os.path.join(settings.journalDirectory, "current")
         self._lock = threading.Lock()            # ledger states, caches, journal order
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time
         self._entrylog_lock = threading.Lock()    # appends to entry logs
@@ -109,7 +110,7 @@ class Bookie:
         self._gc = GarbageCollector(self._entry_logs, self._index, self._entrylog_lock)
         self._durably_deleted = {lid for lid, st in self._index.ledger_states() if st.deleted}
         self.replayed_records, last_journal_id = self._replay()
-        self._journal = jr.Journal(settings.journalDirectory, settings, io,
+        self._journal = jr.Journal(self.journal_dir, settings, io,
                                    first_journal_id=last_journal_id + 1)
         self._threads: list[threading.Thread] = []
         self.checkpoint()
@@ -474,7 +475,7 @@ class Bookie:
                 self._pending_deletes.add(ledger_id)
             self._dirty.add(ledger_id)
 
-        records, last_id = jr.replay(self.settings.journalDirectory, mark, apply)
+        records, last_id = jr.replay(self.journal_dir, mark, apply)
         self._flush_replayed()
         elapsed = time.monotonic() - started
         self.replay_stats = {"records": records, "bytes": replayed_bytes, "seconds": elapsed}

@@ -6,7 +6,7 @@ queued while the previous sync ran goes out in the next group: one write, one fd
 
 File format
 -----------
-Files live in ``journalDirectory`` and are named ``<journal id as 16 hex digits>.txn``;
+Files live in ``<journalDirectory>/current`` and are named ``<journal id as 16 hex digits>.txn``;
 ids increase by one per file.  All integers are big-endian.
 
 Header, 32 bytes::
