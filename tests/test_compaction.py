@@ -150,11 +150,14 @@ def test_background_gc_removes_deleted_ledgers_logs(bookie_factory, settings_fac
     bookie.checkpoint()
     bookie.add_entry(2, 0, entry(2, 0), KEY)
     bookie.checkpoint()
-    logs_of_1 = [log_id for log_id, m in bookie._entry_logs.ledger_maps.items() if 1 in m]
+    logs_of_1 = [log_id for log_id, m in bookie._entry_logs.ledger_maps.items()
+                 if set(m) == {1}]
+    assert logs_of_1
     bookie.delete_ledger(1)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and \
             any(log_id in bookie._entry_logs.log_ids() for log_id in logs_of_1):
         time.sleep(0.05)
-    assert not any(log_id in bookie._entry_logs.log_ids() for log_id in logs_of_1)
+    assert not any(log_id in bookie._entry_logs.log_ids() for log_id in logs_of_1), \
+        (logs_of_1, bookie._entry_logs.ledger_maps, bookie._entry_logs.current_log_id)
     assert bookie.read_entry(2, 0) == entry(2, 0)

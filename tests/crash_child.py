@@ -1,0 +1,128 @@
+"""A bookie under load, there to be killed (run by the crash tests, not by pytest).
+
+    python tests/crash_child.py --acks FILE [--seed N] [options] key=value ...
+
+The ``key=value`` arguments are ServerSettings.  The child formats the directories if
+they hold no cookie, opens a Bookie and has ``--threads`` threads add entries to the
+ledgers of ``crashutil.LEDGERS`` (each thread owns every ``threads``-th ledger and adds its
+entry ids in order, continuing after the highest id the bookie already holds), mixing
+blocking and asynchronous adds of ``crashutil.expected_entry`` bytes, now and then with an
+explicit LAC.  Each acknowledged add or LAC is appended to the ``--acks`` file.  It runs
+until killed (or ``--max-seconds``).  Any error exits with status 2 and a traceback.
+
+``--faulty-log`` puts a :class:`faultyio.FaultyFileIO` under the bookie that logs its
+unsynced writes there; with ``--kill-before-sync N`` the child SIGKILLs itself just before
+its N-th sync, with ``--kill-before-log-header`` just before it writes the header of a new
+entry log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import threading
+import traceback
+
+from crashutil import KEY, LEDGERS, AckLog, expected_entry
+from faultyio import FaultyFileIO
+from pybk.errors import NoSuchLedger
+from pybk.settings import ServerSettings
+from pybk.storage import Bookie, format_bookie
+from pybk.storage.cookie import is_formatted
+from pybk.storage.fileio import DEFAULT_IO
+
+ASYNC_WINDOW = 16     # asynchronous adds in flight per thread
+LAC_EVERY = 41        # a thread sets an explicit LAC after every 41st add
+
+
+def fail() -> None:
+    traceback.print_exc()
+    sys.stderr.flush()
+    os._exit(2)
+
+
+def writer(bookie: Bookie, ledgers: list[int], rng: random.Random, acks: AckLog) -> None:
+    try:
+        next_ids = {}
+        for ledger_id in ledgers:
+            try:
+                last = bookie.last_entry_id(ledger_id)
+            except NoSuchLedger:
+                last = None
+            next_ids[ledger_id] = 0 if last is None else last + 1
+        window = threading.BoundedSemaphore(ASYNC_WINDOW)
+
+        def completion(ledger_id: int, entry_id: int):
+            def done(error: BaseException | None) -> None:
+                if error is not None:
+                    print(f"add {ledger_id}/{entry_id} failed: {error!r}", file=sys.stderr)
+                    os._exit(2)
+                acks.entry(ledger_id, entry_id)
+                window.release()
+            return done
+
+        for count in range(1, 1 << 62):
+            ledger_id = rng.choice(ledgers)
+            entry_id = next_ids[ledger_id]
+            next_ids[ledger_id] += 1
+            data = expected_entry(ledger_id, entry_id)
+            if rng.random() < 0.5:
+                bookie.add_entry(ledger_id, entry_id, data, KEY)
+                acks.entry(ledger_id, entry_id)
+            else:
+                if not window.acquire(timeout=30):
+                    raise TimeoutError("asynchronous adds not acknowledged within 30 s")
+                bookie.add_entry_async(ledger_id, entry_id, data, KEY,
+                                       callback=completion(ledger_id, entry_id))
+            if count % LAC_EVERY == 0:
+                bookie.set_explicit_lac(ledger_id, entry_id, KEY).result(timeout=30)
+                acks.lac(ledger_id, entry_id)
+    except BaseException:
+        fail()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--acks", required=True, help="file of acknowledged operations")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--max-seconds", type=float, default=120.0)
+    parser.add_argument("--faulty-log", help="log unsynced writes here (FaultyFileIO)")
+    parser.add_argument("--kill-before-sync", type=int, default=0)
+    parser.add_argument("--kill-before-log-header", action="store_true")
+    parser.add_argument("settings", nargs="+", help="ServerSettings as key=value")
+    args = parser.parse_args()
+    settings = ServerSettings.from_mapping(dict(kv.split("=", 1) for kv in args.settings))
+    if not is_formatted(settings):
+        format_bookie(settings)
+
+    io = DEFAULT_IO
+    if args.faulty_log:
+        syncs = [0]
+
+        def kill_when(op: str, path: str, offset: int) -> bool:
+            if op == "sync":
+                syncs[0] += 1
+                return syncs[0] == args.kill_before_sync
+            return args.kill_before_log_header and path.endswith(".log") and offset == 0 \
+                and os.path.getsize(path) == 0
+
+        io = FaultyFileIO(args.faulty_log, kill_when)
+
+    bookie = Bookie(settings, io=io)  # never closed: the child ends by SIGKILL
+    acks = AckLog(args.acks)
+    for t in range(args.threads):
+        rng = random.Random(args.seed * 1000 + t)
+        threading.Thread(target=writer, args=(bookie, list(LEDGERS[t::args.threads]), rng, acks),
+                         daemon=True).start()
+    threading.Event().wait(args.max_seconds)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:
+        fail()
