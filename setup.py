@@ -16,6 +16,7 @@ setup(
         "mmh3>=4.0",
         "kazoo>=2.9",
         "pyzmq>=25.0",
+        "crc32c>=2.4",
     ],
     extras_require={
         "test": ["pytest>=7.4", "pytest-timeout>=2.2", "psutil>=5.9"],

@@ -37,6 +37,7 @@ from pybk.storage import journal as jr
 from pybk.storage.cookie import format_directories, verify_cookies
 from pybk.storage.diskcheck import DiskMonitor, UsageFunction, used_fraction
 from pybk.storage.entries import ENTRY_HEADER, ENTRY_HEADER_SIZE, LAST_ENTRY
+from pybk.storage.checksum import crc32c
 from pybk.storage.entrylog import EntryLogger, Location, entry_crc
 from pybk.storage.fileio import DEFAULT_IO, FileIO
 from pybk.storage.gc import GarbageCollector, GcStats
@@ -208,53 +209,55 @@ class Bookie:
         if callback is None:
             future = Future()
             callback = _future_setter(future)
-        self._admit(entry)
-        header, crc = jr.entry_record_header(entry)
-        with self._lock:
-            self._add_locked(ledger_id, entry_id, entry, master_key, recovery, crc)
-            self._journal.submit(header, entry, callback)
+        self._add(ledger_id, entry_id, entry, master_key, recovery, callback, True)
         return future
 
     def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
                   *, recovery: bool = False) -> None:
         """Add an entry and return once it is durable (see :meth:`add_entry_async`)."""
-        self._admit(entry)
-        header, crc = jr.entry_record_header(entry)
         waiter = jr.Waiter()
-        with self._lock:
-            self._add_locked(ledger_id, entry_id, entry, master_key, recovery, crc)
-            self._journal.submit(header, entry, waiter, wake=False)
+        self._add(ledger_id, entry_id, entry, master_key, recovery, waiter, False)
         self._journal.wait(waiter)
 
-    def _admit(self, entry: bytes) -> None:
-        """Checks and back-pressure before an add takes the lock."""
-        self._check_writable()
-        if len(entry) > self._max_entry:
-            raise EntryTooLarge(f"entry of {len(entry)} bytes is over maxEntrySizeBytes="
-                                f"{self._max_entry}")
-        if len(entry) < ENTRY_HEADER_SIZE:
-            raise MalformedEntry(f"entry of {len(entry)} bytes is shorter than its "
-                                 f"{ENTRY_HEADER_SIZE}-byte header")
-        if self._active.size_bytes >= self._cache_half_bytes:
-            self._wait_for_cache_space()
-        self._journal.wait_for_queue_space()
+    def _add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+             recovery: bool, callback: Callable[[object], None], wake: bool) -> None:
+        """Check an add, apply back-pressure, then cache and journal it under the lock.
 
-    def _add_locked(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-                    recovery: bool, crc: int) -> None:
-        if self._closed:
-            raise BookieClosed("the bookie is closed")
+        This is the hot path of the engine: it is one function on purpose.
+        """
+        size = len(entry)
+        if self._read_only or self._closed or self._journal.failure is not None:
+            self._check_writable()
+        if size > self._max_entry:
+            raise EntryTooLarge(f"entry of {size} bytes is over maxEntrySizeBytes="
+                                f"{self._max_entry}")
+        if size < ENTRY_HEADER_SIZE:
+            raise MalformedEntry(f"entry of {size} bytes is shorter than its "
+                                 f"{ENTRY_HEADER_SIZE}-byte header")
         header_ledger, header_entry, lac = ENTRY_HEADER.unpack_from(entry)
         if header_ledger != ledger_id or header_entry != entry_id:
             raise MalformedEntry(f"entry header says ledger {header_ledger} entry "
                                  f"{header_entry}, the add says ledger {ledger_id} entry "
                                  f"{entry_id}")
-        state = self._writable_state(ledger_id, master_key)
-        if state.fenced and not recovery:
-            raise LedgerFenced(f"ledger {ledger_id} is fenced")
-        self._active.put(ledger_id, entry_id, entry, crc)
-        if lac > state.lac:
-            state.lac = lac
-            self._dirty.add(ledger_id)
+        if self._active.size_bytes >= self._cache_half_bytes:
+            self._wait_for_cache_space()
+        journal = self._journal
+        journal.wait_for_queue_space()
+        crc = crc32c(entry, jr.ENTRY_CRC_SEED)
+        record_header = jr.RECORD.pack(size, crc, jr.ADD)
+        with self._lock:
+            if self._closed:
+                raise BookieClosed("the bookie is closed")
+            state = self._states.get(ledger_id)
+            if state is None or state.master_key != master_key or state.deleted:
+                state = self._writable_state(ledger_id, master_key)
+            if state.fenced and not recovery:
+                raise LedgerFenced(f"ledger {ledger_id} is fenced")
+            self._active.put(ledger_id, entry_id, entry, crc)
+            if lac > state.lac:
+                state.lac = lac
+                self._dirty.add(ledger_id)
+            journal.submit(record_header, entry, callback, wake)
 
     def _wait_for_cache_space(self) -> None:
         """Block while both write cache halves are full (bounded memory)."""

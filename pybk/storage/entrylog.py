@@ -20,12 +20,12 @@ Header, 64 bytes::
     24  8  offset of the ledger map (0 while the log is not sealed)
     32  4  number of ledgers in the map
     36 24  zero
-    60  4  CRC-32 (zlib) of bytes 0..59
+    60  4  CRC-32C of bytes 0..59
 
 Records follow back to back from offset 64::
 
     0   4  entry length N
-    4   4  checksum: CRC-32 (zlib) of the byte 0x01 followed by the entry
+    4   4  checksum: CRC-32C of the byte 0x01 followed by the entry
            (the same checksum as the entry's journal record)
     8   N  the entry; its first 16 bytes are its ledger id and entry id
 
@@ -34,7 +34,7 @@ The ledger map, written when the log is sealed, at the end of the file::
     0   4  magic b"LMAP"
     4   4  number of ledgers M
     8  16M ledger id (8), bytes of that ledger's records, headers included (8)
-    ..  4  CRC-32 (zlib) of the map's preceding bytes
+    ..  4  CRC-32C of the map's preceding bytes
 
 Crash guarantees
 ----------------
@@ -51,10 +51,10 @@ import logging
 import os
 import struct
 import threading
-import zlib
 from typing import Callable, Iterator, NamedTuple
 
 from pybk.errors import BookKeeperError, CorruptData
+from pybk.storage.checksum import crc32c
 from pybk.storage.fileio import DEFAULT_IO, FileIO, fsync_directory
 from pybk.storage.journal import ENTRY_CRC_SEED
 
@@ -92,12 +92,12 @@ def log_file_name(log_id: int) -> str:
 
 def entry_crc(entry: bytes) -> int:
     """The checksum an entry log record (and a journal ADD record) carries for ``entry``."""
-    return zlib.crc32(entry, ENTRY_CRC_SEED)
+    return crc32c(entry, ENTRY_CRC_SEED)
 
 
 def _header_bytes(log_id: int, map_offset: int, map_count: int) -> bytes:
     head = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, log_id, map_offset, map_count)
-    return head + struct.pack(">I", zlib.crc32(head))
+    return head + struct.pack(">I", crc32c(head))
 
 
 class EntryLogger:
@@ -208,7 +208,7 @@ class EntryLogger:
         ledger_map = self.ledger_maps[log_id]
         body = MAP_HEAD.pack(MAP_MAGIC, len(ledger_map)) + b"".join(
             MAP_ITEM.pack(ledger, nbytes) for ledger, nbytes in sorted(ledger_map.items()))
-        body += struct.pack(">I", zlib.crc32(body))
+        body += struct.pack(">I", crc32c(body))
         fd = os.open(path, os.O_RDWR)
         try:
             self._io.fdatasync(fd)
@@ -276,7 +276,7 @@ class EntryLogger:
         with open(path, "rb") as f:
             head = f.read(HEADER_SIZE)
             if len(head) < HEADER_SIZE or head[:8] != MAGIC or \
-                    struct.unpack_from(">I", head, HEADER.size)[0] != zlib.crc32(head[:HEADER.size]):
+                    struct.unpack_from(">I", head, HEADER.size)[0] != crc32c(head[:HEADER.size]):
                 raise BookKeeperError(f"entry log {path} has a damaged header; move it aside "
                                       "if its ledgers are safe elsewhere")
             _m, version, _h, stored_id, map_offset, count = HEADER.unpack_from(head)
@@ -288,7 +288,7 @@ class EntryLogger:
                 body = f.read(MAP_HEAD.size + MAP_ITEM.size * count + 4)
                 magic, stored_count = MAP_HEAD.unpack_from(body)
                 crc_ok = len(body) == MAP_HEAD.size + MAP_ITEM.size * count + 4 and \
-                    struct.unpack_from(">I", body, len(body) - 4)[0] == zlib.crc32(body[:-4])
+                    struct.unpack_from(">I", body, len(body) - 4)[0] == crc32c(body[:-4])
                 if magic == MAP_MAGIC and stored_count == count and crc_ok:
                     items = (MAP_ITEM.unpack_from(body, MAP_HEAD.size + i * MAP_ITEM.size)
                              for i in range(count))

@@ -16,12 +16,12 @@ Header, 32 bytes::
     12  4  header length (32)
     16  8  journal id
     24  4  zero
-    28  4  CRC-32 (zlib) of bytes 0..27
+    28  4  CRC-32C of bytes 0..27
 
 Records follow back to back from offset 32::
 
     0   4  payload length N (N >= 0)
-    4   4  checksum: CRC-32 (zlib) of the type byte followed by the payload
+    4   4  checksum: CRC-32C of the type byte followed by the payload
     8   1  type
     9   N  payload
 
@@ -61,11 +61,11 @@ import os
 import struct
 import threading
 import time
-import zlib
 from dataclasses import dataclass
 from typing import Callable, Iterator, NamedTuple
 
 from pybk.errors import BookieClosed, BookKeeperError, DiskFull
+from pybk.storage.checksum import crc32c
 from pybk.storage.fileio import DEFAULT_IO, FileIO, fsync_directory
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ SUFFIX = ".txn"
 
 ADD, MASTER_KEY, FENCE, EXPLICIT_LAC, DELETE = 1, 2, 3, 4, 5
 RECORD_TYPES = frozenset((ADD, MASTER_KEY, FENCE, EXPLICIT_LAC, DELETE))
-_TYPE_SEED = {t: zlib.crc32(bytes([t])) for t in RECORD_TYPES}
+_TYPE_SEED = {t: crc32c(bytes([t])) for t in RECORD_TYPES}
 
 #: Seed of an ADD record's checksum; entry logs store entries with the same checksum.
 ENTRY_CRC_SEED = _TYPE_SEED[ADD]
@@ -87,13 +87,7 @@ ENTRY_CRC_SEED = _TYPE_SEED[ADD]
 
 def record_header(record_type: int, payload: bytes) -> bytes:
     """The 9 bytes that precede ``payload`` in a journal record."""
-    return RECORD.pack(len(payload), zlib.crc32(payload, _TYPE_SEED[record_type]), record_type)
-
-
-def entry_record_header(entry: bytes) -> tuple[bytes, int]:
-    """The ADD record header of an entry and the entry's checksum (reused by entry logs)."""
-    crc = zlib.crc32(entry, ENTRY_CRC_SEED)
-    return RECORD.pack(len(entry), crc, ADD), crc
+    return RECORD.pack(len(payload), crc32c(payload, _TYPE_SEED[record_type]), record_type)
 
 
 class LogMark(NamedTuple):
@@ -146,7 +140,7 @@ def scan_journal(path: str, start_offset: int = 0) -> Iterator[tuple[int, bytes,
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             magic, version, header_len, _jid, _zero = HEADER.unpack_from(data, 0)
             (header_crc,) = struct.unpack_from(">I", data, HEADER.size)
-            if magic != MAGIC or header_crc != zlib.crc32(data[:HEADER.size]):
+            if magic != MAGIC or header_crc != crc32c(data[:HEADER.size]):
                 report.reason = "bad header"
                 report.discarded_bytes = size
                 return report
@@ -174,7 +168,7 @@ def scan_journal(path: str, start_offset: int = 0) -> Iterator[tuple[int, bytes,
                     report.reason = "truncated record"
                     break
                 payload = data[pos + RECORD.size:body_end]
-                if zlib.crc32(payload, _TYPE_SEED[rtype]) != crc:
+                if crc32c(payload, _TYPE_SEED[rtype]) != crc:
                     report.reason = "checksum mismatch"
                     break
                 pos = body_end
@@ -331,7 +325,7 @@ class Journal:
         Call it before taking locks that a completion callback may need; the journal's
         own thread never blocks here (it is the one that makes space).
         """
-        if len(self._queue) < self._queue_limit or self.is_committer_thread():
+        if len(self._queue) < self._queue_limit or self._committer == threading.get_ident():
             return
         with self._space:
             self._producers_waiting += 1
@@ -478,7 +472,7 @@ class Journal:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         os.posix_fallocate(fd, 0, self._prealloc_bytes)
         header = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, self._journal_id, 0)
-        self._io.write_all(fd, [header, struct.pack(">I", zlib.crc32(header))])
+        self._io.write_all(fd, [header, struct.pack(">I", crc32c(header))])
         self._io.fdatasync(fd)
         fsync_directory(self._dir)
         self._fd = fd

@@ -4,7 +4,7 @@ File ``<ledger dir>/current/lastMark``, 20 bytes, big-endian::
 
     0  8  journal id
     8  8  offset in that journal
-    16 4  CRC-32 (zlib) of bytes 0..15
+    16 4  CRC-32C of bytes 0..15
 
 Written atomically (temporary file, fsync, rename, directory fsync) only after the entry
 logs and the index are durable.  At start the smallest valid mark of all directories is
@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import zlib
 
+from pybk.storage.checksum import crc32c
 from pybk.storage.fileio import write_file_atomically
 from pybk.storage.journal import LogMark
 
@@ -33,7 +33,7 @@ def _path(ledger_dir: str) -> str:
 
 def write_mark(ledger_dirs: list[str], mark: LogMark) -> None:
     body = MARK.pack(*mark)
-    data = body + struct.pack(">I", zlib.crc32(body))
+    data = body + struct.pack(">I", crc32c(body))
     for directory in ledger_dirs:
         write_file_atomically(_path(directory), data)
 
@@ -48,7 +48,7 @@ def read_mark(ledger_dirs: list[str]) -> LogMark:
         except FileNotFoundError:
             return LogMark(0, 0)
         if len(data) != MARK.size + 4 or struct.unpack_from(">I", data, MARK.size)[0] != \
-                zlib.crc32(data[:MARK.size]):
+                crc32c(data[:MARK.size]):
             log.warning("ignoring damaged %s; replaying the journal from its start",
                         _path(directory))
             return LogMark(0, 0)
