@@ -143,29 +143,38 @@ class EntryLogger:
         only after :meth:`sync`.
         """
         locations: list[tuple[int, int]] = []
+        if not entries:
+            return locations
+        if self._current_fd < 0:
+            self._roll()
+        log_id, offset, limit = self._current_id, self._current_offset, self._size_limit
+        ledger_map = self.ledger_maps[log_id]
         buffers: list[bytes] = []
-        pending = 0
-        ledger_map = self.ledger_maps.get(self._current_id)
-        pack = RECORD.pack
-        for ledger_id, entry_id, data, crc in entries:
-            size = RECORD_HEADER_SIZE + len(data)
-            if self._current_fd < 0 or (self._current_offset + pending + size > self._size_limit
-                                        and self._current_offset + pending > HEADER_SIZE):
-                if buffers:
-                    self._current_offset += self._io.write_all(self._current_fd, buffers)
-                    buffers, pending = [], 0
+        add, locate, pack = buffers.append, locations.append, RECORD.pack
+        for ledger_id, _entry_id, data, crc in entries:
+            length = len(data)
+            end = offset + RECORD_HEADER_SIZE + length
+            if end > limit and offset > HEADER_SIZE:
+                self._write_current(buffers, offset)
+                buffers.clear()
                 self._roll()
-                ledger_map = self.ledger_maps[self._current_id]
-            locations.append((self._current_id, self._current_offset + pending))
-            buffers.append(pack(len(data), crc))
-            buffers.append(data)
-            pending += size
-            ledger_map[ledger_id] = ledger_map.get(ledger_id, 0) + size
-        if buffers:
-            self._current_offset += self._io.write_all(self._current_fd, buffers)
-        if self._current_id >= 0:
-            self.log_sizes[self._current_id] = self._current_offset - HEADER_SIZE
+                log_id, offset = self._current_id, HEADER_SIZE
+                ledger_map = self.ledger_maps[log_id]
+                end = offset + RECORD_HEADER_SIZE + length
+            locate((log_id, offset))
+            add(pack(length, crc))
+            add(data)
+            ledger_map[ledger_id] = ledger_map.get(ledger_id, 0) + end - offset
+            offset = end
+        self._write_current(buffers, offset)
         return locations
+
+    def _write_current(self, buffers: list[bytes], end_offset: int) -> None:
+        """Write buffered records to the current log, which then ends at ``end_offset``."""
+        written = self._io.write_all(self._current_fd, buffers)
+        assert self._current_offset + written == end_offset, "entry log offset drifted"
+        self._current_offset = end_offset
+        self.log_sizes[self._current_id] = end_offset - HEADER_SIZE
 
     def sync(self) -> None:
         """Make everything appended so far durable."""

@@ -22,7 +22,7 @@ class FileIO:
         total = 0
         for start in range(0, len(buffers), _IOV_MAX):
             chunk = list(buffers[start:start + _IOV_MAX])
-            remaining = sum(len(b) for b in chunk)
+            remaining = sum(map(len, chunk))
             total += remaining
             while remaining:
                 written = os.writev(fd, chunk)

@@ -155,8 +155,9 @@ class Index:
         """
         with self._env.begin(write=True) as txn:
             pack_key, pack_value = ENTRY_KEY.pack, LOCATION.pack
-            items = [(pack_key(e[0], e[1]), pack_value(loc[0], loc[1], len(e[2])))
-                     for e, loc in zip(entries, locations)]
+            items = [(pack_key(ledger_id, entry_id), pack_value(log_id, offset, len(data)))
+                     for (ledger_id, entry_id, data, _crc), (log_id, offset)
+                     in zip(entries, locations)]
             if items:
                 txn.cursor(db=self._entries).putmulti(items)
             for ledger_id in deleted:

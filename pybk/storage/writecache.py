@@ -67,6 +67,6 @@ class WriteCache:
             if ledger_id in skip_ledgers:
                 continue
             entries = self._ledgers[ledger_id]
-            out.extend([(ledger_id, entry_id, *entries[entry_id])
-                        for entry_id in sorted(entries)])
+            out.extend([(ledger_id, entry_id, data, crc)
+                        for entry_id, (data, crc) in sorted(entries.items())])
         return out
