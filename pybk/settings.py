@@ -42,7 +42,8 @@ class ServerSettings:
     #: Longest time a group of journal records waits for more records before it is
     #: written and synced, when ``journalFlushWhenQueueEmpty`` is false.
     journalMaxGroupWaitMSec: float = 2.0
-    #: A group is written and synced once it holds this many bytes, even if more wait.
+    #: With ``journalFlushWhenQueueEmpty`` false, a group that waits for more records is
+    #: written and synced once it holds this many bytes.
     journalBufferedWritesThreshold: int = 512 * 1024
     #: Write and sync a group as soon as the queue is empty instead of waiting
     #: ``journalMaxGroupWaitMSec`` for more.  BookKeeper defaults to false; pybk defaults
@@ -53,8 +54,8 @@ class ServerSettings:
     journalMaxSizeMB: int = 2048
     #: Journal files older than the checkpoint that are kept anyway (for inspection).
     journalMaxBackups: int = 5
-    #: Journal files grow by this much at a time, written as zeros, so that an
-    #: fdatasync after an append never has to sync a file-size change.
+    #: Journal files grow by this much at a time (posix_fallocate), so that an
+    #: fdatasync after an append does not have to sync a file-size change.
     journalPreAllocSizeMB: int = 16
     #: Most records waiting for the journal; further adds block (back-pressure).
     journalQueueSize: int = 10_000

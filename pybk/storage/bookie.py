@@ -38,7 +38,7 @@ from pybk.storage.cookie import format_directories, verify_cookies
 from pybk.storage.diskcheck import DiskMonitor, UsageFunction, used_fraction
 from pybk.storage.entries import ENTRY_HEADER, ENTRY_HEADER_SIZE, LAST_ENTRY
 from pybk.storage.checksum import crc32c
-from pybk.storage.entrylog import EntryLogger, Location, entry_crc
+from pybk.storage.entrylog import EntryLogger, Location
 from pybk.storage.fileio import DEFAULT_IO, FileIO
 from pybk.storage.gc import GarbageCollector, GcStats
 from pybk.storage.index import Index, StoredLedgerState
@@ -265,8 +265,7 @@ class Bookie:
             return  # a completion callback must not wait for the checkpoint it blocks
         self._checkpoint_wanted.set()
         with self._cache_space:
-            while (self._active.size_bytes >= self._cache_half_bytes
-                   and self._flushing is not None and not self._closed):
+            while self._active.size_bytes >= self._cache_half_bytes and not self._closed:
                 self._cache_space.wait(0.1)
 
     # -- ledger operations -------------------------------------------------------
@@ -444,7 +443,7 @@ class Bookie:
         started = time.monotonic()
         replayed_bytes = 0
 
-        def apply(rtype: int, payload: bytes) -> None:
+        def apply(rtype: int, payload: bytes, crc: int) -> None:
             nonlocal replayed_bytes
             replayed_bytes += len(payload)
             if rtype == jr.ADD:
@@ -454,7 +453,7 @@ class Bookie:
                     state = self._states[ledger_id] = LedgerState(b"")
                 if state.deleted:
                     return
-                self._active.put(ledger_id, entry_id, payload, entry_crc(payload))
+                self._active.put(ledger_id, entry_id, payload, crc)  # same seed as entry logs
                 state.lac = max(state.lac, lac)
                 self._dirty.add(ledger_id)
                 if self._active.size_bytes >= self._cache_half_bytes:

@@ -123,8 +123,8 @@ class ScanReport:
     reason: str = ""
 
 
-def scan_journal(path: str, start_offset: int = 0) -> Iterator[tuple[int, bytes, int]]:
-    """Yield ``(type, payload, end offset)`` of each valid record of a journal file.
+def scan_journal(path: str, start_offset: int = 0) -> Iterator[tuple[int, bytes, int, int]]:
+    """Yield ``(type, payload, end offset, checksum)`` of each valid record of a journal file.
 
     Starts at ``start_offset`` (the header's end when smaller) and stops at the end of
     the records or at the first damaged one.  The generator's return value is a
@@ -148,6 +148,7 @@ def scan_journal(path: str, start_offset: int = 0) -> Iterator[tuple[int, bytes,
                 raise BookKeeperError(f"journal {path} has format version {version}, "
                                       f"this pybk reads version {VERSION}")
             pos = max(start_offset, HEADER_SIZE)
+            released = 0
             while True:
                 if pos + RECORD.size > size:
                     if not _all_zero(data, pos, size):
@@ -173,7 +174,11 @@ def scan_journal(path: str, start_offset: int = 0) -> Iterator[tuple[int, bytes,
                     break
                 pos = body_end
                 report.records += 1
-                yield rtype, payload, pos
+                yield rtype, payload, pos, crc
+                if pos - released >= _RELEASE_BYTES:
+                    # Replayed pages are not needed again: keep replay's memory bounded.
+                    released = pos - pos % mmap.PAGESIZE
+                    data.madvise(mmap.MADV_DONTNEED, 0, released)
             report.end_offset = pos
             if report.reason:
                 report.discarded_bytes = size - pos
@@ -181,6 +186,7 @@ def scan_journal(path: str, start_offset: int = 0) -> Iterator[tuple[int, bytes,
 
 
 _ZEROS = bytes(1 << 20)
+_RELEASE_BYTES = 64 * 1024 * 1024
 
 
 def _all_zero(data: mmap.mmap, start: int, end: int) -> bool:
@@ -212,6 +218,22 @@ class Waiter:
     def wait(self) -> object:
         self._lock.acquire()
         return self.result
+
+
+#: The most bytes one group writes before its fdatasync (bounds a group's latency).
+GROUP_MAX_BYTES = 16 * 1024 * 1024
+
+
+def queued_bytes(queue: collections.deque, enough: int) -> int:
+    """Bytes of the records in ``queue``, counting no further than ``enough``."""
+    total = 0
+    for header, payload, _callback in list(queue):
+        if header is None:
+            return enough  # a marker wants its group written now
+        total += len(header) + len(payload)
+        if total >= enough:
+            break
+    return total
 
 
 # A queued request is a tuple (header, payload, callback); a marker has header None.
@@ -377,30 +399,31 @@ class Journal:
                     self._committer = None
 
     def _take_group(self) -> list[_Request]:
-        """Take queued requests up to the byte threshold or a marker (which ends a group)."""
+        """Take the next group: everything queued, up to a marker (which ends a group) or
+        ``GROUP_MAX_BYTES``.
+
+        With ``journalFlushWhenQueueEmpty`` false, a group first waits for more records
+        until it holds ``journalBufferedWritesThreshold`` bytes or
+        ``journalMaxGroupWaitMSec`` has passed (BookKeeper's group wait).
+        """
+        queue = self._queue
+        if not self._flush_when_empty:
+            deadline = time.monotonic() + self._group_wait_s
+            while not self._closed and queued_bytes(queue, self._group_bytes) < self._group_bytes:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._sleeping = True
+                self._wakeup.acquire(timeout=min(remaining, 0.001))
+                self._sleeping = False
         group: list[_Request] = []
         nbytes = 0
-        deadline = None
-        queue = self._queue
-        while True:
-            while queue and nbytes < self._group_bytes:
-                request = queue.popleft()
-                group.append(request)
-                if request[0] is None:
-                    break
-                nbytes += len(request[0]) + len(request[1])
-            if (not group or group[-1][0] is None or nbytes >= self._group_bytes
-                    or self._flush_when_empty or self._closed):
+        while queue and nbytes < GROUP_MAX_BYTES:
+            request = queue.popleft()
+            group.append(request)
+            if request[0] is None:
                 break
-            # BookKeeper's group wait: collect more until the deadline.
-            now = time.monotonic()
-            deadline = deadline or now + self._group_wait_s
-            if now >= deadline:
-                break
-            self._sleeping = True
-            if not queue:
-                self._wakeup.acquire(timeout=deadline - now)
-            self._sleeping = False
+            nbytes += len(request[0]) + len(request[1])
         if self._producers_waiting:
             with self._space:
                 self._space.notify_all()
@@ -508,8 +531,9 @@ class Journal:
 
 
 def replay(directory: str, mark: LogMark,
-           apply: Callable[[int, bytes], None]) -> tuple[int, int]:
-    """Apply every valid record after ``mark`` in order; return (records, last journal id).
+           apply: Callable[[int, bytes, int], None]) -> tuple[int, int]:
+    """Call ``apply(type, payload, checksum)`` for every valid record after ``mark``, in
+    order; return (records, last journal id).
 
     A damaged tail ends its file (logged); later files are still replayed.
     """
@@ -524,11 +548,11 @@ def replay(directory: str, mark: LogMark,
         scanner = scan_journal(path, start)
         while True:
             try:
-                rtype, payload, _end = next(scanner)
+                rtype, payload, _end, crc = next(scanner)
             except StopIteration as stop:
                 report: ScanReport = stop.value
                 break
-            apply(rtype, payload)
+            apply(rtype, payload, crc)
         records += report.records
         if report.reason:
             log.warning("journal %s: replay stopped at offset %d (%s); %d bytes after it "
