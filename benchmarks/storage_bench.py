@@ -109,6 +109,7 @@ def mb_per_s(nbytes: int, seconds: float) -> float:
 
 
 def ratio(numerator: float, denominator: float) -> float:
+    """``numerator / denominator``, rounded (infinite for a zero denominator)."""
     return round(numerator / denominator, 3) if denominator else float("inf")
 
 
@@ -220,6 +221,7 @@ class JournalSyncCounter(FileIO):
         self.journal_syncs = 0
 
     def fdatasync(self, fd: int) -> None:
+        """Count the call if ``fd`` is a journal file, then sync."""
         if os.readlink(f"/proc/self/fd/{fd}").endswith(JOURNAL_SUFFIX):
             self.journal_syncs += 1
         super().fdatasync(fd)
@@ -266,6 +268,7 @@ class InFlight:
             self._waiting = False
 
     def raise_errors(self) -> None:
+        """Fail the benchmark if an add failed (a refused add is not a slow add)."""
         if self.errors:
             raise RuntimeError(f"{len(self.errors)} adds failed; first: {self.errors[0]!r}")
 
@@ -489,9 +492,16 @@ def measure_replay(workdir: str, profile: Profile) -> dict:
 
 # -- report -----------------------------------------------------------------------------
 
-def peak_rss_mb(who: int) -> float:
-    """Peak resident set size in MiB (ru_maxrss is in KiB on Linux)."""
-    return round(resource.getrusage(who).ru_maxrss / 1024.0, 1)
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process in MiB (ru_maxrss is in KiB on Linux)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+
+
+def largest_prebuilt_batch_mb(profile: Profile) -> float:
+    """MiB held by the benchmark's largest batch of pre-built entries (part of the peak)."""
+    per_object = sys.getsizeof(b"")
+    return round(max(profile.small_batch * (SMALL_ENTRY + per_object),
+                     profile.large_batch * (LARGE_ENTRY + per_object)) / MIB, 1)
 
 
 class RssLog:
@@ -502,10 +512,12 @@ class RssLog:
         self.after: dict[str, float] = {}
 
     def mark(self, phase: str) -> None:
-        self.after[phase] = peak_rss_mb(resource.RUSAGE_SELF)
+        """Record the peak so far as the figure of ``phase``."""
+        self.after[phase] = peak_rss_mb()
 
 
 def target(value: float, passed: bool, wanted: str) -> dict:
+    """One target's entry in the report."""
     return {"value": value, "target": wanted, "pass": passed}
 
 
@@ -539,12 +551,9 @@ def run(profile: Profile, workdir: str) -> dict:
     bookie = measure_bookie(workdir, profile, raw, rss)
     bookie["replay"] = measure_replay(workdir, profile)
     rss.mark("replay")
-    memory = {"peak_rss_mb": peak_rss_mb(resource.RUSAGE_SELF),
+    memory = {"peak_rss_mb": peak_rss_mb(),
               "peak_rss_mb_after": rss.after,
-              "replay_writer_peak_rss_mb": peak_rss_mb(resource.RUSAGE_CHILDREN),
-              "largest_prebuilt_batch_mb": round(max(
-                  profile.small_batch * (SMALL_ENTRY + sys.getsizeof(b"")),
-                  profile.large_batch * (LARGE_ENTRY + sys.getsizeof(b""))) / MIB, 1)}
+              "largest_prebuilt_batch_mb": largest_prebuilt_batch_mb(profile)}
     say(f"peak RSS: {memory['peak_rss_mb']} MiB")
     return {"mode": profile.name, "dir": workdir, "python": sys.version.split()[0],
             "raw": raw, "bookie": bookie, "memory": memory,
@@ -553,6 +562,7 @@ def run(profile: Profile, workdir: str) -> dict:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (plus the hidden options of the replay writer child)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="a shorter run (under a minute)")
@@ -567,6 +577,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark (or, with --replay-writer, the child of the restart test)."""
     args = parse_args(argv)
     if args.replay_writer:
         run_replay_writer(args.replay_writer, args.replay_entries, args.window)

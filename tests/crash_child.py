@@ -12,8 +12,8 @@ until killed (or ``--max-seconds``).  Any error exits with status 2 and a traceb
 
 ``--faulty-log`` puts a :class:`faultyio.FaultyFileIO` under the bookie that logs its
 unsynced writes there; with ``--kill-before-sync N`` the child SIGKILLs itself just before
-its N-th sync, with ``--kill-before-log-header`` just before it writes the header of a new
-entry log.
+its N-th sync (of a file whose name ends with ``--kill-sync-of``), with
+``--kill-before-log-header`` just before it writes the header of a new entry log.
 """
 
 from __future__ import annotations
@@ -91,6 +91,8 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=120.0)
     parser.add_argument("--faulty-log", help="log unsynced writes here (FaultyFileIO)")
     parser.add_argument("--kill-before-sync", type=int, default=0)
+    parser.add_argument("--kill-sync-of", default="", help="count only syncs of files "
+                        "whose name ends so (e.g. .log)")
     parser.add_argument("--kill-before-log-header", action="store_true")
     parser.add_argument("settings", nargs="+", help="ServerSettings as key=value")
     args = parser.parse_args()
@@ -103,10 +105,10 @@ def main() -> None:
         syncs = [0]
 
         def kill_when(op: str, path: str, offset: int) -> bool:
-            if op == "sync":
+            if op == "sync" and path.endswith(args.kill_sync_of):
                 syncs[0] += 1
                 return syncs[0] == args.kill_before_sync
-            return args.kill_before_log_header and path.endswith(".log") and offset == 0 \
+            return args.kill_before_log_header and path.endswith(".log.new") and offset == 0 \
                 and os.path.getsize(path) == 0
 
         io = FaultyFileIO(args.faulty_log, kill_when)

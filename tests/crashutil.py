@@ -255,3 +255,5 @@ def files(settings: ServerSettings, suffix: str) -> list[str]:
              for parent, _dirs, names in os.walk(directory) for name in names
              if name.endswith(suffix)]
     return sorted(found, key=os.path.basename)
+
+

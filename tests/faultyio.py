@@ -58,7 +58,6 @@ class FaultyFileIO(FileIO):
     def __init__(self, log_path: str | None = None,
                  kill_when: KillPredicate | None = None) -> None:
         self.unsynced: dict[str, list[Write]] = {}
-        self.syncs = 0
         self._lock = threading.Lock()
         self._kill_when = kill_when
         self._log_fd = (os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -113,7 +112,6 @@ class FaultyFileIO(FileIO):
 
     def _after_sync(self, path: str) -> None:
         with self._lock:
-            self.syncs += 1
             self.unsynced.pop(path, None)
             self._log({"sync": path})
 
@@ -140,7 +138,7 @@ def read_unsynced(log_path: str) -> dict[str, list[Write]]:
 
 def lose_unsynced(unsynced: dict[str, list[Write]], mode: str, rng: random.Random,
                   keep: Callable[[str, Write], bool] | None = None) -> int:
-    """Do to unsynced writes what a power cut may; return how many bytes were touched.
+    """Do to unsynced writes what a power cut may; return how many bytes were at stake.
 
     ``mode``: ``drop`` undoes every write; ``zero`` / ``garble`` zero / garble their fresh
     bytes; ``mixed`` picks kept, zeroed or garbled per 4 KiB block.  Overwrites of earlier
@@ -179,4 +177,4 @@ def _lose(f, write: Write, mode: str, rng: random.Random) -> int:
             f.seek(block_start)
             f.write(bytes(block_end - block_start) if choice == "zero"
                     else rng.randbytes(block_end - block_start))
-    return end - start
+    return write.length

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from crashutil import (MIB, Acks, check_bookie, children, count_lines,  # noqa: F401
-                       crash_settings, files, read_acks, settings_of)
+from crashutil import (MIB, check_bookie, children, count_lines, crash_settings,  # noqa: F401
+                       files, read_acks, settings_of)
 from pybk.storage import Bookie
 
 log = logging.getLogger(__name__)
@@ -34,9 +34,9 @@ def test_kill_minus_nine_loop_keeps_every_acknowledged_entry(tmp_path, children)
     settings = settings_of(values)
     acks_path = tmp_path / "acks"
     rng = random.Random(SEED)
-    acks, survivors = Acks(), 0
+    survivors = 0
     for round_no in range(ROUNDS):
-        child = children.start(values, acks_path, seed=round_no)
+        child = children.start(values, acks_path, round_no)
         children.wait_for_acks(child, acks_path, count_lines(acks_path) + 5)
         time.sleep(rng.uniform(0.05, 0.5))
         children.kill(child)
@@ -50,3 +50,20 @@ def test_kill_minus_nine_loop_keeps_every_acknowledged_entry(tmp_path, children)
     # The rounds rolled entry logs and journals (each start begins one journal).
     assert max(os.path.getsize(path) for path in files(settings, ".log")) > MIB
     assert int(os.path.basename(files(settings, ".txn")[-1])[:16], 16) > 2 * ROUNDS
+
+
+@pytest.mark.timeout(60)
+def test_kill_before_a_new_entry_log_header_is_written(tmp_path, children):
+    """A kill -9 just after the first checkpoint created its entry log file, before the
+    header was written (the child kills itself there), must not keep the bookie from
+    starting with every acknowledged entry."""
+    values = crash_settings(tmp_path / "bookie")
+    acks_path = tmp_path / "acks"
+    child = children.start(values, acks_path, 0, "--faulty-log", str(tmp_path / "io.jsonl"),
+                           "--kill-before-log-header")
+    children.wait_for_exit(child, timeout=60)
+    children.assert_killed(child)
+    settings = settings_of(values)
+    assert [os.path.getsize(path) for path in files(settings, ".log.new")] == [0]
+    with Bookie(settings) as bookie:
+        check_bookie(bookie, read_acks(acks_path))

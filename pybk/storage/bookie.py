@@ -420,7 +420,7 @@ class Bookie:
                 self._cache_space.notify_all()
             if not isinstance(mark, jr.LogMark):
                 return None
-            write_mark(self._ledger_dirs, mark)
+            write_mark(self._ledger_dirs, mark, self._io)
             self._journal.remove_old_files(mark, self.settings.journalMaxBackups)
             return mark
 

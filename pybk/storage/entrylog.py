@@ -9,7 +9,8 @@ points at it, so garbage collection knows what a log holds without reading it.
 File format
 -----------
 Files are ``<ledger dir>/current/<log id as 16 hex digits>.log``; ids increase across all
-ledger directories.  All integers are big-endian.
+ledger directories.  A new log is created as ``<name>.log.new`` and renamed once its
+header is durable.  All integers are big-endian.
 
 Header, 64 bytes::
 
@@ -71,6 +72,7 @@ MAP_MAGIC = b"LMAP"
 MAP_HEAD = struct.Struct(">4sI")
 MAP_ITEM = struct.Struct(">QQ")
 SUFFIX = ".log"
+NEW_SUFFIX = ".new"
 CURRENT = "current"
 
 
@@ -128,7 +130,10 @@ class EntryLogger:
         self._unsynced: list[int] = []  # rolled logs whose seal is done but data unsynced
         for directory in self._dirs:
             for name in os.listdir(directory):
-                if name.endswith(SUFFIX) and len(name) == 16 + len(SUFFIX):
+                if name.endswith(SUFFIX + NEW_SUFFIX):
+                    log.info("removing %s: a crash interrupted its creation", name)
+                    os.unlink(os.path.join(directory, name))
+                elif name.endswith(SUFFIX) and len(name) == 16 + len(SUFFIX):
                     self._paths[int(name[:16], 16)] = os.path.join(directory, name)
         self.last_log_id = max([last_log_id, *self._paths])
         for log_id in sorted(self._paths):
@@ -193,9 +198,12 @@ class EntryLogger:
         log_id = self.last_log_id
         directory = os.path.join(self._choose_directory(), CURRENT)
         path = os.path.join(directory, log_file_name(log_id))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        # The log gets its name only once its header is durable, so a crash never leaves
+        # a .log file without a valid header (a leftover .new file is removed at start).
+        fd = os.open(path + NEW_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self._io.write_all(fd, [_header_bytes(log_id, 0, 0)])
         self._io.fdatasync(fd)
+        os.rename(path + NEW_SUFFIX, path)
         fsync_directory(directory)
         self._paths[log_id] = path
         self.ledger_maps[log_id] = {}

@@ -18,7 +18,7 @@ import os
 import struct
 
 from pybk.storage.checksum import crc32c
-from pybk.storage.fileio import write_file_atomically
+from pybk.storage.fileio import DEFAULT_IO, FileIO, write_file_atomically
 from pybk.storage.journal import LogMark
 
 log = logging.getLogger(__name__)
@@ -31,11 +31,11 @@ def _path(ledger_dir: str) -> str:
     return os.path.join(ledger_dir, "current", FILE_NAME)
 
 
-def write_mark(ledger_dirs: list[str], mark: LogMark) -> None:
+def write_mark(ledger_dirs: list[str], mark: LogMark, io: FileIO = DEFAULT_IO) -> None:
     body = MARK.pack(*mark)
     data = body + struct.pack(">I", crc32c(body))
     for directory in ledger_dirs:
-        write_file_atomically(_path(directory), data)
+        write_file_atomically(_path(directory), data, io)
 
 
 def read_mark(ledger_dirs: list[str]) -> LogMark:
