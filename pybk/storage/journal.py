@@ -54,7 +54,6 @@ needed; ``journalMaxBackups`` of them are kept, older ones are removed.
 
 from __future__ import annotations
 
-import collections
 import logging
 import mmap
 import os
@@ -220,26 +219,6 @@ class Waiter:
         return self.result
 
 
-#: The most bytes one group writes before its fdatasync (bounds a group's latency).
-GROUP_MAX_BYTES = 16 * 1024 * 1024
-
-
-def queued_bytes(queue: collections.deque, enough: int) -> int:
-    """Bytes of the records in ``queue``, counting no further than ``enough``."""
-    total = 0
-    for header, payload, _callback in list(queue):
-        if header is None:
-            return enough  # a marker wants its group written now
-        total += len(header) + len(payload)
-        if total >= enough:
-            break
-    return total
-
-
-# A queued request is a tuple (header, payload, callback); a marker has header None.
-_Request = tuple
-
-
 class Journal:
     """Appends records durably with group commit; one instance per journal directory.
 
@@ -255,8 +234,10 @@ class Journal:
     or ``callback(error)``; a marker's callback gets the :class:`LogMark` just after the
     records queued before it.  Keep callbacks short.
 
-    The queue is a deque appended to without a lock (appends are atomic); the journal
-    thread sleeps on ``_wakeup``, a lock that producers release only when it sleeps.
+    The queue is three lists (record buffers, record callbacks, markers) that producers
+    append to under ``_lock`` and the writer swaps for empty ones in one step, so taking
+    a group costs nothing per record.  The journal thread sleeps on ``_wakeup``, a lock
+    that producers release only when it sleeps.
     """
 
     def __init__(self, directory: str, settings, io: FileIO = DEFAULT_IO,
@@ -269,7 +250,11 @@ class Journal:
         self._group_wait_s = settings.journalMaxGroupWaitMSec / 1000.0
         self._flush_when_empty = settings.journalFlushWhenQueueEmpty
         self._queue_limit = settings.journalQueueSize
-        self._queue: collections.deque[_Request] = collections.deque()
+        self._lock = threading.Lock()
+        self._buffers: list[bytes] = []  # header, payload, header, payload, ...
+        self._callbacks: list[Callable[[object], None]] = []  # one per record
+        self._markers: list[tuple[int, Callable[[object], None]]] = []  # (bytes before, cb)
+        self._queued_bytes = 0
         self._wakeup = threading.Lock()
         self._wakeup.acquire()
         self._sleeping = False
@@ -298,7 +283,10 @@ class Journal:
         """
         if self._failure is not None or self._closed:
             raise self._failure or BookieClosed("the journal is closed")
-        self._queue.append((header, payload, callback))
+        with self._lock:
+            self._buffers += (header, payload)
+            self._callbacks.append(callback)
+            self._queued_bytes += len(header) + len(payload)
         if self._sleeping and (wake or not self._flush_when_empty):
             self._wake()
 
@@ -319,7 +307,7 @@ class Journal:
             finally:
                 self._committer = None
                 self._commit_lock.release()
-        if self._queue and self._sleeping:
+        if self._sleeping and self._pending():
             self._wake()
         result = waiter.wait()
         if result is not None:
@@ -329,7 +317,8 @@ class Journal:
         """Call ``callback(LogMark)`` with the position after every record queued so far."""
         if self._failure is not None or self._closed:
             raise self._failure or BookieClosed("the journal is closed")
-        self._queue.append((None, None, callback))
+        with self._lock:
+            self._markers.append((self._queued_bytes, callback))
         if self._sleeping:
             self._wake()
 
@@ -347,12 +336,12 @@ class Journal:
         Call it before taking locks that a completion callback may need; the journal's
         own thread never blocks here (it is the one that makes space).
         """
-        if len(self._queue) < self._queue_limit or self._committer == threading.get_ident():
+        if len(self._callbacks) < self._queue_limit or self._committer == threading.get_ident():
             return
         with self._space:
             self._producers_waiting += 1
             try:
-                while len(self._queue) >= self._queue_limit and not self._closed \
+                while len(self._callbacks) >= self._queue_limit and not self._closed \
                         and self._failure is None:
                     self._space.wait(0.1)
             finally:
@@ -371,6 +360,9 @@ class Journal:
         """The error that stopped this journal, if one did."""
         return self._failure
 
+    def _pending(self) -> bool:
+        return bool(self._callbacks or self._markers)
+
     def _wake(self) -> None:
         try:
             self._wakeup.release()
@@ -381,13 +373,13 @@ class Journal:
 
     def _run(self) -> None:
         while True:
-            if not self._queue:
+            if not self._pending():
                 if self._closed:
                     return
                 self._sleeping = True
                 # Re-check after announcing the sleep: a producer that appended before
                 # it saw _sleeping False and did not wake us.
-                if not self._queue:
+                if not self._pending():
                     self._wakeup.acquire(timeout=0.5)
                 self._sleeping = False
                 continue
@@ -398,32 +390,30 @@ class Journal:
                 finally:
                     self._committer = None
 
-    def _take_group(self) -> list[_Request]:
-        """Take the next group: everything queued, up to a marker (which ends a group) or
-        ``GROUP_MAX_BYTES``.
+    def _take_group(self) -> tuple[list[bytes], list, list, int]:
+        """Take everything queued: ``(buffers, record callbacks, markers, bytes)``.
 
-        With ``journalFlushWhenQueueEmpty`` false, a group first waits for more records
-        until it holds ``journalBufferedWritesThreshold`` bytes or
+        With ``journalFlushWhenQueueEmpty`` false, first wait for more records until
+        ``journalBufferedWritesThreshold`` bytes or a marker are queued, or
         ``journalMaxGroupWaitMSec`` has passed (BookKeeper's group wait).
         """
-        queue = self._queue
         if not self._flush_when_empty:
             deadline = time.monotonic() + self._group_wait_s
-            while not self._closed and queued_bytes(queue, self._group_bytes) < self._group_bytes:
+            while (not self._closed and not self._markers
+                   and self._queued_bytes < self._group_bytes):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._sleeping = True
                 self._wakeup.acquire(timeout=min(remaining, 0.001))
                 self._sleeping = False
-        group: list[_Request] = []
-        nbytes = 0
-        while queue and nbytes < GROUP_MAX_BYTES:
-            request = queue.popleft()
-            group.append(request)
-            if request[0] is None:
-                break
-            nbytes += len(request[0]) + len(request[1])
+        return self._swap_queue()
+
+    def _swap_queue(self) -> tuple[list[bytes], list, list, int]:
+        with self._lock:
+            group = self._buffers, self._callbacks, self._markers, self._queued_bytes
+            self._buffers, self._callbacks, self._markers = [], [], []
+            self._queued_bytes = 0
         if self._producers_waiting:
             with self._space:
                 self._space.notify_all()
@@ -431,32 +421,29 @@ class Journal:
 
     def _commit_one_group(self) -> bool:
         """Write and sync one group, then complete it.  Caller holds the commit lock."""
-        group = self._take_group()
-        if not group:
+        buffers, callbacks, markers, nbytes = self._take_group()
+        if not callbacks and not markers:
             return False
-        buffers: list[bytes] = []
-        append = buffers.append
-        for header, payload, _callback in group:
-            if header is not None:
-                append(header)
-                append(payload)
         error: BaseException | None = self._failure
         if buffers and error is None:
             try:
-                self._write_durably(buffers)
+                self._write_durably(buffers, nbytes)
             except OSError as e:
                 error = self._fail(e)
-        if error is None:
-            mark = LogMark(self._journal_id, self._offset)
-            for header, _payload, callback in group:
-                callback(None if header is not None else mark)
-        else:
-            for _header, _payload, callback in group:
+        if error is not None:
+            for callback in callbacks:
                 callback(error)
+            for _before, callback in markers:
+                callback(error)
+            return True
+        for callback in callbacks:
+            callback(None)
+        start = self._offset - nbytes  # a group never spans two files
+        for before, callback in markers:
+            callback(LogMark(self._journal_id, start + before))
         return True
 
-    def _write_durably(self, buffers: list[bytes]) -> None:
-        nbytes = sum(len(b) for b in buffers)
+    def _write_durably(self, buffers: list[bytes], nbytes: int) -> None:
         if self._offset + nbytes > self._max_file_bytes and self._offset > HEADER_SIZE:
             self._roll()
         if self._offset + nbytes > self._allocated:
@@ -464,6 +451,7 @@ class Journal:
             os.posix_fallocate(self._fd, self._allocated, grow)
             self._allocated += grow
         written = self._io.write_all(self._fd, buffers)
+        assert written == nbytes, "journal group size drifted"
         self._offset += written
         self._io.fdatasync(self._fd)
 
@@ -480,8 +468,11 @@ class Journal:
             failure = BookKeeperError(f"journal write to {self._dir} failed: {error}")
         log.error("%s; the journal takes no more records", failure)
         self._failure = failure
-        while self._queue:
-            self._queue.popleft()[2](failure)
+        _buffers, callbacks, markers, _nbytes = self._swap_queue()
+        for callback in callbacks:
+            callback(failure)
+        for _before, callback in markers:
+            callback(failure)
         with self._space:
             self._space.notify_all()
         return failure
