@@ -11,6 +11,7 @@ import pytest
 
 from conftest import KEY, entry
 from pybk.storage.gc import GarbageCollector
+from pybk.storage.index import Index
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -110,18 +111,15 @@ def test_crash_in_the_middle_of_compaction_loses_nothing(bookie_factory, setting
 
     if step == "after-copy":
         # Copies appended and synced, the index not yet re-pointed.
-        def move(self, batch, old):
-            with self._lock:
-                self._logs.append(batch)
-                self._logs.sync()
+        def relocate(self, moves):
             raise CrashAfter()
-        monkeypatch.setattr(GarbageCollector, "_move", move)
+        monkeypatch.setattr(Index, "relocate", relocate)
     else:
         # Index re-pointed, the old log not yet removed.
         original_move = GarbageCollector._move
 
-        def move(self, batch, old):
-            original_move(self, batch, old)
+        def move(self, old_log_id, batch):
+            original_move(self, old_log_id, batch)
             raise CrashAfter()
         monkeypatch.setattr(GarbageCollector, "_move", move)
 

@@ -253,7 +253,7 @@ class Bookie:
                 state = self._writable_state(ledger_id, master_key)
             if state.fenced and not recovery:
                 raise LedgerFenced(f"ledger {ledger_id} is fenced")
-            self._active.put(ledger_id, entry_id, entry, crc)
+            self._active.put(ledger_id, entry_id, record_header, entry)
             if lac > state.lac:
                 state.lac = lac
                 self._dirty.add(ledger_id)
@@ -428,12 +428,17 @@ class Bookie:
                deletes: set[int]) -> None:
         """Write a cache generation to entry logs (synced), then commit the index."""
         gone = deletes | {lid for lid, st in states.items() if st.deleted}
-        entries = cache.sorted_entries(gone)
+        items: list[tuple[bytes, bytes]] = []
         with self._entrylog_lock:
-            locations = self._entry_logs.append(entries) if entries else []
+            for ledger_id, entry_ids, buffers in cache.runs(gone):
+                for log_id, first, offsets in self._entry_logs.append_run(ledger_id, buffers):
+                    last = first + len(offsets)
+                    items.extend(Index.location_items(
+                        ledger_id, entry_ids[first:last], log_id, offsets,
+                        map(len, buffers[2 * first + 1:2 * last:2])))
             self._entry_logs.sync()
             last_log_id = self._entry_logs.last_log_id
-        self._index.commit_checkpoint(entries, locations, states, deletes, last_log_id)
+        self._index.commit_checkpoint(items, states, deletes, last_log_id)
         self._durably_deleted |= gone
 
     # -- replay ------------------------------------------------------------------
@@ -453,7 +458,8 @@ class Bookie:
                     state = self._states[ledger_id] = LedgerState(b"")
                 if state.deleted:
                     return
-                self._active.put(ledger_id, entry_id, payload, crc)  # same seed as entry logs
+                self._active.put(ledger_id, entry_id, jr.RECORD.pack(len(payload), crc, jr.ADD),
+                                 payload)
                 state.lac = max(state.lac, lac)
                 self._dirty.add(ledger_id)
                 if self._active.size_bytes >= self._cache_half_bytes:

@@ -1,8 +1,8 @@
 """Entry logs: the entries of all ledgers, interleaved in large append-only files.
 
-The checkpoint moves entries from the write cache into the current entry log (sorted by
-ledger and entry id, so a ledger's entries sit together), fsyncs it, and only then points
-the index at them.  A log is rolled at ``logSizeLimit``; a rolled log is *sealed*: its
+The checkpoint moves entries from the write cache into the current entry log (ledger by
+ledger, so a ledger's entries sit together), fsyncs it, and only then points the index at
+them.  A log is rolled at ``logSizeLimit``; a rolled log is *sealed*: its
 ledger map (which ledgers it holds, and how many bytes each) is appended and the header
 points at it, so garbage collection knows what a log holds without reading it.
 
@@ -23,12 +23,13 @@ Header, 64 bytes::
     36 24  zero
     60  4  CRC-32C of bytes 0..59
 
-Records follow back to back from offset 64::
+Records follow back to back from offset 64.  A record is exactly the entry's journal
+ADD record (see :mod:`pybk.storage.journal`), so the bytes the journal wrote are reused::
 
     0   4  entry length N
-    4   4  checksum: CRC-32C of the byte 0x01 followed by the entry
-           (the same checksum as the entry's journal record)
-    8   N  the entry; its first 16 bytes are its ledger id and entry id
+    4   4  checksum: CRC-32C of the type byte followed by the entry
+    8   1  type (1, ADD)
+    9   N  the entry; its first 16 bytes are its ledger id and entry id
 
 The ledger map, written when the log is sealed, at the end of the file::
 
@@ -48,7 +49,10 @@ raise :class:`pybk.errors.CorruptData` on a mismatch instead of returning bad by
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
+import operator
 import os
 import struct
 import threading
@@ -57,7 +61,8 @@ from typing import Callable, Iterator, NamedTuple
 from pybk.errors import BookKeeperError, CorruptData
 from pybk.storage.checksum import crc32c
 from pybk.storage.fileio import DEFAULT_IO, FileIO, fsync_directory
-from pybk.storage.journal import ENTRY_CRC_SEED
+from pybk.storage.journal import ADD, ENTRY_CRC_SEED
+from pybk.storage.journal import RECORD
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +70,7 @@ MAGIC = b"PYBKELOG"
 VERSION = 1
 HEADER = struct.Struct(">8sIIQQI24x")
 HEADER_SIZE = HEADER.size + 4
-RECORD = struct.Struct(">II")  # entry length, checksum
-RECORD_HEADER_SIZE = RECORD.size
+RECORD_HEADER_SIZE = RECORD.size  # entry length, checksum, type
 ENTRY_IDS = struct.Struct(">QQ")
 MAP_MAGIC = b"LMAP"
 MAP_HEAD = struct.Struct(">4sI")
@@ -83,9 +87,9 @@ class Location(NamedTuple):
     offset: int
 
 
-#: An entry on its way into an entry log: ``(ledger id, entry id, data, crc)``.  A plain
-#: tuple: the checkpoint builds one per entry, and a named tuple costs several times more.
-CacheEntry = tuple[int, int, bytes, int]
+#: Where one ledger's run of records landed: ``(log id, index of its first record in the
+#: run, offsets of its records)``.
+Placement = tuple[int, int, list[int]]
 
 
 def log_file_name(log_id: int) -> str:
@@ -141,38 +145,35 @@ class EntryLogger:
 
     # -- writing -----------------------------------------------------------------
 
-    def append(self, entries: list[CacheEntry]) -> list[tuple[int, int]]:
-        """Append entries (buffered: one write per call); return ``(log id, offset)`` of each.
+    def append_run(self, ledger_id: int, buffers: list[bytes]) -> list[Placement]:
+        """Append one ledger's records (``buffers`` = header, entry, header, entry, ...).
 
-        ``entries`` are ``(ledger id, entry id, data, crc)`` tuples.  The data is durable
-        only after :meth:`sync`.
+        Returns where they landed: usually one placement, more when the run crosses
+        ``logSizeLimit`` and the log rolls.  Offsets are computed from the buffer lengths
+        in C (``accumulate``), not record by record.  The data is durable only after
+        :meth:`sync`.
         """
-        locations: list[tuple[int, int]] = []
-        if not entries:
-            return locations
-        if self._current_fd < 0:
-            self._roll()
-        log_id, offset, limit = self._current_id, self._current_offset, self._size_limit
-        ledger_map = self.ledger_maps[log_id]
-        buffers: list[bytes] = []
-        add, locate, pack = buffers.append, locations.append, RECORD.pack
-        for ledger_id, _entry_id, data, crc in entries:
-            length = len(data)
-            end = offset + RECORD_HEADER_SIZE + length
-            if end > limit and offset > HEADER_SIZE:
-                self._write_current(buffers, offset)
-                buffers.clear()
+        sizes = list(map(len, buffers))
+        record_sizes = list(map(operator.add, sizes[0::2], sizes[1::2]))
+        placements: list[Placement] = []
+        first = 0
+        while first < len(record_sizes):
+            if self._current_fd < 0:
                 self._roll()
-                log_id, offset = self._current_id, HEADER_SIZE
-                ledger_map = self.ledger_maps[log_id]
-                end = offset + RECORD_HEADER_SIZE + length
-            locate((log_id, offset))
-            add(pack(length, crc))
-            add(data)
-            ledger_map[ledger_id] = ledger_map.get(ledger_id, 0) + end - offset
-            offset = end
-        self._write_current(buffers, offset)
-        return locations
+            offset = self._current_offset
+            starts = list(itertools.accumulate(record_sizes[first:], initial=offset))
+            # Records that end within the size limit (at least one in a fresh log).
+            fit = bisect.bisect_right(starts, self._size_limit, lo=1) - 1
+            if fit == 0 and offset > HEADER_SIZE:
+                self._close_current()
+                continue
+            fit = max(fit, 1)
+            self._write_current(buffers[2 * first:2 * (first + fit)], starts[fit])
+            ledger_map = self.ledger_maps[self._current_id]
+            ledger_map[ledger_id] = ledger_map.get(ledger_id, 0) + starts[fit] - offset
+            placements.append((self._current_id, first, starts[:fit]))
+            first += fit
+        return placements
 
     def _write_current(self, buffers: list[bytes], end_offset: int) -> None:
         """Write buffered records to the current log, which then ends at ``end_offset``."""
@@ -189,11 +190,16 @@ class EntryLogger:
         if self._current_fd >= 0:
             self._io.fdatasync(self._current_fd)
 
-    def _roll(self) -> None:
+    def _close_current(self) -> None:
+        """Stop appending to the current log; it is sealed at the next :meth:`sync` (sealing
+        needs its data durable first, and one fsync per log is enough)."""
         if self._current_fd >= 0:
-            # Sealing needs the data durable first; defer it to sync() (one fsync per log).
             os.close(self._current_fd)
             self._unsynced.append(self._current_id)
+            self._current_fd, self._current_id = -1, -1
+
+    def _roll(self) -> None:
+        self._close_current()
         self.last_log_id += 1
         log_id = self.last_log_id
         directory = os.path.join(self._choose_directory(), CURRENT)
@@ -213,10 +219,7 @@ class EntryLogger:
 
     def seal_current(self) -> None:
         """Seal the current log (at shutdown): sync it, write its map, and start none."""
-        if self._current_fd >= 0:
-            os.close(self._current_fd)
-            self._unsynced.append(self._current_id)
-            self._current_fd, self._current_id = -1, -1
+        self._close_current()
         self.sync()
 
     def _seal_file(self, log_id: int, map_offset: int | None = None) -> None:
@@ -244,9 +247,9 @@ class EntryLogger:
         fd = self._read_fd(location.log_id)
         record = os.pread(fd, RECORD_HEADER_SIZE + length, location.offset)
         if len(record) == RECORD_HEADER_SIZE + length:
-            stored_length, crc = RECORD.unpack_from(record)
+            stored_length, crc, rtype = RECORD.unpack_from(record)
             data = record[RECORD_HEADER_SIZE:]
-            if stored_length == length and entry_crc(data) == crc:
+            if stored_length == length and rtype == ADD and entry_crc(data) == crc:
                 return data
         raise CorruptData(f"entry log {self._paths.get(location.log_id)} holds no valid "
                           f"record of {length} bytes at offset {location.offset}")
@@ -276,8 +279,9 @@ class EntryLogger:
             offset = HEADER_SIZE
             while offset + RECORD_HEADER_SIZE + ENTRY_IDS.size <= end:
                 f.seek(offset)
-                length, crc = RECORD.unpack(f.read(RECORD_HEADER_SIZE))
-                if length < ENTRY_IDS.size or offset + RECORD_HEADER_SIZE + length > end:
+                length, crc, rtype = RECORD.unpack(f.read(RECORD_HEADER_SIZE))
+                if (rtype != ADD or length < ENTRY_IDS.size
+                        or offset + RECORD_HEADER_SIZE + length > end):
                     break
                 data = f.read(length)
                 if entry_crc(data) != crc:

@@ -20,8 +20,9 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from pybk.storage.entrylog import CacheEntry, EntryLogger, Location
+from pybk.storage.entrylog import EntryLogger
 from pybk.storage.index import Index, LocationUpdate
+from pybk.storage.journal import ADD, RECORD
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,7 @@ class GarbageCollector:
 
     def _compact_one(self, log_id: int, deleted: set[int]) -> int:
         moved = 0
-        batch: list[CacheEntry] = []
-        old: list[Location] = []
+        batch: dict[int, list] = {}  # ledger id -> [entry ids, record buffers, old offsets]
         batch_bytes = 0
         for location, ledger_id, entry_id, length, crc in self._logs.scan(log_id):
             if ledger_id in deleted:
@@ -94,24 +94,30 @@ class GarbageCollector:
             current = self._index.location(ledger_id, entry_id)
             if current is None or (current.log_id, current.offset) != location:
                 continue  # superseded, deleted, or an unreferenced leftover
-            batch.append((ledger_id, entry_id, self._logs.read(location, length), crc))
-            old.append(location)
+            entry_ids, buffers, old_offsets = batch.setdefault(ledger_id, [[], [], []])
+            entry_ids.append(entry_id)
+            buffers += (RECORD.pack(length, crc, ADD), self._logs.read(location, length))
+            old_offsets.append(location.offset)
             batch_bytes += length
             if batch_bytes >= COMPACTION_BATCH_BYTES:
-                moved += self._move(batch, old)
-                batch, old, batch_bytes = [], [], 0
-        moved += self._move(batch, old)
+                moved += self._move(log_id, batch)
+                batch, batch_bytes = {}, 0
+        moved += self._move(log_id, batch)
         with self._lock:
             self._logs.delete(log_id)
         log.info("compacted entry log %x: moved %d entries", log_id, moved)
         return moved
 
-    def _move(self, batch: list[CacheEntry], old: list[Location]) -> int:
-        if not batch:
-            return 0
+    def _move(self, old_log_id: int, batch: dict[int, list]) -> int:
+        """Append the batch's records, sync, then re-point the index where it still
+        points at the old copies."""
+        moves: list[tuple[LocationUpdate, int, int]] = []
         with self._lock:
-            new = self._logs.append(batch)
+            for ledger_id, (entry_ids, buffers, old_offsets) in batch.items():
+                for log_id, first, offsets in self._logs.append_run(ledger_id, buffers):
+                    for i, offset in enumerate(offsets, first):
+                        moves.append((LocationUpdate(ledger_id, entry_ids[i], log_id, offset,
+                                                     len(buffers[2 * i + 1])),
+                                      old_log_id, old_offsets[i]))
             self._logs.sync()
-        return self._index.relocate(
-            (LocationUpdate(e[0], e[1], n[0], n[1], len(e[2])), o.log_id, o.offset)
-            for e, n, o in zip(batch, new, old))
+        return self._index.relocate(moves)

@@ -25,6 +25,7 @@ the write cache at start, so adds never pay for an index sync.
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 from typing import Iterable, Iterator, NamedTuple
@@ -144,20 +145,22 @@ class Index:
 
     # -- writes (each one durable transaction) -------------------------------------
 
-    def commit_checkpoint(self, entries: list[tuple[int, int, bytes, int]],
-                          locations: list[tuple[int, int]],
+    @staticmethod
+    def location_items(ledger_id: int, entry_ids: Iterable[int], log_id: int,
+                       offsets: Iterable[int], lengths: Iterable[int]
+                       ) -> Iterator[tuple[bytes, bytes]]:
+        """Encoded ``entries`` items for one ledger's records in one log (built in C)."""
+        return zip(map(ENTRY_KEY.pack, itertools.repeat(ledger_id), entry_ids),
+                   map(LOCATION.pack, itertools.repeat(log_id), offsets, lengths))
+
+    def commit_checkpoint(self, items: list[tuple[bytes, bytes]],
                           states: dict[int, StoredLedgerState],
                           deleted: Iterable[int], last_log_id: int) -> None:
         """Point entries at their logs, store ledger states, drop deleted ledgers' entries.
 
-        ``entries`` are ``(ledger id, entry id, data, crc)`` and ``locations`` the
-        matching ``(log id, offset)`` pairs, as the entry logger returned them.
+        ``items`` come from :meth:`location_items`; a later item for the same key wins.
         """
         with self._env.begin(write=True) as txn:
-            pack_key, pack_value = ENTRY_KEY.pack, LOCATION.pack
-            items = [(pack_key(ledger_id, entry_id), pack_value(log_id, offset, len(data)))
-                     for (ledger_id, entry_id, data, _crc), (log_id, offset)
-                     in zip(entries, locations)]
             if items:
                 txn.cursor(db=self._entries).putmulti(items)
             for ledger_id in deleted:

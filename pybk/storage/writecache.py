@@ -1,72 +1,76 @@
 """The write cache: entries acknowledged by the journal but not yet in an entry log.
 
-Adds land here (and in the journal); the checkpoint takes the whole cache, writes it to
-an entry log sorted by ledger and entry, and points the index at it.  Reads look here
-first.  A cache is filled by one "active" generation while the previous one is flushed.
+Adds land here (and in the journal); the checkpoint takes the whole cache and writes it
+to an entry log one ledger after the other, so a ledger's entries sit together.  Reads
+look here first.  A cache is filled by one "active" generation while the previous one is
+flushed.
+
+Each ledger keeps its records exactly as an entry log stores them (record header, entry,
+record header, entry, ... in arrival order; the record header is the one the journal
+wrote), so the checkpoint hands a ledger's records to one ``writev`` without touching
+them one by one.
 """
 
 from __future__ import annotations
 
-from pybk.storage.entrylog import CacheEntry
+from typing import Iterator
+
+
+class _LedgerRecords:
+    __slots__ = ("entries", "buffers", "entry_ids", "last")
+
+    def __init__(self) -> None:
+        self.entries: dict[int, bytes] = {}
+        self.buffers: list[bytes] = []   # header, entry, header, entry, ...
+        self.entry_ids: list[int] = []   # one per record, in the same order
+        self.last = -1
 
 
 class WriteCache:
     """Entries by ledger id and entry id, with their byte count."""
 
-    __slots__ = ("_ledgers", "_last", "size_bytes", "count")
+    __slots__ = ("_ledgers", "size_bytes")
 
     def __init__(self) -> None:
-        self._ledgers: dict[int, dict[int, tuple[bytes, int]]] = {}
-        self._last: dict[int, int] = {}
+        self._ledgers: dict[int, _LedgerRecords] = {}
         self.size_bytes = 0
-        self.count = 0
 
-    def put(self, ledger_id: int, entry_id: int, data: bytes, crc: int) -> None:
-        entries = self._ledgers.get(ledger_id)
-        if entries is None:
-            entries = self._ledgers[ledger_id] = {}
-            self._last[ledger_id] = entry_id
-        elif entry_id > self._last[ledger_id]:
-            self._last[ledger_id] = entry_id
-        previous = entries.get(entry_id)
-        if previous is not None:
-            self.size_bytes -= len(previous[0])
-            self.count -= 1
-        entries[entry_id] = (data, crc)
-        self.size_bytes += len(data)
-        self.count += 1
+    def put(self, ledger_id: int, entry_id: int, record_header: bytes, entry: bytes) -> None:
+        """Add an entry with its record header (a later put of the same id wins)."""
+        records = self._ledgers.get(ledger_id)
+        if records is None:
+            records = self._ledgers[ledger_id] = _LedgerRecords()
+        records.entries[entry_id] = entry
+        records.buffers += (record_header, entry)
+        records.entry_ids.append(entry_id)
+        if entry_id > records.last:
+            records.last = entry_id
+        self.size_bytes += len(entry)
 
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
-        entries = self._ledgers.get(ledger_id)
-        if entries is None:
-            return None
-        found = entries.get(entry_id)
-        return found[0] if found is not None else None
+        records = self._ledgers.get(ledger_id)
+        return records.entries.get(entry_id) if records is not None else None
 
     def last_entry_id(self, ledger_id: int) -> int | None:
-        return self._last.get(ledger_id)
+        records = self._ledgers.get(ledger_id)
+        return records.last if records is not None else None
 
     def entry_ids(self, ledger_id: int) -> list[int]:
-        return list(self._ledgers.get(ledger_id, ()))
+        records = self._ledgers.get(ledger_id)
+        return list(records.entries) if records is not None else []
 
     def drop_ledger(self, ledger_id: int) -> None:
-        entries = self._ledgers.pop(ledger_id, None)
-        if entries:
-            self._last.pop(ledger_id, None)
-            self.size_bytes -= sum(len(data) for data, _crc in entries.values())
-            self.count -= len(entries)
+        records = self._ledgers.pop(ledger_id, None)
+        if records is not None:
+            self.size_bytes -= sum(map(len, records.buffers[1::2]))
 
-    def sorted_entries(self, skip_ledgers: set[int] = frozenset()) -> list[CacheEntry]:
-        """Every entry of the ledgers not in ``skip_ledgers``, by ledger id, then entry id.
+    def runs(self, skip_ledgers: set[int] = frozenset()) -> Iterator[tuple[int, list[int],
+                                                                           list[bytes]]]:
+        """``(ledger id, entry ids, record buffers)`` of each ledger, by ledger id.
 
-        Items are plain ``(ledger id, entry id, data, crc)`` tuples (the checkpoint's hot
-        loop; a named tuple costs several times more to build).
+        A re-added entry id appears twice; the later record is the one that counts.
         """
-        out: list[CacheEntry] = []
         for ledger_id in sorted(self._ledgers):
-            if ledger_id in skip_ledgers:
-                continue
-            entries = self._ledgers[ledger_id]
-            out.extend([(ledger_id, entry_id, data, crc)
-                        for entry_id, (data, crc) in sorted(entries.items())])
-        return out
+            if ledger_id not in skip_ledgers:
+                records = self._ledgers[ledger_id]
+                yield ledger_id, records.entry_ids, records.buffers
