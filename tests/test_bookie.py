@@ -313,3 +313,33 @@ def test_unformatted_bookie_is_refused(settings_factory):
         os.makedirs(d)
     with pytest.raises(InvalidCookie, match="never formatted"):
         Bookie(settings)
+
+
+def test_write_cache_is_bounded_and_forces_checkpoints(bookie_factory, settings_factory):
+    """With a 1 MiB write cache and no timed checkpoint, 8 MiB of adds still complete: a
+    full cache half triggers a checkpoint, and adds wait for it instead of growing."""
+    settings = settings_factory(writeCacheMaxSizeMb=1, maxEntrySizeBytes=64 << 10,
+                                flushInterval=3_600_000)
+    bookie = bookie_factory(settings)
+    body = b"w" * 16_000
+    largest = 0
+    futures = []
+    for e in range(512):
+        futures.append(bookie.add_entry_async(1, e, entry(1, e, body=body), KEY))
+        largest = max(largest, bookie._active.size_bytes)
+    for f in futures:
+        f.result(timeout=30)
+    assert largest <= (1 << 19) + 16_100  # half the cache, plus the add that filled it
+    logs = glob.glob(os.path.join(settings.ledgerDirectories[0], "current", "*.log")) + \
+        glob.glob(os.path.join(settings.ledgerDirectories[1], "current", "*.log"))
+    assert logs, "the cache bound forced checkpoints into entry logs"
+    assert bookie.read_entry(1, 511) == entry(1, 511, body=body)
+
+
+def test_journal_queue_bound_applies_back_pressure_without_deadlock(bookie_factory,
+                                                                     settings_factory):
+    """A 4-record journal queue: 2000 async adds from one thread still all complete."""
+    bookie = bookie_factory(settings_factory(journalQueueSize=4))
+    futures = [bookie.add_entry_async(1, e, entry(1, e), KEY) for e in range(2000)]
+    assert all(f.result(timeout=30) is None for f in futures)
+    assert bookie.entry_ids(1) == list(range(2000))
