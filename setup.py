@@ -19,7 +19,7 @@ setup(
         "crc32c>=2.4",
     ],
     extras_require={
-        "test": ["pytest>=7.4", "pytest-timeout>=2.2", "psutil>=5.9"],
+        "test": ["pytest>=7.4", "pytest-timeout>=2.2"],
         "spark": ["pyspark>=3.5", "pyarrow>=14"],
     },
     entry_points={"console_scripts": ["pybk = pybk.cli:main"]},

@@ -34,10 +34,10 @@ from pybk.errors import (BookieClosed, BookieReadOnly, BookKeeperError, CorruptD
                          NoSuchEntry, NoSuchLedger, Unauthorized)
 from pybk.settings import ServerSettings
 from pybk.storage import journal as jr
+from pybk.storage.checksum import crc32c
 from pybk.storage.cookie import format_directories, verify_cookies
 from pybk.storage.diskcheck import DiskMonitor, UsageFunction, used_fraction
 from pybk.storage.entries import ENTRY_HEADER, ENTRY_HEADER_SIZE, LAST_ENTRY
-from pybk.storage.checksum import crc32c
 from pybk.storage.entrylog import EntryLogger, Location
 from pybk.storage.fileio import DEFAULT_IO, FileIO
 from pybk.storage.gc import GarbageCollector, GcStats
