@@ -158,6 +158,12 @@ def test_deleted_ledger_is_gone_and_refuses_adds(bookie_factory, settings_factor
         reopened.add_entry(8, 0, entry(8, 0), KEY, recovery=False)
 
 
+def test_deleting_an_unknown_ledger_refuses_its_later_adds(bookie):
+    bookie.delete_ledger(12)
+    with pytest.raises(NoSuchLedger, match="deleted"):
+        bookie.add_entry(12, 0, entry(12, 0), KEY)
+
+
 def test_force_completes_once_durable(bookie):
     bookie.add_entry_async(1, 0, entry(1, 0), KEY)
     assert bookie.force(1).result(timeout=10) is None

@@ -185,12 +185,12 @@ class Bookie:
             payload = _LEDGER_ID.pack(ledger_id) + master_key
             self._journal.submit(jr.record_header(jr.MASTER_KEY, payload), payload, _ignore)
             return state
-        if state.master_key != master_key:
-            raise Unauthorized(f"wrong master key for ledger {ledger_id}")
         if state.deleted:
             if state.fenced:
                 raise LedgerFenced(f"ledger {ledger_id} was fenced and then deleted")
             raise NoSuchLedger(f"ledger {ledger_id} was deleted")
+        if state.master_key != master_key:
+            raise Unauthorized(f"wrong master key for ledger {ledger_id}")
         return state
 
     # -- adds --------------------------------------------------------------------
