@@ -275,7 +275,9 @@ def test_blocking_add_from_a_completion_callback_is_refused_not_deadlocked(booki
 
     bookie.add_entry_async(1, 0, entry(1, 0), KEY, callback=callback)
     assert done.wait(10)
-    assert len(errors) == 1 and "asynchronous form" in str(errors[0])
+    assert len(errors) == 1 and "completion callback" in str(errors[0])
+    with pytest.raises(NoSuchEntry):  # refused before anything was queued
+        bookie.read_entry(1, 1)
 
 
 def test_async_add_from_a_completion_callback_works(bookie):

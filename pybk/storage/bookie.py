@@ -16,7 +16,10 @@ Guarantee: every acknowledged add, fence, explicit LAC and delete survives a cra
 either exactly or as NoSuchEntry after a crash, never as other bytes.
 
 Thread safety: every public method may be called from any thread.  Completion callbacks
-run on the thread that synced the journal; they may call back into the bookie.
+run on the thread that synced the journal; they may read, fence and add asynchronously,
+but a blocking call (``add_entry``, ``delete_ledger``, ``checkpoint``, ``close``) from a
+callback raises instead of waiting for the thread it runs on.  A callback that raises is
+logged and harms nothing else.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from concurrent.futures import Future
 from typing import Callable
 
 from pybk.errors import (BookieClosed, BookieReadOnly, BookKeeperError, CorruptData,
-                         EntryTooLarge, LedgerFenced, MalformedEntry,
+                         DiskFull, EntryTooLarge, LedgerFenced, MalformedEntry,
                          NoSuchEntry, NoSuchLedger, Unauthorized)
 from pybk.settings import ServerSettings
 from pybk.storage import journal as jr
@@ -105,16 +108,28 @@ class Bookie:
                                   settings.diskUsageThreshold, settings.diskUsageLwmThreshold,
                                   disk_usage)
         self._disks.measure()
-        self._index = Index(os.path.join(self._ledger_dirs[0], "current", "index"))
-        self._entry_logs = EntryLogger(self._ledger_dirs, settings.logSizeLimit,
-                                       self._choose_ledger_dir, io, self._index.last_log_id())
-        self._gc = GarbageCollector(self._entry_logs, self._index, self._entrylog_lock)
-        self._durably_deleted = {lid for lid, st in self._index.ledger_states() if st.deleted}
-        self.replayed_records, last_journal_id = self._replay()
-        self._journal = jr.Journal(self.journal_dir, settings, io,
-                                   first_journal_id=last_journal_id + 1)
+        if self._disks.should_become_read_only() and not settings.readOnlyModeEnabled:
+            raise DiskFull(f"disk usage over diskUsageThreshold={settings.diskUsageThreshold} "
+                           f"in {self._disks.full_directories()} and readOnlyModeEnabled is "
+                           "false: not starting")
         self._threads: list[threading.Thread] = []
-        self.checkpoint()
+        self._index = Index(os.path.join(self._ledger_dirs[0], "current", "index"))
+        self._entry_logs: EntryLogger | None = None
+        self._journal: jr.Journal | None = None
+        try:
+            self._entry_logs = EntryLogger(self._ledger_dirs, settings.logSizeLimit,
+                                           self._choose_ledger_dir, io,
+                                           self._index.last_log_id())
+            self._gc = GarbageCollector(self._entry_logs, self._index, self._entrylog_lock)
+            self._durably_deleted = {lid for lid, st in self._index.ledger_states()
+                                     if st.deleted}
+            self.replayed_records, last_journal_id = self._replay()
+            self._journal = jr.Journal(self.journal_dir, settings, io,
+                                       first_journal_id=last_journal_id + 1)
+            self.checkpoint()
+        except BaseException:
+            self._release_resources()
+            raise
         self._last_minor = self._last_major = time.monotonic()
         if self._disks.should_become_read_only():
             self._on_disk_full()
@@ -179,11 +194,11 @@ class Bookie:
         """
         state = self._state(ledger_id)
         if state is None:
+            payload = _LEDGER_ID.pack(ledger_id) + master_key
+            self._journal.submit(jr.record_header(jr.MASTER_KEY, payload), payload, _ignore)
             state = LedgerState(master_key)
             self._states[ledger_id] = state
             self._dirty.add(ledger_id)
-            payload = _LEDGER_ID.pack(ledger_id) + master_key
-            self._journal.submit(jr.record_header(jr.MASTER_KEY, payload), payload, _ignore)
             return state
         if state.deleted:
             if state.fenced:
@@ -215,6 +230,7 @@ class Bookie:
     def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
                   *, recovery: bool = False) -> None:
         """Add an entry and return once it is durable (see :meth:`add_entry_async`)."""
+        self._refuse_on_journal_thread("a blocking add_entry()")
         waiter = jr.Waiter()
         self._add(ledger_id, entry_id, entry, master_key, recovery, waiter, False)
         self._journal.wait(waiter)
@@ -263,6 +279,9 @@ class Bookie:
         """Block while both write cache halves are full (bounded memory)."""
         if self._journal.is_committer_thread():
             return  # a completion callback must not wait for the checkpoint it blocks
+        if not self._threads:
+            self.checkpoint()  # no sync thread (start_background_threads=False)
+            return
         self._checkpoint_wanted.set()
         with self._cache_space:
             while self._active.size_bytes >= self._cache_half_bytes and not self._closed:
@@ -273,38 +292,41 @@ class Bookie:
     def fence(self, ledger_id: int, master_key: bytes) -> Future:
         """Fence a ledger: from now on only recovery adds are accepted (durable, survives
         restart).  The Future completes once the fence is journaled."""
-        self._check_open()
+        self._check_journal()
         future: Future = Future()
         payload = _LEDGER_ID.pack(ledger_id)
         with self._lock:
             state = self._writable_state(ledger_id, master_key)
-            state.fenced = True
-            self._dirty.add(ledger_id)
             self._journal.submit(jr.record_header(jr.FENCE, payload), payload,
                                  _future_setter(future))
+            state.fenced = True
+            self._dirty.add(ledger_id)
         return future
 
     def set_explicit_lac(self, ledger_id: int, lac: int, master_key: bytes) -> Future:
         """Record an explicit LAC (sent by an idle writer); durable when the Future is done."""
-        self._check_open()
+        self._check_journal()
         future: Future = Future()
         payload = _LEDGER_LAC.pack(ledger_id, lac)
         with self._lock:
             state = self._writable_state(ledger_id, master_key)
+            self._journal.submit(jr.record_header(jr.EXPLICIT_LAC, payload), payload,
+                                 _future_setter(future))
             if state.explicit_lac is None or lac > state.explicit_lac:
                 state.explicit_lac = lac
                 self._dirty.add(ledger_id)
-            self._journal.submit(jr.record_header(jr.EXPLICIT_LAC, payload), payload,
-                                 _future_setter(future))
         return future
 
     def delete_ledger(self, ledger_id: int) -> None:
         """Delete a ledger's entries (durably).  Later adds to it are refused; its space
         is reclaimed by garbage collection."""
-        self._check_open()
+        self._refuse_on_journal_thread("delete_ledger()")
+        self._check_journal()
         payload = _LEDGER_ID.pack(ledger_id)
         waiter = jr.Waiter()
         with self._lock:
+            self._journal.submit(jr.record_header(jr.DELETE, payload), payload, waiter,
+                                 wake=False)
             state = self._state(ledger_id)
             if state is None:
                 state = self._states[ledger_id] = LedgerState(b"")
@@ -312,8 +334,6 @@ class Bookie:
             self._dirty.add(ledger_id)
             self._pending_deletes.add(ledger_id)
             self._active.drop_ledger(ledger_id)
-            self._journal.submit(jr.record_header(jr.DELETE, payload), payload, waiter,
-                                 wake=False)
         self._journal.wait(waiter)
 
     def force(self, ledger_id: int) -> Future:
@@ -326,6 +346,13 @@ class Bookie:
     def _check_open(self) -> None:
         if self._closed:
             raise BookieClosed("the bookie is closed")
+
+    def _check_journal(self) -> None:
+        """Fence, explicit LAC and delete records are tiny and keep working on a read-only
+        bookie (recovery must be able to fence it); they need an open, healthy journal."""
+        self._check_open()
+        if self._journal.failure is not None:
+            raise self._journal.failure
 
     # -- reads -------------------------------------------------------------------
 
@@ -349,7 +376,7 @@ class Bookie:
                 raise NoSuchEntry(f"ledger {ledger_id} has no entry {entry_id} here")
             try:
                 return self._entry_logs.read(Location(location.log_id, location.offset),
-                                             location.length)
+                                             location.length, ledger_id, entry_id)
             except (CorruptData, OSError):
                 if attempt:
                     raise
@@ -399,6 +426,7 @@ class Bookie:
 
         Returns the new mark (None if the journal has failed and no mark could be taken).
         """
+        self._refuse_on_journal_thread("checkpoint()")
         with self._checkpoint_lock:
             waiter = jr.Waiter()
             with self._lock:
@@ -414,7 +442,11 @@ class Bookie:
                 except BookKeeperError:
                     waiter(None)
             mark = waiter.wait()
-            self._flush(flushing, states, deletes)
+            try:
+                self._flush(flushing, states, deletes)
+            except BaseException:
+                self._restore(flushing, states, deletes)
+                raise
             self._flushing = None
             with self._cache_space:
                 self._cache_space.notify_all()
@@ -424,21 +456,48 @@ class Bookie:
             self._journal.remove_old_files(mark, self.settings.journalMaxBackups)
             return mark
 
+    def _restore(self, cache: WriteCache, states: dict[int, StoredLedgerState],
+                 deletes: set[int]) -> None:
+        """A checkpoint failed: put its generation back so that the next one retries it
+        (and no mark moves past records that are in neither an entry log nor the index)."""
+        with self._lock:
+            cache.absorb(self._active)  # newer records after older ones
+            for ledger_id in cache.ledger_ids():
+                state = self._states.get(ledger_id)
+                if state is not None and state.deleted:
+                    cache.drop_ledger(ledger_id)
+            self._active = cache
+            self._flushing = None
+            self._dirty |= states.keys()
+            self._pending_deletes |= deletes
+        log.warning("checkpoint failed; its %d bytes of entries stay in the write cache",
+                    cache.size_bytes)
+
     def _flush(self, cache: WriteCache, states: dict[int, StoredLedgerState],
                deletes: set[int]) -> None:
         """Write a cache generation to entry logs (synced), then commit the index."""
         gone = deletes | {lid for lid, st in states.items() if st.deleted}
         items: list[tuple[bytes, bytes]] = []
-        with self._entrylog_lock:
-            for ledger_id, entry_ids, buffers in cache.runs(gone):
-                for log_id, first, offsets in self._entry_logs.append_run(ledger_id, buffers):
-                    last = first + len(offsets)
-                    items.extend(Index.location_items(
-                        ledger_id, entry_ids[first:last], log_id, offsets,
-                        map(len, buffers[2 * first + 1:2 * last:2])))
-            self._entry_logs.sync()
-            last_log_id = self._entry_logs.last_log_id
-        self._index.commit_checkpoint(items, states, deletes, last_log_id)
+        touched: set[int] = set()
+        try:
+            with self._entrylog_lock:
+                try:
+                    for ledger_id, entry_ids, buffers in cache.runs(gone):
+                        for log_id, first, offsets in self._entry_logs.append_run(ledger_id,
+                                                                                  buffers):
+                            touched.add(log_id)
+                            last = first + len(offsets)
+                            items.extend(Index.location_items(
+                                ledger_id, entry_ids[first:last], log_id, offsets,
+                                map(len, buffers[2 * first + 1:2 * last:2])))
+                finally:
+                    self._gc.hold(touched)  # until the index points at what was appended
+                self._entry_logs.sync()
+                last_log_id = self._entry_logs.last_log_id
+            self._index.commit_checkpoint(items, states, deletes, last_log_id)
+        finally:
+            with self._entrylog_lock:
+                self._gc.release(touched)
         self._durably_deleted |= gone
 
     # -- replay ------------------------------------------------------------------
@@ -581,26 +640,48 @@ class Bookie:
     # -- shutdown ----------------------------------------------------------------
 
     def close(self) -> None:
-        """Finish queued work, checkpoint, and release every file and thread."""
+        """Finish queued work, checkpoint, and release every file and thread.
+
+        Not from a completion callback (it would wait for the journal thread it runs on).
+        """
+        self._refuse_on_journal_thread("close()")
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         self._stop.set()
         self._checkpoint_wanted.set()
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join()
         try:
-            self._journal.sync()
-        except BookKeeperError:
-            pass  # the journal failed earlier; what it holds is replayed at next start
-        self.checkpoint()
-        self._journal.close()
-        with self._entrylog_lock:
-            self._entry_logs.close()
-        self._index.close()
+            for thread in self._threads:
+                if thread is not threading.current_thread():
+                    thread.join()
+            try:
+                self._journal.sync()
+            except BookKeeperError:
+                pass  # the journal failed earlier; what it holds is replayed at next start
+            self.checkpoint()
+        finally:
+            self._release_resources()
         log.info("bookie closed")
+
+    def _release_resources(self) -> None:
+        """Close the journal, the entry logs and the index, whatever state they are in."""
+        with self._cache_space:
+            self._cache_space.notify_all()
+        if self._journal is not None:
+            self._journal.close()
+        if self._entry_logs is not None:
+            with self._entrylog_lock:
+                try:
+                    self._entry_logs.close()
+                except OSError as e:  # a full or failing disk: the next start rescans
+                    log.error("could not seal the current entry log: %s", e)
+        self._index.close()
+
+    def _refuse_on_journal_thread(self, what: str) -> None:
+        if self._journal is not None and self._journal.is_committer_thread():
+            raise BookKeeperError(f"{what} from a completion callback would wait for the "
+                                  "thread it runs on; call it from another thread")
 
 
 def _ignore(_result: object) -> None:
@@ -609,6 +690,8 @@ def _ignore(_result: object) -> None:
 
 def _future_setter(future: Future, result: object = None) -> Callable[[object], None]:
     def complete(outcome: object) -> None:
+        if future.cancelled():
+            return  # the caller gave up on it; the record is durable all the same
         if isinstance(outcome, BaseException):
             future.set_exception(outcome)
         else:

@@ -177,7 +177,13 @@ class EntryLogger:
 
     def _write_current(self, buffers: list[bytes], end_offset: int) -> None:
         """Write buffered records to the current log, which then ends at ``end_offset``."""
-        written = self._io.write_all(self._current_fd, buffers)
+        try:
+            written = self._io.write_all(self._current_fd, buffers)
+        except BaseException:
+            # Part of the records may be in the file: offsets after them are unknown, so
+            # this log takes no more appends (it is sealed, and the next append rolls).
+            self._close_current()
+            raise
         assert self._current_offset + written == end_offset, "entry log offset drifted"
         self._current_offset = end_offset
         self.log_sizes[self._current_id] = end_offset - HEADER_SIZE
@@ -242,14 +248,20 @@ class EntryLogger:
 
     # -- reading -----------------------------------------------------------------
 
-    def read(self, location: Location, length: int) -> bytes:
-        """The entry at ``location`` (``length`` bytes), checksum verified."""
+    def read(self, location: Location, length: int, ledger_id: int, entry_id: int) -> bytes:
+        """The entry ``(ledger_id, entry_id)`` at ``location`` (``length`` bytes).
+
+        The checksum and the ids in the entry are verified, so a stale location (a log
+        deleted and its descriptor reused meanwhile) raises instead of returning another
+        entry's bytes.
+        """
         fd = self._read_fd(location.log_id)
         record = os.pread(fd, RECORD_HEADER_SIZE + length, location.offset)
         if len(record) == RECORD_HEADER_SIZE + length:
             stored_length, crc, rtype = RECORD.unpack_from(record)
             data = record[RECORD_HEADER_SIZE:]
-            if stored_length == length and rtype == ADD and entry_crc(data) == crc:
+            if (stored_length == length and rtype == ADD and entry_crc(data) == crc
+                    and ENTRY_IDS.unpack_from(data) == (ledger_id, entry_id)):
                 return data
         raise CorruptData(f"entry log {self._paths.get(location.log_id)} holds no valid "
                           f"record of {length} bytes at offset {location.offset}")
@@ -268,8 +280,14 @@ class EntryLogger:
                     self._read_fds[log_id] = fd
         return fd
 
-    def scan(self, log_id: int) -> Iterator[tuple[Location, int, int, int, int]]:
-        """Yield ``(location, ledger id, entry id, length, crc)`` of each valid record."""
+    def scan(self, log_id: int, strict: bool = False
+             ) -> Iterator[tuple[Location, int, int, int, int]]:
+        """Yield ``(location, ledger id, entry id, length, crc)`` of each valid record.
+
+        The scan stops at the first damaged record; with ``strict``, stopping before the
+        bytes its ledger map accounts for raises CorruptData instead (compaction must not
+        drop what follows the damage).
+        """
         path = self._paths[log_id]
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -289,6 +307,11 @@ class EntryLogger:
                 ledger_id, entry_id = ENTRY_IDS.unpack_from(data)
                 yield Location(log_id, offset), ledger_id, entry_id, length, crc
                 offset += RECORD_HEADER_SIZE + length
+            # The ledger map counts every record the log was given (for a log sealed after
+            # a crash: the valid ones before its torn tail), so stopping short of it means
+            # damage in the middle.
+            if strict and offset - HEADER_SIZE < sum(self.ledger_maps.get(log_id, {}).values()):
+                raise CorruptData(f"entry log {path}: damaged record at offset {offset}")
 
     # -- metadata and deletion ---------------------------------------------------
 

@@ -20,6 +20,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
+from pybk.errors import CorruptData
 from pybk.storage.entrylog import EntryLogger
 from pybk.storage.index import Index, LocationUpdate
 from pybk.storage.journal import ADD, RECORD
@@ -41,13 +42,29 @@ class GcStats:
 
 
 class GarbageCollector:
-    """Frees entry logs of deleted ledgers, holding ``entrylog_lock`` while it writes."""
+    """Frees entry logs of deleted ledgers.
+
+    ``entrylog_lock`` serialises appends to entry logs and log deletions.  A checkpoint
+    marks the logs it appended to as *uncommitted* until its index commit is done (see
+    :meth:`hold`): such a log may hold records the index does not point at yet, so it is
+    neither collected nor compacted meanwhile.  One GC or compaction pass runs at a time.
+    """
 
     def __init__(self, entry_logger: EntryLogger, index: Index,
                  entrylog_lock: threading.Lock) -> None:
         self._logs = entry_logger
         self._index = index
         self._lock = entrylog_lock
+        self._pass = threading.Lock()
+        self._uncommitted: set[int] = set()
+
+    def hold(self, log_ids: set[int]) -> None:
+        """Logs a checkpoint appended to (caller holds ``entrylog_lock``)."""
+        self._uncommitted |= log_ids
+
+    def release(self, log_ids: set[int]) -> None:
+        """The checkpoint's index commit is done (caller holds ``entrylog_lock``)."""
+        self._uncommitted -= log_ids
 
     def live_fraction(self, log_id: int, deleted: set[int]) -> float:
         ledger_map = self._logs.ledger_maps.get(log_id, {})
@@ -57,29 +74,46 @@ class GarbageCollector:
         live = sum(n for ledger, n in ledger_map.items() if ledger not in deleted)
         return live / total
 
+    def _settled(self, log_id: int) -> bool:
+        """A log GC may judge: sealed or rolled, its every reference committed.  Caller
+        holds ``entrylog_lock``."""
+        return (log_id in self._logs.ledger_maps and log_id != self._logs.current_log_id
+                and log_id not in self._uncommitted)
+
     def collect(self, deleted: set[int]) -> GcStats:
-        """Remove every sealed entry log holding only deleted ledgers."""
+        """Remove every settled entry log holding only deleted ledgers."""
         stats = GcStats()
-        for log_id in self._logs.log_ids():
-            if log_id == self._logs.current_log_id:
-                continue
-            if self.live_fraction(log_id, deleted) == 0.0:
-                stats.bytes_reclaimed += self._logs.log_sizes.get(log_id, 0)
+        with self._pass:
+            for log_id in self._logs.log_ids():
                 with self._lock:
+                    if not self._settled(log_id) or self.live_fraction(log_id, deleted) > 0:
+                        continue
+                    stats.bytes_reclaimed += self._logs.log_sizes.get(log_id, 0)
                     self._logs.delete(log_id)
                 stats.logs_deleted.append(log_id)
         return stats
 
     def compact(self, deleted: set[int], threshold: float) -> GcStats:
-        """Compact every sealed log whose live fraction is above 0 and under ``threshold``."""
+        """Compact every settled log whose live fraction is above 0 and under ``threshold``.
+
+        A log with a damaged record in its middle is left alone (and logged): dropping it
+        would lose the entries after the damage.
+        """
         stats = GcStats()
-        for log_id in self._logs.log_ids():
-            if log_id == self._logs.current_log_id:
-                continue
-            fraction = self.live_fraction(log_id, deleted)
-            if 0.0 < fraction < threshold:
-                size = self._logs.log_sizes.get(log_id, 0)
-                stats.entries_moved += self._compact_one(log_id, deleted)
+        with self._pass:
+            for log_id in self._logs.log_ids():
+                with self._lock:
+                    if not self._settled(log_id):
+                        continue
+                    fraction = self.live_fraction(log_id, deleted)
+                    size = self._logs.log_sizes.get(log_id, 0)
+                if not 0.0 < fraction < threshold:
+                    continue
+                try:
+                    stats.entries_moved += self._compact_one(log_id, deleted)
+                except CorruptData as e:
+                    log.error("not compacting: %s", e)
+                    continue
                 stats.logs_compacted.append(log_id)
                 stats.bytes_reclaimed += int(size * (1 - fraction))
         return stats
@@ -88,7 +122,7 @@ class GarbageCollector:
         moved = 0
         batch: dict[int, list] = {}  # ledger id -> [entry ids, record buffers, old offsets]
         batch_bytes = 0
-        for location, ledger_id, entry_id, length, crc in self._logs.scan(log_id):
+        for location, ledger_id, entry_id, length, crc in self._logs.scan(log_id, strict=True):
             if ledger_id in deleted:
                 continue
             current = self._index.location(ledger_id, entry_id)
@@ -96,7 +130,8 @@ class GarbageCollector:
                 continue  # superseded, deleted, or an unreferenced leftover
             entry_ids, buffers, old_offsets = batch.setdefault(ledger_id, [[], [], []])
             entry_ids.append(entry_id)
-            buffers += (RECORD.pack(length, crc, ADD), self._logs.read(location, length))
+            data = self._logs.read(location, length, ledger_id, entry_id)
+            buffers += (RECORD.pack(length, crc, ADD), data)
             old_offsets.append(location.offset)
             batch_bytes += length
             if batch_bytes >= COMPACTION_BATCH_BYTES:

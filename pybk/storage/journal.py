@@ -197,6 +197,16 @@ def _all_zero(data: mmap.mmap, start: int, end: int) -> bool:
     return True
 
 
+def _complete_all(callbacks, result: object) -> None:
+    """Call each completion callback; one that raises is logged and does not stop the rest
+    (nor the journal thread)."""
+    for callback in callbacks:
+        try:
+            callback(result)
+        except Exception:  # a caller's bug must not wedge the journal
+            log.exception("a journal completion callback raised")
+
+
 class Waiter:
     """A one-shot completion for a caller that blocks (cheaper than a Future)."""
 
@@ -431,16 +441,13 @@ class Journal:
             except OSError as e:
                 error = self._fail(e)
         if error is not None:
-            for callback in callbacks:
-                callback(error)
-            for _before, callback in markers:
-                callback(error)
+            _complete_all(callbacks, error)
+            _complete_all([callback for _before, callback in markers], error)
             return True
-        for callback in callbacks:
-            callback(None)
+        _complete_all(callbacks, None)
         start = self._offset - nbytes  # a group never spans two files
         for before, callback in markers:
-            callback(LogMark(self._journal_id, start + before))
+            _complete_all((callback,), LogMark(self._journal_id, start + before))
         return True
 
     def _write_durably(self, buffers: list[bytes], nbytes: int) -> None:
@@ -469,10 +476,8 @@ class Journal:
         log.error("%s; the journal takes no more records", failure)
         self._failure = failure
         _buffers, callbacks, markers, _nbytes = self._swap_queue()
-        for callback in callbacks:
-            callback(failure)
-        for _before, callback in markers:
-            callback(failure)
+        _complete_all(callbacks, failure)
+        _complete_all([callback for _before, callback in markers], failure)
         with self._space:
             self._space.notify_all()
         return failure
@@ -481,14 +486,19 @@ class Journal:
         """Close the current file and start the next one (header written and synced)."""
         if self._fd >= 0:
             os.close(self._fd)
+            self._fd = -1
         self._journal_id += 1
         path = os.path.join(self._dir, journal_file_name(self._journal_id))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        os.posix_fallocate(fd, 0, self._prealloc_bytes)
-        header = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, self._journal_id, 0)
-        self._io.write_all(fd, [header, struct.pack(">I", crc32c(header))])
-        self._io.fdatasync(fd)
-        fsync_directory(self._dir)
+        try:
+            os.posix_fallocate(fd, 0, self._prealloc_bytes)
+            header = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, self._journal_id, 0)
+            self._io.write_all(fd, [header, struct.pack(">I", crc32c(header))])
+            self._io.fdatasync(fd)
+            fsync_directory(self._dir)
+        except BaseException:
+            os.close(fd)
+            raise
         self._fd = fd
         self._offset = HEADER_SIZE
         self._allocated = self._prealloc_bytes

@@ -64,6 +64,15 @@ class WriteCache:
         if records is not None:
             self.size_bytes -= sum(map(len, records.buffers[1::2]))
 
+    def ledger_ids(self) -> list[int]:
+        return list(self._ledgers)
+
+    def absorb(self, newer: "WriteCache") -> None:
+        """Add every record of ``newer`` after this cache's own (newer records win)."""
+        for ledger_id, entry_ids, buffers in newer.runs():
+            for entry_id, header, entry in zip(entry_ids, buffers[0::2], buffers[1::2]):
+                self.put(ledger_id, entry_id, header, entry)
+
     def runs(self, skip_ledgers: set[int] = frozenset()) -> Iterator[tuple[int, list[int],
                                                                            list[bytes]]]:
         """``(ledger id, entry ids, record buffers)`` of each ledger, by ledger id.
