@@ -351,3 +351,13 @@ def test_journal_queue_bound_applies_back_pressure_without_deadlock(bookie_facto
     futures = [bookie.add_entry_async(1, e, entry(1, e), KEY) for e in range(2000)]
     assert all(f.result(timeout=30) is None for f in futures)
     assert bookie.entry_ids(1) == list(range(2000))
+
+
+def test_a_second_bookie_on_the_same_directories_is_refused(bookie_factory, settings_factory):
+    from pybk.errors import BookKeeperError
+    settings = settings_factory()
+    bookie = bookie_factory(settings)
+    with pytest.raises(BookKeeperError, match="is locked"):
+        Bookie(settings)
+    bookie.close()
+    bookie_factory(settings).add_entry(1, 0, entry(1, 0), KEY)  # free again once closed

@@ -42,7 +42,7 @@ from pybk.storage.cookie import format_directories, verify_cookies
 from pybk.storage.diskcheck import DiskMonitor, UsageFunction, used_fraction
 from pybk.storage.entries import ENTRY_HEADER, ENTRY_HEADER_SIZE, LAST_ENTRY
 from pybk.storage.entrylog import EntryLogger, Location
-from pybk.storage.fileio import DEFAULT_IO, FileIO
+from pybk.storage.fileio import DEFAULT_IO, FileIO, lock_file
 from pybk.storage.gc import GarbageCollector, GcStats
 from pybk.storage.index import Index, StoredLedgerState
 from pybk.storage.lastmark import read_mark, write_mark
@@ -113,7 +113,17 @@ class Bookie:
                            f"in {self._disks.full_directories()} and readOnlyModeEnabled is "
                            "false: not starting")
         self._threads: list[threading.Thread] = []
-        self._index = Index(os.path.join(self._ledger_dirs[0], "current", "index"))
+        lock_path = os.path.join(settings.journalDirectory, "current", "LOCK")
+        try:
+            self._dir_lock = lock_file(lock_path)
+        except BlockingIOError:
+            raise BookKeeperError(f"{lock_path} is locked: another bookie (in this or another "
+                                  "process) is using these directories") from None
+        try:
+            self._index = Index(os.path.join(self._ledger_dirs[0], "current", "index"))
+        except BaseException:
+            os.close(self._dir_lock)
+            raise
         self._entry_logs: EntryLogger | None = None
         self._journal: jr.Journal | None = None
         try:
@@ -677,6 +687,7 @@ class Bookie:
                 except OSError as e:  # a full or failing disk: the next start rescans
                     log.error("could not seal the current entry log: %s", e)
         self._index.close()
+        os.close(self._dir_lock)
 
     def _refuse_on_journal_thread(self, what: str) -> None:
         if self._journal is not None and self._journal.is_committer_thread():

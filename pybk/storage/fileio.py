@@ -7,6 +7,7 @@ or garble what was written since the last sync, as a power cut would.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from typing import Sequence
 
@@ -80,6 +81,21 @@ def write_file_atomically(path: str, data: bytes, io: FileIO | None = None) -> N
         os.close(fd)
     os.replace(tmp, path)
     fsync_directory(os.path.dirname(os.path.abspath(path)))
+
+
+def lock_file(path: str) -> int:
+    """Take an exclusive lock on ``path`` (created if missing); returns its descriptor.
+
+    Raises BlockingIOError at once if another process (or another open of the file in this
+    process) holds it.  The kernel releases the lock when the process dies, even by kill -9.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 DEFAULT_IO = FileIO()
