@@ -17,7 +17,8 @@ if ROOT not in sys.path:
 KEY = b"master-key"
 
 
-def entry(ledger_id: int, entry_id: int, body: bytes | None = None, lac: int | None = None) -> bytes:
+def entry(ledger_id: int, entry_id: int, body: bytes | None = None,
+          lac: int | None = None) -> bytes:
     """A well-formed entry whose body tells which (ledger, entry) it is."""
     if body is None:
         body = f"ledger {ledger_id} entry {entry_id} ".encode() * 4

@@ -135,7 +135,8 @@ class Bookie:
                                      if st.deleted}
             self.replayed_records, last_journal_id = self._replay()
             self._journal = jr.Journal(self.journal_dir, settings, io,
-                                       first_journal_id=last_journal_id + 1)
+                                       first_journal_id=last_journal_id + 1,
+                                       queue_lock=self._lock)
             self.checkpoint()
         except BaseException:
             self._release_resources()
@@ -205,7 +206,8 @@ class Bookie:
         state = self._state(ledger_id)
         if state is None:
             payload = _LEDGER_ID.pack(ledger_id) + master_key
-            self._journal.submit(jr.record_header(jr.MASTER_KEY, payload), payload, _ignore)
+            self._journal.submit_locked(jr.record_header(jr.MASTER_KEY, payload), payload,
+                                        _ignore)
             state = LedgerState(master_key)
             self._states[ledger_id] = state
             self._dirty.add(ledger_id)
@@ -283,7 +285,7 @@ class Bookie:
             if lac > state.lac:
                 state.lac = lac
                 self._dirty.add(ledger_id)
-            journal.submit(record_header, entry, callback, wake)
+            journal.submit_locked(record_header, entry, callback, wake)
 
     def _wait_for_cache_space(self) -> None:
         """Block while both write cache halves are full (bounded memory)."""
@@ -307,8 +309,8 @@ class Bookie:
         payload = _LEDGER_ID.pack(ledger_id)
         with self._lock:
             state = self._writable_state(ledger_id, master_key)
-            self._journal.submit(jr.record_header(jr.FENCE, payload), payload,
-                                 _future_setter(future))
+            self._journal.submit_locked(jr.record_header(jr.FENCE, payload), payload,
+                                        _future_setter(future))
             state.fenced = True
             self._dirty.add(ledger_id)
         return future
@@ -320,8 +322,8 @@ class Bookie:
         payload = _LEDGER_LAC.pack(ledger_id, lac)
         with self._lock:
             state = self._writable_state(ledger_id, master_key)
-            self._journal.submit(jr.record_header(jr.EXPLICIT_LAC, payload), payload,
-                                 _future_setter(future))
+            self._journal.submit_locked(jr.record_header(jr.EXPLICIT_LAC, payload),
+                                        payload, _future_setter(future))
             if state.explicit_lac is None or lac > state.explicit_lac:
                 state.explicit_lac = lac
                 self._dirty.add(ledger_id)
@@ -335,8 +337,8 @@ class Bookie:
         payload = _LEDGER_ID.pack(ledger_id)
         waiter = jr.Waiter()
         with self._lock:
-            self._journal.submit(jr.record_header(jr.DELETE, payload), payload, waiter,
-                                 wake=False)
+            self._journal.submit_locked(jr.record_header(jr.DELETE, payload), payload,
+                                        waiter, wake=False)
             state = self._state(ledger_id)
             if state is None:
                 state = self._states[ledger_id] = LedgerState(b"")
@@ -448,7 +450,7 @@ class Bookie:
                 deletes = self._pending_deletes
                 self._pending_deletes = set()
                 try:
-                    self._journal.mark(waiter)
+                    self._journal.mark_locked(waiter)
                 except BookKeeperError:
                     waiter(None)
             mark = waiter.wait()

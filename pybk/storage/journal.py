@@ -245,13 +245,14 @@ class Journal:
     records queued before it.  Keep callbacks short.
 
     The queue is three lists (record buffers, record callbacks, markers) that producers
-    append to under ``_lock`` and the writer swaps for empty ones in one step, so taking
+    append to under ``queue_lock`` and the writer swaps for empty ones in one step, so taking
     a group costs nothing per record.  The journal thread sleeps on ``_wakeup``, a lock
     that producers release only when it sleeps.
     """
 
     def __init__(self, directory: str, settings, io: FileIO = DEFAULT_IO,
-                 first_journal_id: int = 1) -> None:
+                 first_journal_id: int = 1,
+                 queue_lock: threading.Lock | None = None) -> None:
         self._dir = directory
         self._io = io
         self._max_file_bytes = settings.journalMaxSizeMB * 1024 * 1024
@@ -260,7 +261,9 @@ class Journal:
         self._group_wait_s = settings.journalMaxGroupWaitMSec / 1000.0
         self._flush_when_empty = settings.journalFlushWhenQueueEmpty
         self._queue_limit = settings.journalQueueSize
-        self._lock = threading.Lock()
+        # An owner that already holds a lock around its own submits may share it, and then
+        # submits with the *_locked methods: one lock per record instead of two.
+        self._queue_lock = queue_lock or threading.Lock()
         self._buffers: list[bytes] = []  # header, payload, header, payload, ...
         self._callbacks: list[Callable[[object], None]] = []  # one per record
         self._markers: list[tuple[int, Callable[[object], None]]] = []  # (bytes before, cb)
@@ -291,12 +294,17 @@ class Journal:
         ``wake=False`` leaves the group to the caller, who must then call :meth:`wait`
         with ``callback`` (a :class:`Waiter`).
         """
+        with self._queue_lock:
+            self.submit_locked(header, payload, callback, wake)
+
+    def submit_locked(self, header: bytes, payload: bytes,
+                      callback: Callable[[object], None], wake: bool = True) -> None:
+        """:meth:`submit`, for a caller that holds the shared ``queue_lock``."""
         if self._failure is not None or self._closed:
             raise self._failure or BookieClosed("the journal is closed")
-        with self._lock:
-            self._buffers += (header, payload)
-            self._callbacks.append(callback)
-            self._queued_bytes += len(header) + len(payload)
+        self._buffers += (header, payload)
+        self._callbacks.append(callback)
+        self._queued_bytes += len(header) + len(payload)
         if self._sleeping and (wake or not self._flush_when_empty):
             self._wake()
 
@@ -325,10 +333,14 @@ class Journal:
 
     def mark(self, callback: Callable[[object], None]) -> None:
         """Call ``callback(LogMark)`` with the position after every record queued so far."""
+        with self._queue_lock:
+            self.mark_locked(callback)
+
+    def mark_locked(self, callback: Callable[[object], None]) -> None:
+        """:meth:`mark`, for a caller that holds the shared ``queue_lock``."""
         if self._failure is not None or self._closed:
             raise self._failure or BookieClosed("the journal is closed")
-        with self._lock:
-            self._markers.append((self._queued_bytes, callback))
+        self._markers.append((self._queued_bytes, callback))
         if self._sleeping:
             self._wake()
 
@@ -420,7 +432,7 @@ class Journal:
         return self._swap_queue()
 
     def _swap_queue(self) -> tuple[list[bytes], list, list, int]:
-        with self._lock:
+        with self._queue_lock:
             group = self._buffers, self._callbacks, self._markers, self._queued_bytes
             self._buffers, self._callbacks, self._markers = [], [], []
             self._queued_bytes = 0
