@@ -97,6 +97,47 @@ class Timeout(BookKeeperError):
     code = -23
 
 
+class InvalidLedgerMetadata(BookKeeperError, ValueError):
+    """Ledger metadata breaks a rule: E >= Qw >= Qa >= 1, fragments non-empty and in entry
+    order, each ensemble of E distinct bookies, last entry only when closed.  The message
+    names the rule."""
+
+    code = -14  # IncorrectParameterException
+
+
+class BadVersion(BookKeeperError):
+    """A compare-and-set lost: the record's version is not the expected one (someone else
+    changed it first).  Re-read the record and decide again."""
+
+    code = -17  # MetadataVersionException
+
+
+class MetadataError(BookKeeperError):
+    """The metadata store cannot serve the request: it is closed, its directory is in use
+    by another instance, a path or record is not acceptable, or the store failed."""
+
+    code = -18  # MetaStoreException
+
+
+class NodeExists(BookKeeperError):
+    """A record was to be created at a path that already holds one."""
+
+    code = -20  # LedgerExistException
+
+
+class NoNode(BookKeeperError):
+    """No record exists at the path (never created, or deleted)."""
+
+    code = -25  # NoSuchLedgerExistsOnMetadataServerException
+
+
+class MalformedMetadata(MetadataError, ValueError):
+    """Stored metadata bytes cannot be decoded: wrong magic, an unknown format version, a
+    checksum mismatch, a truncated record or fields of the wrong shape."""
+
+    code = -107  # MetadataSerializationException
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (
@@ -112,6 +153,12 @@ _BY_CODE = {
         CorruptData,
         Timeout,
         InvalidConfiguration,
+        InvalidLedgerMetadata,
+        BadVersion,
+        MetadataError,
+        NodeExists,
+        NoNode,
+        MalformedMetadata,
     )
 }
 

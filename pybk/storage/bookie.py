@@ -24,13 +24,14 @@ logged and harms nothing else.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import struct
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable
+from typing import Callable, Iterator
 
 from pybk.errors import (BookieClosed, BookieReadOnly, BookKeeperError, CorruptData,
                          DiskFull, EntryTooLarge, LedgerFenced, MalformedEntry,
@@ -489,7 +490,7 @@ class Bookie:
                deletes: set[int]) -> None:
         """Write a cache generation to entry logs (synced), then commit the index."""
         gone = deletes | {lid for lid, st in states.items() if st.deleted}
-        items: list[tuple[bytes, bytes]] = []
+        items: list[Iterator[tuple[bytes, bytes]]] = []  # lazy: LMDB packs them in C
         touched: set[int] = set()
         try:
             with self._entrylog_lock:
@@ -499,14 +500,15 @@ class Bookie:
                                                                                   buffers):
                             touched.add(log_id)
                             last = first + len(offsets)
-                            items.extend(Index.location_items(
+                            items.append(Index.location_items(
                                 ledger_id, entry_ids[first:last], log_id, offsets,
                                 map(len, buffers[2 * first + 1:2 * last:2])))
                 finally:
                     self._gc.hold(touched)  # until the index points at what was appended
                 self._entry_logs.sync()
                 last_log_id = self._entry_logs.last_log_id
-            self._index.commit_checkpoint(items, states, deletes, last_log_id)
+            self._index.commit_checkpoint(itertools.chain.from_iterable(items), states,
+                                          deletes, last_log_id)
         finally:
             with self._entrylog_lock:
                 self._gc.release(touched)

@@ -153,7 +153,7 @@ class Index:
         return zip(map(ENTRY_KEY.pack, itertools.repeat(ledger_id), entry_ids),
                    map(LOCATION.pack, itertools.repeat(log_id), offsets, lengths))
 
-    def commit_checkpoint(self, items: list[tuple[bytes, bytes]],
+    def commit_checkpoint(self, items: Iterable[tuple[bytes, bytes]],
                           states: dict[int, StoredLedgerState],
                           deleted: Iterable[int], last_log_id: int) -> None:
         """Point entries at their logs, store ledger states, drop deleted ledgers' entries.
@@ -161,8 +161,7 @@ class Index:
         ``items`` come from :meth:`location_items`; a later item for the same key wins.
         """
         with self._env.begin(write=True) as txn:
-            if items:
-                txn.cursor(db=self._entries).putmulti(items)
+            txn.cursor(db=self._entries).putmulti(items)
             for ledger_id in deleted:
                 self._delete_entries(txn, ledger_id)
             ledgers = txn.cursor(db=self._ledgers)

@@ -1,0 +1,89 @@
+"""Record paths of the metadata contract, and BookKeeper's layout of them.
+
+A path names one record, ZooKeeper style: ``/`` followed by one or more names joined by
+``/`` (``/ledgers/L0000000007``).  A name is non-empty, is not ``.`` or ``..``, and holds
+no ``/`` and no NUL; a path is at most :data:`MAX_PATH_BYTES` bytes of UTF-8.  The root
+``/`` is not a record: it always exists, has children, and can be watched, but cannot be
+created, read, set or deleted.
+
+The layout (BookKeeper's, with the flat ledger manager):
+
+``/ledgers/L<id, 10 digits or more>``   one ledger's metadata (``/ledgers/L0000000007``)
+``/ledgers/available/<bookie id>``       a writable bookie's registration (ephemeral)
+``/ledgers/available/readonly/<id>``     a read-only bookie's registration (ephemeral)
+"""
+
+from __future__ import annotations
+
+import re
+
+from pybk.errors import MetadataError
+
+ROOT = "/"
+LEDGERS = "/ledgers"
+AVAILABLE = "/ledgers/available"
+READONLY_NAME = "readonly"
+READONLY = f"{AVAILABLE}/{READONLY_NAME}"
+
+# LMDB keys are at most 511 bytes and the embedded store's key is the path plus one byte;
+# ZooKeeper has a larger limit, and the contract holds every store to the smaller one.
+MAX_PATH_BYTES = 500
+
+_LEDGER_NAME = re.compile(r"L[0-9]{10,}\Z")
+
+
+def check_name(name: str) -> str:
+    """``name`` if it can be one component of a path, else MetadataError."""
+    if not isinstance(name, str) or not name or name in (".", "..") \
+            or "/" in name or "\0" in name:
+        raise MetadataError(f"{name!r} is not a valid record name: it must be a non-empty "
+                            "string without '/' or NUL, and not '.' or '..'")
+    return name
+
+
+def check_path(path: str, root_ok: bool = False) -> str:
+    """``path`` if it is a valid record path (or the root, when ``root_ok``)."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise MetadataError(f"{path!r} is not a path: paths are strings starting with '/'")
+    if path == ROOT:
+        if root_ok:
+            return path
+        raise MetadataError("the root '/' is not a record; name a path below it")
+    try:
+        size = len(path.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise MetadataError(f"path {path!r} is not encodable as UTF-8") from None
+    if size > MAX_PATH_BYTES:
+        raise MetadataError(f"path {path[:60]!r}... is {size} bytes long, over "
+                            f"MAX_PATH_BYTES={MAX_PATH_BYTES}")
+    for name in path[1:].split("/"):
+        try:
+            check_name(name)
+        except MetadataError as e:
+            raise MetadataError(f"path {path!r}: {e}") from None
+    return path
+
+
+def split(path: str) -> tuple[str, str]:
+    """``(parent, name)`` of a valid non-root path: ``/a/b`` -> ``("/a", "b")``."""
+    parent, _, name = path.rpartition("/")
+    return parent or ROOT, name
+
+
+def join(parent: str, name: str) -> str:
+    return (parent if parent != ROOT else "") + "/" + name
+
+
+def ancestors(path: str) -> list[str]:
+    """The record paths above a valid non-root path, top first: ``/a/b/c`` -> ``/a, /a/b``."""
+    names = path[1:].split("/")[:-1]
+    return ["/" + "/".join(names[:i]) for i in range(1, len(names) + 1)]
+
+
+def ledger_path(ledger_id: int) -> str:
+    return f"{LEDGERS}/L{ledger_id:010d}"
+
+
+def ledger_id_of(name: str) -> int | None:
+    """The ledger id a child name of :data:`LEDGERS` stands for, or None for other names."""
+    return int(name[1:]) if _LEDGER_NAME.match(name) else None
