@@ -19,19 +19,19 @@ class BookKeeperError(Exception):
 class InvalidConfiguration(BookKeeperError, ValueError):
     """A setting has a value pybk cannot use; the message names the setting."""
 
-    code = -100
+    code = -1000  # pybk's own: never sent over the wire
 
 
 class NoSuchLedger(BookKeeperError):
     """The ledger does not exist (never created here, or deleted)."""
 
-    code = -7
+    code = -7  # NoSuchLedgerExistsException
 
 
 class NoSuchEntry(BookKeeperError):
     """The ledger exists but does not hold the requested entry."""
 
-    code = -13
+    code = -13  # NoSuchEntryException
 
 
 class LedgerFenced(BookKeeperError):
@@ -40,61 +40,61 @@ class LedgerFenced(BookKeeperError):
     For a writer this means "outcome unknown": the add may or may not survive recovery.
     """
 
-    code = -101
+    code = -101  # LedgerFencedException
 
 
 class Unauthorized(BookKeeperError):
     """The master key (or password) does not match the one the ledger was created with."""
 
-    code = -102
+    code = -102  # UnauthorizedAccessException
 
 
 class BookieReadOnly(BookKeeperError):
     """The bookie is read-only (a disk is over its usage threshold); reads still work."""
 
-    code = -104
+    code = -104  # WriteOnReadOnlyBookieException
 
 
 class DiskFull(BookKeeperError):
     """A write failed because a disk is full."""
 
-    code = -105
+    code = -1001  # pybk's own: a bookie-side write failure
 
 
 class InvalidCookie(BookKeeperError):
     """A directory's cookie is missing or does not match: the disks were swapped or wiped."""
 
-    # A start-up error that never travels over the wire: it keeps the base code.
+    code = -1002  # pybk's own: a start-up error
 
 
 class EntryTooLarge(BookKeeperError, ValueError):
     """An entry is larger than the configured maximum entry size."""
 
-    code = -106
+    code = -1004  # pybk's own
 
 
 class MalformedEntry(BookKeeperError, ValueError):
     """An entry's bytes do not start with the header the bookie expects."""
 
-    code = -2
+    code = -1003  # pybk's own
 
 
 class BookieClosed(BookKeeperError):
     """The bookie was closed (or shut itself down) and takes no more requests."""
 
-    code = -3
+    code = -1005  # pybk's own
 
 
 class CorruptData(BookKeeperError):
     """Stored bytes failed their checksum: the disk returned something pybk never wrote."""
 
-    code = -5
+    code = -1  # ReadException: the bookie could not read valid bytes
 
 
 class Timeout(BookKeeperError):
     """An operation did not finish within its time limit."""
 
-    code = -23
+    code = -23  # TimeoutException
 
 
 class InvalidLedgerMetadata(BookKeeperError, ValueError):
@@ -138,29 +138,72 @@ class MalformedMetadata(MetadataError, ValueError):
     code = -107  # MetadataSerializationException
 
 
-_BY_CODE = {
-    cls.code: cls
-    for cls in (
-        NoSuchLedger,
-        NoSuchEntry,
-        LedgerFenced,
-        Unauthorized,
-        BookieReadOnly,
-        DiskFull,
-        EntryTooLarge,
-        MalformedEntry,
-        BookieClosed,
-        CorruptData,
-        Timeout,
-        InvalidConfiguration,
-        InvalidLedgerMetadata,
-        BadVersion,
-        MetadataError,
-        NodeExists,
-        NoNode,
-        MalformedMetadata,
-    )
-}
+class DigestMismatch(BookKeeperError):
+    """No copy of an entry passed its digest check: the data was damaged, or the password
+    (for MAC digests) is not the writer's."""
+
+    code = -5  # DigestMatchException
+
+
+class NotEnoughBookies(BookKeeperError):
+    """Too few writable bookies to form (or repair) an ensemble."""
+
+    code = -6  # NotEnoughBookiesException
+
+
+class BookieUnavailable(BookKeeperError):
+    """A bookie cannot be reached."""
+
+    code = -8  # BookieHandleNotAvailableException
+
+
+class LedgerRecoveryError(BookKeeperError):
+    """Recovery could not decide the ledger's end (too few bookies answered); retry it."""
+
+    code = -10  # LedgerRecoveryException
+
+
+class LedgerClosed(BookKeeperError):
+    """The ledger is closed: it takes no more entries."""
+
+    code = -11  # LedgerClosedException
+
+
+class ReadOnlyLedger(BookKeeperError):
+    """The handle was opened for reading and refuses writes."""
+
+    code = -100  # IllegalOpException
+
+
+_WIRE_ERRORS = (
+    NoSuchLedger,
+    NoSuchEntry,
+    LedgerFenced,
+    Unauthorized,
+    BookieReadOnly,
+    DiskFull,
+    EntryTooLarge,
+    MalformedEntry,
+    BookieClosed,
+    CorruptData,
+    Timeout,
+    InvalidConfiguration,
+    InvalidLedgerMetadata,
+    BadVersion,
+    MetadataError,
+    NodeExists,
+    NoNode,
+    MalformedMetadata,
+    InvalidCookie,
+    DigestMismatch,
+    NotEnoughBookies,
+    BookieUnavailable,
+    LedgerRecoveryError,
+    LedgerClosed,
+    ReadOnlyLedger,
+)
+_BY_CODE = {cls.code: cls for cls in _WIRE_ERRORS}
+assert len(_BY_CODE) == len(_WIRE_ERRORS), "two error classes share a code"
 
 
 def error_for_code(code: int, message: str) -> BookKeeperError:

@@ -1,0 +1,17 @@
+"""pybk's metadata layer: versioned records with compare-and-set, ledger ids, the bookie
+registry and watches, behind one contract (:class:`MetadataStore`).
+
+Stores: :class:`EmbeddedMetadataStore` (LMDB files in a directory, no server).  Typed
+ledger metadata: :class:`LedgerMetadata`, kept by :class:`LedgerManager`.
+"""
+
+from pybk.meta.embedded import EmbeddedMetadataStore
+from pybk.meta.interface import ANY_VERSION, MAX_DATA_BYTES, MetadataStore
+from pybk.meta.ledger_metadata import (DigestType, Fragment, LedgerMetadata, LedgerState,
+                                       hash_password)
+from pybk.meta.ledgers import LedgerManager, Versioned
+from pybk.meta.watches import Watch
+
+__all__ = ["ANY_VERSION", "MAX_DATA_BYTES", "DigestType", "EmbeddedMetadataStore",
+           "Fragment", "LedgerManager", "LedgerMetadata", "LedgerState", "MetadataStore",
+           "Versioned", "Watch", "hash_password"]

@@ -1,0 +1,336 @@
+"""The embedded metadata store: the contract of :mod:`pybk.meta.interface` in one directory
+of one process, with no server.  The default for an embedded WAL.
+
+Files in the directory
+    ``LOCK``                an empty file; the open store holds an exclusive ``flock`` on
+                            it, so a second store on the directory (in this process or
+                            another) is refused with MetadataError.  The kernel drops the
+                            lock when the process dies, even by kill -9.
+    ``data.mdb``, ``lock.mdb``   an LMDB environment with three tables:
+
+``records``
+    key: the parent's path in UTF-8, one NUL byte, the record's name in UTF-8
+    (``/ledgers/L0000000007`` -> ``b"/ledgers\\x00L0000000007"``, ``/ledgers`` ->
+    ``b"/\\x00ledgers"``).  Names hold no NUL, so a record's children are exactly the
+    keys that start with its path and a NUL: listing them is one range scan, and no
+    deeper descendant falls in the range.
+    value: version (8, unsigned, big-endian), flags (1: bit 0 ephemeral, other bits 0),
+    then the data.
+
+``ephemerals``
+    key: the key of an ephemeral record; value: empty.  Ends a session without a scan.
+
+``meta``
+    ``format``: 2 bytes, big-endian, this layout's number (1); a store refuses others.
+    ``next_ledger_id``: 8 bytes, big-endian, the next id :meth:`next_ledger_id` returns.
+
+Atomicity and durability
+    Every mutating call is one LMDB write transaction that checks (the CAS) and writes,
+    committed with LMDB's default ``sync=True, metasync=True``: the new pages are fsync'd,
+    then the meta page that points at them.  LMDB never overwrites live pages (copy on
+    write, two alternating meta pages), so a crash at any moment (kill -9 or power loss)
+    leaves the state of the last committed transaction: every record at its old or its
+    new version, never a mix, and a returned call survives.
+
+Sessions
+    The store object is the session.  :meth:`close` deletes its ephemeral records; after
+    a crash, the next open deletes the dead session's (only one store can have the
+    directory open, so whatever is in ``ephemerals`` then belongs to a dead session).
+
+Threads
+    Any thread may call any method.  Writes are serialised by one lock (LMDB allows one
+    writer anyway) and publish their watch events while holding it, so watch callbacks run
+    in commit order; reads run concurrently in their own read transactions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator, TypeVar
+
+import lmdb
+
+from pybk.errors import BadVersion, MetadataError, NodeExists, NoNode
+from pybk.meta import paths
+from pybk.meta.interface import ANY_VERSION, MetadataStore, check_data, check_version
+from pybk.meta.watches import Notifier, Watch, WatchCallback
+from pybk.storage.fileio import fsync_directory, lock_file
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+FORMAT = 1
+_RECORD = struct.Struct(">QB")
+_U64 = struct.Struct(">Q")
+_FORMAT_VALUE = struct.Struct(">H")
+_FLAG_EPHEMERAL = 1
+_FORMAT_KEY = b"format"
+_NEXT_LEDGER_ID_KEY = b"next_ledger_id"
+LOCK_FILE = "LOCK"
+
+# LMDB reserves address space, not disk: the file grows only as the records do.
+_MAP_SIZE_BYTES = 1 << 36
+_MAX_READERS = 256  # concurrent read transactions (one per reading thread at a time)
+
+
+def _key(path: str) -> bytes:
+    parent, name = paths.split(path)
+    return parent.encode() + b"\0" + name.encode()
+
+
+def _children_prefix(path: str) -> bytes:
+    return path.encode() + b"\0"
+
+
+def _path(key: bytes) -> str:
+    parent, name = key.split(b"\0")
+    return paths.join(parent.decode(), name.decode())
+
+
+def _with_parents(created_or_deleted: list[str]) -> list[str]:
+    """The paths whose watches a creation or deletion of these records concerns."""
+    return [p for path in created_or_deleted for p in (paths.split(path)[0], path)]
+
+
+class EmbeddedMetadataStore(MetadataStore):
+    """The metadata store in ``directory`` (created if missing).  See the module docstring."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = os.fspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+        lock_path = os.path.join(self.directory, LOCK_FILE)
+        try:
+            self._lock_fd = lock_file(lock_path)
+        except BlockingIOError:
+            raise MetadataError(f"{lock_path} is locked: another metadata store (in this or "
+                                "another process) has this directory open") from None
+        self._env: lmdb.Environment | None = None
+        try:
+            self._env = lmdb.open(self.directory, map_size=_MAP_SIZE_BYTES, max_dbs=3,
+                                  max_readers=_MAX_READERS, readahead=False)
+            self._records = self._env.open_db(b"records")
+            self._ephemerals = self._env.open_db(b"ephemerals")
+            self._meta = self._env.open_db(b"meta")
+            with self._env.begin(write=True) as txn:
+                self._check_format(txn)
+                dead = self._delete_ephemerals(txn)
+            fsync_directory(self.directory)  # the LMDB files' names, made at first open
+        except BaseException as e:
+            if self._env is not None:
+                self._env.close()
+            os.close(self._lock_fd)
+            if isinstance(e, lmdb.Error):
+                raise MetadataError(f"cannot open the metadata store in {self.directory}: "
+                                    f"{e}") from e
+            raise
+        if dead:
+            log.info("%s: deleted the ephemeral records of a session that ended in a "
+                     "crash: %s", self.directory, ", ".join(dead))
+        self._write_lock = threading.Lock()
+        self._state = threading.Condition()
+        self._users = 0
+        self._closed = False
+        self._notifier = Notifier(f"pybk-meta-watch {os.path.basename(self.directory)}")
+
+    def _check_format(self, txn: lmdb.Transaction) -> None:
+        stored = txn.get(_FORMAT_KEY, db=self._meta)
+        if stored is None:
+            if txn.stat(self._records)["entries"]:
+                raise MetadataError(f"{self.directory} holds records but no format marker: "
+                                    "it was not written by pybk's embedded store")
+            txn.put(_FORMAT_KEY, _FORMAT_VALUE.pack(FORMAT), db=self._meta)
+        elif stored != _FORMAT_VALUE.pack(FORMAT):
+            raise MetadataError(f"{self.directory} holds metadata in format {stored.hex()}; "
+                                f"this pybk reads format {FORMAT} only")
+
+    def _delete_ephemerals(self, txn: lmdb.Transaction) -> list[str]:
+        """Delete every ephemeral record; return their paths."""
+        keys = list(txn.cursor(db=self._ephemerals).iternext(values=False))
+        for key in keys:
+            txn.delete(key, db=self._records)
+            txn.delete(key, db=self._ephemerals)
+        return [_path(key) for key in keys]
+
+    # -- the calling discipline ------------------------------------------------------
+
+    @contextmanager
+    def _using(self) -> Iterator[lmdb.Environment]:
+        """Admit one call while the store is open (close waits for it to finish)."""
+        with self._state:
+            if self._closed:
+                raise MetadataError(f"the metadata store in {self.directory} is closed")
+            self._users += 1
+        try:
+            yield self._env
+        except lmdb.Error as e:
+            raise MetadataError(f"metadata store {self.directory}: {e}") from e
+        finally:
+            with self._state:
+                self._users -= 1
+                if not self._users:
+                    self._state.notify_all()
+
+    def _read(self, op: Callable[[lmdb.Transaction], T]) -> T:
+        with self._using() as env, env.begin() as txn:
+            return op(txn)
+
+    def _write(self, op: Callable[[lmdb.Transaction], tuple[T, list[str]]]) -> T:
+        """Run ``op`` in one durable write transaction; ``op`` returns (result, changed
+        paths).  An exception from ``op`` aborts the transaction: nothing changes."""
+        with self._using() as env, self._write_lock:
+            with env.begin(write=True) as txn:
+                result, changed = op(txn)
+            self._notifier.publish(dict.fromkeys(changed))
+        return result
+
+    def _record(self, txn: lmdb.Transaction, path: str) -> tuple[int, int, bytes]:
+        """``(version, flags, data)`` of the record at ``path``; raises NoNode."""
+        value = txn.get(_key(path), db=self._records)
+        if value is None:
+            raise NoNode(f"no record at {path}")
+        version, flags = _RECORD.unpack_from(value)
+        return version, flags, value[_RECORD.size:]
+
+    @staticmethod
+    def _check_expected(path: str, version: int, expected_version: int) -> None:
+        if expected_version not in (ANY_VERSION, version):
+            raise BadVersion(f"{path} is at version {version}, not the expected "
+                             f"{expected_version}: it changed since it was read")
+
+    # -- records -------------------------------------------------------------------------
+
+    def create(self, path: str, data: bytes, ephemeral: bool = False) -> int:
+        paths.check_path(path)
+        data = check_data(data)
+
+        def op(txn: lmdb.Transaction) -> tuple[int, list[str]]:
+            key = _key(path)
+            if txn.get(key, db=self._records) is not None:
+                raise NodeExists(f"a record exists at {path} already")
+            created = []
+            for ancestor in paths.ancestors(path):
+                value = txn.get(_key(ancestor), db=self._records)
+                if value is None:
+                    txn.put(_key(ancestor), _RECORD.pack(0, 0), db=self._records)
+                    created.append(ancestor)
+                elif _RECORD.unpack_from(value)[1] & _FLAG_EPHEMERAL:
+                    raise MetadataError(f"cannot create {path}: {ancestor} is ephemeral, "
+                                        "and ephemeral records have no children")
+            flags = _FLAG_EPHEMERAL if ephemeral else 0
+            txn.put(key, _RECORD.pack(0, flags) + data, db=self._records)
+            if ephemeral:
+                txn.put(key, b"", db=self._ephemerals)
+            created.append(path)
+            return 0, _with_parents(created)
+
+        return self._write(op)
+
+    def get(self, path: str) -> tuple[bytes, int]:
+        paths.check_path(path)
+
+        def op(txn: lmdb.Transaction) -> tuple[bytes, int]:
+            version, _flags, data = self._record(txn, path)
+            return data, version
+
+        return self._read(op)
+
+    def set(self, path: str, data: bytes, expected_version: int) -> int:
+        paths.check_path(path)
+        data = check_data(data)
+        check_version(expected_version)
+
+        def op(txn: lmdb.Transaction) -> tuple[int, list[str]]:
+            version, flags, _old = self._record(txn, path)
+            self._check_expected(path, version, expected_version)
+            txn.put(_key(path), _RECORD.pack(version + 1, flags) + data, db=self._records)
+            return version + 1, [path]
+
+        return self._write(op)
+
+    def delete(self, path: str, expected_version: int) -> None:
+        paths.check_path(path)
+        check_version(expected_version)
+
+        def op(txn: lmdb.Transaction) -> tuple[None, list[str]]:
+            version, _flags, _data = self._record(txn, path)
+            self._check_expected(path, version, expected_version)
+            prefix = _children_prefix(path)
+            cursor = txn.cursor(db=self._records)
+            if cursor.set_range(prefix) and cursor.key().startswith(prefix):
+                raise MetadataError(f"cannot delete {path}: it has children (first: "
+                                    f"{_path(cursor.key())}); delete them first")
+            txn.delete(_key(path), db=self._records)
+            txn.delete(_key(path), db=self._ephemerals)
+            return None, _with_parents([path])
+
+        self._write(op)
+
+    def children(self, path: str) -> list[str]:
+        paths.check_path(path, root_ok=True)
+
+        def op(txn: lmdb.Transaction) -> list[str]:
+            if path != paths.ROOT:
+                self._record(txn, path)
+            prefix = _children_prefix(path)
+            names = []
+            cursor = txn.cursor(db=self._records)
+            if cursor.set_range(prefix):
+                for key in cursor.iternext(values=False):
+                    if not key.startswith(prefix):
+                        break
+                    names.append(key[len(prefix):].decode())
+            return names
+
+        return self._read(op)
+
+    def exists(self, path: str) -> bool:
+        paths.check_path(path, root_ok=True)
+        return self._read(lambda txn: path == paths.ROOT
+                          or txn.get(_key(path), db=self._records) is not None)
+
+    def watch(self, path: str, callback: WatchCallback) -> Watch:
+        paths.check_path(path, root_ok=True)
+        if not callable(callback):
+            raise MetadataError(f"watch callback {callback!r} is not callable")
+        with self._using():
+            return self._notifier.add(path, callback)
+
+    # -- ledger ids ------------------------------------------------------------------------
+
+    def next_ledger_id(self) -> int:
+        def op(txn: lmdb.Transaction) -> tuple[int, list[str]]:
+            stored = txn.get(_NEXT_LEDGER_ID_KEY, db=self._meta)
+            ledger_id = _U64.unpack(stored)[0] if stored is not None else 0
+            txn.put(_NEXT_LEDGER_ID_KEY, _U64.pack(ledger_id + 1), db=self._meta)
+            return ledger_id, []
+
+        return self._write(op)
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._state:
+            if self._closed:
+                return
+            self._closed = True
+            while self._users:  # calls in progress finish; new ones are refused
+                self._state.wait()
+        try:
+            with self._env.begin(write=True) as txn:
+                deleted = self._delete_ephemerals(txn)
+            self._notifier.publish(dict.fromkeys(_with_parents(deleted)))
+        except lmdb.Error:
+            log.exception("%s: could not delete this session's ephemeral records; the next "
+                          "open deletes them", self.directory)
+        finally:
+            self._notifier.close()
+            self._env.close()
+            os.close(self._lock_fd)
+
+    def __repr__(self) -> str:
+        return f"EmbeddedMetadataStore({self.directory!r})"

@@ -1,0 +1,176 @@
+"""The contract every metadata store keeps (embedded today, ZooKeeper next).
+
+Records
+    A record is bytes at a path (see :mod:`pybk.meta.paths`) with a version: 0 when it
+    is created, one more at every :meth:`~MetadataStore.set`.  Records form a tree, as
+    in ZooKeeper: :meth:`~MetadataStore.create` makes the missing ancestors too, as
+    empty persistent records (like kazoo's ``makepath=True``), in the same atomic step;
+    :meth:`~MetadataStore.delete` refuses a record that has children.  Data is at most
+    :data:`MAX_DATA_BYTES` (ZooKeeper's default ``jute.maxbuffer``).
+
+Compare-and-set
+    ``create`` succeeds only if the path is free (else :class:`NodeExists`); ``set``
+    and ``delete`` only if the record's version is ``expected_version`` (else
+    :class:`BadVersion`; :data:`ANY_VERSION` skips the check, as -1 does in ZooKeeper).
+    A missing record raises :class:`NoNode`.  Each call is atomic and durable when it
+    returns.  Concurrent calls are linearizable: of several CAS calls that expect the
+    same version, exactly one wins.
+
+Sessions and ephemeral records
+    A store object is one session.  An ephemeral record (``create(..., ephemeral=True)``)
+    is deleted when its session ends: at :meth:`~MetadataStore.close`, or when the
+    process dies (the embedded store deletes a dead session's records when the directory
+    is opened next; ZooKeeper when the session expires).  Ephemeral records have no
+    children.  The bookie registry is built on them: a bookie is registered for as long
+    as the store that registered it is open.
+
+Watches
+    :meth:`~MetadataStore.watch` is persistent until cancelled; see
+    :mod:`pybk.meta.watches` for when callbacks run and on which thread.
+
+Ledger ids
+    :meth:`~MetadataStore.next_ledger_id` never returns the same id twice in the life of
+    the store, across restarts and crashes; ids increase.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from pybk.errors import MetadataError, NodeExists, NoNode
+from pybk.meta import paths
+from pybk.meta.watches import Watch, WatchCallback
+
+ANY_VERSION = -1
+MAX_DATA_BYTES = 0xFFFFF  # 1 MiB - 1, ZooKeeper's jute.maxbuffer default
+
+
+def check_data(data: bytes) -> bytes:
+    """``data`` as bytes if a record can hold it, else MetadataError."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise MetadataError(f"record data must be bytes, not {type(data).__name__}")
+    if len(data) > MAX_DATA_BYTES:
+        raise MetadataError(f"record data of {len(data)} bytes is over "
+                            f"MAX_DATA_BYTES={MAX_DATA_BYTES}")
+    return bytes(data)
+
+
+def check_version(version: int) -> int:
+    """``version`` if it can be an expected version (>= 0, or ANY_VERSION)."""
+    if not isinstance(version, int) or isinstance(version, bool) or version < ANY_VERSION:
+        raise MetadataError(f"expected version {version!r} is neither a version (>= 0) "
+                            "nor ANY_VERSION (-1)")
+    return version
+
+
+class MetadataStore(ABC):
+    """Versioned records with compare-and-set, ledger ids, the bookie registry, watches.
+
+    Thread-safe.  Close it (or use it as a context manager); every call after
+    :meth:`close` raises :class:`~pybk.errors.MetadataError`.
+    """
+
+    # -- records -------------------------------------------------------------------
+
+    @abstractmethod
+    def create(self, path: str, data: bytes, ephemeral: bool = False) -> int:
+        """Create the record (and its missing ancestors); return its version, 0.
+
+        Raises NodeExists if the path holds a record, MetadataError if an ancestor is
+        ephemeral."""
+
+    @abstractmethod
+    def get(self, path: str) -> tuple[bytes, int]:
+        """The record's ``(data, version)``; raises NoNode."""
+
+    @abstractmethod
+    def set(self, path: str, data: bytes, expected_version: int) -> int:
+        """Replace the record's data if its version is ``expected_version``; return the
+        new version.  Raises BadVersion or NoNode."""
+
+    @abstractmethod
+    def delete(self, path: str, expected_version: int) -> None:
+        """Delete the record if its version is ``expected_version``.  Raises BadVersion,
+        NoNode, or MetadataError if it has children."""
+
+    @abstractmethod
+    def children(self, path: str) -> list[str]:
+        """The names (not paths) of the record's children, sorted; the root is allowed.
+        Raises NoNode."""
+
+    @abstractmethod
+    def exists(self, path: str) -> bool:
+        """Whether a record is at ``path`` (always true for the root)."""
+
+    @abstractmethod
+    def watch(self, path: str, callback: WatchCallback) -> Watch:
+        """Call ``callback(path)`` after every change of the record at ``path`` (created,
+        set, deleted) or of its set of children, until the returned watch is cancelled.
+        The path need not exist yet; the root is allowed."""
+
+    # -- ledger ids ------------------------------------------------------------------
+
+    @abstractmethod
+    def next_ledger_id(self) -> int:
+        """A ledger id never handed out before by this store (0, 1, 2, ...)."""
+
+    # -- the bookie registry ----------------------------------------------------------
+
+    def register_bookie(self, bookie_id: str, read_only: bool = False) -> None:
+        """Register the bookie as available (or read-only) for as long as this session
+        lasts.  Registering again moves it between the two lists; BookKeeper's order is
+        kept: the new registration exists before the old one is removed."""
+        paths.check_name(bookie_id)
+        if bookie_id == paths.READONLY_NAME:
+            raise MetadataError(f"{bookie_id!r} is reserved and cannot be a bookie id")
+        new, old = paths.join(paths.AVAILABLE, bookie_id), paths.join(paths.READONLY, bookie_id)
+        if read_only:
+            new, old = old, new
+        try:
+            self.create(new, b"", ephemeral=True)
+        except NodeExists:
+            pass  # registered there already
+        self._delete_if_present(old)
+
+    def unregister_bookie(self, bookie_id: str) -> None:
+        """Remove the bookie's registration (either kind); harmless if there is none."""
+        paths.check_name(bookie_id)
+        self._delete_if_present(paths.join(paths.AVAILABLE, bookie_id))
+        self._delete_if_present(paths.join(paths.READONLY, bookie_id))
+
+    def bookies(self, read_only: bool | None = None) -> list[str]:
+        """Registered bookie ids, sorted: writable ones (``False``), read-only ones
+        (``True``) or all (``None``).  Watch :data:`~pybk.meta.paths.AVAILABLE` and
+        :data:`~pybk.meta.paths.READONLY` to hear of changes."""
+        found: set[str] = set()
+        if read_only is not True:
+            found.update(self._children_or_none(paths.AVAILABLE))
+            found.discard(paths.READONLY_NAME)
+        if read_only is not False:
+            found.update(self._children_or_none(paths.READONLY))
+        return sorted(found)
+
+    def _delete_if_present(self, path: str) -> None:
+        try:
+            self.delete(path, ANY_VERSION)
+        except NoNode:
+            pass
+
+    def _children_or_none(self, path: str) -> list[str]:
+        try:
+            return self.children(path)
+        except NoNode:
+            return []
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    @abstractmethod
+    def close(self) -> None:
+        """End the session: delete its ephemeral records, deliver queued watch calls,
+        cancel every watch and release the store.  Closing twice is harmless."""
+
+    def __enter__(self) -> "MetadataStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,313 @@
+"""Ledger metadata: what the metadata store knows of one ledger, and its serialization.
+
+:class:`LedgerMetadata` is immutable and valid by construction (E >= Qw >= Qa >= 1;
+fragments non-empty, the first at entry 0, first entry ids increasing, each ensemble E
+distinct bookies; a last entry id and a length exactly when CLOSED).  Change it with
+:func:`dataclasses.replace`, which validates again.
+
+The password is never stored.  ``password_hash`` is 48 bytes: a random 16-byte salt, then
+SHA-256 of ``b"pybk ledger password\\x00" + salt + password``.  The prefix keeps the hash
+apart from any other digest of the password (a bookie's master key is derived from the
+password too, and a metadata reader must not learn it); the salt keeps equal passwords
+from having equal hashes.  :meth:`LedgerMetadata.check_password` compares in constant time.
+
+Serialized format, version 1 (:meth:`LedgerMetadata.to_bytes`), all integers big-endian::
+
+    offset  size  field
+    0       4     magic b"PBKL"
+    4       2     format version, unsigned: 1
+    6       4     body length n, unsigned
+    10      4     CRC-32C of the body, unsigned
+    14      n     body: one JSON object in UTF-8, keys sorted, no whitespace, exactly:
+        "ledger_id"          int, 0 .. 2**63 - 1
+        "ensemble_size"      int (E)
+        "write_quorum_size"  int (Qw)
+        "ack_quorum_size"    int (Qa)
+        "state"              "OPEN" | "IN_RECOVERY" | "CLOSED"
+        "last_entry_id"      int (-1: closed empty) if CLOSED, else null
+        "length"             int (bytes of entry data) if CLOSED, else null
+        "digest_type"        "CRC32" | "CRC32C" | "MAC" | "DUMMY"
+        "password_hash"      base64 of the 48 bytes above
+        "creation_time_ms"   int, milliseconds since the Unix epoch
+        "custom_metadata"    {name: base64 of the value bytes}
+        "fragments"          [[first entry id, [bookie id, ...]], ...], in entry order
+
+:meth:`LedgerMetadata.from_bytes` raises :class:`~pybk.errors.MalformedMetadata` for
+anything else: another magic, an unknown version (a newer writer adds a version rather
+than a key), a length or checksum mismatch, a missing or extra key, a value of the wrong
+type, or metadata that breaks a rule above.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import enum
+import hashlib
+import hmac
+import json
+import os
+import struct
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, NamedTuple
+
+from pybk.errors import InvalidLedgerMetadata, MalformedMetadata
+from pybk.storage.checksum import crc32c
+
+MAGIC = b"PBKL"
+FORMAT_VERSION = 1
+HEADER = struct.Struct(">4sHII")
+INT64_MAX = (1 << 63) - 1
+SALT_BYTES = 16
+PASSWORD_HASH_BYTES = SALT_BYTES + hashlib.sha256().digest_size
+_PASSWORD_PREFIX = b"pybk ledger password\0"
+
+
+class LedgerState(enum.Enum):
+    """OPEN: its writer adds entries; IN_RECOVERY: a reader fences it to close it;
+    CLOSED: its last entry id and length are final."""
+
+    OPEN = "OPEN"
+    IN_RECOVERY = "IN_RECOVERY"
+    CLOSED = "CLOSED"
+
+
+class DigestType(enum.Enum):
+    """How entries are digested by the client (BookKeeper's ``DigestType``)."""
+
+    CRC32 = "CRC32"
+    CRC32C = "CRC32C"
+    MAC = "MAC"
+    DUMMY = "DUMMY"
+
+
+class Fragment(NamedTuple):
+    """Entries from ``first_entry_id`` on (up to the next fragment) live on ``ensemble``."""
+
+    first_entry_id: int
+    ensemble: tuple[str, ...]
+
+
+def hash_password(password: bytes) -> bytes:
+    """A fresh salted hash of ``password`` for :attr:`LedgerMetadata.password_hash`."""
+    salt = os.urandom(SALT_BYTES)
+    return salt + _digest(salt, password)
+
+
+def _digest(salt: bytes, password: bytes) -> bytes:
+    return hashlib.sha256(_PASSWORD_PREFIX + salt + bytes(password)).digest()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _check_int(name: str, value: Any, low: int, high: int = INT64_MAX) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidLedgerMetadata(f"{name} must be an integer from {low} to {high}, "
+                                    f"not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class LedgerMetadata:
+    """The metadata of one ledger (see the module docstring for the rules)."""
+
+    ledger_id: int
+    ensemble_size: int
+    write_quorum_size: int
+    ack_quorum_size: int
+    fragments: tuple[Fragment, ...]
+    digest_type: DigestType
+    password_hash: bytes = field(repr=False)
+    state: LedgerState = LedgerState.OPEN
+    last_entry_id: int | None = None
+    length: int | None = None
+    creation_time_ms: int = field(default_factory=_now_ms)
+    custom_metadata: Mapping[str, bytes] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        _check_int("ledger_id", self.ledger_id, 0)
+        e = _check_int("ensemble_size", self.ensemble_size, 1)
+        qw = _check_int("write_quorum_size", self.write_quorum_size, 1)
+        qa = _check_int("ack_quorum_size", self.ack_quorum_size, 1)
+        if not e >= qw >= qa:
+            raise InvalidLedgerMetadata(
+                f"ensemble size {e}, write quorum {qw}, ack quorum {qa}: a ledger needs "
+                "ensemble size >= write quorum >= ack quorum >= 1")
+        if not isinstance(self.state, LedgerState):
+            raise InvalidLedgerMetadata(f"state must be a LedgerState, not {self.state!r}")
+        if self.state is LedgerState.CLOSED:
+            last = _check_int("last_entry_id of a closed ledger", self.last_entry_id, -1)
+            length = _check_int("length of a closed ledger", self.length, 0)
+            if last == -1 and length:
+                raise InvalidLedgerMetadata(f"a closed ledger without entries has length "
+                                            f"0, not {length}")
+        elif self.last_entry_id is not None or self.length is not None:
+            raise InvalidLedgerMetadata(f"a {self.state.name} ledger has no last entry id or "
+                                        "length yet (they are set when it is closed)")
+        if not isinstance(self.digest_type, DigestType):
+            raise InvalidLedgerMetadata(f"digest_type must be a DigestType, not "
+                                        f"{self.digest_type!r}")
+        if not isinstance(self.password_hash, bytes) \
+                or len(self.password_hash) != PASSWORD_HASH_BYTES:
+            raise InvalidLedgerMetadata(f"password_hash must be {PASSWORD_HASH_BYTES} bytes "
+                                        "from hash_password(), never the password itself")
+        _check_int("creation_time_ms", self.creation_time_ms, 0)
+        object.__setattr__(self, "custom_metadata", _frozen_custom(self.custom_metadata))
+        object.__setattr__(self, "fragments", _checked_fragments(self.fragments, e))
+
+    # -- reading it -----------------------------------------------------------------
+
+    def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
+        """The ensemble of the fragment that holds ``entry_id``."""
+        if not isinstance(entry_id, int) or entry_id < 0:
+            raise ValueError(f"entry id {entry_id!r} is not an entry id (0, 1, 2, ...)")
+        index = bisect.bisect_right([f.first_entry_id for f in self.fragments], entry_id)
+        return self.fragments[index - 1].ensemble
+
+    def write_set(self, entry_id: int) -> tuple[str, ...]:
+        """The Qw bookies that store ``entry_id``: its ensemble from index
+        ``entry_id % E`` on, wrapping around."""
+        ensemble = self.ensemble_at(entry_id)
+        start = entry_id % self.ensemble_size
+        return tuple(ensemble[(start + i) % self.ensemble_size]
+                     for i in range(self.write_quorum_size))
+
+    def check_password(self, password: bytes) -> bool:
+        """Whether ``password`` is the one the ledger was created with."""
+        salt, digest = self.password_hash[:SALT_BYTES], self.password_hash[SALT_BYTES:]
+        return hmac.compare_digest(_digest(salt, password), digest)
+
+    # -- serialization ----------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        """The serialized form (format version 1, see the module docstring)."""
+        body = json.dumps({
+            "ledger_id": self.ledger_id,
+            "ensemble_size": self.ensemble_size,
+            "write_quorum_size": self.write_quorum_size,
+            "ack_quorum_size": self.ack_quorum_size,
+            "state": self.state.value,
+            "last_entry_id": self.last_entry_id,
+            "length": self.length,
+            "digest_type": self.digest_type.value,
+            "password_hash": _b64(self.password_hash),
+            "creation_time_ms": self.creation_time_ms,
+            "custom_metadata": {k: _b64(v) for k, v in self.custom_metadata.items()},
+            "fragments": [[f.first_entry_id, list(f.ensemble)] for f in self.fragments],
+        }, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        return HEADER.pack(MAGIC, FORMAT_VERSION, len(body), crc32c(body)) + body
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "LedgerMetadata":
+        """Decode :meth:`to_bytes` output; raises MalformedMetadata for anything else."""
+        data = bytes(data)
+        if len(data) < HEADER.size:
+            raise MalformedMetadata(f"ledger metadata of {len(data)} bytes is shorter than "
+                                    f"its {HEADER.size}-byte header")
+        magic, version, length, checksum = HEADER.unpack_from(data)
+        if magic != MAGIC:
+            raise MalformedMetadata(f"ledger metadata starts with {magic!r}, not {MAGIC!r}: "
+                                    "these bytes are not pybk ledger metadata")
+        if version != FORMAT_VERSION:
+            raise MalformedMetadata(f"ledger metadata in format version {version}; this pybk "
+                                    f"reads version {FORMAT_VERSION} only (upgrade pybk)")
+        body = data[HEADER.size:]
+        if len(body) != length:
+            raise MalformedMetadata(f"ledger metadata body is {len(body)} bytes, its header "
+                                    f"says {length}: the record is truncated or padded")
+        if crc32c(body) != checksum:
+            raise MalformedMetadata("ledger metadata fails its CRC-32C: the bytes were "
+                                    "damaged after they were written")
+        try:
+            obj = json.loads(body.decode("utf-8"))
+            if not isinstance(obj, dict) or obj.keys() != _KEYS:
+                raise ValueError(f"the body must be an object with exactly the keys "
+                                 f"{sorted(_KEYS)}")
+            return cls(
+                ledger_id=_typed("ledger_id", obj["ledger_id"], int),
+                ensemble_size=_typed("ensemble_size", obj["ensemble_size"], int),
+                write_quorum_size=_typed("write_quorum_size", obj["write_quorum_size"], int),
+                ack_quorum_size=_typed("ack_quorum_size", obj["ack_quorum_size"], int),
+                state=LedgerState(_typed("state", obj["state"], str)),
+                last_entry_id=_typed("last_entry_id", obj["last_entry_id"], int, True),
+                length=_typed("length", obj["length"], int, True),
+                digest_type=DigestType(_typed("digest_type", obj["digest_type"], str)),
+                password_hash=_unb64(_typed("password_hash", obj["password_hash"], str)),
+                creation_time_ms=_typed("creation_time_ms", obj["creation_time_ms"], int),
+                custom_metadata={
+                    k: _unb64(_typed(f"custom_metadata[{k!r}]", v, str))
+                    for k, v in _typed("custom_metadata", obj["custom_metadata"], dict).items()},
+                fragments=[_fragment(f) for f in _typed("fragments", obj["fragments"], list)],
+            )
+        except (ValueError, RecursionError) as e:  # json, base64, enums, rules, types
+            raise MalformedMetadata(f"ledger metadata body is malformed: {e}") from e
+
+
+_KEYS = frozenset(f.name for f in LedgerMetadata.__dataclass_fields__.values())
+
+
+def _frozen_custom(custom: Mapping[str, bytes]) -> Mapping[str, bytes]:
+    if not isinstance(custom, Mapping):
+        raise InvalidLedgerMetadata(f"custom_metadata must be a mapping, not {custom!r}")
+    for key, value in custom.items():
+        if not isinstance(key, str) or not isinstance(value, (bytes, bytearray, memoryview)):
+            raise InvalidLedgerMetadata(f"custom_metadata maps str to bytes; {key!r}: "
+                                        f"{type(value).__name__} does not fit")
+    return types.MappingProxyType({key: bytes(custom[key]) for key in sorted(custom)})
+
+
+def _checked_fragments(fragments: Iterable[Any], ensemble_size: int) -> tuple[Fragment, ...]:
+    checked: list[Fragment] = []
+    for item in fragments:
+        try:
+            first, ensemble = item
+            if isinstance(ensemble, str):
+                raise TypeError("an ensemble is a sequence of bookie ids, not one string")
+            ensemble = tuple(ensemble)
+        except (TypeError, ValueError):
+            raise InvalidLedgerMetadata(f"a fragment is (first entry id, sequence of bookie "
+                                        f"ids), not {item!r}") from None
+        fragment = Fragment(_check_int("a fragment's first entry id", first, 0), ensemble)
+        if checked and fragment.first_entry_id <= checked[-1].first_entry_id:
+            raise InvalidLedgerMetadata(f"fragments must start at increasing entry ids; "
+                                        f"{fragment.first_entry_id} follows "
+                                        f"{checked[-1].first_entry_id}")
+        if len(fragment.ensemble) != ensemble_size or len(set(fragment.ensemble)) != \
+                ensemble_size or not all(isinstance(b, str) and b for b in fragment.ensemble):
+            raise InvalidLedgerMetadata(f"the ensemble {fragment.ensemble!r} from entry "
+                                        f"{fragment.first_entry_id} is not {ensemble_size} "
+                                        "distinct, non-empty bookie ids")
+        checked.append(fragment)
+    if not checked or checked[0].first_entry_id != 0:
+        raise InvalidLedgerMetadata("a ledger's fragments must begin with one at entry 0, "
+                                    f"not {[f.first_entry_id for f in checked]}")
+    return tuple(checked)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text, validate=True)
+
+
+def _typed(name: str, value: Any, kind: type, nullable: bool = False) -> Any:
+    """``value`` if it is a ``kind`` (bool is no int here), or None when ``nullable``."""
+    if value is None and nullable:
+        return None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"{name} is {value!r}, not a {kind.__name__}"
+                         + (" or null" if nullable else ""))
+    return value
+
+
+def _fragment(item: Any) -> tuple[int, list[str]]:
+    if not isinstance(item, list) or len(item) != 2:
+        raise ValueError(f"a fragment is [first entry id, [bookie id, ...]], not {item!r}")
+    return (_typed("a fragment's first entry id", item[0], int),
+            [_typed("a bookie id", b, str) for b in _typed("an ensemble", item[1], list)])

@@ -1,0 +1,116 @@
+"""Ledger metadata kept in a metadata store: BookKeeper's flat ledger manager.
+
+A ledger's :meth:`~pybk.meta.ledger_metadata.LedgerMetadata.to_bytes` is the record at
+``/ledgers/L<id, 10 digits or more>`` (:func:`pybk.meta.paths.ledger_path`), and the
+record's version is the metadata's version: every change is a compare-and-set on it.
+Built only on the :class:`~pybk.meta.interface.MetadataStore` contract, so it works the
+same on every store.  (ZooKeeper's hierarchical layout comes with the ZooKeeper store.)
+
+A missing ledger raises :class:`~pybk.errors.NoSuchLedger`; a lost compare-and-set
+:class:`~pybk.errors.BadVersion`, after which the caller re-reads and decides again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Callable, Mapping, NamedTuple, Sequence
+
+from pybk.errors import MalformedMetadata, MetadataError, NodeExists, NoNode, NoSuchLedger
+from pybk.meta import paths
+from pybk.meta.interface import ANY_VERSION, MetadataStore
+from pybk.meta.ledger_metadata import (DigestType, Fragment, LedgerMetadata,
+                                       hash_password)
+from pybk.meta.watches import Watch
+
+log = logging.getLogger(__name__)
+
+# A fresh ledger id finds its path taken only if someone wrote there by hand; like
+# BookKeeper, take another id then, at most this many times in all.
+CREATE_ATTEMPTS_MAX = 10
+
+
+class Versioned(NamedTuple):
+    """Ledger metadata and the version of the record it was read from (or written as)."""
+
+    metadata: LedgerMetadata
+    version: int
+
+
+class LedgerManager:
+    """Create, read, compare-and-set, delete, list and watch ledger metadata."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+
+    def create_ledger(self, ensemble: Sequence[str], write_quorum_size: int,
+                      ack_quorum_size: int, digest_type: DigestType, password: bytes,
+                      custom_metadata: Mapping[str, bytes] | None = None) -> Versioned:
+        """A new OPEN ledger on ``ensemble`` (its size is E) with a fresh id.
+
+        The metadata is validated before an id is taken, so invalid arguments
+        (InvalidLedgerMetadata) use up no id."""
+        template = LedgerMetadata(
+            ledger_id=0, ensemble_size=len(ensemble), write_quorum_size=write_quorum_size,
+            ack_quorum_size=ack_quorum_size, fragments=(Fragment(0, ensemble),),
+            digest_type=digest_type, password_hash=hash_password(password),
+            custom_metadata=custom_metadata or {})
+        for _ in range(CREATE_ATTEMPTS_MAX):
+            metadata = dataclasses.replace(template, ledger_id=self.store.next_ledger_id())
+            try:
+                version = self.store.create(paths.ledger_path(metadata.ledger_id),
+                                            metadata.to_bytes())
+            except NodeExists:
+                log.warning("ledger id %d is taken in the metadata store although it was "
+                            "fresh; taking another", metadata.ledger_id)
+                continue
+            return Versioned(metadata, version)
+        raise MetadataError(f"{CREATE_ATTEMPTS_MAX} fresh ledger ids in a row were taken in "
+                            f"{paths.LEDGERS}: something else writes ledger records there")
+
+    def read(self, ledger_id: int) -> Versioned:
+        path = paths.ledger_path(ledger_id)
+        try:
+            data, version = self.store.get(path)
+        except NoNode:
+            raise NoSuchLedger(f"ledger {ledger_id} has no metadata ({path})") from None
+        try:
+            metadata = LedgerMetadata.from_bytes(data)
+        except MalformedMetadata as e:
+            raise MalformedMetadata(f"{path}: {e}") from e
+        if metadata.ledger_id != ledger_id:
+            raise MalformedMetadata(f"{path} holds the metadata of ledger "
+                                    f"{metadata.ledger_id}")
+        return Versioned(metadata, version)
+
+    def update(self, metadata: LedgerMetadata, expected_version: int) -> int:
+        """Write ``metadata`` if its record is still at ``expected_version``; return the
+        new version.  Raises BadVersion or NoSuchLedger."""
+        path = paths.ledger_path(metadata.ledger_id)
+        try:
+            return self.store.set(path, metadata.to_bytes(), expected_version)
+        except NoNode:
+            raise NoSuchLedger(f"ledger {metadata.ledger_id} has no metadata ({path}): "
+                               "it was deleted") from None
+
+    def delete(self, ledger_id: int, expected_version: int = ANY_VERSION) -> None:
+        """Delete the ledger's metadata (if at ``expected_version``).  Raises BadVersion
+        or NoSuchLedger."""
+        path = paths.ledger_path(ledger_id)
+        try:
+            self.store.delete(path, expected_version)
+        except NoNode:
+            raise NoSuchLedger(f"ledger {ledger_id} has no metadata ({path})") from None
+
+    def ledger_ids(self) -> list[int]:
+        """The ids of every ledger with metadata, ascending."""
+        try:
+            names = self.store.children(paths.LEDGERS)
+        except NoNode:
+            return []
+        return sorted(i for i in map(paths.ledger_id_of, names) if i is not None)
+
+    def watch(self, ledger_id: int, callback: Callable[[int], None]) -> Watch:
+        """Call ``callback(ledger_id)`` after every change of the ledger's metadata
+        (created, updated, deleted) until the watch is cancelled."""
+        return self.store.watch(paths.ledger_path(ledger_id), lambda _path: callback(ledger_id))

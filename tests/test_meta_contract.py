@@ -1,0 +1,586 @@
+"""The metadata store contract (pybk.meta.interface), tested once for every store.
+
+The ``stores`` fixture is parametrized over :data:`STORE_KINDS` (today the embedded store;
+the ZooKeeper store joins with its issue): each kind opens sessions on one shared store,
+so "close and open again" is a restart, and it tells a crash child how to open the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from pybk.errors import BadVersion, MetadataError, NodeExists, NoNode
+from pybk.meta import ANY_VERSION, MAX_DATA_BYTES, EmbeddedMetadataStore, MetadataStore
+from pybk.meta import paths
+
+pytestmark = pytest.mark.timeout(60)
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+WAIT_S = 10.0  # the longest any test waits for one thing to happen
+
+
+# -- the stores ----------------------------------------------------------------------
+
+class EmbeddedStores:
+    """Sessions on one embedded store directory; :meth:`close_all` closes every one."""
+
+    kind = "embedded"
+    single_session = True  # a second session on the directory is refused while one is open
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.location = str(tmp_path / "meta")
+        self._opened: list[MetadataStore] = []
+
+    def open(self) -> MetadataStore:
+        store = EmbeddedMetadataStore(self.location)
+        self._opened.append(store)
+        return store
+
+    def close_all(self) -> None:
+        for store in self._opened:
+            store.close()
+
+
+STORE_KINDS = {EmbeddedStores.kind: EmbeddedStores}
+
+
+def open_store(kind: str, location: str) -> MetadataStore:
+    """How a crash child opens a store of ``kind`` (the same one the test uses)."""
+    assert kind == EmbeddedStores.kind, kind
+    return EmbeddedMetadataStore(location)
+
+
+@pytest.fixture(params=sorted(STORE_KINDS))
+def stores(request, tmp_path):
+    group = STORE_KINDS[request.param](tmp_path)
+    yield group
+    group.close_all()
+
+
+@pytest.fixture
+def store(stores) -> MetadataStore:
+    return stores.open()
+
+
+# -- helpers -------------------------------------------------------------------------
+
+class Events:
+    """A watch callback that queues the paths it is called with."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[str] = queue.Queue()
+        self.threads: set[int] = set()
+
+    def __call__(self, path: str) -> None:
+        self.threads.add(threading.get_ident())
+        self._queue.put(path)
+
+    def next(self) -> str:
+        try:
+            return self._queue.get(timeout=WAIT_S)
+        except queue.Empty:
+            pytest.fail(f"no watch call within {WAIT_S} s")
+
+    def expect(self, *paths_: str) -> None:
+        assert [self.next() for _ in paths_] == list(paths_)
+
+    def assert_quiet(self, seconds: float = 0.2) -> None:
+        time.sleep(seconds)
+        assert self._queue.empty(), f"unexpected watch call on {self._queue.get()}"
+
+
+def run_threads(count: int, target, barrier: threading.Barrier | None = None) -> None:
+    """Run ``target(i)`` on ``count`` threads; re-raise the first failure; never leak one."""
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            target(i)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+            if barrier is not None:
+                barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 40
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    if barrier is not None:
+        barrier.abort()
+    assert not any(t.is_alive() for t in threads), "a worker thread did not finish"
+    if errors:
+        raise errors[0]
+
+
+# -- records and compare-and-set ---------------------------------------------------------
+
+def test_versions_start_at_zero_and_count_sets(store):
+    assert store.create("/r", b"v0") == 0
+    assert store.get("/r") == (b"v0", 0)
+    assert store.set("/r", b"v1", 0) == 1
+    assert store.set("/r", b"", 1) == 2
+    assert store.get("/r") == (b"", 2)
+    store.delete("/r", 2)
+    assert not store.exists("/r")
+    assert store.create("/r", b"again") == 0  # a new record starts over
+
+
+def test_create_on_a_taken_path_raises_node_exists(store):
+    store.create("/r", b"first")
+    with pytest.raises(NodeExists):
+        store.create("/r", b"second")
+    assert store.get("/r") == (b"first", 0)
+
+
+def test_missing_records_raise_no_node(store):
+    with pytest.raises(NoNode):
+        store.get("/missing")
+    with pytest.raises(NoNode):
+        store.set("/missing", b"x", 0)
+    with pytest.raises(NoNode):
+        store.delete("/missing", ANY_VERSION)
+    with pytest.raises(NoNode):
+        store.children("/missing")
+    assert not store.exists("/missing")
+    assert not store.exists("/missing")
+
+
+def test_stale_set_and_delete_raise_bad_version_and_change_nothing(store):
+    store.create("/r", b"v0")
+    store.set("/r", b"v1", 0)
+    with pytest.raises(BadVersion):
+        store.set("/r", b"stale", 0)
+    with pytest.raises(BadVersion):
+        store.set("/r", b"future", 5)
+    with pytest.raises(BadVersion):
+        store.delete("/r", 0)
+    assert store.get("/r") == (b"v1", 1)
+
+
+def test_any_version_skips_the_check(store):
+    store.create("/r", b"v0")
+    store.set("/r", b"v1", 0)
+    assert store.set("/r", b"v2", ANY_VERSION) == 2
+    store.delete("/r", ANY_VERSION)
+    assert not store.exists("/r")
+
+
+def test_create_makes_ancestors_and_children_lists_names(store):
+    store.create("/a/b/c", b"leaf")
+    assert store.get("/a") == (b"", 0)
+    assert store.get("/a/b") == (b"", 0)
+    for name in ("z", "m", "b2"):
+        store.create(f"/a/{name}", name.encode())
+    assert store.children("/a") == ["b", "b2", "m", "z"]
+    assert store.children("/a/b") == ["c"]
+    assert store.children("/a/b/c") == []
+    assert "a" in store.children("/")
+    assert store.exists("/") and store.exists("/a/b/c")
+    assert not store.exists("/a/b/c/d")
+    # a sibling whose name extends another's is not its child
+    store.create("/ab", b"")
+    assert store.children("/a") == ["b", "b2", "m", "z"]
+
+
+def test_delete_refuses_a_record_with_children(store):
+    store.create("/a/b", b"")
+    with pytest.raises(MetadataError, match="children"):
+        store.delete("/a", ANY_VERSION)
+    store.delete("/a/b", 0)
+    store.delete("/a", 0)
+    assert not store.exists("/a")
+
+
+@pytest.mark.parametrize("path", ["", "a", "a/b", "/a/", "//a", "/a//b", "/a/./b",
+                                  "/a/../b", "/a\0b", "/\ud800", "/" + "x" * 600, b"/a"])
+def test_invalid_paths_are_refused(store, path):
+    with pytest.raises(MetadataError):
+        store.create(path, b"")
+    with pytest.raises(MetadataError):
+        store.get(path)
+
+
+def test_the_root_is_not_a_record(store):
+    for call in (lambda: store.create("/", b""), lambda: store.get("/"),
+                 lambda: store.set("/", b"", 0), lambda: store.delete("/", 0)):
+        with pytest.raises(MetadataError, match="root"):
+            call()
+
+
+def test_invalid_data_and_versions_are_refused(store):
+    store.create("/r", b"")
+    with pytest.raises(MetadataError):
+        store.create("/big", b"x" * (MAX_DATA_BYTES + 1))
+    with pytest.raises(MetadataError):
+        store.set("/r", "text", 0)
+    for version in (-2, 1.0, True, "0"):
+        with pytest.raises(MetadataError):
+            store.set("/r", b"x", version)
+    assert store.create("/limit", bytearray(MAX_DATA_BYTES)) == 0
+    assert store.get("/limit") == (bytes(MAX_DATA_BYTES), 0)
+    assert store.get("/r") == (b"", 0)
+
+
+def test_records_versions_and_ids_survive_a_restart(stores):
+    store = stores.open()
+    store.create("/ledgers/L0000000001", b"one")
+    store.set("/ledgers/L0000000001", b"uno", 0)
+    store.create("/persistent", bytes(range(256)))
+    ids = [store.next_ledger_id() for _ in range(3)]
+    store.close()
+    store = stores.open()
+    assert store.get("/ledgers/L0000000001") == (b"uno", 1)
+    assert store.get("/persistent") == (bytes(range(256)), 0)
+    assert store.children("/ledgers") == ["L0000000001"]
+    assert store.next_ledger_id() > max(ids)
+
+
+# -- ledger ids ------------------------------------------------------------------------------
+
+def test_ledger_ids_are_unique_and_increasing_across_threads_and_restarts(stores):
+    store = stores.open()
+    first = [store.next_ledger_id() for _ in range(5)]
+    assert first == sorted(first) and len(set(first)) == 5
+    taken: list[list[int]] = [[] for _ in range(4)]
+    run_threads(4, lambda i: taken[i].extend(store.next_ledger_id() for _ in range(50)))
+    for ids in taken:
+        assert ids == sorted(ids)
+    every = first + [i for ids in taken for i in ids]
+    assert len(set(every)) == len(every)
+    store.close()
+    assert stores.open().next_ledger_id() > max(every)
+
+
+# -- ephemeral records and the bookie registry -------------------------------------------------
+
+def test_ephemeral_records_end_with_their_session(stores):
+    store = stores.open()
+    store.create("/eph/session", b"mine", ephemeral=True)
+    store.create("/eph/kept", b"persistent")
+    with pytest.raises(MetadataError, match="ephemeral"):
+        store.create("/eph/session/child", b"")
+    assert store.get("/eph/session") == (b"mine", 0)
+    store.close()
+    store = stores.open()
+    assert store.children("/eph") == ["kept"]
+
+
+def test_bookie_registry(store):
+    assert store.bookies() == []
+    store.register_bookie("b1:3181")
+    store.register_bookie("b2:3181")
+    store.register_bookie("b3:3181", read_only=True)
+    assert store.bookies() == ["b1:3181", "b2:3181", "b3:3181"]
+    assert store.bookies(read_only=False) == ["b1:3181", "b2:3181"]
+    assert store.bookies(read_only=True) == ["b3:3181"]
+    store.register_bookie("b1:3181", read_only=True)  # b1's disks filled up
+    store.register_bookie("b3:3181")                  # b3 has room again
+    store.register_bookie("b3:3181")                  # registering twice is harmless
+    assert store.bookies(read_only=False) == ["b2:3181", "b3:3181"]
+    assert store.bookies(read_only=True) == ["b1:3181"]
+    store.unregister_bookie("b2:3181")
+    store.unregister_bookie("b2:3181")
+    store.unregister_bookie("never-registered")
+    assert store.bookies() == ["b1:3181", "b3:3181"]
+    for bad in ("", "a/b", "readonly", ".."):
+        with pytest.raises(MetadataError):
+            store.register_bookie(bad)
+
+
+def test_registrations_end_with_the_session(stores):
+    store = stores.open()
+    store.register_bookie("b1:3181")
+    store.register_bookie("b2:3181", read_only=True)
+    store.create("/ledgers/L0000000000", b"metadata stays")
+    store.close()
+    store = stores.open()
+    assert store.bookies() == []
+    assert store.get("/ledgers/L0000000000") == (b"metadata stays", 0)
+
+
+def test_registry_changes_fire_watches(store):
+    available, read_only = Events(), Events()
+    store.watch(paths.AVAILABLE, available)
+    store.watch(paths.READONLY, read_only)
+    store.register_bookie("b1:3181")
+    available.next()
+    store.register_bookie("b1:3181", read_only=True)
+    read_only.next()
+    assert store.bookies(read_only=True) == ["b1:3181"]
+    store.unregister_bookie("b1:3181")
+    read_only.next()
+
+
+# -- watches ----------------------------------------------------------------------------------------
+
+def test_watch_fires_on_create_set_delete_and_children(store):
+    record, parent = Events(), Events()
+    store.create("/w", b"")
+    store.watch("/w/x", record)  # need not exist yet
+    store.watch("/w", parent)
+    store.create("/w/x", b"0")
+    record.expect("/w/x")
+    parent.expect("/w")
+    store.set("/w/x", b"1", 0)
+    record.expect("/w/x")
+    store.delete("/w/x", 1)
+    record.expect("/w/x")
+    parent.expect("/w")
+    store.set("/w", b"parent data", 0)
+    parent.expect("/w")
+    record.assert_quiet()
+    parent.assert_quiet()
+
+
+def test_watch_is_persistent_until_cancelled(store):
+    events = Events()
+    store.create("/w", b"")
+    watch = store.watch("/w", events)
+    for version in range(5):
+        store.set("/w", b"%d" % version, version)
+    events.expect(*["/w"] * 5)
+    watch.cancel()
+    watch.cancel()
+    assert not watch.active
+    store.set("/w", b"after", 5)
+    events.assert_quiet()
+
+
+def test_watch_callbacks_run_on_one_thread_in_commit_order(store):
+    events = Events()
+    names = [f"/o{i}" for i in range(4)]
+    for name in names:
+        store.watch(name, events)
+    expected = []
+    for step in range(40):
+        name = names[(step * 3) % len(names)]
+        if store.exists(name):
+            store.set(name, b"%d" % step, ANY_VERSION)
+        else:
+            store.create(name, b"%d" % step)
+        expected.append(name)
+    events.expect(*expected)
+    assert len(events.threads) == 1
+    assert threading.get_ident() not in events.threads
+
+
+def test_watch_callbacks_may_use_the_store_and_a_failing_one_harms_nothing(store):
+    later = Events()
+
+    def failing(_path: str) -> None:
+        raise RuntimeError("a broken callback")
+
+    def writing(_path: str) -> None:  # would deadlock if callbacks ran under a store lock
+        if not store.exists("/echo"):
+            store.create("/echo", store.get("/trigger")[0])
+
+    store.watch("/trigger", failing)
+    store.watch("/trigger", writing)
+    store.watch("/echo", later)
+    store.create("/trigger", b"ping")
+    later.expect("/echo")
+    assert store.get("/echo") == (b"ping", 0)
+
+
+# -- concurrency ------------------------------------------------------------------------------------
+
+def test_concurrent_compare_and_set_exactly_one_wins_per_version(store):
+    threads, rounds = 6, 25
+    store.create("/race", b"start")
+    barrier = threading.Barrier(threads)
+    winners: list[list[int]] = [[] for _ in range(rounds)]
+
+    def contend(i: int) -> None:
+        for r in range(rounds):
+            barrier.wait(WAIT_S)
+            _data, version = store.get("/race")
+            assert version == r
+            barrier.wait(WAIT_S)  # everyone read version r; now all try to move it on
+            try:
+                assert store.set("/race", b"%d won %d" % (i, r), version) == r + 1
+                winners[r].append(i)
+            except BadVersion:
+                pass
+            barrier.wait(WAIT_S)
+
+    run_threads(threads, contend, barrier)
+    assert all(len(w) == 1 for w in winners), winners
+    assert store.get("/race") == (b"%d won %d" % (winners[-1][0], rounds - 1), rounds)
+
+
+def test_concurrent_read_modify_write_loses_no_update(store):
+    threads, increments = 4, 40
+    store.create("/counter", b"0")
+
+    def increment(_i: int) -> None:
+        done = 0
+        while done < increments:
+            data, version = store.get("/counter")
+            try:
+                store.set("/counter", b"%d" % (int(data) + 1), version)
+                done += 1
+            except BadVersion:
+                continue
+
+    run_threads(threads, increment)
+    total = threads * increments
+    assert store.get("/counter") == (b"%d" % total, total)
+
+
+# -- life cycle ----------------------------------------------------------------------------------------
+
+def test_a_closed_store_refuses_every_call(stores):
+    with stores.open() as store:
+        store.create("/r", b"")
+    store.close()  # twice is harmless
+    for call in (lambda: store.get("/r"), lambda: store.create("/s", b""),
+                 lambda: store.set("/r", b"", 0), lambda: store.delete("/r", 0),
+                 lambda: store.children("/"), lambda: store.exists("/r"),
+                 store.next_ledger_id, lambda: store.watch("/r", print),
+                 lambda: store.register_bookie("b1"), store.bookies):
+        with pytest.raises(MetadataError, match="closed"):
+            call()
+
+
+def test_close_stops_watches(stores):
+    store = stores.open()
+    events = Events()
+    watch = store.watch("/w", events)
+    store.create("/w", b"")
+    events.expect("/w")
+    store.close()
+    assert not watch.active
+    assert not any(t.name.startswith("pybk-meta-watch") and t.is_alive()
+                   for t in threading.enumerate())
+
+
+# -- crashes -----------------------------------------------------------------------------------------
+
+CRASH_PATH = "/crash/record"
+CRASH_ROUNDS = 6
+
+CHILD = """
+import os, sys
+sys.path.insert(0, {tests!r})
+from test_meta_contract import CRASH_PATH, open_store, payload
+from pybk.errors import NodeExists
+
+store = open_store(sys.argv[1], sys.argv[2])  # never closed: the child ends by SIGKILL
+acks = os.open(sys.argv[3], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+store.register_bookie("crash-child:3181")
+try:
+    store.create(CRASH_PATH, payload(0))
+except NodeExists:
+    pass
+while True:
+    data, version = store.get(CRASH_PATH)
+    assert data == payload(version), version
+    assert store.set(CRASH_PATH, payload(version + 1), version) == version + 1
+    os.write(acks, b"%d %d\\n" % (version + 1, store.next_ledger_id()))
+""".format(tests=TESTS)
+
+
+def payload(version: int) -> bytes:
+    """About 4 KiB derived from the version alone: a torn or mixed record cannot pass."""
+    return b"%d:" % version + hashlib.sha256(b"%d" % version).digest() * 128
+
+
+def read_acks(path: Path) -> list[tuple[int, int]]:
+    """(version, ledger id) of every finished line the child wrote."""
+    try:
+        lines = path.read_bytes().split(b"\n")[:-1]
+    except FileNotFoundError:
+        return []
+    return [tuple(map(int, line.split())) for line in lines]
+
+
+@pytest.fixture
+def children():
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=WAIT_S)
+
+
+def test_kill_minus_nine_during_compare_and_set_leaves_a_consistent_record(stores, tmp_path,
+                                                                           children):
+    """A child sets a 4 KiB record in a CAS loop (and takes a ledger id per step) and is
+    SIGKILLed at random moments: every reopen finds the record whole at the last
+    acknowledged version or the one after, ids never repeat, and the dead session's
+    bookie registration is gone."""
+    acks_path = tmp_path / "acks"
+    rng = random.Random(20240611)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    for round_no in range(CRASH_ROUNDS):
+        before = len(read_acks(acks_path))
+        stderr = open(tmp_path / f"child-{round_no}.stderr", "wb")
+        with stderr:
+            child = subprocess.Popen([sys.executable, "-c", CHILD, stores.kind,
+                                      stores.location, str(acks_path)], env=env,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=stderr)
+        children.append(child)
+        deadline = time.monotonic() + WAIT_S * 3
+        while len(read_acks(acks_path)) < before + 20:
+            assert child.poll() is None, (tmp_path / f"child-{round_no}.stderr").read_text()
+            assert time.monotonic() < deadline, "the child made no progress"
+            time.sleep(0.01)
+        if stores.single_session:
+            with pytest.raises(MetadataError, match="locked"):
+                stores.open()
+        time.sleep(rng.uniform(0.0, 0.1))
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=WAIT_S) == -signal.SIGKILL
+        acks = read_acks(acks_path)
+        last_version = acks[-1][0]
+        store = stores.open()
+        try:
+            data, version = store.get(CRASH_PATH)
+            assert last_version <= version <= last_version + 1
+            assert data == payload(version)
+            assert store.next_ledger_id() > max(ledger_id for _v, ledger_id in acks)
+            assert store.bookies() == []
+        finally:
+            store.close()
+    versions = [v for v, _id in read_acks(acks_path)]
+    assert versions == sorted(set(versions))  # no version was acknowledged twice
+
+
+# -- embedded store specifics ---------------------------------------------------------------------------
+
+def test_embedded_refuses_a_second_store_on_its_directory(tmp_path):
+    with EmbeddedMetadataStore(tmp_path / "meta"):
+        with pytest.raises(MetadataError, match="locked"):
+            EmbeddedMetadataStore(tmp_path / "meta")
+    with EmbeddedMetadataStore(tmp_path / "meta") as store:  # free again once closed
+        store.create("/r", b"")
+
+
+def test_embedded_refuses_an_unknown_format(tmp_path):
+    EmbeddedMetadataStore(tmp_path / "meta").close()
+    env = lmdb.open(str(tmp_path / "meta"), max_dbs=3)
+    with env.begin(write=True) as txn:
+        txn.put(b"format", b"\x00\x63", db=env.open_db(b"meta", txn=txn))
+    env.close()
+    with pytest.raises(MetadataError, match="format 0063"):
+        EmbeddedMetadataStore(tmp_path / "meta")
+    # the failed open released the directory
+    with pytest.raises(MetadataError, match="format"):
+        EmbeddedMetadataStore(tmp_path / "meta")
