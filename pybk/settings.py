@@ -214,3 +214,24 @@ def _validate(s: ServerSettings) -> None:
              "at least twice maxEntrySizeBytes")
     _require(s.writeCacheMaxSizeMb * _MIB >= 4 * s.maxEntrySizeBytes, "writeCacheMaxSizeMb",
              s.writeCacheMaxSizeMb, "at least 4 times maxEntrySizeBytes (in MiB)")
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Settings of a ledger client, named as in BookKeeper's client configuration."""
+
+    #: Seconds a bookie has to acknowledge an add before it is replaced (ensemble change).
+    addEntryTimeout: float = 10.0
+    #: Seconds a bookie has to answer a read before the next bookie is asked.
+    readTimeout: float = 5.0
+    #: An idle writer sends its LAC to the bookies this many milliseconds after its last
+    #: add (0: never), so that readers see the last entry without waiting for the next.
+    #: BookKeeper's default is 0; pybk's readers long-poll on it, hence a short default.
+    explicitLacInterval: int = 50
+
+    def __post_init__(self) -> None:
+        _require(self.addEntryTimeout > 0, "addEntryTimeout", self.addEntryTimeout,
+                 "greater than 0")
+        _require(self.readTimeout > 0, "readTimeout", self.readTimeout, "greater than 0")
+        _require(self.explicitLacInterval >= 0, "explicitLacInterval",
+                 self.explicitLacInterval, "0 or more")

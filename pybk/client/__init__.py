@@ -1,0 +1,9 @@
+"""The ledger client: BookKeeper's replication protocol over any transport.
+
+Start with :class:`BookKeeper`.
+"""
+
+from pybk.client.bookkeeper import BookKeeper
+from pybk.client.ledger import LedgerEntry, LedgerHandle
+
+__all__ = ["BookKeeper", "LedgerEntry", "LedgerHandle"]

@@ -1,0 +1,192 @@
+"""``pybk.BookKeeper``: create, open, delete and list ledgers.
+
+A client needs a metadata store (:mod:`pybk.meta`) and a way to reach bookies (a
+``bookie id -> BookieClient`` mapping, :mod:`pybk.client.transport`).
+:meth:`BookKeeper.in_process` builds one over bookies of this process.
+
+Threads: one timer thread per client times out adds and sends explicit LACs for idle
+writers; one worker thread runs ensemble changes (they block on the metadata store and
+must not run on a bookie's completion thread).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Mapping
+
+from pybk.client.ledger import LedgerHandle
+from pybk.client.recovery import recover
+from pybk.client.transport import BookieClient, InProcessBookieClient
+from pybk.errors import BookieUnavailable, NotEnoughBookies, Unauthorized
+from pybk.meta.interface import MetadataStore
+from pybk.meta.ledger_metadata import DigestType, LedgerState
+from pybk.meta.ledgers import LedgerManager
+from pybk.settings import ClientSettings
+from pybk.storage import Bookie
+
+log = logging.getLogger(__name__)
+
+_TICK_S = 0.05
+
+
+class BookKeeper:
+    """A ledger client.  Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, metadata: MetadataStore, bookies: Mapping[str, BookieClient]
+                 | Callable[[str], BookieClient], settings: ClientSettings | None = None,
+                 available_bookies: Callable[[], list[str]] | None = None) -> None:
+        self.settings = settings or ClientSettings()
+        self.metadata = metadata
+        self.ledger_manager = LedgerManager(metadata)
+        if callable(bookies):
+            self._lookup, known = bookies, None
+        else:
+            known = dict(bookies)
+            self._lookup = lambda bookie_id: _lookup(known, bookie_id)
+        self._available = available_bookies or (
+            (lambda: sorted(known)) if known is not None else
+            (lambda: metadata.bookies(read_only=False)))
+        self._writers: set[LedgerHandle] = set()
+        self._writers_lock = threading.Lock()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pybk-client")
+        self._stop = threading.Event()
+        self._timer = threading.Thread(target=self._tick_loop, name="pybk-client-timer",
+                                       daemon=True)
+        self._timer.start()
+
+    @classmethod
+    def in_process(cls, bookies: Mapping[str, Bookie], metadata: MetadataStore,
+                   settings: ClientSettings | None = None) -> "BookKeeper":
+        """A client over bookies of this process (called directly, no serialization)."""
+        return cls(metadata, {bookie_id: InProcessBookieClient(bookie_id, bookie)
+                              for bookie_id, bookie in bookies.items()}, settings)
+
+    def __enter__(self) -> "BookKeeper":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- ledgers ------------------------------------------------------------------
+
+    def create_ledger(self, ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
+                      digest: str | DigestType = "crc32c", password: bytes = b"",
+                      custom_metadata: Mapping[str, bytes] | None = None) -> LedgerHandle:
+        """A new ledger, open for writing.  E >= Qw >= Qa >= 1 or InvalidLedgerMetadata."""
+        digest_type = _digest_type(digest)
+        bookies = self._choose(ensemble, exclude=set())
+        versioned = self.ledger_manager.create_ledger(bookies, write_quorum, ack_quorum,
+                                                      digest_type, password, custom_metadata)
+        return LedgerHandle(self, versioned, password, writable=True)
+
+    def open_ledger(self, ledger_id: int, password: bytes = b"",
+                    recovery: bool = True) -> LedgerHandle:
+        """Open a ledger for reading.
+
+        ``recovery=True`` fences the ledger and closes it at its last recoverable entry
+        (the writer, if alive, can add no more); ``recovery=False`` reads up to the LAC
+        without disturbing the writer.
+        """
+        versioned = self.ledger_manager.read(ledger_id)
+        if not versioned.metadata.check_password(password):
+            raise Unauthorized(f"wrong password for ledger {ledger_id}")
+        if recovery:
+            versioned = recover(self, versioned, password)
+        metadata = versioned.metadata
+        lac = metadata.last_entry_id if metadata.state is LedgerState.CLOSED else -1
+        handle = LedgerHandle(self, versioned, password, writable=False,
+                              last_add_confirmed=lac)
+        if metadata.state is LedgerState.CLOSED:
+            handle._confirmed_length = metadata.length or 0
+        else:
+            handle.read_last_add_confirmed()
+        return handle
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Delete a ledger's metadata, then its entries on every bookie that held some."""
+        metadata = self.ledger_manager.read(ledger_id).metadata
+        self.ledger_manager.delete(ledger_id)
+        holders = {b for fragment in metadata.fragments for b in fragment.ensemble}
+        for bookie_id in sorted(holders):
+            try:
+                self.bookie_client(bookie_id).delete_ledger(ledger_id).result(
+                    timeout=self.settings.addEntryTimeout)
+            except Exception as e:  # the bookie's own GC removes it later
+                log.warning("ledger %d: bookie %s did not delete it now: %s", ledger_id,
+                            bookie_id, e)
+
+    def list_ledgers(self) -> list[int]:
+        return self.ledger_manager.ledger_ids()
+
+    # -- bookies ------------------------------------------------------------------
+
+    def bookie_client(self, bookie_id: str) -> BookieClient:
+        return self._lookup(bookie_id)
+
+    def choose_replacements(self, count: int, exclude: set[str]) -> list[str]:
+        """``count`` writable bookies outside ``exclude`` (NotEnoughBookies if too few)."""
+        return self._choose(count, exclude)
+
+    def _choose(self, count: int, exclude: set[str]) -> list[str]:
+        candidates = [b for b in self._available() if b not in exclude]
+        if len(candidates) < count:
+            raise NotEnoughBookies(f"need {count} writable bookies besides {sorted(exclude)}, "
+                                   f"have {len(candidates)}: {candidates}")
+        return random.sample(candidates, count)
+
+    @staticmethod
+    def master_key(password: bytes) -> bytes:
+        """The key bookies check on every write (BookKeeper's: SHA-1 of "ledger" + password)."""
+        return hashlib.sha1(b"ledger" + password).digest()
+
+    # -- background work ----------------------------------------------------------
+
+    def _run_in_background(self, fn: Callable[[], None]) -> None:
+        self._worker.submit(fn)
+
+    def _register_writer(self, handle: LedgerHandle) -> None:
+        with self._writers_lock:
+            self._writers.add(handle)
+
+    def _unregister_writer(self, handle: LedgerHandle) -> None:
+        with self._writers_lock:
+            self._writers.discard(handle)
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(_TICK_S):
+            with self._writers_lock:
+                writers = list(self._writers)
+            now = time.monotonic()
+            for handle in writers:
+                try:
+                    handle._tick(now)
+                except Exception:
+                    log.exception("ledger %d: timer work failed", handle.id)
+
+    def close(self) -> None:
+        """Stop the client's threads (open handles are not closed)."""
+        self._stop.set()
+        self._timer.join()
+        self._worker.shutdown(wait=True)
+
+
+def _lookup(known: dict[str, BookieClient], bookie_id: str) -> BookieClient:
+    client = known.get(bookie_id)
+    if client is None:
+        raise BookieUnavailable(f"bookie {bookie_id} is unknown to this client")
+    return client
+
+
+def _digest_type(digest: str | DigestType) -> DigestType:
+    if isinstance(digest, DigestType):
+        return digest
+    try:
+        return DigestType[digest.upper()]
+    except KeyError:
+        raise ValueError(f"digest must be one of {[d.name.lower() for d in DigestType]}, "
+                         f"not {digest!r}") from None

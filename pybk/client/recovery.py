@@ -1,0 +1,195 @@
+"""Fencing and recovery: how a reader takes a ledger from a writer that may be dead.
+
+Exactly DESIGN.md's procedure:
+
+1. CAS the metadata to IN_RECOVERY (already IN_RECOVERY: another recoverer is at work;
+   go on as well; CLOSED: nothing to do).
+2. Fence every bookie of the last fragment by reading its last entry with the fence flag
+   (the bookie persists the fence before answering).  Fencing is complete when, for every
+   write set of the ensemble, fewer than Qa of its bookies are still without a valid
+   answer (an entry, NoSuchEntry and NoSuchLedger all count).  All replies in and coverage
+   unmet: recovery fails.  The old writer can no longer reach Qa on any write set.
+3. Start at max(highest LAC answered, first entry of the last fragment - 1) + 1 and read
+   forward, entry by entry, *with the fence flag* (so that the old writer cannot slip an
+   entry in behind us).  One digest-valid copy means the entry is present; it is absent
+   once (Qw - Qa) + 1 bookies of its write set said they do not have it.  Anything else is
+   unknown and recovery fails (to be retried).
+4. Re-write every present entry to its whole write set with the recovery flag (a fenced
+   bookie accepts those), waiting for Qa acknowledgements.
+5. CAS the metadata to CLOSED with the last present entry.  If another recoverer closed
+   it first, adopt its result: all recoverers converge on one last entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING
+
+from pybk.client.digest import DecodedEntry, DigestManager
+from pybk.errors import (BadVersion, BookKeeperError, DigestMismatch, LedgerRecoveryError,
+                         NoSuchEntry, NoSuchLedger)
+from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
+from pybk.meta.ledgers import Versioned
+from pybk.storage import LAST_ENTRY
+
+if TYPE_CHECKING:
+    from pybk.client.bookkeeper import BookKeeper
+
+log = logging.getLogger(__name__)
+
+_NO_ENTRY = (NoSuchEntry, NoSuchLedger)
+
+
+def recover(bk: "BookKeeper", versioned: Versioned, password: bytes) -> Versioned:
+    """Fence and recover a ledger; returns its CLOSED metadata and version."""
+    metadata, version = versioned
+    while metadata.state is LedgerState.OPEN:
+        try:
+            in_recovery = dataclasses.replace(metadata, state=LedgerState.IN_RECOVERY)
+            version = bk.ledger_manager.update(in_recovery, version)
+            metadata = in_recovery
+        except BadVersion:
+            metadata, version = bk.ledger_manager.read(metadata.ledger_id)
+    if metadata.state is LedgerState.CLOSED:
+        return Versioned(metadata, version)
+    recovery = _Recovery(bk, metadata, password)
+    last_entry, length = recovery.run()
+    return _close(bk, metadata, version, last_entry, length)
+
+
+class _Recovery:
+    def __init__(self, bk: "BookKeeper", metadata: LedgerMetadata, password: bytes) -> None:
+        self._bk = bk
+        self._md = metadata
+        self._id = metadata.ledger_id
+        self._digest = DigestManager(self._id, metadata.digest_type, password)
+        self._key = bk.master_key(password)
+        self._timeout = bk.settings.readTimeout
+
+    def run(self) -> tuple[int, int]:
+        """(last entry id, ledger length) after fencing and re-replicating."""
+        highest_lac = self._fence_and_read_lac()
+        first_of_last = self._md.fragments[-1].first_entry_id
+        entry_id = max(highest_lac, first_of_last - 1) + 1
+        last, length = entry_id - 1, 0
+        if last >= 0:
+            confirmed = self._read_present(last)
+            if confirmed is None:
+                raise LedgerRecoveryError(f"ledger {self._id}: entry {last}, confirmed "
+                                          "before, is on no bookie")
+            length = confirmed.length
+        while True:
+            found = self._read_present(entry_id)
+            if found is None:
+                break
+            self._replicate(entry_id, found)
+            last, length = entry_id, found.length
+            entry_id += 1
+        log.info("ledger %d recovered: last entry %d, %d bytes", self._id, last, length)
+        return last, length
+
+    # step 2
+    def _fence_and_read_lac(self) -> int:
+        ensemble = self._md.fragments[-1].ensemble
+        futures = {b: self._bk.bookie_client(b).read(self._id, LAST_ENTRY, True, self._key)
+                   for b in ensemble}
+        answered: set[str] = set()
+        highest = -1
+        deadline = time.monotonic() + self._timeout
+        for bookie_id, future in futures.items():
+            try:
+                data = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                entry = self._digest.decode(_entry_id_of(data), data)
+            except _NO_ENTRY:
+                answered.add(bookie_id)
+                continue
+            except (BookKeeperError, FutureTimeout) as e:
+                log.warning("ledger %d: fencing bookie %s failed: %s", self._id, bookie_id, e)
+                continue
+            answered.add(bookie_id)
+            highest = max(highest, entry.last_add_confirmed)
+        if not self._covered(ensemble, answered):
+            raise LedgerRecoveryError(
+                f"ledger {self._id}: could not fence enough bookies (answers from "
+                f"{sorted(answered)} of {list(ensemble)}; every write set needs fewer than "
+                f"Qa={self._md.ack_quorum_size} without an answer)")
+        return highest
+
+    def _covered(self, ensemble: tuple[str, ...], answered: set[str]) -> bool:
+        e, qw, qa = len(ensemble), self._md.write_quorum_size, self._md.ack_quorum_size
+        for start in range(e):
+            write_set = [ensemble[(start + i) % e] for i in range(qw)]
+            if sum(b not in answered for b in write_set) >= qa:
+                return False
+        return True
+
+    # step 3
+    def _read_present(self, entry_id: int) -> DecodedEntry | None:
+        """The entry if present, None if absent; raises if it cannot be decided."""
+        write_set = self._md.write_set(entry_id)
+        futures = [(b, self._bk.bookie_client(b).read(self._id, entry_id, True, self._key))
+                   for b in write_set]
+        absent_needed = self._md.write_quorum_size - self._md.ack_quorum_size + 1
+        absent, errors = 0, []
+        deadline = time.monotonic() + self._timeout
+        for bookie_id, future in futures:
+            try:
+                data = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                return self._digest.decode(entry_id, data)
+            except _NO_ENTRY:
+                absent += 1
+            except DigestMismatch as e:
+                log.warning("ledger %d entry %d: bad copy on %s: %s", self._id, entry_id,
+                            bookie_id, e)
+                errors.append(e)
+            except (BookKeeperError, FutureTimeout) as e:
+                errors.append(e)
+        if absent >= absent_needed:
+            return None
+        raise LedgerRecoveryError(
+            f"ledger {self._id}: cannot tell whether entry {entry_id} exists ({absent} of "
+            f"{len(write_set)} bookies said no, {absent_needed} needed; errors: {errors})")
+
+    # step 4
+    def _replicate(self, entry_id: int, entry: DecodedEntry) -> None:
+        raw = self._digest.encode(entry_id, entry.last_add_confirmed, entry.length, entry.data)
+        futures: list[Future] = [
+            self._bk.bookie_client(b).add(self._id, entry_id, raw, self._key, recovery=True)
+            for b in self._md.write_set(entry_id)]
+        acks = 0
+        deadline = time.monotonic() + self._bk.settings.addEntryTimeout
+        for future in futures:
+            try:
+                future.result(timeout=max(0.0, deadline - time.monotonic()))
+                acks += 1
+            except (BookKeeperError, FutureTimeout) as e:
+                log.warning("ledger %d: re-replicating entry %d: %s", self._id, entry_id, e)
+        if acks < self._md.ack_quorum_size:
+            raise LedgerRecoveryError(f"ledger {self._id}: entry {entry_id} reached only "
+                                      f"{acks} bookies while recovering")
+
+
+# step 5
+def _close(bk: "BookKeeper", metadata: LedgerMetadata, version: int, last_entry: int,
+           length: int) -> Versioned:
+    while True:
+        closed = dataclasses.replace(metadata, state=LedgerState.CLOSED,
+                                     last_entry_id=last_entry, length=length)
+        try:
+            return Versioned(closed, bk.ledger_manager.update(closed, version))
+        except BadVersion:
+            metadata, version = bk.ledger_manager.read(metadata.ledger_id)
+            if metadata.state is LedgerState.CLOSED:
+                if metadata.last_entry_id != last_entry:
+                    log.info("ledger %d: another recoverer closed it at entry %d (we found "
+                             "%d); adopting its result", metadata.ledger_id,
+                             metadata.last_entry_id, last_entry)
+                return Versioned(metadata, version)
+
+
+def _entry_id_of(data: bytes) -> int:
+    return int.from_bytes(data[8:16], "big") if len(data) >= 16 else -1

@@ -1,0 +1,216 @@
+"""How the ledger client reaches bookies: one small interface returning futures.
+
+:class:`BookieClient` is everything the protocol needs from one bookie.  Two kinds plug
+in: :class:`InProcessBookieClient` calls a :class:`pybk.storage.Bookie` in this process
+directly (no serialization: an application hosting a bookie writes to itself this way),
+and the ZeroMQ client of :mod:`pybk.cluster`.  :class:`FaultyBookieClient` wraps either
+to fail, delay or drop operations, so that tests drive quorum, fencing and recovery
+deterministically.
+
+Every method returns a :class:`concurrent.futures.Future` and never blocks on I/O; a
+future's exception is a :class:`pybk.errors.BookKeeperError`.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pybk.errors import BookieUnavailable, BookKeeperError
+from pybk.storage import LAST_ENTRY, Bookie
+
+
+class BookieClient(abc.ABC):
+    """The operations of one bookie, asynchronous."""
+
+    bookie_id: str
+
+    @abc.abstractmethod
+    def add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+            recovery: bool = False) -> Future:
+        """Store an entry; the future completes (None) once it is durable on the bookie."""
+
+    @abc.abstractmethod
+    def read(self, ledger_id: int, entry_id: int, fence: bool = False,
+             master_key: bytes = b"") -> Future:
+        """The entry's bytes; ``entry_id=LAST_ENTRY`` reads the last one the bookie holds.
+
+        With ``fence``, the bookie fences the ledger (durably) before reading.
+        """
+
+    @abc.abstractmethod
+    def read_lac(self, ledger_id: int) -> Future:
+        """The highest LAC the bookie knows for the ledger (piggybacked or explicit)."""
+
+    @abc.abstractmethod
+    def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> Future:
+        """Record an explicit LAC (an idle writer's way to advance readers)."""
+
+    @abc.abstractmethod
+    def delete_ledger(self, ledger_id: int) -> Future:
+        """Delete the ledger's entries on the bookie (its metadata is already gone)."""
+
+
+def _completed(fn: Callable[[], object]) -> Future:
+    """A future already completed with ``fn()``'s result or its BookKeeperError."""
+    future: Future = Future()
+    try:
+        future.set_result(fn())
+    except BookKeeperError as e:
+        future.set_exception(e)
+    return future
+
+
+class InProcessBookieClient(BookieClient):
+    """Calls a bookie of this process directly."""
+
+    def __init__(self, bookie_id: str, bookie: Bookie) -> None:
+        self.bookie_id = bookie_id
+        self._bookie = bookie
+
+    def add(self, ledger_id, entry_id, entry, master_key, recovery=False):
+        future: Future = Future()
+
+        def done(error: BaseException | None) -> None:
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+        try:
+            self._bookie.add_entry_async(ledger_id, entry_id, entry, master_key,
+                                         recovery=recovery, callback=done)
+        except BookKeeperError as e:
+            future.set_exception(e)
+        return future
+
+    def read(self, ledger_id, entry_id, fence=False, master_key=b""):
+        if not fence:
+            return _completed(lambda: self._bookie.read_entry(ledger_id, entry_id))
+        future: Future = Future()
+
+        def after_fence(fenced: Future) -> None:
+            error = fenced.exception()
+            if error is not None:
+                future.set_exception(error)
+                return
+            try:
+                future.set_result(self._bookie.read_entry(ledger_id, entry_id))
+            except BookKeeperError as e:
+                future.set_exception(e)
+
+        try:
+            self._bookie.fence(ledger_id, master_key).add_done_callback(after_fence)
+        except BookKeeperError as e:
+            future.set_exception(e)
+        return future
+
+    def read_lac(self, ledger_id):
+        return _completed(lambda: self._bookie.read_lac(ledger_id))
+
+    def write_lac(self, ledger_id, lac, master_key):
+        try:
+            return self._bookie.set_explicit_lac(ledger_id, lac, master_key)
+        except BookKeeperError as e:
+            return _failed(e)
+
+
+    def delete_ledger(self, ledger_id):
+        return _completed(lambda: self._bookie.delete_ledger(ledger_id))
+
+
+@dataclass
+class Faults:
+    """What to do to the operations of one bookie (tests set these while running).
+
+    ``fail``: operation names ("add", "read", "read_lac", "write_lac", "delete_ledger")
+    that fail at once
+    with ``error``; ``drop``: names whose futures never complete (a lost reply);
+    ``delay_s``: seconds before any reply; ``unreachable``: every call fails with
+    BookieUnavailable.  ``only_entries`` limits fail/drop of add and read to those ids.
+    """
+
+    fail: set[str] = field(default_factory=set)
+    drop: set[str] = field(default_factory=set)
+    delay_s: float = 0.0
+    unreachable: bool = False
+    only_entries: set[int] | None = None
+    error: Callable[[], BookKeeperError] = lambda: BookKeeperError("injected failure")
+
+
+class FaultyBookieClient(BookieClient):
+    """Wraps a client and applies :class:`Faults` to its operations."""
+
+    def __init__(self, inner: BookieClient, faults: Faults | None = None) -> None:
+        self.inner = inner
+        self.bookie_id = inner.bookie_id
+        self.faults = faults or Faults()
+        self._timers: list[threading.Timer] = []
+
+    def _apply(self, name: str, entry_id: int | None, call: Callable[[], Future]) -> Future:
+        faults = self.faults
+        targeted = entry_id is None or faults.only_entries is None \
+            or entry_id in faults.only_entries
+        if faults.unreachable:
+            return _failed(BookieUnavailable(f"bookie {self.bookie_id} is unreachable"))
+        if name in faults.fail and targeted:
+            return _failed(faults.error())
+        if name in faults.drop and targeted:
+            return Future()  # never completes: the caller's timeout must handle it
+        if faults.delay_s <= 0:
+            return call()
+        delayed: Future = Future()
+
+        def forward() -> None:
+            _chain(call(), delayed)
+
+        timer = threading.Timer(faults.delay_s, forward)
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+        return delayed
+
+    def add(self, ledger_id, entry_id, entry, master_key, recovery=False):
+        return self._apply("add", entry_id, lambda: self.inner.add(
+            ledger_id, entry_id, entry, master_key, recovery))
+
+    def read(self, ledger_id, entry_id, fence=False, master_key=b""):
+        return self._apply("read", entry_id, lambda: self.inner.read(
+            ledger_id, entry_id, fence, master_key))
+
+    def read_lac(self, ledger_id):
+        return self._apply("read_lac", None, lambda: self.inner.read_lac(ledger_id))
+
+    def write_lac(self, ledger_id, lac, master_key):
+        return self._apply("write_lac", None, lambda: self.inner.write_lac(
+            ledger_id, lac, master_key))
+
+    def delete_ledger(self, ledger_id):
+        return self._apply("delete_ledger", None, lambda: self.inner.delete_ledger(ledger_id))
+
+    def cancel_timers(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+
+
+def _failed(error: BookKeeperError) -> Future:
+    future: Future = Future()
+    future.set_exception(error)
+    return future
+
+
+def _chain(source: Future, target: Future) -> None:
+    def copy(done: Future) -> None:
+        error = done.exception()
+        if error is not None:
+            target.set_exception(error)
+        else:
+            target.set_result(done.result())
+    source.add_done_callback(copy)
+
+
+__all__ = ["BookieClient", "InProcessBookieClient", "FaultyBookieClient", "Faults",
+           "LAST_ENTRY"]
