@@ -1,12 +1,15 @@
 """pybk: Apache BookKeeper's replicated log storage, in Python.
 
-Layers, bottom up: :mod:`pybk.storage` (the bookie storage engine), then metadata, the
-ledger client, the cluster and logs (see the README).
+Layers, bottom up: :mod:`pybk.storage` (the bookie storage engine), :mod:`pybk.meta`
+(metadata stores), :mod:`pybk.client` (the ledger protocol); the cluster and logs follow
+(see the README).
 """
 
+from pybk.client import BookKeeper
 from pybk.errors import BookKeeperError
-from pybk.settings import ServerSettings
+from pybk.settings import ClientSettings, ServerSettings
 
 __version__ = "0.1.0"
 
-__all__ = ["BookKeeperError", "ServerSettings", "__version__"]
+__all__ = ["BookKeeper", "BookKeeperError", "ClientSettings", "ServerSettings",
+           "__version__"]
