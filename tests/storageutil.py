@@ -41,3 +41,16 @@ class CountingIO(FileIO):
         if os.readlink(f"/proc/self/fd/{fd}").endswith(".txn"):
             self.journal_syncs += 1
         super().fdatasync(fd)
+
+
+class JournalWriteFailure(FileIO):
+    """Fails journal writes with ``error_number`` (e.g. ENOSPC, EIO) once armed."""
+
+    def __init__(self, error_number: int) -> None:
+        self.error_number = error_number
+        self.armed = False
+
+    def write_all(self, fd: int, buffers):
+        if self.armed and os.readlink(f"/proc/self/fd/{fd}").endswith(".txn"):
+            raise OSError(self.error_number, os.strerror(self.error_number))
+        return super().write_all(fd, buffers)

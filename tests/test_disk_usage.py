@@ -4,14 +4,13 @@ low-water mark.  Disk usage is injected (a fault hook); everything else is real.
 from __future__ import annotations
 
 import errno
-import os
 import time
 
 import pytest
 
 from conftest import KEY, entry
+from storageutil import JournalWriteFailure
 from pybk.errors import BookieClosed, BookieReadOnly, DiskFull
-from pybk.storage.fileio import FileIO
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -74,20 +73,9 @@ def test_shuts_down_when_read_only_mode_is_disabled(bookie_factory, settings_fac
         bookie.add_entry(1, 0, entry(1, 0), KEY)
 
 
-class NoSpaceIO(FileIO):
-    """Fails journal writes with ENOSPC once armed (a full disk)."""
-
-    armed = False
-
-    def write_all(self, fd, buffers):
-        if self.armed and os.readlink(f"/proc/self/fd/{fd}").endswith(".txn"):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return super().write_all(fd, buffers)
-
-
 def test_enospc_in_the_journal_fails_adds_with_disk_full_and_keeps_acknowledged_data(
         bookie_factory, settings_factory):
-    io = NoSpaceIO()
+    io = JournalWriteFailure(errno.ENOSPC)
     settings = settings_factory()
     bookie = bookie_factory(settings, io=io)
     bookie.add_entry(1, 0, entry(1, 0), KEY)

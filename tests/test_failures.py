@@ -11,6 +11,7 @@ from concurrent.futures import CancelledError
 import pytest
 
 from conftest import KEY, entry
+from storageutil import JournalWriteFailure
 from pybk.errors import BookKeeperError, CorruptData, NoSuchEntry
 from pybk.storage.fileio import FileIO
 from pybk.storage.entrylog import Location
@@ -96,20 +97,9 @@ def test_blocking_calls_from_a_callback_are_refused_before_acting(bookie, call):
     assert bookie.ledger_exists(1) and not bookie.is_closed
 
 
-class FailingJournal(FileIO):
-    """Fails journal writes with EIO once armed."""
-
-    armed = False
-
-    def write_all(self, fd, buffers):
-        if self.armed and os.readlink(f"/proc/self/fd/{fd}").endswith(".txn"):
-            raise OSError(errno.EIO, "Input/output error")
-        return super().write_all(fd, buffers)
-
-
 def test_operations_refused_by_a_failed_journal_change_nothing(bookie_factory,
                                                                settings_factory):
-    io = FailingJournal()
+    io = JournalWriteFailure(errno.EIO)
     settings = settings_factory()
     bookie = bookie_factory(settings, io=io)
     bookie.add_entry(1, 0, entry(1, 0), KEY)

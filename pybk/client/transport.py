@@ -148,7 +148,6 @@ class FaultyBookieClient(BookieClient):
         self.inner = inner
         self.bookie_id = inner.bookie_id
         self.faults = faults or Faults()
-        self._timers: list[threading.Timer] = []
 
     def _apply(self, name: str, entry_id: int | None, call: Callable[[], Future]) -> Future:
         faults = self.faults
@@ -169,7 +168,6 @@ class FaultyBookieClient(BookieClient):
 
         timer = threading.Timer(faults.delay_s, forward)
         timer.daemon = True
-        self._timers.append(timer)
         timer.start()
         return delayed
 
@@ -190,10 +188,6 @@ class FaultyBookieClient(BookieClient):
 
     def delete_ledger(self, ledger_id):
         return self._apply("delete_ledger", None, lambda: self.inner.delete_ledger(ledger_id))
-
-    def cancel_timers(self) -> None:
-        for timer in self._timers:
-            timer.cancel()
 
 
 def _failed(error: BookKeeperError) -> Future:

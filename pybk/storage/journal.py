@@ -374,10 +374,6 @@ class Journal:
         return self._committer == threading.get_ident()
 
     @property
-    def current_journal_id(self) -> int:
-        return self._journal_id
-
-    @property
     def failure(self) -> BaseException | None:
         """The error that stopped this journal, if one did."""
         return self._failure
