@@ -175,6 +175,23 @@ class ReadOnlyLedger(BookKeeperError):
     code = -100  # IllegalOpException
 
 
+# -- logs (pybk.log); these never cross the wire ---------------------------------------
+
+
+class NoSuchLog(BookKeeperError):
+    """No log has that name."""
+
+    code = -1100
+
+
+class LogFenced(LedgerFenced):
+    """Another writer opened the log: this one can append no more (reopen to go on)."""
+
+
+class LogClosed(LedgerClosed):
+    """The log writer (or the WAL) is closed."""
+
+
 _WIRE_ERRORS = (
     NoSuchLedger,
     NoSuchEntry,

@@ -235,3 +235,45 @@ class ClientSettings:
         _require(self.readTimeout > 0, "readTimeout", self.readTimeout, "greater than 0")
         _require(self.explicitLacInterval >= 0, "explicitLacInterval",
                  self.explicitLacInterval, "0 or more")
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """Settings of a log writer (:mod:`pybk.log`), named in BookKeeper's style.
+
+    A log writer puts small records together into one entry (a batch) while earlier
+    entries are in flight, and rolls to a new ledger (a segment) by size or age.
+    """
+
+    #: Bookies per segment ledger (E), copies of each entry (Qw), acknowledgements an
+    #: append waits for (Qa).  The embedded WAL has one bookie: 1, 1, 1.
+    ensembleSize: int = 1
+    writeQuorumSize: int = 1
+    ackQuorumSize: int = 1
+    #: Digest of the segment ledgers: "crc32", "crc32c", "mac" or "dummy".
+    digestType: str = "crc32c"
+    #: A segment is rolled once it holds this many bytes of records...
+    segmentMaxBytes: int = 256 * _MIB
+    #: ...or is this many seconds old at an append (0: no age limit).
+    segmentMaxAgeSeconds: float = 3600.0
+    #: A batch (one entry) holds at most this many bytes of records; a larger record
+    #: goes alone into its own entry.
+    batchMaxBytes: int = 256 * 1024
+    #: The largest record an append accepts (it must fit in one bookie entry).
+    recordMaxBytes: int = 1 * _MIB
+    #: Batches in flight at once; further records wait and go out together as the
+    #: next batch when one completes (this is what makes batches under load).
+    maxOutstandingBatches: int = 1
+
+    def __post_init__(self) -> None:
+        _require(self.ensembleSize >= self.writeQuorumSize >= self.ackQuorumSize >= 1,
+                 "ensembleSize/writeQuorumSize/ackQuorumSize",
+                 (self.ensembleSize, self.writeQuorumSize, self.ackQuorumSize),
+                 "E >= Qw >= Qa >= 1")
+        _require(self.digestType.lower() in ("crc32", "crc32c", "mac", "dummy"), "digestType",
+                 self.digestType, "one of crc32, crc32c, mac, dummy")
+        for key in ("segmentMaxBytes", "batchMaxBytes", "recordMaxBytes",
+                    "maxOutstandingBatches"):
+            _require(getattr(self, key) > 0, key, getattr(self, key), "greater than 0")
+        _require(self.segmentMaxAgeSeconds >= 0, "segmentMaxAgeSeconds",
+                 self.segmentMaxAgeSeconds, "0 or more")

@@ -16,7 +16,8 @@ from pybk.errors import (BadVersion, InvalidLedgerMetadata, MalformedMetadata, N
                          error_for_code)
 from pybk.meta import (DigestType, EmbeddedMetadataStore, Fragment, LedgerManager,
                        LedgerMetadata, LedgerState, hash_password, paths)
-from pybk.meta.ledger_metadata import HEADER, MAGIC, PASSWORD_HASH_BYTES
+from pybk.meta.ledger_metadata import MAGIC, PASSWORD_HASH_BYTES
+from pybk.meta.sealed import HEADER
 from pybk.storage.checksum import crc32c
 
 pytestmark = pytest.mark.timeout(60)

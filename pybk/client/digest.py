@@ -40,6 +40,8 @@ HEADER = struct.Struct(">QQqq")
 HEADER_SIZE = HEADER.size
 _CRC32 = struct.Struct(">Q")
 _CRC32C = struct.Struct(">I")
+#: The most bytes any digest type adds to a payload (the header and an HMAC-SHA1).
+MAX_OVERHEAD = HEADER_SIZE + 20
 
 
 class DecodedEntry(NamedTuple):

@@ -11,54 +11,45 @@ apart from any other digest of the password (a bookie's master key is derived fr
 password too, and a metadata reader must not learn it); the salt keeps equal passwords
 from having equal hashes.  :meth:`LedgerMetadata.check_password` compares in constant time.
 
-Serialized format, version 1 (:meth:`LedgerMetadata.to_bytes`), all integers big-endian::
+Serialized format: a sealed record (:mod:`pybk.meta.sealed`: header, CRC-32C, JSON body)
+with magic b"PBKL" and format version 1 (:meth:`LedgerMetadata.to_bytes`).  The body has
+exactly these keys::
 
-    offset  size  field
-    0       4     magic b"PBKL"
-    4       2     format version, unsigned: 1
-    6       4     body length n, unsigned
-    10      4     CRC-32C of the body, unsigned
-    14      n     body: one JSON object in UTF-8, keys sorted, no whitespace, exactly:
-        "ledger_id"          int, 0 .. 2**63 - 1
-        "ensemble_size"      int (E)
-        "write_quorum_size"  int (Qw)
-        "ack_quorum_size"    int (Qa)
-        "state"              "OPEN" | "IN_RECOVERY" | "CLOSED"
-        "last_entry_id"      int (-1: closed empty) if CLOSED, else null
-        "length"             int (bytes of entry data) if CLOSED, else null
-        "digest_type"        "CRC32" | "CRC32C" | "MAC" | "DUMMY"
-        "password_hash"      base64 of the 48 bytes above
-        "creation_time_ms"   int, milliseconds since the Unix epoch
-        "custom_metadata"    {name: base64 of the value bytes}
-        "fragments"          [[first entry id, [bookie id, ...]], ...], in entry order
+    "ledger_id"          int, 0 .. 2**63 - 1
+    "ensemble_size"      int (E)
+    "write_quorum_size"  int (Qw)
+    "ack_quorum_size"    int (Qa)
+    "state"              "OPEN" | "IN_RECOVERY" | "CLOSED"
+    "last_entry_id"      int (-1: closed empty) if CLOSED, else null
+    "length"             int (bytes of entry data) if CLOSED, else null
+    "digest_type"        "CRC32" | "CRC32C" | "MAC" | "DUMMY"
+    "password_hash"      base64 of the 48 bytes above
+    "creation_time_ms"   int, milliseconds since the Unix epoch
+    "custom_metadata"    {name: base64 of the value bytes}
+    "fragments"          [[first entry id, [bookie id, ...]], ...], in entry order
 
 :meth:`LedgerMetadata.from_bytes` raises :class:`~pybk.errors.MalformedMetadata` for
-anything else: another magic, an unknown version (a newer writer adds a version rather
-than a key), a length or checksum mismatch, a missing or extra key, a value of the wrong
-type, or metadata that breaks a rule above.
+anything else: what :func:`~pybk.meta.sealed.unseal` refuses, a value of the wrong type,
+or metadata that breaks a rule above.
 """
 
 from __future__ import annotations
 
-import base64
 import bisect
 import enum
 import hashlib
 import hmac
-import json
 import os
-import struct
 import time
 import types
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from pybk.errors import InvalidLedgerMetadata, MalformedMetadata
-from pybk.storage.checksum import crc32c
+from pybk.meta.sealed import b64, seal, typed, unb64, unseal
 
 MAGIC = b"PBKL"
 FORMAT_VERSION = 1
-HEADER = struct.Struct(">4sHII")
 INT64_MAX = (1 << 63) - 1
 SALT_BYTES = 16
 PASSWORD_HASH_BYTES = SALT_BYTES + hashlib.sha256().digest_size
@@ -185,7 +176,7 @@ class LedgerMetadata:
 
     def to_bytes(self) -> bytes:
         """The serialized form (format version 1, see the module docstring)."""
-        body = json.dumps({
+        return seal(MAGIC, FORMAT_VERSION, {
             "ledger_id": self.ledger_id,
             "ensemble_size": self.ensemble_size,
             "write_quorum_size": self.write_quorum_size,
@@ -194,56 +185,34 @@ class LedgerMetadata:
             "last_entry_id": self.last_entry_id,
             "length": self.length,
             "digest_type": self.digest_type.value,
-            "password_hash": _b64(self.password_hash),
+            "password_hash": b64(self.password_hash),
             "creation_time_ms": self.creation_time_ms,
-            "custom_metadata": {k: _b64(v) for k, v in self.custom_metadata.items()},
+            "custom_metadata": {k: b64(v) for k, v in self.custom_metadata.items()},
             "fragments": [[f.first_entry_id, list(f.ensemble)] for f in self.fragments],
-        }, sort_keys=True, separators=(",", ":")).encode("utf-8")
-        return HEADER.pack(MAGIC, FORMAT_VERSION, len(body), crc32c(body)) + body
+        })
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "LedgerMetadata":
         """Decode :meth:`to_bytes` output; raises MalformedMetadata for anything else."""
-        data = bytes(data)
-        if len(data) < HEADER.size:
-            raise MalformedMetadata(f"ledger metadata of {len(data)} bytes is shorter than "
-                                    f"its {HEADER.size}-byte header")
-        magic, version, length, checksum = HEADER.unpack_from(data)
-        if magic != MAGIC:
-            raise MalformedMetadata(f"ledger metadata starts with {magic!r}, not {MAGIC!r}: "
-                                    "these bytes are not pybk ledger metadata")
-        if version != FORMAT_VERSION:
-            raise MalformedMetadata(f"ledger metadata in format version {version}; this pybk "
-                                    f"reads version {FORMAT_VERSION} only (upgrade pybk)")
-        body = data[HEADER.size:]
-        if len(body) != length:
-            raise MalformedMetadata(f"ledger metadata body is {len(body)} bytes, its header "
-                                    f"says {length}: the record is truncated or padded")
-        if crc32c(body) != checksum:
-            raise MalformedMetadata("ledger metadata fails its CRC-32C: the bytes were "
-                                    "damaged after they were written")
+        obj = unseal(data, MAGIC, FORMAT_VERSION, _KEYS, "ledger metadata")
         try:
-            obj = json.loads(body.decode("utf-8"))
-            if not isinstance(obj, dict) or obj.keys() != _KEYS:
-                raise ValueError(f"the body must be an object with exactly the keys "
-                                 f"{sorted(_KEYS)}")
             return cls(
-                ledger_id=_typed("ledger_id", obj["ledger_id"], int),
-                ensemble_size=_typed("ensemble_size", obj["ensemble_size"], int),
-                write_quorum_size=_typed("write_quorum_size", obj["write_quorum_size"], int),
-                ack_quorum_size=_typed("ack_quorum_size", obj["ack_quorum_size"], int),
-                state=LedgerState(_typed("state", obj["state"], str)),
-                last_entry_id=_typed("last_entry_id", obj["last_entry_id"], int, True),
-                length=_typed("length", obj["length"], int, True),
-                digest_type=DigestType(_typed("digest_type", obj["digest_type"], str)),
-                password_hash=_unb64(_typed("password_hash", obj["password_hash"], str)),
-                creation_time_ms=_typed("creation_time_ms", obj["creation_time_ms"], int),
+                ledger_id=typed("ledger_id", obj["ledger_id"], int),
+                ensemble_size=typed("ensemble_size", obj["ensemble_size"], int),
+                write_quorum_size=typed("write_quorum_size", obj["write_quorum_size"], int),
+                ack_quorum_size=typed("ack_quorum_size", obj["ack_quorum_size"], int),
+                state=LedgerState(typed("state", obj["state"], str)),
+                last_entry_id=typed("last_entry_id", obj["last_entry_id"], int, True),
+                length=typed("length", obj["length"], int, True),
+                digest_type=DigestType(typed("digest_type", obj["digest_type"], str)),
+                password_hash=unb64(typed("password_hash", obj["password_hash"], str)),
+                creation_time_ms=typed("creation_time_ms", obj["creation_time_ms"], int),
                 custom_metadata={
-                    k: _unb64(_typed(f"custom_metadata[{k!r}]", v, str))
-                    for k, v in _typed("custom_metadata", obj["custom_metadata"], dict).items()},
-                fragments=[_fragment(f) for f in _typed("fragments", obj["fragments"], list)],
+                    k: unb64(typed(f"custom_metadata[{k!r}]", v, str))
+                    for k, v in typed("custom_metadata", obj["custom_metadata"], dict).items()},
+                fragments=[_fragment(f) for f in typed("fragments", obj["fragments"], list)],
             )
-        except (ValueError, RecursionError) as e:  # json, base64, enums, rules, types
+        except ValueError as e:  # base64, enums, rules, types
             raise MalformedMetadata(f"ledger metadata body is malformed: {e}") from e
 
 
@@ -288,26 +257,8 @@ def _checked_fragments(fragments: Iterable[Any], ensemble_size: int) -> tuple[Fr
     return tuple(checked)
 
 
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.b64decode(text, validate=True)
-
-
-def _typed(name: str, value: Any, kind: type, nullable: bool = False) -> Any:
-    """``value`` if it is a ``kind`` (bool is no int here), or None when ``nullable``."""
-    if value is None and nullable:
-        return None
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ValueError(f"{name} is {value!r}, not a {kind.__name__}"
-                         + (" or null" if nullable else ""))
-    return value
-
-
 def _fragment(item: Any) -> tuple[int, list[str]]:
     if not isinstance(item, list) or len(item) != 2:
         raise ValueError(f"a fragment is [first entry id, [bookie id, ...]], not {item!r}")
-    return (_typed("a fragment's first entry id", item[0], int),
-            [_typed("a bookie id", b, str) for b in _typed("an ensemble", item[1], list)])
+    return (typed("a fragment's first entry id", item[0], int),
+            [typed("a bookie id", b, str) for b in typed("an ensemble", item[1], list)])

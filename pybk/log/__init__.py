@@ -1,0 +1,15 @@
+"""Logs built from ledgers, and the embedded WAL.
+
+A log is a named, ordered list of ledgers (segments) in the metadata store
+(:mod:`pybk.log.metadata`); one :class:`LogWriter` appends records to it in batches
+(:mod:`pybk.log.batch`) and any number of :class:`LogReader` read or tail it.  Records
+are addressed by :class:`Position`.  :func:`pybk.open` gives the embedded WAL
+(:mod:`pybk.log.wal`).
+"""
+
+from pybk.log.position import Position
+from pybk.log.reader import LogReader
+from pybk.log.wal import WAL
+from pybk.log.writer import LogWriter
+
+__all__ = ["LogReader", "LogWriter", "Position", "WAL"]

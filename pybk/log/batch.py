@@ -1,0 +1,59 @@
+"""Record batches: many small log records in one ledger entry.
+
+Format, version 1, integers big-endian::
+
+    offset      size  field
+    0           1     format version: 1
+    1           4     record count n, unsigned, at least 1
+    5           4*n   the length of each record, unsigned
+    5 + 4*n     ...   the records' bytes, one after the other, nothing after them
+
+The entry's digest already protects the bytes, so :func:`decode_batch` finding any
+inconsistency means the entry was not written by a pybk log writer: it raises
+:class:`~pybk.errors.CorruptData`.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Sequence
+
+from pybk.errors import CorruptData
+
+VERSION = 1
+_HEADER = struct.Struct(">BI")
+_LENGTH = struct.Struct(">I")
+
+#: Bytes a batch adds to its records: the header, then one length per record.
+BATCH_HEADER_BYTES = _HEADER.size
+RECORD_OVERHEAD_BYTES = _LENGTH.size
+
+
+def encode_batch(records: Sequence[bytes]) -> bytes:
+    """One entry holding ``records`` (at least one) in order."""
+    count = len(records)
+    return b"".join((_HEADER.pack(VERSION, count),
+                     struct.pack(f">{count}I", *map(len, records)), *records))
+
+
+def decode_batch(data: bytes) -> list[bytes]:
+    """The records of an entry :func:`encode_batch` made; CorruptData otherwise."""
+    if len(data) < _HEADER.size:
+        raise CorruptData(f"log entry of {len(data)} bytes is shorter than a batch header")
+    version, count = _HEADER.unpack_from(data)
+    if version != VERSION:
+        raise CorruptData(f"log entry in batch format {version}; this pybk reads {VERSION}")
+    lengths_end = _HEADER.size + _LENGTH.size * count
+    if count == 0 or lengths_end > len(data):
+        raise CorruptData(f"log entry claims {count} records, which its "
+                          f"{len(data)} bytes cannot hold")
+    lengths = struct.unpack_from(f">{count}I", data, _HEADER.size)
+    if lengths_end + sum(lengths) != len(data):
+        raise CorruptData(f"log entry's record lengths add up to {sum(lengths)} bytes, "
+                          f"its body holds {len(data) - lengths_end}")
+    view = memoryview(data)
+    records, offset = [], lengths_end
+    for length in lengths:
+        records.append(bytes(view[offset:offset + length]))
+        offset += length
+    return records

@@ -1,0 +1,45 @@
+"""Positions: where a record sits in a log.
+
+A position is ``(segment, entry, slot)``:
+
+``segment``
+    The sequence number of the log segment (one ledger) holding the record.  A log
+    numbers its segments 0, 1, 2, ... in the order they were added and never reuses a
+    number, also after truncation removed earlier segments.
+``entry``
+    The entry id of the record's batch in that segment's ledger.
+``slot``
+    The record's index in its batch (records are batched into entries).
+
+Positions compare as tuples, and that order is the log's order: a record appended
+after another (once the other's append returned) has a greater position.  A position
+never changes once its append was acknowledged.  The text form is ``"segment:entry:slot"``
+(``str(position)``; :meth:`Position.parse` reads it back).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Position(NamedTuple):
+    """A record's place in a log (see the module docstring)."""
+
+    segment: int
+    entry: int
+    slot: int
+
+    def __str__(self) -> str:
+        return f"{self.segment}:{self.entry}:{self.slot}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Position":
+        """The position ``str(position)`` wrote; ValueError for anything else."""
+        parts = text.split(":")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"{text!r} is not a log position (segment:entry:slot)")
+        return cls(*(int(p) for p in parts))
+
+
+#: Before every record of every log.
+START = Position(0, 0, 0)

@@ -1,0 +1,178 @@
+"""Reading a log from a position, to its end or tailing it.
+
+A reader walks the log's segments in order.  A closed segment is read to its last
+entry; the open one (the writer's) up to its last add confirmed, which the reader learns
+from the bookies (or, in the writer's own process, from the writer).  A reader never
+disturbs the writer: it opens ledgers without recovery.  It moves to the next segment
+only once the current one is closed, so it sees records in position order, each once.
+
+If truncation removes the segment a reader is in, it goes on at the truncation point.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Iterator
+
+from pybk.errors import NoNode, NoSuchEntry, NoSuchLedger, NoSuchLog
+from pybk.log.batch import decode_batch
+from pybk.log.metadata import LogMetadata, Segment, read_log
+from pybk.log.position import START, Position
+from pybk.meta.ledger_metadata import LedgerState
+
+if TYPE_CHECKING:
+    from pybk.client import BookKeeper
+    from pybk.client.ledger import LedgerHandle
+    from pybk.log.writer import LogWriter
+
+Record = tuple[Position, bytes]
+
+_POLL_MIN_S = 0.0005
+_POLL_MAX_S = 0.01
+
+
+class LogReader:
+    """Records of log ``name`` from ``start`` (the beginning when None), in order."""
+
+    def __init__(self, bk: "BookKeeper", name: str, start: Position | None = None,
+                 password: bytes = b"", writer: "LogWriter | None" = None) -> None:
+        self._bk = bk
+        self.name = name
+        self._password = password
+        self._writer = writer
+        self._next = Position(*start) if start is not None else START
+        self._segment: Segment | None = None
+        self._handle: LedgerHandle | None = None
+        self._pending: list[Record] = []
+
+    @property
+    def position(self) -> Position:
+        """Where the next record will be read from (at or before the next record's own
+        position: positions have gaps)."""
+        return self._pending[0][0] if self._pending else self._next
+
+    def read(self) -> Iterator[Record]:
+        """Every record from the current position to the end of the log as it is now."""
+        while True:
+            batch = self._fetch()
+            if not batch:
+                return
+            yield from batch
+
+    def read_next(self, timeout: float) -> Record | None:
+        """The next record, waiting up to ``timeout`` seconds for one to be appended
+        (None if none was)."""
+        deadline = time.monotonic() + timeout
+        pause = _POLL_MIN_S
+        while True:
+            if not self._pending:
+                self._pending = self._fetch()
+            if self._pending:
+                return self._pending.pop(0)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            time.sleep(min(pause, remaining))
+            pause = min(pause * 2, _POLL_MAX_S)
+
+    def tail(self, idle_timeout: float) -> Iterator[Record]:
+        """Records as they are appended, until none came for ``idle_timeout`` seconds."""
+        while True:
+            record = self.read_next(idle_timeout)
+            if record is None:
+                return
+            yield record
+
+    # -- walking the segments ---------------------------------------------------------
+
+    def _fetch(self) -> list[Record]:
+        """The records of the next entry at or after the position, or [] at the end."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            return pending
+        while True:
+            if self._handle is None and not self._enter_segment():
+                return []
+            handle, segment = self._handle, self._segment
+            entry_id = self._next.entry
+            if entry_id <= self._readable_limit(handle):
+                try:
+                    entry = handle.read_entry(entry_id)
+                except (NoSuchLedger, NoSuchEntry):
+                    if self._segment_still_listed():
+                        raise
+                    self._handle = None  # truncated away while reading: go on after it
+                    continue
+                first_slot = self._next.slot
+                self._next = Position(segment.number, entry_id + 1, 0)
+                records = decode_batch(entry.data)
+                found = [(Position(segment.number, entry_id, slot), data)
+                         for slot, data in enumerate(records) if slot >= first_slot]
+                if found:
+                    return found
+                continue
+            refreshed = self._refreshed(handle)
+            if refreshed is None:
+                self._handle = None  # truncated away: go on after it
+            elif refreshed.metadata.state is not LedgerState.CLOSED:
+                return []  # the end of the log, for now
+            elif entry_id <= refreshed.metadata.last_entry_id:
+                self._handle = refreshed  # closed since opened, with entries still to read
+            else:
+                self._handle = None
+                self._next = Position(segment.number + 1, 0, 0)
+
+    def _enter_segment(self) -> bool:
+        """Open the first segment at or after the position; False if there is none."""
+        metadata = self._log_metadata()
+        if self._next < metadata.truncated_before:
+            self._next = metadata.truncated_before
+        segment = next((s for s in metadata.segments if s.number >= self._next.segment),
+                       None)
+        if segment is None:
+            return False
+        if segment.number > self._next.segment:
+            self._next = Position(segment.number, 0, 0)
+        self._segment = segment
+        self._handle = self._open_ledger(segment.ledger_id)
+        return True
+
+    def _open_ledger(self, ledger_id: int) -> "LedgerHandle":
+        own = self._writer.ledger_for(ledger_id) if self._writer is not None else None
+        if own is not None:
+            return own
+        return self._bk.open_ledger(ledger_id, self._password, recovery=False)
+
+    def _readable_limit(self, handle: "LedgerHandle") -> int:
+        if handle.metadata.state is LedgerState.CLOSED:
+            return handle.metadata.last_entry_id
+        if self._writer is not None and handle is self._writer.ledger_for(handle.id):
+            return handle.last_add_confirmed
+        if handle.last_add_confirmed >= self._next.entry:
+            return handle.last_add_confirmed
+        return handle.read_last_add_confirmed()
+
+    def _refreshed(self, handle: "LedgerHandle") -> "LedgerHandle | None":
+        """The segment's handle as the metadata store knows it now: reopened if the
+        ledger was closed since it was opened; None if truncation removed it."""
+        if handle.metadata.state is LedgerState.CLOSED:
+            return handle
+        try:
+            current = self._bk.ledger_manager.read(handle.id).metadata
+        except NoSuchLedger:
+            if self._segment_still_listed():
+                raise
+            return None
+        if current.state is not LedgerState.CLOSED:
+            return handle
+        return self._bk.open_ledger(handle.id, self._password, recovery=False)
+
+    def _segment_still_listed(self) -> bool:
+        segment = self._segment
+        return any(s == segment for s in self._log_metadata().segments)
+
+    def _log_metadata(self) -> LogMetadata:
+        try:
+            return read_log(self._bk.metadata, self.name).metadata
+        except NoNode:
+            raise NoSuchLog(f"there is no log named {self.name!r}") from None

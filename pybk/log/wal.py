@@ -1,0 +1,166 @@
+"""The embedded WAL: ``pybk.open(path)``, one log on a bookie inside this process.
+
+A WAL directory holds everything it needs, so it can be copied, backed up or opened by
+another process (one at a time; a lock file refuses a second opener)::
+
+    <path>/bookie/journal/    the bookie's journal (group commit, fdatasync)
+    <path>/bookie/ledgers/    its entry logs and LMDB index
+    <path>/metadata/          the embedded metadata store: ledger and log metadata
+
+The WAL is the log ``"wal"`` with one bookie: E = Qw = Qa = 1.  Opening it fences and
+recovers the previous writer's last segments (after a crash too) and starts a new one,
+so every record whose append returned is readable after a restart, in position order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from concurrent.futures import Future
+from contextlib import ExitStack
+from typing import Any, Iterator
+
+from pybk.client import BookKeeper
+from pybk.client.digest import MAX_OVERHEAD
+from pybk.client.transport import InProcessBookieClient
+from pybk.errors import InvalidConfiguration
+from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES
+from pybk.log.position import Position
+from pybk.log.reader import LogReader, Record
+from pybk.log.writer import LogWriter
+from pybk.meta.embedded import EmbeddedMetadataStore
+from pybk.settings import ClientSettings, LogSettings, ServerSettings
+from pybk.storage import Bookie, format_bookie
+
+log = logging.getLogger(__name__)
+
+LOG_NAME = "wal"
+_DERIVED = {"journalDirectory", "ledgerDirectories"}
+
+
+def open(path: str | os.PathLike[str], **settings: Any) -> "WAL":  # noqa: A001
+    """Open (creating it if new) the embedded WAL in directory ``path``.
+
+    ``settings`` are any of :class:`~pybk.settings.ServerSettings` (the bookie),
+    :class:`~pybk.settings.ClientSettings` and :class:`~pybk.settings.LogSettings`, by
+    name; an unknown name or a bad value raises InvalidConfiguration.
+    """
+    return WAL(path, **settings)
+
+
+class WAL:
+    """An embedded write-ahead log.  Thread-safe; close it (or use ``with``)."""
+
+    def __init__(self, path: str | os.PathLike[str], **settings: Any) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        server, client, log_settings = _split_settings(self.path, settings)
+        _prepare_directory(self.path, server)
+        with ExitStack() as undo:
+            self.bookie = Bookie(server)
+            undo.callback(self.bookie.close)
+            self._store = EmbeddedMetadataStore(os.path.join(self.path, "metadata"))
+            undo.callback(self._store.close)
+            self.bookie_id = f"bookie-{self.bookie.instance_id}"
+            self._bk = BookKeeper(self._store, {
+                self.bookie_id: InProcessBookieClient(self.bookie_id, self.bookie)}, client)
+            undo.callback(self._bk.close)
+            self._writer = LogWriter.open(self._bk, LOG_NAME, log_settings)
+            undo.pop_all()
+
+    # -- the log ------------------------------------------------------------------
+
+    def append(self, data: bytes) -> Position:
+        """Append a record; return its position once it is durable (fdatasync'd)."""
+        return self._writer.append(data)
+
+    def append_async(self, data: bytes) -> Future:
+        """Append a record; the future gives its position once it is durable.  Many
+        appends in flight share fsyncs and entries."""
+        return self._writer.append_async(data)
+
+    def read(self, start: Position | None = None) -> Iterator[Record]:
+        """``(position, data)`` of every record from ``start`` (the first record when
+        None) to the last one acknowledged, in order."""
+        return LogReader(self._bk, LOG_NAME, start, writer=self._writer).read()
+
+    def reader(self, start: Position | None = None) -> LogReader:
+        """A reader from ``start`` that can also tail the WAL (see LogReader)."""
+        return LogReader(self._bk, LOG_NAME, start, writer=self._writer)
+
+    def truncate(self, before: Position) -> None:
+        """Drop the records before ``before``.  Whole segments before it are deleted and
+        their space is reclaimed by the bookie's garbage collection."""
+        self._writer.truncate(before)
+
+    def sync(self) -> None:
+        """Return once every record appended so far is durable."""
+        self._writer.sync()
+
+    # -- life cycle ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """Finish in-flight appends and release everything (the directory's lock too)."""
+        with ExitStack() as closing:
+            closing.callback(self.bookie.close)
+            closing.callback(self._store.close)
+            closing.callback(self._bk.close)
+            self._writer.close()
+
+    def __enter__(self) -> "WAL":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _split_settings(path: str, values: dict[str, Any]
+                    ) -> tuple[ServerSettings, ClientSettings, LogSettings]:
+    """Sort ``values`` by the settings class they belong to, and build the three."""
+    kinds = (ServerSettings, ClientSettings, LogSettings)
+    sorted_values: list[dict[str, Any]] = [{} for _ in kinds]
+    for name, value in values.items():
+        if name in _DERIVED:
+            raise InvalidConfiguration(f"setting {name}: a WAL keeps its directories under "
+                                       f"its path ({path}); it cannot be set")
+        for kind, bucket in zip(kinds, sorted_values):
+            if name in {f.name for f in dataclasses.fields(kind)}:
+                bucket[name] = value
+                break
+        else:
+            raise InvalidConfiguration(f"unknown setting {name!r}: not a setting of "
+                                       "ServerSettings, ClientSettings or LogSettings")
+    server_values, client_values, log_values = sorted_values
+    server = ServerSettings.from_mapping({
+        "journalDirectory": os.path.join(path, "bookie", "journal"),
+        "ledgerDirectories": (os.path.join(path, "bookie", "ledgers"),),
+        **server_values})
+    client = ClientSettings(**client_values)
+    log_settings = LogSettings(**log_values)
+    if (log_settings.ensembleSize, log_settings.writeQuorumSize,
+            log_settings.ackQuorumSize) != (1, 1, 1):
+        raise InvalidConfiguration("an embedded WAL has one bookie: ensembleSize, "
+                                   "writeQuorumSize and ackQuorumSize must be 1")
+    largest_entry = MAX_OVERHEAD + BATCH_HEADER_BYTES + max(
+        log_settings.batchMaxBytes, RECORD_OVERHEAD_BYTES + log_settings.recordMaxBytes)
+    if largest_entry > server.maxEntrySizeBytes:
+        raise InvalidConfiguration(
+            f"setting maxEntrySizeBytes={server.maxEntrySizeBytes} is too small: batches "
+            f"(batchMaxBytes={log_settings.batchMaxBytes}) and records "
+            f"(recordMaxBytes={log_settings.recordMaxBytes}) need entries of up to "
+            f"{largest_entry} bytes")
+    return server, client, log_settings
+
+
+def _prepare_directory(path: str, server: ServerSettings) -> None:
+    """Create and format a new WAL directory; refuse one that holds something else."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InvalidConfiguration(f"{path} is not a directory")
+    if os.path.isdir(os.path.join(path, "bookie")):
+        return
+    if os.path.isdir(path) and os.listdir(path):
+        raise InvalidConfiguration(f"{path} is not empty and holds no pybk WAL: refusing to "
+                                   "create one among other files")
+    os.makedirs(path, exist_ok=True)
+    format_bookie(server)
+    log.info("created a new WAL in %s", path)

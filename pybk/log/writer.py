@@ -1,0 +1,443 @@
+"""The writer of a log: batching, rolling, truncation, and taking over from a writer.
+
+Opening (DESIGN.md, "Logs from ledgers"): read the log's ledger list, fence and recover
+its last two segments (the last one may still have a writer; the one before may still be
+closing after a roll), create a new ledger, and compare-and-set the list with it
+appended.  No append is served before that succeeds.  A writer that lost the race, or
+that another writer opened after, finds out at its next add (its ledger is fenced:
+:class:`~pybk.errors.LogFenced`) or at its next change of the list (the compare-and-set
+fails).  Segments that recovery found empty are dropped from the list on the way.
+
+Batching: appends go into the current batch.  While fewer than ``maxOutstandingBatches``
+batches are in flight a batch goes out at once (a lone append waits for one fsync, not
+for company); otherwise records gather until a batch completes and then go out together
+as one entry (under load, one entry carries many records).  A batch also goes out when
+it reaches ``batchMaxBytes``.  Batches are sent in order by whichever thread holds the
+"sender" role, so a completion callback on the bookie's journal thread never waits for a
+lock held by a thread that waits for the journal.
+
+Rolling: at an append that finds the segment over ``segmentMaxBytes`` or older than
+``segmentMaxAgeSeconds``, a background thread creates the next ledger, appends it to the
+list (compare-and-set), switches new batches to it, then closes the previous ledger once
+its batches completed.
+
+Truncation deletes whole segments before a position: the list is updated first (the
+ledgers are noted under "deleting"), then the ledgers are deleted, then the note is
+cleared.  A writer opening the log finishes deletions a crash interrupted.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from pybk.errors import (BadVersion, BookKeeperError, EntryTooLarge, LedgerFenced, LogClosed,
+                         LogFenced, MetadataError, NoSuchLedger, Timeout)
+from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, encode_batch
+from pybk.log.metadata import LogMetadata, Segment, read_log, update_log
+from pybk.log.position import Position
+from pybk.meta.ledger_metadata import LedgerState
+from pybk.settings import LogSettings
+
+if TYPE_CHECKING:
+    from pybk.client import BookKeeper
+    from pybk.client.ledger import LedgerHandle
+
+log = logging.getLogger(__name__)
+
+#: Custom metadata key that tags a segment ledger with the name of its log.
+LOG_NAME_KEY = "pybk.log"
+#: How many times an opening writer retries after losing a compare-and-set race.
+OPEN_ATTEMPTS_MAX = 10
+
+
+class _Batch:
+    """Records that go out together as one entry."""
+
+    __slots__ = ("records", "futures", "size", "segment", "ledger")
+
+    def __init__(self) -> None:
+        self.records: list[bytes] = []
+        self.futures: list[Future] = []
+        self.size = BATCH_HEADER_BYTES
+        self.segment: Segment | None = None      # set when the batch is sent
+        self.ledger: LedgerHandle | None = None
+
+
+class LogWriter:
+    """The one writer of a log.  Make it with :meth:`open`; close it when done."""
+
+    def __init__(self, bk: "BookKeeper", name: str, settings: LogSettings, password: bytes,
+                 segment: Segment, ledger: "LedgerHandle", metadata: LogMetadata,
+                 version: int) -> None:
+        self._bk = bk
+        self.name = name
+        self.settings = settings
+        self._password = password
+        self._lock = threading.Lock()
+        self._progress = threading.Condition(self._lock)  # a batch completed
+        self._meta_lock = threading.Lock()   # one change of the ledger list at a time
+        self._metadata, self._version = metadata, version
+        self._segment, self._ledger = segment, ledger
+        self._segment_bytes = 0
+        self._segment_started = time.monotonic()
+        self._batch = _Batch()
+        self._ready: collections.deque[_Batch] = collections.deque()
+        self._in_flight: dict[int, int] = {ledger.id: 0}  # batches per ledger id
+        self._outstanding: set[_Batch] = set()             # sealed, not completed
+        self._sending = False
+        self._rolling = False
+        self._failure: BookKeeperError | None = None
+        self._closed = False
+        self._roller = ThreadPoolExecutor(max_workers=1,
+                                          thread_name_prefix=f"pybk-log-{name}")
+
+    # -- opening ------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, bk: "BookKeeper", name: str, settings: LogSettings | None = None,
+             password: bytes = b"") -> "LogWriter":
+        """Become the writer of log ``name`` (created if new), fencing any other."""
+        settings = settings or LogSettings()
+        store = bk.metadata
+        for _ in range(OPEN_ATTEMPTS_MAX):
+            metadata, version = read_log(store, name, create=True)
+            empty = _recover_last_segments(bk, metadata, password)
+            ledger = bk.create_ledger(settings.ensembleSize, settings.writeQuorumSize,
+                                      settings.ackQuorumSize, settings.digestType, password,
+                                      {LOG_NAME_KEY: name.encode("utf-8")})
+            kept = tuple(s for s in metadata.segments if s not in empty)
+            opened = dataclasses.replace(
+                metadata, segments=kept,
+                deleting=metadata.deleting + tuple(s.ledger_id for s in empty)
+            ).with_new_segment(ledger.id)
+            try:
+                version = update_log(store, opened, version)
+            except BadVersion:
+                log.info("log %s: another writer changed the ledger list while this one "
+                         "opened; trying again", name)
+                _discard_ledger(bk, ledger)
+                continue
+            writer = cls(bk, name, settings, password, opened.segments[-1], ledger, opened,
+                         version)
+            writer._finish_deletions()
+            return writer
+        raise MetadataError(f"log {name}: lost the race to open it {OPEN_ATTEMPTS_MAX} times "
+                            "in a row to other writers")
+
+    # -- appending ------------------------------------------------------------------
+
+    def append(self, data: bytes) -> Position:
+        """Append a record; return its position once it is durable."""
+        return self.append_async(data).result()
+
+    def append_async(self, data: bytes) -> Future:
+        """Append a record; the future gives its :class:`Position` once it is durable.
+
+        Records appended from one thread get increasing positions in call order."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"a log record must be bytes, not {type(data).__name__}")
+        size = len(data)
+        if size > self.settings.recordMaxBytes:
+            raise EntryTooLarge(f"record of {size} bytes is over recordMaxBytes="
+                                f"{self.settings.recordMaxBytes}")
+        future: Future = Future()
+        with self._lock:
+            self._check_open()
+            batch = self._batch
+            if batch.records and batch.size + RECORD_OVERHEAD_BYTES + size \
+                    > self.settings.batchMaxBytes:
+                self._seal()
+                batch = self._batch
+            batch.records.append(bytes(data))
+            batch.futures.append(future)
+            batch.size += RECORD_OVERHEAD_BYTES + size
+            if len(self._outstanding) < self.settings.maxOutstandingBatches \
+                    or batch.size >= self.settings.batchMaxBytes:
+                self._seal()
+            roll = not self._rolling and self._roll_due()
+            if roll:
+                self._rolling = True
+        if roll:
+            self._roller.submit(self._roll)
+        self._send_ready()
+        return future
+
+    def _check_open(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if self._closed:
+            raise LogClosed(f"the writer of log {self.name} is closed")
+
+    def _roll_due(self) -> bool:
+        s = self.settings
+        return self._segment_bytes >= s.segmentMaxBytes or (
+            s.segmentMaxAgeSeconds > 0
+            and time.monotonic() - self._segment_started >= s.segmentMaxAgeSeconds)
+
+    def _seal(self) -> None:
+        """Queue the current batch for sending.  Caller holds the lock."""
+        if self._batch.records:
+            self._ready.append(self._batch)
+            self._outstanding.add(self._batch)
+            self._batch = _Batch()
+
+    def _send_ready(self) -> None:
+        """Send queued batches in order; a thread that finds another sending leaves the
+        queue to it (so no caller ever waits here for another's send)."""
+        with self._lock:
+            if self._sending:
+                return
+            self._sending = True
+        while True:
+            with self._lock:
+                if not self._ready or self._failure is not None:
+                    self._sending = False
+                    return
+                batch = self._ready.popleft()
+                batch.segment, batch.ledger = self._segment, self._ledger
+                self._in_flight[batch.ledger.id] += 1
+                self._segment_bytes += batch.size
+            try:
+                sent = batch.ledger.add_entry_async(encode_batch(batch.records))
+            except BookKeeperError as e:
+                self._batch_failed(batch, e)
+                continue
+            sent.add_done_callback(lambda f, b=batch: self._on_batch_done(b, f))
+
+    def _on_batch_done(self, batch: _Batch, sent: Future) -> None:
+        error = sent.exception()
+        if error is not None:
+            self._batch_failed(batch, error)
+            return
+        entry_id = sent.result()
+        with self._lock:
+            self._finished(batch)
+            if len(self._outstanding) < self.settings.maxOutstandingBatches:
+                self._seal()
+        self._send_ready()  # the next batch first: the pipeline stays busy
+        number = batch.segment.number
+        for slot, future in enumerate(batch.futures):
+            future.set_result(Position(number, entry_id, slot))
+
+    def _finished(self, batch: _Batch) -> None:
+        """Account for a completed batch.  Caller holds the lock."""
+        self._outstanding.discard(batch)
+        if batch.ledger is not None and batch.ledger.id in self._in_flight:
+            self._in_flight[batch.ledger.id] -= 1
+        self._progress.notify_all()
+
+    def _batch_failed(self, batch: _Batch, error: BaseException) -> None:
+        if not isinstance(error, BookKeeperError):
+            error = BookKeeperError(f"log {self.name}: append failed: {error}")
+        if isinstance(error, LedgerFenced) and not isinstance(error, LogFenced):
+            error = LogFenced(f"log {self.name}: another writer opened the log ({error})")
+        with self._lock:
+            self._finished(batch)
+        self._fail(error)
+        for future in batch.futures:
+            if not future.done():
+                future.set_exception(error)
+
+    def _fail(self, error: BookKeeperError) -> None:
+        """Stop the writer: every record not yet acknowledged fails with ``error``."""
+        with self._lock:
+            if self._failure is None:
+                self._failure = error
+                log.error("log %s: the writer stops: %s", self.name, error)
+            unsent = list(self._ready) + [self._batch]
+            self._ready.clear()
+            self._batch = _Batch()
+            for batch in unsent:
+                self._finished(batch)
+        for batch in unsent:
+            for future in batch.futures:
+                if not future.done():
+                    future.set_exception(self._failure)
+
+    # -- waiting ------------------------------------------------------------------
+
+    def sync(self, timeout: float | None = None) -> None:
+        """Return once every record appended before the call is durable.
+
+        Raises the failure that stopped the writer, if one did, and Timeout after
+        ``timeout`` seconds."""
+        with self._lock:
+            self._seal()
+            waiting = set(self._outstanding)
+        self._send_ready()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while waiting & self._outstanding and self._failure is None:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise Timeout(f"log {self.name}: appends still in flight after "
+                                       f"{timeout} s")
+                self._progress.wait(remaining)
+            if self._failure is not None:
+                raise self._failure
+
+    # -- rolling ------------------------------------------------------------------
+
+    def _roll(self) -> None:
+        """Start the next segment, then close the previous one (background thread)."""
+        try:
+            with self._meta_lock:
+                self._roll_locked()
+        except BookKeeperError as e:
+            self._fail(e)
+        except Exception as e:  # never leave the writer half-rolled without a reason
+            log.exception("log %s: rolling failed", self.name)
+            self._fail(BookKeeperError(f"log {self.name}: rolling failed: {e}"))
+        finally:
+            with self._lock:
+                self._rolling = False
+
+    def _roll_locked(self) -> None:
+        s = self.settings
+        ledger = self._bk.create_ledger(s.ensembleSize, s.writeQuorumSize, s.ackQuorumSize,
+                                        s.digestType, self._password,
+                                        {LOG_NAME_KEY: self.name.encode("utf-8")})
+        rolled = self._metadata.with_new_segment(ledger.id)
+        try:
+            self._store_metadata(rolled)
+        except BookKeeperError:
+            _discard_ledger(self._bk, ledger)
+            raise
+        with self._lock:
+            previous = self._ledger
+            self._segment, self._ledger = rolled.segments[-1], ledger
+            self._in_flight[ledger.id] = 0
+            self._segment_bytes, self._segment_started = 0, time.monotonic()
+            deadline = time.monotonic() + 2 * self._bk.settings.addEntryTimeout
+            while self._in_flight[previous.id] and self._failure is None \
+                    and time.monotonic() < deadline:
+                self._progress.wait(0.1)
+            del self._in_flight[previous.id]
+        previous.close()
+        log.info("log %s: rolled to segment %d (ledger %d); ledger %d closed at entry %d",
+                 self.name, rolled.segments[-1].number, ledger.id, previous.id,
+                 previous.last_add_confirmed)
+
+    def _store_metadata(self, metadata: LogMetadata) -> None:
+        """Compare-and-set the ledger list.  Caller holds the metadata lock."""
+        try:
+            self._version = update_log(self._bk.metadata, metadata, self._version)
+        except BadVersion:
+            raise LogFenced(f"log {self.name}: another writer changed its ledger list") \
+                from None
+        self._metadata = metadata
+
+    # -- truncation -----------------------------------------------------------------
+
+    def truncate(self, before: Position) -> int:
+        """Make the records before ``before`` unreadable, deleting every segment that
+        lies wholly before it; return how many ledgers were deleted.
+
+        Truncating to an earlier position than before changes nothing."""
+        with self._meta_lock:
+            with self._lock:
+                self._check_open()
+                current = self._segment.number
+            if before.segment > current:
+                raise ValueError(f"log {self.name}: cannot truncate before {before}, past "
+                                 f"the current segment {current}")
+            metadata = self._metadata
+            if before <= metadata.truncated_before:
+                return 0
+            gone = tuple(s.ledger_id for s in metadata.segments if s.number < before.segment)
+            self._store_metadata(dataclasses.replace(
+                metadata, truncated_before=before,
+                segments=tuple(s for s in metadata.segments if s.number >= before.segment),
+                deleting=metadata.deleting + gone))
+            self._finish_deletions_locked()
+            return len(gone)
+
+    def _finish_deletions(self) -> None:
+        with self._meta_lock:
+            self._finish_deletions_locked()
+
+    def _finish_deletions_locked(self) -> None:
+        deleting = self._metadata.deleting
+        if not deleting:
+            return
+        for ledger_id in deleting:
+            try:
+                self._bk.delete_ledger(ledger_id)
+            except NoSuchLedger:
+                pass  # deleted before a crash
+        self._store_metadata(dataclasses.replace(self._metadata, deleting=()))
+
+    # -- state --------------------------------------------------------------------
+
+    @property
+    def metadata(self) -> LogMetadata:
+        """The log's metadata as this writer last wrote it."""
+        return self._metadata
+
+    def ledger_for(self, ledger_id: int) -> "LedgerHandle | None":
+        """This writer's handle of ledger ``ledger_id`` if it is the one being written
+        (readers in this process use it: it knows the newest acknowledged entry)."""
+        ledger = self._ledger
+        return ledger if ledger.id == ledger_id else None
+
+    # -- closing ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Send what is batched, wait for it, and close the current segment.
+
+        Appends fail with LogClosed from now on.  A failure that stopped the writer
+        earlier was reported to the appends it failed and is not raised again here."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            failed_before = self._failure is not None
+        try:
+            if not failed_before:
+                self.sync(timeout=2 * self._bk.settings.addEntryTimeout)
+        finally:
+            self._roller.shutdown(wait=True)
+            try:
+                self._ledger.close()
+            except BookKeeperError:
+                if not failed_before:
+                    raise
+
+    def __enter__(self) -> "LogWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _recover_last_segments(bk: "BookKeeper", metadata: LogMetadata,
+                           password: bytes) -> list[Segment]:
+    """Fence and close the log's last two segments; return those that are empty."""
+    empty = []
+    for segment in metadata.segments[-2:]:
+        try:
+            handle = bk.open_ledger(segment.ledger_id, password, recovery=True)
+        except NoSuchLedger:
+            log.warning("log %s: segment %d's ledger %d is gone; dropping it from the log",
+                        metadata.name, segment.number, segment.ledger_id)
+            empty.append(segment)
+            continue
+        if handle.metadata.state is LedgerState.CLOSED and handle.metadata.last_entry_id < 0:
+            empty.append(segment)
+        handle.close()
+    return empty
+
+
+def _discard_ledger(bk: "BookKeeper", ledger: "LedgerHandle") -> None:
+    """Delete a ledger this writer created but could not add to the list."""
+    try:
+        ledger.close()
+        bk.delete_ledger(ledger.id)
+    except BookKeeperError as e:  # an orphan ledger wastes space but harms nothing
+        log.warning("log: could not delete unused ledger %d: %s", ledger.id, e)
