@@ -167,12 +167,16 @@ class Children:
 
     def start(self, settings: dict[str, str], acks: Path, seed: int,
               *options: str) -> subprocess.Popen:
+        """A ``crash_child.py`` on a bookie with ``settings``."""
+        return self.spawn(CHILD, "--acks", str(acks), "--seed", str(seed), *options,
+                          *(f"{key}={value}" for key, value in settings.items()))
+
+    def spawn(self, script: str, *args: str) -> subprocess.Popen:
+        """``python script args...`` with pybk importable; stderr kept for failures."""
         stderr_path = self._workdir / f"child-{len(self._procs)}.stderr"
-        args = [sys.executable, CHILD, "--acks", str(acks), "--seed", str(seed), *options,
-                *(f"{key}={value}" for key, value in settings.items())]
         env = dict(os.environ, PYTHONPATH=ROOT)
         with open(stderr_path, "wb") as stderr:
-            proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen((sys.executable, script, *args), env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=stderr)
         proc.stderr_path = stderr_path  # type: ignore[attr-defined]
         self._procs.append(proc)

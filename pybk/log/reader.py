@@ -2,7 +2,9 @@
 
 A reader walks the log's segments in order.  A closed segment is read to its last
 entry; the open one (the writer's) up to its last add confirmed, which the reader learns
-from the bookies (or, in the writer's own process, from the writer).  A reader never
+from the bookies (or, in the writer's own process, from the writer).  Bookies learn the
+LAC from the next entry or, once the writer is idle, from its explicit LAC
+(``explicitLacInterval``): in another process the newest record shows up that late.  A reader never
 disturbs the writer: it opens ledgers without recovery.  It moves to the next segment
 only once the current one is closed, so it sees records in position order, each once.
 

@@ -1,0 +1,186 @@
+"""Logs over ledgers (pybk.log): writers taking over, rolling, truncation, readers, formats.
+
+Real bookies in this process (tests/clientutil.py), E=3, Qw=2, Qa=2, two clients that
+stand for two processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+
+from clientutil import Cluster
+from pybk.errors import CorruptData, LogFenced, MalformedMetadata, NoSuchLog
+from pybk.log import LogReader, LogWriter, Position
+from pybk.log.batch import decode_batch, encode_batch
+from pybk.log.metadata import LogMetadata, Segment, read_log, update_log
+from pybk.settings import LogSettings
+
+pytestmark = pytest.mark.timeout(60)
+
+REPLICATED = LogSettings(ensembleSize=3, writeQuorumSize=2, ackQuorumSize=2)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(str(tmp_path), 4)
+    yield c
+    c.close()
+
+
+def _open(bk, name="log", **changes) -> LogWriter:
+    return LogWriter.open(bk, name, dataclasses.replace(REPLICATED, **changes))
+
+
+def _read_all(bk, name="log", start=None) -> list[tuple[Position, bytes]]:
+    return list(LogReader(bk, name, start).read())
+
+
+def test_a_second_writer_fences_the_first_and_nothing_acknowledged_is_lost(cluster):
+    bk1, bk2 = cluster.client(), cluster.client()
+    first = _open(bk1)
+    acked = [(first.append(b"one-%d" % i), b"one-%d" % i) for i in range(30)]
+    in_flight = [first.append_async(b"late-%d" % i) for i in range(30)]
+    second = _open(bk2)
+    with pytest.raises(LogFenced):
+        for _ in range(100):  # in-flight adds may still land before the fence is seen
+            first.append(b"after the takeover")
+    late = []
+    for i, future in enumerate(in_flight):
+        try:
+            late.append((future.result(timeout=10), b"late-%d" % i))
+        except LogFenced:
+            pass
+    mine = [(second.append(b"two-%d" % i), b"two-%d" % i) for i in range(10)]
+    second.close()
+    records = _read_all(bk2)
+    found = dict(records)
+    for position, data in acked + late + mine:
+        assert found.get(position) == data
+    assert [p for p, _ in records] == sorted(p for p, _ in records)
+    assert records[-10:] == mine  # the new writer's records come after all the old ones
+    assert b"after the takeover" not in found.values()
+    first.close()  # harmless after being fenced
+
+
+def test_writers_racing_to_open_end_with_one_writer(cluster):
+    clients = [cluster.client() for _ in range(3)]
+    writers: list[LogWriter] = []
+    lock = threading.Lock()
+
+    def open_writer(bk) -> None:
+        writer = _open(bk, "race")
+        with lock:
+            writers.append(writer)
+
+    threads = [threading.Thread(target=open_writer, args=(bk,)) for bk in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(writers) == 3
+    live = []
+    for writer in writers:
+        try:
+            live.append((writer, writer.append(b"hello from %d" % id(writer))))
+        except LogFenced:
+            pass
+    assert len(live) == 1, "exactly the last writer to open may append"
+    writer, position = live[0]
+    writer.close()
+    assert _read_all(clients[0], "race") == [(position, b"hello from %d" % id(writer))]
+    for w in writers:
+        w.close()
+
+
+def test_rolling_closes_segments_and_a_tailing_reader_crosses_them(cluster):
+    bk_writer, bk_reader = cluster.client(), cluster.client()
+    writer = _open(bk_writer, segmentMaxBytes=2048)
+    reader = LogReader(bk_reader, "log")
+    got: list = []
+    tailing = threading.Thread(target=lambda: got.extend(reader.tail(idle_timeout=3.0)))
+    tailing.start()
+    written = [(writer.append(b"%04d" % i + bytes(200)), b"%04d" % i + bytes(200))
+               for i in range(100)]
+    futures = [(writer.append_async(b"async %d" % i), b"async %d" % i) for i in range(200)]
+    written += [(f.result(timeout=10), data) for f, data in futures]
+    tailing.join(timeout=30)
+    assert got == written
+    segments = writer.metadata.segments
+    assert len(segments) >= 4
+    for segment in segments[:-1]:
+        assert bk_reader.ledger_manager.read(segment.ledger_id).metadata.state.name == "CLOSED"
+    writer.close()
+
+
+def test_reopening_drops_empty_segments_and_keeps_positions(cluster):
+    bk = cluster.client()
+    with _open(bk) as writer:
+        position = writer.append(b"kept")
+    for _ in range(4):
+        _open(bk).close()
+    metadata = read_log(bk.metadata, "log").metadata
+    assert [s.number for s in metadata.segments] == [0, 4]
+    assert _read_all(bk) == [(position, b"kept")]
+    assert len(bk.list_ledgers()) == 2
+
+
+def test_truncation_deletes_ledgers_on_the_bookies_and_readers_skip_ahead(cluster):
+    bk = cluster.client()
+    writer = _open(bk, segmentMaxBytes=1024)
+    positions = [writer.append(bytes(100) + b"%d" % i) for i in range(100)]
+    # Other readers see the newest record once the writer's explicit LAC reaches the
+    # bookies (explicitLacInterval), so it may or may not show up in the reads below.
+    last = writer.append(b"the last record")
+    reader = LogReader(bk, "log")
+    assert reader.read_next(timeout=1)[0] == positions[0]
+    cut = positions[60]
+    doomed = [s.ledger_id for s in writer.metadata.segments if s.number < cut.segment]
+    assert writer.truncate(cut) == len(doomed) > 0
+    assert writer.truncate(positions[10]) == 0  # going back changes nothing
+    for ledger_id in doomed:
+        assert ledger_id not in bk.list_ledgers()
+        assert not any(b.ledger_exists(ledger_id) for b in cluster.bookies.values())
+    expected = (positions[60:], positions[60:] + [last])
+    assert [p for p, _ in reader.read()] in expected  # the old reader jumps ahead
+    assert [p for p, _ in _read_all(bk)] in expected
+    writer.close()
+    assert [p for p, _ in _read_all(bk)] == expected[1]
+
+
+def test_an_opening_writer_finishes_deletions_a_crash_interrupted(cluster):
+    bk = cluster.client()
+    with _open(bk) as writer:
+        writer.append(b"x")
+    orphan = bk.create_ledger(3, 2, 2)
+    orphan.close()
+    metadata, version = read_log(bk.metadata, "log")
+    update_log(bk.metadata, dataclasses.replace(metadata, deleting=(orphan.id,)), version)
+    _open(bk).close()
+    assert orphan.id not in bk.list_ledgers()
+    assert read_log(bk.metadata, "log").metadata.deleting == ()
+
+
+def test_reading_a_missing_log_is_a_clear_error(cluster):
+    with pytest.raises(NoSuchLog, match="nope"):
+        _read_all(cluster.client(), "nope")
+
+
+def test_formats_refuse_foreign_bytes():
+    metadata = LogMetadata("x").with_new_segment(7).with_new_segment(9)
+    assert LogMetadata.from_bytes(metadata.to_bytes()) == metadata
+    assert metadata.segments == (Segment(0, 7), Segment(1, 9))
+    with pytest.raises(MalformedMetadata):
+        LogMetadata.from_bytes(metadata.to_bytes()[:-1])
+    with pytest.raises(ValueError):
+        LogMetadata("x", segments=(Segment(3, 1),), next_segment=2)
+    assert decode_batch(encode_batch([b"a", b"", b"ccc"])) == [b"a", b"", b"ccc"]
+    for bad in (b"", b"\x02\x00\x00\x00\x01", encode_batch([b"abc"])[:-1],
+                b"\x01\x00\x00\x00\x00"):
+        with pytest.raises(CorruptData):
+            decode_batch(bad)
+    assert Position.parse(str(Position(1, 2, 3))) == Position(1, 2, 3)
+    with pytest.raises(ValueError):
+        Position.parse("1:2")

@@ -1,0 +1,223 @@
+"""The embedded WAL (``pybk.open``): appends, reads, truncation, restarts, kill -9."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+
+import pybk
+from crashutil import children, count_lines  # noqa: F401
+from pybk.errors import EntryTooLarge, InvalidConfiguration, LogClosed
+from pybk.log import Position
+from walutil import who
+
+pytestmark = pytest.mark.timeout(120)
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+WAL_CHILD = os.path.join(TESTS, "wal_child.py")
+
+
+def test_appends_are_read_back_in_order_with_their_positions(tmp_path):
+    with pybk.open(tmp_path / "wal") as wal:
+        first = wal.append(b"first")
+        futures = [wal.append_async(b"record %d" % i) for i in range(1000)]
+        positions = [f.result(timeout=30) for f in futures]
+        last = wal.append(b"")
+        assert first == Position(0, 0, 0)
+        assert positions == sorted(positions) and len(set(positions)) == 1000
+        assert first < positions[0] and positions[-1] < last
+        assert any(p.slot > 0 for p in positions), "concurrent appends were not batched"
+        records = list(wal.read())
+    assert [data for _, data in records] == \
+        [b"first"] + [b"record %d" % i for i in range(1000)] + [b""]
+    assert [pos for pos, _ in records] == [first] + positions + [last]
+
+
+def test_records_survive_a_restart_and_reads_start_anywhere(tmp_path):
+    with pybk.open(tmp_path / "wal") as wal:
+        written = {wal.append(b"r%d" % i): b"r%d" % i for i in range(50)}
+    with pybk.open(tmp_path / "wal") as wal:
+        later = wal.append(b"after restart")
+        records = dict(wal.read())
+        middle = sorted(written)[25]
+        from_middle = list(wal.read(start=middle))
+    assert records == {**written, later: b"after restart"}
+    assert later.segment > max(written).segment
+    assert [p for p, _ in from_middle] == sorted(written)[25:] + [later]
+
+
+def test_reading_from_the_middle_of_a_batch(tmp_path):
+    with pybk.open(tmp_path / "wal") as wal:
+        positions = [f.result(timeout=30) for f in
+                     [wal.append_async(b"%d" % i) for i in range(200)]]
+        batched = next(p for p in positions if p.slot > 0)
+        got = list(wal.read(start=batched))
+    assert got[0] == (batched, b"%d" % positions.index(batched))
+    assert [p for p, _ in got] == positions[positions.index(batched):]
+
+
+def test_many_threads_share_fsyncs(tmp_path):
+    with pybk.open(tmp_path / "wal") as wal:
+        results: dict[int, list[Position]] = defaultdict(list)
+
+        def writer(t: int) -> None:
+            for i in range(100):
+                results[t].append(wal.append(b"%d/%d" % (t, i)))
+
+        threads = [threading.Thread(target=writer, args=(t,)) for t in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        entries = {(p.segment, p.entry) for ps in results.values() for p in ps}
+        records = list(wal.read())
+    assert len(records) == 1600
+    for t, positions in results.items():
+        assert positions == sorted(positions)  # one thread's records in call order
+    assert len(entries) < 1600, "no two threads' records shared an entry"
+
+
+def test_segments_roll_by_size_and_reads_cross_them(tmp_path):
+    with pybk.open(tmp_path / "wal", segmentMaxBytes=4096) as wal:
+        positions = [wal.append(bytes(300) + b"%d" % i) for i in range(200)]
+        wal.sync()
+        segments = {p.segment for p in positions}
+        got = [p for p, _ in wal.read()]
+    # 60 KB in 4 KiB segments; a roll runs in the background while appends go on into
+    # the old segment, so a slow machine makes fewer, larger segments.
+    assert len(segments) >= 3
+    assert got == positions
+
+
+def test_truncation_deletes_whole_segments_and_gc_reclaims_their_space(tmp_path):
+    def entry_log_bytes() -> int:
+        current = tmp_path / "wal" / "bookie" / "ledgers" / "current"
+        return sum(f.stat().st_size for f in current.glob("*.log"))
+
+    with pybk.open(tmp_path / "wal", segmentMaxBytes=512 * 1024, maxEntrySizeBytes=1 << 20,
+                   logSizeLimit=2 << 20, recordMaxBytes=512 * 1024, gcWaitTime=100,
+                   flushInterval=100) as wal:
+        positions = [wal.append(os.urandom(64 * 1024)) for _ in range(160)]  # 10 MiB
+        wal.sync()
+        wal.bookie.checkpoint()
+        before_bytes = entry_log_bytes()
+        keep = positions[120]
+        segments_before = {p.segment for p in positions}
+        wal.truncate(keep)
+        assert [p for p, _ in wal.read()] == positions[120:]
+        ledgers_left = wal._bk.list_ledgers()
+        deadline = time.monotonic() + 30
+        while entry_log_bytes() > before_bytes // 2 and time.monotonic() < deadline:
+            wal.bookie.checkpoint()
+            time.sleep(0.1)
+        after_bytes = entry_log_bytes()
+    assert len(ledgers_left) <= len(segments_before) - keep.segment + 1
+    assert after_bytes <= before_bytes // 2, \
+        f"entry logs still hold {after_bytes} of {before_bytes} bytes after truncation"
+    with pybk.open(tmp_path / "wal", maxEntrySizeBytes=1 << 20, logSizeLimit=2 << 20,
+                   recordMaxBytes=512 * 1024) as wal:
+        assert [p for p, _ in wal.read()] == positions[120:]  # the truncation point holds
+
+
+def test_a_reader_tails_the_wal(tmp_path):
+    with pybk.open(tmp_path / "wal") as wal:
+        reader = wal.reader()
+        assert reader.read_next(timeout=0.05) is None
+        got: list = []
+        tailing = threading.Thread(target=lambda: got.extend(reader.tail(idle_timeout=2.0)))
+        tailing.start()
+        written = []
+        for i in range(20):
+            written.append((wal.append(b"%d" % i), b"%d" % i))
+            time.sleep(0.005)
+        tailing.join(timeout=10)
+    assert got == written
+
+
+def test_bad_input_gets_clear_errors(tmp_path):
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "precious.txt").write_text("not a WAL")
+    with pytest.raises(InvalidConfiguration, match="not empty"):
+        pybk.open(tmp_path / "other")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InvalidConfiguration, match="not a directory"):
+        pybk.open(tmp_path / "file")
+    with pytest.raises(InvalidConfiguration, match="unknown setting 'bogus'"):
+        pybk.open(tmp_path / "wal", bogus=1)
+    with pytest.raises(InvalidConfiguration, match="one bookie"):
+        pybk.open(tmp_path / "wal", ensembleSize=3, writeQuorumSize=2, ackQuorumSize=2)
+    with pytest.raises(InvalidConfiguration, match="journalDirectory"):
+        pybk.open(tmp_path / "wal", journalDirectory="/tmp/x")
+    with pytest.raises(InvalidConfiguration, match="maxEntrySizeBytes"):
+        pybk.open(tmp_path / "wal", recordMaxBytes=8 << 20)
+    with pybk.open(tmp_path / "wal", recordMaxBytes=1000) as wal:
+        with pytest.raises(EntryTooLarge):
+            wal.append(bytes(1001))
+        with pytest.raises(TypeError):
+            wal.append("text")  # type: ignore[arg-type]
+        with pytest.raises(Exception, match="locked"):
+            pybk.open(tmp_path / "wal")
+        with pytest.raises(ValueError, match="past the current segment"):
+            wal.truncate(Position(99, 0, 0))
+    with pytest.raises(LogClosed):
+        wal.append(b"after close")
+
+
+# -- kill -9 ---------------------------------------------------------------------------
+
+ROUNDS = 20
+THREADS = 4
+
+
+def _acknowledged(acks_path) -> dict[Position, tuple[int, int, int]]:
+    acked = {}
+    if os.path.exists(acks_path):
+        for line in open(acks_path, encoding="ascii"):
+            position, round_no, thread, index = line.split()
+            acked[Position.parse(position)] = (int(round_no), int(thread), int(index))
+    return acked
+
+
+def _check(directory, acked) -> int:
+    """Open the WAL and check it against every acknowledgement so far; return the count
+    of records in it."""
+    with pybk.open(directory) as wal:
+        records = list(wal.read())
+    positions = [p for p, _ in records]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    found = {p: who(data) for p, data in records}  # every record is exactly one we wrote
+    assert len(set(found.values())) == len(found), "a record appears twice"
+    lost = {p: ids for p, ids in acked.items() if found.get(p) != ids}
+    assert not lost, f"{len(lost)} acknowledged records missing or moved, e.g. " \
+                     f"{sorted(lost.items())[:3]}"
+    by_writer: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for round_no, thread, index in found.values():
+        by_writer[round_no, thread].append(index)
+    for writer, indexes in by_writer.items():  # in order, and no gap before the last
+        assert indexes == list(range(len(indexes))), f"writer {writer}: {indexes[:10]}..."
+    return len(records)
+
+
+@pytest.mark.timeout(300)
+def test_kill_minus_nine_loop_keeps_every_acknowledged_record(tmp_path, children):
+    """Twenty rounds: a child appends from 4 threads (one pipelining), is SIGKILLed at a
+    random moment, and the WAL reopened here holds every acknowledged record at its
+    position with its bytes, in order, and nothing it did not write."""
+    directory, acks_path = tmp_path / "wal", tmp_path / "acks"
+    rng = random.Random(20261121)
+    total = 0
+    for round_no in range(ROUNDS):
+        child = children.spawn(WAL_CHILD, str(directory), str(acks_path), str(round_no),
+                               str(THREADS))
+        children.wait_for_acks(child, acks_path, count_lines(acks_path) + 20)
+        time.sleep(rng.uniform(0.02, 0.3))
+        children.kill(child)
+        acked = _acknowledged(acks_path)
+        total = _check(directory, acked)
+        assert total >= len(acked)
+    assert len(_acknowledged(acks_path)) > ROUNDS * 20
