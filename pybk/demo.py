@@ -1,9 +1,13 @@
-"""The storage demo: durable adds, a kill -9, a restart, and every entry verified.
+"""The demo (``pybk demo``): an embedded WAL is written, killed with SIGKILL, reopened,
+and every acknowledged record is verified.
 
-A child process adds entries to several ledgers (many in flight) and reports how many
-were acknowledged; the parent kills it with SIGKILL (no clean shutdown, so the journal
-must be replayed), starts a bookie on the same directories and reads every acknowledged
-entry back, comparing bytes.
+A child process opens a WAL and appends 1 KiB records from four threads, one of them
+pipelining ``append_async``; after each acknowledgement it reports the record's position
+on stdout.  The parent kills it with SIGKILL mid-stream (no clean shutdown: the bookie
+must replay its journal and the log must recover its last segment), reopens the WAL in
+this process, reads everything back and checks that every acknowledged record is there,
+at its position, byte for byte, in order.  Then it appends a little more, to show the
+WAL goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -17,94 +21,123 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 
-from pybk.settings import ServerSettings
-from pybk.storage import Bookie, format_bookie, make_entry
+import pybk
+from pybk.log import Position
 
-KEY = b"demo-master-key"
-LEDGERS = 4
-ENTRY_BYTES = 1024
-
-
-def _settings(directory: str) -> ServerSettings:
-    # A long flush interval leaves the acknowledged entries in the journal only, so the
-    # restart really replays them.
-    return ServerSettings(journalDirectory=os.path.join(directory, "journal"),
-                          ledgerDirectories=(os.path.join(directory, "ledgers"),),
-                          flushInterval=3_600_000, journalPreAllocSizeMB=4)
+RECORD_BYTES = 1024
+THREADS = 4
+PIPELINE = 256
 
 
-def _entry(ledger_id: int, entry_id: int) -> bytes:
-    seed = hashlib.sha256(f"{ledger_id}/{entry_id}".encode()).digest()
-    body = (seed * (ENTRY_BYTES // len(seed) + 1))[:ENTRY_BYTES - 24]
-    return make_entry(ledger_id, entry_id, entry_id - 1, body)
+def record(thread: int, index: int) -> bytes:
+    """The one content of record ``index`` of ``thread``: 1 KiB derived from the two."""
+    seed = hashlib.sha256(b"%d/%d" % (thread, index)).digest()
+    return (seed * (RECORD_BYTES // len(seed)))[:RECORD_BYTES]
 
 
-def write_child(directory: str, count: int) -> None:
-    """Add ``count`` entries per ledger, print the result, then wait to be killed."""
-    bookie = Bookie(_settings(directory))
-    entries = [[_entry(ledger, e) for e in range(count)] for ledger in range(LEDGERS)]
-    remaining = [LEDGERS * count]
-    all_done = threading.Event()
-    window = threading.BoundedSemaphore(2000)
+def write_child(directory: str, seconds: float) -> None:
+    """Append for ``seconds``, printing ``<position> <thread> <index>`` per ack, then
+    ``done`` and wait to be killed."""
+    wal = pybk.open(directory, flushInterval=3_600_000)  # leave the data to the journal
+    out_lock = threading.Lock()
+    stop = time.monotonic() + seconds
 
-    def acknowledged(error: BaseException | None) -> None:
-        if error is not None:
-            print(f"add failed: {error}", flush=True)
-        window.release()
-        remaining[0] -= 1
-        if remaining[0] == 0:
-            all_done.set()
+    def report(lines: list[str]) -> None:
+        with out_lock:
+            sys.stdout.write("".join(lines))
+            sys.stdout.flush()
 
-    started = time.perf_counter()
-    for e in range(count):
-        for ledger in range(LEDGERS):
-            window.acquire()
-            bookie.add_entry_async(ledger, e, entries[ledger][e], KEY, callback=acknowledged)
-    all_done.wait()
-    elapsed = time.perf_counter() - started
-    print(f"acknowledged {LEDGERS * count} {elapsed:.6f}", flush=True)
-    time.sleep(3600)  # the parent kills us: no clean close, no final checkpoint
+    def blocking(thread: int) -> None:
+        index = 0
+        while time.monotonic() < stop:
+            position = wal.append(record(thread, index))
+            report([f"{position} {thread} {index}\n"])
+            index += 1
+
+    def pipelined(thread: int) -> None:
+        in_flight: deque = deque()
+        index = 0
+        while time.monotonic() < stop:
+            in_flight.append((index, wal.append_async(record(thread, index))))
+            index += 1
+            if len(in_flight) >= PIPELINE:
+                report([f"{f.result()} {thread} {i}\n"
+                        for i, f in (in_flight.popleft() for _ in range(PIPELINE // 2))])
+        report([f"{f.result()} {thread} {i}\n" for i, f in in_flight])
+
+    workers = [threading.Thread(target=pipelined, args=(0,))] + [
+        threading.Thread(target=blocking, args=(t,)) for t in range(1, THREADS)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    report(["done\n"])
+    time.sleep(3600)  # the parent kills us: no clean close
 
 
-def run_demo(directory: str | None, count: int) -> int:
-    """Run the whole demo; returns the process exit code (0 when all entries verified)."""
+def run_demo(directory: str | None, seconds: float) -> int:
+    """Run the whole demo; returns the process exit code (0 when all records verified)."""
     own_dir = directory is None
     directory = directory or tempfile.mkdtemp(prefix="pybk-demo-", dir=os.getcwd())
+    wal_dir = os.path.join(directory, "wal")
     try:
-        settings = _settings(directory)
-        format_bookie(settings, force=True)
-        print(f"pybk storage demo in {directory}")
-        child = subprocess.Popen([sys.executable, "-m", "pybk", "demo", "--child",
-                                  "--dir", directory, "--count", str(count)],
-                                 stdout=subprocess.PIPE, text=True)
-        try:
-            line = child.stdout.readline().split()
-        finally:
-            child.send_signal(signal.SIGKILL)
-            child.wait(30)
-        if not line or line[0] != "acknowledged":
-            print("the writer failed before acknowledging its entries")
+        print(f"pybk demo: an embedded WAL in {wal_dir}")
+        acked, elapsed = _run_and_kill(wal_dir, seconds)
+        if not acked:
+            print("FAILED: the writer acknowledged nothing before it was killed")
             return 1
-        total, seconds = int(line[1]), float(line[2])
-        print(f"writer: {total} entries of {ENTRY_BYTES} B acknowledged durably in "
-              f"{seconds:.2f} s ({total / seconds:,.0f} entries/s), then killed with SIGKILL")
-        started = time.perf_counter()
-        with Bookie(settings) as bookie:
-            restart = time.perf_counter() - started
-            replay = bookie.replay_stats
-            print(f"restart: {restart:.2f} s, replayed {replay['records']} journal records "
-                  f"({replay['bytes'] / 1e6:.1f} MB)")
-            started = time.perf_counter()
-            bad = sum(bookie.read_entry(ledger, e) != _entry(ledger, e)
-                      for ledger in range(LEDGERS) for e in range(count))
-            read_seconds = time.perf_counter() - started
-        if bad:
-            print(f"FAILED: {bad} of {total} entries differ after the restart")
-            return 1
-        print(f"verified: all {total} acknowledged entries read back byte-identical "
-              f"({total / read_seconds:,.0f} reads/s)")
-        return 0
+        print(f"writer: {len(acked):,} records of {RECORD_BYTES} B appended durably by "
+              f"{THREADS} threads in {elapsed:.2f} s ({len(acked) / elapsed:,.0f} "
+              "appends/s), then killed with SIGKILL")
+        return _verify(wal_dir, acked)
     finally:
         if own_dir:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def _run_and_kill(wal_dir: str, seconds: float) -> tuple[dict[Position, bytes], float]:
+    child = subprocess.Popen([sys.executable, "-m", "pybk", "demo", "--child", "--dir",
+                              wal_dir, "--seconds", str(seconds)],
+                             stdout=subprocess.PIPE, text=True)
+    acked: dict[Position, bytes] = {}
+    started = None
+    try:
+        for line in child.stdout:
+            if line == "done\n":
+                break
+            if started is None:
+                started = time.perf_counter()
+            position, thread, index = line.split()
+            acked[Position.parse(position)] = record(int(thread), int(index))
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    return acked, time.perf_counter() - (started or time.perf_counter())
+
+
+def _verify(wal_dir: str, acked: dict[Position, bytes]) -> int:
+    started = time.perf_counter()
+    with pybk.open(wal_dir) as wal:
+        reopened = time.perf_counter() - started
+        replayed = wal.bookie.replay_stats
+        print(f"restart: WAL reopened in {reopened:.2f} s (replayed "
+              f"{replayed['records']:,} journal records, {replayed['bytes'] / 1e6:.1f} MB; "
+              "the last segment recovered and closed)")
+        started = time.perf_counter()
+        records = list(wal.read())
+        read_seconds = time.perf_counter() - started
+        found = dict(records)
+        in_order = all(a[0] < b[0] for a, b in zip(records, records[1:]))
+        missing = sum(found.get(position) != data for position, data in acked.items())
+        after = wal.append(b"one more record after the restart")
+    if missing or not in_order:
+        print(f"FAILED: {missing} of {len(acked)} acknowledged records missing or "
+              f"different; positions in order: {in_order}")
+        return 1
+    print(f"verified: all {len(acked):,} acknowledged records read back at their positions, "
+          f"byte-identical and in order ({len(records):,} records in the WAL, read at "
+          f"{len(records) / read_seconds:,.0f} records/s)")
+    print(f"the WAL goes on: the next record went to position {after}")
+    return 0
