@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Iterable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -36,11 +36,9 @@ from pybk.settings import ServerSettings  # noqa: E402
 from pybk.storage.bookie import Bookie, format_bookie  # noqa: E402
 from pybk.storage.entries import ENTRY_HEADER_SIZE, make_entry  # noqa: E402
 from pybk.storage.fileio import FileIO  # noqa: E402
+from rawdisk import (MIB, RAW_VARIANTS, latency_summary, mb_per_s, measure_raw,  # noqa: E402
+                     ratio)
 
-MIB = 1024 * 1024
-BLOCK = 4096                 # bytes per write of the raw fdatasync loops
-BANDWIDTH_CHUNK = MIB        # bytes per write of the raw bandwidth test
-BANDWIDTH_SYNC_EVERY = 8     # chunks between fdatasyncs of the raw bandwidth test
 SMALL_ENTRY = 1024           # "1 KiB entries": total size, header included
 LARGE_ENTRY = 64 * 1024      # "64 KiB entries"
 KEY = b"storage-bench"
@@ -86,127 +84,6 @@ FULL = Profile("full", raw_seconds=5.0, raw_max_ops=65_536, bandwidth_mb=1024, w
 def say(message: str) -> None:
     """A progress line (stderr, so that stdout holds only the JSON result)."""
     print(f"[storage_bench] {message}", file=sys.stderr, flush=True)
-
-
-# -- statistics -------------------------------------------------------------------------
-
-def percentile_us(sorted_ns: list[int], fraction: float) -> float:
-    """The nearest-rank percentile of sorted nanosecond samples, in microseconds."""
-    index = min(len(sorted_ns) - 1, max(0, round(fraction * len(sorted_ns)) - 1))
-    return round(sorted_ns[index] / 1000.0, 1)
-
-
-def latency_summary(samples_ns: list[int], elapsed_s: float) -> dict:
-    """Operation count, operations per second, p50 and p99 latency (µs)."""
-    ordered = sorted(samples_ns)
-    return {"ops": len(ordered), "per_s": round(len(ordered) / elapsed_s, 1),
-            "p50_us": percentile_us(ordered, 0.50), "p99_us": percentile_us(ordered, 0.99)}
-
-
-def mb_per_s(nbytes: int, seconds: float) -> float:
-    """MiB per second."""
-    return round(nbytes / MIB / seconds, 1)
-
-
-def ratio(numerator: float, denominator: float) -> float:
-    """``numerator / denominator``, rounded (infinite for a zero denominator)."""
-    return round(numerator / denominator, 3) if denominator else float("inf")
-
-
-# -- raw disk limits --------------------------------------------------------------------
-
-def write_fully(fd: int, data: bytes) -> None:
-    """Write all of ``data`` at the file position."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def prepare_append(fd: int, nbytes: int) -> None:
-    """Nothing: every write appends to an empty file (size changes on each sync)."""
-
-
-def prepare_fallocate(fd: int, nbytes: int) -> None:
-    """Reserve the space with posix_fallocate (unwritten extents on ext4/xfs)."""
-    os.posix_fallocate(fd, 0, nbytes)
-
-
-def prepare_zero_fill(fd: int, nbytes: int) -> None:
-    """Write zeros over the whole range and sync them, so later writes overwrite."""
-    zeros = bytes(MIB)
-    for _ in range(0, nbytes, MIB):
-        write_fully(fd, zeros)
-    os.fsync(fd)
-    os.lseek(fd, 0, os.SEEK_SET)
-
-
-RAW_VARIANTS: dict[str, Callable[[int, int], None]] = {
-    "append": prepare_append,
-    "fallocated": prepare_fallocate,
-    "overwrite": prepare_zero_fill,
-}
-
-
-def timed_sync_loop(fd: int, seconds: float, max_ops: int) -> tuple[list[int], float]:
-    """write(4 KiB) + fdatasync until the time budget or ``max_ops``: latencies (ns), time."""
-    block = b"\xa5" * BLOCK
-    samples: list[int] = []
-    clock = time.perf_counter_ns
-    started = clock()
-    deadline = started + int(seconds * 1e9)
-    while len(samples) < max_ops:
-        begin = clock()
-        os.write(fd, block)
-        os.fdatasync(fd)
-        end = clock()
-        samples.append(end - begin)
-        if end >= deadline:
-            break
-    return samples, (clock() - started) / 1e9
-
-
-def raw_fdatasync(workdir: str, variant: str, profile: Profile) -> dict:
-    """The write+fdatasync loop on a new file prepared as ``variant`` says."""
-    path = os.path.join(workdir, f"raw-{variant}.dat")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        RAW_VARIANTS[variant](fd, profile.raw_max_ops * BLOCK)
-        samples, elapsed = timed_sync_loop(fd, profile.raw_seconds, profile.raw_max_ops)
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return latency_summary(samples, elapsed)
-
-
-def raw_durable_bandwidth(workdir: str, profile: Profile) -> float:
-    """MiB/s appending 1 MiB chunks with an fdatasync every 8 MiB (and one at the end)."""
-    path = os.path.join(workdir, "raw-bandwidth.dat")
-    chunk = os.urandom(BANDWIDTH_CHUNK)
-    chunks = profile.bandwidth_mb * MIB // BANDWIDTH_CHUNK
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        started = time.perf_counter()
-        for number in range(1, chunks + 1):
-            write_fully(fd, chunk)
-            if number % BANDWIDTH_SYNC_EVERY == 0 or number == chunks:
-                os.fdatasync(fd)
-        elapsed = time.perf_counter() - started
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return mb_per_s(chunks * BANDWIDTH_CHUNK, elapsed)
-
-
-def measure_raw(workdir: str, profile: Profile) -> dict:
-    """Every raw figure of the disk under test."""
-    raw: dict = {}
-    for variant in RAW_VARIANTS:
-        raw[f"fdatasync_{variant}"] = figures = raw_fdatasync(workdir, variant, profile)
-        say(f"raw fdatasync ({variant}): {figures['per_s']:.0f}/s, p50 {figures['p50_us']} µs, "
-            f"p99 {figures['p99_us']} µs")
-    raw["durable_write_mb_s"] = raw_durable_bandwidth(workdir, profile)
-    say(f"raw durable sequential write: {raw['durable_write_mb_s']} MiB/s")
-    return raw
 
 
 # -- bookie helpers ---------------------------------------------------------------------
@@ -546,7 +423,8 @@ def run(profile: Profile, workdir: str) -> dict:
     started = time.perf_counter()
     say(f"{profile.name} run in {workdir}")
     rss = RssLog()
-    raw = measure_raw(workdir, profile)
+    raw = measure_raw(workdir, profile.raw_seconds, profile.raw_max_ops, profile.bandwidth_mb,
+                      say)
     rss.mark("raw")
     bookie = measure_bookie(workdir, profile, raw, rss)
     bookie["replay"] = measure_replay(workdir, profile)

@@ -361,3 +361,20 @@ def test_a_second_bookie_on_the_same_directories_is_refused(bookie_factory, sett
         Bookie(settings)
     bookie.close()
     bookie_factory(settings).add_entry(1, 0, entry(1, 0), KEY)  # free again once closed
+
+
+def test_a_leading_thread_syncs_its_own_adds(bookie):
+    """Inside ``leading()`` an asynchronous add does not wake the journal thread; at the
+    end of the block the caller writes the group itself, so the callback has run on the
+    caller's thread by the time the block ends (unless the journal thread, awake for
+    its own reasons, took the group first)."""
+    on_caller = 0
+    for entry_id in range(100):
+        ran_on: list[int] = []
+        with bookie.leading():
+            bookie.add_entry_async(7, entry_id, entry(7, entry_id), KEY,
+                                   callback=lambda error: ran_on.append(threading.get_ident()))
+        bookie.force(7).result(timeout=10)
+        on_caller += ran_on == [threading.get_ident()]
+    assert on_caller >= 90
+    assert bookie.entry_ids(7) == list(range(100))

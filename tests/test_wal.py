@@ -12,8 +12,9 @@ import pytest
 
 import pybk
 from crashutil import children, count_lines  # noqa: F401
-from pybk.errors import EntryTooLarge, InvalidConfiguration, LogClosed
+from pybk.errors import BookKeeperError, EntryTooLarge, InvalidConfiguration, LogClosed
 from pybk.log import Position
+from pybk.storage import make_entry
 from walutil import who
 
 pytestmark = pytest.mark.timeout(120)
@@ -164,6 +165,21 @@ def test_bad_input_gets_clear_errors(tmp_path):
             pybk.open(tmp_path / "wal")
         with pytest.raises(ValueError, match="past the current segment"):
             wal.truncate(Position(99, 0, 0))
+        errors: list = []
+        done = threading.Event()
+
+        def append_from_callback(_error) -> None:  # runs on the journal's thread
+            try:
+                wal.append(b"would wait for itself")
+            except BookKeeperError as e:
+                errors.append(e)
+            finally:
+                done.set()
+
+        wal.bookie.add_entry_async(999, 0, make_entry(999, 0, -1, b"x"), b"key",
+                                   callback=append_from_callback)
+        assert done.wait(10)
+        assert "would wait for itself" in str(errors[0])
     with pytest.raises(LogClosed):
         wal.append(b"after close")
 

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 from pybk.client import BookKeeper
 from pybk.client.digest import MAX_OVERHEAD
 from pybk.client.transport import InProcessBookieClient
-from pybk.errors import InvalidConfiguration
+from pybk.errors import BookKeeperError, InvalidConfiguration
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES
 from pybk.log.position import Position
 from pybk.log.reader import LogReader, Record
@@ -71,8 +71,15 @@ class WAL:
     # -- the log ------------------------------------------------------------------
 
     def append(self, data: bytes) -> Position:
-        """Append a record; return its position once it is durable (fdatasync'd)."""
-        return self._writer.append(data)
+        """Append a record; return its position once it is durable (fdatasync'd).
+
+        Not from a callback of an append's future: it would wait for itself."""
+        if self.bookie.is_completing_thread():
+            raise BookKeeperError("a blocking append from an append's callback would wait "
+                                  "for itself; use append_async")
+        with self.bookie.leading():  # a lone append is synced on this thread
+            future = self._writer.append_async(data)
+        return future.result()
 
     def append_async(self, data: bytes) -> Future:
         """Append a record; the future gives its position once it is durable.  Many

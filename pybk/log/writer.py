@@ -149,23 +149,20 @@ class LogWriter:
         future: Future = Future()
         with self._lock:
             self._check_open()
-            batch = self._batch
+            batch, roll = self._batch, False
             if batch.records and batch.size + RECORD_OVERHEAD_BYTES + size \
                     > self.settings.batchMaxBytes:
-                self._seal()
+                roll = self._seal()  # full: it goes out now, the record starts the next
                 batch = self._batch
             batch.records.append(bytes(data))
             batch.futures.append(future)
             batch.size += RECORD_OVERHEAD_BYTES + size
             if len(self._outstanding) < self.settings.maxOutstandingBatches \
                     or batch.size >= self.settings.batchMaxBytes:
-                self._seal()
-            roll = not self._rolling and self._roll_due()
-            if roll:
-                self._rolling = True
-        if roll:
-            self._roller.submit(self._roll)
-        self._send_ready()
+                roll = self._seal() or roll
+            elif not self._ready:
+                return future  # it goes out with the batch when one in flight completes
+        self._after_seal(roll)
         return future
 
     def _check_open(self) -> None:
@@ -180,12 +177,23 @@ class LogWriter:
             s.segmentMaxAgeSeconds > 0
             and time.monotonic() - self._segment_started >= s.segmentMaxAgeSeconds)
 
-    def _seal(self) -> None:
-        """Queue the current batch for sending.  Caller holds the lock."""
+    def _seal(self) -> bool:
+        """Queue the current batch for sending; return whether it is time to roll (then
+        the caller calls :meth:`_after_seal` with True).  Caller holds the lock."""
         if self._batch.records:
             self._ready.append(self._batch)
             self._outstanding.add(self._batch)
             self._batch = _Batch()
+        if self._rolling or not self._roll_due():
+            return False
+        self._rolling = True
+        return True
+
+    def _after_seal(self, roll: bool) -> None:
+        """Start the roll :meth:`_seal` asked for, and send what is ready."""
+        if roll:
+            self._roller.submit(self._roll)
+        self._send_ready()
 
     def _send_ready(self) -> None:
         """Send queued batches in order; a thread that finds another sending leaves the
@@ -218,9 +226,9 @@ class LogWriter:
         entry_id = sent.result()
         with self._lock:
             self._finished(batch)
-            if len(self._outstanding) < self.settings.maxOutstandingBatches:
-                self._seal()
-        self._send_ready()  # the next batch first: the pipeline stays busy
+            roll = len(self._outstanding) < self.settings.maxOutstandingBatches \
+                and self._seal()
+        self._after_seal(roll)  # the next batch first: the pipeline stays busy
         number = batch.segment.number
         for slot, future in enumerate(batch.futures):
             future.set_result(Position(number, entry_id, slot))
@@ -268,9 +276,9 @@ class LogWriter:
         Raises the failure that stopped the writer, if one did, and Timeout after
         ``timeout`` seconds."""
         with self._lock:
-            self._seal()
+            roll = self._seal()
             waiting = set(self._outstanding)
-        self._send_ready()
+        self._after_seal(roll)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while waiting & self._outstanding and self._failure is None:

@@ -31,7 +31,7 @@ import struct
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable, Iterator
+from typing import Callable, ContextManager, Iterator
 
 from pybk.errors import (BookieClosed, BookieReadOnly, BookKeeperError, CorruptData,
                          DiskFull, EntryTooLarge, LedgerFenced, MalformedEntry,
@@ -247,6 +247,16 @@ class Bookie:
         waiter = jr.Waiter()
         self._add(ledger_id, entry_id, entry, master_key, recovery, waiter, False)
         self._journal.wait(waiter)
+
+    def leading(self) -> ContextManager[None]:
+        """Adds this thread makes inside the block are written and synced by this thread
+        at its end when the journal is idle (no thread switch; their callbacks run here).
+        For a caller that is about to wait for them, e.g. through an in-process client."""
+        return self._journal.leading()
+
+    def is_completing_thread(self) -> bool:
+        """Whether this thread is running add completions (it must not block on adds)."""
+        return self._journal.is_committer_thread()
 
     def _add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
              recovery: bool, callback: Callable[[object], None], wake: bool) -> None:

@@ -54,6 +54,7 @@ needed; ``journalMaxBackups`` of them are kept, older ones are removed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -239,6 +240,8 @@ class Journal:
     * :meth:`submit` with ``wake=False`` and then :meth:`wait`: when nobody is writing,
       the caller writes the group itself instead of handing it to the journal thread (a
       blocking caller then pays one fdatasync and no thread switch).
+    * :meth:`leading`: the same for a caller that submits through layers it does not
+      control (asynchronous calls whose future it is about to wait for).
 
     Callbacks run on the thread that synced the group, in queue order, as ``callback(None)``
     or ``callback(error)``; a marker's callback gets the :class:`LogMark` just after the
@@ -275,6 +278,7 @@ class Journal:
         self._producers_waiting = 0
         self._commit_lock = threading.Lock()
         self._committer: int | None = None
+        self._leaders = threading.local()
         self._closed = False
         self._failure: BaseException | None = None
         self._fd = -1
@@ -305,7 +309,33 @@ class Journal:
         self._buffers += (header, payload)
         self._callbacks.append(callback)
         self._queued_bytes += len(header) + len(payload)
-        if self._sleeping and (wake or not self._flush_when_empty):
+        if self._sleeping and (wake and not getattr(self._leaders, "active", False)
+                               or not self._flush_when_empty):
+            self._wake()
+
+    @contextlib.contextmanager
+    def leading(self) -> Iterator[None]:
+        """Records this thread submits inside the block do not wake the journal thread;
+        at its end, when nobody is writing, this thread writes and syncs the queued group
+        itself and runs its callbacks (one fdatasync, no thread switch: for a caller
+        about to wait for those records).  Otherwise the journal thread takes them."""
+        self._leaders.active = True
+        try:
+            yield
+        finally:
+            self._leaders.active = False
+            self._lead_one_group()
+
+    def _lead_one_group(self) -> None:
+        if self._flush_when_empty and not self.is_committer_thread() \
+                and self._commit_lock.acquire(blocking=False):
+            self._committer = threading.get_ident()
+            try:
+                self._commit_one_group()
+            finally:
+                self._committer = None
+                self._commit_lock.release()
+        if self._sleeping and self._pending():
             self._wake()
 
     def wait(self, waiter: Waiter) -> None:

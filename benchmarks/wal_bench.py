@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Benchmark of pybk's embedded WAL against the raw disk, SQLite and LMDB, in one run.
+
+Usage::
+
+    python benchmarks/wal_bench.py [--quick] [--dir DIR]
+
+Every figure is for durable 1 KiB appends (acknowledged only once fdatasync'd):
+
+* the WAL with ``append_async`` pipelined (many records in flight from one thread);
+* the WAL, SQLite and LMDB with 1, 8 and 64 threads each calling a blocking append;
+* the raw write(4 KiB)+fdatasync loops of :mod:`rawdisk`, on the same disk.
+
+SQLite runs in WAL journal mode with ``synchronous=FULL``, one record per transaction,
+one connection per thread; LMDB commits one synced write transaction per record.
+Progress goes to stderr; stdout gets one line, a JSON object with every figure.  Targets
+are reported with pass/fail booleans, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import lmdb
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import pybk  # noqa: E402
+from rawdisk import MIB, latency_summary, measure_raw, ratio  # noqa: E402
+
+RECORD = 1024
+THREAD_COUNTS = (1, 8, 64)
+TARGET_PIPELINED_PER_S = 100_000
+TARGET_64_THREADS_PER_S = 20_000
+TARGET_SINGLE_P50_RATIO = 1.5
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    raw_seconds: float     # each raw fdatasync loop
+    raw_max_ops: int
+    pipelined: int         # records appended with append_async
+    window: int            # records in flight at most
+    seconds: float         # each threaded measurement
+
+
+QUICK = Profile("quick", raw_seconds=1.5, raw_max_ops=16_384, pipelined=200_000,
+                window=20_000, seconds=2.0)
+FULL = Profile("full", raw_seconds=5.0, raw_max_ops=65_536, pipelined=1_000_000,
+               window=20_000, seconds=6.0)
+
+
+def say(message: str) -> None:
+    print(f"[wal_bench] {message}", file=sys.stderr, flush=True)
+
+
+# -- the systems under test ------------------------------------------------------------
+
+class WalSystem:
+    name = "pybk WAL"
+
+    def __init__(self, workdir: str) -> None:
+        self.wal = pybk.open(os.path.join(workdir, "wal"))
+
+    def append(self) -> Callable[[bytes], object]:
+        return self.wal.append
+
+    def close(self) -> None:
+        self.wal.close()
+
+
+class SqliteSystem:
+    name = "SQLite"
+
+    def __init__(self, workdir: str) -> None:
+        self.path = os.path.join(workdir, "bench.sqlite")
+        with sqlite3.connect(self.path) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE log (id INTEGER PRIMARY KEY, data BLOB)")
+        self.local = threading.local()
+        self.connections: list[sqlite3.Connection] = []
+        self.lock = threading.Lock()
+
+    def append(self) -> Callable[[bytes], object]:
+        db = sqlite3.connect(self.path, timeout=60, isolation_level=None,
+                             check_same_thread=False)
+        db.execute("PRAGMA synchronous=FULL")
+        with self.lock:
+            self.connections.append(db)
+
+        def insert(data: bytes) -> None:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT INTO log (data) VALUES (?)", (data,))
+            db.execute("COMMIT")
+        return insert
+
+    def close(self) -> None:
+        for db in self.connections:
+            db.close()
+
+
+class LmdbSystem:
+    name = "LMDB"
+
+    def __init__(self, workdir: str) -> None:
+        self.env = lmdb.open(os.path.join(workdir, "lmdb"), map_size=4 << 30, sync=True,
+                             metasync=True, max_spare_txns=128)
+        self.counter = iter(range(1 << 62))
+        self.lock = threading.Lock()
+
+    def append(self) -> Callable[[bytes], object]:
+        def put(data: bytes) -> None:
+            with self.lock:
+                key = next(self.counter).to_bytes(8, "big")
+            with self.env.begin(write=True) as txn:  # commit syncs (sync=True)
+                txn.put(key, data, append=False)
+        return put
+
+    def close(self) -> None:
+        self.env.close()
+
+
+# -- measurements ------------------------------------------------------------------------
+
+def threaded(system, threads: int, seconds: float) -> dict:
+    """``threads`` threads appending 1 KiB records for ``seconds``: rate and latency."""
+    payload = os.urandom(RECORD)
+    appends = [system.append() for _ in range(threads)]
+    samples: list[list[int]] = [[] for _ in range(threads)]
+    start = threading.Barrier(threads + 1)
+    stop_at = [0.0]
+
+    def work(number: int) -> None:
+        append, mine, clock = appends[number], samples[number], time.perf_counter_ns
+        start.wait()
+        while time.monotonic() < stop_at[0]:
+            begin = clock()
+            append(payload)
+            mine.append(clock() - begin)
+
+    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    stop_at[0] = time.monotonic() + seconds
+    started = time.perf_counter()
+    start.wait()
+    for worker in workers:
+        worker.join()
+    return latency_summary([s for mine in samples for s in mine],
+                           time.perf_counter() - started)
+
+
+def pipelined(wal, count: int, window: int) -> dict:
+    """One thread keeps up to ``window`` ``append_async`` calls in flight."""
+    payload = os.urandom(RECORD)
+    in_flight: deque = deque()
+    started = time.perf_counter()
+    for _ in range(count):
+        in_flight.append(wal.append_async(payload))
+        if len(in_flight) >= window:
+            in_flight.popleft().result()
+    last = None
+    for future in in_flight:
+        last = future.result()
+    elapsed = time.perf_counter() - started
+    return {"records": count, "per_s": round(count / elapsed, 1),
+            "mb_per_s": round(count * RECORD / MIB / elapsed, 1), "last_position": str(last)}
+
+
+def run(workdir: str, profile: Profile) -> dict:
+    say(f"{profile.name} run in {workdir}")
+    results: dict = {"profile": profile.name, "record_bytes": RECORD}
+    raw = measure_raw(workdir, profile.raw_seconds, profile.raw_max_ops, 0, say)
+    results["raw"] = raw
+    systems = {"wal": WalSystem, "sqlite": SqliteSystem, "lmdb": LmdbSystem}
+    for key, make in systems.items():
+        directory = os.path.join(workdir, key)
+        os.makedirs(directory)
+        system = make(directory)
+        try:
+            if key == "wal":
+                results["wal_pipelined"] = figures = pipelined(system.wal, profile.pipelined,
+                                                               profile.window)
+                say(f"{system.name} append_async pipelined: {figures['per_s']:,.0f}/s "
+                    f"({figures['mb_per_s']} MiB/s)")
+            for threads in THREAD_COUNTS:
+                results[f"{key}_threads_{threads}"] = figures = threaded(system, threads,
+                                                                         profile.seconds)
+                say(f"{system.name}, {threads} threads: {figures['per_s']:,.0f}/s, "
+                    f"p50 {figures['p50_us']} µs, p99 {figures['p99_us']} µs")
+        finally:
+            system.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    results["ratios"] = ratios = {}
+    for threads in THREAD_COUNTS:
+        wal = results[f"wal_threads_{threads}"]["per_s"]
+        ratios[f"wal_to_sqlite_threads_{threads}"] = ratio(
+            wal, results[f"sqlite_threads_{threads}"]["per_s"])
+        ratios[f"wal_to_lmdb_threads_{threads}"] = ratio(
+            wal, results[f"lmdb_threads_{threads}"]["per_s"])
+    ratios["wal_pipelined_to_sqlite_threads_1"] = ratio(
+        results["wal_pipelined"]["per_s"], results["sqlite_threads_1"]["per_s"])
+    single_p50 = results["wal_threads_1"]["p50_us"]
+    ratios["single_p50_to_raw_fdatasync_p50"] = {
+        variant: ratio(single_p50, raw[f"fdatasync_{variant}"]["p50_us"])
+        for variant in ("append", "fallocated", "overwrite")}
+    reference = ratios["single_p50_to_raw_fdatasync_p50"]["append"]
+    results["targets"] = {
+        "pipelined_per_s": {"target": TARGET_PIPELINED_PER_S,
+                            "measured": results["wal_pipelined"]["per_s"],
+                            "met": results["wal_pipelined"]["per_s"] >= TARGET_PIPELINED_PER_S},
+        "threads_64_per_s": {"target": TARGET_64_THREADS_PER_S,
+                             "measured": results["wal_threads_64"]["per_s"],
+                             "met": results["wal_threads_64"]["per_s"]
+                             >= TARGET_64_THREADS_PER_S},
+        "single_p50_ratio": {"target": TARGET_SINGLE_P50_RATIO, "measured": reference,
+                             "met": reference <= TARGET_SINGLE_P50_RATIO},
+    }
+    for name, target in results["targets"].items():
+        say(f"target {name}: {target['measured']} vs {target['target']}: "
+            f"{'met' if target['met'] else 'MISSED'}")
+    for name, value in ratios.items():
+        say(f"ratio {name}: {value}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short run (under a minute)")
+    parser.add_argument("--dir", default=os.getcwd(),
+                        help="where to make the temporary work directory (the disk tested)")
+    args = parser.parse_args(argv)
+    workdir = tempfile.mkdtemp(prefix="pybk-wal-bench-", dir=args.dir)
+    try:
+        results = run(workdir, QUICK if args.quick else FULL)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(results, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
