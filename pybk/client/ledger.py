@@ -23,7 +23,7 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.errors import (BadVersion, BookKeeperError, DigestMismatch, LedgerClosed,
@@ -40,16 +40,32 @@ log = logging.getLogger(__name__)
 LedgerEntry = DecodedEntry  # what readers get: entry_id, last_add_confirmed, length, data
 
 
-class _PendingAdd:
-    __slots__ = ("entry_id", "entry", "length", "future", "acked", "sent_at")
+AddDone = Callable[[Optional[int], Optional[BaseException]], None]
 
-    def __init__(self, entry_id: int, entry: bytes, length: int) -> None:
+
+class _PendingAdd:
+    __slots__ = ("entry_id", "entry", "length", "done", "write_set", "acked", "sent_at")
+
+    def __init__(self, entry_id: int, entry: bytes, length: int, done: AddDone,
+                 write_set: tuple[str, ...]) -> None:
         self.entry_id = entry_id
         self.entry = entry
         self.length = length
-        self.future: Future = Future()
+        self.done = done            # called once: (entry id, None) or (None, error)
+        self.write_set = write_set  # the bookies it goes to (changes with the ensemble)
         self.acked: set[str] = set()
         self.sent_at: dict[str, float] = {}
+
+
+def _settle(future: Future) -> AddDone:
+    """An :data:`AddDone` that completes ``future`` (unless it was cancelled)."""
+    def done(entry_id: int | None, error: BaseException | None) -> None:
+        if future.set_running_or_notify_cancel():
+            if error is None:
+                future.set_result(entry_id)
+            else:
+                future.set_exception(error)
+    return done
 
 
 class LedgerHandle:
@@ -64,6 +80,7 @@ class LedgerHandle:
         self._master_key = bk.master_key(password)
         self._writable = writable
         self._lock = threading.RLock()
+        self._drained = threading.Condition(self._lock)  # pending adds all finished
         self._pending: collections.deque[_PendingAdd] = collections.deque()
         self._lac = last_add_confirmed
         self._last_pushed = last_add_confirmed
@@ -112,6 +129,14 @@ class LedgerHandle:
 
     def add_entry_async(self, data: bytes) -> Future:
         """Add an entry; the future gives its id once acknowledged (in entry-id order)."""
+        future: Future = Future()
+        self.add_entry_then(data, _settle(future))
+        return future
+
+    def add_entry_then(self, data: bytes, done: AddDone) -> None:
+        """Add an entry; call ``done(entry_id, None)`` once it is acknowledged, or
+        ``done(None, error)``.  Calls come in entry-id order, on whichever thread
+        completed the add (keep ``done`` short and non-blocking)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"entry data must be bytes, not {type(data).__name__}")
         with self._lock:
@@ -120,13 +145,13 @@ class LedgerHandle:
             self._last_pushed = entry_id
             self._length += len(data)
             op = _PendingAdd(entry_id, self._digest.encode(entry_id, self._lac, self._length,
-                                                           bytes(data)), self._length)
+                                                           bytes(data)), self._length, done,
+                             self._metadata.write_set(entry_id))
             self._pending.append(op)
             self._last_activity = time.monotonic()
-            targets = () if self._changing_ensemble else self._metadata.write_set(entry_id)
+            targets = () if self._changing_ensemble else op.write_set
         for bookie_id in targets:
             self._send(op, bookie_id)
-        return op.future
 
     def _check_can_add(self) -> None:
         if not self._writable:
@@ -137,23 +162,26 @@ class LedgerHandle:
             raise LedgerClosed(f"ledger {self.id} is closed")
 
     def _send(self, op: _PendingAdd, bookie_id: str) -> None:
+        entry = op.entry
+        if entry is None:
+            return  # finished while an ensemble change was re-sending it
         op.sent_at[bookie_id] = time.monotonic()
         try:
-            future = self._bk.bookie_client(bookie_id).add(self.id, op.entry_id, op.entry,
-                                                           self._master_key)
+            client = self._bk.bookie_client(bookie_id)
         except BookKeeperError as e:
             self._on_add_error(bookie_id, e)
             return
-        future.add_done_callback(lambda f: self._on_add_reply(op, bookie_id, f))
+        client.add_then(self.id, op.entry_id, entry, self._master_key,
+                        lambda error: self._on_add_reply(op, bookie_id, error))
 
-    def _on_add_reply(self, op: _PendingAdd, bookie_id: str, reply: Future) -> None:
-        error = reply.exception()
+    def _on_add_reply(self, op: _PendingAdd, bookie_id: str,
+                      error: BaseException | None) -> None:
         if error is not None:
             self._on_add_error(bookie_id, error)
             return
         with self._lock:
-            if op.future.done() or bookie_id not in self._metadata.write_set(op.entry_id):
-                return  # a late answer from a bookie replaced meanwhile
+            if op.entry is None or bookie_id not in op.write_set:
+                return  # finished already, or a late answer from a replaced bookie
             op.acked.add(bookie_id)
             op.sent_at.pop(bookie_id, None)
             confirmed = self._take_confirmed()
@@ -182,16 +210,18 @@ class LedgerHandle:
         while self._pending and not self._changing_ensemble \
                 and len(self._pending[0].acked) >= qa:
             op = self._pending.popleft()
+            op.entry = None  # finished: late answers are ignored
             self._lac = op.entry_id
             self._confirmed_length = op.length
             confirmed.append(op)
+        if confirmed and not self._pending:
+            self._drained.notify_all()
         return confirmed
 
     @staticmethod
     def _complete(confirmed: list[_PendingAdd]) -> None:
         for op in confirmed:
-            if not op.future.done():
-                op.future.set_result(op.entry_id)
+            op.done(op.entry_id, None)
 
     def _fail_all(self, error: BookKeeperError) -> None:
         with self._lock:
@@ -199,9 +229,11 @@ class LedgerHandle:
                 self._fatal = error
             failed = list(self._pending)
             self._pending.clear()
+            for op in failed:
+                op.entry = None
+            self._drained.notify_all()
         for op in failed:
-            if not op.future.done():
-                op.future.set_exception(error)
+            op.done(None, error)
 
     # -- ensemble change ----------------------------------------------------------
 
@@ -252,9 +284,9 @@ class LedgerHandle:
                 self._changing_ensemble = False
                 resend = []
                 for op in self._pending:
-                    write_set = changed.write_set(op.entry_id)
-                    op.acked &= set(write_set)
-                    resend.extend((op, b) for b in write_set if b not in op.acked)
+                    op.write_set = changed.write_set(op.entry_id)
+                    op.acked &= set(op.write_set)
+                    resend.extend((op, b) for b in op.write_set if b not in op.acked)
                 confirmed = self._take_confirmed()
             for op, bookie_id in resend:
                 self._send(op, bookie_id)
@@ -298,15 +330,12 @@ class LedgerHandle:
         if not self._writable:
             self._closed = True
             return
-        with self._lock:
-            pending = [op.future for op in self._pending]
         deadline = time.monotonic() + self._bk.settings.addEntryTimeout * 2
-        for future in pending:
-            try:
-                future.result(timeout=max(0.0, deadline - time.monotonic()))
-            except (BookKeeperError, FutureTimeout):
-                pass  # its outcome is decided by the close below (or by recovery)
         with self._lock:
+            # Adds still pending at the deadline are decided by the close below (or by
+            # recovery): they end up confirmed or not, as the LAC closed at says.
+            while self._pending and time.monotonic() < deadline:
+                self._drained.wait(max(0.0, deadline - time.monotonic()))
             self._closed = True
             lac, length = self._lac, self._confirmed_length
         self._bk._unregister_writer(self)

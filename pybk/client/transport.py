@@ -23,6 +23,9 @@ from pybk.errors import BookieUnavailable, BookKeeperError
 from pybk.storage import LAST_ENTRY, Bookie
 
 
+AddCallback = Callable[[BaseException | None], None]
+
+
 class BookieClient(abc.ABC):
     """The operations of one bookie, asynchronous."""
 
@@ -32,6 +35,14 @@ class BookieClient(abc.ABC):
     def add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
             recovery: bool = False) -> Future:
         """Store an entry; the future completes (None) once it is durable on the bookie."""
+
+    def add_then(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+                 callback: AddCallback, recovery: bool = False) -> None:
+        """:meth:`add`, calling ``callback(None)`` once the entry is durable or
+        ``callback(error)``, instead of returning a future.  The ledger client adds this
+        way; a transport that can skip the future per add overrides it."""
+        self.add(ledger_id, entry_id, entry, master_key, recovery).add_done_callback(
+            lambda future: callback(future.exception()))
 
     @abc.abstractmethod
     def read(self, ledger_id: int, entry_id: int, fence: bool = False,
@@ -80,12 +91,15 @@ class InProcessBookieClient(BookieClient):
             else:
                 future.set_exception(error)
 
+        self.add_then(ledger_id, entry_id, entry, master_key, done, recovery)
+        return future
+
+    def add_then(self, ledger_id, entry_id, entry, master_key, callback, recovery=False):
         try:
             self._bookie.add_entry_async(ledger_id, entry_id, entry, master_key,
-                                         recovery=recovery, callback=done)
+                                         recovery=recovery, callback=callback)
         except BookKeeperError as e:
-            future.set_exception(e)
-        return future
+            callback(e)
 
     def read(self, ledger_id, entry_id, fence=False, master_key=b""):
         if not fence:
@@ -116,7 +130,6 @@ class InProcessBookieClient(BookieClient):
             return self._bookie.set_explicit_lac(ledger_id, lac, master_key)
         except BookKeeperError as e:
             return _failed(e)
-
 
     def delete_ledger(self, ledger_id):
         return _completed(lambda: self._bookie.delete_ledger(ledger_id))

@@ -212,18 +212,17 @@ class LogWriter:
                 self._in_flight[batch.ledger.id] += 1
                 self._segment_bytes += batch.size
             try:
-                sent = batch.ledger.add_entry_async(encode_batch(batch.records))
+                batch.ledger.add_entry_then(
+                    encode_batch(batch.records),
+                    lambda entry_id, error, b=batch: self._on_batch_done(b, entry_id, error))
             except BookKeeperError as e:
                 self._batch_failed(batch, e)
-                continue
-            sent.add_done_callback(lambda f, b=batch: self._on_batch_done(b, f))
 
-    def _on_batch_done(self, batch: _Batch, sent: Future) -> None:
-        error = sent.exception()
+    def _on_batch_done(self, batch: _Batch, entry_id: int | None,
+                       error: BaseException | None) -> None:
         if error is not None:
             self._batch_failed(batch, error)
             return
-        entry_id = sent.result()
         with self._lock:
             self._finished(batch)
             roll = len(self._outstanding) < self.settings.maxOutstandingBatches \
