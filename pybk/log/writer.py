@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from pybk.errors import (BadVersion, BookKeeperError, EntryTooLarge, LedgerFenced, LogClosed,
                          LogFenced, MetadataError, NoSuchLedger, Timeout)
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, encode_batch
+from pybk.log.futures import BatchFutures
 from pybk.log.metadata import LogMetadata, Segment, read_log, update_log
 from pybk.log.position import Position
 from pybk.meta.ledger_metadata import LedgerState
@@ -63,7 +64,7 @@ class _Batch:
 
     def __init__(self) -> None:
         self.records: list[bytes] = []
-        self.futures: list[Future] = []
+        self.futures = BatchFutures()
         self.size = BATCH_HEADER_BYTES
         self.segment: Segment | None = None      # set when the batch is sent
         self.ledger: LedgerHandle | None = None
@@ -146,7 +147,6 @@ class LogWriter:
         if size > self.settings.recordMaxBytes:
             raise EntryTooLarge(f"record of {size} bytes is over recordMaxBytes="
                                 f"{self.settings.recordMaxBytes}")
-        future: Future = Future()
         with self._lock:
             self._check_open()
             batch, roll = self._batch, False
@@ -155,7 +155,7 @@ class LogWriter:
                 roll = self._seal()  # full: it goes out now, the record starts the next
                 batch = self._batch
             batch.records.append(bytes(data))
-            batch.futures.append(future)
+            future = batch.futures.new()
             batch.size += RECORD_OVERHEAD_BYTES + size
             if len(self._outstanding) < self.settings.maxOutstandingBatches \
                     or batch.size >= self.settings.batchMaxBytes:
@@ -229,8 +229,8 @@ class LogWriter:
                 and self._seal()
         self._after_seal(roll)  # the next batch first: the pipeline stays busy
         number = batch.segment.number
-        for slot, future in enumerate(batch.futures):
-            future.set_result(Position(number, entry_id, slot))
+        batch.futures.set_results([Position(number, entry_id, slot)
+                                   for slot in range(len(batch.futures))])
 
     def _finished(self, batch: _Batch) -> None:
         """Account for a completed batch.  Caller holds the lock."""
@@ -247,9 +247,7 @@ class LogWriter:
         with self._lock:
             self._finished(batch)
         self._fail(error)
-        for future in batch.futures:
-            if not future.done():
-                future.set_exception(error)
+        batch.futures.set_exception(error)
 
     def _fail(self, error: BookKeeperError) -> None:
         """Stop the writer: every record not yet acknowledged fails with ``error``."""
@@ -263,9 +261,7 @@ class LogWriter:
             for batch in unsent:
                 self._finished(batch)
         for batch in unsent:
-            for future in batch.futures:
-                if not future.done():
-                    future.set_exception(self._failure)
+            batch.futures.set_exception(self._failure)
 
     # -- waiting ------------------------------------------------------------------
 
