@@ -1,0 +1,46 @@
+"""Where a ledger's entries go: ensembles and replacements by rendezvous hashing.
+
+Every candidate bookie gets a score for the ledger, the 64-bit MurmurHash3 (mmh3) of
+``"<ledger id>/<bookie id>"``; a ledger's ensemble is the highest-scoring writable
+bookies, and a replacement is the best-scoring one not in the ensemble.  So placement
+is deterministic (every client picks the same bookies for a ledger from the same
+candidates), spreads ledgers evenly, and when a bookie joins or leaves only the ledgers
+that rank it high are affected.
+
+A client running in a process that hosts a bookie puts that bookie first (its writes to
+itself cost no network), as long as it is writable and not excluded.  Read-only bookies
+are never candidates: the caller passes only writable ones.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import mmh3
+
+from pybk.errors import NotEnoughBookies
+
+
+def score(ledger_id: int, bookie_id: str) -> int:
+    """The bookie's rendezvous score for the ledger (higher ranks first)."""
+    return mmh3.hash64(f"{ledger_id}/{bookie_id}".encode("utf-8"), signed=False)[0]
+
+
+class RendezvousPlacement:
+    """Chooses bookies for ledgers; ``local`` is this process's own bookie, if any."""
+
+    def __init__(self, local: str | None = None) -> None:
+        self.local = local
+
+    def choose(self, ledger_id: int, count: int, candidates: Iterable[str],
+               exclude: Sequence[str] = ()) -> list[str]:
+        """``count`` bookies for ``ledger_id`` among ``candidates`` outside ``exclude``,
+        best first; NotEnoughBookies if there are fewer."""
+        excluded = set(exclude)
+        eligible = sorted({b for b in candidates if b not in excluded},
+                          key=lambda b: (b != self.local, -score(ledger_id, b), b))
+        if len(eligible) < count:
+            raise NotEnoughBookies(f"ledger {ledger_id} needs {count} writable bookies "
+                                   f"besides {sorted(excluded)}; there are "
+                                   f"{len(eligible)}: {eligible}")
+        return eligible[:count]
