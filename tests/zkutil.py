@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import uuid
 
+from kazoo.client import KazooClient
+
 from pybk.cluster.zookeeper_server import ZooKeeperServer
-from pybk.meta.zookeeper import ZooKeeperSettings
+from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings
 
 #: ZooKeeper's tick: sessions may time out after 2 ticks, so tests can expire them fast.
 TICK_MS = 200
@@ -36,3 +38,14 @@ def settings(**overrides: int) -> ZooKeeperSettings:
 def fresh_root() -> str:
     """A ledgers root no other test uses: ``/pybk-test-<random>/ledgers``."""
     return f"/pybk-test-{uuid.uuid4().hex[:12]}/ledgers"
+
+
+def expire_session(store: ZooKeeperMetadataStore) -> None:
+    """End ``store``'s ZooKeeper session from outside, as ZooKeeper does when a session
+    times out: a second client joins the session (same id and password) and closes it.
+    (kazoo's own test tooling does the same.)"""
+    client_id = store._conn.client.client_id  # the password is nowhere else
+    intruder = KazooClient(hosts=store.address.connect_string, client_id=client_id)
+    intruder.start(timeout=10)
+    intruder.stop()
+    intruder.close()

@@ -54,8 +54,9 @@ import tempfile
 import threading
 import time
 import weakref
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Self, Sequence
 
 from pybk.errors import ZooKeeperServerError
 
@@ -150,6 +151,38 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
+class _TempDirectoryProcess(ABC):
+    """Starts on enter and stops on exit (also when the start fails), in ``directory``
+    or, if None, a temporary directory that :meth:`_remove_directory` deletes."""
+
+    def __init__(self, directory: str | os.PathLike | None, prefix: str) -> None:
+        self._owns_directory = directory is None
+        self.directory = (tempfile.mkdtemp(prefix=prefix) if directory is None
+                          else os.fspath(directory))
+
+    @abstractmethod
+    def start(self) -> Self:
+        """Start and wait until serving; returns self."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop every process and remove what is temporary."""
+
+    def _remove_directory(self) -> None:
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 @dataclass(frozen=True)
 class _Peer:
     """One member of an ensemble: its id and ports."""
@@ -160,7 +193,7 @@ class _Peer:
     election_port: int
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(_TempDirectoryProcess):
     """One ZooKeeper server process.  A context manager: starts on enter, stops on exit.
 
     ``port`` 0 picks a free one.  ``tick_time_ms`` is ZooKeeper's ``tickTime``: sessions
@@ -172,9 +205,7 @@ class ZooKeeperServer:
                  force_sync: bool = True, tick_time_ms: int = 2000, heap_mb: int = 256,
                  start_timeout_s: float = 60.0, _peer: _Peer | None = None,
                  _ensemble: Sequence[_Peer] = ()) -> None:
-        self._owns_directory = directory is None
-        self.directory = (tempfile.mkdtemp(prefix="pybk-zk-") if directory is None
-                          else os.fspath(directory))
+        super().__init__(directory, "pybk-zk-")
         self.port = _peer.client_port if _peer else port
         self._picked_port = not self.port
         self.force_sync = force_sync
@@ -211,7 +242,7 @@ class ZooKeeperServer:
 
     # -- life cycle -----------------------------------------------------------------
 
-    def start(self) -> "ZooKeeperServer":
+    def start(self) -> Self:
         """Start the server (again) and wait until it serves; returns self."""
         self.launch()
         self.wait_ready()
@@ -285,18 +316,7 @@ class ZooKeeperServer:
     def stop(self) -> None:
         """Shut the server down and delete its directory if it was a temporary one."""
         self.shutdown()
-        if self._owns_directory:
-            shutil.rmtree(self.directory, ignore_errors=True)
-
-    def __enter__(self) -> "ZooKeeperServer":
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self._remove_directory()
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """The last ``lines`` lines of the server's log ("" if there is none yet)."""
@@ -369,7 +389,7 @@ class ZooKeeperServer:
             return False
 
 
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(_TempDirectoryProcess):
     """``size`` ZooKeeper servers on loopback forming one ensemble (a quorum of
     ``size // 2 + 1``).  A context manager like :class:`ZooKeeperServer`; ``servers``
     are its members, which tests may shut down and start one by one."""
@@ -379,9 +399,7 @@ class ZooKeeperEnsemble:
                  start_timeout_s: float = 60.0) -> None:
         if size < 1:
             raise ValueError(f"an ensemble has at least one server, not {size}")
-        self._owns_directory = directory is None
-        self.directory = (tempfile.mkdtemp(prefix="pybk-zk-ensemble-") if directory is None
-                          else os.fspath(directory))
+        super().__init__(directory, "pybk-zk-ensemble-")
         ports = _free_ports(3 * size)
         peers = [_Peer(i + 1, *ports[3 * i:3 * i + 3]) for i in range(size)]
         self.servers = [
@@ -399,7 +417,7 @@ class ZooKeeperEnsemble:
     def address(self, root: str = "/ledgers") -> str:
         return f"zk://{self.connect_string}{root}"
 
-    def start(self) -> "ZooKeeperEnsemble":
+    def start(self) -> Self:
         """Launch every member, then wait until each serves (a leader was elected)."""
         for server in self.servers:
             server.launch()
@@ -410,18 +428,7 @@ class ZooKeeperEnsemble:
     def stop(self) -> None:
         for server in self.servers:
             server.stop()
-        if self._owns_directory:
-            shutil.rmtree(self.directory, ignore_errors=True)
-
-    def __enter__(self) -> "ZooKeeperEnsemble":
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self._remove_directory()
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

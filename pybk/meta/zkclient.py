@@ -50,30 +50,29 @@ _PERSISTENT = 0  # ZooDefs.AddWatchModes.persistent
 _WATCHER_TYPE_ANY = 3  # Watcher.WatcherType.Any
 
 
-class AddWatch(namedtuple("AddWatch", "path mode")):
-    """addWatch request: a persistent watch on ``path``."""
+class _PathAndInt(namedtuple("_PathAndInt", "path value")):
+    """A request of a path and an int, the shape of addWatch and removeWatches."""
 
-    type = _ADD_WATCH_OPCODE
+    type: int  # the opcode
 
     def serialize(self) -> bytearray:
-        return bytearray(write_string(self.path) + int_struct.pack(self.mode))
+        return bytearray(write_string(self.path) + int_struct.pack(self.value))
 
     @classmethod
     def deserialize(cls, _buffer: bytes, _offset: int) -> bool:
         return True  # the reply has no body
 
 
-class RemoveWatches(namedtuple("RemoveWatches", "path watcher_type")):
-    """removeWatches request: drop this session's watches of a type on ``path``."""
+class AddWatch(_PathAndInt):
+    """addWatch: a watch of mode ``value`` (persistent: 0) on ``path``."""
+
+    type = _ADD_WATCH_OPCODE
+
+
+class RemoveWatches(_PathAndInt):
+    """removeWatches: drop this session's watches of type ``value`` on ``path``."""
 
     type = _REMOVE_WATCHES_OPCODE
-
-    def serialize(self) -> bytearray:
-        return bytearray(write_string(self.path) + int_struct.pack(self.watcher_type))
-
-    @classmethod
-    def deserialize(cls, _buffer: bytes, _offset: int) -> bool:
-        return True
 
 
 class _ConnectionHandler(_kazoo_connection.ConnectionHandler):
@@ -106,8 +105,7 @@ def connect(connect_string: str, session_timeout_s: float, connect_timeout_s: fl
     client._connection = handler
     try:
         client.start(timeout=connect_timeout_s)
-    except KazooTimeoutError:
-        close(client)
+    except KazooTimeoutError:  # kazoo has stopped and closed the client
         raise MetadataUnavailable(f"no ZooKeeper server at {connect_string} accepted a "
                                   f"session within {connect_timeout_s:g} s: is ZooKeeper "
                                   "running there, and reachable?") from None

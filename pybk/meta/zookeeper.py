@@ -204,6 +204,12 @@ class _Connection:
                                                     self.attempt_timeout_s,
                                                     self.attempt_timeout_s, on_event)
 
+    @property
+    def session_id(self) -> int | None:
+        """The session's id; None between an expired session and the next."""
+        client_id = self.client.client_id
+        return client_id[0] if client_id else None
+
     def call(self, what: str, operation: Callable[[KazooClient, bool], Any]) -> Any:
         return zkclient.call(self.client, self.retry, self.attempt_timeout_s, operation,
                              f"{self.address}: {what}")
@@ -304,7 +310,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         except BaseException:
             self._conn.close()
             raise
-        self._session_id = self._conn.client.client_id[0]
+        self._session_id = self._conn.session_id
         self.session_state = SessionState.CONNECTED
         self._session_thread = threading.Thread(target=self._run_session_events,
                                                 name=f"pybk-zk-session {self.address.root}",
@@ -365,7 +371,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             found, stat = self._conn.wait(client.get_async(zk))
         except NoNodeError:
             return False
-        owner = client.client_id[0] if ephemeral else 0
+        owner = self._conn.session_id if ephemeral else 0
         return found == data and stat.version == 0 and stat.ephemeralOwner == owner
 
     def get(self, path: str) -> tuple[bytes, int]:
@@ -538,7 +544,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             if found is None:
                 continue  # it went away just now
             owner = found[1].ephemeralOwner
-            if owner == self._conn.client.client_id[0]:
+            if owner == self._conn.session_id:
                 return  # registered by this session already
             if time.monotonic() > deadline:
                 raise MetadataError(
@@ -559,9 +565,9 @@ class ZooKeeperMetadataStore(MetadataStore):
             self._listeners.remove(listener)
 
     @property
-    def session_id(self) -> int:
-        """The current ZooKeeper session's id."""
-        return self._conn.client.client_id[0]
+    def session_id(self) -> int | None:
+        """The current ZooKeeper session's id (None while there is none)."""
+        return self._conn.session_id
 
     def _run_session_events(self) -> None:
         """The session thread: turns kazoo's state changes into re-registration, re-set
@@ -581,7 +587,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def _reconnected(self) -> bool:
         """After a (re)connection: restore registrations (in a new session) and watches.
         False if that failed; the next reconnection tries again."""
-        session_id = self._conn.client.client_id[0]
+        session_id = self._conn.session_id
         try:
             if session_id != self._session_id:
                 log.warning("%s: ZooKeeper session %#x expired; now in session %#x, "
@@ -614,9 +620,11 @@ class ZooKeeperMetadataStore(MetadataStore):
                 return
             self._closed = True
         self._session_events.put(None)
+        # Closed first, so that ZooKeeper calls the session thread may be waiting on fail
+        # at once.  Ends the session: ZooKeeper deletes its ephemeral records.
+        self._conn.close()
         if self._session_thread is not threading.current_thread():
             self._session_thread.join(_CLOSE_WAIT_S)
-        self._conn.close()  # ends the session: ZooKeeper deletes its ephemeral records
         self._notifier.close()
 
     def __repr__(self) -> str:
