@@ -1,4 +1,4 @@
-"""The contract every metadata store keeps (embedded today, ZooKeeper next).
+"""The contract every metadata store keeps (embedded, ZooKeeper).
 
 Records
     A record is bytes at a path (see :mod:`pybk.meta.paths`) with a version: 0 when it

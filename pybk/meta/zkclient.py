@@ -35,14 +35,14 @@ from kazoo.exceptions import ConnectionLoss, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol import connection as _kazoo_connection
 from kazoo.protocol.serialization import ReplyHeader, Watch, int_struct, write_string
-from kazoo.protocol.states import EVENT_TYPE_MAP, EventType
+from kazoo.protocol.states import EVENT_TYPE_MAP
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from pybk.errors import MetadataUnavailable
 
 log = logging.getLogger(__name__)
 
-EventCallback = Callable[[int, EventType, str], None]  # (zxid or -1, type, ZooKeeper path)
+EventCallback = Callable[[int, str], None]  # (zxid, or -1 before ZooKeeper 3.9; path)
 
 _ADD_WATCH_OPCODE = 106  # ZooDefs.OpCode.addWatch
 _REMOVE_WATCHES_OPCODE = 18  # ZooDefs.OpCode.removeWatches
@@ -86,7 +86,7 @@ class _ConnectionHandler(_kazoo_connection.ConnectionHandler):
         on_event = self.on_event
         if on_event is not None and event.type in EVENT_TYPE_MAP:
             try:
-                on_event(header.zxid, EVENT_TYPE_MAP[event.type], event.path)
+                on_event(header.zxid, event.path)
             except Exception:  # a failure here would kill kazoo's connection thread
                 log.exception("handling the ZooKeeper event %r failed", event)
         super()._read_watch_event(buffer, offset)

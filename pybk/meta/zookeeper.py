@@ -95,7 +95,6 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (BadVersionError, ConnectionClosedError, KazooException,
                               NoChildrenForEphemeralsError, NodeExistsError, NoNodeError,
                               NotEmptyError, RolledBackError)
-from kazoo.protocol.states import EventType
 from kazoo.retry import KazooRetry
 
 from pybk.errors import (BadVersion, InvalidConfiguration, MetadataError, NodeExists, NoNode)
@@ -271,7 +270,7 @@ def _check_layout(conn: _Connection, namespace: _Namespace,
     try:
         layout = layouts.decode(found[0])
     except MetadataError as e:
-        raise MetadataError(f"{conn.address}: {e}") from None
+        raise type(e)(f"{conn.address}: {e}") from None
     if expected is not None and layout is not expected:
         raise MetadataError(f"{conn.address}: the cluster at {namespace.root} was formatted "
                             f"with the {layout.name} ledger layout, not {expected.name}")
@@ -476,7 +475,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                 # watch on the path, sent later, is set after this removal.
                 zkclient.remove_watches(self._conn.client, zk).rawlink(_log_failure)
 
-    def _on_event(self, zxid: int, _event_type: EventType, zk_path: str) -> None:
+    def _on_event(self, zxid: int, zk_path: str) -> None:
         """A watch notification, on kazoo's connection thread: queue the calls."""
         path = self._watched.get(zk_path)
         if path is None:
