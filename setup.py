@@ -19,7 +19,8 @@ setup(
         "crc32c>=2.4",
     ],
     extras_require={
-        "test": ["pytest>=7.4", "pytest-timeout>=2.2"],
+        # pyspark's wheel ships ZooKeeper 3.9's jars: the tests run a real ZooKeeper.
+        "test": ["pytest>=7.4", "pytest-timeout>=2.2", "pyspark>=4.0"],
         "spark": ["pyspark>=3.5", "pyarrow>=14"],
     },
     entry_points={"console_scripts": ["pybk = pybk.cli:main"]},

@@ -119,6 +119,20 @@ class MetadataError(BookKeeperError):
     code = -18  # MetaStoreException
 
 
+class MetadataUnavailable(MetadataError):
+    """The metadata service cannot be reached: ZooKeeper did not answer within the
+    configured time (unreachable at start, or a connection loss that outlasted the
+    retries).  The operation's outcome is unknown; retry once the service is back."""
+
+    code = -16  # ZKException
+
+
+class ZooKeeperServerError(MetadataError):
+    """A throwaway ZooKeeper server (:mod:`pybk.cluster.zookeeper_server`) cannot run:
+    Java or ZooKeeper's jars are missing, or the server did not come up in time.  The
+    message says what to install, or ends with the server's log."""
+
+
 class NodeExists(BookKeeperError):
     """A record was to be created at a path that already holds one."""
 
@@ -208,6 +222,7 @@ _WIRE_ERRORS = (
     InvalidLedgerMetadata,
     BadVersion,
     MetadataError,
+    MetadataUnavailable,
     NodeExists,
     NoNode,
     MalformedMetadata,

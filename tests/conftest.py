@@ -1,4 +1,5 @@
-"""Shared fixtures: real directories under pytest's tmp_path, real bookies, closed after."""
+"""Shared fixtures: real directories under pytest's tmp_path, real bookies, a real
+ZooKeeper; everything closed or stopped after."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import sys
 
 import pytest
+import zkutil
 
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie, make_entry
@@ -62,3 +64,10 @@ def bookie_factory(settings_factory):
 @pytest.fixture
 def bookie(bookie_factory):
     return bookie_factory()
+
+
+@pytest.fixture(scope="session")
+def zookeeper():
+    """One real ZooKeeper server for the whole test session, stopped at its end."""
+    with zkutil.server() as zk:
+        yield zk

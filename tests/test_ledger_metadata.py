@@ -15,7 +15,8 @@ import pytest
 from pybk.errors import (BadVersion, InvalidLedgerMetadata, MalformedMetadata, NoSuchLedger,
                          error_for_code)
 from pybk.meta import (DigestType, EmbeddedMetadataStore, Fragment, LedgerManager,
-                       LedgerMetadata, LedgerState, hash_password, paths)
+                       LedgerMetadata, LedgerState, hash_password)
+from pybk.meta.layout import FLAT
 from pybk.meta.ledger_metadata import MAGIC, PASSWORD_HASH_BYTES
 from pybk.meta.sealed import HEADER
 from pybk.storage.checksum import crc32c
@@ -325,13 +326,13 @@ def test_ids_are_fresh_and_listed_in_order(ledgers, store):
     store.register_bookie("b1:3181")  # /ledgers/available is no ledger
     store.create("/ledgers/Lnot-a-ledger", b"")
     assert ledgers.ledger_ids() == created
-    assert store.exists(paths.ledger_path(created[0]))
-    assert paths.ledger_path(7) == "/ledgers/L0000000007"
+    assert store.exists(FLAT.ledger_path(created[0]))
+    assert FLAT.ledger_path(7) == "/ledgers/L0000000007"
 
 
 def test_create_skips_an_id_whose_path_is_taken(ledgers, store):
     first = ledgers.create_ledger(B, 3, 2, DigestType.CRC32C, b"").metadata.ledger_id
-    store.create(paths.ledger_path(first + 1), b"written by hand")
+    store.create(FLAT.ledger_path(first + 1), b"written by hand")
     second = ledgers.create_ledger(B, 3, 2, DigestType.CRC32C, b"").metadata.ledger_id
     assert second == first + 2
 
@@ -346,10 +347,10 @@ def test_invalid_create_uses_up_no_id(ledgers):
 
 
 def test_a_damaged_record_is_reported_with_its_path(ledgers, store):
-    store.create(paths.ledger_path(3), b"garbage")
+    store.create(FLAT.ledger_path(3), b"garbage")
     with pytest.raises(MalformedMetadata, match="L0000000003"):
         ledgers.read(3)
-    store.create(paths.ledger_path(4), metadata(ledger_id=5).to_bytes())
+    store.create(FLAT.ledger_path(4), metadata(ledger_id=5).to_bytes())
     with pytest.raises(MalformedMetadata, match="metadata of ledger 5"):
         ledgers.read(4)
 

@@ -1,8 +1,9 @@
 """The metadata store contract (pybk.meta.interface), tested once for every store.
 
-The ``stores`` fixture is parametrized over :data:`STORE_KINDS` (today the embedded store;
-the ZooKeeper store joins with its issue): each kind opens sessions on one shared store,
-so "close and open again" is a restart, and it tells a crash child how to open the store.
+The ``stores`` fixture is parametrized over :data:`STORE_KINDS` (the embedded store, and
+the ZooKeeper store on the session's real ZooKeeper server under a root of the test's
+own): each kind opens sessions on one shared store, so "close and open again" is a
+restart, and it tells a crash child how to open the store.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from pathlib import Path
 
 import lmdb
 import pytest
+import zkutil
 
 from pybk.errors import BadVersion, MetadataError, NodeExists, NoNode
 from pybk.meta import ANY_VERSION, MAX_DATA_BYTES, EmbeddedMetadataStore, MetadataStore
 from pybk.meta import paths
+from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,13 +42,18 @@ class EmbeddedStores:
 
     kind = "embedded"
     single_session = True  # a second session on the directory is refused while one is open
+    format_records: list[str] = []  # what /ledgers holds before anything is written
+    dead_session_end_s = 0.0  # a dead process's records are gone once the store opens
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, request: pytest.FixtureRequest, tmp_path: Path) -> None:
         self.location = str(tmp_path / "meta")
         self._opened: list[MetadataStore] = []
 
+    def _open(self) -> MetadataStore:
+        return EmbeddedMetadataStore(self.location)
+
     def open(self) -> MetadataStore:
-        store = EmbeddedMetadataStore(self.location)
+        store = self._open()
         self._opened.append(store)
         return store
 
@@ -54,18 +62,40 @@ class EmbeddedStores:
             store.close()
 
 
-STORE_KINDS = {EmbeddedStores.kind: EmbeddedStores}
+class ZooKeeperStores(EmbeddedStores):
+    """Sessions on a freshly formatted root of the session's ZooKeeper server."""
+
+    kind = "zookeeper"
+    single_session = False
+    format_records = ["INSTANCEID", "LAYOUT", "available", "cookies", "idgen"]
+    # A killed process's session ends when ZooKeeper times it out (crash children use
+    # SHORT_SESSION_TIMEOUT_MS), checked once per tick.
+    dead_session_end_s = 3 * zkutil.SHORT_SESSION_TIMEOUT_MS / 1000
+
+    def __init__(self, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+        super().__init__(request, tmp_path)
+        self.location = request.getfixturevalue("zookeeper").address(zkutil.fresh_root())
+        format_cluster(self.location, settings=zkutil.settings())
+
+    def _open(self) -> MetadataStore:
+        return ZooKeeperMetadataStore(self.location, zkutil.settings())
+
+
+STORE_KINDS = {kind.kind: kind for kind in (EmbeddedStores, ZooKeeperStores)}
 
 
 def open_store(kind: str, location: str) -> MetadataStore:
     """How a crash child opens a store of ``kind`` (the same one the test uses)."""
+    if kind == ZooKeeperStores.kind:
+        return ZooKeeperMetadataStore(
+            location, zkutil.settings(zkTimeout=zkutil.SHORT_SESSION_TIMEOUT_MS))
     assert kind == EmbeddedStores.kind, kind
     return EmbeddedMetadataStore(location)
 
 
 @pytest.fixture(params=sorted(STORE_KINDS))
 def stores(request, tmp_path):
-    group = STORE_KINDS[request.param](tmp_path)
+    group = STORE_KINDS[request.param](request, tmp_path)
     yield group
     group.close_all()
 
@@ -100,6 +130,16 @@ class Events:
     def assert_quiet(self, seconds: float = 0.2) -> None:
         time.sleep(seconds)
         assert self._queue.empty(), f"unexpected watch call on {self._queue.get()}"
+
+
+def wait_until(condition, timeout_s: float) -> bool:
+    """Whether ``condition()`` held within ``timeout_s`` (checked at once, then every 50 ms)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def run_threads(count: int, target, barrier: threading.Barrier | None = None) -> None:
@@ -246,7 +286,7 @@ def test_records_versions_and_ids_survive_a_restart(stores):
     store = stores.open()
     assert store.get("/ledgers/L0000000001") == (b"uno", 1)
     assert store.get("/persistent") == (bytes(range(256)), 0)
-    assert store.children("/ledgers") == ["L0000000001"]
+    assert store.children("/ledgers") == sorted(stores.format_records + ["L0000000001"])
     assert store.next_ledger_id() > max(ids)
 
 
@@ -345,6 +385,18 @@ def test_watch_fires_on_create_set_delete_and_children(store):
     parent.expect("/w")
     record.assert_quiet()
     parent.assert_quiet()
+
+
+def test_a_create_that_makes_ancestors_calls_each_watch_once(store):
+    made, grown = Events(), Events()
+    store.create("/m", b"")
+    store.watch("/m/a", made)  # made by the create below, and given a child by it
+    store.watch("/m", grown)   # given a child
+    store.create("/m/a/b/c", b"")
+    made.expect("/m/a")
+    grown.expect("/m")
+    made.assert_quiet()
+    grown.assert_quiet()
 
 
 def test_watch_is_persistent_until_cancelled(store):
@@ -556,7 +608,7 @@ def test_kill_minus_nine_during_compare_and_set_leaves_a_consistent_record(store
             assert last_version <= version <= last_version + 1
             assert data == payload(version)
             assert store.next_ledger_id() > max(ledger_id for _v, ledger_id in acks)
-            assert store.bookies() == []
+            assert wait_until(lambda: store.bookies() == [], stores.dead_session_end_s)
         finally:
             store.close()
     versions = [v for v, _id in read_acks(acks_path)]

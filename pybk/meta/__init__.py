@@ -1,8 +1,11 @@
 """pybk's metadata layer: versioned records with compare-and-set, ledger ids, the bookie
 registry and watches, behind one contract (:class:`MetadataStore`).
 
-Stores: :class:`EmbeddedMetadataStore` (LMDB files in a directory, no server).  Typed
-ledger metadata: :class:`LedgerMetadata`, kept by :class:`LedgerManager`.
+Stores: :class:`EmbeddedMetadataStore` (LMDB files in a directory, no server) and
+:class:`pybk.meta.zookeeper.ZooKeeperMetadataStore` (a ZooKeeper cluster, formatted with
+:func:`pybk.meta.zookeeper.format_cluster`); :func:`pybk.meta.address.open_metadata_store`
+opens either by address.  Typed ledger metadata: :class:`LedgerMetadata`, kept by
+:class:`LedgerManager` where the store's ledger layout (:mod:`pybk.meta.layout`) says.
 """
 
 from pybk.meta.embedded import EmbeddedMetadataStore

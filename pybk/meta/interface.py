@@ -1,4 +1,4 @@
-"""The contract every metadata store keeps (embedded today, ZooKeeper next).
+"""The contract every metadata store keeps (embedded, ZooKeeper).
 
 Records
     A record is bytes at a path (see :mod:`pybk.meta.paths`) with a version: 0 when it
@@ -6,7 +6,7 @@ Records
     in ZooKeeper: :meth:`~MetadataStore.create` makes the missing ancestors too, as
     empty persistent records (like kazoo's ``makepath=True``), in the same atomic step;
     :meth:`~MetadataStore.delete` refuses a record that has children.  Data is at most
-    :data:`MAX_DATA_BYTES` (ZooKeeper's default ``jute.maxbuffer``).
+    :data:`MAX_DATA_BYTES`, so that any request fits ZooKeeper's default packet limit.
 
 Compare-and-set
     ``create`` succeeds only if the path is free (else :class:`NodeExists`); ``set``
@@ -31,6 +31,10 @@ Watches
 Ledger ids
     :meth:`~MetadataStore.next_ledger_id` never returns the same id twice in the life of
     the store, across restarts and crashes; ids increase.
+
+Ledger layout
+    :attr:`~MetadataStore.layout` says where ledger metadata lives under ``/ledgers``
+    (:mod:`pybk.meta.layout`): flat unless the store was formatted otherwise.
 """
 
 from __future__ import annotations
@@ -39,10 +43,14 @@ from abc import ABC, abstractmethod
 
 from pybk.errors import MetadataError, NodeExists, NoNode
 from pybk.meta import paths
+from pybk.meta.layout import FLAT, LedgerLayout
 from pybk.meta.watches import Watch, WatchCallback
 
 ANY_VERSION = -1
-MAX_DATA_BYTES = 0xFFFFF  # 1 MiB - 1, ZooKeeper's jute.maxbuffer default
+# ZooKeeper's default jute.maxbuffer (1 MiB - 1) bounds a whole request, not the data: the
+# rest carries the path and, for a create that makes ancestors, every ancestor's create
+# (at most about 75 KiB under MAX_PATH_BYTES).  128 KiB are left for them.
+MAX_DATA_BYTES = 0xFFFFF - 128 * 1024
 
 
 def check_data(data: bytes) -> bytes:
@@ -69,6 +77,9 @@ class MetadataStore(ABC):
     Thread-safe.  Close it (or use it as a context manager); every call after
     :meth:`close` raises :class:`~pybk.errors.MetadataError`.
     """
+
+    #: Where ledger metadata lives; a store formatted with another layout overrides it.
+    layout: LedgerLayout = FLAT
 
     # -- records -------------------------------------------------------------------
 
@@ -126,10 +137,7 @@ class MetadataStore(ABC):
         new, old = paths.join(paths.AVAILABLE, bookie_id), paths.join(paths.READONLY, bookie_id)
         if read_only:
             new, old = old, new
-        try:
-            self.create(new, b"", ephemeral=True)
-        except NodeExists:
-            pass  # registered there already
+        self._create_registration(new)
         self._delete_if_present(old)
 
     def unregister_bookie(self, bookie_id: str) -> None:
@@ -149,6 +157,14 @@ class MetadataStore(ABC):
         if read_only is not False:
             found.update(self._children_or_none(paths.READONLY))
         return sorted(found)
+
+    def _create_registration(self, path: str) -> None:
+        """Create the ephemeral registration record at ``path``, or keep it if there is
+        one already.  A store whose records may belong to other sessions checks whose."""
+        try:
+            self.create(path, b"", ephemeral=True)
+        except NodeExists:
+            pass  # registered there already
 
     def _delete_if_present(self, path: str) -> None:
         try:

@@ -1,10 +1,11 @@
-"""Ledger metadata kept in a metadata store: BookKeeper's flat ledger manager.
+"""Ledger metadata kept in a metadata store: BookKeeper's ledger managers.
 
 A ledger's :meth:`~pybk.meta.ledger_metadata.LedgerMetadata.to_bytes` is the record at
-``/ledgers/L<id, 10 digits or more>`` (:func:`pybk.meta.paths.ledger_path`), and the
-record's version is the metadata's version: every change is a compare-and-set on it.
-Built only on the :class:`~pybk.meta.interface.MetadataStore` contract, so it works the
-same on every store.  (ZooKeeper's hierarchical layout comes with the ZooKeeper store.)
+the path the store's layout gives it (``store.layout``, :mod:`pybk.meta.layout`: flat
+``/ledgers/L0000000007`` or hierarchical ``/ledgers/00/0000/L0007``), and the record's
+version is the metadata's version: every change is a compare-and-set on it.  Built only
+on the :class:`~pybk.meta.interface.MetadataStore` contract, so it works the same on
+every store.
 
 A missing ledger raises :class:`~pybk.errors.NoSuchLedger`; a lost compare-and-set
 :class:`~pybk.errors.BadVersion`, after which the caller re-reads and decides again.
@@ -17,7 +18,6 @@ import logging
 from typing import Callable, Mapping, NamedTuple, Sequence
 
 from pybk.errors import MalformedMetadata, MetadataError, NodeExists, NoNode, NoSuchLedger
-from pybk.meta import paths
 from pybk.meta.interface import ANY_VERSION, MetadataStore
 from pybk.meta.ledger_metadata import (DigestType, Fragment, LedgerMetadata,
                                        hash_password)
@@ -42,6 +42,7 @@ class LedgerManager:
 
     def __init__(self, store: MetadataStore) -> None:
         self.store = store
+        self.layout = store.layout
 
     def create_ledger(self, ensemble: Sequence[str], write_quorum_size: int,
                       ack_quorum_size: int, digest_type: DigestType, password: bytes,
@@ -58,7 +59,7 @@ class LedgerManager:
         for _ in range(CREATE_ATTEMPTS_MAX):
             metadata = dataclasses.replace(template, ledger_id=self.store.next_ledger_id())
             try:
-                version = self.store.create(paths.ledger_path(metadata.ledger_id),
+                version = self.store.create(self.layout.ledger_path(metadata.ledger_id),
                                             metadata.to_bytes())
             except NodeExists:
                 log.warning("ledger id %d is taken in the metadata store although it was "
@@ -66,10 +67,10 @@ class LedgerManager:
                 continue
             return Versioned(metadata, version)
         raise MetadataError(f"{CREATE_ATTEMPTS_MAX} fresh ledger ids in a row were taken in "
-                            f"{paths.LEDGERS}: something else writes ledger records there")
+                            f"{self.store!r}: something else writes ledger records there")
 
     def read(self, ledger_id: int) -> Versioned:
-        path = paths.ledger_path(ledger_id)
+        path = self.layout.ledger_path(ledger_id)
         try:
             data, version = self.store.get(path)
         except NoNode:
@@ -86,7 +87,7 @@ class LedgerManager:
     def update(self, metadata: LedgerMetadata, expected_version: int) -> int:
         """Write ``metadata`` if its record is still at ``expected_version``; return the
         new version.  Raises BadVersion or NoSuchLedger."""
-        path = paths.ledger_path(metadata.ledger_id)
+        path = self.layout.ledger_path(metadata.ledger_id)
         try:
             return self.store.set(path, metadata.to_bytes(), expected_version)
         except NoNode:
@@ -96,7 +97,7 @@ class LedgerManager:
     def delete(self, ledger_id: int, expected_version: int = ANY_VERSION) -> None:
         """Delete the ledger's metadata (if at ``expected_version``).  Raises BadVersion
         or NoSuchLedger."""
-        path = paths.ledger_path(ledger_id)
+        path = self.layout.ledger_path(ledger_id)
         try:
             self.store.delete(path, expected_version)
         except NoNode:
@@ -104,13 +105,9 @@ class LedgerManager:
 
     def ledger_ids(self) -> list[int]:
         """The ids of every ledger with metadata, ascending."""
-        try:
-            names = self.store.children(paths.LEDGERS)
-        except NoNode:
-            return []
-        return sorted(i for i in map(paths.ledger_id_of, names) if i is not None)
+        return sorted(self.layout.ledger_ids(self.store))
 
     def watch(self, ledger_id: int, callback: Callable[[int], None]) -> Watch:
         """Call ``callback(ledger_id)`` after every change of the ledger's metadata
         (created, updated, deleted) until the watch is cancelled."""
-        return self.store.watch(paths.ledger_path(ledger_id), lambda _path: callback(ledger_id))
+        return self.store.watch(self.layout.ledger_path(ledger_id), lambda _path: callback(ledger_id))

@@ -6,16 +6,19 @@ no ``/`` and no NUL; a path is at most :data:`MAX_PATH_BYTES` bytes of UTF-8.  T
 ``/`` is not a record: it always exists, has children, and can be watched, but cannot be
 created, read, set or deleted.
 
-The layout (BookKeeper's, with the flat ledger manager):
+BookKeeper's layout of a cluster under ``/ledgers``:
 
-``/ledgers/L<id, 10 digits or more>``   one ledger's metadata (``/ledgers/L0000000007``)
+``/ledgers/<ledger path>``               one ledger's metadata, at the path the store's
+                                         ledger layout gives (:mod:`pybk.meta.layout`)
 ``/ledgers/available/<bookie id>``       a writable bookie's registration (ephemeral)
 ``/ledgers/available/readonly/<id>``     a read-only bookie's registration (ephemeral)
+``/ledgers/cookies/<bookie id>``         a bookie's cookie (its instance and directories)
+``/ledgers/idgen/ID-<10 digits>``        ZooKeeper's ledger id generator (sequential)
+``/ledgers/INSTANCEID``                  the cluster's instance id (a UUID, text)
+``/ledgers/LAYOUT``                      the ledger layout, in BookKeeper's text form
 """
 
 from __future__ import annotations
-
-import re
 
 from pybk.errors import MetadataError
 
@@ -24,12 +27,14 @@ LEDGERS = "/ledgers"
 AVAILABLE = "/ledgers/available"
 READONLY_NAME = "readonly"
 READONLY = f"{AVAILABLE}/{READONLY_NAME}"
+COOKIES = "/ledgers/cookies"
+IDGEN = "/ledgers/idgen"
+INSTANCE_ID = "/ledgers/INSTANCEID"
+LAYOUT = "/ledgers/LAYOUT"
 
 # LMDB keys are at most 511 bytes and the embedded store's key is the path plus one byte;
 # ZooKeeper has a larger limit, and the contract holds every store to the smaller one.
 MAX_PATH_BYTES = 500
-
-_LEDGER_NAME = re.compile(r"L[0-9]{10,}\Z")
 
 
 def check_name(name: str) -> str:
@@ -78,12 +83,3 @@ def ancestors(path: str) -> list[str]:
     """The record paths above a valid non-root path, top first: ``/a/b/c`` -> ``/a, /a/b``."""
     names = path[1:].split("/")[:-1]
     return ["/" + "/".join(names[:i]) for i in range(1, len(names) + 1)]
-
-
-def ledger_path(ledger_id: int) -> str:
-    return f"{LEDGERS}/L{ledger_id:010d}"
-
-
-def ledger_id_of(name: str) -> int | None:
-    """The ledger id a child name of :data:`LEDGERS` stands for, or None for other names."""
-    return int(name[1:]) if _LEDGER_NAME.match(name) else None

@@ -60,10 +60,16 @@ class Watch:
 
 
 class Notifier:
-    """The watches of one store and the thread that calls them back."""
+    """The watches of one store and the thread that calls them back.
 
-    def __init__(self, thread_name: str) -> None:
+    ``on_unwatched(path)``, if given, runs (on the cancelling thread, with no lock held)
+    once the last watch on a path is cancelled, so a store can drop what it keeps per
+    watched path."""
+
+    def __init__(self, thread_name: str,
+                 on_unwatched: Callable[[str], None] | None = None) -> None:
         self._thread_name = thread_name
+        self._on_unwatched = on_unwatched
         self._lock = threading.Lock()
         self._watches: dict[str, list[Watch]] = {}
         # Unbounded on purpose: a bounded queue would make a store write wait for
@@ -87,8 +93,14 @@ class Notifier:
             watches = self._watches.get(watch.path, [])
             if watch in watches:
                 watches.remove(watch)
-            if not watches:
-                self._watches.pop(watch.path, None)
+            unwatched = not watches and self._watches.pop(watch.path, None) is not None
+        if unwatched and self._on_unwatched is not None:
+            self._on_unwatched(watch.path)
+
+    def watching(self, path: str) -> bool:
+        """Whether any watch on ``path`` is active."""
+        with self._lock:
+            return path in self._watches
 
     def publish(self, paths: Iterable[str]) -> None:
         """Queue one call of every watch on each of ``paths`` (watches added later miss it)."""

@@ -1,0 +1,682 @@
+"""The ZooKeeper metadata store: the contract of :mod:`pybk.meta.interface` on a ZooKeeper
+cluster, through kazoo, with BookKeeper's layout.
+
+Addresses and the root
+    ``zk://host:port[,host:port...]/root`` (:mod:`pybk.meta.address`); the root is
+    BookKeeper's ``zkLedgersRootPath``, ``/ledgers`` by default.  The store's namespace
+    (the contract's ``/``) is the root's parent in ZooKeeper, and the contract's
+    ``/ledgers`` is the root itself:
+
+    ======================  =====================  ============================
+    contract path           root ``/ledgers``      root ``/bk/cluster1``
+    ======================  =====================  ============================
+    ``/ledgers/LAYOUT``     ``/ledgers/LAYOUT``    ``/bk/cluster1/LAYOUT``
+    ``/logs/orders``        ``/logs/orders``       ``/bk/logs/orders``
+    ``/``                   ``/``                  ``/bk``
+    ======================  =====================  ============================
+
+    So with the default root the paths are BookKeeper's own, and several clusters can
+    share one ZooKeeper under different parents.  When the root's name is not
+    ``ledgers``, its sibling ``ledgers`` would alias it: the contract path ``/<root's
+    name>`` is refused and ZooKeeper's ``<parent>/ledgers`` is out of reach.  Under the
+    ZooKeeper root, ``/zookeeper`` is ZooKeeper's own and refused too.
+
+Formatting and the layout
+    :func:`format_cluster` writes, in one ZooKeeper transaction, the root with
+    ``available/``, ``available/readonly/``, ``cookies/``, ``idgen/``, ``INSTANCEID``
+    (a UUID) and ``LAYOUT`` (the ledger layout in BookKeeper's text form,
+    :mod:`pybk.meta.layout`; hierarchical by default, as in BookKeeper).  Opening a
+    store reads LAYOUT: an unformatted root, an unknown layout, or a layout other than
+    the one the caller asked for stops the open with :class:`~pybk.errors.MetadataError`.
+
+Ledger ids
+    BookKeeper's ZooKeeper id generator: each id is the sequence number of a
+    persistent-sequential node ``/ledgers/idgen/ID-<10 digits>``, deleted again at once
+    (without waiting).  ZooKeeper's sequence counter (the parent's child version) only
+    grows, so ids are unique and increasing across sessions and clients (a request whose
+    answer was lost skips one).  It is a signed 32-bit counter: after 2^31 ids,
+    :meth:`~ZooKeeperMetadataStore.next_ledger_id` raises MetadataError.
+
+Connection loss and retries
+    Every call retries through connection loss and session expiry (kazoo's
+    :class:`~kazoo.retry.KazooRetry`, backing off from ``zkRetryBackoffStartMs`` to
+    ``zkRetryBackoffMaxMs``) until ``zkOperationTimeoutMs`` has passed, then raises
+    :class:`~pybk.errors.MetadataUnavailable`; so clients ride out a ZooKeeper restart.
+    A request lost with its connection may have taken effect; a retry that then finds
+    the effect (NodeExists with our data, BadVersion at the next version with our data,
+    NoNode for our delete) reports success.  Opening waits at most ``zkTimeout`` for a
+    session, then raises MetadataUnavailable.
+
+Sessions, ephemeral records and the bookie registry
+    The store holds one ZooKeeper session of ``zkTimeout`` ms.  If ZooKeeper expires it
+    (the process stalled, or was cut off, for longer than that), kazoo opens a new one:
+    the old session's ephemeral records are gone, and the store creates its bookie
+    registrations again (those made by :meth:`~ZooKeeperMetadataStore.register_bookie`;
+    other ephemeral records stay gone).  A registration found held by another session
+    (another process with the same bookie id, or this bookie's previous life) is waited
+    on for up to ``zkTimeout``, as BookKeeper does, then refused.
+
+    :meth:`~ZooKeeperMetadataStore.add_session_listener` tells the owner, on the store's
+    session thread, in order:
+
+    * ``SUSPENDED``: the connection is lost; the session may still live.  A bookie stops
+      taking writes: it cannot know whether it is still registered.
+    * ``EXPIRED``: the session ended; its ephemeral records, registrations included, are
+      gone.  A bookie keeps refusing writes.
+    * ``CONNECTED``: connected again, and every registration of this store exists (same
+      session, or re-created in a new one).  A bookie takes writes again.
+
+Watches
+    Persistent ZooKeeper watches (:mod:`pybk.meta.zkclient`): ZooKeeper reports every
+    change in commit order, the callbacks run on the store's notifier thread as
+    :mod:`pybk.meta.watches` describes, and events of one transaction on one path (a
+    create that made the watched ancestor and its child) make one call, since
+    ZooKeeper 3.9 sends each event's zxid (older servers may make two).  While the
+    connection is down no event arrives; once connected again the store re-sets its
+    watches and calls every watch once, since changes may have been missed.
+
+Threads
+    kazoo's three (connection and two callback threads), the notifier thread (from the
+    first watch) and the session thread.  Any thread may call any method.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any, Callable
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (BadVersionError, ConnectionClosedError, KazooException,
+                              NoChildrenForEphemeralsError, NodeExistsError, NoNodeError,
+                              NotEmptyError, RolledBackError)
+from kazoo.retry import KazooRetry
+
+from pybk.errors import (BadVersion, InvalidConfiguration, MetadataError, NodeExists, NoNode)
+from pybk.meta import layout as layouts
+from pybk.meta import paths, zkclient
+from pybk.meta.address import ZooKeeperAddress, parse_zookeeper_address
+from pybk.meta.interface import ANY_VERSION, MetadataStore, check_data, check_version
+from pybk.meta.watches import Notifier, Watch, WatchCallback
+
+log = logging.getLogger(__name__)
+
+_LEDGERS_NAME = paths.split(paths.LEDGERS)[1]
+_ZOOKEEPER_NAME = "zookeeper"  # ZooKeeper's own node under its root
+_IDGEN_PREFIX = "ID-"
+# Ancestors made by a create can be deleted under it again by another client; like
+# kazoo's ensure_path, try again then, at most this many times in all.
+_CREATE_ATTEMPTS_MAX = 10
+# How often a registration held by another session is looked at while waiting for it.
+_REGISTRATION_POLL_S = 0.1
+# How long close() waits for a session listener that is still running.
+_CLOSE_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class ZooKeeperSettings:
+    """How the store talks to ZooKeeper; BookKeeper's names where it has them."""
+
+    #: The session timeout in ms (BookKeeper's ``zkTimeout``): a store silent for longer
+    #: loses its session and ephemeral records.  Opening waits this long for a session,
+    #: and one request this long for its answer.
+    zkTimeout: int = 10_000
+    #: pybk's: how long one call keeps retrying through connection loss before it
+    #: raises MetadataUnavailable.  Long enough to ride out a ZooKeeper restart or a
+    #: leader election.
+    zkOperationTimeoutMs: int = 30_000
+    #: First and longest pause between retries, in ms.  BookKeeper starts at 1,000;
+    #: pybk at 100 so that a client resumes soon after ZooKeeper is back.
+    zkRetryBackoffStartMs: int = 100
+    zkRetryBackoffMaxMs: int = 2_000
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise InvalidConfiguration(f"setting {f.name}={value!r} is invalid: it must "
+                                           "be a whole number of milliseconds over 0")
+        if self.zkRetryBackoffStartMs > self.zkRetryBackoffMaxMs:
+            raise InvalidConfiguration(
+                f"setting zkRetryBackoffStartMs={self.zkRetryBackoffStartMs} is invalid: it "
+                f"must be at most zkRetryBackoffMaxMs={self.zkRetryBackoffMaxMs}")
+
+
+class SessionState(str, Enum):
+    """What a session listener hears; see the module docstring."""
+
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"
+    EXPIRED = "expired"
+
+
+SessionListener = Callable[[SessionState], None]
+
+
+class _Namespace:
+    """Maps the contract's paths to ZooKeeper's for one root (see the module docstring)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.base, self.root_name = paths.split(root)
+
+    def zk(self, path: str) -> str:
+        if path == paths.ROOT:
+            return self.base
+        first, sep, rest = path[1:].partition("/")
+        if first == _LEDGERS_NAME:
+            first = self.root_name
+        elif first == self.root_name:
+            raise MetadataError(f"{path} is not a path of this store: in ZooKeeper it would "
+                                f"be the ledgers root {self.root}, which is /ledgers here")
+        elif first == _ZOOKEEPER_NAME and self.base == paths.ROOT:
+            raise MetadataError(f"{path} is ZooKeeper's own and not a path of this store")
+        return paths.join(self.base, first + sep + rest)
+
+    def root_children(self, names: list[str]) -> list[str]:
+        """The contract's names for the children of the ZooKeeper node of ``/``."""
+        hidden = {_LEDGERS_NAME} if self.root_name != _LEDGERS_NAME else set()
+        if self.base == paths.ROOT:
+            hidden.add(_ZOOKEEPER_NAME)
+        return sorted(_LEDGERS_NAME if name == self.root_name else name
+                      for name in names if name not in hidden)
+
+
+class _Connection:
+    """A kazoo client with the store's retry policy: :meth:`call` runs one operation."""
+
+    def __init__(self, address: ZooKeeperAddress, settings: ZooKeeperSettings,
+                 on_event: zkclient.EventCallback) -> None:
+        self.address = address
+        self.settings = settings
+        self.attempt_timeout_s = settings.zkTimeout / 1000
+        self.retry = KazooRetry(max_tries=-1, delay=settings.zkRetryBackoffStartMs / 1000,
+                                backoff=2, max_delay=settings.zkRetryBackoffMaxMs / 1000,
+                                deadline=settings.zkOperationTimeoutMs / 1000,
+                                ignore_expire=True)
+        self.client: KazooClient = zkclient.connect(address.connect_string,
+                                                    self.attempt_timeout_s,
+                                                    self.attempt_timeout_s, on_event)
+
+    @property
+    def session_id(self) -> int | None:
+        """The session's id; None between an expired session and the next."""
+        client_id = self.client.client_id
+        return client_id[0] if client_id else None
+
+    def call(self, what: str, operation: Callable[[KazooClient, bool], Any]) -> Any:
+        return zkclient.call(self.client, self.retry, self.attempt_timeout_s, operation,
+                             f"{self.address}: {what}")
+
+    def wait(self, async_result: Any) -> Any:
+        return zkclient.result(async_result, self.attempt_timeout_s)
+
+    def read(self, zk_path: str) -> tuple[bytes, Any] | None:
+        """``(data, stat)`` of a node, or None if there is none (retried)."""
+        def op(client: KazooClient, _retrying: bool) -> tuple[bytes, Any] | None:
+            try:
+                return self.wait(client.get_async(zk_path))
+            except NoNodeError:
+                return None
+
+        return self.call(f"read {zk_path}", op)
+
+    def create_with_ancestors(self, client: KazooClient, nodes: list[tuple[str, bytes]],
+                              ephemeral: bool = False) -> None:
+        """Create ``nodes`` (path, data; parents first; the last one ``ephemeral``) and
+        their missing ancestors, in one ZooKeeper transaction.  Raises NodeExistsError
+        if a node exists, kazoo's other errors as they come."""
+        for _ in range(_CREATE_ATTEMPTS_MAX):
+            missing = []
+            for ancestor in paths.ancestors(nodes[0][0]):
+                if self.wait(client.exists_async(ancestor)) is None:
+                    missing.append(ancestor)
+            txn = client.transaction()
+            for ancestor in missing:
+                txn.create(ancestor, b"")
+            for i, (path, data) in enumerate(nodes):
+                txn.create(path, data, ephemeral=ephemeral and i == len(nodes) - 1)
+            results = self.wait(txn.commit_async())
+            failures = [r for r in results
+                        if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+            if not failures:
+                return
+            ancestor_made = (results.index(failures[0]) < len(missing)
+                             and isinstance(failures[0], NodeExistsError))
+            if ancestor_made or isinstance(failures[0], NoNodeError):
+                continue  # another client made or removed an ancestor meanwhile
+            raise failures[0]
+        raise MetadataError(f"could not create {nodes[-1][0]}: its ancestors kept changing "
+                            f"under it ({_CREATE_ATTEMPTS_MAX} attempts)")
+
+    def close(self) -> None:
+        zkclient.close(self.client)
+
+
+def _check_layout(conn: _Connection, namespace: _Namespace,
+                  expected: layouts.LedgerLayout | None) -> tuple[layouts.LedgerLayout, str]:
+    """The cluster's layout and instance id; MetadataError if it is not formatted, or
+    formatted with another layout than ``expected``."""
+    found = conn.read(namespace.zk(paths.LAYOUT))
+    if found is None:
+        raise MetadataError(f"{conn.address}: no cluster is formatted at {namespace.root} "
+                            "(it has no LAYOUT): format it first with "
+                            "pybk.meta.zookeeper.format_cluster()")
+    try:
+        layout = layouts.decode(found[0])
+    except MetadataError as e:
+        raise type(e)(f"{conn.address}: {e}") from None
+    if expected is not None and layout is not expected:
+        raise MetadataError(f"{conn.address}: the cluster at {namespace.root} was formatted "
+                            f"with the {layout.name} ledger layout, not {expected.name}")
+    instance = conn.read(namespace.zk(paths.INSTANCE_ID))
+    return layout, instance[0].decode("utf-8", "replace") if instance else ""
+
+
+class ZooKeeperMetadataStore(MetadataStore):
+    """The metadata store of the cluster at a ``zk://`` address; see the module docstring.
+
+    ``layout`` (a name), if given, is the ledger layout the caller expects: a cluster
+    formatted with another is refused."""
+
+    def __init__(self, address: str | ZooKeeperAddress,
+                 settings: ZooKeeperSettings | None = None,
+                 layout: str | None = None) -> None:
+        self.address = (address if isinstance(address, ZooKeeperAddress)
+                        else parse_zookeeper_address(address))
+        self.settings = settings or ZooKeeperSettings()
+        expected = layouts.layout_named(layout) if layout is not None else None
+        self._ns = _Namespace(self.address.root)
+        self._closed = False
+        # Reentrant: a watch that fails to be set is cancelled under it (see watch()).
+        self._watch_lock = threading.RLock()
+        self._watched: dict[str, str] = {}  # ZooKeeper path -> contract path
+        self._last_zxid: dict[str, int] = {}  # ZooKeeper path -> zxid of its last event
+        self._notifier = Notifier(f"pybk-meta-watch zk {self.address.root}",
+                                  on_unwatched=self._unwatched)
+        self._registry_lock = threading.RLock()
+        self._registrations: dict[str, bool] = {}  # bookie id -> read only
+        self._listeners: list[SessionListener] = []
+        self._session_events: queue.SimpleQueue[KazooState | None] = queue.SimpleQueue()
+        self._conn = _Connection(self.address, self.settings, self._on_event)
+        try:
+            self.layout, self.instance_id = _check_layout(self._conn, self._ns, expected)
+        except BaseException:
+            self._conn.close()
+            raise
+        self._session_id = self._conn.session_id
+        self.session_state = SessionState.CONNECTED
+        self._session_thread = threading.Thread(target=self._run_session_events,
+                                                name=f"pybk-zk-session {self.address.root}",
+                                                daemon=True)
+        self._session_thread.start()
+        self._conn.client.add_listener(self._session_events.put)
+
+    # -- the calling discipline ------------------------------------------------------
+
+    def _run(self, what: str, path: str, operation: Callable[[KazooClient, bool], Any]) -> Any:
+        """Run a retried operation on ``path``, in pybk's exceptions."""
+        if self._closed:
+            raise MetadataError(f"the metadata store {self.address} is closed")
+        try:
+            return self._conn.call(f"{what} {path}", operation)
+        except NoNodeError:
+            raise NoNode(f"no record at {path}") from None
+        except NodeExistsError:
+            raise NodeExists(f"a record exists at {path} already") from None
+        except BadVersionError:
+            raise BadVersion(f"{path} is not at the expected version: it changed since it "
+                             "was read") from None
+        except NotEmptyError:
+            raise MetadataError(f"cannot delete {path}: it has children; delete them "
+                                "first") from None
+        except NoChildrenForEphemeralsError:
+            raise MetadataError(f"cannot create {path}: its parent is ephemeral, and "
+                                "ephemeral records have no children") from None
+        except ConnectionClosedError:
+            raise MetadataError(f"the metadata store {self.address} is closed") from None
+        except KazooException as e:
+            raise MetadataError(f"{self.address}: {what} {path} failed: {e!r}") from e
+
+    # -- records -------------------------------------------------------------------------
+
+    def create(self, path: str, data: bytes, ephemeral: bool = False) -> int:
+        paths.check_path(path)
+        data = check_data(data)
+        zk = self._ns.zk(path)
+
+        def op(client: KazooClient, retrying: bool) -> int:
+            try:
+                try:
+                    self._conn.wait(client.create_async(zk, data, ephemeral=ephemeral))
+                except NoNodeError:  # an ancestor is missing: make them in one step
+                    self._conn.create_with_ancestors(client, [(zk, data)], ephemeral)
+            except NodeExistsError:
+                if retrying and self._created_by_us(client, zk, data, ephemeral):
+                    return 0  # an earlier attempt took effect; its answer was lost
+                raise
+            return 0
+
+        return self._run("create", path, op)
+
+    def _created_by_us(self, client: KazooClient, zk: str, data: bytes,
+                       ephemeral: bool) -> bool:
+        try:
+            found, stat = self._conn.wait(client.get_async(zk))
+        except NoNodeError:
+            return False
+        owner = self._conn.session_id if ephemeral else 0
+        return found == data and stat.version == 0 and stat.ephemeralOwner == owner
+
+    def get(self, path: str) -> tuple[bytes, int]:
+        paths.check_path(path)
+        zk = self._ns.zk(path)
+
+        def op(client: KazooClient, _retrying: bool) -> tuple[bytes, int]:
+            data, stat = self._conn.wait(client.get_async(zk))
+            return data or b"", stat.version  # None: a node made without data
+
+        return self._run("read", path, op)
+
+    def set(self, path: str, data: bytes, expected_version: int) -> int:
+        paths.check_path(path)
+        data = check_data(data)
+        check_version(expected_version)
+        zk = self._ns.zk(path)
+
+        def op(client: KazooClient, retrying: bool) -> int:
+            try:
+                return self._conn.wait(client.set_async(zk, data, expected_version)).version
+            except BadVersionError:
+                if retrying and expected_version != ANY_VERSION:
+                    found, stat = self._conn.wait(client.get_async(zk))
+                    if stat.version == expected_version + 1 and found == data:
+                        return stat.version  # an earlier attempt took effect
+                raise
+
+        return self._run("set", path, op)
+
+    def delete(self, path: str, expected_version: int) -> None:
+        paths.check_path(path)
+        check_version(expected_version)
+        zk = self._ns.zk(path)
+
+        def op(client: KazooClient, retrying: bool) -> None:
+            try:
+                self._conn.wait(client.delete_async(zk, expected_version))
+            except NoNodeError:
+                if not retrying:
+                    raise  # else an earlier attempt deleted it; its answer was lost
+
+        self._run("delete", path, op)
+
+    def children(self, path: str) -> list[str]:
+        paths.check_path(path, root_ok=True)
+        zk = self._ns.zk(path)
+
+        def op(client: KazooClient, _retrying: bool) -> list[str]:
+            try:
+                names = self._conn.wait(client.get_children_async(zk))
+            except NoNodeError:
+                if path == paths.ROOT:
+                    return []  # the root always exists, even before ZooKeeper's node
+                raise
+            return self._ns.root_children(names) if path == paths.ROOT else sorted(names)
+
+        return self._run("list", path, op)
+
+    def exists(self, path: str) -> bool:
+        paths.check_path(path, root_ok=True)
+        if path == paths.ROOT:
+            if self._closed:
+                raise MetadataError(f"the metadata store {self.address} is closed")
+            return True
+        zk = self._ns.zk(path)
+        return self._run("look up", path, lambda client, _retrying: self._conn.wait(
+            client.exists_async(zk)) is not None)
+
+    # -- watches -------------------------------------------------------------------------
+
+    def watch(self, path: str, callback: WatchCallback) -> Watch:
+        paths.check_path(path, root_ok=True)
+        if not callable(callback):
+            raise MetadataError(f"watch callback {callback!r} is not callable")
+        zk = self._ns.zk(path)
+        with self._watch_lock:
+            if self._closed:
+                raise MetadataError(f"the metadata store {self.address} is closed")
+            # Subscribed before ZooKeeper's watch is set, so no event after it is missed.
+            watch = self._notifier.add(path, callback)
+            if zk not in self._watched:
+                self._watched[zk] = path
+                try:
+                    self._run("watch", path, lambda client, _retrying: self._conn.wait(
+                        zkclient.add_persistent_watch(client, zk)))
+                except BaseException:
+                    watch.cancel()
+                    raise
+            return watch
+
+    def _unwatched(self, path: str) -> None:
+        """The last watch on ``path`` was cancelled: drop ZooKeeper's watch too."""
+        zk = self._ns.zk(path)
+        with self._watch_lock:
+            if self._notifier.watching(path) or self._watched.pop(zk, None) is None:
+                return
+            self._last_zxid.pop(zk, None)
+            if not self._closed:
+                # Not waited for: a cancel must not block on a lost connection (whose
+                # watches ZooKeeper drops anyway).  Requests go out in order, so a new
+                # watch on the path, sent later, is set after this removal.
+                zkclient.remove_watches(self._conn.client, zk).rawlink(_log_failure)
+
+    def _on_event(self, zxid: int, zk_path: str) -> None:
+        """A watch notification, on kazoo's connection thread: queue the calls."""
+        path = self._watched.get(zk_path)
+        if path is None:
+            return
+        if zxid > 0:
+            if self._last_zxid.get(zk_path) == zxid:
+                return  # another event of the same transaction on this path
+            self._last_zxid[zk_path] = zxid
+        self._notifier.publish([path])
+
+    def _rewatch(self) -> None:
+        """Set every watch again on a new connection, then call each once: ZooKeeper
+        dropped them with the old connection, and changes may have been missed."""
+        with self._watch_lock:
+            watched = dict(self._watched)
+            pending = [zkclient.add_persistent_watch(self._conn.client, zk) for zk in watched]
+            for async_result in pending:
+                self._conn.wait(async_result)
+            self._notifier.publish(watched.values())
+
+    # -- ledger ids ------------------------------------------------------------------------
+
+    def next_ledger_id(self) -> int:
+        prefix = paths.join(self._ns.zk(paths.IDGEN), _IDGEN_PREFIX)
+
+        def op(client: KazooClient, _retrying: bool) -> int:
+            # A lost answer leaves an ID node behind and skips its id: harmless.
+            created = self._conn.wait(client.create_async(prefix, b"", sequence=True,
+                                                          makepath=True))
+            client.delete_async(created)  # not waited for: nothing depends on it
+            return int(created[len(prefix):])
+
+        ledger_id = self._run("take a ledger id from", paths.IDGEN, op)
+        if ledger_id < 0:
+            raise MetadataError(f"{self.address}: ZooKeeper's sequence counter of "
+                                f"{self.address.root}/idgen wrapped around: no ledger ids "
+                                "are left in this id generator")
+        return ledger_id
+
+    # -- the bookie registry ----------------------------------------------------------
+
+    def register_bookie(self, bookie_id: str, read_only: bool = False) -> None:
+        with self._registry_lock:
+            super().register_bookie(bookie_id, read_only)
+            self._registrations[bookie_id] = read_only
+
+    def unregister_bookie(self, bookie_id: str) -> None:
+        with self._registry_lock:
+            super().unregister_bookie(bookie_id)
+            self._registrations.pop(bookie_id, None)
+
+    def _create_registration(self, path: str) -> None:
+        """Create the registration, or wait (up to zkTimeout, like BookKeeper) for one
+        that another session holds to go away: it may be this bookie's previous life,
+        whose session has not expired yet."""
+        zk = self._ns.zk(path)
+        deadline = time.monotonic() + self.settings.zkTimeout / 1000
+        while True:
+            try:
+                self.create(path, b"", ephemeral=True)
+                return
+            except NodeExists:
+                pass
+            found = self._conn.read(zk)
+            if found is None:
+                continue  # it went away just now
+            owner = found[1].ephemeralOwner
+            if owner == self._conn.session_id:
+                return  # registered by this session already
+            if time.monotonic() > deadline:
+                raise MetadataError(
+                    f"{path} is held by ZooKeeper session {owner:#x}, not this store's: "
+                    "another process registered this bookie id (if it died, its session "
+                    f"ends within zkTimeout={self.settings.zkTimeout} ms)")
+            time.sleep(_REGISTRATION_POLL_S)
+
+    # -- sessions ------------------------------------------------------------------------
+
+    def add_session_listener(self, listener: SessionListener) -> None:
+        """Call ``listener(SessionState)`` on the store's session thread at every session
+        change (see the module docstring).  It must not block for long."""
+        self._listeners.append(listener)
+
+    def remove_session_listener(self, listener: SessionListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    @property
+    def session_id(self) -> int | None:
+        """The current ZooKeeper session's id (None while there is none)."""
+        return self._conn.session_id
+
+    def _run_session_events(self) -> None:
+        """The session thread: turns kazoo's state changes into re-registration, re-set
+        watches and listener calls (kazoo reports them on its connection thread, where
+        no ZooKeeper call may wait)."""
+        while True:
+            state = self._session_events.get()
+            if state is None or self._closed:
+                return
+            if state == KazooState.SUSPENDED:
+                self._tell(SessionState.SUSPENDED)
+            elif state == KazooState.LOST:
+                self._tell(SessionState.EXPIRED)
+            elif self._reconnected():
+                self._tell(SessionState.CONNECTED)
+
+    def _reconnected(self) -> bool:
+        """After a (re)connection: restore registrations (in a new session) and watches.
+        False if that failed; the next reconnection tries again."""
+        session_id = self._conn.session_id
+        try:
+            if session_id != self._session_id:
+                log.warning("%s: ZooKeeper session %#x expired; now in session %#x, "
+                            "registering again", self.address, self._session_id, session_id)
+                with self._registry_lock:
+                    for bookie_id, read_only in self._registrations.items():
+                        super().register_bookie(bookie_id, read_only)
+                self._session_id = session_id
+            self._rewatch()
+        except Exception:
+            if not self._closed:
+                log.exception("%s: restoring registrations and watches after a reconnection "
+                              "failed", self.address)
+            return False
+        return True
+
+    def _tell(self, state: SessionState) -> None:
+        self.session_state = state
+        for listener in list(self._listeners):
+            try:
+                listener(state)
+            except Exception:
+                log.exception("session listener %r failed on %s", listener, state.value)
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._watch_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._session_events.put(None)
+        # Closed first, so that ZooKeeper calls the session thread may be waiting on fail
+        # at once.  Ends the session: ZooKeeper deletes its ephemeral records.
+        self._conn.close()
+        if self._session_thread is not threading.current_thread():
+            self._session_thread.join(_CLOSE_WAIT_S)
+        self._notifier.close()
+
+    def __repr__(self) -> str:
+        return f"ZooKeeperMetadataStore({str(self.address)!r})"
+
+
+def _log_failure(async_result: Any) -> None:
+    try:
+        async_result.get_nowait()
+    except KazooException as e:  # NoWatcherError after a reconnection, for one
+        log.debug("removing a ZooKeeper watch: %r", e)
+
+
+def format_cluster(address: str | ZooKeeperAddress, layout: str = "hierarchical",
+                   settings: ZooKeeperSettings | None = None) -> str:
+    """Format the cluster at ``address`` with the named ledger layout and return its
+    instance id.  Formatting a cluster formatted with the same layout already changes
+    nothing (and returns its instance id); another layout raises MetadataError, and so
+    does a root that holds records but no LAYOUT."""
+    address = (address if isinstance(address, ZooKeeperAddress)
+               else parse_zookeeper_address(address))
+    wanted = layouts.layout_named(layout)
+    ns = _Namespace(address.root)
+
+    def op(client: KazooClient, _retrying: bool) -> None:
+        try:
+            names = conn.wait(client.get_children_async(address.root))
+        except NoNodeError:
+            names = []
+        if names:
+            raise MetadataError(f"{address}: {address.root} holds records ("
+                                f"{', '.join(sorted(names)[:5])}) but no LAYOUT: it is not "
+                                "a pybk or BookKeeper cluster; choose another root")
+        instance_id = str(uuid.uuid4())
+        nodes = [(ns.zk(p), b"") for p in (paths.AVAILABLE, paths.READONLY, paths.COOKIES,
+                                            paths.IDGEN)]
+        nodes += [(ns.zk(paths.INSTANCE_ID), instance_id.encode()),
+                  (ns.zk(paths.LAYOUT), layouts.encode(wanted))]
+        try:
+            conn.create_with_ancestors(client, nodes)  # the root comes as an ancestor
+        except NodeExistsError:
+            if conn.wait(client.exists_async(ns.zk(paths.LAYOUT))) is None:
+                raise
+            return  # formatted by another client meanwhile: checked below
+        log.info("%s: formatted with the %s ledger layout, instance id %s", address,
+                 wanted.name, instance_id)
+
+    conn = _Connection(address, settings or ZooKeeperSettings(), lambda *_event: None)
+    try:
+        if conn.read(ns.zk(paths.LAYOUT)) is None:
+            conn.call(f"format {address.root}", op)
+        return _check_layout(conn, ns, wanted)[1]
+    except KazooException as e:
+        raise MetadataError(f"{address}: formatting failed: {e!r}") from e
+    finally:
+        conn.close()

@@ -1,0 +1,269 @@
+"""The ZooKeeper store beyond the contract: BookKeeper's layout as ZooKeeper holds it (read
+back with a plain kazoo client), formatting, roots, bounded failures, a ZooKeeper restart
+under a working client, and a session expiry.  Always a real ZooKeeper server.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+import time
+
+import pytest
+import zkutil
+from kazoo.client import KazooClient
+
+from pybk.errors import MetadataError, MetadataUnavailable
+from pybk.meta import DigestType, LedgerManager, LedgerMetadata
+from pybk.meta.address import open_metadata_store
+from pybk.meta.embedded import EmbeddedMetadataStore
+from pybk.meta.layout import FLAT, HIERARCHICAL
+from pybk.meta.zookeeper import SessionState, ZooKeeperMetadataStore, format_cluster
+
+pytestmark = pytest.mark.timeout(90)
+
+WAIT_S = 20.0  # the longest a test waits for one thing (a restart, a new session)
+ENSEMBLE = ["b1:3181", "b2:3181", "b3:3181"]
+
+
+@pytest.fixture
+def kazoo(zookeeper):
+    """A plain kazoo client on the session's server, to read what the store wrote."""
+    client = KazooClient(hosts=zookeeper.connect_string)
+    client.start(timeout=10)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def address(zookeeper) -> str:
+    """A freshly formatted (hierarchical) cluster of this test's own."""
+    address = zookeeper.address(zkutil.fresh_root())
+    format_cluster(address, settings=zkutil.settings())
+    return address
+
+
+def create_ledger(manager: LedgerManager):
+    return manager.create_ledger(ENSEMBLE, 2, 2, DigestType.CRC32C, b"pw")
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {WAIT_S} s"
+        time.sleep(0.02)
+
+
+def next_state(states: queue.Queue) -> SessionState:
+    try:
+        return states.get(timeout=WAIT_S)
+    except queue.Empty:
+        pytest.fail(f"no session change within {WAIT_S} s")
+
+
+# -- layouts as ZooKeeper holds them -----------------------------------------------------
+
+def test_hierarchical_layout_puts_ledger_1_at_ledgers_00_0000_L0001(zookeeper, kazoo):
+    address = zookeeper.address()  # the default root, /ledgers: BookKeeper's own paths
+    format_cluster(address, settings=zkutil.settings())
+    with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
+        assert store.layout is HIERARCHICAL
+        manager = LedgerManager(store)
+        created = [create_ledger(manager) for _ in range(2)]
+        assert [c.metadata.ledger_id for c in created] == [0, 1]
+        data, stat = kazoo.get("/ledgers/00/0000/L0001")
+        assert LedgerMetadata.from_bytes(data) == created[1].metadata
+        assert sorted(kazoo.get_children("/ledgers/00/0000")) == ["L0000", "L0001"]
+        assert manager.ledger_ids() == [0, 1]
+        manager.delete(1)
+        assert manager.ledger_ids() == [0]
+        assert kazoo.get("/ledgers/LAYOUT")[0] == (
+            b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1")
+        assert kazoo.get("/ledgers/INSTANCEID")[0].decode() == store.instance_id
+        # ZooKeeper's own node is no record of the store (other tests' roots are)
+        assert "ledgers" in store.children("/")
+        assert "zookeeper" not in store.children("/")
+        with pytest.raises(MetadataError, match="ZooKeeper's own"):
+            store.exists("/zookeeper")
+
+
+def test_flat_layout_keeps_ledgers_under_the_root(zookeeper, kazoo):
+    root = zkutil.fresh_root()
+    address = zookeeper.address(root)
+    format_cluster(address, layout="flat", settings=zkutil.settings())
+    with ZooKeeperMetadataStore(address, zkutil.settings(), layout="flat") as store:
+        assert store.layout is FLAT
+        created = create_ledger(LedgerManager(store))
+        path = f"{root}/L{created.metadata.ledger_id:010d}"
+        assert LedgerMetadata.from_bytes(kazoo.get(path)[0]) == created.metadata
+        assert kazoo.get(f"{root}/LAYOUT")[0].endswith(b"FlatLedgerManagerFactory:1")
+
+
+def test_a_root_not_named_ledgers_maps_ledgers_to_it(zookeeper, kazoo):
+    parent = zkutil.fresh_root().rsplit("/", 1)[0]
+    address = zookeeper.address(f"{parent}/cluster1")
+    format_cluster(address, settings=zkutil.settings())
+    with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
+        store.register_bookie("b1:3181")
+        store.create("/logs/orders", b"ledger list")
+        assert kazoo.exists(f"{parent}/cluster1/available/b1:3181")
+        assert kazoo.get(f"{parent}/logs/orders")[0] == b"ledger list"
+        assert store.children("/") == ["ledgers", "logs"]
+        with pytest.raises(MetadataError, match="ledgers root"):
+            store.create("/cluster1/x", b"")
+
+
+# -- formatting ---------------------------------------------------------------------------
+
+def test_an_unformatted_root_is_refused(zookeeper):
+    with pytest.raises(MetadataError, match="no cluster is formatted.*format_cluster"):
+        ZooKeeperMetadataStore(zookeeper.address(zkutil.fresh_root()), zkutil.settings())
+
+
+def test_a_layout_mismatch_is_refused_at_open_and_at_format(zookeeper):
+    address = zookeeper.address(zkutil.fresh_root())
+    instance_id = format_cluster(address, layout="flat", settings=zkutil.settings())
+    assert format_cluster(address, layout="flat", settings=zkutil.settings()) == instance_id
+    with pytest.raises(MetadataError, match="formatted with the flat ledger layout, not "
+                                            "hierarchical"):
+        ZooKeeperMetadataStore(address, zkutil.settings(), layout="hierarchical")
+    with pytest.raises(MetadataError, match="flat ledger layout, not hierarchical"):
+        format_cluster(address, layout="hierarchical", settings=zkutil.settings())
+    with pytest.raises(MetadataError, match="unknown ledger layout 'long'"):
+        format_cluster(address, layout="long", settings=zkutil.settings())
+
+
+def test_format_refuses_a_root_with_foreign_records_and_open_a_foreign_layout(zookeeper,
+                                                                              kazoo):
+    root = zkutil.fresh_root()
+    kazoo.create(f"{root}/something", makepath=True)
+    with pytest.raises(MetadataError, match="holds records .*something.* but no LAYOUT"):
+        format_cluster(zookeeper.address(root), settings=zkutil.settings())
+    kazoo.create(f"{root}/LAYOUT", b"2\norg.example.OtherLedgerManagerFactory:1")
+    with pytest.raises(MetadataError, match="does not implement"):
+        ZooKeeperMetadataStore(zookeeper.address(root), zkutil.settings())
+
+
+# -- bounded failures ---------------------------------------------------------------------
+
+def test_an_unreachable_zookeeper_fails_within_the_timeout():
+    with socket.socket() as sock:  # a port with nothing listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = f"zk://127.0.0.1:{port}/ledgers"
+    threads_before = threading.active_count()
+    for attempt in (lambda: ZooKeeperMetadataStore(address, zkutil.settings(zkTimeout=1000)),
+                    lambda: format_cluster(address, settings=zkutil.settings(zkTimeout=1000))):
+        started = time.monotonic()
+        with pytest.raises(MetadataUnavailable, match="within 1 s"):
+            attempt()
+        assert time.monotonic() - started < 5
+    wait_for(lambda: threading.active_count() <= threads_before, "kazoo's threads ending")
+
+
+def test_a_bookie_id_registered_by_another_session_is_refused(address):
+    with ZooKeeperMetadataStore(address, zkutil.settings()) as first:
+        first.register_bookie("b1:3181")
+        with ZooKeeperMetadataStore(address, zkutil.settings(zkTimeout=1000)) as second:
+            started = time.monotonic()
+            with pytest.raises(MetadataError, match="held by ZooKeeper session"):
+                second.register_bookie("b1:3181")
+            assert 1.0 <= time.monotonic() - started < 5  # it waited zkTimeout first
+            first.close()  # the holder's session ends: the id is free at once
+            second.register_bookie("b1:3181")
+            assert second.bookies() == ["b1:3181"]
+
+
+def test_open_metadata_store_picks_the_store_by_address(address, tmp_path):
+    with open_metadata_store(address, zkutil.settings()) as store:
+        assert isinstance(store, ZooKeeperMetadataStore)
+    with open_metadata_store(tmp_path / "meta") as store:
+        assert isinstance(store, EmbeddedMetadataStore)
+
+
+# -- restarts and expiry --------------------------------------------------------------------
+
+@pytest.fixture
+def own_zookeeper():
+    """A server of this test's own, for tests that restart it."""
+    with zkutil.server() as zk:
+        yield zk
+
+
+def test_a_client_rides_out_a_zookeeper_restart(own_zookeeper):
+    """A thread increments a counter with compare-and-set while ZooKeeper is killed and
+    restarted: no call fails, none is lost or applied twice, the session, registration
+    and watches survive, the listener hears SUSPENDED then CONNECTED, and a store with a
+    short operation timeout fails in bounded time while ZooKeeper is down."""
+    address = own_zookeeper.address(zkutil.fresh_root())
+    format_cluster(address, settings=zkutil.settings())
+    states: queue.Queue[SessionState] = queue.Queue()
+    watched: queue.Queue[str] = queue.Queue()
+    with ZooKeeperMetadataStore(address, zkutil.settings()) as store, \
+            ZooKeeperMetadataStore(address, zkutil.settings(zkOperationTimeoutMs=1000)) \
+            as impatient:
+        store.add_session_listener(states.put)
+        store.register_bookie("b1:3181")
+        store.create("/counter", b"0")
+        store.watch("/counter", watched.put)
+        session = store.session_id
+        increments, errors, stop = [0], [], threading.Event()
+
+        def work() -> None:
+            try:
+                while not stop.is_set():
+                    data, version = store.get("/counter")
+                    store.set("/counter", b"%d" % (int(data) + 1), version)
+                    increments[0] += 1
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        worker = threading.Thread(target=work, daemon=True)
+        worker.start()
+        try:
+            wait_for(lambda: increments[0] >= 20, "progress before the restart")
+            own_zookeeper.shutdown(graceful=False)
+            started = time.monotonic()
+            with pytest.raises(MetadataUnavailable):
+                impatient.get("/counter")
+            assert time.monotonic() - started < 5
+            own_zookeeper.start()
+            before = increments[0]
+            wait_for(lambda: increments[0] >= before + 20 or errors, "progress after it")
+        finally:
+            stop.set()
+            worker.join(WAIT_S)
+        assert not errors, errors
+        assert store.get("/counter")[0] == b"%d" % increments[0]
+        assert next_state(states) is SessionState.SUSPENDED
+        assert next_state(states) is SessionState.CONNECTED
+        assert store.session_id == session
+        assert store.bookies() == ["b1:3181"]
+        while not watched.empty():
+            watched.get()
+        store.set("/counter", b"after", -1)
+        assert watched.get(timeout=WAIT_S) == "/counter"
+
+
+def test_session_expiry_brings_registrations_back_and_tells_listeners(address, kazoo):
+    states: queue.Queue[SessionState] = queue.Queue()
+    with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
+        store.add_session_listener(states.put)
+        store.register_bookie("b1:3181")
+        store.register_bookie("b2:3181", read_only=True)
+        store.create("/plain-ephemeral", b"", ephemeral=True)
+        old_session = store.session_id
+        zkutil.expire_session(store)
+        heard = [next_state(states)]
+        while heard[-1] is not SessionState.CONNECTED:
+            heard.append(next_state(states))
+        assert SessionState.EXPIRED in heard
+        assert heard.index(SessionState.EXPIRED) == len(heard) - 2
+        assert store.session_id != old_session
+        assert store.bookies(read_only=False) == ["b1:3181"]
+        assert store.bookies(read_only=True) == ["b2:3181"]
+        root = store.address.root
+        assert kazoo.exists(f"{root}/available/b1:3181").ephemeralOwner == store.session_id
+        assert not store.exists("/plain-ephemeral")  # other ephemeral records stay gone

@@ -1,0 +1,51 @@
+"""A real ZooKeeper for tests: servers with fast settings, store settings, fresh roots.
+
+One server serves the whole test session (the ``zookeeper`` fixture of conftest.py);
+each test takes a root of its own (:func:`fresh_root`), so tests never see each other's
+records.  Tests that restart or break ZooKeeper start a server of their own.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from kazoo.client import KazooClient
+
+from pybk.cluster.zookeeper_server import ZooKeeperServer
+from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings
+
+#: ZooKeeper's tick: sessions may time out after 2 ticks, so tests can expire them fast.
+TICK_MS = 200
+#: Session timeout of the stores tests open: short enough to wait for, long enough
+#: that a busy CI machine does not expire a session by accident.
+SESSION_TIMEOUT_MS = 4_000
+#: Session timeout of processes that tests kill, so their sessions end soon after.
+SHORT_SESSION_TIMEOUT_MS = 1_000
+
+
+def server() -> ZooKeeperServer:
+    """A (not yet started) throwaway server with test settings."""
+    return ZooKeeperServer(force_sync=False, tick_time_ms=TICK_MS, start_timeout_s=60.0)
+
+
+def settings(**overrides: int) -> ZooKeeperSettings:
+    values = dict(zkTimeout=SESSION_TIMEOUT_MS, zkOperationTimeoutMs=20_000,
+                  zkRetryBackoffStartMs=50, zkRetryBackoffMaxMs=500)
+    values.update(overrides)
+    return ZooKeeperSettings(**values)
+
+
+def fresh_root() -> str:
+    """A ledgers root no other test uses: ``/pybk-test-<random>/ledgers``."""
+    return f"/pybk-test-{uuid.uuid4().hex[:12]}/ledgers"
+
+
+def expire_session(store: ZooKeeperMetadataStore) -> None:
+    """End ``store``'s ZooKeeper session from outside, as ZooKeeper does when a session
+    times out: a second client joins the session (same id and password) and closes it.
+    (kazoo's own test tooling does the same.)"""
+    client_id = store._conn.client.client_id  # the password is nowhere else
+    intruder = KazooClient(hosts=store.address.connect_string, client_id=client_id)
+    intruder.start(timeout=10)
+    intruder.stop()
+    intruder.close()
