@@ -117,6 +117,9 @@ class LogReader:
             if refreshed is None:
                 self._handle = None  # truncated away: go on after it
             elif refreshed.metadata.state is not LedgerState.CLOSED:
+                if self._writer is not None and self._writer.is_closing(handle.id):
+                    time.sleep(_POLL_MIN_S)  # rolled away from: closed once drained
+                    continue
                 return []  # the end of the log, for now
             elif entry_id <= refreshed.metadata.last_entry_id:
                 self._handle = refreshed  # closed since opened, with entries still to read

@@ -90,6 +90,7 @@ class LogWriter:
         self._batch = _Batch()
         self._ready: collections.deque[_Batch] = collections.deque()
         self._in_flight: dict[int, int] = {ledger.id: 0}  # batches per ledger id
+        self._closing: dict[int, LedgerHandle] = {}       # rolled away from, not closed
         self._outstanding: set[_Batch] = set()             # sealed, not completed
         self._sending = False
         self._rolling = False
@@ -314,6 +315,7 @@ class LogWriter:
             raise
         with self._lock:
             previous = self._ledger
+            self._closing[previous.id] = previous
             self._segment, self._ledger = rolled.segments[-1], ledger
             self._in_flight[ledger.id] = 0
             self._segment_bytes, self._segment_started = 0, time.monotonic()
@@ -322,7 +324,11 @@ class LogWriter:
                     and time.monotonic() < deadline:
                 self._progress.wait(0.1)
             del self._in_flight[previous.id]
-        previous.close()
+        try:
+            previous.close()
+        finally:
+            with self._lock:
+                del self._closing[previous.id]
         log.info("log %s: rolled to segment %d (ledger %d); ledger %d closed at entry %d",
                  self.name, rolled.segments[-1].number, ledger.id, previous.id,
                  previous.last_add_confirmed)
@@ -384,10 +390,18 @@ class LogWriter:
         return self._metadata
 
     def ledger_for(self, ledger_id: int) -> "LedgerHandle | None":
-        """This writer's handle of ledger ``ledger_id`` if it is the one being written
-        (readers in this process use it: it knows the newest acknowledged entry)."""
-        ledger = self._ledger
-        return ledger if ledger.id == ledger_id else None
+        """This writer's handle of ledger ``ledger_id`` if it is being written or closed
+        after a roll (readers in this process use it: it knows the newest acknowledged
+        entry)."""
+        with self._lock:
+            ledger = self._ledger
+            return ledger if ledger.id == ledger_id else self._closing.get(ledger_id)
+
+    def is_closing(self, ledger_id: int) -> bool:
+        """Whether the writer rolled away from ``ledger_id`` and is still closing it
+        (entries in flight to it may still be acknowledged)."""
+        with self._lock:
+            return ledger_id in self._closing
 
     # -- closing ------------------------------------------------------------------
 
