@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from pybk.client.ledger import LedgerHandle
+from pybk.client.placement import RendezvousPlacement
 from pybk.client.recovery import recover
 from pybk.client.transport import BookieClient, InProcessBookieClient
-from pybk.errors import BookieUnavailable, NotEnoughBookies, Unauthorized
+from pybk.errors import BookieUnavailable, Unauthorized
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import DigestType, LedgerState
 from pybk.meta.ledgers import LedgerManager
@@ -39,8 +39,13 @@ class BookKeeper:
 
     def __init__(self, metadata: MetadataStore, bookies: Mapping[str, BookieClient]
                  | Callable[[str], BookieClient], settings: ClientSettings | None = None,
-                 available_bookies: Callable[[], list[str]] | None = None) -> None:
+                 available_bookies: Callable[[], list[str]] | None = None,
+                 local_bookie: str | None = None) -> None:
+        """``available_bookies`` lists the writable bookies (by default: every known one,
+        or the registry's writable ones); ``local_bookie`` is the bookie this process
+        hosts, which placement puts first."""
         self.settings = settings or ClientSettings()
+        self.placement = RendezvousPlacement(local_bookie)
         self.metadata = metadata
         self.ledger_manager = LedgerManager(metadata)
         if callable(bookies):
@@ -79,9 +84,9 @@ class BookKeeper:
                       custom_metadata: Mapping[str, bytes] | None = None) -> LedgerHandle:
         """A new ledger, open for writing.  E >= Qw >= Qa >= 1 or InvalidLedgerMetadata."""
         digest_type = _digest_type(digest)
-        bookies = self._choose(ensemble, exclude=set())
-        versioned = self.ledger_manager.create_ledger(bookies, write_quorum, ack_quorum,
-                                                      digest_type, password, custom_metadata)
+        versioned = self.ledger_manager.create_ledger(
+            lambda ledger_id: self._choose(ledger_id, ensemble, exclude=()), write_quorum,
+            ack_quorum, digest_type, password, custom_metadata, ensemble_size=ensemble)
         return LedgerHandle(self, versioned, password, writable=True)
 
     def open_ledger(self, ledger_id: int, password: bytes = b"",
@@ -128,16 +133,14 @@ class BookKeeper:
     def bookie_client(self, bookie_id: str) -> BookieClient:
         return self._lookup(bookie_id)
 
-    def choose_replacements(self, count: int, exclude: set[str]) -> list[str]:
-        """``count`` writable bookies outside ``exclude`` (NotEnoughBookies if too few)."""
-        return self._choose(count, exclude)
+    def choose_replacements(self, ledger_id: int, count: int,
+                            exclude: set[str]) -> list[str]:
+        """``count`` writable bookies for the ledger outside ``exclude`` (NotEnoughBookies
+        if too few)."""
+        return self._choose(ledger_id, count, exclude)
 
-    def _choose(self, count: int, exclude: set[str]) -> list[str]:
-        candidates = [b for b in self._available() if b not in exclude]
-        if len(candidates) < count:
-            raise NotEnoughBookies(f"need {count} writable bookies besides {sorted(exclude)}, "
-                                   f"have {len(candidates)}: {candidates}")
-        return random.sample(candidates, count)
+    def _choose(self, ledger_id: int, count: int, exclude: Iterable[str]) -> list[str]:
+        return self.placement.choose(ledger_id, count, self._available(), tuple(exclude))
 
     @staticmethod
     def master_key(password: bytes) -> bytes:

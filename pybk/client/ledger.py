@@ -256,7 +256,7 @@ class LedgerHandle:
             ensemble = list(metadata.fragments[-1].ensemble)
             failed_members = [b for b in ensemble if b in failed]
             replacements = self._bk.choose_replacements(
-                len(failed_members), exclude=set(ensemble) | failed)
+                self.id, len(failed_members), exclude=set(ensemble) | failed)
             new_ensemble = tuple(replacements.pop(0) if b in failed else b for b in ensemble)
             fragments = list(metadata.fragments)
             if fragments[-1].first_entry_id == first_entry:

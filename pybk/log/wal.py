@@ -63,7 +63,8 @@ class WAL:
             undo.callback(self._store.close)
             self.bookie_id = f"bookie-{self.bookie.instance_id}"
             self._bk = BookKeeper(self._store, {
-                self.bookie_id: InProcessBookieClient(self.bookie_id, self.bookie)}, client)
+                self.bookie_id: InProcessBookieClient(self.bookie_id, self.bookie)}, client,
+                local_bookie=self.bookie_id)
             undo.callback(self._bk.close)
             self._writer = LogWriter.open(self._bk, LOG_NAME, log_settings)
             undo.pop_all()

@@ -44,20 +44,29 @@ class LedgerManager:
         self.store = store
         self.layout = store.layout
 
-    def create_ledger(self, ensemble: Sequence[str], write_quorum_size: int,
-                      ack_quorum_size: int, digest_type: DigestType, password: bytes,
-                      custom_metadata: Mapping[str, bytes] | None = None) -> Versioned:
-        """A new OPEN ledger on ``ensemble`` (its size is E) with a fresh id.
+    def create_ledger(self, ensemble: Sequence[str] | Callable[[int], Sequence[str]],
+                      write_quorum_size: int, ack_quorum_size: int, digest_type: DigestType,
+                      password: bytes, custom_metadata: Mapping[str, bytes] | None = None,
+                      ensemble_size: int | None = None) -> Versioned:
+        """A new OPEN ledger with a fresh id, on ``ensemble``: the bookies, or a function
+        that chooses ``ensemble_size`` of them for the new id (placement by ledger id).
 
         The metadata is validated before an id is taken, so invalid arguments
         (InvalidLedgerMetadata) use up no id."""
+        size = ensemble_size if callable(ensemble) else len(ensemble)
         template = LedgerMetadata(
-            ledger_id=0, ensemble_size=len(ensemble), write_quorum_size=write_quorum_size,
-            ack_quorum_size=ack_quorum_size, fragments=(Fragment(0, ensemble),),
+            ledger_id=0, ensemble_size=size, write_quorum_size=write_quorum_size,
+            ack_quorum_size=ack_quorum_size,
+            fragments=(Fragment(0, [f"bookie-{i}" for i in range(size or 0)]
+                                if callable(ensemble) else ensemble),),
             digest_type=digest_type, password_hash=hash_password(password),
             custom_metadata=custom_metadata or {})
         for _ in range(CREATE_ATTEMPTS_MAX):
-            metadata = dataclasses.replace(template, ledger_id=self.store.next_ledger_id())
+            ledger_id = self.store.next_ledger_id()
+            metadata = dataclasses.replace(
+                template, ledger_id=ledger_id,
+                fragments=(Fragment(0, ensemble(ledger_id)),) if callable(ensemble)
+                else template.fragments)
             try:
                 version = self.store.create(self.layout.ledger_path(metadata.ledger_id),
                                             metadata.to_bytes())
