@@ -1,8 +1,8 @@
 """pybk: Apache BookKeeper's replicated log storage, in Python.
 
 Layers, bottom up: :mod:`pybk.storage` (the bookie storage engine), :mod:`pybk.meta`
-(metadata stores), :mod:`pybk.client` (the ledger protocol); the cluster and logs follow
-(see the README).
+(metadata stores), :mod:`pybk.client` (the ledger protocol), :mod:`pybk.cluster`
+(bookies over ZeroMQ); logs follow (see the README).
 """
 
 from pybk.client import BookKeeper

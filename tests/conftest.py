@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
+import time
 
 import pytest
+from zmq.utils.garbage import GarbageCollectorThread
 
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie, make_entry
@@ -62,3 +66,26 @@ def bookie_factory(settings_factory):
 @pytest.fixture
 def bookie(bookie_factory):
     return bookie_factory()
+
+
+@pytest.fixture
+def closing(bookie_factory):
+    """An ExitStack closed when the test ends (also when it fails), before its bookies:
+    register servers, clients and sockets here."""
+    with contextlib.ExitStack() as stack:
+        yield stack
+
+
+@pytest.fixture(autouse=True)
+def no_threads_left_behind():
+    """Every thread a test starts (bookies, servers, client loops) is stopped by its end.
+    (pyzmq's one garbage collector thread for zero-copy sends lives as long as the
+    process: not ours.)"""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 5
+    while (left := [t for t in threading.enumerate() if t not in before and t.is_alive()
+                    and not isinstance(t, GarbageCollectorThread)]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not left, f"threads still running after the test: {[t.name for t in left]}"
