@@ -5,6 +5,7 @@ truncated, mutated, oversized and random input."""
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -331,3 +332,23 @@ def test_entries_larger_than_the_copy_threshold_travel_intact(server, client):
     body = random.Random(3).randbytes(MAX - 100)
     client.add(9, 0, entry(9, 0, body=body), KEY).result(timeout=10)
     assert client.read(9, 0).result(timeout=10) == entry(9, 0, body=body)
+
+
+def test_replies_to_a_client_that_stops_reading_wait_instead_of_being_dropped(server, client,
+                                                                            closing):
+    body = bytes(30 * 1024)
+    client.add(10, 0, entry(10, 0, body=body), KEY).result(timeout=10)
+    # More replies than the client's queue (1), the sockets' buffers and the server's
+    # per-client queue (1000 messages) hold: the server has to hold some back.
+    slow = closing.enter_context(RawDealer(server.address, receive_hwm=1))
+    count = 2500
+    for request_id in range(count):
+        slow.send(wire.encode_request(Request(Op.READ, request_id, 10, 0), MAX))
+    time.sleep(0.5)
+    answered = set()
+    while len(answered) < count and (frames := slow.receive(timeout_s=10)) is not None:
+        reply = wire.decode_reply(frames, MAX)
+        assert reply.status == 0 and len(reply.body) == len(entry(10, 0, body=body))
+        answered.add(reply.request_id)
+    assert answered == set(range(count))
+    assert client.read_lac(10).result(timeout=10) == -1

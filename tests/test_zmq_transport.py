@@ -76,6 +76,9 @@ def test_a_bookie_nobody_serves_fails_requests_at_once(closing):
     with pytest.raises(BookieUnavailable, match="B9"):
         client.add(1, 0, entry(1, 0), KEY).result(timeout=10)
     assert time.monotonic() - started < 5
+    nowhere = closing.enter_context(ZmqBookieClient("B8", "tcp://not an address", PATIENT))
+    with pytest.raises(BookieUnavailable, match="cannot connect"):
+        nowhere.read_lac(1).result(timeout=10)
 
 
 #: A peer that accepts a connection and never answers; SIGSTOP then silences its ZeroMQ

@@ -36,10 +36,12 @@ class _Bare:
 
 
 class RawDealer(_Bare):
-    """A DEALER connected to ``address``."""
+    """A DEALER connected to ``address``; ``receive_hwm`` bounds the replies ZeroMQ
+    queues for it (default 1000)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, receive_hwm: int = 1000) -> None:
         super().__init__(zmq.DEALER)
+        self.socket.setsockopt(zmq.RCVHWM, receive_hwm)
         self.socket.connect(address)
 
 

@@ -269,7 +269,10 @@ class _Connection:
             self._state = _State.CLOSED
             return
         self._socket, self._monitor = socket, monitor
-        socket.connect(self.address)
+        try:
+            socket.connect(self.address)
+        except zmq.ZMQError as e:  # a malformed address: nothing will ever connect
+            self._went_down(f"cannot connect: {e}")
 
     def send(self, pending: _Pending) -> None:
         if self._state is _State.CLOSED:
