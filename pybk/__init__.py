@@ -1,8 +1,9 @@
 """pybk: Apache BookKeeper's replicated log storage, in Python.
 
 Layers, bottom up: :mod:`pybk.storage` (the bookie storage engine), :mod:`pybk.meta`
-(metadata stores), :mod:`pybk.client` (the ledger protocol), :mod:`pybk.log` (logs and
-the embedded WAL).  ``pybk.open(path)`` opens an embedded WAL.
+(metadata stores), :mod:`pybk.client` (the ledger protocol), :mod:`pybk.cluster`
+(bookies over ZeroMQ, ZooKeeper servers), :mod:`pybk.log` (logs and the embedded WAL).
+``pybk.open(path)`` opens an embedded WAL.
 """
 
 from pybk.client import BookKeeper

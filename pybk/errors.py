@@ -79,6 +79,14 @@ class MalformedEntry(BookKeeperError, ValueError):
     code = -1003  # pybk's own
 
 
+class MalformedMessage(BookKeeperError, ValueError):
+    """A network message does not decode: bad magic, an unsupported protocol version, an
+    unknown operation, a truncated or oversized frame, or fields that break the format
+    (:mod:`pybk.cluster.wire`).  The peer is broken or speaks another protocol."""
+
+    code = -1006  # pybk's own
+
+
 class BookieClosed(BookKeeperError):
     """The bookie was closed (or shut itself down) and takes no more requests."""
 
@@ -215,6 +223,7 @@ _WIRE_ERRORS = (
     DiskFull,
     EntryTooLarge,
     MalformedEntry,
+    MalformedMessage,
     BookieClosed,
     CorruptData,
     Timeout,

@@ -92,6 +92,16 @@ class ServerSettings:
     #: Go read-only when a disk is full; when false, shut the bookie down instead.
     readOnlyModeEnabled: bool = True
 
+    #: Most adds (and other journal-bound requests: fences, explicit LACs, deletes) a
+    #: bookie server has in progress; at the limit it stops reading requests until some
+    #: finish, which pushes back on the clients.  BookKeeper's default is 0 (no limit);
+    #: pybk puts a limit on it.
+    maxAddsInProgressLimit: int = 10_000
+    #: Most reads a bookie server has in progress (long-poll reads waiting for the LAC,
+    #: fencing reads waiting for the fence); at the limit it stops reading requests.
+    #: BookKeeper's default is 0 (no limit); pybk puts a limit on it.
+    maxReadsInProgressLimit: int = 10_000
+
     def __post_init__(self) -> None:
         if isinstance(self.ledgerDirectories, (list, str)):
             dirs = self.ledgerDirectories
@@ -197,7 +207,8 @@ def _validate(s: ServerSettings) -> None:
              s.ledgerDirectories, "distinct directories")
     for key in ("journalMaxSizeMB", "journalPreAllocSizeMB", "journalQueueSize",
                 "journalBufferedWritesThreshold", "logSizeLimit", "flushInterval",
-                "writeCacheMaxSizeMb", "maxEntrySizeBytes", "gcWaitTime", "diskCheckInterval"):
+                "writeCacheMaxSizeMb", "maxEntrySizeBytes", "gcWaitTime", "diskCheckInterval",
+                "maxAddsInProgressLimit", "maxReadsInProgressLimit"):
         _require(getattr(s, key) > 0, key, getattr(s, key), "greater than 0")
     for key in ("journalMaxBackups", "minorCompactionInterval", "majorCompactionInterval",
                 "journalMaxGroupWaitMSec"):
@@ -228,6 +239,20 @@ class ClientSettings:
     #: add (0: never), so that readers see the last entry without waiting for the next.
     #: BookKeeper's default is 0; pybk's readers long-poll on it, hence a short default.
     explicitLacInterval: int = 50
+    #: Largest entry the client accepts in a bookie's reply, in bytes (the bookies'
+    #: ``maxEntrySizeBytes``); a larger reply is refused as malformed.
+    maxEntrySizeBytes: int = 5 * _MIB
+
+    #: ZeroMQ transport: milliseconds between heartbeats (ZMTP PING) on a connection to
+    #: a bookie.
+    zmqHeartbeatIntervalMs: int = 1000
+    #: ZeroMQ transport: a connection with no traffic and no heartbeat answer for this
+    #: long, or a connection attempt not done by then, is lost: the requests outstanding
+    #: on it fail with BookieUnavailable (which starts an ensemble change).
+    zmqHeartbeatTimeoutMs: int = 3000
+    #: ZeroMQ transport: reconnection attempts start 100 ms apart and back off, doubling,
+    #: up to this many milliseconds apart.
+    zmqReconnectIntervalMaxMs: int = 1000
 
     def __post_init__(self) -> None:
         _require(self.addEntryTimeout > 0, "addEntryTimeout", self.addEntryTimeout,
@@ -235,6 +260,12 @@ class ClientSettings:
         _require(self.readTimeout > 0, "readTimeout", self.readTimeout, "greater than 0")
         _require(self.explicitLacInterval >= 0, "explicitLacInterval",
                  self.explicitLacInterval, "0 or more")
+        for key in ("maxEntrySizeBytes", "zmqHeartbeatIntervalMs", "zmqHeartbeatTimeoutMs",
+                    "zmqReconnectIntervalMaxMs"):
+            _require(getattr(self, key) > 0, key, getattr(self, key), "greater than 0")
+        _require(self.zmqHeartbeatTimeoutMs > self.zmqHeartbeatIntervalMs,
+                 "zmqHeartbeatTimeoutMs", self.zmqHeartbeatTimeoutMs,
+                 "longer than zmqHeartbeatIntervalMs")
 
 
 @dataclass(frozen=True)

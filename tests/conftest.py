@@ -3,11 +3,15 @@ ZooKeeper; everything closed or stopped after."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
+import time
 
 import pytest
 import zkutil
+from zmq.utils.garbage import GarbageCollectorThread
 
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie, make_entry
@@ -71,3 +75,24 @@ def zookeeper():
     """One real ZooKeeper server for the whole test session, stopped at its end."""
     with zkutil.server() as zk:
         yield zk
+@pytest.fixture
+def closing(bookie_factory):
+    """An ExitStack closed when the test ends (also when it fails), before its bookies:
+    register servers, clients and sockets here."""
+    with contextlib.ExitStack() as stack:
+        yield stack
+
+
+@pytest.fixture(autouse=True)
+def no_threads_left_behind():
+    """Every thread a test starts (bookies, servers, client loops) is stopped by its end.
+    (pyzmq's one garbage collector thread for zero-copy sends lives as long as the
+    process: not ours.)"""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 5
+    while (left := [t for t in threading.enumerate() if t not in before and t.is_alive()
+                    and not isinstance(t, GarbageCollectorThread)]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not left, f"threads still running after the test: {[t.name for t in left]}"

@@ -61,6 +61,29 @@ def test_read_last_entry_and_lac(bookie):
     assert bookie.read_lac(3) == 4
 
 
+def test_lac_watchers_fire_once_when_the_lac_passes_what_they_know(bookie):
+    with pytest.raises(NoSuchLedger):
+        bookie.watch_lac(4, -1, lambda: None)
+    bookie.add_entry(4, 0, entry(4, 0, lac=-1), KEY)
+    bookie.add_entry(4, 1, entry(4, 1, lac=0), KEY)
+    fired: list[str] = []
+    assert bookie.watch_lac(4, -1, lambda: fired.append("at -1")) is False  # already past
+    assert bookie.watch_lac(4, 0, lambda: fired.append("at 0"))
+    assert bookie.watch_lac(4, 1, lambda: fired.append("at 1"))
+    removed = lambda: fired.append("removed")  # noqa: E731
+    assert bookie.watch_lac(4, 0, removed)
+    bookie.unwatch_lac(4, removed)
+    bookie.add_entry(4, 2, entry(4, 2, lac=0), KEY)  # the LAC stays at 0
+    assert fired == []
+    bookie.add_entry(4, 3, entry(4, 3, lac=1), KEY)
+    assert fired == ["at 0"]
+    bookie.set_explicit_lac(4, 2, KEY).result(timeout=10)
+    assert fired == ["at 0", "at 1"]
+    bookie.add_entry(4, 4, entry(4, 4, lac=3), KEY)
+    bookie.set_explicit_lac(4, 5, KEY).result(timeout=10)
+    assert fired == ["at 0", "at 1"]  # each watcher fires once
+
+
 def test_explicit_lac_and_lac_survive_a_crash(bookie_factory, settings_factory, tmp_path):
     settings = settings_factory()
     bookie = bookie_factory(settings)

@@ -1,5 +1,6 @@
-"""The ledger protocol with several in-process bookies: quorums, striping, ensemble
-changes, fencing and recovery (DESIGN.md), driven by fault hooks."""
+"""The ledger protocol with several bookies: quorums, striping, ensemble changes, fencing
+and recovery (DESIGN.md), driven by fault hooks.  Every test runs over each transport:
+bookies called in-process, and bookies served over ZeroMQ on loopback TCP."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 
 import pytest
 
-from clientutil import Cluster
+from clientutil import TRANSPORTS, Cluster
 from pybk.errors import (DigestMismatch, InvalidLedgerMetadata, LedgerClosed, LedgerFenced,
                          NoSuchEntry, NotEnoughBookies, ReadOnlyLedger, Unauthorized)
 from pybk.meta.ledger_metadata import LedgerState
@@ -18,12 +19,12 @@ pytestmark = pytest.mark.timeout(120)
 PASSWORD = b"secret"
 
 
-@pytest.fixture
-def cluster_of(tmp_path):
+@pytest.fixture(params=TRANSPORTS)
+def cluster_of(tmp_path, request):
     made: list[Cluster] = []
 
     def make(n: int) -> Cluster:
-        cluster = Cluster(str(tmp_path / f"cluster{len(made)}"), n)
+        cluster = Cluster(str(tmp_path / f"cluster{len(made)}"), n, request.param)
         made.append(cluster)
         return cluster
 

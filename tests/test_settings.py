@@ -3,7 +3,7 @@
 import pytest
 
 from pybk.errors import InvalidConfiguration
-from pybk.settings import ServerSettings
+from pybk.settings import ClientSettings, ServerSettings
 
 
 def test_defaults_are_bookkeepers():
@@ -68,3 +68,19 @@ def test_malformed_conf_line_names_file_and_line(tmp_path):
     conf.write_text("journalDirectory=/x\nthis line has no equals sign\n")
     with pytest.raises(InvalidConfiguration, match="bad.conf:2"):
         ServerSettings.load(conf, environ={})
+
+
+@pytest.mark.parametrize("key,value", [
+    ("maxEntrySizeBytes", 0),
+    ("zmqHeartbeatIntervalMs", 0),
+    ("zmqHeartbeatTimeoutMs", 500),  # not longer than the interval
+    ("zmqReconnectIntervalMaxMs", -1),
+])
+def test_invalid_client_setting_names_the_key(key, value):
+    with pytest.raises(InvalidConfiguration, match=key):
+        ClientSettings(**{key: value})
+
+
+def test_in_progress_limits_are_bounded():
+    with pytest.raises(InvalidConfiguration, match="maxAddsInProgressLimit"):
+        ServerSettings(maxAddsInProgressLimit=0)

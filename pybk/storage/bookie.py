@@ -40,7 +40,8 @@ from pybk.settings import ServerSettings
 from pybk.storage import journal as jr
 from pybk.storage.checksum import crc32c
 from pybk.storage.cookie import format_directories, verify_cookies
-from pybk.storage.diskcheck import DiskMonitor, UsageFunction, used_fraction
+from pybk.storage.diskcheck import (DiskMonitor, UsageFunction, free_and_total_bytes,
+                                    used_fraction)
 from pybk.storage.entries import ENTRY_HEADER, ENTRY_HEADER_SIZE, LAST_ENTRY
 from pybk.storage.entrylog import EntryLogger, Location
 from pybk.storage.fileio import DEFAULT_IO, FileIO, lock_file
@@ -52,6 +53,7 @@ from pybk.storage.writecache import WriteCache
 log = logging.getLogger(__name__)
 
 Callback = Callable[[BaseException | None], None]
+LacWatcher = Callable[[], None]
 _LEDGER_ID = struct.Struct(">Q")
 _LEDGER_LAC = struct.Struct(">Qq")
 
@@ -97,6 +99,8 @@ class Bookie:
         self._states: dict[int, LedgerState] = {}
         self._dirty: set[int] = set()
         self._pending_deletes: set[int] = set()
+        # ledger id -> {callback: known LAC}: long-poll reads waiting for the LAC to pass
+        self._lac_watchers: dict[int, dict[LacWatcher, int]] = {}
         self._active = WriteCache()
         self._flushing: WriteCache | None = None
         self._cache_half_bytes = settings.writeCacheMaxSizeMb * 1024 * 1024 // 2
@@ -169,6 +173,10 @@ class Bookie:
     @property
     def is_closed(self) -> bool:
         return self._closed
+
+    def disk_space(self) -> tuple[int, int]:
+        """Free and total bytes of the disks holding the ledger directories."""
+        return free_and_total_bytes(self._ledger_dirs)
 
     def _state(self, ledger_id: int) -> LedgerState | None:
         """The ledger's state, loaded from the index on first use.  Caller holds the lock."""
@@ -284,6 +292,7 @@ class Bookie:
         journal.wait_for_queue_space()
         crc = crc32c(entry, jr.ENTRY_CRC_SEED)
         record_header = jr.RECORD.pack(size, crc, jr.ADD)
+        due: list[LacWatcher] = []
         with self._lock:
             if self._closed:
                 raise BookieClosed("the bookie is closed")
@@ -296,7 +305,11 @@ class Bookie:
             if lac > state.lac:
                 state.lac = lac
                 self._dirty.add(ledger_id)
+                if self._lac_watchers:
+                    due = self._due_lac_watchers(ledger_id, lac)
             journal.submit_locked(record_header, entry, callback, wake)
+        if due:
+            _notify(due)
 
     def _wait_for_cache_space(self) -> None:
         """Block while both write cache halves are full (bounded memory)."""
@@ -331,6 +344,7 @@ class Bookie:
         self._check_journal()
         future: Future = Future()
         payload = _LEDGER_LAC.pack(ledger_id, lac)
+        due: list[LacWatcher] = []
         with self._lock:
             state = self._writable_state(ledger_id, master_key)
             self._journal.submit_locked(jr.record_header(jr.EXPLICIT_LAC, payload),
@@ -338,6 +352,8 @@ class Bookie:
             if state.explicit_lac is None or lac > state.explicit_lac:
                 state.explicit_lac = lac
                 self._dirty.add(ledger_id)
+                due = self._due_lac_watchers(ledger_id, lac)
+        _notify(due)
         return future
 
     def delete_ledger(self, ledger_id: int) -> None:
@@ -426,9 +442,47 @@ class Bookie:
 
     def read_lac(self, ledger_id: int) -> int:
         """The highest LAC known: carried by a stored entry, or set explicitly (-1: none)."""
-        state = self._readable_state(ledger_id)
-        explicit = state.explicit_lac if state.explicit_lac is not None else -1
-        return max(state.lac, explicit)
+        return _lac_of(self._readable_state(ledger_id))
+
+    def watch_lac(self, ledger_id: int, known_lac: int, callback: LacWatcher) -> bool:
+        """Arrange for ``callback()`` once the ledger's LAC (:meth:`read_lac`) passes
+        ``known_lac``: the storage half of a long-poll read.
+
+        Returns False, registering nothing, if it already has (read it now).  The
+        callback runs once, on the thread that advanced the LAC (the one adding the entry
+        or setting the explicit LAC), after the bookie's lock is released: it must be
+        short and must not block.  A watcher that is no longer wanted must be removed with
+        :meth:`unwatch_lac`.  Raises NoSuchLedger like :meth:`read_lac`.
+        """
+        with self._lock:
+            state = self._state(ledger_id)
+            if state is None or state.deleted:
+                raise NoSuchLedger(f"ledger {ledger_id} does not exist on this bookie")
+            if _lac_of(state) > known_lac:
+                return False
+            self._lac_watchers.setdefault(ledger_id, {})[callback] = known_lac
+            return True
+
+    def unwatch_lac(self, ledger_id: int, callback: LacWatcher) -> None:
+        """Remove a watcher set by :meth:`watch_lac` (nothing if it already ran)."""
+        with self._lock:
+            watchers = self._lac_watchers.get(ledger_id)
+            if watchers is not None:
+                watchers.pop(callback, None)
+                if not watchers:
+                    del self._lac_watchers[ledger_id]
+
+    def _due_lac_watchers(self, ledger_id: int, lac: int) -> list[LacWatcher]:
+        """Take the ledger's watchers that ``lac`` satisfies.  Caller holds the lock."""
+        watchers = self._lac_watchers.get(ledger_id)
+        if not watchers:
+            return []
+        due = [cb for cb, known in watchers.items() if lac > known]
+        for cb in due:
+            del watchers[cb]
+        if not watchers:
+            del self._lac_watchers[ledger_id]
+        return due
 
     def read_explicit_lac(self, ledger_id: int) -> int | None:
         """The explicit LAC last set for the ledger, or None."""
@@ -707,6 +761,19 @@ class Bookie:
         if self._journal is not None and self._journal.is_committer_thread():
             raise BookKeeperError(f"{what} from a completion callback would wait for the "
                                   "thread it runs on; call it from another thread")
+
+
+def _lac_of(state: LedgerState) -> int:
+    explicit = state.explicit_lac if state.explicit_lac is not None else -1
+    return max(state.lac, explicit)
+
+
+def _notify(watchers: list[LacWatcher]) -> None:
+    for watcher in watchers:
+        try:
+            watcher()
+        except Exception:  # a watcher's bug must not fail the add that advanced the LAC
+            log.exception("a LAC watcher raised")
 
 
 def _ignore(_result: object) -> None:

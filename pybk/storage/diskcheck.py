@@ -9,6 +9,7 @@ read-only bookie becomes writable again once every directory is under
 
 from __future__ import annotations
 
+import os
 import shutil
 from typing import Callable
 
@@ -19,6 +20,22 @@ def used_fraction(path: str) -> float:
     """The used fraction of the file system holding ``path``."""
     usage = shutil.disk_usage(path)
     return (usage.total - usage.free) / usage.total if usage.total else 1.0
+
+
+def free_and_total_bytes(paths: list[str]) -> tuple[int, int]:
+    """Free and total bytes of the file systems holding ``paths``, each counted once (two
+    ledger directories on one disk do not double its space)."""
+    seen: set[int] = set()
+    free = total = 0
+    for path in paths:
+        device = os.stat(path).st_dev
+        if device in seen:
+            continue
+        seen.add(device)
+        usage = shutil.disk_usage(path)
+        free += usage.free
+        total += usage.total
+    return free, total
 
 
 class DiskMonitor:

@@ -1,0 +1,491 @@
+"""``ZmqBookieClient``: the :class:`~pybk.client.transport.BookieClient` that reaches a
+bookie's :class:`~pybk.cluster.server.BookieServer` over ZeroMQ.
+
+Connections.  Each client has one DEALER socket connected to its bookie.  Requests are
+pipelined: each carries a request id (unique within its :class:`ClientLoop`) and replies
+are matched by id, in whatever order they come (:mod:`pybk.cluster.wire`).
+
+Threads.  A :class:`ClientLoop` is one I/O thread that owns the sockets of every client
+made on it; callers on any thread hand it their requests through a
+:class:`~pybk.cluster.mailbox.Mailbox`.  Share one loop between the clients of a process
+(``ZmqBookieClient(..., loop=loop)``); a client made without one gets its own.  The
+futures a client returns complete on the loop's thread, so their callbacks must be short
+and must not wait for other requests (the ledger client's callbacks are written that way,
+as they are for the bookie's journal thread).
+
+Failures:
+
+* Every request has a time limit: adds, explicit LACs and deletes ``addEntryTimeout``;
+  reads, LAC reads and INFO ``readTimeout``; a long poll its wait plus ``readTimeout``.
+  A request not answered in time fails with Timeout; the connection stays.
+* The connection: the DEALER queues messages only on a live connection
+  (``ZMQ_IMMEDIATE``), and a socket monitor reports connection events.  When the
+  connection drops (the bookie closed or crashed, or its heartbeat went silent for
+  ``zmqHeartbeatTimeoutMs``) every request outstanding on it fails at once with
+  BookieUnavailable, which makes the ledger client replace the bookie.  While the bookie
+  is unreachable new requests fail at once the same way; ZeroMQ reconnects in the
+  background (100 ms apart, backing off to ``zmqReconnectIntervalMaxMs``) and requests
+  flow again once the bookie is back.  Requests made before the first connection is up
+  wait for it (until their time limit, or until the connection is refused).
+* Requests are never resent: after a failure, whether the bookie executed one is
+  unknown, as after any timeout; the ledger protocol is built for that.
+* Back-pressure: when ZeroMQ's send queue is full (the bookie reads slowly), requests
+  wait in the client, in order, within their time limits.
+
+Replies are received into one copy (``bytes``: what the ledger client keeps); entries
+are sent without a copy from 64 KiB up (:mod:`pybk.cluster.frames`).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from functools import partial
+from typing import Callable
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from pybk.client.transport import BookieClient
+from pybk.cluster import wire
+from pybk.cluster.deadlines import Deadlines
+from pybk.cluster.frames import received, send_message
+from pybk.cluster.mailbox import Mailbox
+from pybk.cluster.wire import Op, Reply, Request
+from pybk.errors import (BookieUnavailable, BookKeeperError, MalformedMessage, Timeout,
+                         error_for_code)
+from pybk.settings import ClientSettings
+
+log = logging.getLogger(__name__)
+
+#: Replies read from one socket per wake-up before the loop serves the others.
+_READ_BATCH = 256
+#: The first reconnection attempt waits this long; later ones back off.
+_RECONNECT_MS = 100
+
+_UP_EVENT = zmq.EVENT_HANDSHAKE_SUCCEEDED
+_DOWN_EVENTS = {
+    zmq.EVENT_DISCONNECTED: "connection lost",
+    zmq.EVENT_CONNECT_RETRIED: "connection refused or timed out",
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "ZeroMQ handshake failed",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "ZeroMQ handshake failed (protocol)",
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "ZeroMQ handshake failed (authentication)",
+}
+_MONITORED = _UP_EVENT | sum(_DOWN_EVENTS)
+
+#: What each operation's future gives, from its success reply.
+_RESULTS: dict[Op, Callable[[Reply], object]] = {
+    Op.ADD: lambda reply: None,
+    Op.READ: lambda reply: reply.body,
+    Op.READ_LAC: lambda reply: reply.lac,
+    Op.WRITE_LAC: lambda reply: None,
+    Op.LONG_POLL: lambda reply: (reply.lac, reply.body),
+    Op.INFO: lambda reply: wire.decode_info(reply.body),
+    Op.DELETE: lambda reply: None,
+}
+
+
+class ClientLoop:
+    """One I/O thread owning the DEALER sockets of many :class:`ZmqBookieClient`.
+
+    Use as a context manager or call :meth:`close` (after, or instead of, closing its
+    clients: closing the loop fails whatever they still have outstanding).
+    """
+
+    def __init__(self) -> None:
+        self._context = zmq.Context(io_threads=1)
+        self._mailbox = Mailbox()
+        self._ids = itertools.count(1)
+        self._poller = zmq.Poller()
+        self._poller.register(self._mailbox.fileno(), zmq.POLLIN)
+        self._handlers: dict[zmq.Socket, Callable[[], None]] = {}
+        self._connections: set[_Connection] = set()
+        self.deadlines: Deadlines[_Pending] = Deadlines(lambda p: not p.future.done())
+        self._stopping = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="pybk-zmq-client",
+                                        daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> "ClientLoop":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def context(self) -> zmq.Context:
+        return self._context
+
+    def next_request_id(self) -> int:
+        return next(self._ids)  # atomic under the GIL: callers on any thread
+
+    def post(self, work: Callable[[], None]) -> bool:
+        """Run ``work`` on the loop's thread; False if the loop is closed."""
+        return self._mailbox.post(work)
+
+    def run_and_wait(self, work: Callable[[], None]) -> None:
+        """Run ``work`` on the loop's thread and wait for it (not at all once closed)."""
+        if threading.current_thread() is self._thread:
+            work()
+            return
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                work()
+            finally:
+                done.set()
+
+        if self.post(run):
+            while not done.wait(0.1) and self._thread.is_alive():
+                pass
+
+    def close(self) -> None:
+        """Close every connection (failing what is outstanding) and stop the thread."""
+        if threading.current_thread() is self._thread:
+            raise BookKeeperError("a ClientLoop cannot be closed from its own thread "
+                                  "(from a future's callback); close it from another")
+        if self._closed:
+            return
+        self._closed = True
+        self.post(self._stop)
+        self._thread.join()
+        self._context.term()
+
+    # -- on the loop's thread ---------------------------------------------------------
+
+    def attach(self, connection: "_Connection", handlers: dict[zmq.Socket,
+                                                               Callable[[], None]]) -> bool:
+        """Start polling a connection's sockets; False if the loop is stopping."""
+        if self._stopping:
+            return False
+        self._connections.add(connection)
+        for socket, handler in handlers.items():
+            self._handlers[socket] = handler
+            self._poller.register(socket, zmq.POLLIN)
+        return True
+
+    def detach(self, connection: "_Connection", sockets: list[zmq.Socket]) -> None:
+        self._connections.discard(connection)
+        for socket in sockets:
+            self._handlers.pop(socket, None)
+            self._poller.unregister(socket)
+
+    def watch(self, socket: zmq.Socket, flags: int) -> None:
+        self._poller.register(socket, flags)
+
+    def _stop(self) -> None:
+        self._stopping = True
+
+    def _run(self) -> None:
+        try:
+            mailbox = self._mailbox.fileno()  # the poller reports it by number
+            while not self._stopping:
+                for socket, _ in self._poller.poll(self.deadlines.timeout_ms()):
+                    if socket == mailbox:
+                        self._mailbox.run_posted()
+                    else:
+                        handler = self._handlers.get(socket)
+                        if handler is not None:  # None: detached earlier in this round
+                            handler()
+                for pending in self.deadlines.pop_due():
+                    pending.connection.expire(pending)
+        except Exception:  # a bug here must fail requests, not leave them hanging
+            log.exception("ZeroMQ client loop failed; closing its connections")
+        finally:
+            self._stopping = True
+            self._mailbox.close()
+            self._mailbox.run_posted()  # work posted before the close: it fails cleanly
+            for connection in list(self._connections):
+                connection.close()
+
+
+class _Pending:
+    """A request waiting for its reply."""
+
+    __slots__ = ("request_id", "op", "frames", "future", "timeout_s", "connection")
+
+    def __init__(self, request_id: int, op: Op, frames: list[bytes], future: Future,
+                 timeout_s: float, connection: "_Connection") -> None:
+        self.request_id = request_id
+        self.op = op
+        self.frames = frames
+        self.future = future
+        self.timeout_s = timeout_s
+        self.connection = connection
+
+
+class _State(enum.Enum):
+    CONNECTING = "connecting"  # never connected yet: requests wait
+    UP = "up"
+    DOWN = "down"              # requests fail at once while ZeroMQ reconnects
+    CLOSED = "closed"
+
+
+class _Connection:
+    """One DEALER socket to one bookie, and its outstanding requests (loop thread only,
+    except for the constructor)."""
+
+    def __init__(self, loop: ClientLoop, bookie_id: str, address: str,
+                 settings: ClientSettings) -> None:
+        self.loop = loop
+        self.bookie_id = bookie_id
+        self.address = address
+        self._settings = settings
+        self._state = _State.CONNECTING
+        self._down_reason = ""
+        self._pending: dict[int, _Pending] = {}
+        self._backlog: deque[_Pending] = deque()  # not yet taken by ZeroMQ
+        self._socket: zmq.Socket | None = None
+        self._monitor: zmq.Socket | None = None
+        self._flags = zmq.POLLIN
+
+    def open(self) -> None:
+        s = self._settings
+        socket = self.loop.context.socket(zmq.DEALER)
+        for option, value in (
+                (zmq.IMMEDIATE, 1),   # queue only on a live connection; drop on loss
+                (zmq.LINGER, 0),      # on close, outstanding requests fail anyway
+                # Every reply answers a request held in _pending, so the replies queued
+                # here are bounded by those: no high-water mark on receiving.
+                (zmq.RCVHWM, 0),
+                (zmq.MAXMSGSIZE, wire.zmq_max_message_bytes(s.maxEntrySizeBytes)),
+                (zmq.HEARTBEAT_IVL, s.zmqHeartbeatIntervalMs),
+                (zmq.HEARTBEAT_TIMEOUT, s.zmqHeartbeatTimeoutMs),
+                (zmq.HEARTBEAT_TTL, s.zmqHeartbeatTimeoutMs),  # the bookie drops us too
+                (zmq.CONNECT_TIMEOUT, s.zmqHeartbeatTimeoutMs),
+                (zmq.RECONNECT_IVL, _RECONNECT_MS),
+                (zmq.RECONNECT_IVL_MAX, s.zmqReconnectIntervalMaxMs)):
+            socket.setsockopt(option, value)
+        monitor = socket.get_monitor_socket(_MONITORED)
+        if not self.loop.attach(self, {socket: self._on_socket, monitor: self._on_monitor}):
+            _close_sockets(socket, monitor)
+            self._state = _State.CLOSED
+            return
+        self._socket, self._monitor = socket, monitor
+        try:
+            socket.connect(self.address)
+        except zmq.ZMQError as e:  # a malformed address: nothing will ever connect
+            self._went_down(f"cannot connect: {e}")
+
+    def send(self, pending: _Pending) -> None:
+        if self._state is _State.CLOSED:
+            _fail(pending, BookieUnavailable(f"the client of bookie {self.bookie_id} is "
+                                             "closed"))
+            return
+        if self._state is _State.DOWN:
+            _fail(pending, BookieUnavailable(self._down_reason))
+            return
+        self._pending[pending.request_id] = pending
+        self.loop.deadlines.add(time.monotonic() + pending.timeout_s, pending)
+        self._backlog.append(pending)
+        if self._state is _State.UP:
+            self._flush()
+
+    def expire(self, pending: _Pending) -> None:
+        if self._pending.pop(pending.request_id, None) is not None:
+            _fail(pending, Timeout(f"bookie {self.bookie_id} did not answer a "
+                                   f"{pending.op.name} within {pending.timeout_s} s"))
+
+    def close(self) -> None:
+        if self._state is _State.CLOSED:
+            return
+        self._state = _State.CLOSED
+        self._fail_all(BookieUnavailable(f"the client of bookie {self.bookie_id} was "
+                                         "closed"))
+        if self._socket is not None:
+            self.loop.detach(self, [self._socket, self._monitor])
+            self._socket.disable_monitor()
+            _close_sockets(self._socket, self._monitor)
+
+    # -- socket events ----------------------------------------------------------------
+
+    def _on_socket(self) -> None:
+        self._read_replies()
+        if self._backlog and self._state is _State.UP:
+            self._flush()
+
+    def _on_monitor(self) -> None:
+        while self._state is not _State.CLOSED:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)["event"]
+            except zmq.Again:
+                return
+            if event == _UP_EVENT:
+                self._went_up()
+            elif event in _DOWN_EVENTS:
+                self._went_down(_DOWN_EVENTS[event])
+
+    def _went_up(self) -> None:
+        if self._state is not _State.UP:
+            log.info("connected to bookie %s at %s", self.bookie_id, self.address)
+        self._state = _State.UP
+        self._flush()
+
+    def _went_down(self, reason: str) -> None:
+        self._read_replies()  # replies that arrived before the loss still count
+        if self._state is _State.DOWN:
+            return
+        self._state = _State.DOWN
+        self._down_reason = f"bookie {self.bookie_id} at {self.address}: {reason}"
+        log.warning("%s; failing %d outstanding requests", self._down_reason,
+                    len(self._pending))
+        self._fail_all(BookieUnavailable(self._down_reason))
+
+    def _fail_all(self, error: BookKeeperError) -> None:
+        pending, self._pending = self._pending, {}
+        self._backlog.clear()
+        self._update_flags()
+        for p in pending.values():
+            _fail(p, error)
+
+    # -- sending and receiving --------------------------------------------------------
+
+    def _flush(self) -> None:
+        """Hand queued requests to ZeroMQ until its send queue is full."""
+        backlog = self._backlog
+        try:
+            while backlog:
+                pending = backlog[0]
+                if not pending.future.done():  # done: timed out while queued here
+                    send_message(self._socket, pending.frames)
+                pending.frames = []
+                backlog.popleft()
+        except zmq.Again:
+            pass  # full (or no connection yet): POLLOUT says when to go on
+        except zmq.ZMQError as e:
+            self._went_down(f"send failed: {e}")
+        self._update_flags()
+
+    def _update_flags(self) -> None:
+        flags = zmq.POLLIN | (zmq.POLLOUT if self._backlog and self._state is _State.UP
+                              else 0)
+        if flags != self._flags and self._socket is not None:
+            self.loop.watch(self._socket, flags)
+            self._flags = flags
+
+    def _read_replies(self) -> None:
+        for frames in received(self._socket, _READ_BATCH):
+            self._on_reply(frames)
+
+    def _on_reply(self, frames: list[bytes]) -> None:
+        try:
+            reply = wire.decode_reply(frames, self._settings.maxEntrySizeBytes)
+        except BookKeeperError as e:
+            request_id = wire.peek_request_id(frames)
+            log.warning("bad reply from bookie %s: %s", self.bookie_id, e)
+            pending = self._pending.pop(request_id, None) if request_id is not None else None
+            if pending is not None:
+                _fail(pending, e)
+            return
+        pending = self._pending.pop(reply.request_id, None)
+        if pending is None:
+            log.debug("bookie %s answered request %d after it timed out", self.bookie_id,
+                      reply.request_id)
+        elif reply.op != pending.op and not (reply.status and reply.op == wire.UNKNOWN_OP):
+            _fail(pending, MalformedMessage(f"bookie {self.bookie_id} answered a "
+                                            f"{pending.op.name} request with operation "
+                                            f"{reply.op}"))
+        elif reply.status:
+            _fail(pending, error_for_code(reply.status,
+                                          f"bookie {self.bookie_id}: {reply.message}"))
+        else:
+            pending.future.set_result(_RESULTS[pending.op](reply))
+
+
+class ZmqBookieClient(BookieClient):
+    """Reaches the bookie ``bookie_id`` served at ``address`` (a ZeroMQ endpoint such as
+    ``tcp://10.0.0.5:3181``).  Runs on ``loop`` if given, else on a loop of its own.
+    Every method returns a Future (see the module docstring for time limits and
+    failures); call :meth:`close` when done."""
+
+    def __init__(self, bookie_id: str, address: str, settings: ClientSettings | None = None,
+                 *, loop: ClientLoop | None = None) -> None:
+        self.bookie_id = bookie_id
+        self.address = address
+        self._settings = settings or ClientSettings()
+        self._own_loop = loop is None
+        self._loop = loop or ClientLoop()
+        self._connection = _Connection(self._loop, bookie_id, address, self._settings)
+        self._loop.post(self._connection.open)
+
+    def __enter__(self) -> "ZmqBookieClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add(self, ledger_id, entry_id, entry, master_key, recovery=False):
+        return self._call(Op.ADD, self._settings.addEntryTimeout, ledger_id=ledger_id,
+                          entry_id=entry_id, flags=wire.RECOVERY if recovery else 0,
+                          master_key=master_key, entry=entry)
+
+    def read(self, ledger_id, entry_id, fence=False, master_key=b""):
+        return self._call(Op.READ, self._settings.readTimeout, ledger_id=ledger_id,
+                          entry_id=entry_id, flags=wire.FENCE if fence else 0,
+                          master_key=master_key if fence else b"")
+
+    def read_lac(self, ledger_id):
+        return self._call(Op.READ_LAC, self._settings.readTimeout, ledger_id=ledger_id)
+
+    def write_lac(self, ledger_id, lac, master_key):
+        return self._call(Op.WRITE_LAC, self._settings.addEntryTimeout, ledger_id=ledger_id,
+                          lac=lac, master_key=master_key)
+
+    def delete_ledger(self, ledger_id):
+        return self._call(Op.DELETE, self._settings.addEntryTimeout, ledger_id=ledger_id)
+
+    def read_lac_long_poll(self, ledger_id: int, known_lac: int, entry_id: int,
+                           timeout_s: float) -> Future:
+        """Wait up to ``timeout_s`` (at most 60 s) for the bookie's LAC to pass
+        ``known_lac``; the future gives ``(lac, entry)``, where ``entry`` is the bytes of
+        ``entry_id`` if the LAC moved and the bookie holds it, else None."""
+        timeout_ms = max(1, round(timeout_s * 1000))
+        return self._call(Op.LONG_POLL, timeout_ms / 1000.0 + self._settings.readTimeout,
+                          ledger_id=ledger_id, entry_id=entry_id, lac=known_lac,
+                          timeout_ms=timeout_ms)
+
+    def bookie_info(self) -> Future:
+        """The bookie's free and total disk bytes and read-only state
+        (:class:`pybk.cluster.wire.BookieInfo`)."""
+        return self._call(Op.INFO, self._settings.readTimeout)
+
+    def close(self) -> None:
+        """Fail what is outstanding with BookieUnavailable and close the socket (and the
+        loop, if it is this client's own)."""
+        self._loop.run_and_wait(self._connection.close)
+        if self._own_loop:
+            self._loop.close()
+
+    def _call(self, op: Op, timeout_s: float, **fields) -> Future:
+        future: Future = Future()
+        future.set_running_or_notify_cancel()  # not cancellable: completion never races
+        request_id = self._loop.next_request_id()
+        try:
+            frames = wire.encode_request(Request(op, request_id, **fields),
+                                         self._settings.maxEntrySizeBytes)
+        except BookKeeperError as e:
+            future.set_exception(e)
+            return future
+        pending = _Pending(request_id, op, frames, future, timeout_s, self._connection)
+        if not self._loop.post(partial(self._connection.send, pending)):
+            future.set_exception(BookieUnavailable(f"the client of bookie {self.bookie_id} "
+                                                   "is closed"))
+        return future
+
+
+def _fail(pending: _Pending, error: BaseException) -> None:
+    if not pending.future.done():
+        pending.future.set_exception(error)
+
+
+def _close_sockets(*sockets: zmq.Socket | None) -> None:
+    for socket in sockets:
+        if socket is not None:
+            socket.close(linger=0)

@@ -1,0 +1,366 @@
+"""``BookieServer``: one :class:`pybk.storage.Bookie` served over ZeroMQ.
+
+The protocol is :mod:`pybk.cluster.wire`.  One server thread owns a ROUTER socket bound
+at the server's address and does all socket I/O and dispatch.  Work that completes on
+other threads (an add made durable by the journal thread, a fence, an explicit LAC, a
+delete on the server's delete thread, a long poll whose LAC moved) comes back through a
+:class:`~pybk.cluster.mailbox.Mailbox`, and its reply leaves from the server thread.
+
+Guarantees:
+
+* ADD, WRITE_LAC and DELETE are answered once durable in the journal; a fencing READ
+  reads only once the fence is durable.
+* Each client may have many requests in flight; replies go out in completion order and
+  are matched by request id.
+* Bounded work: with ``maxAddsInProgressLimit`` journal-bound requests (adds, explicit
+  LACs, deletes) or ``maxReadsInProgressLimit`` waiting reads (long polls, fencing reads)
+  in progress, or replies that ZeroMQ cannot take yet (a client's send queue is at its
+  high-water mark), the server stops reading requests.  They then wait in ZeroMQ's
+  per-client queue (high-water mark 1000 messages) and in TCP, and the clients' own
+  queues fill: back-pressure instead of unbounded memory.  Plain reads, LAC reads and
+  INFO are answered before the next request is read, so they hold nothing.
+* A request that does not decode gets an error reply (MalformedMessage, EntryTooLarge)
+  if it carries a request id, and is dropped with a log line otherwise; a frame over
+  :func:`~pybk.cluster.wire.zmq_max_message_bytes` makes ZeroMQ drop the connection
+  before buffering it.  Nothing a client sends stops the server thread.
+* Long polls never block the thread: each is parked with a LAC watcher
+  (:meth:`pybk.storage.Bookie.watch_lac`) and a deadline.
+* ``ROUTER_MANDATORY`` is set, so a reply to a client that went away is an error the
+  server sees (it drops the reply) instead of a silent loss.
+* :meth:`BookieServer.close` stops reading requests, answers parked long polls with the
+  current LAC, waits (up to a time limit) for requests in progress to complete and their
+  replies to leave, then closes the socket, lingering a moment so the last replies go out.
+
+Entry reads run on the server thread: they are served from the write cache or the page
+cache in microseconds; a read that has to wait for the disk holds up the requests behind
+it for that long.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import Callable
+
+import zmq
+
+from pybk.cluster import wire
+from pybk.cluster.deadlines import Deadlines
+from pybk.cluster.frames import received, send_message
+from pybk.cluster.mailbox import Mailbox
+from pybk.cluster.wire import Op, Reply, Request
+from pybk.errors import BookKeeperError, NoSuchEntry
+from pybk.storage import Bookie
+
+log = logging.getLogger(__name__)
+
+#: Requests read per wake-up before the server looks at its mailbox again (fairness
+#: between new requests and completions).
+_READ_BATCH = 256
+#: How long the socket may keep sending the last replies after close.
+_CLOSE_LINGER_MS = 1000
+#: While ZeroMQ refuses replies (a client's queue is full), retry this often.
+_RETRY_SEND_MS = 1
+
+
+class _LongPoll:
+    """A long-poll read parked until the LAC passes the reader's or its deadline."""
+
+    __slots__ = ("identity", "request", "watcher", "done")
+
+    def __init__(self, identity: bytes, request: Request) -> None:
+        self.identity = identity
+        self.request = request
+        self.watcher: Callable[[], None] = _nothing
+        self.done = False
+
+
+class BookieServer:
+    """Serves ``bookie`` on a ROUTER socket bound at ``address`` (e.g.
+    ``tcp://0.0.0.0:3181``, or ``tcp://127.0.0.1:*`` for any free port: see
+    :attr:`address`).  Serving starts at once; use as a context manager or call
+    :meth:`close`.  The bookie is not closed with the server."""
+
+    def __init__(self, bookie: Bookie, address: str) -> None:
+        settings = bookie.settings
+        self._bookie = bookie
+        self._max_entry = settings.maxEntrySizeBytes
+        self._max_adds = settings.maxAddsInProgressLimit
+        self._max_reads = settings.maxReadsInProgressLimit
+        self._context = zmq.Context(io_threads=1)
+        self._socket = self._context.socket(zmq.ROUTER)
+        try:
+            self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            self._socket.setsockopt(zmq.MAXMSGSIZE,
+                                    wire.zmq_max_message_bytes(self._max_entry))
+            self._socket.setsockopt(zmq.LINGER, _CLOSE_LINGER_MS)
+            self._socket.bind(address)
+            #: The bound endpoint, with the port ZeroMQ chose for ``*``.
+            self.address: str = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        except BaseException:
+            self._socket.close(linger=0)
+            self._context.term()
+            raise
+        self._mailbox = Mailbox()
+        self._deleter = ThreadPoolExecutor(max_workers=1,
+                                           thread_name_prefix="pybk-server-delete")
+        self._handlers: dict[Op, Callable[[bytes, Request], Reply | None]] = {
+            Op.ADD: self._add, Op.READ: self._read, Op.READ_LAC: self._read_lac,
+            Op.WRITE_LAC: self._write_lac, Op.LONG_POLL: self._long_poll,
+            Op.INFO: self._info, Op.DELETE: self._delete,
+        }
+        # Owned by the server thread:
+        self._adds_in_progress = 0
+        self._reads_in_progress = 0
+        self._unsent: list[list[bytes]] = []
+        self._polls: Deadlines[_LongPoll] = Deadlines(lambda poll: not poll.done)
+        self._stop_deadline: float | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="pybk-bookie-server",
+                                        daemon=True)
+        self._thread.start()
+        log.info("bookie server listening on %s", self.address)
+
+    def __enter__(self) -> "BookieServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Finish the requests in progress (for up to ``timeout_s``), answer parked long
+        polls, then close the socket.  Requests not yet read are not answered: their
+        clients see the connection drop."""
+        if self._closed:
+            return
+        self._closed = True
+        self._mailbox.post(partial(self._begin_stop, time.monotonic() + timeout_s))
+        self._thread.join()
+        self._deleter.shutdown(wait=True)
+        self._mailbox.close()
+        self._context.term()  # returns once the socket is gone: the address is free
+        log.info("bookie server on %s closed", self.address)
+
+    # -- the server thread ----------------------------------------------------------
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        mailbox = self._mailbox.fileno()
+        poller.register(mailbox, zmq.POLLIN)
+        reading = False
+        try:
+            while not self._finished():
+                want = self._may_read()
+                if want != reading:
+                    poller.register(self._socket, zmq.POLLIN if want else 0)
+                    reading = want
+                events = dict(poller.poll(self._poll_timeout_ms()))
+                if mailbox in events:
+                    self._mailbox.run_posted()
+                if self._socket in events:
+                    self._read_requests()
+                for poll in self._polls.pop_due():
+                    self._finish_long_poll(poll)
+                self._retry_unsent()
+        except Exception:  # a bug here must not leave clients hanging on a live socket
+            log.exception("bookie server on %s failed; closing its socket", self.address)
+        finally:
+            self._socket.close()
+
+    def _may_read(self) -> bool:
+        return (self._stop_deadline is None and not self._unsent
+                and self._adds_in_progress < self._max_adds
+                and self._reads_in_progress < self._max_reads)
+
+    def _finished(self) -> bool:
+        if self._stop_deadline is None:
+            return False
+        idle = not (self._adds_in_progress or self._reads_in_progress or self._unsent)
+        if not idle and time.monotonic() >= self._stop_deadline:
+            log.warning("bookie server on %s closing with %d adds and %d reads in "
+                        "progress and %d replies unsent", self.address,
+                        self._adds_in_progress, self._reads_in_progress, len(self._unsent))
+            return True
+        return idle
+
+    def _poll_timeout_ms(self) -> int | None:
+        if self._unsent:
+            return _RETRY_SEND_MS
+        timeouts = [self._polls.timeout_ms()]
+        if self._stop_deadline is not None:
+            timeouts.append(max(0, math.ceil((self._stop_deadline - time.monotonic())
+                                             * 1000)))
+        return min((t for t in timeouts if t is not None), default=None)
+
+    def _begin_stop(self, deadline: float) -> None:
+        self._stop_deadline = deadline
+        for poll in self._polls.pop_due(math.inf):
+            self._finish_long_poll(poll)
+
+    def _read_requests(self) -> None:
+        for frames in received(self._socket, _READ_BATCH):
+            self._handle(frames[0], frames[1:])
+            if not self._may_read():
+                return
+
+    def _handle(self, identity: bytes, frames: list[bytes]) -> None:
+        try:
+            request = wire.decode_request(frames, self._max_entry)
+        except BookKeeperError as e:
+            request_id = wire.peek_request_id(frames)
+            log.warning("bad request from client %s (%s): %s", identity.hex(),
+                        "request id %d" % request_id if request_id is not None
+                        else "no request id: dropped", e)
+            if request_id is not None:
+                self._send(identity, wire.error_reply(wire.UNKNOWN_OP, request_id, e))
+            return
+        self._answer(identity, request, partial(self._handlers[request.op], identity,
+                                                request))
+
+    def _answer(self, identity: bytes, request: Request,
+                compute: Callable[[], Reply | None]) -> None:
+        """Send what ``compute`` returns (None: the answer comes later), or the error
+        it raises."""
+        try:
+            reply = compute()
+        except Exception as e:
+            if not isinstance(e, BookKeeperError):
+                log.exception("request %s failed unexpectedly", request._replace(entry=None))
+            reply = wire.error_reply(request.op, request.request_id, e)
+        if reply is not None:
+            self._send(identity, reply)
+
+    # -- sending ----------------------------------------------------------------------
+
+    def _send(self, identity: bytes, reply: Reply) -> None:
+        try:
+            frames = wire.encode_reply(reply, self._max_entry)
+        except BookKeeperError as e:  # e.g. an entry stored before maxEntrySizeBytes shrank
+            frames = wire.encode_reply(wire.error_reply(reply.op, reply.request_id, e),
+                                       self._max_entry)
+        message = [identity, *frames]
+        if not self._try_send(message):
+            self._unsent.append(message)
+
+    def _try_send(self, message: list[bytes]) -> bool:
+        """False if ZeroMQ cannot take the message yet; True once sent or dropped."""
+        try:
+            send_message(self._socket, message)
+        except zmq.Again:
+            return False
+        except zmq.ZMQError as e:
+            # EHOSTUNREACH: the client disconnected; its requests' outcome is its problem
+            log.debug("reply to client %s dropped: %s", message[0].hex(), e)
+        return True
+
+    def _retry_unsent(self) -> None:
+        if self._unsent:
+            self._unsent = [m for m in self._unsent if not self._try_send(m)]
+
+    # -- requests ---------------------------------------------------------------------
+
+    def _add(self, identity: bytes, r: Request) -> None:
+        self._bookie.add_entry_async(r.ledger_id, r.entry_id, r.entry, r.master_key,
+                                     recovery=bool(r.flags & wire.RECOVERY),
+                                     callback=self._later(identity, r, self._finish_write))
+        self._adds_in_progress += 1
+
+    def _write_lac(self, identity: bytes, r: Request) -> None:
+        written = self._bookie.set_explicit_lac(r.ledger_id, r.lac, r.master_key)
+        written.add_done_callback(_outcome(self._later(identity, r, self._finish_write)))
+        self._adds_in_progress += 1
+
+    def _delete(self, identity: bytes, r: Request) -> None:
+        # Bookie.delete_ledger blocks until durable: not on this thread.
+        deleted = self._deleter.submit(self._bookie.delete_ledger, r.ledger_id)
+        deleted.add_done_callback(_outcome(self._later(identity, r, self._finish_write)))
+        self._adds_in_progress += 1
+
+    def _finish_write(self, identity: bytes, r: Request, error: BaseException | None) -> None:
+        self._adds_in_progress -= 1
+        self._answer(identity, r, partial(_success_or_raise, r, error))
+
+    def _read(self, identity: bytes, r: Request) -> Reply | None:
+        if not r.flags & wire.FENCE:
+            return self._entry_reply(r)
+        fenced = self._bookie.fence(r.ledger_id, r.master_key)
+        fenced.add_done_callback(_outcome(self._later(identity, r, self._finish_fenced_read)))
+        self._reads_in_progress += 1
+        return None
+
+    def _finish_fenced_read(self, identity: bytes, r: Request,
+                            error: BaseException | None) -> None:
+        self._reads_in_progress -= 1
+        if error is not None:
+            self._answer(identity, r, partial(_success_or_raise, r, error))
+        else:
+            self._answer(identity, r, partial(self._entry_reply, r))
+
+    def _entry_reply(self, r: Request) -> Reply:
+        return Reply(r.op, r.request_id, body=self._bookie.read_entry(r.ledger_id,
+                                                                      r.entry_id))
+
+    def _read_lac(self, identity: bytes, r: Request) -> Reply:
+        return Reply(r.op, r.request_id, lac=self._bookie.read_lac(r.ledger_id))
+
+    def _info(self, identity: bytes, r: Request) -> Reply:
+        free, total = self._bookie.disk_space()
+        info = wire.BookieInfo(free, total, self._bookie.is_read_only)
+        return Reply(r.op, r.request_id, body=wire.encode_info(info))
+
+    def _later(self, identity: bytes, r: Request,
+               finish: Callable[[bytes, Request, BaseException | None], None]
+               ) -> Callable[[BaseException | None], None]:
+        """A completion callback for another thread: it posts ``finish`` to this one."""
+        def done(error: BaseException | None) -> None:
+            self._mailbox.post(partial(finish, identity, r, error))
+        return done
+
+    # -- long polls -------------------------------------------------------------------
+
+    def _long_poll(self, identity: bytes, r: Request) -> Reply | None:
+        poll = _LongPoll(identity, r)
+        poll.watcher = partial(self._mailbox.post, partial(self._finish_long_poll, poll))
+        if not self._bookie.watch_lac(r.ledger_id, r.lac, poll.watcher):
+            return self._long_poll_reply(r)  # the LAC is already past the reader's
+        self._reads_in_progress += 1
+        self._polls.add(time.monotonic() + r.timeout_ms / 1000.0, poll)
+        return None
+
+    def _finish_long_poll(self, poll: _LongPoll) -> None:
+        if poll.done:
+            return  # answered already (woken, then timed out, or the other way round)
+        poll.done = True
+        self._reads_in_progress -= 1
+        self._bookie.unwatch_lac(poll.request.ledger_id, poll.watcher)
+        self._answer(poll.identity, poll.request, partial(self._long_poll_reply,
+                                                          poll.request))
+
+    def _long_poll_reply(self, r: Request) -> Reply:
+        lac = self._bookie.read_lac(r.ledger_id)
+        entry = None
+        if lac > r.lac:
+            try:
+                entry = self._bookie.read_entry(r.ledger_id, r.entry_id)
+            except NoSuchEntry:
+                pass  # striped elsewhere, or not here yet: the reader asks another bookie
+        return Reply(r.op, r.request_id, lac=lac, body=entry)
+
+
+def _outcome(callback: Callable[[BaseException | None], None]) -> Callable[[Future], None]:
+    """A Future's done-callback that passes its exception (or None) to ``callback``."""
+    return lambda future: callback(future.exception())
+
+
+def _success_or_raise(r: Request, error: BaseException | None) -> Reply:
+    if error is not None:
+        raise error
+    return Reply(r.op, r.request_id)
+
+
+def _nothing() -> None:
+    """The watcher of a long poll not registered yet."""

@@ -1,0 +1,407 @@
+"""pybk's wire protocol: the requests a client sends a bookie and the bookie's replies.
+
+Framing.  A client's DEALER socket talks to the bookie's ROUTER socket.  A message is
+one ZeroMQ multipart message: a *header* frame, then, for the operations that have one,
+a *body* frame holding an entry's bytes exactly as the bookie stores them.  The entry is
+never joined to the header, so a large entry is handed to ZeroMQ without a copy.  (The
+ROUTER sees the sender's routing id as an extra first frame and addresses the reply with
+it; that frame belongs to ZeroMQ, not to this format.  There is no empty delimiter.)
+
+All integers are big-endian.  Bytes 0-1 (magic) and 8-15 (request id) keep their place
+in every protocol version, so a bookie can answer a request of a version it does not
+speak with an error that the client can match.
+
+Request header, 44 + K bytes::
+
+    offset  size  field
+         0     2  magic: 0x50 0x42 ("PB")
+         2     1  version: 1
+         3     1  operation (table below)
+         4     2  flags: bit 0 FENCE (READ: fence the ledger, durably, before reading);
+                  bit 1 RECOVERY (ADD: a recovery add, which a fenced ledger accepts);
+                  every other bit 0
+         6     2  K: master key length, 0..1024
+         8     8  request id (unsigned): chosen by the client, carried back in the reply
+        16     8  ledger id (unsigned)
+        24     8  entry id (signed)
+        32     8  LAC (signed)
+        40     4  timeout, milliseconds (unsigned)
+        44     K  master key
+
+Reply header, 26 + M bytes::
+
+    offset  size  field
+         0     2  magic: 0x50 0x42
+         2     1  version: 1
+         3     1  operation: the request's; 0 in an error reply to a request that could
+                  not be decoded
+         4     4  status (signed): 0 for success, else a pybk error code
+                  (:func:`pybk.errors.error_for_code` rebuilds the exception)
+         8     8  request id: the request's
+        16     8  LAC (signed)
+        24     2  M: message length, 0..1024 (a sender cuts longer messages)
+        26     M  message, UTF-8: what went wrong (error replies only)
+
+Operations.  A field a request does not use must be 0, and K is 0 where no key is used.
+An error reply has no body, LAC 0 and usually a message; a success reply has M = 0::
+
+    code  operation  request                                      body      success reply
+       1  ADD        entry id >= 0, key, flag RECOVERY            entry     sent once the
+                                                                            entry is durable
+       2  READ       entry id >= -1 (-1: the last entry held);    -         body: the entry
+                     flag FENCE, then with the key
+       3  READ_LAC   -                                            -         LAC
+       4  WRITE_LAC  LAC >= -1 (an explicit LAC), key             -         sent once durable
+       5  LONG_POLL  LAC >= -1 (the LAC the reader knows),        -         LAC; body: entry
+                     entry id >= 0 (the entry wanted with a                 `entry id` if the
+                     newer LAC), timeout 1..60000 ms                        LAC passed the
+                                                                            known one and the
+                                                                            bookie holds it
+       6  INFO       -                                            -         body, 17 bytes:
+                                                                            free bytes (8),
+                                                                            total bytes (8),
+                                                                            read-only (1: 0/1)
+       7  DELETE     -                                            -         sent once durable
+
+Only READ_LAC and LONG_POLL replies carry a LAC; it is 0 in the others.
+
+Decoding checks everything above (frame count, header length against K or M, magic,
+version, operation, flags, key, unused fields, ranges, UTF-8, body sizes against the
+receiver's maximum entry size) and raises :class:`pybk.errors.MalformedMessage`, or
+:class:`pybk.errors.EntryTooLarge` for an entry over the maximum.  Encoding runs the same
+checks, so what one side writes the other side accepts.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
+
+from pybk.errors import BookKeeperError, EntryTooLarge, MalformedMessage
+
+MAGIC = b"PB"
+VERSION = 1
+
+#: Request flag: fence the ledger before reading (READ).
+FENCE = 0x1
+#: Request flag: a recovery add, accepted by a fenced ledger (ADD).
+RECOVERY = 0x2
+
+#: BookKeeper's master keys are 20-byte SHA-1 digests; the bound keeps headers small.
+MAX_MASTER_KEY_BYTES = 1024
+#: Error messages are cut to this many bytes (at a character boundary).
+MAX_MESSAGE_BYTES = 1024
+#: Longest wait a long-poll read may ask for; a reader that wants to wait longer asks again.
+MAX_LONG_POLL_MS = 60_000
+
+REQUEST_HEADER = struct.Struct(">2sBBHHQQqqI")
+REPLY_HEADER = struct.Struct(">2sBBiQqH")
+_INFO = struct.Struct(">QQB")
+_REQUEST_ID = struct.Struct(">Q")
+_REQUEST_ID_OFFSET = 8
+
+#: The largest header either side sends.
+MAX_HEADER_BYTES = max(REQUEST_HEADER.size, REPLY_HEADER.size) + max(MAX_MASTER_KEY_BYTES,
+                                                                     MAX_MESSAGE_BYTES)
+
+_U64_MAX = 2 ** 64 - 1
+_I64_MIN, _I64_MAX = -2 ** 63, 2 ** 63 - 1
+
+
+class Op(enum.IntEnum):
+    ADD = 1
+    READ = 2
+    READ_LAC = 3
+    WRITE_LAC = 4
+    LONG_POLL = 5
+    INFO = 6
+    DELETE = 7
+
+
+#: The operation byte of an error reply to a request that could not be decoded.
+UNKNOWN_OP = 0
+
+
+class _Body(enum.Enum):
+    NONE = "none"
+    ENTRY = "entry"          # always present on success
+    OPTIONAL = "optional"    # an entry, or nothing
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """What one operation carries (the table of the module docstring)."""
+
+    flags: int = 0                  # flag bits the request may set
+    key: bool = False               # the request carries the master key
+    entry_id_min: int | None = None  # lowest entry id; None: the field is unused (0)
+    lac: bool = False               # the request's LAC field is used
+    timeout: bool = False           # the request's timeout field is used
+    request_body: bool = False      # the request has an entry frame
+    reply_lac: bool = False         # the reply's LAC field is used
+    reply_body: _Body = _Body.NONE
+
+
+_SPECS = {
+    Op.ADD: _Spec(flags=RECOVERY, key=True, entry_id_min=0, request_body=True),
+    Op.READ: _Spec(flags=FENCE, key=True, entry_id_min=-1, reply_body=_Body.ENTRY),
+    Op.READ_LAC: _Spec(reply_lac=True),
+    Op.WRITE_LAC: _Spec(key=True, lac=True),
+    Op.LONG_POLL: _Spec(entry_id_min=0, lac=True, timeout=True, reply_lac=True,
+                        reply_body=_Body.OPTIONAL),
+    Op.INFO: _Spec(reply_body=_Body.INFO),
+    Op.DELETE: _Spec(),
+}
+_OPS = {int(op): op for op in Op}
+
+
+class Request(NamedTuple):
+    """A decoded request (fields an operation does not use are 0)."""
+
+    op: Op
+    request_id: int
+    ledger_id: int = 0
+    entry_id: int = 0
+    lac: int = 0
+    timeout_ms: int = 0
+    flags: int = 0
+    master_key: bytes = b""
+    entry: bytes | None = None
+
+
+class Reply(NamedTuple):
+    """A decoded reply.  ``op`` is an :class:`Op`, or :data:`UNKNOWN_OP` in an error reply
+    to an undecodable request."""
+
+    op: int
+    request_id: int
+    status: int = 0
+    lac: int = 0
+    message: str = ""
+    body: bytes | None = None
+
+
+class BookieInfo(NamedTuple):
+    """What an INFO request answers."""
+
+    free_bytes: int
+    total_bytes: int
+    read_only: bool
+
+
+# -- requests -------------------------------------------------------------------------
+
+def encode_request(request: Request, max_entry_bytes: int) -> list[bytes]:
+    """The frames of a request (checked as a receiver would check them)."""
+    _check_request(request, max_entry_bytes)
+    header = REQUEST_HEADER.pack(MAGIC, VERSION, request.op, request.flags,
+                                 len(request.master_key), request.request_id,
+                                 request.ledger_id, request.entry_id, request.lac,
+                                 request.timeout_ms) + request.master_key
+    if request.entry is None:
+        return [header]
+    return [header, request.entry]
+
+
+def decode_request(frames: Sequence[bytes], max_entry_bytes: int) -> Request:
+    """A request from its frames; MalformedMessage (or EntryTooLarge) if they break the
+    format."""
+    header = _header_frame(frames, REQUEST_HEADER)
+    (_, _, op, flags, key_length, request_id, ledger_id, entry_id, lac,
+     timeout_ms) = REQUEST_HEADER.unpack_from(header)
+    if len(header) != REQUEST_HEADER.size + key_length:
+        raise MalformedMessage(f"request header is {len(header)} bytes; its key length "
+                               f"{key_length} says {REQUEST_HEADER.size + key_length}")
+    spec = _spec(op)
+    if len(frames) != 1 + spec.request_body:
+        raise MalformedMessage(f"a {_name(op)} request has {1 + spec.request_body} "
+                               f"frames, not {len(frames)}")
+    request = Request(_OPS[op], request_id, ledger_id, entry_id, lac, timeout_ms, flags,
+                      bytes(header[REQUEST_HEADER.size:]),
+                      bytes(frames[1]) if spec.request_body else None)
+    _check_request(request, max_entry_bytes)
+    return request
+
+
+def peek_request_id(frames: Sequence[bytes]) -> int | None:
+    """The request id of a message that may not decode, if it has one to reply to."""
+    if not frames:
+        return None
+    header = frames[0]
+    if len(header) < _REQUEST_ID_OFFSET + _REQUEST_ID.size or header[:2] != MAGIC:
+        return None
+    return _REQUEST_ID.unpack_from(header, _REQUEST_ID_OFFSET)[0]
+
+
+def _check_request(r: Request, max_entry_bytes: int) -> None:
+    # Plain ifs: messages are only formatted for a request that fails (the hot path).
+    spec = _spec(r.op)
+    if not (0 <= r.request_id <= _U64_MAX and 0 <= r.ledger_id <= _U64_MAX):
+        raise MalformedMessage(f"request id {r.request_id} or ledger id {r.ledger_id} out "
+                               "of range")
+    if r.flags & ~spec.flags:
+        raise MalformedMessage(f"flags {r.flags:#x} not allowed on {_name(r.op)}")
+    if len(r.master_key) > MAX_MASTER_KEY_BYTES:
+        raise MalformedMessage(f"master key of {len(r.master_key)} bytes is over "
+                               f"{MAX_MASTER_KEY_BYTES}")
+    if r.master_key and not (spec.key and (r.op != Op.READ or r.flags & FENCE)):
+        raise MalformedMessage(f"{_name(r.op)} carries no master key here")
+    if not (spec.entry_id_min is None and r.entry_id == 0
+            or spec.entry_id_min is not None and spec.entry_id_min <= r.entry_id <= _I64_MAX):
+        raise MalformedMessage(f"entry id {r.entry_id} not allowed on {_name(r.op)}")
+    if not (-1 <= r.lac <= _I64_MAX if spec.lac else r.lac == 0):
+        raise MalformedMessage(f"LAC {r.lac} not allowed on {_name(r.op)}")
+    if not (1 <= r.timeout_ms <= MAX_LONG_POLL_MS if spec.timeout else r.timeout_ms == 0):
+        raise MalformedMessage(f"timeout {r.timeout_ms} ms not allowed on {_name(r.op)} "
+                               f"(long polls: 1..{MAX_LONG_POLL_MS})")
+    if (r.entry is not None) != spec.request_body:
+        raise MalformedMessage(f"{_name(r.op)} carries "
+                               f"{'an entry' if spec.request_body else 'no entry'}")
+    if r.entry is not None:
+        _check_size(r.entry, max_entry_bytes)
+
+
+# -- replies ----------------------------------------------------------------------------
+
+def encode_reply(reply: Reply, max_entry_bytes: int) -> list[bytes]:
+    """The frames of a reply (checked as a receiver would check them)."""
+    _check_reply(reply, max_entry_bytes)
+    message = _utf8_prefix(reply.message, MAX_MESSAGE_BYTES) if reply.message else b""
+    header = REPLY_HEADER.pack(MAGIC, VERSION, reply.op, reply.status, reply.request_id,
+                               reply.lac, len(message)) + message
+    if reply.body is None:
+        return [header]
+    return [header, reply.body]
+
+
+def error_reply(op: int, request_id: int, error: BaseException) -> Reply:
+    """The reply that carries ``error`` (its pybk code, or the base code for a stranger)."""
+    code = error.code if isinstance(error, BookKeeperError) else BookKeeperError.code
+    return Reply(op, request_id, status=code, message=f"{type(error).__name__}: {error}")
+
+
+def decode_reply(frames: Sequence[bytes], max_entry_bytes: int) -> Reply:
+    """A reply from its frames; MalformedMessage (or EntryTooLarge) if they break the
+    format."""
+    header = _header_frame(frames, REPLY_HEADER)
+    _, _, op, status, request_id, lac, message_length = REPLY_HEADER.unpack_from(header)
+    if len(header) != REPLY_HEADER.size + message_length:
+        raise MalformedMessage(f"reply header is {len(header)} bytes; its message length "
+                               f"{message_length} says {REPLY_HEADER.size + message_length}")
+    if message_length > MAX_MESSAGE_BYTES:
+        raise MalformedMessage(f"reply message of {message_length} bytes is over "
+                               f"{MAX_MESSAGE_BYTES}")
+    if len(frames) > 2:
+        raise MalformedMessage(f"a reply has 1 or 2 frames, not {len(frames)}")
+    try:
+        message = bytes(header[REPLY_HEADER.size:]).decode()
+    except UnicodeDecodeError:
+        raise MalformedMessage("reply message is not UTF-8") from None
+    reply = Reply(op if op == UNKNOWN_OP else _op(op), request_id, status, lac, message,
+                  bytes(frames[1]) if len(frames) == 2 else None)
+    _check_reply(reply, max_entry_bytes)
+    return reply
+
+
+def _check_reply(r: Reply, max_entry_bytes: int) -> None:
+    if not (0 <= r.request_id <= _U64_MAX and _I64_MIN <= r.lac <= _I64_MAX):
+        raise MalformedMessage(f"request id {r.request_id} or LAC {r.lac} out of range")
+    if r.status != 0:
+        if not -2 ** 31 <= r.status < 2 ** 31:
+            raise MalformedMessage(f"status {r.status} out of range")
+        if r.op != UNKNOWN_OP:
+            _spec(r.op)
+        if r.body is not None or r.lac != 0:
+            raise MalformedMessage("an error reply carries no body or LAC")
+        return
+    spec = _spec(r.op)
+    if r.message:
+        raise MalformedMessage("a success reply carries no message")
+    if r.lac != 0 and not spec.reply_lac:
+        raise MalformedMessage(f"a {_name(r.op)} reply has no LAC (got {r.lac})")
+    body = spec.reply_body
+    if r.body is None:
+        if body is _Body.ENTRY or body is _Body.INFO:
+            raise MalformedMessage(f"a {_name(r.op)} reply needs a body")
+    elif body is _Body.NONE:
+        raise MalformedMessage(f"a {_name(r.op)} reply has no body")
+    elif body is _Body.INFO:
+        decode_info(r.body)
+    else:
+        _check_size(r.body, max_entry_bytes)
+
+
+def encode_info(info: BookieInfo) -> bytes:
+    """The body of an INFO reply."""
+    return _INFO.pack(info.free_bytes, info.total_bytes, int(info.read_only))
+
+
+def decode_info(body: bytes) -> BookieInfo:
+    """An INFO reply's body; MalformedMessage if it is not 17 bytes with a 0/1 flag."""
+    if len(body) != _INFO.size:
+        raise MalformedMessage(f"an INFO body is {_INFO.size} bytes, not {len(body)}")
+    free, total, read_only = _INFO.unpack(body)
+    if read_only not in (0, 1):
+        raise MalformedMessage(f"read-only flag {read_only} is not 0 or 1")
+    return BookieInfo(free, total, bool(read_only))
+
+
+# -- shared checks ----------------------------------------------------------------------
+
+def _header_frame(frames: Sequence[bytes], fixed: struct.Struct) -> bytes:
+    if not frames:
+        raise MalformedMessage("empty message")
+    header = frames[0]
+    if len(header) < fixed.size:
+        raise MalformedMessage(f"header of {len(header)} bytes is shorter than {fixed.size}")
+    if header[:2] != MAGIC:
+        raise MalformedMessage(f"bad magic {bytes(header[:2])!r}: not a pybk message")
+    if header[2] != VERSION:
+        raise MalformedMessage(f"protocol version {header[2]} is not supported (this side "
+                               f"speaks {VERSION})")
+    return header
+
+
+def _op(code: int) -> Op:
+    op = _OPS.get(code)
+    if op is None:
+        raise MalformedMessage(f"unknown operation {code}")
+    return op
+
+
+def _spec(code: int) -> _Spec:
+    spec = _SPECS.get(code)  # an IntEnum hashes as its int
+    if spec is None:
+        raise MalformedMessage(f"unknown operation {code}")
+    return spec
+
+
+def _name(code: int) -> str:
+    return _OPS[code].name
+
+
+def _check_size(entry: bytes, max_entry_bytes: int) -> None:
+    if len(entry) > max_entry_bytes:
+        raise EntryTooLarge(f"entry of {len(entry)} bytes is over the maximum of "
+                            f"{max_entry_bytes}")
+
+
+def _utf8_prefix(text: str, limit: int) -> bytes:
+    """``text`` as UTF-8, cut to at most ``limit`` bytes without splitting a character."""
+    data = text.encode()
+    if len(data) <= limit:
+        return data
+    return data[:limit].decode(errors="ignore").encode()
+
+
+def zmq_max_message_bytes(max_entry_bytes: int) -> int:
+    """The ZeroMQ ``MAXMSGSIZE`` for a socket receiving entries of ``max_entry_bytes``.
+
+    Twice the largest legal frame: a peer that misjudged the entry limit gets a clean
+    EntryTooLarge, while a far larger frame (a broken or hostile peer) makes ZeroMQ drop
+    the connection before buffering it, which bounds the memory a peer can take.
+    """
+    return 2 * (max_entry_bytes + MAX_HEADER_BYTES)

@@ -1,0 +1,197 @@
+"""The ZeroMQ transport's failure handling over real loopback sockets: a bookie that goes
+away, comes back, never existed, answers late or wrongly; back-pressure; shutdown;
+pipelining from many threads."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import KEY, entry
+from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient, wire
+from pybk.errors import BookieUnavailable, MalformedMessage, Timeout
+from pybk.settings import ClientSettings
+from zmqutil import LOOPBACK, RawRouter
+
+pytestmark = pytest.mark.timeout(60)
+
+#: Time limits far longer than any test step: a prompt failure cannot be a timeout.
+PATIENT = ClientSettings(addEntryTimeout=30, readTimeout=30)
+
+
+def wait_until(condition, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout_s} s")
+        time.sleep(0.01)
+
+
+def serve_with_read_limit(limit: int, bookie_factory, settings_factory, closing):
+    """A bookie holding entry 0 of ledger 1, its server (at most ``limit`` reads in
+    progress) and a client of it."""
+    bookie = bookie_factory(settings_factory(maxReadsInProgressLimit=limit))
+    server = closing.enter_context(BookieServer(bookie, LOOPBACK))
+    client = closing.enter_context(ZmqBookieClient("B1", server.address, PATIENT))
+    client.add(1, 0, entry(1, 0, lac=-1), KEY).result(timeout=10)
+    return bookie, server, client
+
+
+def test_a_closed_server_fails_outstanding_requests_promptly_and_clients_reconnect(
+        bookie_factory, settings_factory, closing):
+    bookie, server, client = serve_with_read_limit(1, bookie_factory, settings_factory,
+                                                   closing)
+    # A parked long poll fills the server's read limit: it stops reading, so the
+    # requests after it stay outstanding, unread.
+    poll = client.read_lac_long_poll(1, -1, 0, timeout_s=30)
+    outstanding = [client.read_lac(1) for _ in range(5)]
+    time.sleep(0.3)
+    assert not poll.done() and not any(f.done() for f in outstanding)
+
+    started = time.monotonic()
+    server.close()
+    assert poll.result(timeout=5) == (-1, None)  # answered on the way out
+    for future in outstanding:
+        assert isinstance(future.exception(timeout=5), BookieUnavailable)
+    assert time.monotonic() - started < 5, "outstanding requests waited for their timeout"
+    with pytest.raises(BookieUnavailable):  # and new requests fail at once meanwhile
+        client.read_lac(1).result(timeout=5)
+
+    closing.enter_context(BookieServer(bookie, server.address))  # back, same address
+    wait_until(lambda: client.read_lac(1).exception(timeout=5) is None)
+    assert client.read(1, 0).result(timeout=5) == entry(1, 0, lac=-1)
+
+
+def test_a_bookie_nobody_serves_fails_requests_at_once(closing):
+    with RawRouter() as gone:
+        address = gone.address  # a port that was free a moment ago and is closed now
+    client = closing.enter_context(ZmqBookieClient("B9", address, PATIENT))
+    started = time.monotonic()
+    with pytest.raises(BookieUnavailable, match="B9"):
+        client.add(1, 0, entry(1, 0), KEY).result(timeout=10)
+    assert time.monotonic() - started < 5
+    nowhere = closing.enter_context(ZmqBookieClient("B8", "tcp://not an address", PATIENT))
+    with pytest.raises(BookieUnavailable, match="cannot connect"):
+        nowhere.read_lac(1).result(timeout=10)
+
+
+#: A peer that accepts a connection and never answers; SIGSTOP then silences its ZeroMQ
+#: I/O thread too, as a hung or partitioned bookie would be silent.
+SILENT_PEER = """
+import sys, time, zmq
+socket = zmq.Context().socket(zmq.ROUTER)
+print(socket.bind_to_random_port("tcp://127.0.0.1"), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_hung_bookie_is_detected_by_heartbeats(closing):
+    peer = subprocess.Popen([sys.executable, "-c", SILENT_PEER], stdout=subprocess.PIPE,
+                            text=True)
+    closing.enter_context(peer)  # on exit: close its pipe, wait for it
+    closing.callback(peer.kill)  # runs first (SIGKILL also ends a stopped process)
+    address = f"tcp://127.0.0.1:{int(peer.stdout.readline())}"
+    client = closing.enter_context(ZmqBookieClient("B1", address, ClientSettings(
+        readTimeout=30, zmqHeartbeatIntervalMs=100, zmqHeartbeatTimeoutMs=500)))
+    unanswered = client.read_lac(1)
+    time.sleep(0.5)  # connected, request delivered, heartbeats answered: still waiting
+    assert not unanswered.done()
+    os.kill(peer.pid, signal.SIGSTOP)
+    started = time.monotonic()
+    assert isinstance(unanswered.exception(timeout=10), BookieUnavailable)
+    assert time.monotonic() - started < 5
+
+
+def test_timeouts_are_per_request_and_late_or_wrong_replies_are_handled(closing):
+    router = closing.enter_context(RawRouter())
+    client = closing.enter_context(ZmqBookieClient(
+        "B1", router.address, ClientSettings(readTimeout=0.3, addEntryTimeout=0.3)))
+    late = client.read_lac(1)
+    identity, header = router.receive(timeout_s=10)
+    with pytest.raises(Timeout, match="READ_LAC"):
+        late.result(timeout=10)
+    first_id = wire.decode_request([header], 1024).request_id
+
+    answered = client.read_lac(2)
+    identity, header = router.receive(timeout_s=10)
+    second_id = wire.decode_request([header], 1024).request_id
+    for request_id, lac in ((first_id, 5), (second_id, 6)):  # the first one is too late
+        router.send([identity, *wire.encode_reply(wire.Reply(wire.Op.READ_LAC, request_id,
+                                                             lac=lac), 1024)])
+    assert answered.result(timeout=10) == 6
+
+    wrong_op = client.read_lac(3)
+    identity, header = router.receive(timeout_s=10)
+    request_id = wire.decode_request([header], 1024).request_id
+    router.send([identity, *wire.encode_reply(wire.Reply(wire.Op.ADD, request_id), 1024)])
+    with pytest.raises(MalformedMessage, match="answered a READ_LAC request"):
+        wrong_op.result(timeout=10)
+
+    garbled = client.read_lac(4)
+    identity, header = router.receive(timeout_s=10)
+    request_id = wire.decode_request([header], 1024).request_id
+    reply = wire.encode_reply(wire.Reply(wire.Op.READ_LAC, request_id), 1024)[0]
+    router.send([identity, reply + b"trailing bytes"])
+    with pytest.raises(MalformedMessage):
+        garbled.result(timeout=10)
+
+
+def test_a_server_at_its_read_limit_stops_reading_until_reads_finish(
+        bookie_factory, settings_factory, closing):
+    bookie, _, client = serve_with_read_limit(2, bookie_factory, settings_factory, closing)
+    polls = [client.read_lac_long_poll(1, -1, 0, timeout_s=30) for _ in range(2)]
+    behind = client.read_lac(1)
+    time.sleep(0.3)
+    assert not behind.done() and not any(p.done() for p in polls)
+    bookie.add_entry(1, 1, entry(1, 1, lac=0), KEY)  # the LAC moves: the polls end
+    assert [p.result(timeout=10) for p in polls] == [(0, entry(1, 0, lac=-1))] * 2
+    assert behind.result(timeout=10) == 0
+
+
+def test_many_threads_pipeline_through_clients_sharing_one_loop(bookie_factory,
+                                                                settings_factory, tmp_path,
+                                                                closing):
+    servers = [closing.enter_context(BookieServer(bookie_factory(settings_factory(
+        journalDirectory=str(tmp_path / f"journal{i}"),
+        ledgerDirectories=(str(tmp_path / f"ledgers{i}"),))), LOOPBACK)) for i in range(2)]
+    loop = closing.enter_context(ClientLoop())
+    clients = [ZmqBookieClient(f"B{i}", s.address, PATIENT, loop=loop)
+               for i, s in enumerate(servers)]
+    errors: list[BaseException] = []
+
+    def write(ledger_id: int) -> None:
+        try:
+            for client in clients:
+                futures = [client.add(ledger_id, e, entry(ledger_id, e), KEY)
+                           for e in range(300)]
+                assert [f.result(timeout=30) for f in futures] == [None] * 300
+                reads = [client.read(ledger_id, e) for e in range(300)]
+                assert [f.result(timeout=30) for f in reads] == \
+                    [entry(ledger_id, e) for e in range(300)]
+        except BaseException as e:  # reported by the test thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(ledger_id,)) for ledger_id in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+
+
+def test_closing_a_client_fails_what_is_outstanding_and_what_comes_after(
+        bookie_factory, closing):
+    server = closing.enter_context(BookieServer(bookie_factory(), LOOPBACK))
+    client = closing.enter_context(ZmqBookieClient("B1", server.address, PATIENT))
+    client.add(1, 0, entry(1, 0, lac=-1), KEY).result(timeout=10)
+    poll = client.read_lac_long_poll(1, -1, 0, timeout_s=30)
+    time.sleep(0.1)
+    client.close()
+    assert isinstance(poll.exception(timeout=5), BookieUnavailable)
+    assert isinstance(client.read_lac(1).exception(timeout=5), BookieUnavailable)
