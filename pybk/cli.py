@@ -1,23 +1,36 @@
-"""The ``pybk`` command."""
+"""The ``pybk`` command.
+
+``pybk demo``
+    The embedded WAL: appends, kill -9, restart, verify every record (:mod:`pybk.demo`).
+``pybk bookie``
+    A bookie serving a cluster until SIGTERM or SIGINT (:class:`pybk.cluster.node.BookieNode`).
+``pybk format-cluster``
+    Format a cluster's metadata on ZooKeeper, once per cluster.
+``pybk localcluster N``
+    A throwaway ZooKeeper and N bookie processes on loopback (:mod:`pybk.cluster.local`).
+``pybk simpletest``
+    Write a ledger on a cluster, read it back, report the rates.
+
+The cluster commands live in :mod:`pybk.cluster.commands`; this module only parses.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import fields
 
 from pybk import demo
+from pybk.errors import InvalidConfiguration
+from pybk.settings import ServerSettings
+
+#: ``pybk bookie`` options that name a setting, and the setting.
+_BOOKIE_OPTIONS = {"zk": "metadataServiceUri", "listen": "listenAddress",
+                   "journal_dir": "journalDirectory", "bookie_id": "bookieId"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pybk", description="pybk: BookKeeper in Python")
-    parser.add_argument("--log-level", default="WARNING", help="logging level")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo_cmd = commands.add_parser(
-        "demo", help="an embedded WAL: appends, kill -9, restart, verify every record")
-    demo_cmd.add_argument("--dir", help="data directory (default: a temporary one)")
-    demo_cmd.add_argument("--seconds", type=float, default=3.0,
-                          help="how long the writer appends before it is killed")
-    demo_cmd.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -26,4 +39,95 @@ def main(argv: list[str] | None = None) -> int:
             demo.write_child(args.dir, args.seconds)
             return 0
         return demo.run_demo(args.dir, args.seconds)
+    from pybk.cluster import commands  # ZeroMQ, kazoo: only for the cluster commands
+    if args.command == "bookie":
+        try:
+            settings = bookie_settings(args)
+        except InvalidConfiguration as e:
+            parser.error(str(e))
+        return commands.run_bookie(settings, args.format)
+    if args.command == "format-cluster":
+        return commands.run_format_cluster(args.zk, args.layout)
+    if args.command == "localcluster":
+        return commands.run_localcluster(args.bookies, args.dir)
+    if args.command == "simpletest":
+        return commands.run_simpletest(args.zk, args.ensemble, args.write_quorum,
+                                       args.ack_quorum, args.entries, args.entry_size)
     return 2
+
+
+def bookie_settings(args: argparse.Namespace) -> ServerSettings:
+    """The settings ``pybk bookie`` runs with: the ``--conf`` file, then ``PYBK_<name>``
+    variables, then ``--set`` options, then the dedicated options, later ones winning."""
+    known = {f.name for f in fields(ServerSettings)}
+    overrides: dict[str, str] = {}
+    for assignment in args.set:
+        key, sep, value = assignment.partition("=")
+        key = key.strip()
+        if not sep or key not in known:
+            raise InvalidConfiguration(f"--set {assignment!r}: expected KEY=VALUE with a "
+                                       "ServerSettings name as KEY")
+        overrides[key] = value.strip()
+    for option, key in _BOOKIE_OPTIONS.items():
+        if getattr(args, option) is not None:
+            overrides[key] = getattr(args, option)
+    if args.ledger_dir:
+        overrides["ledgerDirectories"] = ",".join(args.ledger_dir)
+    return ServerSettings.load(args.conf, **overrides)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pybk", description="pybk: BookKeeper in Python")
+    parser.add_argument("--log-level", default="WARNING", help="logging level")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo_cmd = commands.add_parser(
+        "demo", help="an embedded WAL: appends, kill -9, restart, verify every record")
+    demo_cmd.add_argument("--dir", help="data directory (default: a temporary one)")
+    demo_cmd.add_argument("--seconds", type=float, default=3.0,
+                          help="how long the writer appends before it is killed")
+    demo_cmd.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+
+    bookie = commands.add_parser(
+        "bookie", help="serve a bookie to a cluster until SIGTERM or SIGINT",
+        description="Serve a bookie: check its cookies, register it in ZooKeeper, serve "
+                    "over ZeroMQ; SIGTERM or SIGINT unregisters it and closes it gracefully.")
+    bookie.add_argument("--conf", help="a bk_server.conf-style key=value settings file")
+    bookie.add_argument("--zk", metavar="ADDRESS",
+                        help="the cluster, zk://host:port[,host:port...]/ledgers "
+                             "(setting metadataServiceUri)")
+    bookie.add_argument("--listen", metavar="HOST:PORT",
+                        help="where to serve; port 0 picks a free one (listenAddress, "
+                             "default 127.0.0.1:3181)")
+    bookie.add_argument("--journal-dir", help="the journal directory (journalDirectory)")
+    bookie.add_argument("--ledger-dir", action="append", default=[],
+                        help="a ledger directory; repeat for several (ledgerDirectories)")
+    bookie.add_argument("--bookie-id", help="the bookie's id (bookieId; default: host:port)")
+    bookie.add_argument("--format", action="store_true",
+                        help="format the directories first if they hold no bookie yet")
+    bookie.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="any ServerSettings name, e.g. --set zkTimeout=6000")
+
+    format_cmd = commands.add_parser(
+        "format-cluster", help="format a cluster's metadata on ZooKeeper (once)")
+    format_cmd.add_argument("--zk", metavar="ADDRESS", required=True,
+                            help="zk://host:port[,host:port...]/ledgers")
+    format_cmd.add_argument("--layout", choices=("hierarchical", "flat"),
+                            default="hierarchical", help="the ledger layout")
+
+    local = commands.add_parser(
+        "localcluster", help="a throwaway ZooKeeper and N bookies on loopback")
+    local.add_argument("bookies", type=int, metavar="N", help="how many bookies")
+    local.add_argument("--dir", help="where their data goes (default: a temporary "
+                                     "directory, removed at the end)")
+
+    simple = commands.add_parser(
+        "simpletest", help="write a ledger on a cluster and read it back")
+    simple.add_argument("--zk", metavar="ADDRESS", required=True,
+                        help="zk://host:port[,host:port...]/ledgers")
+    simple.add_argument("--ensemble", type=int, default=3, help="ensemble size E")
+    simple.add_argument("--write-quorum", type=int, default=2, help="write quorum Qw")
+    simple.add_argument("--ack-quorum", type=int, default=2, help="ack quorum Qa")
+    simple.add_argument("--entries", type=int, default=1000, help="how many entries")
+    simple.add_argument("--entry-size", type=int, default=1024, help="bytes per entry")
+    return parser

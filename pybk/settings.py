@@ -102,6 +102,27 @@ class ServerSettings:
     #: BookKeeper's default is 0 (no limit); pybk puts a limit on it.
     maxReadsInProgressLimit: int = 10_000
 
+    #: Where the cluster's metadata lives, for a bookie that joins one (``pybk bookie``):
+    #: ``zk://host:port[,host:port...]/ledgers``.  BookKeeper's name; its form is
+    #: ``zk+hierarchical://...``, while pybk reads the ledger layout from the cluster.
+    metadataServiceUri: str = ""
+    #: The bookie's id in the cluster.  Empty: ``<advertised host>:<port>``, BookKeeper's
+    #: default.  An id must stay with the bookie's disks for its life.
+    bookieId: str = ""
+    #: ``host:port`` the bookie server listens on (``0.0.0.0`` for every interface; port
+    #: 0 picks a free one).  pybk's (BookKeeper has ``bookiePort`` and
+    #: ``listeningInterface``); loopback by default, so nothing is exposed unasked.
+    listenAddress: str = "127.0.0.1:3181"
+    #: The host clients reach the bookie at (BookKeeper's ``advertisedAddress``).  Empty:
+    #: the listen host, or this machine's name when listening on ``0.0.0.0``.
+    advertisedAddress: str = ""
+    #: The ZooKeeper session timeout in ms (BookKeeper's ``zkTimeout``): a bookie silent
+    #: for longer loses its session and its registration.
+    zkTimeout: int = 10_000
+    #: When the ZooKeeper session expires, shut the bookie down instead of refusing
+    #: writes until it is registered again in a new session.
+    shutdownOnSessionExpiry: bool = False
+
     def __post_init__(self) -> None:
         if isinstance(self.ledgerDirectories, (list, str)):
             dirs = self.ledgerDirectories
@@ -208,7 +229,7 @@ def _validate(s: ServerSettings) -> None:
     for key in ("journalMaxSizeMB", "journalPreAllocSizeMB", "journalQueueSize",
                 "journalBufferedWritesThreshold", "logSizeLimit", "flushInterval",
                 "writeCacheMaxSizeMb", "maxEntrySizeBytes", "gcWaitTime", "diskCheckInterval",
-                "maxAddsInProgressLimit", "maxReadsInProgressLimit"):
+                "maxAddsInProgressLimit", "maxReadsInProgressLimit", "zkTimeout"):
         _require(getattr(s, key) > 0, key, getattr(s, key), "greater than 0")
     for key in ("journalMaxBackups", "minorCompactionInterval", "majorCompactionInterval",
                 "journalMaxGroupWaitMSec"):
@@ -225,6 +246,17 @@ def _validate(s: ServerSettings) -> None:
              "at least twice maxEntrySizeBytes")
     _require(s.writeCacheMaxSizeMb * _MIB >= 4 * s.maxEntrySizeBytes, "writeCacheMaxSizeMb",
              s.writeCacheMaxSizeMb, "at least 4 times maxEntrySizeBytes (in MiB)")
+    split_host_port(s.listenAddress, "listenAddress")
+
+
+def split_host_port(value: str, key: str) -> tuple[str, int]:
+    """``host:port`` as ``(host, port)``; port 0 means any free one.  InvalidConfiguration
+    naming ``key`` if it is not of that form."""
+    host, sep, port = value.rpartition(":")
+    _require(bool(sep and host and port.isdigit() and int(port) < 65536
+                  and not any(c.isspace() or c in "/[]" for c in host)),
+             key, value, "host:port, with a port from 0 (any free one) to 65535")
+    return host, int(port)
 
 
 @dataclass(frozen=True)

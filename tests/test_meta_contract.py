@@ -23,7 +23,7 @@ import lmdb
 import pytest
 import zkutil
 
-from pybk.errors import BadVersion, MetadataError, NodeExists, NoNode
+from pybk.errors import BadVersion, BookieUnavailable, MetadataError, NodeExists, NoNode
 from pybk.meta import ANY_VERSION, MAX_DATA_BYTES, EmbeddedMetadataStore, MetadataStore
 from pybk.meta import paths
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
@@ -340,6 +340,22 @@ def test_bookie_registry(store):
     for bad in ("", "a/b", "readonly", ".."):
         with pytest.raises(MetadataError):
             store.register_bookie(bad)
+
+
+def test_a_registration_holds_the_bookie_endpoint(store):
+    store.register_bookie("b1", endpoint="tcp://10.0.0.5:3181")
+    store.register_bookie("b2")                        # a bookie of this process
+    assert store.bookie_endpoint("b1") == "tcp://10.0.0.5:3181"
+    assert store.bookie_endpoint("b2") == ""
+    store.register_bookie("b1", read_only=True, endpoint="tcp://10.0.0.5:3181")
+    assert store.bookie_endpoint("b1") == "tcp://10.0.0.5:3181"
+    store.register_bookie("b1", read_only=True, endpoint="tcp://10.0.0.6:3181")  # moved
+    assert store.bookie_endpoint("b1") == "tcp://10.0.0.6:3181"
+    store.unregister_bookie("b1")
+    with pytest.raises(BookieUnavailable, match="b1 is not registered"):
+        store.bookie_endpoint("b1")
+    with pytest.raises(BookieUnavailable, match="never-registered"):
+        store.bookie_endpoint("never-registered")
 
 
 def test_registrations_end_with_the_session(stores):

@@ -2,7 +2,8 @@
 
 A client needs a metadata store (:mod:`pybk.meta`) and a way to reach bookies (a
 ``bookie id -> BookieClient`` mapping, :mod:`pybk.client.transport`).
-:meth:`BookKeeper.in_process` builds one over bookies of this process.
+:meth:`BookKeeper.in_process` builds one over bookies of this process;
+:meth:`BookKeeper.connect` one of a cluster (ZooKeeper and bookies over ZeroMQ).
 
 Threads: one timer thread per client times out adds and sends explicit LACs for idle
 writers; one worker thread runs ensemble changes (they block on the metadata store and
@@ -70,6 +71,17 @@ class BookKeeper:
         """A client over bookies of this process (called directly, no serialization)."""
         return cls(metadata, {bookie_id: InProcessBookieClient(bookie_id, bookie)
                               for bookie_id, bookie in bookies.items()}, settings)
+
+    @classmethod
+    def connect(cls, address: str, settings: ClientSettings | None = None,
+                **options) -> "BookKeeper":
+        """A client of the cluster whose metadata is at ``address``
+        (``zk://host:port[,host:port...]/ledgers``): bookies are found in its registry
+        and reached over ZeroMQ; :meth:`close` closes the session and connections.  See
+        :func:`pybk.cluster.connect.connect` for ``options`` and errors."""
+        # The cluster layer sits above this one: imported only when a cluster is wanted.
+        from pybk.cluster.connect import connect
+        return connect(address, settings, **options)
 
     def __enter__(self) -> "BookKeeper":
         return self

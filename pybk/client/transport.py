@@ -135,6 +135,20 @@ class InProcessBookieClient(BookieClient):
         return _completed(lambda: self._bookie.delete_ledger(ledger_id))
 
 
+class UnavailableBookieClient(BookieClient):
+    """Stands for a bookie that cannot be reached at all (e.g. not registered, so its
+    address is unknown): every call fails at once with BookieUnavailable(``reason``)."""
+
+    def __init__(self, bookie_id: str, reason: str) -> None:
+        self.bookie_id = bookie_id
+        self.reason = reason
+
+    def _fail(self, *_args: object, **_kwargs: object) -> Future:
+        return _failed(BookieUnavailable(self.reason))
+
+    add = read = read_lac = write_lac = delete_ledger = _fail
+
+
 @dataclass
 class Faults:
     """What to do to the operations of one bookie (tests set these while running).
@@ -220,4 +234,4 @@ def _chain(source: Future, target: Future) -> None:
 
 
 __all__ = ["BookieClient", "InProcessBookieClient", "FaultyBookieClient", "Faults",
-           "LAST_ENTRY"]
+           "UnavailableBookieClient", "LAST_ENTRY"]

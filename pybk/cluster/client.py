@@ -246,6 +246,10 @@ class _Connection:
         self._monitor: zmq.Socket | None = None
         self._flags = zmq.POLLIN
 
+    @property
+    def is_down(self) -> bool:
+        return self._state is _State.DOWN
+
     def open(self) -> None:
         s = self._settings
         socket = self.loop.context.socket(zmq.DEALER)
@@ -440,6 +444,12 @@ class ZmqBookieClient(BookieClient):
 
     def delete_ledger(self, ledger_id):
         return self._call(Op.DELETE, self._settings.addEntryTimeout, ledger_id=ledger_id)
+
+    @property
+    def is_down(self) -> bool:
+        """Whether the connection dropped or could not be made, and has not come back (a
+        hint read without locking: the bookie may have moved to another address)."""
+        return self._connection.is_down
 
     def read_lac_long_poll(self, ledger_id: int, known_lac: int, entry_id: int,
                            timeout_s: float) -> Future:

@@ -22,7 +22,16 @@ Sessions and ephemeral records
     process dies (the embedded store deletes a dead session's records when the directory
     is opened next; ZooKeeper when the session expires).  Ephemeral records have no
     children.  The bookie registry is built on them: a bookie is registered for as long
-    as the store that registered it is open.
+    as the store that registered it is open.  A registration record's data is the
+    bookie's network endpoint (e.g. ``tcp://10.0.0.5:3181``) as UTF-8 text, like
+    BookKeeper's BookieServiceInfo: clients find a bookie by its id through
+    :meth:`~MetadataStore.bookie_endpoint`.
+
+Session changes
+    A store whose session can break while it is open (ZooKeeper's) tells its session
+    listeners (:meth:`~MetadataStore.add_session_listener`) of every change, as
+    :class:`SessionState`; see :mod:`pybk.meta.zookeeper` for when.  The embedded
+    store's session lasts until it is closed: its listeners are never called.
 
 Watches
     :meth:`~MetadataStore.watch` is persistent until cancelled; see
@@ -40,8 +49,10 @@ Ledger layout
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from enum import Enum
+from typing import Callable
 
-from pybk.errors import MetadataError, NodeExists, NoNode
+from pybk.errors import BookieUnavailable, MetadataError, NodeExists, NoNode
 from pybk.meta import paths
 from pybk.meta.layout import FLAT, LedgerLayout
 from pybk.meta.watches import Watch, WatchCallback
@@ -69,6 +80,17 @@ def check_version(version: int) -> int:
         raise MetadataError(f"expected version {version!r} is neither a version (>= 0) "
                             "nor ANY_VERSION (-1)")
     return version
+
+
+class SessionState(str, Enum):
+    """What a session listener hears (see :mod:`pybk.meta.zookeeper`)."""
+
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"
+    EXPIRED = "expired"
+
+
+SessionListener = Callable[[SessionState], None]
 
 
 class MetadataStore(ABC):
@@ -127,18 +149,34 @@ class MetadataStore(ABC):
 
     # -- the bookie registry ----------------------------------------------------------
 
-    def register_bookie(self, bookie_id: str, read_only: bool = False) -> None:
+    def register_bookie(self, bookie_id: str, read_only: bool = False,
+                        endpoint: str = "") -> None:
         """Register the bookie as available (or read-only) for as long as this session
-        lasts.  Registering again moves it between the two lists; BookKeeper's order is
-        kept: the new registration exists before the old one is removed."""
+        lasts, with its network ``endpoint`` (a bookie of this process may have none).
+        Registering again moves it between the two lists or changes its endpoint;
+        BookKeeper's order is kept: the new registration exists before the old one is
+        removed."""
         paths.check_name(bookie_id)
         if bookie_id == paths.READONLY_NAME:
             raise MetadataError(f"{bookie_id!r} is reserved and cannot be a bookie id")
+        data = check_data(endpoint.encode("utf-8"))
         new, old = paths.join(paths.AVAILABLE, bookie_id), paths.join(paths.READONLY, bookie_id)
         if read_only:
             new, old = old, new
-        self._create_registration(new)
+        self._create_registration(new, data)
         self._delete_if_present(old)
+
+    def bookie_endpoint(self, bookie_id: str) -> str:
+        """The endpoint the bookie registered with ("" if it gave none).  Raises
+        BookieUnavailable if the bookie is not registered (down, or never started)."""
+        paths.check_name(bookie_id)
+        for parent in (paths.AVAILABLE, paths.READONLY):
+            try:
+                return self.get(paths.join(parent, bookie_id))[0].decode("utf-8")
+            except NoNode:
+                continue
+        raise BookieUnavailable(f"bookie {bookie_id} is not registered (neither available "
+                                "nor read-only): it is down or was never started")
 
     def unregister_bookie(self, bookie_id: str) -> None:
         """Remove the bookie's registration (either kind); harmless if there is none."""
@@ -158,13 +196,15 @@ class MetadataStore(ABC):
             found.update(self._children_or_none(paths.READONLY))
         return sorted(found)
 
-    def _create_registration(self, path: str) -> None:
-        """Create the ephemeral registration record at ``path``, or keep it if there is
-        one already.  A store whose records may belong to other sessions checks whose."""
+    def _create_registration(self, path: str, data: bytes) -> None:
+        """Create the ephemeral registration record at ``path`` holding ``data``, or update
+        the one there already.  A store whose records may belong to other sessions
+        checks whose."""
         try:
-            self.create(path, b"", ephemeral=True)
-        except NodeExists:
-            pass  # registered there already
+            self.create(path, data, ephemeral=True)
+        except NodeExists:  # registered there already
+            if self.get(path)[0] != data:
+                self.set(path, data, ANY_VERSION)
 
     def _delete_if_present(self, path: str) -> None:
         try:
@@ -177,6 +217,15 @@ class MetadataStore(ABC):
             return self.children(path)
         except NoNode:
             return []
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def add_session_listener(self, listener: SessionListener) -> None:
+        """Call ``listener(SessionState)`` at every change of this store's session (never,
+        for a store whose session cannot break while it is open)."""
+
+    def remove_session_listener(self, listener: SessionListener) -> None:
+        """Stop calling a listener added by :meth:`add_session_listener`."""
 
     # -- life cycle ---------------------------------------------------------------------
 

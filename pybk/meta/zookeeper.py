@@ -59,12 +59,15 @@ Sessions, ephemeral records and the bookie registry
     :meth:`~ZooKeeperMetadataStore.add_session_listener` tells the owner, on the store's
     session thread, in order:
 
-    * ``SUSPENDED``: the connection is lost; the session may still live.  A bookie stops
-      taking writes: it cannot know whether it is still registered.
+    * ``SUSPENDED``: the connection is lost; the session may still live (ZooKeeper keeps
+      it for ``zkTimeout`` after it last heard from the store, and a restarted ZooKeeper
+      restores it).  A bookie node keeps taking writes for as long as its session may
+      live (:mod:`pybk.cluster.node`).
     * ``EXPIRED``: the session ended; its ephemeral records, registrations included, are
-      gone.  A bookie keeps refusing writes.
+      gone.  A bookie node refuses writes.
     * ``CONNECTED``: connected again, and every registration of this store exists (same
-      session, or re-created in a new one).  A bookie takes writes again.
+      session, or re-created in a new one), with its endpoint.  A bookie node takes
+      writes again.
 
 Watches
     Persistent ZooKeeper watches (:mod:`pybk.meta.zkclient`): ZooKeeper reports every
@@ -88,7 +91,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, fields
-from enum import Enum
 from typing import Any, Callable
 
 from kazoo.client import KazooClient, KazooState
@@ -101,7 +103,8 @@ from pybk.errors import (BadVersion, InvalidConfiguration, MetadataError, NodeEx
 from pybk.meta import layout as layouts
 from pybk.meta import paths, zkclient
 from pybk.meta.address import ZooKeeperAddress, parse_zookeeper_address
-from pybk.meta.interface import ANY_VERSION, MetadataStore, check_data, check_version
+from pybk.meta.interface import (ANY_VERSION, MetadataStore, SessionListener, SessionState,
+                                 check_data, check_version)
 from pybk.meta.watches import Notifier, Watch, WatchCallback
 
 log = logging.getLogger(__name__)
@@ -145,17 +148,6 @@ class ZooKeeperSettings:
             raise InvalidConfiguration(
                 f"setting zkRetryBackoffStartMs={self.zkRetryBackoffStartMs} is invalid: it "
                 f"must be at most zkRetryBackoffMaxMs={self.zkRetryBackoffMaxMs}")
-
-
-class SessionState(str, Enum):
-    """What a session listener hears; see the module docstring."""
-
-    CONNECTED = "connected"
-    SUSPENDED = "suspended"
-    EXPIRED = "expired"
-
-
-SessionListener = Callable[[SessionState], None]
 
 
 class _Namespace:
@@ -265,8 +257,8 @@ def _check_layout(conn: _Connection, namespace: _Namespace,
     found = conn.read(namespace.zk(paths.LAYOUT))
     if found is None:
         raise MetadataError(f"{conn.address}: no cluster is formatted at {namespace.root} "
-                            "(it has no LAYOUT): format it first with "
-                            "pybk.meta.zookeeper.format_cluster()")
+                            f"(it has no LAYOUT): format it first (pybk format-cluster "
+                            f"--zk {conn.address}, or pybk.meta.zookeeper.format_cluster())")
     try:
         layout = layouts.decode(found[0])
     except MetadataError as e:
@@ -300,7 +292,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._notifier = Notifier(f"pybk-meta-watch zk {self.address.root}",
                                   on_unwatched=self._unwatched)
         self._registry_lock = threading.RLock()
-        self._registrations: dict[str, bool] = {}  # bookie id -> read only
+        self._registrations: dict[str, tuple[bool, str]] = {}  # id -> (read only, endpoint)
         self._listeners: list[SessionListener] = []
         self._session_events: queue.SimpleQueue[KazooState | None] = queue.SimpleQueue()
         self._conn = _Connection(self.address, self.settings, self._on_event)
@@ -517,17 +509,18 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     # -- the bookie registry ----------------------------------------------------------
 
-    def register_bookie(self, bookie_id: str, read_only: bool = False) -> None:
+    def register_bookie(self, bookie_id: str, read_only: bool = False,
+                        endpoint: str = "") -> None:
         with self._registry_lock:
-            super().register_bookie(bookie_id, read_only)
-            self._registrations[bookie_id] = read_only
+            super().register_bookie(bookie_id, read_only, endpoint)
+            self._registrations[bookie_id] = (read_only, endpoint)
 
     def unregister_bookie(self, bookie_id: str) -> None:
         with self._registry_lock:
             super().unregister_bookie(bookie_id)
             self._registrations.pop(bookie_id, None)
 
-    def _create_registration(self, path: str) -> None:
+    def _create_registration(self, path: str, data: bytes) -> None:
         """Create the registration, or wait (up to zkTimeout, like BookKeeper) for one
         that another session holds to go away: it may be this bookie's previous life,
         whose session has not expired yet."""
@@ -535,7 +528,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         deadline = time.monotonic() + self.settings.zkTimeout / 1000
         while True:
             try:
-                self.create(path, b"", ephemeral=True)
+                self.create(path, data, ephemeral=True)
                 return
             except NodeExists:
                 pass
@@ -544,7 +537,9 @@ class ZooKeeperMetadataStore(MetadataStore):
                 continue  # it went away just now
             owner = found[1].ephemeralOwner
             if owner == self._conn.session_id:
-                return  # registered by this session already
+                if found[0] != data:  # registered by this session with another endpoint
+                    self.set(path, data, found[1].version)
+                return
             if time.monotonic() > deadline:
                 raise MetadataError(
                     f"{path} is held by ZooKeeper session {owner:#x}, not this store's: "
@@ -592,8 +587,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                 log.warning("%s: ZooKeeper session %#x expired; now in session %#x, "
                             "registering again", self.address, self._session_id, session_id)
                 with self._registry_lock:
-                    for bookie_id, read_only in self._registrations.items():
-                        super().register_bookie(bookie_id, read_only)
+                    for bookie_id, (read_only, endpoint) in self._registrations.items():
+                        super().register_bookie(bookie_id, read_only, endpoint)
                 self._session_id = session_id
             self._rewatch()
         except Exception:

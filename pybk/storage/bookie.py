@@ -11,6 +11,11 @@ A :class:`Bookie` ties the parts together:
 * at start the journal is replayed from LastLogMark;
 * a housekeeping thread collects garbage, compacts entry logs and watches disk usage.
 
+Read-only: a bookie refuses adds (BookieReadOnly; reads, fences and explicit LACs go
+on) while a disk is full (:mod:`pybk.storage.diskcheck`) or while its owner says so
+(:meth:`Bookie.set_read_only`, e.g. a node whose registration lapsed).  State listeners
+(:meth:`Bookie.add_state_listener`) hear of every change of either, and of the close.
+
 Guarantee: every acknowledged add, fence, explicit LAC and delete survives a crash
 (kill -9 or power loss) at any moment.  An add that was never acknowledged reads back
 either exactly or as NoSuchEntry after a crash, never as other bytes.
@@ -54,6 +59,7 @@ log = logging.getLogger(__name__)
 
 Callback = Callable[[BaseException | None], None]
 LacWatcher = Callable[[], None]
+StateListener = Callable[[], None]
 _LEDGER_ID = struct.Struct(">Q")
 _LEDGER_LAC = struct.Struct(">Qq")
 
@@ -105,7 +111,10 @@ class Bookie:
         self._flushing: WriteCache | None = None
         self._cache_half_bytes = settings.writeCacheMaxSizeMb * 1024 * 1024 // 2
         self._max_entry = settings.maxEntrySizeBytes
-        self._read_only = False
+        self._disks_full = False
+        self._read_only_reason: str | None = None  # set_read_only()'s
+        self._read_only = False  # either of the two: the one flag the add path reads
+        self._state_listeners: list[StateListener] = []
         self._closed = False
         self._stop = threading.Event()
         self._checkpoint_wanted = threading.Event()
@@ -168,7 +177,45 @@ class Bookie:
 
     @property
     def is_read_only(self) -> bool:
+        """Whether adds are refused: a disk is full, or :meth:`set_read_only` said so."""
         return self._read_only
+
+    @property
+    def disks_full(self) -> bool:
+        """Whether a disk is over ``diskUsageThreshold`` (at the last check)."""
+        return self._disks_full
+
+    def set_read_only(self, reason: str) -> None:
+        """Refuse adds with BookieReadOnly naming ``reason`` until :meth:`set_writable`,
+        whatever the disks say."""
+        with self._lock:
+            self._read_only_reason = reason
+        self._state_changed()
+
+    def set_writable(self) -> None:
+        """Undo :meth:`set_read_only`: adds are taken again unless a disk is full."""
+        with self._lock:
+            self._read_only_reason = None
+        self._state_changed()
+
+    def add_state_listener(self, listener: StateListener) -> None:
+        """Call ``listener()`` after every change of :attr:`is_read_only` or
+        :attr:`disks_full`, and once the bookie is closed.  It runs on the thread that
+        made the change (the housekeeping thread for disk checks): keep it short."""
+        self._state_listeners.append(listener)
+
+    def remove_state_listener(self, listener: StateListener) -> None:
+        if listener in self._state_listeners:
+            self._state_listeners.remove(listener)
+
+    def _state_changed(self) -> None:
+        with self._lock:
+            self._read_only = self._disks_full or self._read_only_reason is not None
+        for listener in list(self._state_listeners):
+            try:
+                listener()
+            except Exception:  # a listener's bug must not stop disk checks or a close
+                log.exception("bookie state listener %r failed", listener)
 
     @property
     def is_closed(self) -> bool:
@@ -201,8 +248,11 @@ class Bookie:
         if self._closed:
             raise BookieClosed("the bookie is closed")
         if self._read_only:
-            raise BookieReadOnly("the bookie is read-only: a disk is over "
-                                 f"diskUsageThreshold={self.settings.diskUsageThreshold}")
+            reason = self._read_only_reason
+            if reason is None:
+                reason = (f"a disk is over diskUsageThreshold="
+                          f"{self.settings.diskUsageThreshold}")
+            raise BookieReadOnly(f"the bookie is read-only: {reason}")
         failure = self._journal.failure
         if failure is not None:
             raise failure
@@ -654,23 +704,26 @@ class Bookie:
     def check_disks(self) -> None:
         """Measure disk usage now and go read-only / writable as the thresholds say."""
         self._disks.measure()
-        if not self._read_only and self._disks.should_become_read_only():
+        if not self._disks_full and self._disks.should_become_read_only():
             self._on_disk_full()
-        elif self._read_only and self._disks.may_become_writable():
+        elif self._disks_full and self._disks.may_become_writable():
             log.warning("disk usage back under diskUsageLwmThreshold=%s: bookie writable again",
                         self.settings.diskUsageLwmThreshold)
-            self._read_only = False
+            self._disks_full = False
+            self._state_changed()
 
     def _on_disk_full(self) -> None:
         full = self._disks.full_directories()
         if self.settings.readOnlyModeEnabled:
             log.warning("disk usage over diskUsageThreshold=%s in %s: bookie read-only",
                         self.settings.diskUsageThreshold, full)
-            self._read_only = True
+            self._disks_full = True
+            self._state_changed()
         else:
             log.error("disk usage over diskUsageThreshold=%s in %s and readOnlyModeEnabled is "
                       "false: shutting the bookie down", self.settings.diskUsageThreshold, full)
-            self._read_only = True
+            self._disks_full = True
+            self._state_changed()
             threading.Thread(target=self.close, name="pybk-shutdown", daemon=True).start()
 
     def _choose_ledger_dir(self) -> str:
@@ -740,6 +793,7 @@ class Bookie:
             self.checkpoint()
         finally:
             self._release_resources()
+            self._state_changed()
         log.info("bookie closed")
 
     def _release_resources(self) -> None:

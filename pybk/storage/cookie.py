@@ -93,7 +93,8 @@ def verify_cookies(settings) -> str:
     present = {d: c for d, c in cookies.items() if c is not None}
     if not present:
         raise InvalidCookie(f"directory {settings.journalDirectory} has no cookie: this bookie "
-                            "was never formatted; format it first (pybk.storage.format_bookie)")
+                            "was never formatted; format it first (pybk bookie --format, or "
+                            "pybk.storage.format_bookie)")
     reference = cookies[settings.journalDirectory] or next(iter(present.values()))
     instance_id = reference.get("instance_id", "")
     expected = expected_cookie(settings, instance_id)

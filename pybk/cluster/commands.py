@@ -1,0 +1,130 @@
+"""What the cluster commands of ``pybk`` do: ``bookie``, ``format-cluster``,
+``localcluster`` and ``simpletest`` (:mod:`pybk.cli` parses their arguments).
+
+Each returns the process's exit status: 0 on success, and after a graceful stop on
+SIGTERM or SIGINT; 1 if the command failed, with the reason on standard error.  Lines
+for people go to standard output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from typing import Callable, Iterator
+
+from pybk.errors import BookKeeperError
+from pybk.settings import ServerSettings
+from pybk.storage import format_bookie
+from pybk.storage.cookie import is_formatted
+
+#: How often a command waiting for a signal looks at what it runs.
+_POLL_S = 0.2
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """An event set by SIGTERM or SIGINT while the block runs (their previous handlers
+    are restored after it)."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _failed(command: str, error: BaseException) -> int:
+    print(f"pybk {command}: {error}", file=sys.stderr, flush=True)
+    return 1
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def run_bookie(settings: ServerSettings, format_new: bool = False) -> int:
+    """Serve a bookie to the cluster at ``settings.metadataServiceUri`` until SIGTERM or
+    SIGINT (then close it gracefully: exit 0) or until it shuts itself down (exit 1).
+    ``format_new`` formats directories that hold no bookie yet."""
+    from pybk.cluster.node import BookieNode  # ZeroMQ and kazoo only for this command
+
+    with _stop_on_signals() as stop:
+        try:
+            if format_new and not is_formatted(settings):
+                format_bookie(settings)
+                _say(f"pybk bookie: formatted {settings.journalDirectory} and "
+                     f"{', '.join(settings.ledgerDirectories)}")
+            node = BookieNode(settings)
+        except BookKeeperError as e:
+            return _failed("bookie", e)
+        _say(f"pybk bookie: {node.bookie_id} serving at {node.endpoint}, registered in "
+             f"{settings.metadataServiceUri}")
+        _wait(stop, node.wait)
+        node.close()
+    if node.shutdown_reason is not None:
+        return _failed("bookie", BookKeeperError(f"{node.bookie_id} shut down: "
+                                                 f"{node.shutdown_reason}"))
+    _say(f"pybk bookie: {node.bookie_id} stopped")
+    return 0
+
+
+def run_format_cluster(address: str, layout: str) -> int:
+    """Format the cluster at ``address`` (harmless if it is, with the same layout)."""
+    from pybk.meta.zookeeper import format_cluster
+
+    try:
+        instance_id = format_cluster(address, layout)
+    except BookKeeperError as e:
+        return _failed("format-cluster", e)
+    _say(f"pybk format-cluster: {address} is formatted ({layout} layout, instance id "
+         f"{instance_id})")
+    return 0
+
+
+def run_localcluster(bookies: int, directory: str | None) -> int:
+    """Run a :class:`~pybk.cluster.local.LocalCluster` until SIGTERM or SIGINT."""
+    from pybk.cluster.local import LocalCluster
+
+    cluster = LocalCluster(bookies, directory)
+    with _stop_on_signals() as stop:
+        try:
+            cluster.start()
+            _say(f"pybk localcluster: ZooKeeper at {cluster.address}")
+            for bookie_id, endpoint in sorted(cluster.endpoints.items()):
+                _say(f"pybk localcluster: bookie {bookie_id} at {endpoint}")
+            _say(f"pybk localcluster: data in {cluster.directory}\n"
+                 f"  try:     pybk simpletest --zk {cluster.address}\n"
+                 f"  Python:  pybk.BookKeeper.connect({cluster.address!r})\n"
+                 "  Ctrl-C (or SIGTERM) stops the cluster")
+            while not stop.wait(_POLL_S):
+                pass
+        except BookKeeperError as e:
+            return _failed("localcluster", e)
+        finally:
+            cluster.stop()
+    _say("pybk localcluster: stopped")
+    return 0
+
+
+def run_simpletest(address: str, ensemble: int, write_quorum: int, ack_quorum: int,
+                   entries: int, entry_bytes: int) -> int:
+    """Write a ledger on the cluster at ``address`` and read it back."""
+    from pybk.cluster.simpletest import simple_test
+
+    try:
+        report = simple_test(address, ensemble, write_quorum, ack_quorum, entries,
+                             entry_bytes)
+    except BookKeeperError as e:
+        return _failed("simpletest", e)
+    _say(f"pybk simpletest: {report}")
+    return 0
+
+
+def _wait(stop: threading.Event, done: Callable[[float], bool]) -> None:
+    """Until ``stop`` is set or ``done(timeout)`` says the work ended by itself."""
+    while not stop.is_set() and not done(_POLL_S):
+        pass

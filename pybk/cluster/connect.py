@@ -1,0 +1,62 @@
+"""A ledger client of a cluster: metadata on ZooKeeper, bookies over ZeroMQ.
+
+:func:`connect` (also :meth:`pybk.BookKeeper.connect`) opens a session on the cluster's
+ZooKeeper, one :class:`~pybk.cluster.client.ClientLoop` and a
+:class:`~pybk.cluster.directory.BookieDirectory`, and returns a
+:class:`~pybk.client.BookKeeper` over them whose :meth:`~ClusterBookKeeper.close` closes
+all three.  New ensembles are chosen among the registry's writable bookies, read when
+a ledger is created or its ensemble changes; ZooKeeper is not on the data path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from pybk.client.bookkeeper import BookKeeper
+from pybk.cluster.client import ClientLoop
+from pybk.cluster.directory import BookieDirectory
+from pybk.errors import InvalidConfiguration
+from pybk.meta.address import is_zookeeper_address
+from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings
+from pybk.settings import ClientSettings
+
+
+class ClusterBookKeeper(BookKeeper):
+    """A :class:`~pybk.client.BookKeeper` that owns its metadata store, ZeroMQ loop and
+    bookie directory (made by :func:`connect`)."""
+
+    def __init__(self, store: ZooKeeperMetadataStore, loop: ClientLoop,
+                 directory: BookieDirectory, settings: ClientSettings,
+                 local_bookie: str | None = None) -> None:
+        super().__init__(store, directory, settings, local_bookie=local_bookie)
+        self.directory = directory
+        self._owned = (directory, loop, store)
+
+    def close(self) -> None:
+        """Stop the client's threads, then close the bookie clients, the ZeroMQ loop and
+        the ZooKeeper session (open handles are not closed)."""
+        super().close()
+        for part in self._owned:
+            part.close()
+
+
+def connect(address: str, settings: ClientSettings | None = None, *,
+            zk_settings: ZooKeeperSettings | None = None,
+            local_bookie: str | None = None) -> ClusterBookKeeper:
+    """A client of the cluster whose metadata is at ``address``
+    (``zk://host:port[,host:port...]/ledgers``).  Raises MetadataUnavailable if ZooKeeper
+    does not answer within ``zkTimeout``, MetadataError if the cluster is not formatted,
+    InvalidConfiguration for an address that is not ``zk://``."""
+    if not is_zookeeper_address(address):
+        raise InvalidConfiguration(f"cannot connect to {address!r}: a cluster's address is "
+                                   "zk://host:port[,host:port...]/root (an embedded store "
+                                   "serves one process: use BookKeeper.in_process)")
+    settings = settings or ClientSettings()
+    with contextlib.ExitStack() as opened:
+        store = opened.enter_context(ZooKeeperMetadataStore(address, zk_settings))
+        loop = opened.enter_context(ClientLoop())
+        directory = BookieDirectory(store, loop, settings)
+        opened.callback(directory.close)
+        client = ClusterBookKeeper(store, loop, directory, settings, local_bookie)
+        opened.pop_all()
+        return client

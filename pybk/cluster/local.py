@@ -1,0 +1,150 @@
+"""``LocalCluster``: a throwaway cluster on loopback, for trying pybk out and for tests.
+
+One ZooKeeper server (:class:`~pybk.cluster.zookeeper_server.ZooKeeperServer`) and
+``bookies`` bookie processes, each a ``python -m pybk bookie`` on a free loopback port
+with the default id (``127.0.0.1:<port>``).  Everything lives in one directory (a fresh
+temporary one unless given)::
+
+    zookeeper/            the ZooKeeper server's directory
+    bookie<N>/journal/    bookie N's journal
+    bookie<N>/ledgers/    bookie N's entry logs and index
+    bookie<N>/bookie.log  bookie N's output
+
+:meth:`LocalCluster.start` returns once every bookie is registered (or raises with the
+log of the one that failed); :meth:`LocalCluster.stop` ends each bookie with SIGTERM (a
+graceful close), SIGKILL after :data:`STOP_GRACE_S`, reaps it, stops ZooKeeper and
+deletes a temporary directory.  Never a production deployment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Sequence
+
+import pybk
+from pybk.cluster.zookeeper_server import ZooKeeperServer
+from pybk.errors import BookKeeperError
+from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
+
+log = logging.getLogger(__name__)
+
+#: How long a bookie may take to close after SIGTERM before it is killed.
+STOP_GRACE_S = 15.0
+#: Pause between looks at the registry while bookies start.
+_POLL_S = 0.05
+_LOG_TAIL_BYTES = 4000
+
+
+class LocalCluster:
+    """A context manager: starts on enter, stops on exit (also if the start fails).
+    ``bookie_args`` are passed to every ``pybk bookie`` (e.g. ``--set`` options)."""
+
+    def __init__(self, bookies: int = 3, directory: str | os.PathLike | None = None, *,
+                 bookie_args: Sequence[str] = (), start_timeout_s: float = 60.0) -> None:
+        if bookies < 1:
+            raise ValueError(f"a cluster has at least one bookie, not {bookies}")
+        self._owns_directory = directory is None
+        self.directory = (tempfile.mkdtemp(prefix="pybk-cluster-") if directory is None
+                          else os.fspath(directory))
+        self.size = bookies
+        self.bookie_args = tuple(bookie_args)
+        self.start_timeout_s = start_timeout_s
+        self.zookeeper = ZooKeeperServer(os.path.join(self.directory, "zookeeper"),
+                                         force_sync=False)
+        self.processes: list[subprocess.Popen] = []
+        #: Bookie id -> endpoint, once started.
+        self.endpoints: dict[str, str] = {}
+
+    @property
+    def address(self) -> str:
+        """The cluster's metadata address, ``zk://127.0.0.1:<port>/ledgers``."""
+        return self.zookeeper.address()
+
+    def __enter__(self) -> "LocalCluster":
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> "LocalCluster":
+        self.zookeeper.start()
+        format_cluster(self.address)
+        for number in range(1, self.size + 1):
+            self.processes.append(self._spawn(number))
+        self.endpoints = self._wait_for_registrations()
+        return self
+
+    def _spawn(self, number: int) -> subprocess.Popen:
+        base = os.path.join(self.directory, f"bookie{number}")
+        os.makedirs(base, exist_ok=True)
+        command = [sys.executable, "-m", "pybk", "--log-level", "INFO", "bookie",
+                   "--zk", self.address, "--listen", "127.0.0.1:0", "--format",
+                   "--journal-dir", os.path.join(base, "journal"),
+                   "--ledger-dir", os.path.join(base, "ledgers"), *self.bookie_args]
+        with open(os.path.join(base, "bookie.log"), "ab") as out:
+            return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, env=_child_environment())
+
+    def _wait_for_registrations(self) -> dict[str, str]:
+        deadline = time.monotonic() + self.start_timeout_s
+        with ZooKeeperMetadataStore(self.address) as store:
+            while len(registered := store.bookies()) < self.size:
+                for number, process in enumerate(self.processes, 1):
+                    if process.poll() is not None:
+                        raise BookKeeperError(f"bookie {number} exited with status "
+                                              f"{process.returncode} while starting; its "
+                                              f"log ends:\n{self.log_tail(number)}")
+                if time.monotonic() > deadline:
+                    raise BookKeeperError(f"{len(registered)} of {self.size} bookies "
+                                          f"registered within {self.start_timeout_s:.0f} s")
+                time.sleep(_POLL_S)
+            return {bookie_id: store.bookie_endpoint(bookie_id) for bookie_id in registered}
+
+    def log_tail(self, number: int) -> str:
+        """The end of bookie ``number``'s output (1-based)."""
+        path = os.path.join(self.directory, f"bookie{number}", "bookie.log")
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, os.path.getsize(path) - _LOG_TAIL_BYTES))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Stop every bookie (SIGTERM, then SIGKILL), then ZooKeeper; remove a temporary
+        directory.  Harmless when called twice."""
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for process in self.processes:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("bookie pid %d ignored SIGTERM for %.0f s; killing it",
+                            process.pid, STOP_GRACE_S)
+                process.kill()
+                process.wait()
+        self.processes = []
+        self.zookeeper.stop()
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _child_environment() -> dict[str, str]:
+    """This environment, with the pybk this process runs first on the path (so that the
+    children run the same pybk, installed or not)."""
+    source = os.path.dirname(os.path.dirname(os.path.abspath(pybk.__file__)))
+    path = os.environ.get("PYTHONPATH")
+    return dict(os.environ, PYTHONPATH=source + (os.pathsep + path if path else ""))

@@ -1,0 +1,280 @@
+"""``BookieNode``: a bookie serving a cluster.
+
+A node is a :class:`~pybk.storage.Bookie` (its own, or one passed in: an embedded WAL's
+bookie can be promoted without copying data), a :class:`~pybk.cluster.BookieServer` on
+the ``listenAddress``, and a session on the cluster's metadata store
+(``metadataServiceUri``) in which the bookie is registered under its id, with its
+endpoint ``tcp://<advertised host>:<port>`` as the registration's data.  The id is
+``bookieId``, or by default ``<advertised host>:<port>`` (BookKeeper's default).
+
+Registration
+    At start the bookie is registered as available, or as read-only if its disks are
+    full.  When its disks fill or drain (the bookie's disk checks), it is registered
+    again on the other list.  :meth:`BookieNode.close` unregisters it first (so that no
+    new ensemble picks it), then closes the server (which finishes the requests in
+    progress), the bookie and the session.
+
+Sessions
+    The registration lives as long as the ZooKeeper session
+    (:mod:`pybk.meta.zookeeper`).  A bookie that is not registered refuses adds (with
+    BookieReadOnly; reads, fences and recovery go on): it is invisible to placement, and
+    once its session is gone another process may register under its id.
+
+    * ``SUSPENDED`` (the connection dropped): ZooKeeper keeps the session for
+      ``zkTimeout`` after it last heard from the node, and a restarted ZooKeeper
+      restores it, so the registration may well stand: the bookie keeps taking adds.
+      Refusing them at once would stop every bookie whenever ZooKeeper restarts or
+      elects a leader, and writers could not even route around them (an ensemble
+      change needs ZooKeeper).  If the connection is not back within ``zkTimeout``, the
+      session has expired unless ZooKeeper itself is down, and the bookie refuses adds
+      from then on (Curator's rule for a long suspension).
+    * ``EXPIRED``: the registration is gone; the bookie refuses adds at once, or, with
+      ``shutdownOnSessionExpiry``, the node shuts down.
+    * ``CONNECTED``: the store has registered the bookie again (in the same or a new
+      session); adds are taken again.
+
+Threads: none of its own besides the server's and the bookie's; registrations run on
+the thread that saw the change (the bookie's housekeeping thread for disks, the store's
+session thread after a reconnection), one at a time, and a timer thread runs while the
+connection is down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+
+import zmq
+
+from pybk.cluster.server import BookieServer
+from pybk.errors import BookKeeperError, InvalidConfiguration
+from pybk.meta.address import open_metadata_store
+from pybk.meta.interface import MetadataStore, SessionState
+from pybk.meta.zookeeper import ZooKeeperSettings
+from pybk.settings import ServerSettings, split_host_port
+from pybk.storage import Bookie
+
+log = logging.getLogger(__name__)
+
+_ANY_HOST = ("0.0.0.0", "*")
+
+
+class BookieNode:
+    """Serves a bookie to the cluster named by ``settings.metadataServiceUri`` (or by the
+    store ``metadata``, which the node then does not close).  ``bookie`` is one to serve
+    (not closed with the node); by default the node opens ``settings``' own.  Starts at
+    once; use as a context manager or call :meth:`close`.
+
+    Raises MetadataUnavailable if ZooKeeper does not answer within ``zkTimeout``,
+    MetadataError if the cluster is not formatted or the id is held by another live
+    bookie, InvalidCookie for unformatted or foreign directories, BookKeeperError if the
+    listen address cannot be bound."""
+
+    def __init__(self, settings: ServerSettings, *, bookie: Bookie | None = None,
+                 metadata: MetadataStore | None = None) -> None:
+        self.settings = settings
+        self._lock = threading.RLock()  # registrations and the session gate, in order
+        self._closing = False
+        self._closed = threading.Event()
+        self._registered_read_only: bool | None = None  # None: not registered
+        self._session_lost = False     # EXPIRED, or SUSPENDED for zkTimeout
+        self._connected = True
+        self._grace: threading.Timer | None = None
+        #: Why the node shut itself down (None: it did not, or not yet).
+        self.shutdown_reason: str | None = None
+        with contextlib.ExitStack() as opened:
+            if metadata is None:
+                metadata = opened.enter_context(_open_store(settings))
+                self._owned_store = True
+            else:
+                self._owned_store = False
+            self.metadata = metadata
+            if bookie is None:
+                bookie = opened.enter_context(Bookie(settings))
+                self._owned_bookie = True
+            else:
+                self._owned_bookie = False
+            self.bookie = bookie
+            self.server = opened.enter_context(_serve(bookie, settings.listenAddress))
+            host = _advertised_host(settings)
+            port = int(self.server.address.rpartition(":")[2])
+            #: Where clients reach the bookie, as registered.
+            self.endpoint = f"tcp://{host}:{port}"
+            #: The bookie's id in the cluster.
+            self.bookie_id = settings.bookieId or f"{host}:{port}"
+            bookie.add_state_listener(self._on_bookie_state)
+            opened.callback(bookie.remove_state_listener, self._on_bookie_state)
+            metadata.add_session_listener(self._on_session)
+            opened.callback(metadata.remove_session_listener, self._on_session)
+            self._register()
+            opened.pop_all()
+        log.info("bookie %s serving at %s, registered in %s%s", self.bookie_id,
+                 self.endpoint, metadata, " (read-only)" if self._registered_read_only else "")
+
+    def __enter__(self) -> "BookieNode":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- registration -----------------------------------------------------------------
+
+    def _register(self) -> None:
+        """Register the bookie as its disks say, if that is not what is registered."""
+        with self._lock:
+            read_only = self.bookie.disks_full
+            if self._closing or read_only == self._registered_read_only:
+                return
+            self.metadata.register_bookie(self.bookie_id, read_only, self.endpoint)
+            self._registered_read_only = read_only
+            log.info("bookie %s registered as %s", self.bookie_id,
+                     "read-only" if read_only else "available")
+
+    def _on_bookie_state(self) -> None:
+        """The bookie's disks filled or drained, or the bookie closed (by itself, if the
+        node is not closing: a full disk without readOnlyModeEnabled)."""
+        if self._closing:
+            return
+        if self.bookie.is_closed:
+            self._shut_down("the bookie shut down")
+            return
+        if not self._connected:
+            return  # registered as the disks say once connected again
+        try:
+            self._register()
+        except BookKeeperError as e:  # the next change or reconnection tries again
+            log.error("bookie %s: could not register again after a disk state change: %s",
+                      self.bookie_id, e)
+
+    # -- the session ------------------------------------------------------------------
+
+    def _on_session(self, state: SessionState) -> None:
+        """On the store's session thread: see the module docstring."""
+        with self._lock:
+            if self._closing:
+                return
+            self._connected = state is SessionState.CONNECTED
+            if state is SessionState.SUSPENDED:
+                if self._grace is None and not self._session_lost:
+                    self._grace = threading.Timer(self.settings.zkTimeout / 1000,
+                                                  self._grace_over)
+                    self._grace.name = "pybk-node-session-grace"
+                    self._grace.daemon = True
+                    self._grace.start()
+                return
+            self._cancel_grace()
+            if state is SessionState.EXPIRED:
+                self._lose_session("its ZooKeeper session expired")
+                shut_down = self.settings.shutdownOnSessionExpiry
+            else:
+                shut_down = False
+                try:
+                    self._register()  # the disks may have changed while disconnected
+                except BookKeeperError as e:
+                    log.error("bookie %s: registering after a reconnection failed: %s",
+                              self.bookie_id, e)
+                if self._session_lost:
+                    self._session_lost = False
+                    self.bookie.set_writable()
+                    log.warning("bookie %s registered again: taking adds again",
+                                self.bookie_id)
+        if shut_down:
+            self._shut_down("its ZooKeeper session expired (shutdownOnSessionExpiry)")
+
+    def _grace_over(self) -> None:
+        with self._lock:
+            if self._grace is None or self._closing:
+                return  # reconnected (or closing) meanwhile
+            self._grace = None
+            self._lose_session(f"no connection to ZooKeeper for zkTimeout="
+                               f"{self.settings.zkTimeout} ms: its session has expired")
+
+    def _lose_session(self, why: str) -> None:
+        """Refuse adds until registered again.  Caller holds the lock."""
+        if not self._session_lost:
+            self._session_lost = True
+            log.warning("bookie %s refuses adds: %s, so it is not registered", self.bookie_id,
+                        why)
+            self.bookie.set_read_only(f"not registered in the cluster: {why}")
+
+    def _cancel_grace(self) -> threading.Timer | None:
+        """Caller holds the lock; returns the cancelled timer (to join outside it)."""
+        timer, self._grace = self._grace, None
+        if timer is not None:
+            timer.cancel()
+        return timer
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the node is closed (by :meth:`close`, or by itself: see
+        :attr:`shutdown_reason`); False if ``timeout`` seconds passed first."""
+        return self._closed.wait(timeout)
+
+    def _shut_down(self, reason: str) -> None:
+        log.error("bookie %s shutting down: %s", self.bookie_id, reason)
+        self.shutdown_reason = reason
+        self.close()
+
+    def close(self) -> None:
+        """Unregister, close the server (finishing the requests in progress), then the
+        bookie and the metadata session if the node opened them.  Closing twice is
+        harmless."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            timer = self._cancel_grace()
+            registered = self._registered_read_only is not None and not self._session_lost
+        if timer is not None and timer is not threading.current_thread():
+            timer.join()
+        self.metadata.remove_session_listener(self._on_session)
+        self.bookie.remove_state_listener(self._on_bookie_state)
+        with contextlib.ExitStack() as closing:  # closes every part even if one fails
+            if self._owned_store:
+                closing.callback(self.metadata.close)
+            if self._owned_bookie:
+                closing.callback(self.bookie.close)
+            closing.callback(self.server.close)
+            if registered:
+                closing.callback(self._unregister)
+        self._closed.set()
+        log.info("bookie node %s closed", self.bookie_id)
+
+    def _unregister(self) -> None:
+        try:
+            self.metadata.unregister_bookie(self.bookie_id)
+        except BookKeeperError as e:  # it ends with the session anyway
+            log.warning("bookie %s: could not unregister: %s", self.bookie_id, e)
+
+    def __repr__(self) -> str:
+        return f"BookieNode({self.bookie_id!r}, {self.endpoint!r})"
+
+
+def _open_store(settings: ServerSettings) -> MetadataStore:
+    if not settings.metadataServiceUri:
+        raise InvalidConfiguration("setting metadataServiceUri is empty: a bookie node "
+                                   "needs the cluster's address, zk://host:port/ledgers")
+    return open_metadata_store(settings.metadataServiceUri,
+                               ZooKeeperSettings(zkTimeout=settings.zkTimeout))
+
+
+def _serve(bookie: Bookie, listen_address: str) -> BookieServer:
+    host, port = split_host_port(listen_address, "listenAddress")
+    try:
+        return BookieServer(bookie, f"tcp://{host}:{port or '*'}")
+    except zmq.ZMQError as e:
+        raise BookKeeperError(f"cannot listen on {listen_address}: {e}") from None
+
+
+def _advertised_host(settings: ServerSettings) -> str:
+    if settings.advertisedAddress:
+        return settings.advertisedAddress
+    host = split_host_port(settings.listenAddress, "listenAddress")[0]
+    return socket.gethostname() if host in _ANY_HOST else host
