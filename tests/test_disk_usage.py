@@ -44,6 +44,30 @@ def test_read_only_over_threshold_then_writable_under_low_water_mark(bookie_fact
     bookie.add_entry(1, 1, entry(1, 1), KEY)
 
 
+def test_set_read_only_combines_with_the_disks_and_listeners_hear_every_change(
+        bookie_factory):
+    usage = Usage(0.5)
+    bookie = bookie_factory(disk_usage=usage)
+    changes = []
+    bookie.add_state_listener(lambda: changes.append((bookie.is_read_only,
+                                                      bookie.disks_full)))
+    bookie.set_read_only("not registered in the cluster")
+    with pytest.raises(BookieReadOnly, match="not registered in the cluster"):
+        bookie.add_entry(1, 0, entry(1, 0), KEY)
+    bookie.fence(1, KEY).result()  # recovery still reaches a read-only bookie
+    usage.fraction = 0.99
+    bookie.check_disks()
+    bookie.set_writable()  # the disks still refuse adds
+    with pytest.raises(BookieReadOnly, match="diskUsageThreshold"):
+        bookie.add_entry(2, 0, entry(2, 0), KEY)
+    usage.fraction = 0.5
+    bookie.check_disks()
+    bookie.add_entry(2, 0, entry(2, 0), KEY)
+    bookie.close()
+    assert changes == [(True, False), (True, True), (True, True), (False, False),
+                       (False, False)]
+
+
 def test_full_at_start_means_read_only_from_the_start(bookie_factory):
     bookie = bookie_factory(disk_usage=Usage(0.99))
     assert bookie.is_read_only

@@ -8,7 +8,8 @@ resolves an id the first time it is asked for, makes one
 data path does not touch the metadata store again.
 
 Refresh: while a bookie's connection is down (it crashed, or restarted elsewhere), a
-lookup reads its endpoint again, at most once per :data:`REFRESH_INTERVAL_S`; if the
+lookup reads its endpoint again: at once the first time, then at most once per
+:data:`REFRESH_INTERVAL_S`; if the
 endpoint changed, a new client replaces the old one (whose outstanding requests fail
 with BookieUnavailable, as they would anyway), otherwise the old client keeps
 reconnecting by itself.  A bookie that is not registered, or whose endpoint cannot be
@@ -22,6 +23,7 @@ A lookup that has to read the store blocks its caller for as long as the read ta
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 
@@ -40,18 +42,19 @@ REFRESH_INTERVAL_S = 1.0
 class _Resolved:
     """What the directory knows of one bookie id."""
 
-    __slots__ = ("client", "endpoint", "resolved_at")
+    __slots__ = ("client", "endpoint", "checked_at")
 
-    def __init__(self, client: BookieClient, endpoint: str | None, resolved_at: float) -> None:
+    def __init__(self, client: BookieClient, endpoint: str | None) -> None:
         self.client = client
         self.endpoint = endpoint  # None: not resolved (client is an UnavailableBookieClient)
-        self.resolved_at = resolved_at
+        # When the store was last read because the bookie was unreachable: the first
+        # failure reads it at once, later ones once per REFRESH_INTERVAL_S.
+        self.checked_at = -math.inf if endpoint is not None else time.monotonic()
 
     def current(self, now: float) -> bool:
         """Whether the client can be handed out without reading the store again."""
-        if now - self.resolved_at < REFRESH_INTERVAL_S:
-            return True
-        return isinstance(self.client, ZmqBookieClient) and not self.client.is_down
+        reachable = isinstance(self.client, ZmqBookieClient) and not self.client.is_down
+        return reachable or now - self.checked_at < REFRESH_INTERVAL_S
 
 
 class BookieDirectory:
@@ -90,10 +93,10 @@ class BookieDirectory:
                     reason: str) -> BookieClient:
         with self._lock:
             if known is not None and known.endpoint is not None:
-                known.resolved_at = now  # keep trying the last address it had
+                known.checked_at = now  # keep trying the last address it had
                 return known.client
             client = UnavailableBookieClient(bookie_id, reason)
-            self._known[bookie_id] = _Resolved(client, None, now)
+            self._known[bookie_id] = _Resolved(client, None)
             return client
 
     def _resolved(self, bookie_id: str, endpoint: str, now: float) -> BookieClient:
@@ -103,13 +106,13 @@ class BookieDirectory:
                 return UnavailableBookieClient(bookie_id, "the bookie directory is closed")
             known = self._known.get(bookie_id)
             if known is not None and known.endpoint == endpoint:
-                known.resolved_at = now
+                known.checked_at = now
                 return known.client
             if known is not None:
                 stale = known.client
                 log.info("bookie %s moved from %s to %s", bookie_id, known.endpoint, endpoint)
             client = ZmqBookieClient(bookie_id, endpoint, self._settings, loop=self._loop)
-            self._known[bookie_id] = _Resolved(client, endpoint, now)
+            self._known[bookie_id] = _Resolved(client, endpoint)
         if isinstance(stale, ZmqBookieClient):
             stale.close()
         return client

@@ -88,7 +88,8 @@ def verify_cookies(settings) -> str:
     for directory in _dirs(settings):
         if not os.path.isdir(directory):
             raise InvalidCookie(f"directory {directory} does not exist (missing disk?); "
-                                "format a new bookie if this is intended")
+                                "format a new bookie if this is intended (pybk bookie "
+                                "--format)")
     cookies = {d: read_cookie(d) for d in _dirs(settings)}
     present = {d: c for d, c in cookies.items() if c is not None}
     if not present:

@@ -1,0 +1,208 @@
+"""Bookie processes for cluster tests: ``python -m pybk bookie`` children on loopback.
+
+Each bookie gets directories of its own under the test's work directory, a free port
+and test settings (a short ZooKeeper session, small journal preallocation).  Its output
+(stdout and stderr) goes to ``<name>.log``; the ``pybk bookie: <id> serving at
+<endpoint>`` line there says it is registered.  :meth:`BookieProcesses.close` SIGKILLs and
+reaps every child still running, so a failing test leaves none behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import zkutil
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+START_TIMEOUT_S = 60.0
+_SERVING = re.compile(r"pybk bookie: (\S+) serving at (\S+),")
+
+
+def pybk_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pybk", "--log-level", "INFO", *args]
+
+
+def child_env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=ROOT)
+
+
+class BookieProcess:
+    """One ``pybk bookie`` child; :attr:`bookie_id` and :attr:`endpoint` once serving."""
+
+    def __init__(self, name: str, process: subprocess.Popen, log_path: Path,
+                 log_start: int) -> None:
+        self.name = name
+        self.process = process
+        self.log_path = log_path
+        self._log_start = log_start  # a restarted bookie appends to its predecessor's log
+        self.bookie_id = ""
+        self.endpoint = ""
+
+    @property
+    def output(self) -> str:
+        """What this process wrote (its last 6,000 characters)."""
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_start)
+            return f.read().decode(errors="replace")[-6000:]
+
+    def wait_serving(self, timeout_s: float = START_TIMEOUT_S) -> "BookieProcess":
+        """Wait until it is registered and serving (its output says so)."""
+        deadline = time.monotonic() + timeout_s
+        while not (found := _SERVING.search(self.output)):
+            assert self.process.poll() is None, \
+                f"bookie {self.name} exited with {self.process.returncode}:\n{self.output}"
+            assert time.monotonic() < deadline, \
+                f"bookie {self.name} was not serving within {timeout_s} s:\n{self.output}"
+            time.sleep(0.02)
+        self.bookie_id, self.endpoint = found.group(1), found.group(2)
+        return self
+
+    def terminate(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM it and return its exit status."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL it and reap it."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+        assert self.process.returncode == -signal.SIGKILL, self.output
+
+
+class BookieProcesses:
+    """``pybk bookie`` children of one test (or module), on the cluster at ``address``."""
+
+    def __init__(self, workdir: Path, address: str) -> None:
+        self.workdir = Path(workdir)
+        self.address = address
+        self.started: list[BookieProcess] = []
+
+    def start(self, name: str, *options: str,
+              zk_timeout_ms: int = zkutil.SHORT_SESSION_TIMEOUT_MS) -> BookieProcess:
+        """A bookie named ``name`` (its directories' name; the id is ``host:port`` unless
+        ``--bookie-id`` is among ``options``).  A killed bookie's session ends after
+        ``zk_timeout_ms``."""
+        base = self.workdir / name
+        log_path = self.workdir / f"{name}.log"
+        command = pybk_command(
+            "bookie", "--zk", self.address, "--listen", "127.0.0.1:0", "--format",
+            "--journal-dir", str(base / "journal"), "--ledger-dir", str(base / "ledgers"),
+            "--set", f"zkTimeout={zk_timeout_ms}", "--set", "journalPreAllocSizeMB=1",
+            *options)
+        with open(log_path, "ab") as out:
+            log_start = out.tell()
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
+                                       stderr=subprocess.STDOUT, env=child_env())
+        bookie = BookieProcess(name, process, log_path, log_start)
+        self.started.append(bookie)
+        return bookie
+
+    def start_serving(self, count: int, prefix: str = "bookie",
+                      zk_timeout_ms: int = zkutil.SHORT_SESSION_TIMEOUT_MS
+                      ) -> list[BookieProcess]:
+        """``count`` bookies started together (``<prefix>1``...); returns once every one
+        serves."""
+        bookies = [self.start(f"{prefix}{i}", zk_timeout_ms=zk_timeout_ms)
+                   for i in range(1, count + 1)]
+        return [bookie.wait_serving() for bookie in bookies]
+
+    def close(self) -> None:
+        for bookie in self.started:
+            if bookie.process.poll() is None:
+                bookie.process.kill()
+            try:
+                bookie.process.wait(30)
+            except subprocess.TimeoutExpired:  # pragma: no cover - a zombie we cannot reap
+                pass
+
+
+PASSWORD = b"cluster-test"
+
+
+def payload(entry_id: int) -> bytes:
+    """The content of entry ``entry_id`` in the cluster tests' ledgers."""
+    return b"cluster entry %d " % entry_id * 16
+
+
+class Writer:
+    """A thread that adds :func:`payload` entries to ``handle`` with up to ``window`` in
+    flight until :meth:`stop`; :attr:`acked` lists the ids acknowledged, in order, and
+    ``on_done(entry_id, error)`` hears of each completion."""
+
+    def __init__(self, handle, window: int = 64, on_done=None) -> None:
+        self.handle = handle
+        self._on_done = on_done
+        self.acked: list[int] = []
+        self.errors: list[BaseException] = []
+        self._submitted = self._completed = 0
+        self._lock = threading.Lock()
+        self._slots = threading.Semaphore(window)
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._running.set()
+        self._thread = threading.Thread(target=self._run, name="test-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        next_id = 0
+        while not self._stop.is_set() and not self.errors:
+            if not self._running.wait(0.1) or not self._slots.acquire(timeout=0.1):
+                continue
+            try:
+                self.handle.add_entry_then(payload(next_id), self._done)
+                self._submitted += 1
+            except Exception as e:  # noqa: BLE001 - reported by stop()
+                self.errors.append(e)
+                return
+            next_id += 1
+
+    def _done(self, entry_id: int | None, error: BaseException | None) -> None:
+        with self._lock:  # completions come on the client's threads
+            if error is not None:
+                self.errors.append(error)
+            else:
+                self.acked.append(entry_id)
+            self._completed += 1
+        if self._on_done is not None:
+            self._on_done(entry_id, error)
+        self._slots.release()
+
+    def wait_for(self, count: int, timeout_s: float = 60.0) -> None:
+        """Wait until ``count`` more entries than now are acknowledged."""
+        target = len(self.acked) + count
+        deadline = time.monotonic() + timeout_s
+        while len(self.acked) < target:
+            assert not self.errors, self.errors
+            assert time.monotonic() < deadline, \
+                f"{len(self.acked)} of {target} entries acknowledged in {timeout_s} s"
+            time.sleep(0.01)
+
+    def pause(self) -> None:
+        """Stop adding until :meth:`resume`; returns once nothing is in flight."""
+        self._running.clear()
+        self._drain()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def stop(self) -> list[int]:
+        """Stop adding, wait for what is in flight; raise the first failure."""
+        self._stop.set()
+        self._thread.join(30)
+        self._drain()
+        return self.acked
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + 30
+        while self._completed < self._submitted and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not self.errors, self.errors
+        assert self._completed == self._submitted, "adds still in flight after 30 s"

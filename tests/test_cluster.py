@@ -1,0 +1,274 @@
+"""Bookie processes (``pybk bookie``) on a real ZooKeeper, reached by cluster clients over
+ZeroMQ, broken for real: SIGKILL of a bookie and of a writer, a ZooKeeper restart under a
+writer, ZooKeeper gone for longer than a session; and the commands around them
+(``pybk bookie``, ``format-cluster``, ``localcluster``, ``simpletest``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import zkutil
+
+from clusterutil import (PASSWORD, TESTS, BookieProcesses, Writer, child_env, payload,
+                         pybk_command)
+from conftest import KEY, entry
+from pybk.client import BookKeeper
+from pybk.cluster.node import BookieNode
+from pybk.errors import BookieReadOnly
+from pybk.meta.ledger_metadata import LedgerState
+from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
+from pybk.settings import ClientSettings, ServerSettings
+from pybk.storage import format_bookie
+
+pytestmark = pytest.mark.timeout(120)
+
+FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0, explicitLacInterval=20)
+COMMAND_TIMEOUT_S = 60
+
+
+@pytest.fixture
+def address(zookeeper) -> str:
+    """A freshly formatted cluster of this test's own on the session's ZooKeeper."""
+    address = zookeeper.address(zkutil.fresh_root())
+    format_cluster(address, settings=zkutil.settings())
+    return address
+
+
+@pytest.fixture
+def bookies(tmp_path, address):
+    group = BookieProcesses(tmp_path, address)
+    yield group
+    group.close()
+
+
+def client(closing, address: str) -> BookKeeper:
+    return closing.enter_context(BookKeeper.connect(address, FAST,
+                                                    zk_settings=zkutil.settings()))
+
+
+def observer(closing, address: str) -> ZooKeeperMetadataStore:
+    return closing.enter_context(ZooKeeperMetadataStore(address, zkutil.settings()))
+
+
+def run_pybk(*args: str, timeout_s: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
+    return subprocess.run(pybk_command(*args), env=child_env(), capture_output=True,
+                          text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+
+
+def check_ledger(bk: BookKeeper, ledger_id: int, entries: int) -> None:
+    reader = bk.open_ledger(ledger_id, password=PASSWORD, recovery=False)
+    assert reader.metadata.last_entry_id == entries - 1
+    assert [e.data for e in reader.read_entries(0, entries - 1)] == \
+        [payload(i) for i in range(entries)]
+
+
+# -- pybk bookie ------------------------------------------------------------------------
+
+def test_pybk_bookie_serves_until_sigterm_exits_0_unregistered_and_restarts(
+        bookies, closing, address):
+    bookie = bookies.start("b1", "--bookie-id", "b1").wait_serving()
+    registry = observer(closing, address)
+    assert registry.bookie_endpoint("b1") == bookie.endpoint
+    bk = client(closing, address)
+    with bk.create_ledger(1, 1, 1, password=PASSWORD) as lh:
+        for i in range(10):
+            lh.add_entry(payload(i))
+    assert bookie.terminate() == 0, bookie.output
+    assert "pybk bookie: b1 stopped" in bookie.output
+    assert registry.bookies() == []
+    again = bookies.start("b1", "--bookie-id", "b1").wait_serving()  # same disks, same id
+    assert "formatted" not in again.output
+    check_ledger(bk, lh.id, 10)
+    assert again.terminate() == 0, again.output
+
+
+def test_pybk_bookie_refuses_to_start_with_a_clear_error(tmp_path, zookeeper):
+    with socket.socket() as sock:  # a port with nothing listening
+        sock.bind(("127.0.0.1", 0))
+        dead = f"zk://127.0.0.1:{sock.getsockname()[1]}/ledgers"
+    unformatted = zookeeper.address(zkutil.fresh_root())
+    dirs = ["--journal-dir", str(tmp_path / "journal"), "--ledger-dir", str(tmp_path / "l")]
+    started = time.monotonic()
+    result = run_pybk("bookie", "--zk", dead, "--set", "zkTimeout=1000", "--format", *dirs)
+    assert result.returncode == 1 and "within 1 s" in result.stderr, result.stderr
+    assert time.monotonic() - started < 30
+    result = run_pybk("bookie", "--zk", unformatted, *dirs, "--format")
+    assert result.returncode == 1, result.stderr
+    assert f"pybk format-cluster --zk {unformatted}" in result.stderr
+    assert run_pybk("format-cluster", "--zk", unformatted, "--layout", "flat").returncode == 0
+    fresh = ["--journal-dir", str(tmp_path / "j2"), "--ledger-dir", str(tmp_path / "l2")]
+    result = run_pybk("bookie", "--zk", unformatted, *fresh)  # no --format, no cookies
+    assert result.returncode == 1 and "pybk bookie --format" in result.stderr, result.stderr
+    result = run_pybk("bookie", "--set", "noSuchSetting=1")
+    assert result.returncode == 2 and "noSuchSetting" in result.stderr, result.stderr
+
+
+# -- SIGKILL ------------------------------------------------------------------------------
+
+def test_kill_minus_nine_of_a_bookie_while_writing_loses_nothing(bookies, closing, address):
+    started = {b.bookie_id: b for b in bookies.start_serving(4)}
+    bk = client(closing, address)
+    lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
+    writer = Writer(lh)
+    writer.wait_for(100)
+    victim = lh.metadata.fragments[0].ensemble[1]
+    started[victim].kill()
+    writer.wait_for(200)  # on the new ensemble
+    acked = writer.stop()
+    assert acked == list(range(len(acked)))
+    fragments = bk.ledger_manager.read(lh.id).metadata.fragments
+    assert len(fragments) == 2, fragments
+    assert victim in fragments[0].ensemble and victim not in fragments[1].ensemble
+    assert 100 <= fragments[1].first_entry_id <= len(acked) - 200
+    lh.close()
+    check_ledger(client(closing, address), lh.id, len(acked))
+
+
+def test_kill_minus_nine_of_the_writer_then_recovery_keeps_every_acknowledged_entry(
+        tmp_path, bookies, closing, address):
+    bookies.start_serving(3)
+    acks = tmp_path / "acks"
+    writer = subprocess.Popen([sys.executable, os.path.join(TESTS, "cluster_writer.py"),
+                               "--zk", address, "--acks", str(acks)], env=child_env(),
+                              stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while _lines(acks) < 300:
+            assert writer.poll() is None, writer.stderr.read().decode(errors="replace")
+            assert time.monotonic() < deadline, f"{_lines(acks)} acks in 60 s"
+            time.sleep(0.01)
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(30)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait(30)
+        writer.stderr.close()
+    assert writer.returncode == -signal.SIGKILL
+    lines = acks.read_bytes().split(b"\n")[:-1]  # a line without its newline never finished
+    ledger_id = int(lines[0].split()[1])
+    acked = [int(line) for line in lines[1:]]
+    recovered = client(closing, address).open_ledger(ledger_id, password=PASSWORD,
+                                                     recovery=True)
+    last = recovered.metadata.last_entry_id
+    assert recovered.metadata.state is LedgerState.CLOSED
+    assert last >= max(acked)
+    assert [e.data for e in recovered.read_entries(0, last)] == \
+        [payload(i) for i in range(last + 1)]
+
+
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+# -- ZooKeeper goes away -----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def own_zookeeper():
+    """A server of this module's own, for tests that restart or stop it."""
+    with zkutil.server() as zk:
+        yield zk
+
+
+def test_a_zookeeper_restart_does_not_stop_writes(tmp_path, closing, own_zookeeper):
+    address = own_zookeeper.address(zkutil.fresh_root())
+    format_cluster(address, settings=zkutil.settings())
+    group = BookieProcesses(tmp_path, address)
+    closing.callback(group.close)
+    # Sessions longer than the restart: the bookies stay registered and take adds.
+    group.start_serving(4, zk_timeout_ms=15_000)
+    bk = client(closing, address)
+    lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
+    writer = Writer(lh)
+    writer.wait_for(100)
+    own_zookeeper.shutdown(graceful=False)
+    writer.wait_for(300)  # with ZooKeeper down: the data path does not need it
+    writer.pause()  # a busy CPU slows ZooKeeper's start several times over
+    own_zookeeper.start()
+    writer.resume()
+    writer.wait_for(100)
+    acked = writer.stop()
+    assert acked == list(range(len(acked)))
+    lh.close()  # a metadata update, through the client's reconnected session
+    assert len(lh.metadata.fragments) == 1  # no bookie failed an add
+    check_ledger(bk, lh.id, len(acked))
+
+
+def test_a_node_cut_off_from_zookeeper_for_a_session_timeout_refuses_adds(
+        tmp_path, closing, own_zookeeper):
+    address = own_zookeeper.address(zkutil.fresh_root())
+    format_cluster(address, settings=zkutil.settings())
+    settings = ServerSettings(journalDirectory=str(tmp_path / "journal"),
+                              ledgerDirectories=(str(tmp_path / "ledgers"),),
+                              journalPreAllocSizeMB=1, metadataServiceUri=address,
+                              listenAddress="127.0.0.1:0", zkTimeout=2000)
+    format_bookie(settings)
+    node = closing.enter_context(BookieNode(settings))
+    own_zookeeper.shutdown(graceful=False)
+    lost = time.monotonic()
+    node.bookie.add_entry(1, 0, entry(1, 0), KEY)  # the session may live: adds go on
+    while not node.bookie.is_read_only:
+        assert time.monotonic() - lost < 10, "the node kept taking adds"
+        time.sleep(0.02)
+    assert time.monotonic() - lost >= 1.9  # not before zkTimeout
+    with pytest.raises(BookieReadOnly, match="not registered in the cluster.*2000 ms"):
+        node.bookie.add_entry(1, 1, entry(1, 1), KEY)
+    own_zookeeper.start()
+    deadline = time.monotonic() + 30
+    while node.bookie.is_read_only:
+        assert time.monotonic() < deadline, "the node did not take adds again"
+        time.sleep(0.02)
+    node.bookie.add_entry(1, 1, entry(1, 1), KEY)
+    assert observer(closing, address).bookie_endpoint(node.bookie_id) == node.endpoint
+
+
+# -- pybk localcluster and pybk simpletest -------------------------------------------------
+
+def test_localcluster_serves_simpletest_and_stops_everything_on_sigterm(tmp_path):
+    out = tmp_path / "localcluster.out"
+    with open(out, "wb") as stdout:
+        # Its own session, so that cleanup can reach every process it started.
+        cluster = subprocess.Popen(pybk_command("localcluster", "3"), env=child_env(),
+                                   stdin=subprocess.DEVNULL, stdout=stdout,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while "stops the cluster" not in out.read_text():
+            assert cluster.poll() is None, out.read_text()
+            assert time.monotonic() < deadline, out.read_text()
+            time.sleep(0.05)
+        text = out.read_text()
+        address = re.search(r"ZooKeeper at (\S+)", text).group(1)
+        data = re.search(r"data in (\S+)", text).group(1)
+        assert len(re.findall(r"bookie 127\.0\.0\.1:\d+ at tcp://127\.0\.0\.1:\d+", text)) == 3
+        result = run_pybk("simpletest", "--zk", address, "--entries", "300")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "wrote 300 entries" in result.stdout and "every entry matched" in result.stdout
+        cluster.send_signal(signal.SIGTERM)
+        assert cluster.wait(60) == 0, out.read_text()
+    finally:
+        if cluster.poll() is None:
+            cluster.send_signal(signal.SIGTERM)  # stops ZooKeeper too, which SIGKILL would not
+            try:
+                cluster.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(cluster.pid, signal.SIGKILL)
+                cluster.wait(30)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(cluster.pid, 0)  # no bookie of its group is left
+    port = int(address.split(":")[2].split("/")[0])
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    assert not os.path.exists(data)
+    assert "pybk localcluster: stopped" in out.read_text()

@@ -1,0 +1,203 @@
+"""Bookie nodes in this process (pybk.cluster.node) on a real ZooKeeper, and cluster
+clients (BookKeeper.connect) reaching them over ZeroMQ: registration with endpoints,
+session expiry, disk state changes, placement on writable bookies only, and a bookie
+that comes back on another port."""
+
+from __future__ import annotations
+
+import queue
+import socket
+import time
+
+import pytest
+import zkutil
+
+from conftest import KEY, entry
+from pybk.client import BookKeeper
+from pybk.cluster.node import BookieNode
+from pybk.errors import (BookieReadOnly, InvalidConfiguration, MetadataUnavailable,
+                         NotEnoughBookies)
+from pybk.meta.zookeeper import SessionState, ZooKeeperMetadataStore, format_cluster
+from pybk.settings import ClientSettings, ServerSettings
+from pybk.storage import Bookie, format_bookie
+from pybk.storage.cookie import is_formatted
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0, explicitLacInterval=20)
+PASSWORD = b"node-test"
+WAIT_S = 20.0
+
+
+class Usage:
+    """A settable used fraction for every directory of one bookie."""
+
+    def __init__(self, fraction: float = 0.5) -> None:
+        self.fraction = fraction
+
+    def __call__(self, _path: str) -> float:
+        return self.fraction
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {WAIT_S} s"
+        time.sleep(0.02)
+
+
+class Nodes:
+    """Bookie nodes of one test on a freshly formatted cluster; each is closed (before
+    its bookie, if the test made that) when the test ends."""
+
+    def __init__(self, tmp_path, address: str, closing) -> None:
+        self.tmp_path = tmp_path
+        self.address = address
+        self.closing = closing
+
+    def settings(self, name: str, **overrides) -> ServerSettings:
+        base = self.tmp_path / name
+        values = dict(journalDirectory=str(base / "journal"),
+                      ledgerDirectories=(str(base / "ledgers"),), journalPreAllocSizeMB=1,
+                      metadataServiceUri=self.address, listenAddress="127.0.0.1:0",
+                      zkTimeout=zkutil.SESSION_TIMEOUT_MS)
+        values.update(overrides)
+        settings = ServerSettings(**values)
+        if not is_formatted(settings):
+            format_bookie(settings)
+        return settings
+
+    def start(self, name: str, usage: Usage | None = None, **overrides) -> BookieNode:
+        settings = self.settings(name, **overrides)
+        bookie = None
+        if usage is not None:
+            bookie = self.closing.enter_context(Bookie(settings, disk_usage=usage))
+        return self.closing.enter_context(BookieNode(settings, bookie=bookie))
+
+    def observer(self) -> ZooKeeperMetadataStore:
+        """A session of the test's own, to look at the registry."""
+        return self.closing.enter_context(ZooKeeperMetadataStore(self.address,
+                                                                 zkutil.settings()))
+
+    def client(self) -> BookKeeper:
+        return self.closing.enter_context(BookKeeper.connect(self.address, FAST,
+                                                             zk_settings=zkutil.settings()))
+
+
+@pytest.fixture
+def nodes(tmp_path, zookeeper, closing) -> Nodes:
+    address = zookeeper.address(zkutil.fresh_root())
+    format_cluster(address, settings=zkutil.settings())
+    return Nodes(tmp_path, address, closing)
+
+
+def payload(i: int) -> bytes:
+    return b"node entry %d " % i * 8
+
+
+def test_nodes_register_their_endpoints_and_serve_cluster_clients(nodes):
+    started = [nodes.start(f"b{i}") for i in range(3)]
+    observer = nodes.observer()
+    for node in started:  # the default id is BookKeeper's: host:port of the endpoint
+        assert node.endpoint.startswith("tcp://127.0.0.1:")
+        assert node.bookie_id == node.endpoint[len("tcp://"):]
+        assert observer.bookie_endpoint(node.bookie_id) == node.endpoint
+    assert observer.bookies(read_only=False) == sorted(n.bookie_id for n in started)
+    bk = nodes.client()
+    with bk.create_ledger(3, 2, 2, password=PASSWORD) as lh:
+        for i in range(20):
+            lh.add_entry(payload(i))
+    reader = nodes.client().open_ledger(lh.id, password=PASSWORD)
+    assert [e.data for e in reader.read_entries(0, 19)] == [payload(i) for i in range(20)]
+    started[0].close()  # unregisters at once, not when its session times out
+    assert observer.bookies() == sorted(n.bookie_id for n in started[1:])
+
+
+def test_an_expired_session_refuses_adds_until_the_node_is_registered_again(nodes):
+    node = nodes.start("b1")
+    heard: queue.Queue = queue.Queue()
+
+    def probe(state: SessionState) -> None:
+        # Runs after the node's own listener, before the store registers again.
+        if state is SessionState.EXPIRED:
+            try:
+                node.bookie.add_entry_async(1, 0, entry(1, 0), KEY)
+                heard.put("took an add")
+            except BookieReadOnly as e:
+                heard.put(str(e))
+        heard.put(state)
+
+    node.metadata.add_session_listener(probe)
+    zkutil.expire_session(node.metadata)
+    events = []
+    while SessionState.CONNECTED not in events:
+        events.append(heard.get(timeout=WAIT_S))
+    refusal = events[events.index(SessionState.EXPIRED) - 1]
+    assert "not registered in the cluster" in refusal and "expired" in refusal
+    assert nodes.observer().bookie_endpoint(node.bookie_id) == node.endpoint
+    node.bookie.add_entry(1, 0, entry(1, 0), KEY)  # registered again: adds are taken
+
+
+def test_shutdown_on_session_expiry_closes_the_node(nodes):
+    node = nodes.start("b1", shutdownOnSessionExpiry=True)
+    zkutil.expire_session(node.metadata)
+    assert node.wait(WAIT_S), "the node did not shut down"
+    assert "session expired" in node.shutdown_reason
+    assert node.bookie.is_closed
+    assert nodes.observer().bookies() == []
+
+
+def test_full_disks_move_the_registration_and_new_ledgers_avoid_read_only_bookies(nodes):
+    usages = [Usage() for _ in range(4)]
+    started = [nodes.start(f"b{i}", usage=usages[i]) for i in range(4)]
+    full = started[3]
+    observer = nodes.observer()
+    usages[3].fraction = 0.99
+    full.bookie.check_disks()  # what the housekeeping thread does every diskCheckInterval
+    assert observer.bookies(read_only=True) == [full.bookie_id]
+    assert observer.bookie_endpoint(full.bookie_id) == full.endpoint
+    bk = nodes.client()
+    for _ in range(10):
+        lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
+        assert full.bookie_id not in lh.metadata.fragments[0].ensemble
+        lh.add_entry(b"x")
+    with pytest.raises(NotEnoughBookies):
+        bk.create_ledger(4, 2, 2, password=PASSWORD)
+    usages[3].fraction = 0.5
+    full.bookie.check_disks()
+    assert observer.bookies(read_only=False) == sorted(n.bookie_id for n in started)
+    assert full.bookie_id in bk.create_ledger(4, 2, 2, password=PASSWORD).metadata \
+        .fragments[0].ensemble
+
+
+def test_a_client_finds_a_bookie_that_came_back_on_another_port(nodes):
+    node = nodes.start("b1", bookieId="b1")
+    bk = nodes.client()
+    with bk.create_ledger(1, 1, 1, password=PASSWORD) as lh:
+        for i in range(5):
+            lh.add_entry(payload(i))
+    reader = bk.open_ledger(lh.id, password=PASSWORD, recovery=False)
+    assert reader.read_entry(0).data == payload(0)
+    old_endpoint = node.endpoint
+    node.close()
+    moved = nodes.start("b1", bookieId="b1")
+    assert moved.endpoint != old_endpoint
+    assert [e.data for e in reader.read_entries(0, 4)] == [payload(i) for i in range(5)]
+
+
+def test_connect_fails_clearly(tmp_path):
+    with socket.socket() as sock:  # a port with nothing listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(MetadataUnavailable, match="within 1 s"):
+        BookKeeper.connect(f"zk://127.0.0.1:{port}/ledgers",
+                           zk_settings=zkutil.settings(zkTimeout=1000))
+    assert time.monotonic() - started < 5
+    with pytest.raises(InvalidConfiguration, match="zk://"):
+        BookKeeper.connect(str(tmp_path / "meta"))
+
+
+def test_a_node_needs_the_cluster_address(nodes):
+    with pytest.raises(InvalidConfiguration, match="metadataServiceUri"):
+        BookieNode(nodes.settings("b1", metadataServiceUri=""))
