@@ -1,48 +1,90 @@
-"""A small cluster for client tests: real bookies, a real embedded metadata store, and
-fault hooks between the client and each bookie.
+"""A small cluster for client tests: real bookies, a real metadata store, and fault hooks
+between the client and each bookie.
 
 Transports: ``"inprocess"`` calls each bookie directly; ``"zmq"`` serves each bookie
 through a :class:`~pybk.cluster.BookieServer` on a loopback TCP port and reaches it with
 a :class:`~pybk.cluster.ZmqBookieClient` (one :class:`~pybk.cluster.ClientLoop` per
-BookKeeper client).  Either way the fault hooks wrap the transport."""
+BookKeeper client); ``"processes"`` reaches ``pybk bookie`` processes of a
+:class:`BookiePool` the same way, with the metadata on the pool's ZooKeeper.  Either way
+the fault hooks wrap the transport, and the ``stored_*``/``holders`` helpers look at
+what a bookie holds without them (directly, or over the network for processes)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
+import zkutil
+from clusterutil import BookieProcesses
 from pybk.client import BookKeeper
 from pybk.client.transport import (BookieClient, Faults, FaultyBookieClient,
                                    InProcessBookieClient)
 from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient
+from pybk.errors import NoSuchEntry, NoSuchLedger
 from pybk.meta.embedded import EmbeddedMetadataStore
+from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import Bookie, format_bookie
 from zmqutil import LOOPBACK
 
 FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0, explicitLacInterval=20)
 TRANSPORTS = ("inprocess", "zmq")
+PROCESSES = "processes"
+
+
+class BookiePool:
+    """``size`` bookie processes B1..B<size> on a fresh cluster of ``zookeeper``, shared by
+    the :class:`Cluster` objects of many tests (ledger ids come from the one cluster, so
+    tests never meet each other's ledgers).  :meth:`close` kills them."""
+
+    def __init__(self, workdir: Path, zookeeper, size: int) -> None:
+        self.address = zookeeper.address(zkutil.fresh_root())
+        format_cluster(self.address, settings=zkutil.settings())
+        self._processes = BookieProcesses(workdir, self.address)
+        try:
+            for i in range(1, size + 1):
+                self._processes.start(f"B{i}", "--bookie-id", f"B{i}")
+            self.endpoints = {b.bookie_id: b.endpoint for b in
+                              (b.wait_serving() for b in self._processes.started)}
+        except BaseException:
+            self._processes.close()
+            raise
+
+    def close(self) -> None:
+        self._processes.close()
 
 
 class Cluster:
     """``n`` bookies named B1..Bn under ``root``; every client made here shares the faults.
     :meth:`close` stops everything it started, in reverse order, even if a part fails."""
 
-    def __init__(self, root: str, n: int, transport: str = "inprocess") -> None:
-        if transport not in TRANSPORTS:
-            raise ValueError(f"transport must be one of {TRANSPORTS}, not {transport!r}")
+    def __init__(self, root: str, n: int, transport: str = "inprocess",
+                 pool: BookiePool | None = None) -> None:
+        if transport not in (*TRANSPORTS, PROCESSES):
+            raise ValueError(f"transport must be one of {TRANSPORTS + (PROCESSES,)}, not "
+                             f"{transport!r}")
         self.root = root
         self.transport = transport
+        self.bookie_ids = [f"B{i}" for i in range(1, n + 1)]
         self.bookies: dict[str, Bookie] = {}
         self.servers: dict[str, BookieServer] = {}
-        self.faults: dict[str, Faults] = {}
+        self.faults: dict[str, Faults] = {b: Faults() for b in self.bookie_ids}
         self.clients: list[BookKeeper] = []
+        self._endpoints: dict[str, str] = {}
         self._stack = contextlib.ExitStack()
         try:
-            for i in range(1, n + 1):
-                self.start_bookie(f"B{i}")
-            self.store = self._stack.enter_context(
-                EmbeddedMetadataStore(os.path.join(root, "meta")))
+            if transport == PROCESSES:
+                assert pool is not None and n <= len(pool.endpoints), "a pool big enough"
+                self._endpoints = {b: pool.endpoints[b] for b in self.bookie_ids}
+                self.store = self._stack.enter_context(
+                    ZooKeeperMetadataStore(pool.address, zkutil.settings()))
+            else:
+                for bookie_id in self.bookie_ids:
+                    self.start_bookie(bookie_id)
+                self.store = self._stack.enter_context(
+                    EmbeddedMetadataStore(os.path.join(root, "meta")))
+            self._inspectors = self._clients(ClientSettings(), self._loop())
         except BaseException:
             self._stack.close()
             raise
@@ -57,33 +99,58 @@ class Cluster:
         bookie = self._stack.enter_context(Bookie(settings))
         self.bookies[bookie_id] = bookie
         if self.transport == "zmq":
-            self.servers[bookie_id] = self._stack.enter_context(BookieServer(bookie,
-                                                                             LOOPBACK))
-        self.faults.setdefault(bookie_id, Faults())
+            server = self._stack.enter_context(BookieServer(bookie, LOOPBACK))
+            self.servers[bookie_id] = server
+            self._endpoints[bookie_id] = server.address
         return bookie
 
     def client(self, settings: ClientSettings = FAST) -> BookKeeper:
-        loop = self._stack.enter_context(ClientLoop()) if self.transport == "zmq" else None
-        wrapped = {b: FaultyBookieClient(self._reach(b, settings, loop), self.faults[b])
-                   for b in self.bookies}
+        wrapped = {b: FaultyBookieClient(client, self.faults[b])
+                   for b, client in self._clients(settings, self._loop()).items()}
         bk = self._stack.enter_context(BookKeeper(self.store, wrapped, settings))
         self.clients.append(bk)
         return bk
 
-    def _reach(self, bookie_id: str, settings: ClientSettings,
-               loop: ClientLoop | None) -> BookieClient:
+    def _loop(self) -> ClientLoop | None:
+        return None if self.transport == "inprocess" else self._stack.enter_context(
+            ClientLoop())
+
+    def _clients(self, settings: ClientSettings,
+                 loop: ClientLoop | None) -> dict[str, BookieClient]:
         if loop is None:
-            return InProcessBookieClient(bookie_id, self.bookies[bookie_id])
-        # Closed with its loop, which fails whatever is still outstanding.
-        return ZmqBookieClient(bookie_id, self.servers[bookie_id].address, settings,
-                               loop=loop)
+            return {b: InProcessBookieClient(b, self.bookies[b]) for b in self.bookie_ids}
+        # Closed with their loop, which fails whatever is still outstanding.
+        return {b: ZmqBookieClient(b, self._endpoints[b], settings, loop=loop)
+                for b in self.bookie_ids}
+
+    # -- what the bookies hold, seen without the fault hooks ---------------------------
+
+    def stored_entry(self, bookie_id: str, ledger_id: int, entry_id: int) -> bytes:
+        """The entry's bytes as the bookie holds them (NoSuchEntry, NoSuchLedger)."""
+        return self._inspectors[bookie_id].read(ledger_id, entry_id).result(timeout=10)
+
+    def put_entry(self, bookie_id: str, ledger_id: int, entry_id: int, data: bytes,
+                  master_key: bytes) -> None:
+        """Store ``data`` as the entry on the bookie (a recovery add: fenced or not)."""
+        self._inspectors[bookie_id].add(ledger_id, entry_id, data, master_key,
+                                        recovery=True).result(timeout=10)
+
+    def holds_ledger(self, bookie_id: str, ledger_id: int) -> bool:
+        try:
+            self._inspectors[bookie_id].read_lac(ledger_id).result(timeout=10)
+        except NoSuchLedger:
+            return False
+        return True
 
     def holders(self, ledger_id: int, entry_id: int) -> list[str]:
-        """The bookies that store the entry (asked directly, no client)."""
+        """The bookies that store the entry."""
         held = []
-        for bookie_id, bookie in self.bookies.items():
-            if bookie.ledger_exists(ledger_id) and entry_id in bookie.entry_ids(ledger_id):
-                held.append(bookie_id)
+        for bookie_id in self.bookie_ids:
+            try:
+                self.stored_entry(bookie_id, ledger_id, entry_id)
+            except (NoSuchEntry, NoSuchLedger):
+                continue
+            held.append(bookie_id)
         return held
 
     def close(self) -> None:

@@ -86,7 +86,7 @@ class BookieProcesses:
         self.started: list[BookieProcess] = []
 
     def start(self, name: str, *options: str,
-              zk_timeout_ms: int = zkutil.SHORT_SESSION_TIMEOUT_MS) -> BookieProcess:
+              zk_timeout_ms: int = zkutil.SESSION_TIMEOUT_MS) -> BookieProcess:
         """A bookie named ``name`` (its directories' name; the id is ``host:port`` unless
         ``--bookie-id`` is among ``options``).  A killed bookie's session ends after
         ``zk_timeout_ms``."""
@@ -106,7 +106,7 @@ class BookieProcesses:
         return bookie
 
     def start_serving(self, count: int, prefix: str = "bookie",
-                      zk_timeout_ms: int = zkutil.SHORT_SESSION_TIMEOUT_MS
+                      zk_timeout_ms: int = zkutil.SESSION_TIMEOUT_MS
                       ) -> list[BookieProcess]:
         """``count`` bookies started together (``<prefix>1``...); returns once every one
         serves."""

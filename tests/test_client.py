@@ -1,6 +1,7 @@
 """The ledger protocol with several bookies: quorums, striping, ensemble changes, fencing
 and recovery (DESIGN.md), driven by fault hooks.  Every test runs over each transport:
-bookies called in-process, and bookies served over ZeroMQ on loopback TCP."""
+bookies called in-process, bookies served over ZeroMQ on loopback TCP, and ``pybk
+bookie`` processes (a pool shared by the module's tests, its metadata on ZooKeeper)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from clientutil import TRANSPORTS, Cluster
+from clientutil import PROCESSES, TRANSPORTS, BookiePool, Cluster
 from pybk.errors import (DigestMismatch, InvalidLedgerMetadata, LedgerClosed, LedgerFenced,
                          NoSuchEntry, NotEnoughBookies, ReadOnlyLedger, Unauthorized)
 from pybk.meta.ledger_metadata import LedgerState
@@ -19,12 +20,21 @@ pytestmark = pytest.mark.timeout(120)
 PASSWORD = b"secret"
 
 
-@pytest.fixture(params=TRANSPORTS)
+@pytest.fixture(scope="module")
+def bookie_pool(tmp_path_factory, zookeeper):
+    pool = BookiePool(tmp_path_factory.mktemp("pool"), zookeeper, 5)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(params=(*TRANSPORTS, PROCESSES))
 def cluster_of(tmp_path, request):
     made: list[Cluster] = []
+    # Only when a test of this transport runs (the pool's processes take a while).
+    pool = request.getfixturevalue("bookie_pool") if request.param == PROCESSES else None
 
     def make(n: int) -> Cluster:
-        cluster = Cluster(str(tmp_path / f"cluster{len(made)}"), n, request.param)
+        cluster = Cluster(str(tmp_path / f"cluster{len(made)}"), n, request.param, pool)
         made.append(cluster)
         return cluster
 
@@ -235,16 +245,14 @@ def test_a_corrupted_copy_is_skipped_for_a_good_one(cluster_of):
     lh = bk.create_ledger(3, 3, 2, password=PASSWORD)
     lh.add_entry(payload(0))
     lh.close()
-    good = cluster.bookies[lh.metadata.write_set(0)[1]].read_entry(lh.id, 0)
+    good = cluster.stored_entry(lh.metadata.write_set(0)[1], lh.id, 0)
     damaged = good[:-1] + bytes([good[-1] ^ 0xFF])
     first = lh.metadata.write_set(0)[0]
-    cluster.bookies[first].add_entry(lh.id, 0, damaged, bk.master_key(PASSWORD),
-                                     recovery=True)
+    cluster.put_entry(first, lh.id, 0, damaged, bk.master_key(PASSWORD))
     reader = bk.open_ledger(lh.id, password=PASSWORD)
     assert reader.read_entry(0).data == payload(0)
     for bookie_id in lh.metadata.write_set(0)[1:]:
-        cluster.bookies[bookie_id].add_entry(lh.id, 0, damaged, bk.master_key(PASSWORD),
-                                             recovery=True)
+        cluster.put_entry(bookie_id, lh.id, 0, damaged, bk.master_key(PASSWORD))
     with pytest.raises(DigestMismatch):
         reader.read_entry(0)
 
@@ -302,7 +310,7 @@ def test_delete_ledger_removes_metadata_and_entries(cluster_of):
     bk.delete_ledger(lh.id)
     assert lh.id not in bk.list_ledgers()
     assert cluster.holders(lh.id, 0) == []
-    assert all(not b.ledger_exists(lh.id) for b in cluster.bookies.values())
+    assert not any(cluster.holds_ledger(b, lh.id) for b in cluster.bookie_ids)
 
 
 def test_entry_format_is_what_the_bookie_expects(cluster_of):
@@ -310,6 +318,6 @@ def test_entry_format_is_what_the_bookie_expects(cluster_of):
     bk = cluster.client()
     lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
     lh.add_entry(b"abc")
-    stored = cluster.bookies[lh.metadata.write_set(0)[0]].read_entry(lh.id, 0)
+    stored = cluster.stored_entry(lh.metadata.write_set(0)[0], lh.id, 0)
     assert stored[:24] == make_entry(lh.id, 0, -1, b"")[:24]
     assert stored.endswith(b"abc")
