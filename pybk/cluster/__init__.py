@@ -6,6 +6,13 @@
 one :class:`ClientLoop`, the I/O thread that owns their sockets).
 :mod:`pybk.cluster.zookeeper_server` starts throwaway ZooKeeper servers (one, or an
 ensemble on loopback) for tests, local clusters and benchmarks.
+
+A cluster: :class:`pybk.cluster.node.BookieNode` serves a bookie and keeps it registered
+(with its endpoint) in ZooKeeper; :func:`pybk.cluster.connect.connect` (also
+``pybk.BookKeeper.connect``) makes a client that finds bookies through the registry
+(:mod:`pybk.cluster.directory`); :mod:`pybk.cluster.local` runs a throwaway cluster of
+bookie processes, :mod:`pybk.cluster.simpletest` checks one, and
+:mod:`pybk.cluster.commands` is what the ``pybk`` cluster commands do.
 """
 
 from pybk.cluster.client import ClientLoop, ZmqBookieClient
