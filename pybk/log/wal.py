@@ -28,6 +28,7 @@ from pybk.errors import BookKeeperError, InvalidConfiguration
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES
 from pybk.log.position import Position
 from pybk.log.reader import LogReader, Record
+from pybk.log.promotion import promote, promoted_to
 from pybk.log.writer import LogWriter
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.settings import ClientSettings, LogSettings, ServerSettings
@@ -39,35 +40,78 @@ LOG_NAME = "wal"
 _DERIVED = {"journalDirectory", "ledgerDirectories"}
 
 
-def open(path: str | os.PathLike[str], **settings: Any) -> "WAL":  # noqa: A001
+def open(path: str | os.PathLike[str], cluster: str | None = None,  # noqa: A001
+         ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
+         **settings: Any) -> "WAL":
     """Open (creating it if new) the embedded WAL in directory ``path``.
 
     ``settings`` are any of :class:`~pybk.settings.ServerSettings` (the bookie),
     :class:`~pybk.settings.ClientSettings` and :class:`~pybk.settings.LogSettings`, by
     name; an unknown name or a bad value raises InvalidConfiguration.
+
+    With ``cluster`` (``zk://host:port[,...]/ledgers``) the WAL is a cluster member: its
+    bookie registers and serves peers (``listenAddress``), new segments are replicated
+    on ``ensemble`` bookies with the given quorums, and what it wrote before stays
+    readable where it is (:mod:`pybk.log.promotion`).  Once promoted, a directory
+    opens only with ``cluster``.
     """
-    return WAL(path, **settings)
+    return WAL(path, cluster, ensemble, write_quorum, ack_quorum, **settings)
 
 
 class WAL:
     """An embedded write-ahead log.  Thread-safe; close it (or use ``with``)."""
 
-    def __init__(self, path: str | os.PathLike[str], **settings: Any) -> None:
+    def __init__(self, path: str | os.PathLike[str], cluster: str | None = None,
+                 ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
+                 **settings: Any) -> None:
         self.path = os.path.abspath(os.fspath(path))
-        server, client, log_settings = _split_settings(self.path, settings)
+        server, client, log_settings = _split_settings(self.path, settings,
+                                                       clustered=cluster is not None)
         _prepare_directory(self.path, server)
+        self._node = None
         with ExitStack() as undo:
             self.bookie = Bookie(server)
             undo.callback(self.bookie.close)
             self._store = EmbeddedMetadataStore(os.path.join(self.path, "metadata"))
             undo.callback(self._store.close)
             self.bookie_id = f"bookie-{self.bookie.instance_id}"
-            self._bk = BookKeeper(self._store, {
-                self.bookie_id: InProcessBookieClient(self.bookie_id, self.bookie)}, client,
-                local_bookie=self.bookie_id)
+            if cluster is None:
+                self._bk, self.log_name = self._embedded(client)
+            else:
+                self._bk, self.log_name = self._clustered(cluster, server, client)
+                log_settings = dataclasses.replace(
+                    log_settings, ensembleSize=ensemble, writeQuorumSize=write_quorum,
+                    ackQuorumSize=ack_quorum)
             undo.callback(self._bk.close)
-            self._writer = LogWriter.open(self._bk, LOG_NAME, log_settings)
+            if self._node is not None:
+                undo.callback(self._node.close)
+            self._writer = LogWriter.open(self._bk, self.log_name, log_settings)
             undo.pop_all()
+
+    def _embedded(self, client: ClientSettings) -> tuple[BookKeeper, str]:
+        cluster = promoted_to(self._store)
+        if cluster is not None:
+            raise InvalidConfiguration(f"{self.path} was promoted to the cluster {cluster}: "
+                                       "open it with cluster=")
+        return BookKeeper(self._store, {
+            self.bookie_id: InProcessBookieClient(self.bookie_id, self.bookie)}, client,
+            local_bookie=self.bookie_id), LOG_NAME
+
+    def _clustered(self, address: str, server: ServerSettings,
+                   client: ClientSettings) -> tuple[BookKeeper, str]:
+        from pybk.cluster.connect import connect  # the cluster layer, only when wanted
+        from pybk.cluster.node import BookieNode
+        log_name = f"wal-{self.bookie.instance_id}"
+        bk = connect(address, client, local_bookie=self.bookie_id)
+        try:
+            promote(self._store, bk.metadata, address, LOG_NAME, log_name)
+            self._node = BookieNode(server.replace(bookieId=self.bookie_id,
+                                                   metadataServiceUri=address),
+                                    bookie=self.bookie, metadata=bk.metadata)
+        except BaseException:
+            bk.close()
+            raise
+        return bk, log_name
 
     # -- the log ------------------------------------------------------------------
 
@@ -90,11 +134,11 @@ class WAL:
     def read(self, start: Position | None = None) -> Iterator[Record]:
         """``(position, data)`` of every record from ``start`` (the first record when
         None) to the last one acknowledged, in order."""
-        return LogReader(self._bk, LOG_NAME, start, writer=self._writer).read()
+        return LogReader(self._bk, self.log_name, start, writer=self._writer).read()
 
     def reader(self, start: Position | None = None) -> LogReader:
         """A reader from ``start`` that can also tail the WAL (see LogReader)."""
-        return LogReader(self._bk, LOG_NAME, start, writer=self._writer)
+        return LogReader(self._bk, self.log_name, start, writer=self._writer)
 
     def truncate(self, before: Position) -> None:
         """Drop the records before ``before``.  Whole segments before it are deleted and
@@ -113,6 +157,8 @@ class WAL:
             closing.callback(self.bookie.close)
             closing.callback(self._store.close)
             closing.callback(self._bk.close)
+            if self._node is not None:
+                closing.callback(self._node.close)
             self._writer.close()
 
     def __enter__(self) -> "WAL":
@@ -122,7 +168,7 @@ class WAL:
         self.close()
 
 
-def _split_settings(path: str, values: dict[str, Any]
+def _split_settings(path: str, values: dict[str, Any], clustered: bool = False
                     ) -> tuple[ServerSettings, ClientSettings, LogSettings]:
     """Sort ``values`` by the settings class they belong to, and build the three."""
     kinds = (ServerSettings, ClientSettings, LogSettings)
@@ -145,10 +191,12 @@ def _split_settings(path: str, values: dict[str, Any]
         **server_values})
     client = ClientSettings(**client_values)
     log_settings = LogSettings(**log_values)
-    if (log_settings.ensembleSize, log_settings.writeQuorumSize,
-            log_settings.ackQuorumSize) != (1, 1, 1):
+    if not clustered and (log_settings.ensembleSize, log_settings.writeQuorumSize,
+                          log_settings.ackQuorumSize) != (1, 1, 1):
         raise InvalidConfiguration("an embedded WAL has one bookie: ensembleSize, "
-                                   "writeQuorumSize and ackQuorumSize must be 1")
+                                   "writeQuorumSize and ackQuorumSize must be 1 (a "
+                                   "cluster member takes ensemble=, write_quorum=, "
+                                   "ack_quorum=)")
     largest_entry = MAX_OVERHEAD + BATCH_HEADER_BYTES + max(
         log_settings.batchMaxBytes, RECORD_OVERHEAD_BYTES + log_settings.recordMaxBytes)
     if largest_entry > server.maxEntrySizeBytes:

@@ -23,6 +23,10 @@ Files in the directory
 ``meta``
     ``format``: 2 bytes, big-endian, this layout's number (1); a store refuses others.
     ``next_ledger_id``: 8 bytes, big-endian, the next id :meth:`next_ledger_id` returns.
+    A new store starts at a random multiple of 2**20 below 2**60 (:func:`first_ledger_id`),
+    not at 0: an embedded WAL promoted into a cluster brings its ledgers' metadata along
+    under their ids, and those must not collide with the ids the cluster's ZooKeeper
+    hands out (0, 1, 2, ...) or with another promoted WAL's.
 
 Atomicity and durability
     Every mutating call is one LMDB write transaction that checks (the CAS) and writes,
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import struct
 import threading
 from contextlib import contextmanager
@@ -76,6 +81,11 @@ LOCK_FILE = "LOCK"
 # LMDB reserves address space, not disk: the file grows only as the records do.
 _MAP_SIZE_BYTES = 1 << 36
 _MAX_READERS = 256  # concurrent read transactions (one per reading thread at a time)
+
+
+def first_ledger_id() -> int:
+    """Where a new embedded store's ledger ids start (see the module docstring)."""
+    return (1 + secrets.randbelow((1 << 40) - 1)) << 20
 
 
 def _key(path: str) -> bytes:
@@ -305,7 +315,7 @@ class EmbeddedMetadataStore(MetadataStore):
     def next_ledger_id(self) -> int:
         def op(txn: lmdb.Transaction) -> tuple[int, list[str]]:
             stored = txn.get(_NEXT_LEDGER_ID_KEY, db=self._meta)
-            ledger_id = _U64.unpack(stored)[0] if stored is not None else 0
+            ledger_id = _U64.unpack(stored)[0] if stored is not None else first_ledger_id()
             txn.put(_NEXT_LEDGER_ID_KEY, _U64.pack(ledger_id + 1), db=self._meta)
             return ledger_id, []
 
