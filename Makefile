@@ -20,6 +20,7 @@ test: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/storage_bench.py --quick
 	$(PY) benchmarks/wal_bench.py --quick
+	$(PY) benchmarks/cluster_bench.py --quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info

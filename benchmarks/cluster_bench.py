@@ -1,0 +1,617 @@
+#!/usr/bin/env python3
+"""Benchmark of replicated writes: three bookie processes on loopback, beside the raw
+disk, raw pyzmq and a three-server ZooKeeper, all measured in one run.
+
+Usage::
+
+    python benchmarks/cluster_bench.py [--quick] [--dir DIR]
+
+Measured, in order (each on an otherwise idle machine: every child process of one
+measurement is stopped before the next starts):
+
+1. the raw disk: :func:`rawdisk.measure_raw`'s write(4 KiB)+fdatasync loops;
+2. raw pyzmq between two processes (a DEALER here, a ROUTER echo child): round trips with
+   one message in flight, and 1 KiB messages with ``ZMQ_PIPELINE`` in flight;
+3. pybk: three bookie child processes (this script with ``--serve``), one client here
+   (an :class:`EmbeddedMetadataStore`, three :class:`ZmqBookieClient` on one
+   :class:`ClientLoop`), 1 KiB entries, for E=3/Qw=3/Qa=2 and E=3/Qw=2/Qa=2: full load
+   (a window of adds in flight), then an open-loop load at half the full-load rate;
+4. ZooKeeper: a three-server ensemble on loopback (fsync on, as bookies do), kazoo's
+   ``create_async`` of 1 KiB znodes with a window in flight.
+
+Progress goes to stderr; stdout gets one line, a JSON object with every figure (see
+``benchmarks/README.md``).  Targets are reported with pass/fail booleans, never asserted:
+the exit code is non-zero only if the benchmark itself fails (an add refused, an entry
+read back wrong, a child process that did not start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Callable
+
+import zmq
+from kazoo.client import KazooClient
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from pybk.client.bookkeeper import BookKeeper  # noqa: E402
+from pybk.client.ledger import LedgerHandle  # noqa: E402
+from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient  # noqa: E402
+from pybk.cluster.zookeeper_server import ZooKeeperEnsemble  # noqa: E402
+from pybk.meta.embedded import EmbeddedMetadataStore  # noqa: E402
+from pybk.settings import ClientSettings, ServerSettings  # noqa: E402
+from pybk.storage import Bookie, format_bookie  # noqa: E402
+from rawdisk import latency_summary, mb_per_s, measure_raw, ratio  # noqa: E402
+
+ENTRY_BYTES = 1024                 # payload of each entry, znode and pyzmq message
+PAYLOAD = bytes(range(256)) * (ENTRY_BYTES // 256)
+BOOKIES = 3
+#: (name in the JSON, ensemble size, write quorum, ack quorum)
+CONFIGS = (("e3_qw3_qa2", 3, 3, 2), ("e3_qw2_qa2", 3, 2, 2))
+REFERENCE_CONFIG = "e3_qw3_qa2"    # the configuration the targets and ratios use
+HALF_LOAD_FRACTION = 0.5
+ZMQ_PIPELINE = 1000                # raw pyzmq messages in flight
+ZMQ_HWM = 100_000                  # high-water marks well above ZMQ_PIPELINE
+ZK_SERVERS = 3
+ZK_FORCE_SYNC = True               # fsync'd transaction logs, as bookies fsync journals
+LOOPBACK_ANY_PORT = "tcp://127.0.0.1:*"
+
+# Bounds on every wait, so a hung child or a lost reply fails the run instead of
+# stalling it.
+READY_TIMEOUT_S = 60.0             # a child prints its endpoint
+STOP_GRACE_S = 15.0                # a child exits after SIGTERM (a bookie checkpoints)
+DRAIN_TIMEOUT_S = 60.0             # outstanding adds / creates are acknowledged
+RECV_TIMEOUT_MS = 10_000           # one raw pyzmq reply
+ZK_CONNECT_TIMEOUT_S = 30.0
+
+TARGET_ENTRIES_PER_S = 30_000
+TARGET_ZOOKEEPER_RATIO = 10.0
+TARGET_HALF_LOAD_P99_US = 10_000
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How long each measurement runs."""
+
+    name: str
+    raw_seconds: float        # each raw fdatasync loop...
+    raw_max_ops: int          # ...or this many writes
+    zmq_seconds: float        # each raw pyzmq test
+    warmup_seconds: float     # start of each pybk / ZooKeeper load, not counted
+    load_seconds: float       # counted part of each pybk / ZooKeeper load
+    window: int               # pybk adds in flight at full load
+    zk_window: int            # ZooKeeper creates in flight
+
+
+QUICK = Profile("quick", raw_seconds=1.0, raw_max_ops=8192, zmq_seconds=2.0,
+                warmup_seconds=1.0, load_seconds=5.0, window=2000, zk_window=1000)
+FULL = Profile("full", raw_seconds=3.0, raw_max_ops=32_768, zmq_seconds=5.0,
+               warmup_seconds=2.0, load_seconds=15.0, window=2000, zk_window=1000)
+
+
+def say(message: str) -> None:
+    """A progress line (stderr, so that stdout holds only the JSON result)."""
+    print(f"[cluster_bench] {message}", file=sys.stderr, flush=True)
+
+
+# -- child processes --------------------------------------------------------------------
+
+class Children:
+    """The child processes of this run (this script in a server mode).
+
+    Each child gets a pipe on stdin, its lifeline: it exits when the pipe closes, so no
+    child outlives this process even if it is killed.  :meth:`stop` ends one (SIGTERM,
+    SIGKILL after ``STOP_GRACE_S``) and reaps it; leaving the context stops every child
+    still running, also when the run failed.
+    """
+
+    def __init__(self) -> None:
+        self._running: list[subprocess.Popen] = []
+
+    def __enter__(self) -> "Children":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for child in reversed(self._running[:]):
+            self.stop(child)
+
+    def start(self, *args: str) -> tuple[subprocess.Popen, str]:
+        """Run this script with ``args``; return the process and the first line it prints
+        (its endpoint), waiting at most ``READY_TIMEOUT_S``."""
+        child = subprocess.Popen([sys.executable, os.path.abspath(__file__), *args],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._running.append(child)
+        ready, _, _ = select.select([child.stdout], [], [], READY_TIMEOUT_S)
+        line = child.stdout.readline().strip() if ready else ""
+        if not line:
+            raise RuntimeError(f"child {' '.join(args)} printed no endpoint within "
+                               f"{READY_TIMEOUT_S:.0f} s (exit code {child.poll()})")
+        return child, line
+
+    def stop(self, child: subprocess.Popen) -> None:
+        """End ``child`` and reap it."""
+        self._running.remove(child)
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                say(f"child {child.pid} ignored SIGTERM for {STOP_GRACE_S:.0f} s; killing it")
+                child.kill()
+                child.wait()
+        child.stdin.close()
+        child.stdout.close()
+
+
+def on_lifeline_lost(action: Callable[[], None]) -> None:
+    """In a child: run ``action`` once stdin reaches its end (the parent closed it or
+    died)."""
+    def watch() -> None:
+        sys.stdin.read()
+        action()
+    threading.Thread(target=watch, name="lifeline", daemon=True).start()
+
+
+def serve_bookie(directory: str) -> None:
+    """Child process: format a bookie in ``directory``, serve it on a loopback port,
+    print the endpoint, and close both cleanly on SIGTERM (or when the lifeline goes)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    on_lifeline_lost(stop.set)
+    settings = ServerSettings(journalDirectory=os.path.join(directory, "journal"),
+                              ledgerDirectories=(os.path.join(directory, "ledgers"),))
+    format_bookie(settings)
+    with Bookie(settings) as bookie, BookieServer(bookie, LOOPBACK_ANY_PORT) as server:
+        print(server.address, flush=True)
+        while not stop.wait(0.5):
+            pass
+
+
+def serve_echo() -> None:
+    """Child process: a ROUTER on a loopback port sending every message back; prints the
+    endpoint; ends on SIGTERM (default action) or when the lifeline goes."""
+    on_lifeline_lost(lambda: os._exit(0))
+    context = zmq.Context()
+    socket = context.socket(zmq.ROUTER)
+    socket.setsockopt(zmq.SNDHWM, ZMQ_HWM)
+    socket.setsockopt(zmq.RCVHWM, ZMQ_HWM)
+    socket.bind(LOOPBACK_ANY_PORT)
+    print(socket.getsockopt_string(zmq.LAST_ENDPOINT), flush=True)
+    while True:
+        socket.send_multipart(socket.recv_multipart())
+
+
+# -- CPU accounting -------------------------------------------------------------------------
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds used so far by process ``pid`` (from /proc)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rpartition(")")[2].split()  # fields from the 3rd (state) on
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuUse:
+    """CPU used from creation on by this process (the client) and by the server processes
+    ``server_pids``, per operation: where the machine's cores went."""
+
+    def __init__(self, server_pids: list[int]) -> None:
+        self.server_pids = server_pids
+        self.started = self._now()
+
+    def _now(self) -> tuple[float, float]:
+        return time.process_time(), sum(process_cpu_s(pid) for pid in self.server_pids)
+
+    def per_op(self, ops: int) -> dict:
+        """µs of CPU per operation: ``client``, ``servers``, and ``cpu_limit_per_s``, the
+        rate at which these processes alone would keep every core of the machine busy."""
+        client, servers = (round((now - then) / max(ops, 1) * 1e6, 1)
+                           for now, then in zip(self._now(), self.started))
+        return {"client": client, "servers": servers,
+                "cpu_limit_per_s": round(os.cpu_count() * 1e6 / (client + servers), 1)
+                if client + servers else None}
+
+
+# -- raw pyzmq ----------------------------------------------------------------------------
+
+def measure_raw_zmq(children: Children, profile: Profile) -> dict:
+    """Round trips with one message in flight, and 1 KiB messages/s with ``ZMQ_PIPELINE``
+    in flight, between a DEALER here and the echo child: the transport's ceiling with no
+    protocol at all."""
+    child, endpoint = children.start("--echo")
+    context = zmq.Context()
+    socket = context.socket(zmq.DEALER)
+    try:
+        for option, value in ((zmq.LINGER, 0), (zmq.RCVTIMEO, RECV_TIMEOUT_MS),
+                              (zmq.SNDTIMEO, RECV_TIMEOUT_MS), (zmq.SNDHWM, ZMQ_HWM),
+                              (zmq.RCVHWM, ZMQ_HWM)):
+            socket.setsockopt(option, value)
+        socket.connect(endpoint)
+        send, recv, clock = socket.send, socket.recv, time.perf_counter_ns
+        send(PAYLOAD)
+        recv()  # connected
+        samples: list[int] = []
+        started = clock()
+        deadline = started + int(profile.zmq_seconds * 1e9)
+        while True:
+            begin = clock()
+            send(PAYLOAD)
+            recv()
+            end = clock()
+            samples.append(end - begin)
+            if end >= deadline:
+                break
+        figures = {"message_bytes": ENTRY_BYTES,
+                   "round_trip": latency_summary(samples, (clock() - started) / 1e9)}
+        rtt = figures["round_trip"]
+        say(f"raw pyzmq, 1 in flight: {rtt['per_s']:,.0f} round trips/s, "
+            f"p50 {rtt['p50_us']} µs, p99 {rtt['p99_us']} µs")
+        for _ in range(ZMQ_PIPELINE):
+            send(PAYLOAD)
+        received = 0
+        started = clock()
+        deadline = started + int(profile.zmq_seconds * 1e9)
+        while True:
+            for _ in range(256):  # look at the clock once per batch
+                recv()
+                send(PAYLOAD)
+            received += 256
+            now = clock()
+            if now >= deadline:
+                break
+        for _ in range(ZMQ_PIPELINE):
+            recv()
+        figures["pipelined"] = {"in_flight": ZMQ_PIPELINE, "messages": received,
+                                "per_s": round(received / ((now - started) / 1e9), 1)}
+        say(f"raw pyzmq, {ZMQ_PIPELINE} in flight: "
+            f"{figures['pipelined']['per_s']:,.0f} 1 KiB messages/s")
+        return figures
+    finally:
+        socket.close()
+        context.term()
+        children.stop(child)
+
+
+# -- pybk ---------------------------------------------------------------------------------
+
+class Adds:
+    """One load phase on a fresh ledger: when each add was submitted (or, open loop,
+    scheduled) and when it was acknowledged.
+
+    The ledger acknowledges in entry-id order from the client's I/O thread, so
+    ``done_ns[i]`` belongs to entry ``i`` (checked).  The producer sleeps on an event that
+    the acknowledgement bringing the in-flight count down to ``_wake_at`` sets.
+    """
+
+    def __init__(self, ledger: LedgerHandle) -> None:
+        self.ledger = ledger
+        self.start_ns: list[int] = []
+        self.done_ns: list[int] = []
+        self.errors: list[BaseException] = []
+        self.in_flight_max = 0
+        self._wakeup = threading.Event()
+        self._wake_at = -1
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.start_ns) - len(self.done_ns)
+
+    def submit(self, start_ns: int) -> None:
+        """Add one entry, timed from ``start_ns``."""
+        self.start_ns.append(start_ns)
+        self.ledger.add_entry_then(PAYLOAD, self._on_done)
+
+    def _on_done(self, entry_id: int | None, error: BaseException | None) -> None:
+        done = self.done_ns
+        if error is not None:
+            self.errors.append(error)
+        elif entry_id != len(done):
+            self.errors.append(RuntimeError(f"entry {entry_id} acknowledged as number "
+                                            f"{len(done)}"))
+        done.append(time.perf_counter_ns())
+        if len(self.start_ns) - len(done) <= self._wake_at:
+            self._wake_at = -1
+            self._wakeup.set()
+
+    def wait_in_flight(self, most: int, deadline: float) -> None:
+        """Block until at most ``most`` adds are in flight (TimeoutError at the
+        ``time.monotonic()`` deadline)."""
+        self.in_flight_max = max(self.in_flight_max, self.in_flight)
+        while self.in_flight > most:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.in_flight} adds still unacknowledged")
+            self._wakeup.clear()
+            self._wake_at = most
+            if self.in_flight > most:  # re-check: an ack may have come before _wake_at
+                self._wakeup.wait(0.05)
+        self._wake_at = -1
+
+    def summary(self, measure_from_ns: int, measure_to_ns: int) -> dict:
+        """Rate and latency of the adds acknowledged in [from, to)."""
+        if self.errors:
+            raise RuntimeError(f"{len(self.errors)} adds failed; first: {self.errors[0]!r}")
+        latencies = [done - start for start, done in zip(self.start_ns, self.done_ns)
+                     if measure_from_ns <= done < measure_to_ns]
+        seconds = (measure_to_ns - measure_from_ns) / 1e9
+        figures = latency_summary(latencies, seconds)
+        figures["mb_per_s"] = mb_per_s(figures["ops"] * ENTRY_BYTES, seconds)
+        figures["in_flight_max"] = self.in_flight_max
+        return figures
+
+
+def closed_loop(adds: Adds, profile: Profile) -> dict:
+    """Full load: keep up to ``window`` adds in flight; at a full window, wait until half
+    of it was acknowledged.  Latency counts from the add_entry_then call."""
+    clock = time.perf_counter_ns
+    begin = clock()
+    measure_from = begin + int(profile.warmup_seconds * 1e9)
+    measure_to = measure_from + int(profile.load_seconds * 1e9)
+    deadline = time.monotonic() + profile.warmup_seconds + profile.load_seconds \
+        + DRAIN_TIMEOUT_S
+    window, resume_at = profile.window, profile.window // 2
+    while (now := clock()) < measure_to:
+        if adds.in_flight >= window:
+            adds.wait_in_flight(resume_at, deadline)
+        else:
+            adds.submit(now)
+    adds.wait_in_flight(0, deadline)
+    figures = adds.summary(measure_from, measure_to)
+    figures["window"] = window
+    return figures
+
+
+def open_loop(adds: Adds, rate_per_s: float, profile: Profile) -> dict:
+    """``rate_per_s`` adds per second on a fixed schedule, whatever the acknowledgements
+    do (up to ``4 x window`` in flight, a safety limit).  Latency counts from the
+    scheduled time, so a submission that fell behind is charged its delay (no
+    coordinated omission)."""
+    clock = time.perf_counter_ns
+    interval_ns = 1e9 / rate_per_s
+    begin = clock()
+    measure_from = begin + int(profile.warmup_seconds * 1e9)
+    measure_to = measure_from + int(profile.load_seconds * 1e9)
+    deadline = time.monotonic() + profile.warmup_seconds + profile.load_seconds \
+        + DRAIN_TIMEOUT_S
+    limit = 4 * profile.window
+    submitted = 0
+    while (now := clock()) < measure_to:
+        due = int((now - begin) / interval_ns) + 1
+        while submitted < due:
+            if adds.in_flight >= limit:
+                adds.wait_in_flight(limit - 1, deadline)
+            adds.submit(begin + int(submitted * interval_ns))
+            submitted += 1
+        adds.in_flight_max = max(adds.in_flight_max, adds.in_flight)
+        pause_ns = begin + int(submitted * interval_ns) - clock()
+        if pause_ns > 0:
+            time.sleep(pause_ns / 1e9)
+    adds.wait_in_flight(0, deadline)
+    figures = adds.summary(measure_from, measure_to)
+    figures["offered_per_s"] = round(rate_per_s, 1)
+    return figures
+
+
+def load_phase(bk: BookKeeper, quorums: tuple[int, int, int], bookie_pids: list[int],
+               run: Callable[[Adds], dict]) -> dict:
+    """``run`` on a fresh ledger; then check the last entry reads back and close it."""
+    ledger = bk.create_ledger(*quorums)
+    adds = Adds(ledger)
+    cpu = CpuUse(bookie_pids)
+    figures = run(adds)
+    figures["cpu_us_per_add"] = cpu.per_op(len(adds.start_ns))
+    last = ledger.last_add_confirmed
+    if last != len(adds.start_ns) - 1 or ledger.read_entry(last).data != PAYLOAD:
+        raise RuntimeError(f"ledger {ledger.id}: LAC {last} after {len(adds.start_ns)} "
+                           "adds, or its last entry read back wrong")
+    ledger.close()
+    return figures
+
+
+def measure_config(bk: BookKeeper, name: str, quorums: tuple[int, int, int],
+                   bookie_pids: list[int], profile: Profile) -> dict:
+    """Full load, then half of its rate, for one (E, Qw, Qa)."""
+    full = load_phase(bk, quorums, bookie_pids, lambda adds: closed_loop(adds, profile))
+    say(f"{name} full load: {full['per_s']:,.0f} entries/s, {full['mb_per_s']} MiB/s, "
+        f"p50 {full['p50_us'] / 1000:.1f} ms, p99 {full['p99_us'] / 1000:.1f} ms; CPU per "
+        f"add: client {full['cpu_us_per_add']['client']} µs, bookies "
+        f"{full['cpu_us_per_add']['servers']} µs")
+    half_rate = full["per_s"] * HALF_LOAD_FRACTION
+    half = load_phase(bk, quorums, bookie_pids, lambda adds: open_loop(adds, half_rate, profile))
+    say(f"{name} at {half['offered_per_s']:,.0f}/s offered: {half['per_s']:,.0f} entries/s, "
+        f"p50 {half['p50_us'] / 1000:.1f} ms, p99 {half['p99_us'] / 1000:.1f} ms")
+    ensemble, write_quorum, ack_quorum = quorums
+    return {"ensemble": ensemble, "write_quorum": write_quorum, "ack_quorum": ack_quorum,
+            "full_load": full, "half_load": half,
+            "bookie_adds_per_s": round(full["per_s"] * write_quorum, 1)}
+
+
+def measure_pybk(workdir: str, children: Children, profile: Profile) -> dict:
+    """Three bookie processes, one client here; every configuration of ``CONFIGS``."""
+    bookies: dict[str, tuple[subprocess.Popen, str]] = {}
+    try:
+        for number in range(BOOKIES):
+            directory = os.path.join(workdir, f"bookie-{number}")
+            os.makedirs(directory)
+            bookies[f"bookie-{number}"] = children.start("--serve", directory)
+        say("bookies at " + ", ".join(endpoint for _, endpoint in bookies.values()))
+        settings = ClientSettings()
+        results: dict = {"bookies": BOOKIES, "entry_bytes": ENTRY_BYTES}
+        with ExitStack() as stack:
+            metadata = stack.enter_context(
+                EmbeddedMetadataStore(os.path.join(workdir, "metadata")))
+            loop = stack.enter_context(ClientLoop())  # its close also ends its clients
+            clients = {bookie_id: ZmqBookieClient(bookie_id, endpoint, settings, loop=loop)
+                       for bookie_id, (_, endpoint) in bookies.items()}
+            bk = stack.enter_context(BookKeeper(metadata, clients, settings))
+            # Clients close before the BookKeeper: adds still in flight on an abort then
+            # fail through the ledger's own path (which needs the BookKeeper's worker).
+            for client in clients.values():
+                stack.callback(client.close)
+            pids = [child.pid for child, _ in bookies.values()]
+            for name, *quorums in CONFIGS:
+                results[name] = measure_config(bk, name, tuple(quorums), pids, profile)
+        return results
+    finally:
+        for child, _ in bookies.values():
+            children.stop(child)
+
+
+# -- ZooKeeper ------------------------------------------------------------------------------
+
+def measure_zookeeper(workdir: str, profile: Profile) -> dict:
+    """Creates/s of 1 KiB znodes with ``zk_window`` ``create_async`` calls in flight, on a
+    fresh ensemble of ``ZK_SERVERS`` servers (each with its own data directory on the disk
+    under test, fsync on)."""
+    started = time.perf_counter()
+    with ZooKeeperEnsemble(size=ZK_SERVERS, directory=os.path.join(workdir, "zookeeper"),
+                           force_sync=ZK_FORCE_SYNC) as ensemble:
+        say(f"ZooKeeper ensemble up at {ensemble.connect_string} "
+            f"({time.perf_counter() - started:.1f} s)")
+        client = KazooClient(hosts=ensemble.connect_string, timeout=10.0)
+        client.start(timeout=ZK_CONNECT_TIMEOUT_S)
+        try:
+            client.create("/bench")
+            cpu = CpuUse([server.pid for server in ensemble.servers])
+            figures = zookeeper_creates(client, profile)
+            figures["cpu_us_per_create"] = use = cpu.per_op(figures["created"])
+            say(f"ZooKeeper CPU per create: client (kazoo) {use['client']} µs, servers "
+                f"{use['servers']} µs")
+            return figures
+        finally:
+            client.stop()
+            client.close()
+
+
+def zookeeper_creates(client: KazooClient, profile: Profile) -> dict:
+    """The create loop: a window of ``create_async`` results, waited for oldest first
+    (ZooKeeper answers one session's requests in order)."""
+    clock = time.perf_counter_ns
+    begin = clock()
+    measure_from = begin + int(profile.warmup_seconds * 1e9)
+    measure_to = measure_from + int(profile.load_seconds * 1e9)
+    window: deque = deque()
+    created = counted = 0
+    while clock() < measure_to:
+        if len(window) >= profile.zk_window:
+            window.popleft().get(timeout=DRAIN_TIMEOUT_S)
+            if clock() >= measure_from:
+                counted += 1
+            continue
+        window.append(client.create_async(f"/bench/e{created:010d}", PAYLOAD))
+        created += 1
+    for result in window:
+        result.get(timeout=DRAIN_TIMEOUT_S)
+    seconds = (measure_to - measure_from) / 1e9
+    figures = {"servers": ZK_SERVERS, "force_sync": ZK_FORCE_SYNC,
+               "znode_bytes": ENTRY_BYTES, "window": profile.zk_window,
+               "created": created, "creates": counted,
+               "creates_per_s": round(counted / seconds, 1),
+               "mb_per_s": mb_per_s(counted * ENTRY_BYTES, seconds)}
+    say(f"ZooKeeper ({ZK_SERVERS} servers): {figures['creates_per_s']:,.0f} creates/s")
+    return figures
+
+
+# -- report ---------------------------------------------------------------------------------
+
+def target(value: float, passed: bool, wanted: str) -> dict:
+    """One target's entry in the report."""
+    return {"value": value, "target": wanted, "pass": passed}
+
+
+def evaluate(raw: dict, pybk: dict, zookeeper: dict) -> tuple[dict, dict]:
+    """The ratios and the targets, from the reference configuration."""
+    reference = pybk[REFERENCE_CONFIG]
+    per_s = reference["full_load"]["per_s"]
+    half_p99 = reference["half_load"]["p99_us"]
+    ratios = {"pybk_to_zookeeper": ratio(per_s, zookeeper["creates_per_s"]),
+              "pybk_to_raw_zmq_pipelined": ratio(per_s, raw["zmq"]["pipelined"]["per_s"]),
+              "pybk_half_load_p99_to_raw_fdatasync_p99": ratio(
+                  half_p99, raw["fdatasync_append"]["p99_us"])}
+    targets = {
+        "replicated_1k_entries_per_s": target(per_s, per_s >= TARGET_ENTRIES_PER_S,
+                                              f">= {TARGET_ENTRIES_PER_S} ({REFERENCE_CONFIG})"),
+        "ratio_to_zookeeper": target(ratios["pybk_to_zookeeper"],
+                                     ratios["pybk_to_zookeeper"] >= TARGET_ZOOKEEPER_RATIO,
+                                     f">= {TARGET_ZOOKEEPER_RATIO:g} x ZooKeeper creates/s"),
+        "half_load_p99_us": target(half_p99, half_p99 <= TARGET_HALF_LOAD_P99_US,
+                                   f"<= {TARGET_HALF_LOAD_P99_US} ({REFERENCE_CONFIG})"),
+    }
+    targets["all_pass"] = all(t["pass"] for t in targets.values())
+    return ratios, targets
+
+
+def run(profile: Profile, workdir: str, children: Children) -> dict:
+    """Every measurement, in order; returns the JSON-ready result."""
+    started = time.perf_counter()
+    load_1m = os.getloadavg()[0]
+    say(f"{profile.name} run in {workdir}; load average {load_1m:.2f} on {os.cpu_count()} "
+        "CPUs (other work on the machine skews every figure)")
+    raw = measure_raw(workdir, profile.raw_seconds, profile.raw_max_ops, 0, say)
+    raw["zmq"] = measure_raw_zmq(children, profile)
+    pybk = measure_pybk(workdir, children, profile)
+    zookeeper = measure_zookeeper(workdir, profile)
+    ratios, targets = evaluate(raw, pybk, zookeeper)
+    for name, value in ratios.items():
+        say(f"ratio {name}: {value}")
+    for name, entry in targets.items():
+        if name != "all_pass":
+            say(f"target {name}: {entry['value']} (want {entry['target']}): "
+                f"{'pass' if entry['pass'] else 'MISSED'}")
+    return {"mode": profile.name, "dir": workdir, "python": sys.version.split()[0],
+            "cpus": os.cpu_count(), "load_average_1m_at_start": round(load_1m, 2),
+            "raw": raw, "pybk": pybk, "zookeeper": zookeeper, "ratios": ratios,
+            "targets": targets, "elapsed_s": round(time.perf_counter() - started, 1)}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (plus the hidden options of the child processes)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a shorter run (about a minute)")
+    parser.add_argument("--dir", default=os.getcwd(),
+                        help="where the fresh temporary directory is made (default: the "
+                             "current directory, i.e. its disk is the one under test)")
+    # Internal: the child processes.
+    parser.add_argument("--serve", metavar="BOOKIE_DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark (or, with a hidden option, one of its child processes)."""
+    args = parse_args(argv)
+    if args.serve:
+        serve_bookie(args.serve)
+        return 0
+    if args.echo:
+        serve_echo()
+        return 0
+    # SIGTERM unwinds like Ctrl-C, so the finally blocks stop the children.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    profile = QUICK if args.quick else FULL
+    workdir = tempfile.mkdtemp(prefix="pybk-cluster-bench-", dir=args.dir)
+    try:
+        with Children() as children:
+            result = run(profile, workdir, children)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
