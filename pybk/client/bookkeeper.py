@@ -161,8 +161,13 @@ class BookKeeper:
 
     # -- background work ----------------------------------------------------------
 
-    def _run_in_background(self, fn: Callable[[], None]) -> None:
-        self._worker.submit(fn)
+    def _run_in_background(self, fn: Callable[[], None]) -> bool:
+        """Run ``fn`` on the client's worker; False once the client is closed."""
+        try:
+            self._worker.submit(fn)
+        except RuntimeError:  # closed: the worker takes no more work
+            return False
+        return True
 
     def _register_writer(self, handle: LedgerHandle) -> None:
         with self._writers_lock:

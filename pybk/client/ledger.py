@@ -192,16 +192,18 @@ class LedgerHandle:
             self._fail_all(LedgerFenced(f"ledger {self.id} was fenced by a recovering "
                                         f"client (bookie {bookie_id}: {error})"))
             return
-        log.warning("ledger %d: bookie %s failed an add (%s); changing the ensemble",
-                    self.id, bookie_id, error)
         with self._lock:
             if self._fatal is not None or bookie_id in self._failed_bookies:
-                return
+                return  # reported once per bookie, not once per pending add
             self._failed_bookies.add(bookie_id)
+            log.warning("ledger %d: bookie %s failed an add (%s); changing the ensemble",
+                        self.id, bookie_id, error)
             if self._changing_ensemble:
                 return  # the change in flight picks it up
             self._changing_ensemble = True
-        self._bk._run_in_background(self._change_ensemble)
+        if not self._bk._run_in_background(self._change_ensemble):
+            self._fail_all(BookKeeperError(f"ledger {self.id}: bookie {bookie_id} failed an "
+                                           "add and the client is closed"))
 
     def _take_confirmed(self) -> list[_PendingAdd]:
         """Pop the adds now confirmed, in entry-id order.  Caller holds the lock."""
