@@ -14,6 +14,7 @@ import zkutil
 
 from conftest import KEY, entry
 from pybk.client import BookKeeper
+from pybk.cluster.connect import ClusterBookKeeper
 from pybk.cluster.node import BookieNode
 from pybk.errors import (BookieReadOnly, InvalidConfiguration, MetadataUnavailable,
                          NotEnoughBookies)
@@ -80,8 +81,10 @@ class Nodes:
                                                                  zkutil.settings()))
 
     def client(self) -> BookKeeper:
-        return self.closing.enter_context(BookKeeper.connect(self.address, FAST,
-                                                             zk_settings=zkutil.settings()))
+        """A cluster client, made the way users write it: ``pybk.BookKeeper("zk://...")``."""
+        bk = BookKeeper(self.address, FAST, zk_settings=zkutil.settings())
+        assert isinstance(bk, ClusterBookKeeper)
+        return self.closing.enter_context(bk)
 
 
 @pytest.fixture

@@ -38,6 +38,13 @@ _TICK_S = 0.05
 class BookKeeper:
     """A ledger client.  Use as a context manager, or call :meth:`close`."""
 
+    def __new__(cls, metadata: "MetadataStore | str", *args: object,
+                **kwargs: object) -> "BookKeeper":
+        """``BookKeeper("zk://host:port/ledgers", settings)`` is :meth:`connect`."""
+        if cls is BookKeeper and isinstance(metadata, str):
+            return cls.connect(metadata, *args, **kwargs)  # type: ignore[arg-type]
+        return super().__new__(cls)
+
     def __init__(self, metadata: MetadataStore, bookies: Mapping[str, BookieClient]
                  | Callable[[str], BookieClient], settings: ClientSettings | None = None,
                  available_bookies: Callable[[], list[str]] | None = None,

@@ -25,9 +25,15 @@ class ClusterBookKeeper(BookKeeper):
     """A :class:`~pybk.client.BookKeeper` that owns its metadata store, ZeroMQ loop and
     bookie directory (made by :func:`connect`)."""
 
-    def __init__(self, store: ZooKeeperMetadataStore, loop: ClientLoop,
-                 directory: BookieDirectory, settings: ClientSettings,
-                 local_bookie: str | None = None) -> None:
+    def __init__(self, store: "ZooKeeperMetadataStore | str", *args: object,
+                 **kwargs: object) -> None:
+        if isinstance(store, str):
+            return  # BookKeeper("zk://...", ...) made it through connect(): set up already
+        self._set_up(store, *args, **kwargs)  # type: ignore[arg-type]
+
+    def _set_up(self, store: ZooKeeperMetadataStore, loop: ClientLoop,
+                directory: BookieDirectory, settings: ClientSettings,
+                local_bookie: str | None = None) -> None:
         super().__init__(store, directory, settings, local_bookie=local_bookie)
         self.directory = directory
         self._owned = (directory, loop, store)
