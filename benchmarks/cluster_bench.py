@@ -28,14 +28,11 @@ read back wrong, a child process that did not start).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import deque
@@ -57,7 +54,8 @@ from pybk.cluster.zookeeper_server import ZooKeeperEnsemble  # noqa: E402
 from pybk.meta.embedded import EmbeddedMetadataStore  # noqa: E402
 from pybk.settings import ClientSettings, ServerSettings  # noqa: E402
 from pybk.storage import Bookie, format_bookie  # noqa: E402
-from rawdisk import latency_summary, mb_per_s, measure_raw, ratio  # noqa: E402
+from rawdisk import (latency_summary, mb_per_s, measure_raw, ratio,  # noqa: E402
+                     run_and_report)
 
 ENTRY_BYTES = 1024                 # payload of each entry, znode and pyzmq message
 PAYLOAD = bytes(range(256)) * (ENTRY_BYTES // 256)
@@ -603,14 +601,12 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C, so the finally blocks stop the children.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     profile = QUICK if args.quick else FULL
-    workdir = tempfile.mkdtemp(prefix="pybk-cluster-bench-", dir=args.dir)
-    try:
+
+    def measure(workdir: str) -> dict:
         with Children() as children:
-            result = run(profile, workdir, children)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(result), flush=True)
-    return 0
+            return run(profile, workdir, children)
+
+    return run_and_report("pybk-cluster-bench-", args.dir, measure)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The raw limits of a disk, and the statistics every pybk benchmark reports them with.
+"""The raw limits of a disk, the statistics every pybk benchmark reports them with, and
+the run every benchmark shares (:func:`run_and_report`).
 
 Each benchmark measures these in the same run as its own figures and reports ratios to
 them, because the machines are shared and their disks noisy.
@@ -11,7 +12,10 @@ written and synced before, as a recycled journal would be).
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
 import time
 from typing import Callable
 
@@ -144,3 +148,16 @@ def measure_raw(workdir: str, seconds: float, max_ops: int, bandwidth_mb: int,
         raw["durable_write_mb_s"] = raw_durable_bandwidth(workdir, bandwidth_mb)
         say(f"raw durable sequential write: {raw['durable_write_mb_s']} MiB/s")
     return raw
+
+
+def run_and_report(prefix: str, parent: str, measure: Callable[[str], dict]) -> int:
+    """Run ``measure(workdir)`` in a new temporary directory under ``parent`` (the disk
+    under test), delete the directory (also on failure), and print the figures as one
+    JSON line on stdout.  Returns the exit code, 0."""
+    workdir = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    try:
+        result = measure(workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(result, sort_keys=True), flush=True)
+    return 0

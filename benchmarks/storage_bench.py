@@ -14,15 +14,12 @@ code is 0 unless the benchmark itself fails (e.g. an add is refused).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import resource
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -37,7 +34,7 @@ from pybk.storage.bookie import Bookie, format_bookie  # noqa: E402
 from pybk.storage.entries import ENTRY_HEADER_SIZE, make_entry  # noqa: E402
 from pybk.storage.fileio import FileIO  # noqa: E402
 from rawdisk import (MIB, RAW_VARIANTS, latency_summary, mb_per_s, measure_raw,  # noqa: E402
-                     ratio)
+                     ratio, run_and_report)
 
 SMALL_ENTRY = 1024           # "1 KiB entries": total size, header included
 LARGE_ENTRY = 64 * 1024      # "64 KiB entries"
@@ -461,13 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         run_replay_writer(args.replay_writer, args.replay_entries, args.window)
         return 0
     profile = QUICK if args.quick else FULL
-    workdir = tempfile.mkdtemp(prefix="pybk-bench-", dir=args.dir)
-    try:
-        result = run(profile, workdir)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(result), flush=True)
-    return 0
+    return run_and_report("pybk-bench-", args.dir, lambda workdir: run(profile, workdir))
 
 
 if __name__ == "__main__":

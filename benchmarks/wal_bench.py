@@ -20,12 +20,10 @@ are reported with pass/fail booleans, never asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sqlite3
 import sys
-import tempfile
 import threading
 import time
 from collections import deque
@@ -39,7 +37,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import pybk  # noqa: E402
-from rawdisk import MIB, latency_summary, measure_raw, ratio  # noqa: E402
+from rawdisk import MIB, latency_summary, measure_raw, ratio, run_and_report  # noqa: E402
 
 RECORD = 1024
 THREAD_COUNTS = (1, 8, 64)
@@ -244,13 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=os.getcwd(),
                         help="where to make the temporary work directory (the disk tested)")
     args = parser.parse_args(argv)
-    workdir = tempfile.mkdtemp(prefix="pybk-wal-bench-", dir=args.dir)
-    try:
-        results = run(workdir, QUICK if args.quick else FULL)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(results, sort_keys=True))
-    return 0
+    profile = QUICK if args.quick else FULL
+    return run_and_report("pybk-wal-bench-", args.dir, lambda workdir: run(workdir, profile))
 
 
 if __name__ == "__main__":

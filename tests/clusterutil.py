@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import zkutil
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -122,6 +123,20 @@ class BookieProcesses:
                 bookie.process.wait(30)
             except subprocess.TimeoutExpired:  # pragma: no cover - a zombie we cannot reap
                 pass
+
+
+@pytest.fixture
+def address(zookeeper) -> str:
+    """A freshly formatted cluster of the test's own on the session's ZooKeeper."""
+    return zkutil.formatted_cluster(zookeeper)
+
+
+@pytest.fixture
+def bookies(tmp_path, address):
+    """Bookie processes of the test on ``address``; every one is stopped at its end."""
+    group = BookieProcesses(tmp_path, address)
+    yield group
+    group.close()
 
 
 PASSWORD = b"cluster-test"

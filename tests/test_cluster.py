@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 import zkutil
 
-from clusterutil import (PASSWORD, TESTS, BookieProcesses, Writer, child_env, payload,
-                         pybk_command)
+from clusterutil import (PASSWORD, TESTS, BookieProcesses, Writer,  # noqa: F401
+                         address, bookies, child_env, payload, pybk_command)
 from conftest import KEY, entry
 from pybk.client import BookKeeper
 from pybk.cluster.node import BookieNode
 from pybk.errors import BookieReadOnly
 from pybk.meta.ledger_metadata import LedgerState
-from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
+from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import format_bookie
 
@@ -32,21 +32,6 @@ pytestmark = pytest.mark.timeout(120)
 
 FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0, explicitLacInterval=20)
 COMMAND_TIMEOUT_S = 60
-
-
-@pytest.fixture
-def address(zookeeper) -> str:
-    """A freshly formatted cluster of this test's own on the session's ZooKeeper."""
-    address = zookeeper.address(zkutil.fresh_root())
-    format_cluster(address, settings=zkutil.settings())
-    return address
-
-
-@pytest.fixture
-def bookies(tmp_path, address):
-    group = BookieProcesses(tmp_path, address)
-    yield group
-    group.close()
 
 
 def client(closing, address: str) -> BookKeeper:
@@ -182,8 +167,7 @@ def own_zookeeper():
 
 
 def test_a_zookeeper_restart_does_not_stop_writes(tmp_path, closing, own_zookeeper):
-    address = own_zookeeper.address(zkutil.fresh_root())
-    format_cluster(address, settings=zkutil.settings())
+    address = zkutil.formatted_cluster(own_zookeeper)
     group = BookieProcesses(tmp_path, address)
     closing.callback(group.close)
     # Sessions longer than the restart: the bookies stay registered and take adds.
@@ -207,8 +191,7 @@ def test_a_zookeeper_restart_does_not_stop_writes(tmp_path, closing, own_zookeep
 
 def test_a_node_cut_off_from_zookeeper_for_a_session_timeout_refuses_adds(
         tmp_path, closing, own_zookeeper):
-    address = own_zookeeper.address(zkutil.fresh_root())
-    format_cluster(address, settings=zkutil.settings())
+    address = zkutil.formatted_cluster(own_zookeeper)
     settings = ServerSettings(journalDirectory=str(tmp_path / "journal"),
                               ledgerDirectories=(str(tmp_path / "ledgers"),),
                               journalPreAllocSizeMB=1, metadataServiceUri=address,

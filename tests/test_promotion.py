@@ -7,26 +7,12 @@ import pytest
 
 import pybk
 import zkutil
-from clusterutil import BookieProcesses
+from clusterutil import address, bookies  # noqa: F401 (fixtures)
 from pybk.errors import InvalidConfiguration
 from pybk.meta.ledgers import LedgerManager
-from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
+from pybk.meta.zookeeper import ZooKeeperMetadataStore
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def address(zookeeper) -> str:
-    address = zookeeper.address(zkutil.fresh_root())
-    format_cluster(address, settings=zkutil.settings())
-    return address
-
-
-@pytest.fixture
-def bookies(tmp_path, address):
-    group = BookieProcesses(tmp_path, address)
-    yield group
-    group.close()
 
 
 def test_a_promoted_wal_keeps_its_records_and_replicates_new_ones(tmp_path, address,

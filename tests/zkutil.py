@@ -12,7 +12,7 @@ import uuid
 from kazoo.client import KazooClient
 
 from pybk.cluster.zookeeper_server import ZooKeeperServer
-from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings
+from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, format_cluster
 
 #: ZooKeeper's tick: sessions may time out after 2 ticks, so tests can expire them fast.
 TICK_MS = 200
@@ -38,6 +38,13 @@ def settings(**overrides: int) -> ZooKeeperSettings:
 def fresh_root() -> str:
     """A ledgers root no other test uses: ``/pybk-test-<random>/ledgers``."""
     return f"/pybk-test-{uuid.uuid4().hex[:12]}/ledgers"
+
+
+def formatted_cluster(zookeeper: ZooKeeperServer) -> str:
+    """The address of a freshly formatted cluster of its own on ``zookeeper``."""
+    address = zookeeper.address(fresh_root())
+    format_cluster(address, settings=settings())
+    return address
 
 
 def expire_session(store: ZooKeeperMetadataStore) -> None:

@@ -13,6 +13,7 @@ Every step is idempotent, so a crash in the middle is finished by the next promo
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from pybk.errors import InvalidConfiguration, MetadataError, NodeExists, NoNode
@@ -61,8 +62,7 @@ def promote(embedded: MetadataStore, cluster: MetadataStore, address: str,
     moved = LogMetadata.from_bytes(data)
     try:
         cluster.create(log_path(cluster_log),
-                       LogMetadata(cluster_log, moved.segments, moved.next_segment,
-                                   moved.truncated_before, moved.deleting).to_bytes())
+                       dataclasses.replace(moved, name=cluster_log).to_bytes())
     except NodeExists:
         pass  # copied by an earlier promotion that crashed before its last step
     embedded.create(PROMOTED, address.encode("utf-8"))
