@@ -24,9 +24,17 @@ pytestmark = pytest.mark.timeout(60)
 MAX = 64 * 1024  # the entry limit of the codec tests and of the fuzzed server
 INFO = wire.encode_info(BookieInfo(free_bytes=1, total_bytes=2, read_only=True))
 
+
+
+def add_request(request_id: int, *adds: wire.Add, max_entry_bytes: int = MAX) -> Request:
+    return Request(Op.ADD, request_id, entry=wire.encode_adds(adds, max_entry_bytes))
+
+
+ADDS = [wire.Add(7, 1, entry(7, 1), KEY, recovery=True), wire.Add(8, 0, entry(8, 0), b""),
+        wire.Add(2 ** 64 - 1, 2 ** 63 - 1, b"", b"k" * wire.MAX_MASTER_KEY_BYTES)]
 REQUESTS = [
-    Request(Op.ADD, 1, 7, 0, master_key=KEY, entry=entry(7, 0)),
-    Request(Op.ADD, 2, 7, 1, flags=wire.RECOVERY, master_key=KEY, entry=entry(7, 1)),
+    add_request(1, wire.Add(7, 0, entry(7, 0), KEY)),
+    add_request(2, *ADDS),
     Request(Op.READ, 3, 7, 0),
     Request(Op.READ, 4, 7, LAST_ENTRY, flags=wire.FENCE, master_key=KEY),
     Request(Op.READ_LAC, 5, 7),
@@ -36,7 +44,9 @@ REQUESTS = [
     Request(Op.DELETE, 2 ** 64 - 1, 2 ** 64 - 1),
 ]
 REPLIES = [
-    Reply(Op.ADD, 1),
+    Reply(Op.ADD, 1, body=wire.encode_add_statuses([0])),
+    Reply(Op.ADD, 2, message="LedgerFenced: ledger 7 is fenced",
+          body=wire.encode_add_statuses([LedgerFenced.code, 0, Unauthorized.code])),
     Reply(Op.READ, 3, body=entry(7, 0)),
     Reply(Op.READ_LAC, 5, lac=-1),
     Reply(Op.WRITE_LAC, 6),
@@ -83,15 +93,68 @@ def test_every_reply_round_trips(reply):
 
 
 def test_the_header_is_laid_out_as_documented():
-    header, body = wire.encode_request(Request(Op.ADD, 0x0102, 0x0304, 5, flags=wire.RECOVERY,
-                                               master_key=b"K", entry=b"E"), MAX)
-    assert header == (b"PB" + bytes([1, 1]) + b"\x00\x02" + b"\x00\x01"
+    header, = wire.encode_request(Request(Op.READ, 0x0102, 0x0304, 5, flags=wire.FENCE,
+                                          master_key=b"K"), MAX)
+    assert header == (b"PB" + bytes([2, 2]) + b"\x00\x01" + b"\x00\x01"
                       + (0x0102).to_bytes(8, "big") + (0x0304).to_bytes(8, "big")
                       + (5).to_bytes(8, "big") + bytes(8) + bytes(4) + b"K")
-    assert body == b"E"
     reply, = wire.encode_reply(Reply(Op.READ_LAC, 9, lac=-1), MAX)
-    assert reply == (b"PB" + bytes([1, 3]) + bytes(4) + (9).to_bytes(8, "big")
+    assert reply == (b"PB" + bytes([2, 3]) + bytes(4) + (9).to_bytes(8, "big")
                      + b"\xff" * 8 + bytes(2))
+
+
+def test_add_bodies_are_laid_out_as_documented():
+    header, body = wire.encode_request(add_request(3, wire.Add(0x0304, 5, b"E", b"K", True),
+                                                   wire.Add(6, 0, b"", b"")), MAX)
+    assert header == (b"PB" + bytes([2, 1]) + bytes(4) + (3).to_bytes(8, "big") + bytes(28))
+    assert body == ((2).to_bytes(4, "big")
+                    + (0x0304).to_bytes(8, "big") + (5).to_bytes(8, "big") + b"\x00\x02"
+                    + b"\x00\x01" + (1).to_bytes(4, "big") + b"K" + b"E"
+                    + (6).to_bytes(8, "big") + bytes(8 + 2 + 2 + 4))
+    assert wire.encode_add_statuses([0, -3]) == bytes(4) + (-3).to_bytes(4, "big",
+                                                                        signed=True)
+
+
+def test_add_bodies_and_statuses_round_trip():
+    assert wire.decode_adds(wire.encode_adds(ADDS, MAX), MAX) == ADDS
+    assert wire.decode_add_statuses(wire.encode_add_statuses([0, 0]), 2) is None
+    assert wire.decode_add_statuses(wire.encode_add_statuses([0, -3]), 2) == [0, -3]
+    with pytest.raises(MalformedMessage):
+        wire.decode_add_statuses(wire.encode_add_statuses([0, 0]), 3)
+
+
+def add_body(*records: bytes, count: int | None = None) -> bytes:
+    """An ADD body of raw records, unchecked."""
+    return (len(records) if count is None else count).to_bytes(4, "big") + b"".join(records)
+
+
+def add_record(ledger_id: int = 7, entry_id: int = 0, flags: int = 0, key: bytes = KEY,
+               data: bytes = b"data", key_length: int | None = None,
+               length: int | None = None) -> bytes:
+    return wire.ADD_RECORD.pack(ledger_id, entry_id, flags,
+                                len(key) if key_length is None else key_length,
+                                len(data) if length is None else length) + key + data
+
+
+MALFORMED_ADD_BODIES = {
+    "no count": b"\x00\x00",
+    "no adds": add_body(),
+    "more adds than counted": add_body(add_record(), add_record(), count=1),
+    "fewer adds than counted": add_body(add_record(), count=2),
+    "record header cut": add_body(add_record())[:20],
+    "entry cut": add_body(add_record())[:-1],
+    "key length past the body": add_body(add_record(key_length=200)),
+    "unknown flag": add_body(add_record(flags=0x1)),
+    "negative entry id": add_body(add_record(entry_id=-1)),
+    "key over the limit": add_body(add_record(key=b"k" * 1025)),
+    "count over the limit": add_body(count=wire.MAX_ADDS_PER_MESSAGE + 1),
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED_ADD_BODIES.values(), ids=MALFORMED_ADD_BODIES)
+def test_malformed_add_bodies_are_refused(body):
+    with pytest.raises(MalformedMessage):
+        wire.decode_adds(body, MAX)
 
 
 def test_long_error_messages_are_cut_at_a_character_boundary():
@@ -100,14 +163,15 @@ def test_long_error_messages_are_cut_at_a_character_boundary():
     assert decoded.message == "é" * (wire.MAX_MESSAGE_BYTES // 2)
 
 
+ADD_BODY = wire.encode_adds([wire.Add(7, 0, entry(7, 0), KEY)], MAX)
 MALFORMED_REQUESTS = {
     "empty message": [],
     "wrong magic": [raw_request(magic=b"BK")],
-    "wrong version": [raw_request(version=2)],
+    "older version": [raw_request(version=1)],
+    "newer version": [raw_request(version=3)],
     "operation 0": [raw_request(op=0)],
     "unknown operation": [raw_request(op=99)],
-    "flag on the wrong operation": [raw_request(Op.ADD, flags=wire.FENCE, entry_id=1),
-                                    entry(7, 1)],
+    "flag on the wrong operation": [raw_request(Op.ADD, flags=wire.FENCE), ADD_BODY],
     "unknown flag": [raw_request(Op.READ, flags=0x80)],
     "key without fencing": [raw_request(Op.READ, key=KEY)],
     "key where none is used": [raw_request(Op.READ_LAC, key=KEY)],
@@ -118,13 +182,14 @@ MALFORMED_REQUESTS = {
     "LAC where none is used": [raw_request(Op.READ, lac=3)],
     "timeout where none is used": [raw_request(Op.READ, timeout_ms=3)],
     "entry id below -1": [raw_request(Op.READ, entry_id=-2)],
-    "negative entry id on ADD": [raw_request(Op.ADD, entry_id=-1, key=KEY), entry(7, 0)],
+    "entry id in an ADD header": [raw_request(Op.ADD, entry_id=1), ADD_BODY],
+    "key in an ADD header": [raw_request(Op.ADD, key=KEY), ADD_BODY],
     "LAC below -1": [raw_request(Op.WRITE_LAC, lac=-2, key=KEY)],
     "long poll without timeout": [raw_request(Op.LONG_POLL, lac=1)],
     "long poll too long": [raw_request(Op.LONG_POLL, timeout_ms=wire.MAX_LONG_POLL_MS + 1)],
-    "ADD without its entry": [raw_request(Op.ADD, key=KEY)],
+    "ADD without its body": [raw_request(Op.ADD)],
     "READ with an entry frame": [raw_request(Op.READ), entry(7, 0)],
-    "three frames": [raw_request(Op.ADD, key=KEY), entry(7, 0), b"more"],
+    "three frames": [raw_request(Op.ADD), ADD_BODY, b"more"],
 }
 
 
@@ -142,10 +207,16 @@ def test_truncated_request_headers_are_refused_at_every_length():
 
 
 def test_oversized_entries_are_refused_on_both_sides():
-    big = Request(Op.ADD, 1, 7, 0, master_key=KEY, entry=bytes(MAX + 1))
+    big = [wire.Add(7, 0, bytes(MAX + 1), KEY)]
     with pytest.raises(EntryTooLarge):
-        wire.encode_request(big, MAX)
-    frames = wire.encode_request(big, MAX + 1)
+        wire.encode_adds(big, MAX)
+    with pytest.raises(EntryTooLarge):
+        wire.decode_adds(wire.encode_adds(big, MAX + 1), MAX)
+    two = [wire.Add(7, 0, bytes(MAX), KEY), wire.Add(7, 1, bytes(MAX), KEY)]
+    with pytest.raises(EntryTooLarge):  # each fits, together they are over the body limit
+        wire.encode_adds(two, MAX)
+    frames = wire.encode_request(Request(Op.ADD, 1, entry=wire.encode_adds(two, 2 * MAX)),
+                                 2 * MAX)
     with pytest.raises(EntryTooLarge):
         wire.decode_request(frames, MAX)
     with pytest.raises(EntryTooLarge):
@@ -158,8 +229,9 @@ MALFORMED_REPLIES = {
     "error with a body": [raw_reply(Op.READ, status=-13), b"body"],
     "error with a LAC": [raw_reply(status=-13, lac=4)],
     "READ without its entry": [raw_reply(Op.READ)],
-    "ADD with a body": [raw_reply(Op.ADD), b"body"],
-    "LAC on an ADD reply": [raw_reply(Op.ADD, lac=4)],
+    "ADD without statuses": [raw_reply(Op.ADD)],
+    "ADD statuses cut": [raw_reply(Op.ADD), b"abc"],
+    "LAC on an ADD reply": [raw_reply(Op.ADD, lac=4), bytes(4)],
     "INFO body too short": [raw_reply(Op.INFO), INFO[:-1]],
     "INFO read-only flag not 0/1": [raw_reply(Op.INFO), INFO[:-1] + b"\x02"],
     "message not UTF-8": [raw_reply(status=-13, message=b"\xff\xfe")],
@@ -225,6 +297,21 @@ def test_decoders_raise_only_format_errors_and_accept_only_canonical_messages():
     assert accepted > 100  # the mutations also produce valid messages (e.g. other ids)
 
 
+def test_add_body_decoding_raises_only_format_errors_and_accepts_only_canonical_bodies():
+    rng = random.Random(20261121)
+    bodies = [r.entry for r in REQUESTS if r.op == Op.ADD]
+    accepted = 0
+    for _ in range(20_000):
+        body = b"".join(mutate(rng, [rng.choice(bodies)]))
+        try:
+            adds = wire.decode_adds(body, MAX)
+        except (MalformedMessage, EntryTooLarge):
+            continue
+        accepted += 1
+        assert wire.encode_adds(adds, MAX) == body
+    assert accepted > 100
+
+
 # -- through a server ---------------------------------------------------------------------
 
 @pytest.fixture
@@ -287,8 +374,8 @@ def test_server_answers_or_drops_malformed_requests_and_keeps_serving(server, cl
         "unknown operation": ([raw_request(op=42, request_id=12)], MalformedMessage.code),
         "wrong frame count": ([raw_request(Op.READ, request_id=13), b"x"],
                               MalformedMessage.code),
-        "oversized entry": ([raw_request(Op.ADD, key=KEY, request_id=14), bytes(MAX + 1)],
-                            EntryTooLarge.code),
+        "oversized body": ([raw_request(Op.ADD, request_id=14),
+                            bytes(wire.max_add_body_bytes(MAX) + 1)], EntryTooLarge.code),
     }
     for frames, _ in answered.values():
         dealer.send(frames)
@@ -313,7 +400,7 @@ def test_server_survives_random_and_mutated_frames(server, closing):
     for i in range(3000):
         dealer.send(mutate(rng, rng.choice(VALID_MESSAGES)) or [b""])
         if i % 500 == 0:  # a frame over ZeroMQ's limit: the server drops the connection
-            dealer.send([raw_request(Op.ADD, key=KEY), bytes(4 * MAX)])
+            dealer.send([raw_request(Op.ADD), bytes(4 * MAX)])
     # A new client is served; whatever came back to the fuzzer is a well-formed reply;
     # and the fuzzer's own valid request is answered too.
     with ZmqBookieClient("B1", server.address) as fresh:

@@ -135,7 +135,7 @@ def test_timeouts_are_per_request_and_late_or_wrong_replies_are_handled(closing)
     wrong_op = client.read_lac(3)
     identity, header = router.receive(timeout_s=10)
     request_id = wire.decode_request([header], 1024).request_id
-    router.send([identity, *wire.encode_reply(wire.Reply(wire.Op.ADD, request_id), 1024)])
+    router.send([identity, *wire.encode_reply(wire.Reply(wire.Op.DELETE, request_id), 1024)])
     with pytest.raises(MalformedMessage, match="answered a READ_LAC request"):
         wrong_op.result(timeout=10)
 

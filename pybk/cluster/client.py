@@ -32,6 +32,13 @@ Failures:
 * Back-pressure: when ZeroMQ's send queue is full (the bookie reads slowly), requests
   wait in the client, in order, within their time limits.
 
+Adds are batched: :meth:`ZmqBookieClient.add_then` queues an add, and each time the
+loop runs it sends everything queued for a bookie as one ADD message (of any ledgers, up
+to the body limit of :mod:`pybk.cluster.wire`), which the bookie answers with one reply.
+Under load, adds gather while the loop is busy, so messages grow with the load and the
+per-message costs (system calls, ZeroMQ, Python) are paid per batch; an add made on an
+idle client leaves at once, alone.
+
 Replies are received into one copy (``bytes``: what the ledger client keeps); entries
 are sent without a copy from 64 KiB up (:mod:`pybk.cluster.frames`).
 """
@@ -51,14 +58,14 @@ from typing import Callable
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from pybk.client.transport import BookieClient
+from pybk.client.transport import AddCallback, BookieClient
 from pybk.cluster import wire
 from pybk.cluster.deadlines import Deadlines
 from pybk.cluster.frames import received, send_message
 from pybk.cluster.mailbox import Mailbox
 from pybk.cluster.wire import Op, Reply, Request
-from pybk.errors import (BookieUnavailable, BookKeeperError, MalformedMessage, Timeout,
-                         error_for_code)
+from pybk.errors import (BookieUnavailable, BookKeeperError, EntryTooLarge,
+                         MalformedMessage, Timeout, error_for_code)
 from pybk.settings import ClientSettings
 
 log = logging.getLogger(__name__)
@@ -78,9 +85,8 @@ _DOWN_EVENTS = {
 }
 _MONITORED = _UP_EVENT | sum(_DOWN_EVENTS)
 
-#: What each operation's future gives, from its success reply.
+#: What each operation's future gives, from its success reply (adds: see _AddBatch).
 _RESULTS: dict[Op, Callable[[Reply], object]] = {
-    Op.ADD: lambda reply: None,
     Op.READ: lambda reply: reply.body,
     Op.READ_LAC: lambda reply: reply.lac,
     Op.WRITE_LAC: lambda reply: None,
@@ -105,7 +111,7 @@ class ClientLoop:
         self._poller.register(self._mailbox.fileno(), zmq.POLLIN)
         self._handlers: dict[zmq.Socket, Callable[[], None]] = {}
         self._connections: set[_Connection] = set()
-        self.deadlines: Deadlines[_Pending] = Deadlines(lambda p: not p.future.done())
+        self.deadlines: Deadlines[_Pending] = Deadlines(lambda p: not p.done)
         self._stopping = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="pybk-zmq-client",
@@ -207,18 +213,89 @@ class ClientLoop:
 
 
 class _Pending:
-    """A request waiting for its reply."""
+    """A request waiting for its reply; :meth:`settle` or :meth:`fail` it once (loop
+    thread)."""
 
-    __slots__ = ("request_id", "op", "frames", "future", "timeout_s", "connection")
+    __slots__ = ("request_id", "op", "frames", "timeout_s", "connection", "done")
 
-    def __init__(self, request_id: int, op: Op, frames: list[bytes], future: Future,
-                 timeout_s: float, connection: "_Connection") -> None:
+    def __init__(self, request_id: int, op: Op, frames: list[bytes], timeout_s: float,
+                 connection: "_Connection") -> None:
         self.request_id = request_id
         self.op = op
         self.frames = frames
-        self.future = future
         self.timeout_s = timeout_s
         self.connection = connection
+        self.done = False
+
+    def settle(self, reply: Reply) -> None:
+        """Complete with a reply of status 0."""
+        self.done = True
+        self._succeed(reply)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done:
+            self.done = True
+            self._fail(error)
+
+    def _succeed(self, reply: Reply) -> None:
+        raise NotImplementedError
+
+    def _fail(self, error: BaseException) -> None:
+        raise NotImplementedError
+
+
+class _Call(_Pending):
+    """A request whose caller waits on a Future."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, request_id: int, op: Op, frames: list[bytes], timeout_s: float,
+                 connection: "_Connection", future: Future) -> None:
+        super().__init__(request_id, op, frames, timeout_s, connection)
+        self.future = future
+
+    def _succeed(self, reply: Reply) -> None:
+        self.future.set_result(_RESULTS[self.op](reply))
+
+    def _fail(self, error: BaseException) -> None:
+        self.future.set_exception(error)
+
+
+class _AddBatch(_Pending):
+    """One ADD message: the adds a connection had queued, and their callbacks."""
+
+    __slots__ = ("callbacks",)
+
+    def __init__(self, request_id: int, frames: list[bytes], timeout_s: float,
+                 connection: "_Connection", callbacks: list[AddCallback]) -> None:
+        super().__init__(request_id, Op.ADD, frames, timeout_s, connection)
+        self.callbacks = callbacks
+
+    def _succeed(self, reply: Reply) -> None:
+        try:
+            statuses = wire.decode_add_statuses(reply.body, len(self.callbacks))
+        except BookKeeperError as e:
+            self._fail(e)
+            return
+        if statuses is None:
+            for callback in self.callbacks:
+                _call(callback, None)
+            return
+        bookie = self.connection.bookie_id
+        for callback, status in zip(self.callbacks, statuses):
+            _call(callback, error_for_code(status, f"bookie {bookie}: {reply.message}")
+                  if status else None)
+
+    def _fail(self, error: BaseException) -> None:
+        for callback in self.callbacks:
+            _call(callback, error)
+
+
+def _call(callback: AddCallback, error: BaseException | None) -> None:
+    try:
+        callback(error)
+    except Exception:  # one faulty callback must not keep the others from running
+        log.exception("an add callback raised")
 
 
 class _State(enum.Enum):
@@ -242,6 +319,10 @@ class _Connection:
         self._down_reason = ""
         self._pending: dict[int, _Pending] = {}
         self._backlog: deque[_Pending] = deque()  # not yet taken by ZeroMQ
+        # Adds from any thread, batched into ADD messages on the loop's thread:
+        self._adds: deque[tuple[wire.Add, AddCallback]] = deque()
+        self._adds_posted = False
+        self._max_add_body = wire.max_add_body_bytes(settings.maxEntrySizeBytes)
         self._socket: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
         self._flags = zmq.POLLIN
@@ -278,13 +359,67 @@ class _Connection:
         except zmq.ZMQError as e:  # a malformed address: nothing will ever connect
             self._went_down(f"cannot connect: {e}")
 
+    def queue_add(self, add: wire.Add, callback: AddCallback) -> None:
+        """Queue an add for the next ADD message (any thread)."""
+        self._adds.append((add, callback))
+        if not self._adds_posted:  # else a _send_adds is due and takes this add too
+            self._adds_posted = True
+            if not self.loop.post(self._send_adds):
+                error = BookieUnavailable(f"the client of bookie {self.bookie_id} is closed")
+                while self._adds:
+                    _call(self._adds.popleft()[1], error)
+
+    def _send_adds(self) -> None:
+        """Put every queued add into ADD messages, each as large as the body limit
+        allows."""
+        self._adds_posted = False  # before taking: an add queued from now on posts again
+        adds, taken = self._adds, []
+        while adds:
+            taken.append(adds.popleft())
+        batch: list[wire.Add] = []
+        callbacks: list[AddCallback] = []
+        size = wire.ADD_COUNT.size
+        for add, callback in taken:
+            record = wire.add_record_bytes(add)
+            if record > self._max_add_body - wire.ADD_COUNT.size:
+                _call(callback, EntryTooLarge(
+                    f"entry of {len(add.entry)} bytes is over the maximum of "
+                    f"{self._settings.maxEntrySizeBytes}"))
+                continue
+            if size + record > self._max_add_body or len(batch) == wire.MAX_ADDS_PER_MESSAGE:
+                self._send_batch(batch, callbacks)
+                batch, callbacks, size = [], [], wire.ADD_COUNT.size
+            batch.append(add)
+            callbacks.append(callback)
+            size += record
+        if batch:
+            self._send_batch(batch, callbacks)
+
+    def _send_batch(self, adds: list[wire.Add], callbacks: list[AddCallback]) -> None:
+        request_id = self.loop.next_request_id()
+        try:
+            body = wire.encode_adds(adds, self._settings.maxEntrySizeBytes)
+            frames = wire.encode_request(Request(Op.ADD, request_id, entry=body),
+                                         self._settings.maxEntrySizeBytes)
+        except BookKeeperError as e:
+            frames = []
+            error: BookKeeperError | None = e
+        else:
+            error = None
+        batch = _AddBatch(request_id, frames, self._settings.addEntryTimeout, self,
+                          callbacks)
+        if error is not None:
+            batch.fail(error)
+        else:
+            self.send(batch)
+
     def send(self, pending: _Pending) -> None:
         if self._state is _State.CLOSED:
-            _fail(pending, BookieUnavailable(f"the client of bookie {self.bookie_id} is "
-                                             "closed"))
+            pending.fail(BookieUnavailable(f"the client of bookie {self.bookie_id} is "
+                                           "closed"))
             return
         if self._state is _State.DOWN:
-            _fail(pending, BookieUnavailable(self._down_reason))
+            pending.fail(BookieUnavailable(self._down_reason))
             return
         self._pending[pending.request_id] = pending
         self.loop.deadlines.add(time.monotonic() + pending.timeout_s, pending)
@@ -294,7 +429,7 @@ class _Connection:
 
     def expire(self, pending: _Pending) -> None:
         if self._pending.pop(pending.request_id, None) is not None:
-            _fail(pending, Timeout(f"bookie {self.bookie_id} did not answer a "
+            pending.fail(Timeout(f"bookie {self.bookie_id} did not answer a "
                                    f"{pending.op.name} within {pending.timeout_s} s"))
 
     def close(self) -> None:
@@ -347,7 +482,7 @@ class _Connection:
         self._backlog.clear()
         self._update_flags()
         for p in pending.values():
-            _fail(p, error)
+            p.fail(error)
 
     # -- sending and receiving --------------------------------------------------------
 
@@ -357,7 +492,7 @@ class _Connection:
         try:
             while backlog:
                 pending = backlog[0]
-                if not pending.future.done():  # done: timed out while queued here
+                if not pending.done:  # done: timed out while queued here
                     send_message(self._socket, pending.frames)
                 pending.frames = []
                 backlog.popleft()
@@ -386,21 +521,21 @@ class _Connection:
             log.warning("bad reply from bookie %s: %s", self.bookie_id, e)
             pending = self._pending.pop(request_id, None) if request_id is not None else None
             if pending is not None:
-                _fail(pending, e)
+                pending.fail(e)
             return
         pending = self._pending.pop(reply.request_id, None)
         if pending is None:
             log.debug("bookie %s answered request %d after it timed out", self.bookie_id,
                       reply.request_id)
         elif reply.op != pending.op and not (reply.status and reply.op == wire.UNKNOWN_OP):
-            _fail(pending, MalformedMessage(f"bookie {self.bookie_id} answered a "
-                                            f"{pending.op.name} request with operation "
-                                            f"{reply.op}"))
+            pending.fail(MalformedMessage(f"bookie {self.bookie_id} answered a "
+                                          f"{pending.op.name} request with operation "
+                                          f"{reply.op}"))
         elif reply.status:
-            _fail(pending, error_for_code(reply.status,
-                                          f"bookie {self.bookie_id}: {reply.message}"))
+            pending.fail(error_for_code(reply.status,
+                                        f"bookie {self.bookie_id}: {reply.message}"))
         else:
-            pending.future.set_result(_RESULTS[pending.op](reply))
+            pending.settle(reply)
 
 
 class ZmqBookieClient(BookieClient):
@@ -426,9 +561,18 @@ class ZmqBookieClient(BookieClient):
         self.close()
 
     def add(self, ledger_id, entry_id, entry, master_key, recovery=False):
-        return self._call(Op.ADD, self._settings.addEntryTimeout, ledger_id=ledger_id,
-                          entry_id=entry_id, flags=wire.RECOVERY if recovery else 0,
-                          master_key=master_key, entry=entry)
+        future: Future = Future()
+        future.set_running_or_notify_cancel()  # not cancellable: completion never races
+        self.add_then(ledger_id, entry_id, entry, master_key,
+                      lambda error: future.set_result(None) if error is None
+                      else future.set_exception(error), recovery)
+        return future
+
+    def add_then(self, ledger_id, entry_id, entry, master_key, callback, recovery=False):
+        """Queue the add for the bookie's next ADD message (the loop batches every add
+        ready when it runs); ``callback`` runs on the loop's thread."""
+        self._connection.queue_add(wire.Add(ledger_id, entry_id, entry, master_key,
+                                            recovery), callback)
 
     def read(self, ledger_id, entry_id, fence=False, master_key=b""):
         return self._call(Op.READ, self._settings.readTimeout, ledger_id=ledger_id,
@@ -483,16 +627,11 @@ class ZmqBookieClient(BookieClient):
         except BookKeeperError as e:
             future.set_exception(e)
             return future
-        pending = _Pending(request_id, op, frames, future, timeout_s, self._connection)
+        pending = _Call(request_id, op, frames, timeout_s, self._connection, future)
         if not self._loop.post(partial(self._connection.send, pending)):
             future.set_exception(BookieUnavailable(f"the client of bookie {self.bookie_id} "
                                                    "is closed"))
         return future
-
-
-def _fail(pending: _Pending, error: BaseException) -> None:
-    if not pending.future.done():
-        pending.future.set_exception(error)
 
 
 def _close_sockets(*sockets: zmq.Socket | None) -> None:

@@ -9,7 +9,9 @@ delete on the server's delete thread, a long poll whose LAC moved) comes back th
 Guarantees:
 
 * ADD, WRITE_LAC and DELETE are answered once durable in the journal; a fencing READ
-  reads only once the fence is durable.
+  reads only once the fence is durable.  The adds of one ADD message go to the bookie
+  together (:meth:`pybk.storage.Bookie.add_entries_async`: one lock, one journal
+  hand-off) and are answered together, each with its own status.
 * Each client may have many requests in flight; replies go out in completion order and
   are matched by request id.
 * Bounded work: with ``maxAddsInProgressLimit`` journal-bound requests (adds, explicit
@@ -264,10 +266,23 @@ class BookieServer:
     # -- requests ---------------------------------------------------------------------
 
     def _add(self, identity: bytes, r: Request) -> None:
-        self._bookie.add_entry_async(r.ledger_id, r.entry_id, r.entry, r.master_key,
-                                     recovery=bool(r.flags & wire.RECOVERY),
-                                     callback=self._later(identity, r, self._finish_write))
-        self._adds_in_progress += 1
+        adds = wire.decode_adds(r.entry, self._max_entry)
+        self._bookie.add_entries_async(
+            adds, lambda errors: self._mailbox.post(partial(self._finish_adds, identity, r,
+                                                            errors)))
+        self._adds_in_progress += len(adds)
+
+    def _finish_adds(self, identity: bytes, r: Request,
+                     errors: list[BaseException | None]) -> None:
+        self._adds_in_progress -= len(errors)
+        statuses = [0] * len(errors)
+        message = ""
+        for i, error in enumerate(errors):
+            if error is not None:
+                statuses[i] = wire.error_code(error)
+                message = message or f"{type(error).__name__}: {error}"
+        self._send(identity, Reply(r.op, r.request_id, message=message,
+                                   body=wire.encode_add_statuses(statuses)))
 
     def _write_lac(self, identity: bytes, r: Request) -> None:
         written = self._bookie.set_explicit_lac(r.ledger_id, r.lac, r.master_key)

@@ -15,10 +15,9 @@ Request header, 44 + K bytes::
 
     offset  size  field
          0     2  magic: 0x50 0x42 ("PB")
-         2     1  version: 1
+         2     1  version: 2
          3     1  operation (table below)
          4     2  flags: bit 0 FENCE (READ: fence the ledger, durably, before reading);
-                  bit 1 RECOVERY (ADD: a recovery add, which a fenced ledger accepts);
                   every other bit 0
          6     2  K: master key length, 0..1024
          8     8  request id (unsigned): chosen by the client, carried back in the reply
@@ -32,7 +31,7 @@ Reply header, 26 + M bytes::
 
     offset  size  field
          0     2  magic: 0x50 0x42
-         2     1  version: 1
+         2     1  version: 2
          3     1  operation: the request's; 0 in an error reply to a request that could
                   not be decoded
          4     4  status (signed): 0 for success, else a pybk error code
@@ -40,14 +39,18 @@ Reply header, 26 + M bytes::
          8     8  request id: the request's
         16     8  LAC (signed)
         24     2  M: message length, 0..1024 (a sender cuts longer messages)
-        26     M  message, UTF-8: what went wrong (error replies only)
+        26     M  message, UTF-8: what went wrong (error replies, and ADD replies with a
+                  failed add)
 
 Operations.  A field a request does not use must be 0, and K is 0 where no key is used.
-An error reply has no body, LAC 0 and usually a message; a success reply has M = 0::
+An error reply has no body, LAC 0 and usually a message; a success reply has M = 0,
+except an ADD reply some of whose adds failed::
 
     code  operation  request                                      body      success reply
-       1  ADD        entry id >= 0, key, flag RECOVERY            entry     sent once the
-                                                                            entry is durable
+       1  ADD        -                                            adds      body: statuses;
+                                                                            sent once every
+                                                                            add is durable
+                                                                            or failed
        2  READ       entry id >= -1 (-1: the last entry held);    -         body: the entry
                      flag FENCE, then with the key
        3  READ_LAC   -                                            -         LAC
@@ -63,11 +66,33 @@ An error reply has no body, LAC 0 and usually a message; a success reply has M =
                                                                             read-only (1: 0/1)
        7  DELETE     -                                            -         sent once durable
 
+Adds travel in batches: one ADD message carries every add a client has ready for the
+bookie (of any ledgers), so that the per-message costs on both sides are paid once per
+batch rather than once per entry.  The body of an ADD request is a count N (4 bytes,
+1..65535) followed by N add records::
+
+    offset  size  field
+         0     8  ledger id (unsigned)
+         8     8  entry id (signed, >= 0)
+        16     2  flags: bit 1 RECOVERY (a recovery add, which a fenced ledger accepts);
+                  every other bit 0
+        18     2  K: master key length, 0..1024
+        20     4  L: entry length, at most the receiver's maximum entry size
+        24     K  master key
+      24+K     L  the entry, exactly as the bookie stores it
+
+A body is at most :func:`max_add_body_bytes` (one entry of the maximum size with the
+largest key, so any legal entry fits; a sender starts a new message rather than go
+over).  The success reply's body holds N statuses (4 bytes each, signed, in the order of
+the records): 0 for an add that is durable, else the pybk error code of its failure; the
+reply's message then describes the first failed add.  The bookie answers once every add
+of the message is durable or failed.
+
 Only READ_LAC and LONG_POLL replies carry a LAC; it is 0 in the others.
 
 Decoding checks everything above (frame count, header length against K or M, magic,
 version, operation, flags, key, unused fields, ranges, UTF-8, body sizes against the
-receiver's maximum entry size) and raises :class:`pybk.errors.MalformedMessage`, or
+receiver's maximum entry size, add records against their body) and raises :class:`pybk.errors.MalformedMessage`, or
 :class:`pybk.errors.EntryTooLarge` for an entry over the maximum.  Encoding runs the same
 checks, so what one side writes the other side accepts.
 """
@@ -82,11 +107,11 @@ from typing import NamedTuple, Sequence
 from pybk.errors import BookKeeperError, EntryTooLarge, MalformedMessage
 
 MAGIC = b"PB"
-VERSION = 1
+VERSION = 2
 
 #: Request flag: fence the ledger before reading (READ).
 FENCE = 0x1
-#: Request flag: a recovery add, accepted by a fenced ledger (ADD).
+#: Add record flag: a recovery add, accepted by a fenced ledger.
 RECOVERY = 0x2
 
 #: BookKeeper's master keys are 20-byte SHA-1 digests; the bound keeps headers small.
@@ -97,6 +122,11 @@ MAX_MESSAGE_BYTES = 1024
 MAX_LONG_POLL_MS = 60_000
 
 REQUEST_HEADER = struct.Struct(">2sBBHHQQqqI")
+ADD_COUNT = struct.Struct(">I")
+ADD_RECORD = struct.Struct(">QqHHI")
+_ADD_STATUS = struct.Struct(">i")
+#: Most adds one ADD message carries.
+MAX_ADDS_PER_MESSAGE = 65_535
 REPLY_HEADER = struct.Struct(">2sBBiQqH")
 _INFO = struct.Struct(">QQB")
 _REQUEST_ID = struct.Struct(">Q")
@@ -126,6 +156,7 @@ UNKNOWN_OP = 0
 
 class _Body(enum.Enum):
     NONE = "none"
+    ADDS = "adds"            # add records (request), statuses (reply)
     ENTRY = "entry"          # always present on success
     OPTIONAL = "optional"    # an entry, or nothing
     INFO = "info"
@@ -140,13 +171,13 @@ class _Spec:
     entry_id_min: int | None = None  # lowest entry id; None: the field is unused (0)
     lac: bool = False               # the request's LAC field is used
     timeout: bool = False           # the request's timeout field is used
-    request_body: bool = False      # the request has an entry frame
+    request_body: bool = False      # the request has a body frame (add records)
     reply_lac: bool = False         # the reply's LAC field is used
     reply_body: _Body = _Body.NONE
 
 
 _SPECS = {
-    Op.ADD: _Spec(flags=RECOVERY, key=True, entry_id_min=0, request_body=True),
+    Op.ADD: _Spec(request_body=True, reply_body=_Body.ADDS),
     Op.READ: _Spec(flags=FENCE, key=True, entry_id_min=-1, reply_body=_Body.ENTRY),
     Op.READ_LAC: _Spec(reply_lac=True),
     Op.WRITE_LAC: _Spec(key=True, lac=True),
@@ -182,6 +213,16 @@ class Reply(NamedTuple):
     lac: int = 0
     message: str = ""
     body: bytes | None = None
+
+
+class Add(NamedTuple):
+    """One add record of an ADD body."""
+
+    ledger_id: int
+    entry_id: int
+    entry: bytes
+    master_key: bytes
+    recovery: bool = False
 
 
 class BookieInfo(NamedTuple):
@@ -260,8 +301,9 @@ def _check_request(r: Request, max_entry_bytes: int) -> None:
     if (r.entry is not None) != spec.request_body:
         raise MalformedMessage(f"{_name(r.op)} carries "
                                f"{'an entry' if spec.request_body else 'no entry'}")
-    if r.entry is not None:
-        _check_size(r.entry, max_entry_bytes)
+    if r.entry is not None and len(r.entry) > max_add_body_bytes(max_entry_bytes):
+        raise EntryTooLarge(f"ADD body of {len(r.entry)} bytes is over "
+                            f"{max_add_body_bytes(max_entry_bytes)}")
 
 
 # -- replies ----------------------------------------------------------------------------
@@ -277,10 +319,15 @@ def encode_reply(reply: Reply, max_entry_bytes: int) -> list[bytes]:
     return [header, reply.body]
 
 
+def error_code(error: BaseException) -> int:
+    """The status that carries ``error``: its pybk code, or the base code for a stranger."""
+    return error.code if isinstance(error, BookKeeperError) else BookKeeperError.code
+
+
 def error_reply(op: int, request_id: int, error: BaseException) -> Reply:
-    """The reply that carries ``error`` (its pybk code, or the base code for a stranger)."""
-    code = error.code if isinstance(error, BookKeeperError) else BookKeeperError.code
-    return Reply(op, request_id, status=code, message=f"{type(error).__name__}: {error}")
+    """The reply that carries ``error``."""
+    return Reply(op, request_id, status=error_code(error),
+                 message=f"{type(error).__name__}: {error}")
 
 
 def decode_reply(frames: Sequence[bytes], max_entry_bytes: int) -> Reply:
@@ -318,20 +365,114 @@ def _check_reply(r: Reply, max_entry_bytes: int) -> None:
             raise MalformedMessage("an error reply carries no body or LAC")
         return
     spec = _spec(r.op)
-    if r.message:
+    if r.message and spec.reply_body is not _Body.ADDS:
         raise MalformedMessage("a success reply carries no message")
     if r.lac != 0 and not spec.reply_lac:
         raise MalformedMessage(f"a {_name(r.op)} reply has no LAC (got {r.lac})")
     body = spec.reply_body
     if r.body is None:
-        if body is _Body.ENTRY or body is _Body.INFO:
+        if body is not _Body.NONE and body is not _Body.OPTIONAL:
             raise MalformedMessage(f"a {_name(r.op)} reply needs a body")
     elif body is _Body.NONE:
         raise MalformedMessage(f"a {_name(r.op)} reply has no body")
     elif body is _Body.INFO:
         decode_info(r.body)
+    elif body is _Body.ADDS:
+        if len(r.body) % _ADD_STATUS.size or len(r.body) > max_add_body_bytes(max_entry_bytes):
+            raise MalformedMessage(f"an ADD reply body of {len(r.body)} bytes is not a "
+                                   "whole number of statuses within the body limit")
     else:
         _check_size(r.body, max_entry_bytes)
+
+
+# -- add batches -----------------------------------------------------------------------
+
+def max_add_body_bytes(max_entry_bytes: int) -> int:
+    """The largest ADD body for a receiver of entries up to ``max_entry_bytes``."""
+    return ADD_COUNT.size + ADD_RECORD.size + MAX_MASTER_KEY_BYTES + max_entry_bytes
+
+
+def add_record_bytes(add: Add) -> int:
+    """The bytes ``add`` takes in an ADD body."""
+    return ADD_RECORD.size + len(add.master_key) + len(add.entry)
+
+
+def encode_adds(adds: Sequence[Add], max_entry_bytes: int) -> bytes:
+    """The body of an ADD request carrying ``adds`` (checked as a receiver checks it)."""
+    if not 1 <= len(adds) <= MAX_ADDS_PER_MESSAGE:
+        raise MalformedMessage(f"an ADD carries 1..{MAX_ADDS_PER_MESSAGE} adds, not "
+                               f"{len(adds)}")
+    parts = [ADD_COUNT.pack(len(adds))]
+    pack = ADD_RECORD.pack
+    for ledger_id, entry_id, entry, key, recovery in adds:
+        if len(entry) > max_entry_bytes:
+            _check_size(entry, max_entry_bytes)
+        try:
+            parts += (pack(ledger_id, entry_id, RECOVERY if recovery else 0, len(key),
+                           len(entry)), key, entry)
+        except struct.error:
+            raise MalformedMessage(f"add of ledger {ledger_id} entry {entry_id} with a "
+                                   f"{len(key)}-byte key does not fit the format") from None
+        if entry_id < 0 or len(key) > MAX_MASTER_KEY_BYTES:
+            raise MalformedMessage(f"add of ledger {ledger_id} entry {entry_id} with a "
+                                   f"{len(key)}-byte key is out of range")
+    body = b"".join(parts)
+    if len(body) > max_add_body_bytes(max_entry_bytes):
+        raise EntryTooLarge(f"ADD body of {len(body)} bytes is over "
+                            f"{max_add_body_bytes(max_entry_bytes)}")
+    return body
+
+
+def decode_adds(body: bytes, max_entry_bytes: int) -> list[Add]:
+    """The adds of an ADD body; MalformedMessage (or EntryTooLarge) if it breaks the
+    format."""
+    if len(body) < ADD_COUNT.size:
+        raise MalformedMessage(f"ADD body of {len(body)} bytes has no count")
+    count, = ADD_COUNT.unpack_from(body)
+    if not 1 <= count <= MAX_ADDS_PER_MESSAGE:
+        raise MalformedMessage(f"an ADD carries 1..{MAX_ADDS_PER_MESSAGE} adds, not {count}")
+    adds = []
+    offset, end = ADD_COUNT.size, len(body)
+    unpack, fixed = ADD_RECORD.unpack_from, ADD_RECORD.size
+    for _ in range(count):
+        if offset + fixed > end:
+            raise MalformedMessage(f"ADD body ends inside add record {len(adds)}")
+        ledger_id, entry_id, flags, key_length, length = unpack(body, offset)
+        key_at = offset + fixed
+        entry_at = key_at + key_length
+        offset = entry_at + length
+        if flags & ~RECOVERY or entry_id < 0 or key_length > MAX_MASTER_KEY_BYTES:
+            raise MalformedMessage(f"add record {len(adds)} (ledger {ledger_id} entry "
+                                   f"{entry_id}, flags {flags:#x}, key of {key_length} "
+                                   "bytes) is out of range")
+        if length > max_entry_bytes:
+            raise EntryTooLarge(f"entry of {length} bytes is over the maximum of "
+                                f"{max_entry_bytes}")
+        if offset > end:
+            raise MalformedMessage(f"ADD body ends inside add record {len(adds)}")
+        adds.append(Add(ledger_id, entry_id, body[entry_at:offset], body[key_at:entry_at],
+                        flags == RECOVERY))
+    if offset != end:
+        raise MalformedMessage(f"ADD body has {end - offset} bytes after its {count} adds")
+    return adds
+
+
+def encode_add_statuses(statuses: Sequence[int]) -> bytes:
+    """The body of an ADD reply: one status per add (0: durable, else an error code)."""
+    if not any(statuses):
+        return bytes(_ADD_STATUS.size * len(statuses))
+    return b"".join(_ADD_STATUS.pack(status) for status in statuses)
+
+
+def decode_add_statuses(body: bytes, count: int) -> list[int] | None:
+    """The statuses of an ADD reply to ``count`` adds, or None if every add succeeded;
+    MalformedMessage if the body does not hold ``count`` statuses."""
+    if len(body) != _ADD_STATUS.size * count:
+        raise MalformedMessage(f"an ADD reply to {count} adds carries "
+                               f"{len(body) // _ADD_STATUS.size} statuses")
+    if not any(body):
+        return None
+    return [status for status, in _ADD_STATUS.iter_unpack(body)]
 
 
 def encode_info(info: BookieInfo) -> bytes:

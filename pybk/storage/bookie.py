@@ -36,7 +36,7 @@ import struct
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable, ContextManager, Iterator
+from typing import Callable, ContextManager, Iterator, Sequence
 
 from pybk.errors import (BookieClosed, BookieReadOnly, BookKeeperError, CorruptData,
                          DiskFull, EntryTooLarge, LedgerFenced, MalformedEntry,
@@ -58,6 +58,7 @@ from pybk.storage.writecache import WriteCache
 log = logging.getLogger(__name__)
 
 Callback = Callable[[BaseException | None], None]
+BatchCallback = Callable[[list[BaseException | None]], None]
 LacWatcher = Callable[[], None]
 StateListener = Callable[[], None]
 _LEDGER_ID = struct.Struct(">Q")
@@ -316,15 +317,83 @@ class Bookie:
         """Whether this thread is running add completions (it must not block on adds)."""
         return self._journal.is_committer_thread()
 
+    def add_entries_async(self, adds: Sequence[tuple[int, int, bytes, bytes, bool]],
+                          callback: BatchCallback) -> None:
+        """Add several entries, of any ledgers, as one journal group.
+
+        ``adds`` holds ``(ledger id, entry id, entry, master key, recovery)`` tuples.  Each
+        is checked as :meth:`add_entry_async` checks it; one that fails (wrong key,
+        fenced, too large...) fails alone.  ``callback(errors)`` is called once: when
+        every add that passed is durable, with ``errors[i]`` None for a durable add and
+        the error of a failed one (at once, on this thread, if none passed).  A server
+        receiving many adds per message pays the locking and the journal hand-off once.
+        """
+        errors: list[BaseException | None] = [None] * len(adds)
+        try:
+            if self._read_only or self._closed or self._journal.failure is not None:
+                self._check_writable()
+        except BookKeeperError as e:
+            callback([e] * len(adds))
+            return
+        checked = []
+        for i, (ledger_id, entry_id, entry, _key, _recovery) in enumerate(adds):
+            try:
+                checked.append((i, *self._check_entry(ledger_id, entry_id, entry)))
+            except BookKeeperError as e:
+                errors[i] = e
+        self._make_room()
+        buffers: list[bytes] = []
+        queued: list[int] = []
+        nbytes = 0
+        due: list[LacWatcher] = []
+        with self._lock:
+            for i, lac, record_header in checked:
+                ledger_id, entry_id, entry, master_key, recovery = adds[i]
+                try:
+                    self._store_locked(ledger_id, entry_id, entry, master_key, recovery,
+                                       lac, record_header, due)
+                except BookKeeperError as e:
+                    errors[i] = e
+                    continue
+                buffers += (record_header, entry)
+                nbytes += len(record_header) + len(entry)
+                queued.append(i)
+            if queued:
+                def done(result: object) -> None:
+                    if result is not None:
+                        for i in queued:
+                            errors[i] = result  # type: ignore[assignment]
+                    callback(errors)
+                try:
+                    self._journal.submit_many_locked(buffers, nbytes, done)
+                except BookKeeperError as e:  # the journal failed or closed meanwhile
+                    for i in queued:
+                        errors[i] = e
+                    queued = []
+        if due:
+            _notify(due)
+        if not queued:
+            callback(errors)
+
     def _add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
              recovery: bool, callback: Callable[[object], None], wake: bool) -> None:
-        """Check an add, apply back-pressure, then cache and journal it under the lock.
-
-        This is the hot path of the engine: it is one function on purpose.
-        """
-        size = len(entry)
+        """Check an add, apply back-pressure, then cache and journal it under the lock."""
         if self._read_only or self._closed or self._journal.failure is not None:
             self._check_writable()
+        lac, record_header = self._check_entry(ledger_id, entry_id, entry)
+        self._make_room()
+        due: list[LacWatcher] = []
+        with self._lock:
+            self._store_locked(ledger_id, entry_id, entry, master_key, recovery, lac,
+                               record_header, due)
+            self._journal.submit_locked(record_header, entry, callback, wake)
+        if due:
+            _notify(due)
+
+    def _check_entry(self, ledger_id: int, entry_id: int, entry: bytes) -> tuple[int, bytes]:
+        """The checks of an add that need no lock: ``(the entry's LAC, its journal record
+        header)``."""
+        size = len(entry)
         if size > self._max_entry:
             raise EntryTooLarge(f"entry of {size} bytes is over maxEntrySizeBytes="
                                 f"{self._max_entry}")
@@ -336,30 +405,33 @@ class Bookie:
             raise MalformedEntry(f"entry header says ledger {header_ledger} entry "
                                  f"{header_entry}, the add says ledger {ledger_id} entry "
                                  f"{entry_id}")
+        return lac, jr.RECORD.pack(size, crc32c(entry, jr.ENTRY_CRC_SEED), jr.ADD)
+
+    def _make_room(self) -> None:
+        """Back-pressure before an add: bounded write cache, bounded journal queue."""
         if self._active.size_bytes >= self._cache_half_bytes:
             self._wait_for_cache_space()
-        journal = self._journal
-        journal.wait_for_queue_space()
-        crc = crc32c(entry, jr.ENTRY_CRC_SEED)
-        record_header = jr.RECORD.pack(size, crc, jr.ADD)
-        due: list[LacWatcher] = []
-        with self._lock:
-            if self._closed:
-                raise BookieClosed("the bookie is closed")
-            state = self._states.get(ledger_id)
-            if state is None or state.master_key != master_key or state.deleted:
-                state = self._writable_state(ledger_id, master_key)
-            if state.fenced and not recovery:
-                raise LedgerFenced(f"ledger {ledger_id} is fenced")
-            self._active.put(ledger_id, entry_id, record_header, entry)
-            if lac > state.lac:
-                state.lac = lac
-                self._dirty.add(ledger_id)
-                if self._lac_watchers:
-                    due = self._due_lac_watchers(ledger_id, lac)
-            journal.submit_locked(record_header, entry, callback, wake)
-        if due:
-            _notify(due)
+        self._journal.wait_for_queue_space()
+
+    def _store_locked(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+                      recovery: bool, lac: int, record_header: bytes,
+                      due: list[LacWatcher]) -> None:
+        """Put a checked add into the write cache and move the ledger's LAC (adding the
+        LAC watchers that are now due to ``due``).  Caller holds the lock, and journals
+        the record before releasing it."""
+        if self._closed:
+            raise BookieClosed("the bookie is closed")
+        state = self._states.get(ledger_id)
+        if state is None or state.master_key != master_key or state.deleted:
+            state = self._writable_state(ledger_id, master_key)
+        if state.fenced and not recovery:
+            raise LedgerFenced(f"ledger {ledger_id} is fenced")
+        self._active.put(ledger_id, entry_id, record_header, entry)
+        if lac > state.lac:
+            state.lac = lac
+            self._dirty.add(ledger_id)
+            if self._lac_watchers:
+                due += self._due_lac_watchers(ledger_id, lac)
 
     def _wait_for_cache_space(self) -> None:
         """Block while both write cache halves are full (bounded memory)."""

@@ -65,7 +65,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 from pybk.errors import BookieClosed, BookKeeperError, DiskFull
 from pybk.storage.checksum import crc32c
@@ -307,11 +307,19 @@ class Journal:
     def submit_locked(self, header: bytes, payload: bytes,
                       callback: Callable[[object], None], wake: bool = True) -> None:
         """:meth:`submit`, for a caller that holds the shared ``queue_lock``."""
+        self.submit_many_locked((header, payload), len(header) + len(payload), callback,
+                                wake)
+
+    def submit_many_locked(self, buffers: Sequence[bytes], nbytes: int,
+                           callback: Callable[[object], None], wake: bool = True) -> None:
+        """Queue several records (``buffers``: header, payload, header, payload, ... of
+        ``nbytes`` in all) with one callback, called once all of them are durable; they
+        count as one against ``journalQueueSize``.  Caller holds ``queue_lock``."""
         if self._failure is not None or self._closed:
             raise self._failure or BookieClosed("the journal is closed")
-        self._buffers += (header, payload)
+        self._buffers += buffers
         self._callbacks.append(callback)
-        self._queued_bytes += len(header) + len(payload)
+        self._queued_bytes += nbytes
         if self._sleeping and (wake and not getattr(self._leaders, "active", False)
                                or not self._flush_when_empty):
             self._wake()
