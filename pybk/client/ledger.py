@@ -23,7 +23,8 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from functools import partial
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.errors import (BadVersion, BookKeeperError, DigestMismatch, LedgerClosed,
@@ -47,14 +48,14 @@ class _PendingAdd:
     __slots__ = ("entry_id", "entry", "length", "done", "write_set", "acked", "sent_at")
 
     def __init__(self, entry_id: int, entry: bytes, length: int, done: AddDone,
-                 write_set: tuple[str, ...]) -> None:
+                 write_set: tuple[str, ...], sent_at: float) -> None:
         self.entry_id = entry_id
         self.entry = entry
         self.length = length
         self.done = done            # called once: (entry id, None) or (None, error)
         self.write_set = write_set  # the bookies it goes to (changes with the ensemble)
         self.acked: set[str] = set()
-        self.sent_at: dict[str, float] = {}
+        self.sent_at = sent_at      # when it was last sent (adds are sent in entry order)
 
 
 def _settle(future: Future) -> AddDone:
@@ -140,18 +141,20 @@ class LedgerHandle:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"entry data must be bytes, not {type(data).__name__}")
         with self._lock:
-            self._check_can_add()
+            if self._fatal is not None or self._closed or not self._writable:
+                self._check_can_add()
             entry_id = self._last_pushed + 1
             self._last_pushed = entry_id
             self._length += len(data)
+            now = time.monotonic()
             op = _PendingAdd(entry_id, self._digest.encode(entry_id, self._lac, self._length,
                                                            bytes(data)), self._length, done,
-                             self._metadata.write_set(entry_id))
+                             self._metadata.write_set(entry_id), now)
             self._pending.append(op)
-            self._last_activity = time.monotonic()
-            targets = () if self._changing_ensemble else op.write_set
-        for bookie_id in targets:
-            self._send(op, bookie_id)
+            self._last_activity = now
+            if self._changing_ensemble:
+                return  # the change sends it once the new ensemble is in place
+        self._send(op, op.write_set)
 
     def _check_can_add(self) -> None:
         if not self._writable:
@@ -161,18 +164,20 @@ class LedgerHandle:
         if self._closed:
             raise LedgerClosed(f"ledger {self.id} is closed")
 
-    def _send(self, op: _PendingAdd, bookie_id: str) -> None:
+    def _send(self, op: _PendingAdd, bookie_ids: Iterable[str]) -> None:
+        """Send ``op`` to ``bookie_ids`` (the hot path: one call per entry)."""
         entry = op.entry
         if entry is None:
             return  # finished while an ensemble change was re-sending it
-        op.sent_at[bookie_id] = time.monotonic()
-        try:
-            client = self._bk.bookie_client(bookie_id)
-        except BookKeeperError as e:
-            self._on_add_error(bookie_id, e)
-            return
-        client.add_then(self.id, op.entry_id, entry, self._master_key,
-                        lambda error: self._on_add_reply(op, bookie_id, error))
+        lookup, on_reply = self._bk.bookie_client, self._on_add_reply
+        for bookie_id in bookie_ids:
+            try:
+                client = lookup(bookie_id)
+            except BookKeeperError as e:
+                self._on_add_error(bookie_id, e)
+                continue
+            client.add_then(self.id, op.entry_id, entry, self._master_key,
+                            partial(on_reply, op, bookie_id))
 
     def _on_add_reply(self, op: _PendingAdd, bookie_id: str,
                       error: BaseException | None) -> None:
@@ -183,7 +188,8 @@ class LedgerHandle:
             if op.entry is None or bookie_id not in op.write_set:
                 return  # finished already, or a late answer from a replaced bookie
             op.acked.add(bookie_id)
-            op.sent_at.pop(bookie_id, None)
+            if op is not self._pending[0] or len(op.acked) < self._metadata.ack_quorum_size:
+                return  # nothing new to confirm: an earlier add is still short of Qa
             confirmed = self._take_confirmed()
         self._complete(confirmed)
 
@@ -285,13 +291,15 @@ class LedgerHandle:
                 self._failed_bookies.clear()
                 self._changing_ensemble = False
                 resend = []
+                now = time.monotonic()
                 for op in self._pending:
                     op.write_set = changed.write_set(op.entry_id)
                     op.acked &= set(op.write_set)
-                    resend.extend((op, b) for b in op.write_set if b not in op.acked)
+                    op.sent_at = now
+                    resend.append((op, [b for b in op.write_set if b not in op.acked]))
                 confirmed = self._take_confirmed()
-            for op, bookie_id in resend:
-                self._send(op, bookie_id)
+            for op, bookie_ids in resend:
+                self._send(op, bookie_ids)
             self._complete(confirmed)
             return
 
@@ -306,8 +314,11 @@ class LedgerHandle:
         """Time out adds the bookies did not answer; send an explicit LAC when idle."""
         settings = self._bk.settings
         with self._lock:
-            late = {b for op in self._pending for b, sent in op.sent_at.items()
-                    if now - sent > settings.addEntryTimeout}
+            late: set[str] = set()
+            for op in self._pending:  # sent in entry order: the late ones come first
+                if now - op.sent_at <= settings.addEntryTimeout:
+                    break
+                late.update(b for b in op.write_set if b not in op.acked)
             idle = not self._pending and now - self._last_activity \
                 >= settings.explicitLacInterval / 1000.0
             send_lac = (settings.explicitLacInterval > 0 and idle and self._writable

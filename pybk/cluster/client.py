@@ -53,7 +53,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from functools import partial
-from typing import Callable
+from typing import Callable, Iterable
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -278,24 +278,25 @@ class _AddBatch(_Pending):
             self._fail(e)
             return
         if statuses is None:
-            for callback in self.callbacks:
-                _call(callback, None)
+            _call_all(self.callbacks, itertools.repeat(None))
             return
         bookie = self.connection.bookie_id
-        for callback, status in zip(self.callbacks, statuses):
-            _call(callback, error_for_code(status, f"bookie {bookie}: {reply.message}")
-                  if status else None)
+        _call_all(self.callbacks, (error_for_code(status, f"bookie {bookie}: {reply.message}")
+                                   if status else None for status in statuses))
 
     def _fail(self, error: BaseException) -> None:
-        for callback in self.callbacks:
-            _call(callback, error)
+        _call_all(self.callbacks, itertools.repeat(error))
 
 
-def _call(callback: AddCallback, error: BaseException | None) -> None:
-    try:
-        callback(error)
-    except Exception:  # one faulty callback must not keep the others from running
-        log.exception("an add callback raised")
+def _call_all(callbacks: list[AddCallback],
+              outcomes: Iterable[BaseException | None]) -> None:
+    """``callback(outcome)`` for each pair; one faulty callback does not keep the others
+    from running."""
+    for callback, outcome in zip(callbacks, outcomes):
+        try:
+            callback(outcome)
+        except Exception:
+            log.exception("an add callback raised")
 
 
 class _State(enum.Enum):
@@ -319,8 +320,9 @@ class _Connection:
         self._down_reason = ""
         self._pending: dict[int, _Pending] = {}
         self._backlog: deque[_Pending] = deque()  # not yet taken by ZeroMQ
-        # Adds from any thread, batched into ADD messages on the loop's thread:
-        self._adds: deque[tuple[wire.Add, AddCallback]] = deque()
+        # Adds from any thread, batched into ADD messages on the loop's thread: each is
+        # ((ledger id, entry id, entry, master key, recovery), callback).
+        self._adds: deque[tuple[tuple, AddCallback]] = deque()
         self._adds_posted = False
         self._max_add_body = wire.max_add_body_bytes(settings.maxEntrySizeBytes)
         self._socket: zmq.Socket | None = None
@@ -359,15 +361,16 @@ class _Connection:
         except zmq.ZMQError as e:  # a malformed address: nothing will ever connect
             self._went_down(f"cannot connect: {e}")
 
-    def queue_add(self, add: wire.Add, callback: AddCallback) -> None:
-        """Queue an add for the next ADD message (any thread)."""
+    def queue_add(self, add: tuple, callback: AddCallback) -> None:
+        """Queue an add (the fields of a :class:`wire.Add`) for the next ADD message (any
+        thread)."""
         self._adds.append((add, callback))
         if not self._adds_posted:  # else a _send_adds is due and takes this add too
             self._adds_posted = True
             if not self.loop.post(self._send_adds):
                 error = BookieUnavailable(f"the client of bookie {self.bookie_id} is closed")
-                while self._adds:
-                    _call(self._adds.popleft()[1], error)
+                failed = [self._adds.popleft()[1] for _ in range(len(self._adds))]
+                _call_all(failed, itertools.repeat(error))
 
     def _send_adds(self) -> None:
         """Put every queued add into ADD messages, each as large as the body limit
@@ -376,15 +379,16 @@ class _Connection:
         adds, taken = self._adds, []
         while adds:
             taken.append(adds.popleft())
-        batch: list[wire.Add] = []
+        batch: list[tuple] = []
         callbacks: list[AddCallback] = []
         size = wire.ADD_COUNT.size
+        fixed, limit = wire.ADD_RECORD.size, self._max_add_body
         for add, callback in taken:
-            record = wire.add_record_bytes(add)
-            if record > self._max_add_body - wire.ADD_COUNT.size:
-                _call(callback, EntryTooLarge(
-                    f"entry of {len(add.entry)} bytes is over the maximum of "
-                    f"{self._settings.maxEntrySizeBytes}"))
+            record = fixed + len(add[2]) + len(add[3])
+            if record > limit - wire.ADD_COUNT.size:
+                _call_all([callback], [EntryTooLarge(
+                    f"entry of {len(add[2])} bytes is over the maximum of "
+                    f"{self._settings.maxEntrySizeBytes}")])
                 continue
             if size + record > self._max_add_body or len(batch) == wire.MAX_ADDS_PER_MESSAGE:
                 self._send_batch(batch, callbacks)
@@ -395,7 +399,7 @@ class _Connection:
         if batch:
             self._send_batch(batch, callbacks)
 
-    def _send_batch(self, adds: list[wire.Add], callbacks: list[AddCallback]) -> None:
+    def _send_batch(self, adds: list[tuple], callbacks: list[AddCallback]) -> None:
         request_id = self.loop.next_request_id()
         try:
             body = wire.encode_adds(adds, self._settings.maxEntrySizeBytes)
@@ -571,8 +575,8 @@ class ZmqBookieClient(BookieClient):
     def add_then(self, ledger_id, entry_id, entry, master_key, callback, recovery=False):
         """Queue the add for the bookie's next ADD message (the loop batches every add
         ready when it runs); ``callback`` runs on the loop's thread."""
-        self._connection.queue_add(wire.Add(ledger_id, entry_id, entry, master_key,
-                                            recovery), callback)
+        self._connection.queue_add((ledger_id, entry_id, entry, master_key, recovery),
+                                   callback)
 
     def read(self, ledger_id, entry_id, fence=False, master_key=b""):
         return self._call(Op.READ, self._settings.readTimeout, ledger_id=ledger_id,

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import zmq
 
-ZERO_COPY_MIN_BYTES = 64 * 1024
+ZERO_COPY_MIN_BYTES = 64 * 1024 * 1024
 
 _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)

@@ -392,13 +392,9 @@ def max_add_body_bytes(max_entry_bytes: int) -> int:
     return ADD_COUNT.size + ADD_RECORD.size + MAX_MASTER_KEY_BYTES + max_entry_bytes
 
 
-def add_record_bytes(add: Add) -> int:
-    """The bytes ``add`` takes in an ADD body."""
-    return ADD_RECORD.size + len(add.master_key) + len(add.entry)
-
-
-def encode_adds(adds: Sequence[Add], max_entry_bytes: int) -> bytes:
-    """The body of an ADD request carrying ``adds`` (checked as a receiver checks it)."""
+def encode_adds(adds: Sequence[Add | tuple], max_entry_bytes: int) -> bytes:
+    """The body of an ADD request carrying ``adds`` (:class:`Add` or plain tuples of its
+    fields), checked as a receiver checks it."""
     if not 1 <= len(adds) <= MAX_ADDS_PER_MESSAGE:
         raise MalformedMessage(f"an ADD carries 1..{MAX_ADDS_PER_MESSAGE} adds, not "
                                f"{len(adds)}")

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import functools
 import hashlib
 import hmac
 import os
@@ -162,10 +163,19 @@ class LedgerMetadata:
     def write_set(self, entry_id: int) -> tuple[str, ...]:
         """The Qw bookies that store ``entry_id``: its ensemble from index
         ``entry_id % E`` on, wrapping around."""
-        ensemble = self.ensemble_at(entry_id)
-        start = entry_id % self.ensemble_size
-        return tuple(ensemble[(start + i) % self.ensemble_size]
-                     for i in range(self.write_quorum_size))
+        if isinstance(entry_id, int) and entry_id >= self.fragments[-1].first_entry_id:
+            return self._last_write_sets[entry_id % self.ensemble_size]  # a writer's case
+        return self._write_sets(self.ensemble_at(entry_id))[entry_id % self.ensemble_size]
+
+    @functools.cached_property
+    def _last_write_sets(self) -> tuple[tuple[str, ...], ...]:
+        return self._write_sets(self.fragments[-1].ensemble)
+
+    def _write_sets(self, ensemble: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+        """The write set of each start index of ``ensemble``."""
+        e = self.ensemble_size
+        return tuple(tuple(ensemble[(start + i) % e] for i in range(self.write_quorum_size))
+                     for start in range(e))
 
     def check_password(self, password: bytes) -> bool:
         """Whether ``password`` is the one the ledger was created with."""
