@@ -11,6 +11,7 @@ import pytest
 
 from conftest import KEY, entry
 from pybk.cluster import BookieServer, ZmqBookieClient, wire
+from pybk.cluster.frames import ZERO_COPY_MIN_BYTES
 from pybk.cluster.wire import (MAGIC, REPLY_HEADER, REQUEST_HEADER, VERSION, BookieInfo,
                                Op, Reply, Request)
 from pybk.errors import (EntryTooLarge, LedgerFenced, MalformedMessage, NoSuchEntry,
@@ -415,8 +416,14 @@ def test_server_survives_random_and_mutated_frames(server, closing):
         pytest.fail("the server did not answer a valid request after the fuzzing")
 
 
-def test_entries_larger_than_the_copy_threshold_travel_intact(server, client):
-    body = random.Random(3).randbytes(MAX - 100)
+def test_entries_larger_than_the_copy_threshold_travel_intact(bookie_factory,
+                                                              settings_factory, closing):
+    large = 2 * ZERO_COPY_MIN_BYTES
+    bookie = bookie_factory(settings_factory(maxEntrySizeBytes=large))
+    server = closing.enter_context(BookieServer(bookie, LOOPBACK))
+    client = closing.enter_context(ZmqBookieClient(
+        "B1", server.address, ClientSettings(maxEntrySizeBytes=large)))
+    body = random.Random(3).randbytes(large - 100)  # sent and answered without a copy
     client.add(9, 0, entry(9, 0, body=body), KEY).result(timeout=10)
     assert client.read(9, 0).result(timeout=10) == entry(9, 0, body=body)
 

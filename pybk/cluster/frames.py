@@ -2,9 +2,10 @@
 
 ``send_multipart``/``recv_multipart`` cost about 20 µs per three-frame message here,
 mostly in flag enums and per-call checks; these helpers cost about 6-8 µs, which is most
-of a small request's budget on the server thread.  Frames of 64 KiB and more are sent
+of a small request's budget on the server thread.  Frames of 1 MiB and more are sent
 without a copy (pyzmq's ``copy=False``: ZeroMQ keeps a reference until the bytes are
-out); smaller ones are copied, which is cheaper for them.  Received frames are copied
+out, and pyzmq's garbage-collector thread releases it, a thread wake-up per frame);
+smaller ones are copied, which costs less than that wake-up.  Received frames are copied
 once into ``bytes``.
 """
 
@@ -14,7 +15,7 @@ from typing import Iterator
 
 import zmq
 
-ZERO_COPY_MIN_BYTES = 64 * 1024 * 1024
+ZERO_COPY_MIN_BYTES = 1024 * 1024
 
 _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
