@@ -12,7 +12,10 @@ Registration
     full.  When its disks fill or drain (the bookie's disk checks), it is registered
     again on the other list.  :meth:`BookieNode.close` unregisters it first (so that no
     new ensemble picks it), then closes the server (which finishes the requests in
-    progress), the bookie and the session.
+    progress), the bookie and the session.  While the connection to ZooKeeper is down
+    it does not try to unregister: that would hold the close up for
+    ``zkOperationTimeoutMs``, and the registration ends with the session anyway (no
+    ensemble can be formed without ZooKeeper meanwhile).
 
 Sessions
     The registration lives as long as the ZooKeeper session
@@ -231,7 +234,9 @@ class BookieNode:
                 return
             self._closing = True
             timer = self._cancel_grace()
-            registered = self._registered_read_only is not None and not self._session_lost
+            # Disconnected: unregistering would wait for ZooKeeper (module docstring).
+            registered = (self._registered_read_only is not None and not self._session_lost
+                          and self._connected)
         if timer is not None and timer is not threading.current_thread():
             timer.join()
         self.metadata.remove_session_listener(self._on_session)
