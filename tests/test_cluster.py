@@ -99,6 +99,19 @@ def test_pybk_bookie_refuses_to_start_with_a_clear_error(tmp_path, zookeeper):
     assert result.returncode == 2 and "noSuchSetting" in result.stderr, result.stderr
 
 
+def test_pybk_bookie_on_new_disks_under_a_known_id_exits_1_naming_the_cookie(bookies,
+                                                                               address):
+    first = bookies.start("b1", "--bookie-id", "b1").wait_serving()
+    assert first.terminate() == 0, first.output
+    other = bookies.start("b1-new-disks", "--bookie-id", "b1")  # --format: a new instance
+    assert other.process.wait(COMMAND_TIMEOUT_S) == 1, other.output
+    assert "formatted" in other.output
+    assert "pybk bookie: bookie b1 refuses to start: its cookie /ledgers/cookies/b1" in \
+        other.output and "instance id" in other.output, other.output
+    again = bookies.start("b1", "--bookie-id", "b1").wait_serving()  # its own disks: fine
+    assert again.terminate() == 0, again.output
+
+
 # -- SIGKILL ------------------------------------------------------------------------------
 
 def test_kill_minus_nine_of_a_bookie_while_writing_loses_nothing(bookies, closing, address):
