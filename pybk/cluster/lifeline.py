@@ -18,6 +18,9 @@ The death signal (Linux)
       thread, a child gets none (and relies on its lifeline, if it has one).
     * The parent may die between the fork and the ``prctl``; the child then checks its
       parent id right after and exits instead of exec'ing.
+    * A ``preexec_fn`` runs Python in the child of a possibly multi-threaded process,
+      where only async-signal-safe work is sure to be safe; this one does nothing but
+      call ``prctl`` (looked up and typed beforehand, in the parent) and ``getppid``.
 
     Where ``prctl`` does not exist (not Linux) it returns None: no death signal.
 
@@ -36,6 +39,7 @@ never stopped by mistake.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import signal
@@ -48,25 +52,21 @@ log = logging.getLogger(__name__)
 #: prctl(2)'s option number (linux/prctl.h).
 PR_SET_PDEATHSIG = 1
 
-_prctl_function: Callable[..., int] | None | bool = False  # False: not looked up yet
-
-
+@functools.cache
 def _prctl() -> Callable[..., int] | None:
     """libc's ``prctl``, or None where there is none.  Looked up in the parent, so that
     the child only calls it (no dynamic loading between fork and exec)."""
-    global _prctl_function
-    if _prctl_function is False:
-        _prctl_function = None
-        if sys.platform.startswith("linux"):
-            try:
-                function = ctypes.CDLL(None, use_errno=True).prctl
-                function.restype = ctypes.c_int
-                function.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong,
-                                     ctypes.c_ulong, ctypes.c_ulong]
-                _prctl_function = function
-            except (OSError, AttributeError) as e:
-                log.debug("no prctl(): children get no death signal (%s)", e)
-    return _prctl_function  # type: ignore[return-value]
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError) as e:
+        log.debug("no prctl(): children get no death signal (%s)", e)
+        return None
+    function.restype = ctypes.c_int
+    function.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                         ctypes.c_ulong]
+    return function
 
 
 def death_signal_preexec(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
