@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             settings = bookie_settings(args)
         except InvalidConfiguration as e:
             parser.error(str(e))
-        return commands.run_bookie(settings, args.format)
+        return commands.run_bookie(settings, args.format, args.lifeline_fd)
     if args.command == "format-cluster":
         return commands.run_format_cluster(args.zk, args.layout)
     if args.command == "localcluster":
@@ -107,6 +107,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="format the directories first if they hold no bookie yet")
     bookie.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="any ServerSettings name, e.g. --set zkTimeout=6000")
+    bookie.add_argument("--lifeline-fd", type=int, metavar="FD",
+                        help="an inherited pipe's read end: stop as on SIGTERM when it "
+                             "reads end-of-file, i.e. when the parent holding its write "
+                             "end exits (pybk localcluster passes one)")
 
     format_cmd = commands.add_parser(
         "format-cluster", help="format a cluster's metadata on ZooKeeper (once)")

@@ -7,20 +7,23 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import zkutil
 
-from clusterutil import (PASSWORD, TESTS, BookieProcesses, Writer,  # noqa: F401
-                         address, bookies, child_env, payload, pybk_command)
+from clusterutil import (PASSWORD, TESTS, BookieProcess, BookieProcesses,  # noqa: F401
+                         Writer, address, bookies, child_env, payload, pybk_command)
 from conftest import KEY, entry
 from pybk.client import BookKeeper
+from pybk.cluster.lifeline import Lifeline, death_signal_preexec
 from pybk.cluster.node import BookieNode
 from pybk.errors import BookieReadOnly
 from pybk.meta.ledger_metadata import LedgerState
@@ -94,6 +97,19 @@ def test_pybk_bookie_refuses_to_start_with_a_clear_error(tmp_path, zookeeper):
     assert result.returncode == 1 and "pybk bookie --format" in result.stderr, result.stderr
     result = run_pybk("bookie", "--set", "noSuchSetting=1")
     assert result.returncode == 2 and "noSuchSetting" in result.stderr, result.stderr
+
+
+def test_pybk_bookie_on_new_disks_under_a_known_id_exits_1_naming_the_cookie(bookies,
+                                                                               address):
+    first = bookies.start("b1", "--bookie-id", "b1").wait_serving()
+    assert first.terminate() == 0, first.output
+    other = bookies.start("b1-new-disks", "--bookie-id", "b1")  # --format: a new instance
+    assert other.process.wait(COMMAND_TIMEOUT_S) == 1, other.output
+    assert "formatted" in other.output
+    assert "pybk bookie: bookie b1 refuses to start: its cookie /ledgers/cookies/b1" in \
+        other.output and "instance id" in other.output, other.output
+    again = bookies.start("b1", "--bookie-id", "b1").wait_serving()  # its own disks: fine
+    assert again.terminate() == 0, again.output
 
 
 # -- SIGKILL ------------------------------------------------------------------------------
@@ -216,6 +232,31 @@ def test_a_node_cut_off_from_zookeeper_for_a_session_timeout_refuses_adds(
     assert observer(closing, address).bookie_endpoint(node.bookie_id) == node.endpoint
 
 
+def test_a_node_closes_promptly_while_zookeeper_is_down(tmp_path, closing, own_zookeeper):
+    address = zkutil.formatted_cluster(own_zookeeper)
+    settings = ServerSettings(journalDirectory=str(tmp_path / "journal"),
+                              ledgerDirectories=(str(tmp_path / "ledgers"),),
+                              journalPreAllocSizeMB=1, metadataServiceUri=address,
+                              listenAddress="127.0.0.1:0", zkTimeout=zkutil.SESSION_TIMEOUT_MS)
+    format_bookie(settings)
+    node = BookieNode(settings)
+    closing.callback(node.close)
+    own_zookeeper.shutdown(graceful=False)
+    deadline = time.monotonic() + 10
+    while node._connected:  # the node heard that the connection is down
+        assert time.monotonic() < deadline, "the node did not notice ZooKeeper was gone"
+        time.sleep(0.02)
+    started = time.monotonic()
+    node.close()  # does not wait zkOperationTimeoutMs (30 s) to unregister
+    assert time.monotonic() - started < 5
+    own_zookeeper.start()
+    registry = observer(closing, address)
+    deadline = time.monotonic() + 30
+    while registry.bookies():  # the registration ended with the session
+        assert time.monotonic() < deadline, registry.bookies()
+        time.sleep(0.1)
+
+
 # -- pybk localcluster and pybk simpletest -------------------------------------------------
 
 def test_localcluster_serves_simpletest_and_stops_everything_on_sigterm(tmp_path):
@@ -255,3 +296,148 @@ def test_localcluster_serves_simpletest_and_stops_everything_on_sigterm(tmp_path
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     assert not os.path.exists(data)
     assert "pybk localcluster: stopped" in out.read_text()
+
+
+# -- children die with their parent --------------------------------------------------------
+
+def _stat(pid: int) -> tuple[int, str, int] | None:
+    """``(parent pid, state, start time)`` of a process, from /proc (None if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read().decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # the name in parentheses may hold spaces
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def descendants(pid: int) -> dict[int, int]:
+    """Every process below ``pid``: pid -> start time (which tells a reused pid apart).
+    Scans /proc (``/proc/<pid>/task/*/children`` needs a kernel option not always set)."""
+    parents: dict[int, int] = {}
+    starts: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (stat := _stat(int(name))) is not None:
+            parents[int(name)], starts[int(name)] = stat[0], stat[2]
+    found: dict[int, int] = {}
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent and child not in found:
+                found[child] = starts[child]
+                frontier.append(child)
+    return found
+
+
+def alive(pid: int, start: int) -> bool:
+    """Whether the process ``pid`` that started at ``start`` still runs (a zombie that
+    nobody reaped yet does not: it has exited)."""
+    stat = _stat(pid)
+    return stat is not None and stat[2] == start and stat[1] not in ("Z", "X")
+
+
+def command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_children_of_a_killed_localcluster_die_with_it(tmp_path):
+    out = tmp_path / "localcluster.out"
+    children: dict[int, int] = {}
+    data = None
+    with open(out, "wb") as stdout:
+        cluster = subprocess.Popen(pybk_command("localcluster", "2"), env=child_env(),
+                                   stdin=subprocess.DEVNULL, stdout=stdout,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while "stops the cluster" not in out.read_text():
+            assert cluster.poll() is None, out.read_text()
+            assert time.monotonic() < deadline, out.read_text()
+            time.sleep(0.05)
+        text = out.read_text()
+        data = re.search(r"data in (\S+)", text).group(1)
+        port = int(re.search(r"ZooKeeper at zk://127\.0\.0\.1:(\d+)/", text).group(1))
+        children = descendants(cluster.pid)
+        commands = [command_line(pid) for pid in children]
+        assert len(children) == 3, commands  # ZooKeeper and two bookies
+        assert sum("ZooKeeperServerMain" in c for c in commands) == 1, commands
+        assert sum(" bookie " in c and "--lifeline-fd" in c for c in commands) == 2, commands
+        cluster.send_signal(signal.SIGKILL)  # no chance to stop anything itself
+        assert cluster.wait(30) == -signal.SIGKILL
+        killed = time.monotonic()
+        while left := [pid for pid, start in children.items() if alive(pid, start)]:
+            assert time.monotonic() - killed < 20, \
+                f"still running 20 s after their parent died: {left}"
+            time.sleep(0.1)
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        for number in (1, 2):  # each bookie heard of it through its lifeline
+            log = Path(data, f"bookie{number}", "bookie.log").read_text()
+            assert "the parent process is gone" in log, log[-3000:]
+    finally:
+        if cluster.poll() is None:
+            cluster.kill()
+            cluster.wait(30)
+        for pid, start in children.items():  # survivors of a failed test
+            if alive(pid, start):
+                os.kill(pid, signal.SIGKILL)
+        if data is not None:  # nobody is left to delete the cluster's directory
+            shutil.rmtree(data, ignore_errors=True)
+
+
+def test_a_bookie_stops_gracefully_when_its_lifeline_breaks(tmp_path, address, closing):
+    lifeline = Lifeline()
+    closing.callback(lifeline.close)
+    log_path = tmp_path / "bookie.log"
+    command = pybk_command(
+        "bookie", "--zk", address, "--listen", "127.0.0.1:0", "--format", "--bookie-id", "b1",
+        "--journal-dir", str(tmp_path / "journal"), "--ledger-dir", str(tmp_path / "ledgers"),
+        "--set", f"zkTimeout={zkutil.SESSION_TIMEOUT_MS}", "--set", "journalPreAllocSizeMB=1",
+        "--lifeline-fd", str(lifeline.child_fd))
+    with open(log_path, "wb") as out:
+        # No death signal here: the lifeline alone must stop it.
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT, env=child_env(),
+                                   pass_fds=(lifeline.child_fd,))
+    try:
+        bookie = BookieProcess("b1", process, log_path, 0).wait_serving()
+        registry = observer(closing, address)
+        assert registry.bookies() == ["b1"]
+        time.sleep(0.5)
+        assert process.poll() is None  # an open lifeline: it serves on
+        lifeline.close()
+        assert process.wait(30) == 0, bookie.output  # a graceful stop, as on SIGTERM
+        assert "the parent process is gone" in bookie.output
+        assert "pybk bookie: b1 stopped" in bookie.output
+        assert registry.bookies() == []
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+
+
+def test_pybk_bookie_refuses_a_lifeline_fd_that_is_not_open(tmp_path, address):
+    result = run_pybk("bookie", "--zk", address, "--listen", "127.0.0.1:0", "--format",
+                      "--journal-dir", str(tmp_path / "j"), "--ledger-dir", str(tmp_path / "l"),
+                      "--lifeline-fd", "987")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "--lifeline-fd 987 is not an open file descriptor" in result.stderr
+
+
+def test_a_death_signal_is_only_asked_for_from_the_main_thread():
+    on_main = death_signal_preexec(signal.SIGTERM)
+    if sys.platform.startswith("linux"):
+        assert callable(on_main)
+    else:
+        assert on_main is None
+    elsewhere = []
+    thread = threading.Thread(target=lambda: elsewhere.append(death_signal_preexec()))
+    thread.start()
+    thread.join(10)
+    assert elsewhere == [None]  # the signal would follow that thread, not the process

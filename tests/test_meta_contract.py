@@ -23,9 +23,11 @@ import lmdb
 import pytest
 import zkutil
 
-from pybk.errors import BadVersion, BookieUnavailable, MetadataError, NodeExists, NoNode
+from pybk.errors import (BadVersion, BookieUnavailable, InvalidCookie, MalformedMetadata,
+                         MetadataError, NodeExists, NoNode)
 from pybk.meta import ANY_VERSION, MAX_DATA_BYTES, EmbeddedMetadataStore, MetadataStore
 from pybk.meta import paths
+from pybk.meta.cookies import Cookie, check_cluster_cookie
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 
 pytestmark = pytest.mark.timeout(60)
@@ -369,6 +371,89 @@ def test_registrations_end_with_the_session(stores):
     assert store.get("/ledgers/L0000000000") == (b"metadata stays", 0)
 
 
+# -- cookies ------------------------------------------------------------------------------
+
+def cookie(bookie_id: str = "b1:3181", instance_id: str = "i1") -> Cookie:
+    return Cookie(bookie_id, instance_id, "/disk1/journal", ("/disk2/ledgers",))
+
+
+def test_cookies_are_kept_under_compare_and_set_and_survive_a_restart(stores):
+    store = stores.open()
+    assert store.read_cookie("b1:3181") is None
+    assert store.write_cookie(cookie()) == 0  # create-if-absent
+    assert store.read_cookie("b1:3181") == (cookie(), 0)
+    assert store.get("/ledgers/cookies/b1:3181") == (cookie().to_bytes(), 0)
+    with pytest.raises(NodeExists):
+        store.write_cookie(cookie(instance_id="i2"))
+    moved = Cookie("b1:3181", "i1", "/disk3/journal", ("/disk2/ledgers", "/disk4/ledgers"))
+    assert store.write_cookie(moved, 0) == 1
+    with pytest.raises(BadVersion):
+        store.write_cookie(cookie(), 0)
+    with pytest.raises(NoNode):
+        store.write_cookie(cookie("b2:3181"), 0)
+    assert store.write_cookie(cookie("b2:3181", "i9")) == 0  # another id: its own record
+    store.close()
+    store = stores.open()  # cookies are persistent, not tied to the session
+    assert store.read_cookie("b1:3181") == (moved, 1)
+    assert store.read_cookie("b2:3181") == (cookie("b2:3181", "i9"), 0)
+    with pytest.raises(BadVersion):
+        store.remove_cookie("b1:3181", 0)
+    store.remove_cookie("b1:3181", 1)
+    assert store.read_cookie("b1:3181") is None
+    with pytest.raises(NoNode):
+        store.remove_cookie("b1:3181", ANY_VERSION)
+    store.remove_cookie("b2:3181", ANY_VERSION)
+    assert store.children("/ledgers/cookies") == []
+
+
+def test_a_record_that_is_not_the_bookies_cookie_is_refused(store):
+    store.create("/ledgers/cookies/b1", b"garbage")
+    with pytest.raises(MalformedMetadata, match="bookie cookie"):
+        store.read_cookie("b1")
+    store.create("/ledgers/cookies/b2", cookie("b3").to_bytes())
+    with pytest.raises(MalformedMetadata, match="cookie of bookie b3, not b2"):
+        store.read_cookie("b2")
+    for bad in ("", "a/b", ".."):
+        with pytest.raises(MetadataError):
+            store.read_cookie(bad)
+
+
+def test_the_start_up_check_writes_a_new_cookie_and_refuses_another(store):
+    assert check_cluster_cookie(store, cookie()) is True  # the first start writes it
+    assert check_cluster_cookie(store, cookie()) is False  # a restart finds it
+    with pytest.raises(InvalidCookie, match=r"bookie b1:3181 refuses to start.*instance id "
+                                            r"i1 in the cluster, i2 on disk.*formatted again"):
+        check_cluster_cookie(store, cookie(instance_id="i2"))
+    other_dirs = Cookie("b1:3181", "i1", "/disk9/journal", ("/disk2/ledgers",))
+    with pytest.raises(InvalidCookie, match=r"journal directory /disk1/journal in the "
+                                            r"cluster, /disk9/journal on disk"):
+        check_cluster_cookie(store, other_dirs)
+    assert check_cluster_cookie(store, cookie("b2:3181", "i2")) is True  # ids coexist
+    assert store.read_cookie("b1:3181") == (cookie(), 0)  # refusals change nothing
+
+
+def test_of_bookies_racing_for_one_id_exactly_one_wins(stores):
+    count = 6
+    sessions = [stores.open()] if stores.single_session else \
+        [stores.open() for _ in range(count)]
+    barrier = threading.Barrier(count)
+    outcomes: dict[int, object] = {}
+
+    def start(i: int) -> None:
+        barrier.wait(WAIT_S)
+        try:
+            outcomes[i] = check_cluster_cookie(sessions[i % len(sessions)],
+                                               cookie("b1", f"instance-{i}"))
+        except InvalidCookie as e:
+            outcomes[i] = e
+
+    run_threads(count, start, barrier)
+    winners = [i for i, outcome in outcomes.items() if outcome is True]
+    assert len(winners) == 1, outcomes
+    assert all(isinstance(outcomes[i], InvalidCookie) for i in outcomes if i not in winners)
+    assert sessions[0].read_cookie("b1")[0].instance_id == f"instance-{winners[0]}"
+
+
 def test_registry_changes_fire_watches(store):
     available, read_only = Events(), Events()
     store.watch(paths.AVAILABLE, available)
@@ -520,7 +605,8 @@ def test_a_closed_store_refuses_every_call(stores):
                  lambda: store.set("/r", b"", 0), lambda: store.delete("/r", 0),
                  lambda: store.children("/"), lambda: store.exists("/r"),
                  store.next_ledger_id, lambda: store.watch("/r", print),
-                 lambda: store.register_bookie("b1"), store.bookies):
+                 lambda: store.register_bookie("b1"), store.bookies,
+                 lambda: store.read_cookie("b1"), lambda: store.write_cookie(cookie())):
         with pytest.raises(MetadataError, match="closed"):
             call()
 

@@ -5,6 +5,7 @@ that comes back on another port."""
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import socket
 import time
@@ -16,8 +17,9 @@ from conftest import KEY, entry
 from pybk.client import BookKeeper
 from pybk.cluster.connect import ClusterBookKeeper
 from pybk.cluster.node import BookieNode
-from pybk.errors import (BookieReadOnly, InvalidConfiguration, MetadataUnavailable,
-                         NotEnoughBookies)
+from pybk.errors import (BookieReadOnly, InvalidConfiguration, InvalidCookie,
+                         MetadataUnavailable, NotEnoughBookies)
+from pybk.meta.cookies import Cookie
 from pybk.meta.zookeeper import SessionState, ZooKeeperMetadataStore, format_cluster
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import Bookie, format_bookie
@@ -186,6 +188,62 @@ def test_a_client_finds_a_bookie_that_came_back_on_another_port(nodes):
     moved = nodes.start("b1", bookieId="b1")
     assert moved.endpoint != old_endpoint
     assert [e.data for e in reader.read_entries(0, 4)] == [payload(i) for i in range(5)]
+
+
+def test_the_first_start_writes_the_cookie_and_a_restart_on_the_same_disks_finds_it(nodes):
+    node = nodes.start("b1", bookieId="b1")
+    expected = Cookie.of_bookie("b1", nodes.settings("b1"), node.bookie.instance_id)
+    observer = nodes.observer()
+    assert observer.read_cookie("b1") == (expected, 0)
+    assert expected.journal_directory == str(nodes.tmp_path / "b1" / "journal")
+    node.close()
+    again = nodes.start("b1", bookieId="b1")  # same disks, same id
+    assert again.bookie.instance_id == expected.instance_id
+    assert observer.read_cookie("b1") == (expected, 0)  # found, not written again
+    assert observer.bookies() == ["b1"]
+
+
+def test_a_bookie_formatted_again_under_a_known_id_is_refused(nodes):
+    node = nodes.start("b1", bookieId="b1")
+    old_instance = node.bookie.instance_id
+    node.close()
+    settings = nodes.settings("b1", bookieId="b1")
+    new_instance = format_bookie(settings, force=True)  # wiped and formatted again
+    with pytest.raises(InvalidCookie) as refused:
+        BookieNode(settings)
+    message = str(refused.value)
+    assert "bookie b1 refuses to start" in message and "/ledgers/cookies/b1" in message
+    assert f"instance id {old_instance} in the cluster, {new_instance} on disk" in message
+    observer = nodes.observer()
+    assert observer.bookies() == []  # never registered
+    assert observer.read_cookie("b1")[0].instance_id == old_instance  # left as it was
+    # Other disks under the id are refused alike; under an id of their own they start.
+    with pytest.raises(InvalidCookie, match="bookie b1 refuses to start"):
+        nodes.start("b9", bookieId="b1")
+    assert nodes.start("b9", bookieId="b9").bookie_id == "b9"
+
+
+def test_a_bookie_whose_directories_differ_from_its_cookie_is_refused(nodes):
+    nodes.start("b1", bookieId="b1").close()
+    observer = nodes.observer()
+    cookie, version = observer.read_cookie("b1")
+    # The cluster remembers b1 with a second ledger directory that it no longer names.
+    observer.write_cookie(dataclasses.replace(
+        cookie, ledger_directories=cookie.ledger_directories + ("/gone/ledgers",)), version)
+    with pytest.raises(InvalidCookie, match=r"ledger directories .*'/gone/ledgers'\] in "
+                                            r"the cluster, .* on disk.*ledgerDirectories"):
+        nodes.start("b1", bookieId="b1")
+    assert observer.bookies() == []
+
+
+def test_two_bookie_ids_coexist_each_with_its_cookie(nodes):
+    first, second = nodes.start("b1", bookieId="b1"), nodes.start("b2", bookieId="b2")
+    observer = nodes.observer()
+    assert observer.children("/ledgers/cookies") == ["b1", "b2"]
+    assert observer.read_cookie("b1")[0].instance_id == first.bookie.instance_id
+    assert observer.read_cookie("b2")[0].instance_id == second.bookie.instance_id
+    assert first.bookie.instance_id != second.bookie.instance_id
+    assert observer.bookies() == ["b1", "b2"]
 
 
 def test_connect_fails_clearly(tmp_path):

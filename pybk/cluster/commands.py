@@ -9,11 +9,13 @@ for people go to standard output.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
 from typing import Callable, Iterator
 
+from pybk.cluster.lifeline import watch_lifeline
 from pybk.errors import BookKeeperError
 from pybk.settings import ServerSettings
 from pybk.storage import format_bookie
@@ -21,6 +23,10 @@ from pybk.storage.cookie import is_formatted
 
 #: How often a command waiting for a signal looks at what it runs.
 _POLL_S = 0.2
+#: How long a bookie whose lifeline broke (its parent died) may take to close before it
+#: exits at once.  Its parent would have killed it after its own grace; with the parent
+#: gone, the bookie bounds its close itself.  Nothing acknowledged is lost either way.
+ORPHAN_GRACE_S = 10.0
 
 
 @contextlib.contextmanager
@@ -46,13 +52,25 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-def run_bookie(settings: ServerSettings, format_new: bool = False) -> int:
+def run_bookie(settings: ServerSettings, format_new: bool = False,
+               lifeline_fd: int | None = None) -> int:
     """Serve a bookie to the cluster at ``settings.metadataServiceUri`` until SIGTERM or
     SIGINT (then close it gracefully: exit 0) or until it shuts itself down (exit 1).
-    ``format_new`` formats directories that hold no bookie yet."""
+    ``format_new`` formats directories that hold no bookie yet.  ``lifeline_fd``, an
+    inherited pipe's read end, stops the bookie like SIGTERM when it reads end-of-file
+    (the parent holding the write end died; :mod:`pybk.cluster.lifeline`), and then
+    exits at once if closing takes over :data:`ORPHAN_GRACE_S`."""
     from pybk.cluster.node import BookieNode  # ZeroMQ and kazoo only for this command
 
+    if lifeline_fd is not None:
+        try:
+            os.fstat(lifeline_fd)
+        except OSError as e:
+            return _failed("bookie", BookKeeperError(
+                f"--lifeline-fd {lifeline_fd} is not an open file descriptor ({e})"))
     with _stop_on_signals() as stop:
+        if lifeline_fd is not None:
+            watch_lifeline(lifeline_fd, lambda: _orphaned(stop))
         try:
             if format_new and not is_formatted(settings):
                 format_bookie(settings)
@@ -122,6 +140,24 @@ def run_simpletest(address: str, ensemble: int, write_quorum: int, ack_quorum: i
         return _failed("simpletest", e)
     _say(f"pybk simpletest: {report}")
     return 0
+
+
+def _orphaned(stop: threading.Event) -> None:
+    """The lifeline broke: stop as on SIGTERM, but within ORPHAN_GRACE_S."""
+    print("pybk bookie: the parent process is gone (lifeline closed): stopping",
+          file=sys.stderr, flush=True)
+    stop.set()
+    timer = threading.Timer(ORPHAN_GRACE_S, _exit_now)
+    timer.name = "pybk-orphan-grace"
+    timer.daemon = True
+    timer.start()
+
+
+def _exit_now() -> None:
+    print(f"pybk bookie: not closed within {ORPHAN_GRACE_S:.0f} s of losing its parent: "
+          "exiting now (the journal keeps everything acknowledged)", file=sys.stderr,
+          flush=True)
+    os._exit(1)
 
 
 def _wait(stop: threading.Event, done: Callable[[float], bool]) -> None:

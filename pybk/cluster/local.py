@@ -14,6 +14,15 @@ temporary one unless given)::
 log of the one that failed); :meth:`LocalCluster.stop` ends each bookie with SIGTERM (a
 graceful close), SIGKILL after :data:`STOP_GRACE_S`, reaps it, stops ZooKeeper and
 deletes a temporary directory.  Never a production deployment.
+
+If the process running the cluster dies without stopping it (SIGKILL, the OOM killer),
+its children die too (:mod:`pybk.cluster.lifeline`): each bookie watches a lifeline pipe
+(``pybk bookie --lifeline-fd``) whose write end only this process holds, and stops as on
+SIGTERM when the pipe reads end-of-file, exiting at once if that takes over
+:data:`~pybk.cluster.commands.ORPHAN_GRACE_S`; on Linux the kernel also sends each bookie
+SIGTERM, and ZooKeeper SIGKILL, when this process dies (``PR_SET_PDEATHSIG``; only for
+children started from the main thread, since the signal follows the thread that started
+the child).  What is left then is the cluster's directory, which nobody deletes.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import time
 from typing import Sequence
 
 import pybk
+from pybk.cluster.lifeline import Lifeline, death_signal_preexec
 from pybk.cluster.zookeeper_server import ZooKeeperServer
 from pybk.errors import BookKeeperError
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
@@ -59,6 +69,7 @@ class LocalCluster:
         self.zookeeper = ZooKeeperServer(os.path.join(self.directory, "zookeeper"),
                                          force_sync=False)
         self.processes: list[subprocess.Popen] = []
+        self._lifeline: Lifeline | None = None
         #: Bookie id -> endpoint, once started.
         self.endpoints: dict[str, str] = {}
 
@@ -80,6 +91,7 @@ class LocalCluster:
     def start(self) -> "LocalCluster":
         self.zookeeper.start()
         format_cluster(self.address)
+        self._lifeline = Lifeline()
         for number in range(1, self.size + 1):
             self.processes.append(self._spawn(number))
         self.endpoints = self._wait_for_registrations()
@@ -88,13 +100,18 @@ class LocalCluster:
     def _spawn(self, number: int) -> subprocess.Popen:
         base = os.path.join(self.directory, f"bookie{number}")
         os.makedirs(base, exist_ok=True)
+        assert self._lifeline is not None
+        lifeline_fd = self._lifeline.child_fd
         command = [sys.executable, "-m", "pybk", "--log-level", "INFO", "bookie",
                    "--zk", self.address, "--listen", "127.0.0.1:0", "--format",
                    "--journal-dir", os.path.join(base, "journal"),
-                   "--ledger-dir", os.path.join(base, "ledgers"), *self.bookie_args]
+                   "--ledger-dir", os.path.join(base, "ledgers"),
+                   "--lifeline-fd", str(lifeline_fd), *self.bookie_args]
         with open(os.path.join(base, "bookie.log"), "ab") as out:
             return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, env=_child_environment())
+                                    stderr=subprocess.STDOUT, env=_child_environment(),
+                                    pass_fds=(lifeline_fd,),
+                                    preexec_fn=death_signal_preexec(signal.SIGTERM))
 
     def _wait_for_registrations(self) -> dict[str, str]:
         deadline = time.monotonic() + self.start_timeout_s
@@ -137,6 +154,9 @@ class LocalCluster:
                 process.kill()
                 process.wait()
         self.processes = []
+        if self._lifeline is not None:
+            self._lifeline.close()
+            self._lifeline = None
         self.zookeeper.stop()
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)

@@ -7,12 +7,23 @@ the ``listenAddress``, and a session on the cluster's metadata store
 endpoint ``tcp://<advertised host>:<port>`` as the registration's data.  The id is
 ``bookieId``, or by default ``<advertised host>:<port>`` (BookKeeper's default).
 
+Cookies
+    Before it registers, the node checks the bookie's cookie against the cluster's copy
+    at ``/ledgers/cookies/<bookie id>`` (:mod:`pybk.meta.cookies`): the first start of an
+    id writes it (create-if-absent), later starts must find the same instance id and
+    directories.  Another cookie under the id (wiped and re-formatted disks, another
+    bookie's disks, other directories) stops the start with InvalidCookie naming the id
+    and what differs, since serving would deny entries the cluster counts on.
+
 Registration
     At start the bookie is registered as available, or as read-only if its disks are
     full.  When its disks fill or drain (the bookie's disk checks), it is registered
     again on the other list.  :meth:`BookieNode.close` unregisters it first (so that no
     new ensemble picks it), then closes the server (which finishes the requests in
-    progress), the bookie and the session.
+    progress), the bookie and the session.  While the connection to ZooKeeper is down
+    it does not try to unregister: that would hold the close up for
+    ``zkOperationTimeoutMs``, and the registration ends with the session anyway (no
+    ensemble can be formed without ZooKeeper meanwhile).
 
 Sessions
     The registration lives as long as the ZooKeeper session
@@ -51,6 +62,7 @@ import zmq
 from pybk.cluster.server import BookieServer
 from pybk.errors import BookKeeperError, InvalidConfiguration
 from pybk.meta.address import open_metadata_store
+from pybk.meta.cookies import Cookie, check_cluster_cookie
 from pybk.meta.interface import MetadataStore, SessionState
 from pybk.meta.zookeeper import ZooKeeperSettings
 from pybk.settings import ServerSettings, split_host_port
@@ -69,8 +81,9 @@ class BookieNode:
 
     Raises MetadataUnavailable if ZooKeeper does not answer within ``zkTimeout``,
     MetadataError if the cluster is not formatted or the id is held by another live
-    bookie, InvalidCookie for unformatted or foreign directories, BookKeeperError if the
-    listen address cannot be bound."""
+    bookie, InvalidCookie for unformatted or foreign directories or directories that do
+    not match the id's cookie in the cluster, BookKeeperError if the listen address
+    cannot be bound."""
 
     def __init__(self, settings: ServerSettings, *, bookie: Bookie | None = None,
                  metadata: MetadataStore | None = None) -> None:
@@ -104,6 +117,8 @@ class BookieNode:
             self.endpoint = f"tcp://{host}:{port}"
             #: The bookie's id in the cluster.
             self.bookie_id = settings.bookieId or f"{host}:{port}"
+            check_cluster_cookie(metadata, Cookie.of_bookie(self.bookie_id, bookie.settings,
+                                                            bookie.instance_id))
             bookie.add_state_listener(self._on_bookie_state)
             opened.callback(bookie.remove_state_listener, self._on_bookie_state)
             metadata.add_session_listener(self._on_session)
@@ -231,7 +246,9 @@ class BookieNode:
                 return
             self._closing = True
             timer = self._cancel_grace()
-            registered = self._registered_read_only is not None and not self._session_lost
+            # Disconnected: unregistering would wait for ZooKeeper (module docstring).
+            registered = (self._registered_read_only is not None and not self._session_lost
+                          and self._connected)
         if timer is not None and timer is not threading.current_thread():
             timer.join()
         self.metadata.remove_session_listener(self._on_session)

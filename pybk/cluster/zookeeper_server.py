@@ -32,7 +32,12 @@ Life cycle
     crash) and keeps port and data, so :meth:`~ZooKeeperServer.start` brings the same
     server back (:meth:`~ZooKeeperServer.restart` does both).  :meth:`~ZooKeeperServer.stop`
     also deletes a temporary directory.  Servers still running when the interpreter
-    exits are stopped by an ``atexit`` hook.
+    exits are stopped by an ``atexit`` hook.  If the process dies without running it
+    (SIGKILL), the kernel kills the server (SIGKILL, ``PR_SET_PDEATHSIG``; see
+    :mod:`pybk.cluster.lifeline`) on Linux when it was started from the main thread: the
+    signal follows the thread that started the server, so one started from another
+    thread gets none, and there, as on other systems, outlives a killed parent.
+    ZooKeeper loses nothing it committed to a kill -9.
 
 ``force_sync=False`` passes ``-Dzookeeper.forceSync=no``: ZooKeeper then writes its
 transaction log without fsync, which makes a test server several times faster and
@@ -58,6 +63,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Self, Sequence
 
+from pybk.cluster.lifeline import death_signal_preexec
 from pybk.errors import ZooKeeperServerError
 
 log = logging.getLogger(__name__)
@@ -376,7 +382,8 @@ class ZooKeeperServer(_TempDirectoryProcess):
         with open(self.log_path, "ab") as out:
             self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
                                              stderr=subprocess.STDOUT, cwd=self.directory,
-                                             start_new_session=True)
+                                             start_new_session=True,
+                                             preexec_fn=death_signal_preexec(signal.SIGKILL))
         _running.add(self)
         log.info("started ZooKeeper pid %d on port %d in %s", self._process.pid, self.port,
                  self.directory)

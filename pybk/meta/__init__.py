@@ -1,5 +1,6 @@
 """pybk's metadata layer: versioned records with compare-and-set, ledger ids, the bookie
-registry and watches, behind one contract (:class:`MetadataStore`).
+registry, bookie cookies (:class:`Cookie`) and watches, behind one contract
+(:class:`MetadataStore`).
 
 Stores: :class:`EmbeddedMetadataStore` (LMDB files in a directory, no server) and
 :class:`pybk.meta.zookeeper.ZooKeeperMetadataStore` (a ZooKeeper cluster, formatted with
@@ -8,6 +9,7 @@ opens either by address.  Typed ledger metadata: :class:`LedgerMetadata`, kept b
 :class:`LedgerManager` where the store's ledger layout (:mod:`pybk.meta.layout`) says.
 """
 
+from pybk.meta.cookies import Cookie
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.interface import ANY_VERSION, MAX_DATA_BYTES, MetadataStore
 from pybk.meta.ledger_metadata import (DigestType, Fragment, LedgerMetadata, LedgerState,
@@ -15,6 +17,6 @@ from pybk.meta.ledger_metadata import (DigestType, Fragment, LedgerMetadata, Led
 from pybk.meta.ledgers import LedgerManager, Versioned
 from pybk.meta.watches import Watch
 
-__all__ = ["ANY_VERSION", "MAX_DATA_BYTES", "DigestType", "EmbeddedMetadataStore",
+__all__ = ["ANY_VERSION", "MAX_DATA_BYTES", "Cookie", "DigestType", "EmbeddedMetadataStore",
            "Fragment", "LedgerManager", "LedgerMetadata", "LedgerState", "MetadataStore",
            "Versioned", "Watch", "hash_password"]

@@ -41,6 +41,14 @@ Sessions
     a crash, the next open deletes the dead session's (only one store can have the
     directory open, so whatever is in ``ephemerals`` then belongs to a dead session).
 
+Cookies
+    Kept like any record, with the ZooKeeper store's contract
+    (:meth:`~pybk.meta.interface.MetadataStore.read_cookie` and its siblings), not as a
+    no-op: a bookie node given this store checks its cookie here just as against
+    ZooKeeper, which catches wiped or foreign bookie disks whenever the store's
+    directory is not on them.  (An embedded WAL keeps store and bookie in one directory
+    and checks none; see :mod:`pybk.meta.interface`.)
+
 Threads
     Any thread may call any method.  Writes are serialised by one lock (LMDB allows one
     writer anyway) and publish their watch events while holding it, so watch callbacks run

@@ -27,6 +27,19 @@ Sessions and ephemeral records
     BookKeeper's BookieServiceInfo: clients find a bookie by its id through
     :meth:`~MetadataStore.bookie_endpoint`.
 
+Cookies
+    :meth:`~MetadataStore.read_cookie`, :meth:`~MetadataStore.write_cookie` and
+    :meth:`~MetadataStore.remove_cookie` keep each bookie's cookie
+    (:class:`~pybk.meta.cookies.Cookie`) at ``/ledgers/cookies/<bookie id>``, under
+    compare-and-set like any record: writing a cookie for an id that has none is a
+    create-if-absent, so of two bookies racing for one id exactly one wins.  A bookie
+    node checks its cookie against the store's at every start (:mod:`pybk.meta.cookies`).
+    Both stores keep them alike: the checks are meaningful wherever the metadata does
+    not live on the bookie's own disks (always with ZooKeeper; with an embedded store
+    given to a node as its ``metadataServiceUri``).  An embedded WAL's bookie and
+    metadata share one directory, which no cookie could tell apart from itself, so the
+    WAL does not check one until it is promoted into a cluster.
+
 Session changes
     A store whose session can break while it is open (ZooKeeper's) tells its session
     listeners (:meth:`~MetadataStore.add_session_listener`) of every change, as
@@ -52,8 +65,10 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import Callable
 
-from pybk.errors import BookieUnavailable, MetadataError, NodeExists, NoNode
+from pybk.errors import (BookieUnavailable, MalformedMetadata, MetadataError, NodeExists,
+                         NoNode)
 from pybk.meta import paths
+from pybk.meta.cookies import Cookie, cookie_path
 from pybk.meta.layout import FLAT, LedgerLayout
 from pybk.meta.watches import Watch, WatchCallback
 
@@ -217,6 +232,37 @@ class MetadataStore(ABC):
             return self.children(path)
         except NoNode:
             return []
+
+    # -- cookies ----------------------------------------------------------------------
+
+    def read_cookie(self, bookie_id: str) -> tuple[Cookie, int] | None:
+        """The bookie's cookie and its record's version, or None if the store has none.
+        Raises MalformedMetadata if the record holds no cookie of that bookie."""
+        path = cookie_path(bookie_id)
+        try:
+            data, version = self.get(path)
+        except NoNode:
+            return None
+        cookie = Cookie.from_bytes(data)
+        if cookie.bookie_id != bookie_id:
+            raise MalformedMetadata(f"{path} holds the cookie of bookie {cookie.bookie_id}, "
+                                    f"not {bookie_id}")
+        return cookie, version
+
+    def write_cookie(self, cookie: Cookie, expected_version: int | None = None) -> int:
+        """Write the cookie of ``cookie.bookie_id`` and return its record's version.
+        ``expected_version`` None creates it if the bookie has none (NodeExists if it
+        has); a version replaces the one at that version (BadVersion, NoNode)."""
+        path = cookie_path(cookie.bookie_id)
+        if expected_version is None:
+            return self.create(path, cookie.to_bytes())
+        return self.set(path, cookie.to_bytes(), expected_version)
+
+    def remove_cookie(self, bookie_id: str, expected_version: int) -> None:
+        """Delete the bookie's cookie if its version is ``expected_version``
+        (:data:`ANY_VERSION`: whatever it is), e.g. to let new disks take the id of a
+        bookie whose data is gone.  Raises BadVersion or NoNode."""
+        self.delete(cookie_path(bookie_id), expected_version)
 
     # -- sessions -------------------------------------------------------------------------
 

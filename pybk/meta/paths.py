@@ -12,7 +12,8 @@ BookKeeper's layout of a cluster under ``/ledgers``:
                                          ledger layout gives (:mod:`pybk.meta.layout`)
 ``/ledgers/available/<bookie id>``       a writable bookie's registration (ephemeral)
 ``/ledgers/available/readonly/<id>``     a read-only bookie's registration (ephemeral)
-``/ledgers/cookies/<bookie id>``         a bookie's cookie (its instance and directories)
+``/ledgers/cookies/<bookie id>``         a bookie's cookie (its instance and directories;
+                                         :mod:`pybk.meta.cookies`)
 ``/ledgers/idgen/ID-<10 digits>``        ZooKeeper's ledger id generator (sequential)
 ``/ledgers/INSTANCEID``                  the cluster's instance id (a UUID, text)
 ``/ledgers/LAYOUT``                      the ledger layout, in BookKeeper's text form

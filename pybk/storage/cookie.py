@@ -10,6 +10,10 @@ At every start each directory's cookie must exist and equal the expected one.  A
 cookie means a new or wiped disk, a different one means a disk from another bookie or
 swapped directories; both stop the start with :class:`pybk.errors.InvalidCookie` naming
 the directory, because serving from such a disk would silently lose or mix entries.
+
+A bookie all of whose directories were wiped and formatted again looks new here; a
+cluster tells it apart by its own copy of each bookie's cookie (:mod:`pybk.meta.cookies`,
+checked by :class:`pybk.cluster.node.BookieNode`).
 """
 
 from __future__ import annotations

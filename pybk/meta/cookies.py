@@ -1,0 +1,172 @@
+"""Bookie cookies in the metadata store: the cluster's memory of which disks each bookie
+id stands for.
+
+A bookie's directories carry a cookie (:mod:`pybk.storage.cookie`): its instance id,
+drawn when they were formatted, and their paths.  That stops a bookie from starting on
+swapped or half-wiped disks, but not from starting on *all-new* disks under an id the
+cluster already knows: a bookie whose disks were wiped and formatted again, or another
+machine given the same id, would register and answer "no such entry" for entries that
+ledgers say it holds.  So, as BookKeeper does, the cluster keeps a copy of every bookie's
+cookie at ``/ledgers/cookies/<bookie id>``, and a bookie node checks it at every start
+(:func:`check_cluster_cookie`, called by :class:`pybk.cluster.node.BookieNode`):
+
+* no cookie for the id: the bookie writes its own, create-if-absent, so of two bookies
+  racing for one id exactly one wins; the other then finds the winner's cookie below;
+* a cookie equal to the bookie's (same instance id, same directories): it starts;
+* any other cookie: it refuses to start with :class:`~pybk.errors.InvalidCookie`
+  naming the bookie id and what differs.
+
+Record format: a sealed record (:mod:`pybk.meta.sealed`) with magic b"PBKC" and format
+version 1, whose body has exactly these keys::
+
+    "bookie_id"           the bookie's id (also the record's name)
+    "instance_id"         the instance id in the bookie's directory cookies
+    "journal_directory"   absolute path, as in the directory cookies
+    "ledger_directories"  [absolute path, ...], in the settings' order
+
+Read and written through :meth:`~pybk.meta.interface.MetadataStore.read_cookie`,
+:meth:`~pybk.meta.interface.MetadataStore.write_cookie` and
+:meth:`~pybk.meta.interface.MetadataStore.remove_cookie`.  Nothing removes a cookie by
+itself: a decommissioned bookie's id stays taken until an operator removes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING
+
+from pybk.errors import InvalidCookie, MalformedMetadata, MetadataError, NodeExists
+from pybk.meta import paths
+from pybk.meta.sealed import seal, typed, unseal
+from pybk.storage.cookie import expected_cookie
+
+if TYPE_CHECKING:
+    from pybk.meta.interface import MetadataStore
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"PBKC"
+FORMAT_VERSION = 1
+_KEYS = frozenset(("bookie_id", "instance_id", "journal_directory", "ledger_directories"))
+
+
+def cookie_path(bookie_id: str) -> str:
+    """The record of a bookie's cookie: ``/ledgers/cookies/<bookie id>``."""
+    return paths.join(paths.COOKIES, paths.check_name(bookie_id))
+
+
+@dataclasses.dataclass(frozen=True)
+class Cookie:
+    """A bookie's cookie as the cluster keeps it (immutable)."""
+
+    bookie_id: str
+    instance_id: str
+    journal_directory: str
+    ledger_directories: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        paths.check_name(self.bookie_id)
+        object.__setattr__(self, "ledger_directories", tuple(self.ledger_directories))
+        for name in ("instance_id", "journal_directory"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"cookie of {self.bookie_id}: {name} must be a non-empty "
+                                 f"string, not {getattr(self, name)!r}")
+        if not self.ledger_directories or not all(
+                isinstance(d, str) and d for d in self.ledger_directories):
+            raise ValueError(f"cookie of {self.bookie_id}: ledger_directories must be "
+                             f"non-empty strings, at least one: {self.ledger_directories!r}")
+
+    @classmethod
+    def of_bookie(cls, bookie_id: str, settings, instance_id: str) -> "Cookie":
+        """The cookie of a bookie whose directories (``settings``' journalDirectory and
+        ledgerDirectories) verified with ``instance_id`` (:attr:`Bookie.instance_id`)."""
+        local = expected_cookie(settings, instance_id)
+        return cls(bookie_id, instance_id, local["journal_directory"],
+                   tuple(local["ledger_directories"]))
+
+    def differences(self, other: "Cookie") -> list[str]:
+        """What differs from ``other``, one phrase per field ("" fields are left out);
+        this cookie is called the cluster's, ``other`` the directories'."""
+        found = []
+        for name, label in (("bookie_id", "bookie id"), ("instance_id", "instance id"),
+                            ("journal_directory", "journal directory"),
+                            ("ledger_directories", "ledger directories")):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine != theirs:
+                if isinstance(mine, tuple):
+                    mine, theirs = list(mine), list(theirs)
+                found.append(f"{label} {mine} in the cluster, {theirs} on disk")
+        return found
+
+    def to_bytes(self) -> bytes:
+        return seal(MAGIC, FORMAT_VERSION, {
+            "bookie_id": self.bookie_id,
+            "instance_id": self.instance_id,
+            "journal_directory": self.journal_directory,
+            "ledger_directories": list(self.ledger_directories),
+        })
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Cookie":
+        """The cookie in a record's data; MalformedMetadata if it holds none."""
+        obj = unseal(data, MAGIC, FORMAT_VERSION, _KEYS, "bookie cookie")
+        try:
+            return cls(
+                bookie_id=typed("bookie_id", obj["bookie_id"], str),
+                instance_id=typed("instance_id", obj["instance_id"], str),
+                journal_directory=typed("journal_directory", obj["journal_directory"], str),
+                ledger_directories=tuple(
+                    typed("a ledger directory", d, str)
+                    for d in typed("ledger_directories", obj["ledger_directories"], list)))
+        except (ValueError, MetadataError) as e:
+            raise MalformedMetadata(f"bookie cookie body is malformed: {e}") from e
+
+
+def check_cluster_cookie(store: "MetadataStore", cookie: Cookie) -> bool:
+    """The start-up check of the module docstring for a bookie whose directories hold
+    ``cookie``: True if it wrote the cluster's cookie (the id was new), False if the
+    cluster's matched.  Raises InvalidCookie if the cluster knows the id with another
+    cookie (or an unreadable one), MetadataError if the store fails."""
+    path = cookie_path(cookie.bookie_id)
+    found = _read(store, cookie.bookie_id, path)
+    if found is None:
+        try:
+            store.write_cookie(cookie)
+        except NodeExists:  # another bookie with this id wrote one first
+            found = _read(store, cookie.bookie_id, path)
+            if found is None:
+                raise InvalidCookie(f"bookie {cookie.bookie_id}: its cookie {path} in "
+                                    f"{store} was created and removed again while it "
+                                    "started; is another bookie using this id? Try again"
+                                    ) from None
+        else:
+            log.info("bookie %s: wrote its cookie %s in %s", cookie.bookie_id, path, store)
+            return True
+    differences = found.differences(cookie)
+    if not differences:
+        return False
+    if found.instance_id != cookie.instance_id:
+        advice = ("the cluster knows this id for another bookie instance: these directories "
+                  "were formatted again (new or wiped disks) or belong to another bookie, "
+                  "and ledgers may still count on data the id's former disks held. Start "
+                  "these disks under another bookie id (bookieId); or, if the former data "
+                  "is gone for good and its ledgers were re-replicated, remove the cookie "
+                  "(MetadataStore.remove_cookie) and start again")
+    else:
+        advice = ("the same bookie instance now names other directories than when it "
+                  "joined the cluster: correct journalDirectory and ledgerDirectories, or, "
+                  "if the directories were moved on purpose, update the cluster's cookie "
+                  "(MetadataStore.write_cookie with its version)")
+    raise InvalidCookie(f"bookie {cookie.bookie_id} refuses to start: its cookie {path} in "
+                        f"{store} does not match its directories ({'; '.join(differences)})"
+                        f": {advice}")
+
+
+def _read(store: "MetadataStore", bookie_id: str, path: str) -> Cookie | None:
+    try:
+        found = store.read_cookie(bookie_id)
+    except MalformedMetadata as e:
+        raise InvalidCookie(f"bookie {bookie_id}: its cookie {path} in {store} is not a "
+                            f"pybk bookie cookie ({e}); remove it if it is stale") from e
+    return None if found is None else found[0]
