@@ -12,6 +12,7 @@ must not run on a bookie's completion thread).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -60,7 +61,7 @@ class BookKeeper:
             self._lookup, known = bookies, None
         else:
             known = dict(bookies)
-            self._lookup = lambda bookie_id: _lookup(known, bookie_id)
+            self._lookup = functools.partial(_lookup, known)
         self._available = available_bookies or (
             (lambda: sorted(known)) if known is not None else
             (lambda: metadata.bookies(read_only=False)))

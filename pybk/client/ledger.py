@@ -184,6 +184,8 @@ class LedgerHandle:
         if error is not None:
             self._on_add_error(bookie_id, error)
             return
+        if op.entry is None:
+            return  # finished already (e.g. the write set's last ack): no lock needed
         with self._lock:
             if op.entry is None or bookie_id not in op.write_set:
                 return  # finished already, or a late answer from a replaced bookie
