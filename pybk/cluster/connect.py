@@ -5,12 +5,15 @@ ZooKeeper, one :class:`~pybk.cluster.client.ClientLoop` and a
 :class:`~pybk.cluster.directory.BookieDirectory`, and returns a
 :class:`~pybk.client.BookKeeper` over them whose :meth:`~ClusterBookKeeper.close` closes
 all three.  New ensembles are chosen among the registry's writable bookies, read when
-a ledger is created or its ensemble changes; ZooKeeper is not on the data path.
+a ledger is created or its ensemble changes; a ledger's bookies are looked up in the
+registry then too, and when it is opened
+(:meth:`ClusterBookKeeper.resolve_bookies`), so ZooKeeper is not on the data path.
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import Iterable
 
 from pybk.client.bookkeeper import BookKeeper
 from pybk.cluster.client import ClientLoop
@@ -37,6 +40,11 @@ class ClusterBookKeeper(BookKeeper):
         super().__init__(store, directory, settings, local_bookie=local_bookie)
         self.directory = directory
         self._owned = (directory, loop, store)
+
+    def resolve_bookies(self, bookie_ids: Iterable[str]) -> None:
+        """Look up the endpoints of those of ``bookie_ids`` not known yet (or due a
+        refresh) in the registry, on this thread (:meth:`BookieDirectory.resolve`)."""
+        self.directory.resolve(bookie_ids)
 
     def close(self) -> None:
         """Stop the client's threads, then close the bookie clients, the ZeroMQ loop and
