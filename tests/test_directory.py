@@ -14,6 +14,7 @@ import pytest
 import zkutil
 
 from conftest import KEY, entry
+from pybk.client.transport import InProcessBookieClient
 from pybk.cluster import directory as directory_module
 from pybk.cluster.client import ClientLoop, ZmqBookieClient
 from pybk.cluster.connect import connect
@@ -88,6 +89,20 @@ def test_a_lookup_runs_in_the_background_and_waiting_requests_go_out_once_it_end
     unknown = directory.client("nobody")  # not registered: fails, after the lookup
     with pytest.raises(BookieUnavailable, match="not registered"):
         unknown.read(1, 0).result(timeout=10)
+
+
+def test_local_bookies_are_handed_out_as_given_and_never_looked_up(bookie, closing):
+    registry = GatedRegistry({})  # would block any lookup
+    loop = closing.enter_context(ClientLoop())
+    local = InProcessBookieClient("me", bookie)
+    directory = BookieDirectory(registry, loop, FAST,  # type: ignore[arg-type]
+                                local={"me": local})
+    closing.callback(directory.close)
+    closing.callback(registry.gate.set)
+    directory.resolve(["me"])
+    assert directory.client("me") is local
+    assert directory.client("me").add(1, 0, entry(1, 0), KEY).result(timeout=5) is None
+    assert registry.reads == []
 
 
 def test_waiting_requests_are_bounded_and_fail_when_the_directory_closes(
