@@ -5,6 +5,12 @@ A client needs a metadata store (:mod:`pybk.meta`) and a way to reach bookies (a
 :meth:`BookKeeper.in_process` builds one over bookies of this process;
 :meth:`BookKeeper.connect` one of a cluster (ZooKeeper and bookies over ZeroMQ).
 
+Bookies are resolved off the data path: whenever a ledger's bookies become known to the
+client (a new ledger's ensemble, replacements in an ensemble change, the fragments of an
+opened or deleted ledger) it calls :meth:`BookKeeper.resolve_bookies`, which a client
+whose bookie lookups read a store overrides (the cluster client does), so that sending
+an add never waits for one.
+
 Threads: one timer thread per client times out adds and sends explicit LACs for idle
 writers; one worker thread runs ensemble changes (they block on the metadata store and
 must not run on a bookie's completion thread).
@@ -26,7 +32,7 @@ from pybk.client.recovery import recover
 from pybk.client.transport import BookieClient, InProcessBookieClient
 from pybk.errors import BookieUnavailable, Unauthorized
 from pybk.meta.interface import MetadataStore
-from pybk.meta.ledger_metadata import DigestType, LedgerState
+from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import LedgerManager
 from pybk.settings import ClientSettings
 from pybk.storage import Bookie
@@ -107,6 +113,7 @@ class BookKeeper:
         versioned = self.ledger_manager.create_ledger(
             lambda ledger_id: self._choose(ledger_id, ensemble, exclude=()), write_quorum,
             ack_quorum, digest_type, password, custom_metadata, ensemble_size=ensemble)
+        self.resolve_bookies(versioned.metadata.fragments[0].ensemble)
         return LedgerHandle(self, versioned, password, writable=True)
 
     def open_ledger(self, ledger_id: int, password: bytes = b"",
@@ -120,6 +127,7 @@ class BookKeeper:
         versioned = self.ledger_manager.read(ledger_id)
         if not versioned.metadata.check_password(password):
             raise Unauthorized(f"wrong password for ledger {ledger_id}")
+        self.resolve_bookies(_bookies_of(versioned.metadata))
         if recovery:
             versioned = recover(self, versioned, password)
         metadata = versioned.metadata
@@ -136,7 +144,8 @@ class BookKeeper:
         """Delete a ledger's metadata, then its entries on every bookie that held some."""
         metadata = self.ledger_manager.read(ledger_id).metadata
         self.ledger_manager.delete(ledger_id)
-        holders = {b for fragment in metadata.fragments for b in fragment.ensemble}
+        holders = _bookies_of(metadata)
+        self.resolve_bookies(holders)
         for bookie_id in sorted(holders):
             try:
                 self.bookie_client(bookie_id).delete_ledger(ledger_id).result(
@@ -151,13 +160,21 @@ class BookKeeper:
     # -- bookies ------------------------------------------------------------------
 
     def bookie_client(self, bookie_id: str) -> BookieClient:
+        """The client of ``bookie_id``; called on the data path, so it must not block."""
         return self._lookup(bookie_id)
+
+    def resolve_bookies(self, bookie_ids: Iterable[str]) -> None:
+        """Make :meth:`bookie_client` ready to hand out the clients of ``bookie_ids`` at
+        once.  Called off the data path, before a ledger uses them; it may block on the
+        metadata store.  A client given its bookie clients has nothing to do."""
 
     def choose_replacements(self, ledger_id: int, count: int,
                             exclude: set[str]) -> list[str]:
         """``count`` writable bookies for the ledger outside ``exclude`` (NotEnoughBookies
-        if too few)."""
-        return self._choose(ledger_id, count, exclude)
+        if too few), resolved (:meth:`resolve_bookies`)."""
+        chosen = self._choose(ledger_id, count, exclude)
+        self.resolve_bookies(chosen)
+        return chosen
 
     def _choose(self, ledger_id: int, count: int, exclude: Iterable[str]) -> list[str]:
         return self.placement.choose(ledger_id, count, self._available(), tuple(exclude))
@@ -201,6 +218,12 @@ class BookKeeper:
         self._stop.set()
         self._timer.join()
         self._worker.shutdown(wait=True)
+
+
+def _bookies_of(metadata: LedgerMetadata) -> list[str]:
+    """Every bookie that holds (or held) entries of the ledger, the last ensemble first."""
+    ordered = [b for fragment in reversed(metadata.fragments) for b in fragment.ensemble]
+    return list(dict.fromkeys(ordered))
 
 
 def _lookup(known: dict[str, BookieClient], bookie_id: str) -> BookieClient:

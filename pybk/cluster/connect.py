@@ -5,20 +5,31 @@ ZooKeeper, one :class:`~pybk.cluster.client.ClientLoop` and a
 :class:`~pybk.cluster.directory.BookieDirectory`, and returns a
 :class:`~pybk.client.BookKeeper` over them whose :meth:`~ClusterBookKeeper.close` closes
 all three.  New ensembles are chosen among the registry's writable bookies, read when
-a ledger is created or its ensemble changes; ZooKeeper is not on the data path.
+a ledger is created or its ensemble changes; a ledger's bookies are looked up in the
+registry then too, and when it is opened
+(:meth:`ClusterBookKeeper.resolve_bookies`), so ZooKeeper is not on the data path.
+
+A process that hosts bookies (an embedded WAL promoted to a cluster member, an
+application serving a :class:`~pybk.cluster.node.BookieNode`) passes them as
+``local_bookies``: the client writes to them in-process
+(:class:`~pybk.client.transport.InProcessBookieClient`: no serialization, no socket), and
+to the others over ZeroMQ.
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import Iterable, Mapping
 
 from pybk.client.bookkeeper import BookKeeper
+from pybk.client.transport import InProcessBookieClient
 from pybk.cluster.client import ClientLoop
 from pybk.cluster.directory import BookieDirectory
 from pybk.errors import InvalidConfiguration
 from pybk.meta.address import is_zookeeper_address
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings
 from pybk.settings import ClientSettings
+from pybk.storage import Bookie
 
 
 class ClusterBookKeeper(BookKeeper):
@@ -38,6 +49,11 @@ class ClusterBookKeeper(BookKeeper):
         self.directory = directory
         self._owned = (directory, loop, store)
 
+    def resolve_bookies(self, bookie_ids: Iterable[str]) -> None:
+        """Look up the endpoints of those of ``bookie_ids`` not known yet (or due a
+        refresh) in the registry, on this thread (:meth:`BookieDirectory.resolve`)."""
+        self.directory.resolve(bookie_ids)
+
     def close(self) -> None:
         """Stop the client's threads, then close the bookie clients, the ZeroMQ loop and
         the ZooKeeper session (open handles are not closed)."""
@@ -48,20 +64,30 @@ class ClusterBookKeeper(BookKeeper):
 
 def connect(address: str, settings: ClientSettings | None = None, *,
             zk_settings: ZooKeeperSettings | None = None,
-            local_bookie: str | None = None) -> ClusterBookKeeper:
+            local_bookie: str | None = None,
+            local_bookies: Mapping[str, Bookie] | None = None) -> ClusterBookKeeper:
     """A client of the cluster whose metadata is at ``address``
     (``zk://host:port[,host:port...]/ledgers``).  Raises MetadataUnavailable if ZooKeeper
     does not answer within ``zkTimeout``, MetadataError if the cluster is not formatted,
-    InvalidConfiguration for an address that is not ``zk://``."""
+    InvalidConfiguration for an address that is not ``zk://``.
+
+    ``local_bookies`` are bookies of this process by id (they must also serve the
+    cluster, e.g. through a BookieNode, for other clients to reach them): this client
+    calls them directly.  ``local_bookie`` is the one placement puts first in new
+    ensembles; by default the only one of ``local_bookies``, if there is one."""
     if not is_zookeeper_address(address):
         raise InvalidConfiguration(f"cannot connect to {address!r}: a cluster's address is "
                                    "zk://host:port[,host:port...]/root (an embedded store "
                                    "serves one process: use BookKeeper.in_process)")
     settings = settings or ClientSettings()
+    local = {bookie_id: InProcessBookieClient(bookie_id, bookie)
+             for bookie_id, bookie in (local_bookies or {}).items()}
+    if local_bookie is None and len(local) == 1:
+        local_bookie = next(iter(local))
     with contextlib.ExitStack() as opened:
         store = opened.enter_context(ZooKeeperMetadataStore(address, zk_settings))
         loop = opened.enter_context(ClientLoop())
-        directory = BookieDirectory(store, loop, settings)
+        directory = BookieDirectory(store, loop, settings, local)
         opened.callback(directory.close)
         client = ClusterBookKeeper(store, loop, directory, settings, local_bookie)
         opened.pop_all()

@@ -5,8 +5,10 @@ in the cluster's store under the same id (embedded ids start at a random base, s
 do not collide with the cluster's), and the log's ledger list is created there as the
 log ``wal-<bookie instance id>``.  The entries stay on the WAL's own bookie, which joins
 the cluster under the id its ledgers already name (``bookie-<instance id>``) and serves
-them to any client.  Finally the embedded store records the cluster's address at
-:data:`PROMOTED`, after which the directory opens only as a cluster member.
+them to any client; the WAL's own client keeps calling it in-process
+(:func:`pybk.cluster.connect.connect` with ``local_bookies``).  Finally the embedded
+store records the cluster's address at :data:`PROMOTED`, after which the directory opens
+only as a cluster member.
 
 Every step is idempotent, so a crash in the middle is finished by the next promotion.
 """

@@ -52,8 +52,9 @@ def open(path: str | os.PathLike[str], cluster: str | None = None,  # noqa: A001
     With ``cluster`` (``zk://host:port[,...]/ledgers``) the WAL is a cluster member: its
     bookie registers and serves peers (``listenAddress``), new segments are replicated
     on ``ensemble`` bookies with the given quorums, and what it wrote before stays
-    readable where it is (:mod:`pybk.log.promotion`).  Once promoted, a directory
-    opens only with ``cluster``.
+    readable where it is (:mod:`pybk.log.promotion`).  The WAL's own writes and reads
+    reach its bookie in-process, as before; only the other bookies are reached over
+    ZeroMQ.  Once promoted, a directory opens only with ``cluster``.
     """
     return WAL(path, cluster, ensemble, write_quorum, ack_quorum, **settings)
 
@@ -102,7 +103,8 @@ class WAL:
         from pybk.cluster.connect import connect  # the cluster layer, only when wanted
         from pybk.cluster.node import BookieNode
         log_name = f"wal-{self.bookie.instance_id}"
-        bk = connect(address, client, local_bookie=self.bookie_id)
+        # The WAL writes to its own bookie in-process; peers reach it through the node.
+        bk = connect(address, client, local_bookies={self.bookie_id: self.bookie})
         try:
             promote(self._store, bk.metadata, address, LOG_NAME, log_name)
             self._node = BookieNode(server.replace(bookieId=self.bookie_id,
