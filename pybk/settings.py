@@ -54,8 +54,9 @@ class ServerSettings:
     journalMaxSizeMB: int = 2048
     #: Journal files older than the checkpoint that are kept anyway (for inspection).
     journalMaxBackups: int = 5
-    #: Journal files grow by this much at a time (posix_fallocate), so that an
-    #: fdatasync after an append does not have to sync a file-size change.
+    #: Journal files are zero-filled (and synced) this far ahead of their records, a MiB
+    #: after each group commit, so that an fdatasync after an append syncs neither a
+    #: file-size nor an extent change.
     journalPreAllocSizeMB: int = 16
     #: Most records waiting for the journal; further adds block (back-pressure).
     journalQueueSize: int = 10_000
@@ -63,8 +64,12 @@ class ServerSettings:
     #: An entry log is rolled once it reaches this size.
     logSizeLimit: int = 1024 * _MIB
     #: Milliseconds between checkpoints (flush of the write cache to entry logs and
-    #: index, then a new LastLogMark).
-    flushInterval: int = 10_000
+    #: index, then a new LastLogMark).  BookKeeper's default is 60 s, with the journal on
+    #: a disk of its own; pybk's bookies often share one disk between journal and entry
+    #: logs, where a checkpoint's writeback delays the journal's fdatasyncs (and so every
+    #: add) for as long as it lasts: small, frequent checkpoints keep that delay short.
+    #: A checkpoint with nothing new to write costs no disk sync.
+    flushInterval: int = 1_000
     #: Memory for entries not yet in entry logs, in MiB.  Half of it fills while the
     #: other half is flushed; when both are full, adds block.  (BookKeeper:
     #: ``dbStorage_writeCacheMaxSizeMb``.)
@@ -285,6 +290,10 @@ class ClientSettings:
     #: ZeroMQ transport: reconnection attempts start 100 ms apart and back off, doubling,
     #: up to this many milliseconds apart.
     zmqReconnectIntervalMaxMs: int = 1000
+    #: ZeroMQ transport: at most this many ADD messages per bookie wait for their answer;
+    #: adds made meanwhile gather into the next message (more adds per message under
+    #: load, fewer messages and system calls per add).
+    zmqAddMessagesInFlight: int = 2
 
     def __post_init__(self) -> None:
         _require(self.addEntryTimeout > 0, "addEntryTimeout", self.addEntryTimeout,
@@ -293,7 +302,7 @@ class ClientSettings:
         _require(self.explicitLacInterval >= 0, "explicitLacInterval",
                  self.explicitLacInterval, "0 or more")
         for key in ("maxEntrySizeBytes", "zmqHeartbeatIntervalMs", "zmqHeartbeatTimeoutMs",
-                    "zmqReconnectIntervalMaxMs"):
+                    "zmqReconnectIntervalMaxMs", "zmqAddMessagesInFlight"):
             _require(getattr(self, key) > 0, key, getattr(self, key), "greater than 0")
         _require(self.zmqHeartbeatTimeoutMs > self.zmqHeartbeatIntervalMs,
                  "zmqHeartbeatTimeoutMs", self.zmqHeartbeatTimeoutMs,

@@ -32,12 +32,14 @@ Failures:
 * Back-pressure: when ZeroMQ's send queue is full (the bookie reads slowly), requests
   wait in the client, in order, within their time limits.
 
-Adds are batched: :meth:`ZmqBookieClient.add_then` queues an add, and each time the
-loop runs it sends everything queued for a bookie as one ADD message (of any ledgers, up
-to the body limit of :mod:`pybk.cluster.wire`), which the bookie answers with one reply.
-Under load, adds gather while the loop is busy, so messages grow with the load and the
-per-message costs (system calls, ZeroMQ, Python) are paid per batch; an add made on an
-idle client leaves at once, alone.
+Adds are batched: :meth:`ZmqBookieClient.add_then` queues an add, and the loop sends
+what is queued for a bookie as one ADD message (of any ledgers, up to the body limit of
+:mod:`pybk.cluster.wire`), which the bookie answers with one reply.  At most
+``zmqAddMessagesInFlight`` ADD messages per bookie wait for their answer; adds made
+meanwhile gather and leave together when one is answered (Nagle's idea, with the
+bookie's group commit as the clock).  So messages grow with the load and the
+per-message costs (system calls, thread wake-ups, ZeroMQ, Python) are paid per batch;
+an add made on an idle client leaves at once, alone.
 
 Replies are received into one copy (``bytes``: what the ledger client keeps); entries
 are sent without a copy from 64 KiB up (:mod:`pybk.cluster.frames`).
@@ -277,15 +279,19 @@ class _AddBatch(_Pending):
         except BookKeeperError as e:
             self._fail(e)
             return
-        if statuses is None:
-            _call_all(self.callbacks, itertools.repeat(None))
-            return
         bookie = self.connection.bookie_id
-        _call_all(self.callbacks, (error_for_code(status, f"bookie {bookie}: {reply.message}")
-                                   if status else None for status in statuses))
+        self._finish(itertools.repeat(None) if statuses is None else
+                     (error_for_code(status, f"bookie {bookie}: {reply.message}")
+                      if status else None for status in statuses))
 
     def _fail(self, error: BaseException) -> None:
-        _call_all(self.callbacks, itertools.repeat(error))
+        self._finish(itertools.repeat(error))
+
+    def _finish(self, outcomes: Iterable[BaseException | None]) -> None:
+        connection = self.connection
+        connection.add_batches_in_flight -= 1
+        _call_all(self.callbacks, outcomes)
+        connection.send_adds()  # the adds that gathered while this one was out
 
 
 def _call_all(callbacks: list[AddCallback],
@@ -324,6 +330,8 @@ class _Connection:
         # ((ledger id, entry id, entry, master key, recovery), callback).
         self._adds: deque[tuple[tuple, AddCallback]] = deque()
         self._adds_posted = False
+        self._sending_adds = False
+        self.add_batches_in_flight = 0
         self._max_add_body = wire.max_add_body_bytes(settings.maxEntrySizeBytes)
         self._socket: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
@@ -365,39 +373,53 @@ class _Connection:
         """Queue an add (the fields of a :class:`wire.Add`) for the next ADD message (any
         thread)."""
         self._adds.append((add, callback))
-        if not self._adds_posted:  # else a _send_adds is due and takes this add too
+        if not self._adds_posted:  # else a send_adds is due and takes this add too
             self._adds_posted = True
-            if not self.loop.post(self._send_adds):
+            if not self.loop.post(self.send_adds):
                 error = BookieUnavailable(f"the client of bookie {self.bookie_id} is closed")
                 failed = [self._adds.popleft()[1] for _ in range(len(self._adds))]
                 _call_all(failed, itertools.repeat(error))
 
-    def _send_adds(self) -> None:
-        """Put every queued add into ADD messages, each as large as the body limit
-        allows."""
+    def send_adds(self) -> None:
+        """Send the queued adds in ADD messages, each as large as the body limit allows,
+        while fewer than ``zmqAddMessagesInFlight`` of this connection's ADD messages
+        wait for their answer; the rest wait for an answer, and then go together."""
         self._adds_posted = False  # before taking: an add queued from now on posts again
-        adds, taken = self._adds, []
-        while adds:
-            taken.append(adds.popleft())
+        if self._sending_adds:
+            return  # re-entered from a message that failed at once: the loop below goes on
+        self._sending_adds = True
+        try:
+            limit = self._settings.zmqAddMessagesInFlight
+            while self._adds and self.add_batches_in_flight < limit:
+                batch, callbacks = self._take_batch()
+                if batch:
+                    self._send_batch(batch, callbacks)
+        finally:
+            self._sending_adds = False
+
+    def _take_batch(self) -> tuple[list[tuple], list[AddCallback]]:
+        """The queued adds that fit one ADD message (failing those too large for any)."""
+        adds = self._adds
         batch: list[tuple] = []
         callbacks: list[AddCallback] = []
         size = wire.ADD_COUNT.size
         fixed, limit = wire.ADD_RECORD.size, self._max_add_body
-        for add, callback in taken:
+        while adds:
+            add, callback = adds[0]
             record = fixed + len(add[2]) + len(add[3])
-            if record > limit - wire.ADD_COUNT.size:
+            if size + record > limit or len(batch) == wire.MAX_ADDS_PER_MESSAGE:
+                if batch:
+                    break
+                adds.popleft()
                 _call_all([callback], [EntryTooLarge(
                     f"entry of {len(add[2])} bytes is over the maximum of "
                     f"{self._settings.maxEntrySizeBytes}")])
                 continue
-            if size + record > self._max_add_body or len(batch) == wire.MAX_ADDS_PER_MESSAGE:
-                self._send_batch(batch, callbacks)
-                batch, callbacks, size = [], [], wire.ADD_COUNT.size
+            adds.popleft()
             batch.append(add)
             callbacks.append(callback)
             size += record
-        if batch:
-            self._send_batch(batch, callbacks)
+        return batch, callbacks
 
     def _send_batch(self, adds: list[tuple], callbacks: list[AddCallback]) -> None:
         request_id = self.loop.next_request_id()
@@ -412,6 +434,7 @@ class _Connection:
             error = None
         batch = _AddBatch(request_id, frames, self._settings.addEntryTimeout, self,
                           callbacks)
+        self.add_batches_in_flight += 1
         if error is not None:
             batch.fail(error)
         else:

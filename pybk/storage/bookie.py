@@ -101,6 +101,7 @@ class Bookie:
         self.journal_dir = os.path.join(settings.journalDirectory, "current")
         self._lock = threading.Lock()            # ledger states, caches, journal order
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time
+        self._persisted_mark: jr.LogMark | None = None  # the LastLogMark written last
         self._entrylog_lock = threading.Lock()    # appends to entry logs
         self._cache_space = threading.Condition(threading.Lock())
         self._states: dict[int, LedgerState] = {}
@@ -651,8 +652,10 @@ class Bookie:
                 self._cache_space.notify_all()
             if not isinstance(mark, jr.LogMark):
                 return None
-            write_mark(self._ledger_dirs, mark, self._io)
-            self._journal.remove_old_files(mark, self.settings.journalMaxBackups)
+            if mark != self._persisted_mark:  # else the journal did not move: no sync needed
+                write_mark(self._ledger_dirs, mark, self._io)
+                self._persisted_mark = mark
+                self._journal.remove_old_files(mark, self.settings.journalMaxBackups)
             return mark
 
     def _restore(self, cache: WriteCache, states: dict[int, StoredLedgerState],

@@ -37,8 +37,9 @@ type   name          payload
 5      DELETE        ledger id (8)
 =====  ============  ======================================================
 
-Files grow in steps of ``journalPreAllocSizeMB``, written with zeros and synced ahead of
-the records (as BookKeeper preallocates): a record's fdatasync then overwrites blocks the
+Files are written with zeros and synced up to ``journalPreAllocSizeMB`` ahead of the
+records (as BookKeeper preallocates), a MiB after each group commit so that no group
+waits for a large fill: a record's fdatasync then overwrites blocks the
 file system already holds, which costs about half of syncing a write into a growing or
 fallocated file (whose extent changes are metadata to sync too).  A zero length with a
 zero checksum marks the end of the records.
@@ -188,7 +189,7 @@ def scan_journal(path: str, start_offset: int = 0) -> Iterator[tuple[int, bytes,
     return report
 
 
-_ZEROS = bytes(1 << 20)
+_ZEROS = bytes(1 << 20)  # a MiB of zeros: preallocation writes and tail checks
 _RELEASE_BYTES = 64 * 1024 * 1024
 
 
@@ -497,19 +498,27 @@ class Journal:
         start = self._offset - nbytes  # a group never spans two files
         for before, callback in markers:
             _complete_all((callback,), LogMark(self._journal_id, start + before))
+        if self._allocated - self._offset < self._prealloc_bytes:
+            try:  # after the group's callbacks: only the next group may wait for it
+                self._zero_fill(ZERO_FILL_STEP)
+            except OSError as e:
+                self._fail(e)
         return True
 
     def _write_durably(self, buffers: list[bytes], nbytes: int) -> None:
         if self._offset + nbytes > self._max_file_bytes and self._offset > HEADER_SIZE:
             self._roll()
-        if self._offset + nbytes > self._allocated:
-            grow = max(self._prealloc_bytes, self._offset + nbytes - self._allocated)
-            _zero_fill(self._fd, self._allocated, grow)
-            self._allocated += grow
+        if self._offset + nbytes > self._allocated:  # behind: this group has to wait
+            self._zero_fill(self._offset + nbytes - self._allocated)
         written = self._io.write_all(self._fd, buffers)
         assert written == nbytes, "journal group size drifted"
         self._offset += written
         self._io.fdatasync(self._fd)
+
+    def _zero_fill(self, length: int) -> None:
+        """Write zeros over the next ``length`` bytes past the zeroed part, and sync them."""
+        _zero_fill(self._fd, self._allocated, length)
+        self._allocated += length
 
     def _fail(self, error: OSError) -> BaseException:
         """A write or sync failed: the file's tail is now unknown, so stop this journal.
@@ -540,7 +549,7 @@ class Journal:
         path = os.path.join(self._dir, journal_file_name(self._journal_id))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            _zero_fill(fd, 0, self._prealloc_bytes)
+            _zero_fill(fd, 0, ZERO_FILL_STEP)  # the rest follows a step after each group
             header = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, self._journal_id, 0)
             self._io.write_all(fd, [header, struct.pack(">I", crc32c(header))])
             self._io.fdatasync(fd)
@@ -550,7 +559,7 @@ class Journal:
             raise
         self._fd = fd
         self._offset = HEADER_SIZE
-        self._allocated = self._prealloc_bytes
+        self._allocated = ZERO_FILL_STEP
         log.debug("journal %s started", path)
 
     # -- housekeeping ------------------------------------------------------------
@@ -611,7 +620,10 @@ def replay(directory: str, mark: LogMark,
     return records, last_id
 
 
-_ZEROS = bytes(1024 * 1024)
+#: Zeros are written ahead of the journal's end one step after each group (until
+#: ``journalPreAllocSizeMB`` are ahead): about a millisecond of disk time per step, where
+#: growing by the whole preallocation at once made every group behind it wait for it.
+ZERO_FILL_STEP = 1024 * 1024
 
 
 def _zero_fill(fd: int, start: int, length: int) -> None:
