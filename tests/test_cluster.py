@@ -259,20 +259,30 @@ def test_a_node_closes_promptly_while_zookeeper_is_down(tmp_path, closing, own_z
 
 # -- pybk localcluster and pybk simpletest -------------------------------------------------
 
+def start_localcluster(bookies: int, out: Path) -> subprocess.Popen:
+    """``pybk localcluster N`` with its output in ``out``, in a session of its own (so that
+    cleanup can reach every process it started)."""
+    with open(out, "wb") as stdout:
+        return subprocess.Popen(pybk_command("localcluster", str(bookies)), env=child_env(),
+                                stdin=subprocess.DEVNULL, stdout=stdout,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_until_serving(cluster: subprocess.Popen, out: Path) -> str:
+    """The cluster's output once it says it serves (within 90 s, while it runs)."""
+    deadline = time.monotonic() + 90
+    while "stops the cluster" not in out.read_text():
+        assert cluster.poll() is None, out.read_text()
+        assert time.monotonic() < deadline, out.read_text()
+        time.sleep(0.05)
+    return out.read_text()
+
+
 def test_localcluster_serves_simpletest_and_stops_everything_on_sigterm(tmp_path):
     out = tmp_path / "localcluster.out"
-    with open(out, "wb") as stdout:
-        # Its own session, so that cleanup can reach every process it started.
-        cluster = subprocess.Popen(pybk_command("localcluster", "3"), env=child_env(),
-                                   stdin=subprocess.DEVNULL, stdout=stdout,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+    cluster = start_localcluster(3, out)
     try:
-        deadline = time.monotonic() + 90
-        while "stops the cluster" not in out.read_text():
-            assert cluster.poll() is None, out.read_text()
-            assert time.monotonic() < deadline, out.read_text()
-            time.sleep(0.05)
-        text = out.read_text()
+        text = wait_until_serving(cluster, out)
         address = re.search(r"ZooKeeper at (\S+)", text).group(1)
         data = re.search(r"data in (\S+)", text).group(1)
         assert len(re.findall(r"bookie 127\.0\.0\.1:\d+ at tcp://127\.0\.0\.1:\d+", text)) == 3
@@ -350,17 +360,9 @@ def test_the_children_of_a_killed_localcluster_die_with_it(tmp_path):
     out = tmp_path / "localcluster.out"
     children: dict[int, int] = {}
     data = None
-    with open(out, "wb") as stdout:
-        cluster = subprocess.Popen(pybk_command("localcluster", "2"), env=child_env(),
-                                   stdin=subprocess.DEVNULL, stdout=stdout,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+    cluster = start_localcluster(2, out)
     try:
-        deadline = time.monotonic() + 90
-        while "stops the cluster" not in out.read_text():
-            assert cluster.poll() is None, out.read_text()
-            assert time.monotonic() < deadline, out.read_text()
-            time.sleep(0.05)
-        text = out.read_text()
+        text = wait_until_serving(cluster, out)
         data = re.search(r"data in (\S+)", text).group(1)
         port = int(re.search(r"ZooKeeper at zk://127\.0\.0\.1:(\d+)/", text).group(1))
         children = descendants(cluster.pid)

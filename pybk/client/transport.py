@@ -191,7 +191,7 @@ class FaultyBookieClient(BookieClient):
         delayed: Future = Future()
 
         def forward() -> None:
-            _chain(call(), delayed)
+            chain(call(), delayed)
 
         timer = threading.Timer(faults.delay_s, forward)
         timer.daemon = True
@@ -223,7 +223,8 @@ def _failed(error: BookKeeperError) -> Future:
     return future
 
 
-def _chain(source: Future, target: Future) -> None:
+def chain(source: Future, target: Future) -> None:
+    """Complete ``target`` with ``source``'s outcome once it has one."""
     def copy(done: Future) -> None:
         error = done.exception()
         if error is not None:

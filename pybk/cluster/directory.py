@@ -57,7 +57,7 @@ import time
 from concurrent.futures import Future
 from typing import Callable, Iterable, Mapping
 
-from pybk.client.transport import BookieClient, UnavailableBookieClient
+from pybk.client.transport import BookieClient, UnavailableBookieClient, chain
 from pybk.cluster.client import ClientLoop, ZmqBookieClient
 from pybk.errors import BookieUnavailable, BookKeeperError
 from pybk.meta.interface import MetadataStore
@@ -367,7 +367,7 @@ class _Waiting(BookieClient):
 
         def send(client: BookieClient) -> None:
             try:
-                _chain(call(client), future)
+                chain(call(client), future)
             except Exception as e:  # noqa: BLE001 - clients report errors in futures
                 future.set_exception(_as_bookkeeper_error(client, e))
 
@@ -412,16 +412,6 @@ def _as_bookkeeper_error(client: BookieClient, error: Exception) -> BookKeeperEr
     log.error("bookie client %s raised instead of failing a request: %r", client.bookie_id,
               error)
     return BookieUnavailable(f"bookie {client.bookie_id}: {error}")
-
-
-def _chain(source: Future, target: Future) -> None:
-    def copy(done: Future) -> None:
-        error = done.exception()
-        if error is not None:
-            target.set_exception(error)
-        else:
-            target.set_result(done.result())
-    source.add_done_callback(copy)
 
 
 __all__ = ["BookieDirectory", "REFRESH_INTERVAL_S", "REFRESH_WAIT_S",
