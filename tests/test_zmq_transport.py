@@ -15,7 +15,7 @@ import pytest
 
 from conftest import KEY, entry
 from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient, wire
-from pybk.errors import BookieUnavailable, MalformedMessage, Timeout
+from pybk.errors import BookieUnavailable, LedgerFenced, MalformedMessage, Timeout
 from pybk.settings import ClientSettings
 from zmqutil import LOOPBACK, RawRouter
 
@@ -201,3 +201,40 @@ def test_closing_a_client_fails_what_is_outstanding_and_what_comes_after(
     client.close()
     assert isinstance(poll.exception(timeout=5), BookieUnavailable)
     assert isinstance(client.read_lac(1).exception(timeout=5), BookieUnavailable)
+
+
+def test_adds_gather_while_the_bookies_answers_are_outstanding(closing):
+    """With zmqAddMessagesInFlight=1, the first add leaves alone; those made before its
+    answer wait, then leave together in one ADD message; each gets its own status."""
+    router = closing.enter_context(RawRouter())
+    client = closing.enter_context(ZmqBookieClient(
+        "B1", router.address, ClientSettings(addEntryTimeout=30, zmqAddMessagesInFlight=1)))
+
+    def next_add_message():
+        identity, header, body = router.receive(timeout_s=10)
+        request = wire.decode_request([header, body], 1024 * 1024)
+        return identity, request.request_id, wire.decode_adds(request.entry, 1024 * 1024)
+
+    def answer(identity, request_id, statuses, message=""):
+        router.send([identity, *wire.encode_reply(wire.Reply(
+            wire.Op.ADD, request_id, message=message,
+            body=wire.encode_add_statuses(statuses)), 1024 * 1024)])
+
+    first = client.add(5, 0, entry(5, 0), KEY)
+    identity, first_id, adds = next_add_message()
+    assert [(a.ledger_id, a.entry_id) for a in adds] == [(5, 0)]
+    waiting = [client.add(5, e, entry(5, e), KEY) for e in range(1, 51)]
+    waiting.append(client.add(6, 0, entry(6, 0), b"other key", recovery=True))
+    assert router.receive(timeout_s=0.3) is None  # held in the client meanwhile
+    answer(identity, first_id, [0])
+    assert first.result(timeout=10) is None
+    identity, second_id, adds = next_add_message()
+    assert [(a.ledger_id, a.entry_id, a.recovery) for a in adds] == \
+        [(5, e, False) for e in range(1, 51)] + [(6, 0, True)]
+    assert adds[-1].master_key == b"other key" and adds[7].entry == entry(5, 8)
+    statuses = [0] * 51
+    statuses[50] = wire.error_code(LedgerFenced("ledger 6 is fenced"))
+    answer(identity, second_id, statuses, "LedgerFenced: ledger 6 is fenced")
+    assert [f.result(timeout=10) for f in waiting[:50]] == [None] * 50
+    with pytest.raises(LedgerFenced, match="bookie B1: LedgerFenced: ledger 6 is fenced"):
+        waiting[50].result(timeout=10)
