@@ -41,8 +41,8 @@ bookie's group commit as the clock).  So messages grow with the load and the
 per-message costs (system calls, thread wake-ups, ZeroMQ, Python) are paid per batch;
 an add made on an idle client leaves at once, alone.
 
-Replies are received into one copy (``bytes``: what the ledger client keeps); entries
-are sent without a copy from 64 KiB up (:mod:`pybk.cluster.frames`).
+Replies are received into one copy (``bytes``: what the ledger client keeps); frames
+are sent without a copy from 1 MiB up (:mod:`pybk.cluster.frames`).
 """
 
 from __future__ import annotations
