@@ -15,7 +15,8 @@ import pytest
 
 from conftest import KEY, entry
 from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient, wire
-from pybk.errors import BookieUnavailable, LedgerFenced, MalformedMessage, Timeout
+from pybk.errors import (BookieUnavailable, EntryTooLarge, LedgerFenced, MalformedMessage,
+                         Timeout)
 from pybk.settings import ClientSettings
 from zmqutil import LOOPBACK, RawRouter
 
@@ -238,3 +239,17 @@ def test_adds_gather_while_the_bookies_answers_are_outstanding(closing):
     assert [f.result(timeout=10) for f in waiting[:50]] == [None] * 50
     with pytest.raises(LedgerFenced, match="bookie B1: LedgerFenced: ledger 6 is fenced"):
         waiting[50].result(timeout=10)
+
+
+def test_an_entry_over_the_maximum_fails_alone(bookie_factory, settings_factory, closing):
+    bookie = bookie_factory(settings_factory())
+    server = closing.enter_context(BookieServer(bookie, LOOPBACK))
+    settings = ClientSettings(addEntryTimeout=30, maxEntrySizeBytes=4096)
+    client = closing.enter_context(ZmqBookieClient("B1", server.address, settings))
+    adds = [client.add(3, e, entry(3, e), KEY) for e in range(3)]
+    too_large = client.add(4, 0, entry(4, 0, body=bytes(4096)), KEY)
+    adds += [client.add(3, e, entry(3, e), KEY) for e in range(3, 6)]
+    with pytest.raises(EntryTooLarge):
+        too_large.result(timeout=10)
+    assert [f.result(timeout=10) for f in adds] == [None] * 6
+    assert bookie.entry_ids(3) == list(range(6))

@@ -398,23 +398,23 @@ class _Connection:
             self._sending_adds = False
 
     def _take_batch(self) -> tuple[list[tuple], list[AddCallback]]:
-        """The queued adds that fit one ADD message (failing those too large for any)."""
+        """The queued adds that fit one ADD message (failing entries over the maximum)."""
         adds = self._adds
         batch: list[tuple] = []
         callbacks: list[AddCallback] = []
         size = wire.ADD_COUNT.size
         fixed, limit = wire.ADD_RECORD.size, self._max_add_body
+        max_entry = self._settings.maxEntrySizeBytes
         while adds:
             add, callback = adds[0]
-            record = fixed + len(add[2]) + len(add[3])
-            if size + record > limit or len(batch) == wire.MAX_ADDS_PER_MESSAGE:
-                if batch:
-                    break
+            if len(add[2]) > max_entry:  # alone, not in a message it would fail whole
                 adds.popleft()
                 _call_all([callback], [EntryTooLarge(
-                    f"entry of {len(add[2])} bytes is over the maximum of "
-                    f"{self._settings.maxEntrySizeBytes}")])
+                    f"entry of {len(add[2])} bytes is over the maximum of {max_entry}")])
                 continue
+            record = fixed + len(add[2]) + len(add[3])
+            if size + record > limit or len(batch) == wire.MAX_ADDS_PER_MESSAGE:
+                break  # a legal add fits an empty message, so the batch is not empty
             adds.popleft()
             batch.append(add)
             callbacks.append(callback)
