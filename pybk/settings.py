@@ -70,6 +70,12 @@ class ServerSettings:
     #: add) for as long as it lasts: small, frequent checkpoints keep that delay short.
     #: A checkpoint with nothing new to write costs no disk sync.
     flushInterval: int = 1_000
+    #: A checkpoint syncs an entry log after every this many bytes appended to it, not
+    #: only at its end (0: only at the end).  On a disk shared with the journal, a
+    #: checkpoint's data then reaches the disk in small pieces, and a journal fdatasync
+    #: waits behind one piece instead of the whole checkpoint.  (BookKeeper's name and
+    #: meaning; its default is 0, for a journal on a disk of its own.)
+    flushEntrylogBytes: int = 512 * 1024
     #: Memory for entries not yet in entry logs, in MiB.  Half of it fills while the
     #: other half is flushed; when both are full, adds block.  (BookKeeper:
     #: ``dbStorage_writeCacheMaxSizeMb``.)
@@ -237,7 +243,7 @@ def _validate(s: ServerSettings) -> None:
                 "maxAddsInProgressLimit", "maxReadsInProgressLimit", "zkTimeout"):
         _require(getattr(s, key) > 0, key, getattr(s, key), "greater than 0")
     for key in ("journalMaxBackups", "minorCompactionInterval", "majorCompactionInterval",
-                "journalMaxGroupWaitMSec"):
+                "journalMaxGroupWaitMSec", "flushEntrylogBytes"):
         _require(getattr(s, key) >= 0, key, getattr(s, key), "0 or more")
     for key in ("minorCompactionThreshold", "majorCompactionThreshold"):
         _require(0.0 <= getattr(s, key) <= 1.0, key, getattr(s, key), "between 0 and 1")

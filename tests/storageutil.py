@@ -43,6 +43,28 @@ class CountingIO(FileIO):
         super().fdatasync(fd)
 
 
+class EntryLogSyncRecorder(FileIO):
+    """Records, for each fdatasync of an entry log (``.log``), how many bytes had been
+    written to it since its previous one."""
+
+    def __init__(self) -> None:
+        self.unsynced: dict[str, int] = {}
+        self.synced_runs: list[int] = []
+
+    def write_all(self, fd: int, buffers) -> int:
+        written = super().write_all(fd, buffers)
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.endswith(".log"):
+            self.unsynced[path] = self.unsynced.get(path, 0) + written
+        return written
+
+    def fdatasync(self, fd: int) -> None:
+        super().fdatasync(fd)
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if self.unsynced.get(path):
+            self.synced_runs.append(self.unsynced.pop(path))
+
+
 class JournalWriteFailure(FileIO):
     """Fails journal writes with ``error_number`` (e.g. ENOSPC, EIO) once armed."""
 

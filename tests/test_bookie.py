@@ -12,7 +12,8 @@ from conftest import KEY, entry
 from pybk.errors import (BookieClosed, EntryTooLarge, LedgerFenced, MalformedEntry,
                          NoSuchEntry, NoSuchLedger, Unauthorized)
 from pybk.storage import LAST_ENTRY, Bookie
-from storageutil import CountingIO, close_as_if_crashed
+from pybk.storage.journal import RECORD
+from storageutil import CountingIO, EntryLogSyncRecorder, close_as_if_crashed
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -322,6 +323,33 @@ def test_entry_logs_roll_and_are_sealed_with_ledger_maps(bookie_factory, setting
     total = sum(sum(m.values()) for m in logs.ledger_maps.values())
     assert total >= 120 * 50_000
     assert reopened.read_entry(2, 59) == entry(2, 59, body=body)
+
+
+@pytest.mark.parametrize("flush_bytes", [0, 64 << 10])
+def test_a_checkpoint_syncs_entry_logs_every_flush_entrylog_bytes(bookie_factory,
+                                                                  settings_factory,
+                                                                  flush_bytes):
+    settings = settings_factory(flushEntrylogBytes=flush_bytes)
+    io = EntryLogSyncRecorder()
+    bookie = bookie_factory(settings, io=io)
+    body = b"r" * 3000
+    for e in range(200):
+        for ledger in (1, 2):
+            bookie.add_entry(ledger, e, entry(ledger, e, body=body), KEY)
+    bookie.checkpoint()
+    record = RECORD.size + len(entry(1, 0, body=body))  # the record header, then the entry
+    total = 400 * record
+    assert sum(io.synced_runs) == total
+    if flush_bytes:
+        # No sync leaves more than the step plus one record unsynced.
+        assert max(io.synced_runs) <= flush_bytes + record
+        assert len(io.synced_runs) >= total // (flush_bytes + record)
+    else:
+        assert io.synced_runs == [total]  # one sync, at the end of the checkpoint
+    bookie.close()
+    reopened = bookie_factory(settings)
+    assert [reopened.read_entry(ledger, e) for ledger in (1, 2) for e in (0, 123, 199)] \
+        == [entry(ledger, e, body=body) for ledger in (1, 2) for e in (0, 123, 199)]
 
 
 def test_blocking_add_from_a_completion_callback_is_refused_not_deadlocked(bookie):

@@ -204,10 +204,14 @@ class BookieServer:
             self._finish_long_poll(poll)
 
     def _read_requests(self) -> None:
-        for frames in received(self._socket, _READ_BATCH):
-            self._handle(frames[0], frames[1:])
-            if not self._may_read():
-                return
+        # Leading: the adds of these requests are journaled by this thread, in one group
+        # once they are all read, unless the journal thread is busy with an earlier one.
+        # That saves two thread hand-offs per message (to the journal thread and back).
+        with self._bookie.leading():
+            for frames in received(self._socket, _READ_BATCH):
+                self._handle(frames[0], frames[1:])
+                if not self._may_read():
+                    return
 
     def _handle(self, identity: bytes, frames: list[bytes]) -> None:
         try:
@@ -267,10 +271,18 @@ class BookieServer:
 
     def _add(self, identity: bytes, r: Request) -> None:
         adds = wire.decode_adds(r.entry, self._max_entry)
-        self._bookie.add_entries_async(
-            adds, lambda errors: self._mailbox.post(partial(self._finish_adds, identity, r,
-                                                            errors)))
         self._adds_in_progress += len(adds)
+        self._bookie.add_entries_async(adds, partial(self._adds_done, identity, r))
+
+    def _adds_done(self, identity: bytes, r: Request,
+                   errors: list[BaseException | None]) -> None:
+        """An ADD message's adds are durable or failed.  When this server's thread led
+        the journal group (see :meth:`_read_requests`) the reply leaves at once; from
+        the journal's thread it goes through the mailbox."""
+        if threading.get_ident() == self._thread.ident:
+            self._finish_adds(identity, r, errors)
+        else:
+            self._mailbox.post(partial(self._finish_adds, identity, r, errors))
 
     def _finish_adds(self, identity: bytes, r: Request,
                      errors: list[BaseException | None]) -> None:

@@ -145,7 +145,8 @@ class Bookie:
         try:
             self._entry_logs = EntryLogger(self._ledger_dirs, settings.logSizeLimit,
                                            self._choose_ledger_dir, io,
-                                           self._index.last_log_id())
+                                           self._index.last_log_id(),
+                                           settings.flushEntrylogBytes)
             self._gc = GarbageCollector(self._entry_logs, self._index, self._entrylog_lock)
             self._durably_deleted = {lid for lid, st in self._index.ledger_states()
                                      if st.deleted}
@@ -311,7 +312,8 @@ class Bookie:
     def leading(self) -> ContextManager[None]:
         """Adds this thread makes inside the block are written and synced by this thread
         at its end when the journal is idle (no thread switch; their callbacks run here).
-        For a caller that is about to wait for them, e.g. through an in-process client."""
+        For a caller that is about to wait for them, e.g. through an in-process client,
+        or one that answers from its own thread (the bookie server)."""
         return self._journal.leading()
 
     def is_completing_thread(self) -> bool:

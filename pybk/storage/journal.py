@@ -402,6 +402,8 @@ class Journal:
         """
         if len(self._callbacks) < self._queue_limit or self._committer == threading.get_ident():
             return
+        if self._sleeping:  # records held back by a leader (see leading) count too
+            self._wake()
         with self._space:
             self._producers_waiting += 1
             try:
