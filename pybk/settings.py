@@ -70,11 +70,12 @@ class ServerSettings:
     #: add) for as long as it lasts: small, frequent checkpoints keep that delay short.
     #: A checkpoint with nothing new to write costs no disk sync.
     flushInterval: int = 1_000
-    #: A checkpoint syncs an entry log after every this many bytes appended to it, not
-    #: only at its end (0: only at the end).  On a disk shared with the journal, a
-    #: checkpoint's data then reaches the disk in small pieces, and a journal fdatasync
-    #: waits behind one piece instead of the whole checkpoint.  (BookKeeper's name and
-    #: meaning; its default is 0, for a journal on a disk of its own.)
+    #: A checkpoint writes an entry log out to the disk after every this many bytes
+    #: appended to it, waiting for each piece, not only at its end (0: only at the
+    #: end).  On a disk shared with the journal, a checkpoint's data then reaches the
+    #: disk in small pieces, and a journal fdatasync waits behind one piece instead of
+    #: the whole checkpoint.  (BookKeeper's name and meaning; its default is 0, for a
+    #: journal on a disk of its own.)
     flushEntrylogBytes: int = 512 * 1024
     #: Memory for entries not yet in entry logs, in MiB.  Half of it fills while the
     #: other half is flushed; when both are full, adds block.  (BookKeeper:

@@ -43,26 +43,22 @@ class CountingIO(FileIO):
         super().fdatasync(fd)
 
 
-class EntryLogSyncRecorder(FileIO):
-    """Records, for each fdatasync of an entry log (``.log``), how many bytes had been
-    written to it since its previous one."""
+class EntryLogWriteOutRecorder(FileIO):
+    """Records the ranges written out (``write_out``) and the fdatasyncs of entry logs."""
 
     def __init__(self) -> None:
-        self.unsynced: dict[str, int] = {}
-        self.synced_runs: list[int] = []
+        self.written_out: list[tuple[int, int]] = []  # (offset, bytes)
+        self.syncs = 0
 
-    def write_all(self, fd: int, buffers) -> int:
-        written = super().write_all(fd, buffers)
-        path = os.readlink(f"/proc/self/fd/{fd}")
-        if path.endswith(".log"):
-            self.unsynced[path] = self.unsynced.get(path, 0) + written
-        return written
+    def write_out(self, fd: int, offset: int, nbytes: int) -> None:
+        super().write_out(fd, offset, nbytes)
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".log"):
+            self.written_out.append((offset, nbytes))
 
     def fdatasync(self, fd: int) -> None:
         super().fdatasync(fd)
-        path = os.readlink(f"/proc/self/fd/{fd}")
-        if self.unsynced.get(path):
-            self.synced_runs.append(self.unsynced.pop(path))
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".log"):
+            self.syncs += 1
 
 
 class JournalWriteFailure(FileIO):

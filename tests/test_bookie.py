@@ -13,7 +13,7 @@ from pybk.errors import (BookieClosed, EntryTooLarge, LedgerFenced, MalformedEnt
                          NoSuchEntry, NoSuchLedger, Unauthorized)
 from pybk.storage import LAST_ENTRY, Bookie
 from pybk.storage.journal import RECORD
-from storageutil import CountingIO, EntryLogSyncRecorder, close_as_if_crashed
+from storageutil import CountingIO, EntryLogWriteOutRecorder, close_as_if_crashed
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -326,26 +326,29 @@ def test_entry_logs_roll_and_are_sealed_with_ledger_maps(bookie_factory, setting
 
 
 @pytest.mark.parametrize("flush_bytes", [0, 64 << 10])
-def test_a_checkpoint_syncs_entry_logs_every_flush_entrylog_bytes(bookie_factory,
-                                                                  settings_factory,
-                                                                  flush_bytes):
+def test_a_checkpoint_writes_entry_logs_out_every_flush_entrylog_bytes(bookie_factory,
+                                                                       settings_factory,
+                                                                       flush_bytes):
     settings = settings_factory(flushEntrylogBytes=flush_bytes)
-    io = EntryLogSyncRecorder()
+    io = EntryLogWriteOutRecorder()
     bookie = bookie_factory(settings, io=io)
     body = b"r" * 3000
     for e in range(200):
         for ledger in (1, 2):
             bookie.add_entry(ledger, e, entry(ledger, e, body=body), KEY)
     bookie.checkpoint()
+    assert io.syncs == 1  # durable once, at the end of the checkpoint
     record = RECORD.size + len(entry(1, 0, body=body))  # the record header, then the entry
     total = 400 * record
-    assert sum(io.synced_runs) == total
     if flush_bytes:
-        # No sync leaves more than the step plus one record unsynced.
-        assert max(io.synced_runs) <= flush_bytes + record
-        assert len(io.synced_runs) >= total // (flush_bytes + record)
+        # Consecutive pieces of at most a step plus one record, from the log's first
+        # record on; only the last piece (under a step) is left to the fdatasync.
+        assert max(nbytes for _offset, nbytes in io.written_out) <= flush_bytes + record
+        assert all(offset + nbytes == following for (offset, nbytes), (following, _) in
+                   zip(io.written_out, io.written_out[1:]))
+        assert total - flush_bytes <= sum(n for _o, n in io.written_out) <= total
     else:
-        assert io.synced_runs == [total]  # one sync, at the end of the checkpoint
+        assert io.written_out == []
     bookie.close()
     reopened = bookie_factory(settings)
     assert [reopened.read_entry(ledger, e) for ledger in (1, 2) for e in (0, 123, 199)] \

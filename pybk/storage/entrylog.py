@@ -120,7 +120,7 @@ class EntryLogger:
         self._dirs = [os.path.join(d, CURRENT) for d in ledger_dirs]
         self._size_limit = log_size_limit
         self._flush_bytes = flush_bytes
-        self._unflushed = 0  # bytes appended to the current log since its last fdatasync
+        self._unflushed = 0  # bytes appended to the current log and not yet written out
         self._choose_directory = choose_directory
         self._io = io
         self._paths: dict[int, str] = {}
@@ -156,39 +156,49 @@ class EntryLogger:
         :meth:`sync`.
 
         With ``flush_bytes`` set, the run is written in steps of about that many bytes,
-        each followed by an fdatasync (BookKeeper's ``flushEntrylogBytes``): the disk
-        gets the checkpoint's data in small pieces, so a journal fdatasync on the same
-        disk never queues behind all of it.
+        each written out to the disk before the next (BookKeeper's
+        ``flushEntrylogBytes``; :meth:`FileIO.write_out`, which syncs no metadata and
+        flushes no disk cache): the disk gets the checkpoint's data in small pieces, so
+        a journal fdatasync on the same disk never queues behind all of it.
         """
         sizes = list(map(len, buffers))
-        record_sizes = list(map(operator.add, sizes[0::2], sizes[1::2]))
+        # ends[i]: bytes of the run's first i records, computed once for the whole run
+        # (each step below finds its cut by bisection, so long runs stay linear).
+        ends = list(itertools.accumulate(map(operator.add, sizes[0::2], sizes[1::2]),
+                                         initial=0))
+        count = len(ends) - 1
         placements: list[Placement] = []
         first = 0
-        while first < len(record_sizes):
+        while first < count:
             if self._current_fd < 0:
                 self._roll()
             offset = self._current_offset
-            starts = list(itertools.accumulate(record_sizes[first:], initial=offset))
+            base = ends[first]  # run bytes before this step; the step starts at ``offset``
             # Records that end within the size limit (at least one in a fresh log).
-            fit = bisect.bisect_right(starts, self._size_limit, lo=1) - 1
-            if fit == 0 and offset > HEADER_SIZE:
+            last = bisect.bisect_right(ends, base + self._size_limit - offset,
+                                       lo=first + 1) - 1
+            if last == first and offset > HEADER_SIZE:
                 self._close_current()
                 continue
-            fit = max(fit, 1)
+            last = max(last, first + 1)
             if self._flush_bytes:  # up to the next flush point (at least one record)
-                step = bisect.bisect_right(starts, offset + self._flush_bytes
-                                           - self._unflushed, lo=1) - 1
-                fit = min(fit, max(step, 1))
-            self._write_current(buffers[2 * first:2 * (first + fit)], starts[fit])
+                step = bisect.bisect_right(ends, base + self._flush_bytes - self._unflushed,
+                                           lo=first + 1) - 1
+                last = min(last, max(step, first + 1))
+            end_offset = offset + ends[last] - base
+            self._write_current(buffers[2 * first:2 * last], end_offset)
             if self._flush_bytes:
-                self._unflushed += starts[fit] - offset
+                self._unflushed += end_offset - offset
                 if self._unflushed >= self._flush_bytes:
-                    self._io.fdatasync(self._current_fd)
+                    self._io.write_out(self._current_fd, end_offset - self._unflushed,
+                                       self._unflushed)
                     self._unflushed = 0
             ledger_map = self.ledger_maps[self._current_id]
-            ledger_map[ledger_id] = ledger_map.get(ledger_id, 0) + starts[fit] - offset
-            placements.append((self._current_id, first, starts[:fit]))
-            first += fit
+            ledger_map[ledger_id] = ledger_map.get(ledger_id, 0) + end_offset - offset
+            placements.append((self._current_id, first,
+                               list(map(operator.add, ends[first:last],
+                                        itertools.repeat(offset - base)))))
+            first = last
         return placements
 
     def _write_current(self, buffers: list[bytes], end_offset: int) -> None:

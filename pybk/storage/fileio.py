@@ -7,12 +7,29 @@ or garble what was written since the last sync, as a power cut would.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
 # Linux refuses writev() with more buffers than IOV_MAX (1024).
 _IOV_MAX = 1024
+
+
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's ``sync_file_range`` (Linux), or None where there is none."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    function.restype = ctypes.c_int
+    return function
+
+
+_sync_file_range = _load_sync_file_range()
+# SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER
+_WRITE_AND_WAIT = 1 | 2 | 4
 
 
 class FileIO:
@@ -42,6 +59,17 @@ class FileIO:
 
     def fdatasync(self, fd: int) -> None:
         os.fdatasync(fd)
+
+    def write_out(self, fd: int, offset: int, nbytes: int) -> None:
+        """Write the file's dirty pages in ``[offset, offset + nbytes)`` to the disk and
+        wait for them, without the metadata and cache flush of an fdatasync.  This paces
+        writeback; it makes nothing durable.  (Linux ``sync_file_range``; elsewhere an
+        fdatasync.)"""
+        if _sync_file_range is None:
+            os.fdatasync(fd)
+        elif _sync_file_range(fd, offset, nbytes, _WRITE_AND_WAIT) != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"sync_file_range: {os.strerror(error)}")
 
     def fsync(self, fd: int) -> None:
         os.fsync(fd)
