@@ -248,6 +248,7 @@ def measure_raw_zmq(children: Children, profile: Profile) -> dict:
         send(PAYLOAD)
         recv()  # connected
         samples: list[int] = []
+        cpu = CpuUse([child.pid])
         started = clock()
         deadline = started + int(profile.zmq_seconds * 1e9)
         while True:
@@ -261,8 +262,12 @@ def measure_raw_zmq(children: Children, profile: Profile) -> dict:
         figures = {"message_bytes": ENTRY_BYTES,
                    "round_trip": latency_summary(samples, (clock() - started) / 1e9)}
         rtt = figures["round_trip"]
+        # The CPU floor of one message each way, wake-ups included: what every ADD
+        # message and its reply cost before pybk does any work.
+        rtt["cpu_us_per_round_trip"] = use = cpu.per_op(len(samples))
         say(f"raw pyzmq, 1 in flight: {rtt['per_s']:,.0f} round trips/s, "
-            f"p50 {rtt['p50_us']} µs, p99 {rtt['p99_us']} µs")
+            f"p50 {rtt['p50_us']} µs, p99 {rtt['p99_us']} µs; CPU per round trip: "
+            f"here {use['client']} µs, echo {use['servers']} µs")
         for _ in range(ZMQ_PIPELINE):
             send(PAYLOAD)
         received = 0
