@@ -241,6 +241,44 @@ def test_adds_gather_while_the_bookies_answers_are_outstanding(closing):
         waiting[50].result(timeout=10)
 
 
+def test_grouped_adds_are_reported_once_per_run_of_adds_sharing_a_sink(closing):
+    """add_grouped: one sink call per run of an ADD message's adds with the same sink,
+    with their tokens in order and, when any add failed, an outcome per token."""
+    router = closing.enter_context(RawRouter())
+    client = closing.enter_context(ZmqBookieClient(
+        "B1", router.address, ClientSettings(addEntryTimeout=30, zmqAddMessagesInFlight=1)))
+    calls = []
+    four_calls = threading.Event()
+
+    def sink_named(name):
+        def sink(tokens, errors):
+            calls.append((name, list(tokens), errors and [type(e) for e in errors]))
+            if len(calls) == 4:
+                four_calls.set()
+        return sink
+
+    a, b = sink_named("A"), sink_named("B")
+    client.add_grouped(5, 0, entry(5, 0), KEY, "t0", a)
+    identity, header, body = router.receive(timeout_s=10)
+    first = wire.decode_request([header, body], 1024 * 1024)
+    for ledger_id, entry_id, token, sink in [(5, 1, "t1", a), (5, 2, "t2", a),
+                                             (6, 0, "t3", b), (5, 3, "t4", a)]:
+        client.add_grouped(ledger_id, entry_id, entry(ledger_id, entry_id), KEY, token,
+                           sink)
+    router.send([identity, *wire.encode_reply(wire.Reply(
+        wire.Op.ADD, first.request_id, body=wire.encode_add_statuses([0])), 1024 * 1024)])
+    identity, header, body = router.receive(timeout_s=10)
+    second = wire.decode_request([header, body], 1024 * 1024)
+    assert len(wire.decode_adds(second.entry, 1024 * 1024)) == 4  # one message
+    statuses = [0, wire.error_code(LedgerFenced("fenced")), 0, 0]
+    router.send([identity, *wire.encode_reply(wire.Reply(
+        wire.Op.ADD, second.request_id, message="LedgerFenced: fenced",
+        body=wire.encode_add_statuses(statuses)), 1024 * 1024)])
+    assert four_calls.wait(10)
+    assert calls == [("A", ["t0"], None), ("A", ["t1", "t2"], [type(None), LedgerFenced]),
+                     ("B", ["t3"], [type(None)]), ("A", ["t4"], [type(None)])]
+
+
 def test_an_entry_over_the_maximum_fails_alone(bookie_factory, settings_factory, closing):
     bookie = bookie_factory(settings_factory())
     server = closing.enter_context(BookieServer(bookie, LOOPBACK))

@@ -24,9 +24,10 @@ import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequence
 
 from pybk.client.digest import DecodedEntry, DigestManager
+from pybk.client.transport import AddsDone
 from pybk.errors import (BadVersion, BookKeeperError, DigestMismatch, LedgerClosed,
                          LedgerFenced, NoSuchEntry, NoSuchLedger, ReadOnlyLedger, Timeout,
                          Unauthorized)
@@ -92,6 +93,7 @@ class LedgerHandle:
         self._fatal: BookKeeperError | None = None
         self._closed = False
         self._lac_sent = last_add_confirmed
+        self._ack_sinks: dict[str, AddsDone] = {}  # per bookie: see BookieClient.add_grouped
         self._last_activity = time.monotonic()
         if writable:
             bk._register_writer(self)
@@ -169,29 +171,34 @@ class LedgerHandle:
         entry = op.entry
         if entry is None:
             return  # finished while an ensemble change was re-sending it
-        lookup, on_reply = self._bk.bookie_client, self._on_add_reply
+        lookup, sinks = self._bk.bookie_client, self._ack_sinks
         for bookie_id in bookie_ids:
             try:
                 client = lookup(bookie_id)
             except BookKeeperError as e:
                 self._on_add_error(bookie_id, e)
                 continue
-            client.add_then(self.id, op.entry_id, entry, self._master_key,
-                            partial(on_reply, op, bookie_id))
+            sink = sinks.get(bookie_id) or sinks.setdefault(
+                bookie_id, partial(self._on_acks, bookie_id))
+            client.add_grouped(self.id, op.entry_id, entry, self._master_key, op, sink)
 
-    def _on_add_reply(self, op: _PendingAdd, bookie_id: str,
-                      error: BaseException | None) -> None:
-        if error is not None:
-            self._on_add_error(bookie_id, error)
-            return
-        if op.entry is None:
-            return  # finished already (e.g. the write set's last ack): no lock needed
+    def _on_acks(self, bookie_id: str, ops: Sequence[_PendingAdd],
+                 errors: Sequence[BaseException | None] | None) -> None:
+        """A bookie answered adds (all durable when ``errors`` is None): one lock for
+        all of them, however many the transport's reply carried."""
+        if errors is not None:
+            failed = [e for e in errors if e is not None]
+            if failed:
+                self._on_add_error(bookie_id, failed[0])
+                ops = [op for op, error in zip(ops, errors) if error is None]
         with self._lock:
-            if op.entry is None or bookie_id not in op.write_set:
-                return  # finished already, or a late answer from a replaced bookie
-            op.acked.add(bookie_id)
-            if op is not self._pending[0] or len(op.acked) < self._metadata.ack_quorum_size:
-                return  # nothing new to confirm: an earlier add is still short of Qa
+            for op in ops:
+                # skipped: finished already, or a late answer from a replaced bookie
+                if op.entry is not None and bookie_id in op.write_set:
+                    op.acked.add(bookie_id)
+            pending = self._pending
+            if not pending or len(pending[0].acked) < self._metadata.ack_quorum_size:
+                return  # nothing new to confirm: the first pending add is short of Qa
             confirmed = self._take_confirmed()
         self._complete(confirmed)
 

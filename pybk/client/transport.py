@@ -17,13 +17,17 @@ import abc
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Optional, Sequence
 
 from pybk.errors import BookieUnavailable, BookKeeperError
 from pybk.storage import LAST_ENTRY, Bookie
 
 
 AddCallback = Callable[[BaseException | None], None]
+
+#: ``sink(tokens, errors)``: the adds given ``tokens`` finished together; ``errors`` is
+#: None when every one is durable, else a list with an error (or None) per token.
+AddsDone = Callable[[Sequence[Any], Optional[Sequence[Optional[BaseException]]]], None]
 
 
 class BookieClient(abc.ABC):
@@ -43,6 +47,17 @@ class BookieClient(abc.ABC):
         way; a transport that can skip the future per add overrides it."""
         self.add(ledger_id, entry_id, entry, master_key, recovery).add_done_callback(
             lambda future: callback(future.exception()))
+
+    def add_grouped(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+                    token: Any, sink: AddsDone, recovery: bool = False) -> None:
+        """:meth:`add_then` for a caller with many adds in flight: ``sink(tokens,
+        errors)`` reports this add, by ``token``, together with other adds given the same
+        ``sink`` object that finished with it.  A transport that answers adds in batches
+        (the ZeroMQ client: one reply per ADD message) calls ``sink`` once per batch, so
+        the caller takes its lock once per batch instead of once per add."""
+        self.add_then(ledger_id, entry_id, entry, master_key,
+                      lambda error: sink((token,), None if error is None else (error,)),
+                      recovery)
 
     @abc.abstractmethod
     def read(self, ledger_id: int, entry_id: int, fence: bool = False,

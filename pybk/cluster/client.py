@@ -55,12 +55,12 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from functools import partial
-from typing import Callable, Iterable
+from typing import Any, Callable, Sequence
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from pybk.client.transport import AddCallback, BookieClient
+from pybk.client.transport import AddCallback, AddsDone, BookieClient
 from pybk.cluster import wire
 from pybk.cluster.deadlines import Deadlines
 from pybk.cluster.frames import received, send_message
@@ -264,43 +264,67 @@ class _Call(_Pending):
 
 
 class _AddBatch(_Pending):
-    """One ADD message: the adds a connection had queued, and their callbacks."""
+    """One ADD message: the tokens and sinks (see :meth:`BookieClient.add_grouped`) of
+    the adds a connection had queued, in message order."""
 
-    __slots__ = ("callbacks",)
+    __slots__ = ("tokens", "sinks")
 
     def __init__(self, request_id: int, frames: list[bytes], timeout_s: float,
-                 connection: "_Connection", callbacks: list[AddCallback]) -> None:
+                 connection: "_Connection", tokens: list, sinks: list[AddsDone]) -> None:
         super().__init__(request_id, Op.ADD, frames, timeout_s, connection)
-        self.callbacks = callbacks
+        self.tokens = tokens
+        self.sinks = sinks
 
     def _succeed(self, reply: Reply) -> None:
         try:
-            statuses = wire.decode_add_statuses(reply.body, len(self.callbacks))
+            statuses = wire.decode_add_statuses(reply.body, len(self.tokens))
         except BookKeeperError as e:
             self._fail(e)
             return
         bookie = self.connection.bookie_id
-        self._finish(itertools.repeat(None) if statuses is None else
-                     (error_for_code(status, f"bookie {bookie}: {reply.message}")
-                      if status else None for status in statuses))
+        self._finish(None if statuses is None else
+                     [error_for_code(status, f"bookie {bookie}: {reply.message}")
+                      if status else None for status in statuses])
 
     def _fail(self, error: BaseException) -> None:
-        self._finish(itertools.repeat(error))
+        self._finish([error] * len(self.tokens))
 
-    def _finish(self, outcomes: Iterable[BaseException | None]) -> None:
+    def _finish(self, errors: list[BaseException | None] | None) -> None:
         connection = self.connection
         connection.add_batches_in_flight -= 1
-        _call_all(self.callbacks, outcomes)
+        _report(self.tokens, self.sinks, errors)
         connection.send_adds()  # the adds that gathered while this one was out
 
 
-def _call_all(callbacks: list[AddCallback],
-              outcomes: Iterable[BaseException | None]) -> None:
-    """``callback(outcome)`` for each pair; one faulty callback does not keep the others
-    from running."""
-    for callback, outcome in zip(callbacks, outcomes):
+def _report(tokens: list, sinks: list[AddsDone],
+            errors: list[BaseException | None] | None) -> None:
+    """Call each sink once per run of adds that share it (usually one run: the adds of
+    one ledger); one faulty sink does not keep the others from running."""
+    count = len(tokens)
+    start = 0
+    while start < count:
+        sink = sinks[start]
+        if start == 0 and sinks.count(sink) == count:
+            end = count  # the usual case, found at C speed
+        else:
+            end = start + 1
+            while end < count and sinks[end] is sink:
+                end += 1
         try:
-            callback(outcome)
+            sink(tokens[start:end] if end - start < count else tokens,
+                 None if errors is None else errors[start:end])
+        except Exception:
+            log.exception("an add callback raised")
+        start = end
+
+
+def _call_each(callbacks: Sequence[AddCallback],
+               errors: Sequence[BaseException | None] | None) -> None:
+    """The sink of :meth:`ZmqBookieClient.add_then`: its tokens are the callbacks."""
+    for callback, error in zip(callbacks, itertools.repeat(None) if errors is None
+                               else errors):
+        try:
+            callback(error)
         except Exception:
             log.exception("an add callback raised")
 
@@ -327,8 +351,8 @@ class _Connection:
         self._pending: dict[int, _Pending] = {}
         self._backlog: deque[_Pending] = deque()  # not yet taken by ZeroMQ
         # Adds from any thread, batched into ADD messages on the loop's thread: each is
-        # ((ledger id, entry id, entry, master key, recovery), callback).
-        self._adds: deque[tuple[tuple, AddCallback]] = deque()
+        # ((ledger id, entry id, entry, master key, recovery), token, sink).
+        self._adds: deque[tuple[tuple, Any, AddsDone]] = deque()
         self._adds_posted = False
         self._sending_adds = False
         self.add_batches_in_flight = 0
@@ -369,16 +393,17 @@ class _Connection:
         except zmq.ZMQError as e:  # a malformed address: nothing will ever connect
             self._went_down(f"cannot connect: {e}")
 
-    def queue_add(self, add: tuple, callback: AddCallback) -> None:
+    def queue_add(self, add: tuple, token: Any, sink: AddsDone) -> None:
         """Queue an add (the fields of a :class:`wire.Add`) for the next ADD message (any
-        thread)."""
-        self._adds.append((add, callback))
+        thread); ``sink`` reports it by ``token``."""
+        self._adds.append((add, token, sink))
         if not self._adds_posted:  # else a send_adds is due and takes this add too
             self._adds_posted = True
             if not self.loop.post(self.send_adds):
                 error = BookieUnavailable(f"the client of bookie {self.bookie_id} is closed")
-                failed = [self._adds.popleft()[1] for _ in range(len(self._adds))]
-                _call_all(failed, itertools.repeat(error))
+                failed = [self._adds.popleft() for _ in range(len(self._adds))]
+                _report([t for _, t, _ in failed], [s for _, _, s in failed],
+                        [error] * len(failed))
 
     def send_adds(self) -> None:
         """Send the queued adds in ADD messages, each as large as the body limit allows,
@@ -391,25 +416,27 @@ class _Connection:
         try:
             limit = self._settings.zmqAddMessagesInFlight
             while self._adds and self.add_batches_in_flight < limit:
-                batch, callbacks = self._take_batch()
+                batch, tokens, sinks = self._take_batch()
                 if batch:
-                    self._send_batch(batch, callbacks)
+                    self._send_batch(batch, tokens, sinks)
         finally:
             self._sending_adds = False
 
-    def _take_batch(self) -> tuple[list[tuple], list[AddCallback]]:
-        """The queued adds that fit one ADD message (failing entries over the maximum)."""
+    def _take_batch(self) -> tuple[list[tuple], list, list[AddsDone]]:
+        """The queued adds that fit one ADD message, their tokens and their sinks
+        (failing entries over the maximum)."""
         adds = self._adds
         batch: list[tuple] = []
-        callbacks: list[AddCallback] = []
+        tokens: list = []
+        sinks: list[AddsDone] = []
         size = wire.ADD_COUNT.size
         fixed, limit = wire.ADD_RECORD.size, self._max_add_body
         max_entry = self._settings.maxEntrySizeBytes
         while adds:
-            add, callback = adds[0]
+            add, token, sink = adds[0]
             if len(add[2]) > max_entry:  # alone, not in a message it would fail whole
                 adds.popleft()
-                _call_all([callback], [EntryTooLarge(
+                _report([token], [sink], [EntryTooLarge(
                     f"entry of {len(add[2])} bytes is over the maximum of {max_entry}")])
                 continue
             record = fixed + len(add[2]) + len(add[3])
@@ -417,11 +444,12 @@ class _Connection:
                 break  # a legal add fits an empty message, so the batch is not empty
             adds.popleft()
             batch.append(add)
-            callbacks.append(callback)
+            tokens.append(token)
+            sinks.append(sink)
             size += record
-        return batch, callbacks
+        return batch, tokens, sinks
 
-    def _send_batch(self, adds: list[tuple], callbacks: list[AddCallback]) -> None:
+    def _send_batch(self, adds: list[tuple], tokens: list, sinks: list[AddsDone]) -> None:
         request_id = self.loop.next_request_id()
         try:
             body = wire.encode_adds(adds, self._settings.maxEntrySizeBytes)
@@ -433,7 +461,7 @@ class _Connection:
         else:
             error = None
         batch = _AddBatch(request_id, frames, self._settings.addEntryTimeout, self,
-                          callbacks)
+                          tokens, sinks)
         self.add_batches_in_flight += 1
         if error is not None:
             batch.fail(error)
@@ -599,7 +627,14 @@ class ZmqBookieClient(BookieClient):
         """Queue the add for the bookie's next ADD message (the loop batches every add
         ready when it runs); ``callback`` runs on the loop's thread."""
         self._connection.queue_add((ledger_id, entry_id, entry, master_key, recovery),
-                                   callback)
+                                   callback, _call_each)
+
+    def add_grouped(self, ledger_id, entry_id, entry, master_key, token, sink,
+                    recovery=False):
+        """Queue the add for the bookie's next ADD message; ``sink`` runs on the loop's
+        thread, once per run of that message's adds that share it."""
+        self._connection.queue_add((ledger_id, entry_id, entry, master_key, recovery),
+                                   token, sink)
 
     def read(self, ledger_id, entry_id, fence=False, master_key=b""):
         return self._call(Op.READ, self._settings.readTimeout, ledger_id=ledger_id,
