@@ -33,42 +33,46 @@ def test_add_then_read_back_before_and_after_checkpoint_and_restart(bookie_facto
     assert reopened.entry_ids(7) == list(range(50))
 
 
-def test_a_batch_of_adds_fails_add_by_add_and_completes_once_durable(bookie_factory,
+def test_a_batch_of_runs_fails_add_by_add_or_run_by_run_and_completes_once_durable(bookie_factory,
                                                                       settings_factory):
     settings = settings_factory(maxEntrySizeBytes=4096)
     bookie = bookie_factory(settings)
     bookie.add_entry(2, 0, entry(2, 0), KEY)
     bookie.fence(2, KEY).result(timeout=10)
     bookie.add_entry(3, 0, entry(3, 0), KEY)
-    adds = [(1, 0, entry(1, 0), KEY, False),
-            (2, 1, entry(2, 1), KEY, False),              # fenced
-            (3, 1, entry(3, 1), b"other key", False),     # wrong key
-            (1, 1, entry(1, 1, body=bytes(5000)), KEY, False),  # too large
-            (1, 2, entry(9, 2), KEY, False),              # header names another ledger
-            (2, 1, entry(2, 1), KEY, True),               # recovery: a fenced ledger takes it
-            (4, 0, entry(4, 0), KEY, False)]
+    runs = [(1, [0], [entry(1, 0)], KEY, False),
+            (2, [1, 2], [entry(2, 1), entry(2, 2)], KEY, False),   # fenced: the whole run
+            (3, [1], [entry(3, 1)], b"other key", False),          # wrong key
+            (1, [1, 2, 3, 4], [entry(1, 1, body=bytes(5000)),      # too large
+                               entry(1, 2),
+                               entry(9, 3),                        # names another ledger
+                               entry(1, 4)], KEY, False),
+            (2, [1], [entry(2, 1)], KEY, True),      # recovery: a fenced ledger takes it
+            (4, [0], [entry(4, 0)], KEY, False)]
     outcomes: list = []
     done = threading.Event()
-    bookie.add_entries_async(adds, lambda errors: (outcomes.append(errors), done.set()))
+    bookie.add_entries_async(runs, lambda errors: (outcomes.append(errors), done.set()))
     assert done.wait(10)
-    errors, = outcomes  # called once
+    errors, = outcomes  # called once, with an outcome per add in run order
     assert [type(e) if e else None for e in errors] == [
-        None, LedgerFenced, Unauthorized, EntryTooLarge, MalformedEntry, None, None]
+        None, LedgerFenced, LedgerFenced, Unauthorized, EntryTooLarge, None, MalformedEntry,
+        None, None, None]
     bookie.close()
     reopened = bookie_factory(settings)  # what the batch acknowledged is durable
     assert reopened.read_entry(1, 0) == entry(1, 0)
     assert reopened.read_entry(2, 1) == entry(2, 1)
     assert reopened.read_entry(4, 0) == entry(4, 0)
-    with pytest.raises(NoSuchEntry):
-        reopened.read_entry(1, 1)
-    with pytest.raises(NoSuchEntry):
-        reopened.read_entry(3, 1)
+    assert [reopened.read_entry(1, e) for e in (2, 4)] == [entry(1, 2), entry(1, 4)]
+    for ledger_id, entry_id in [(1, 1), (1, 3), (2, 2), (3, 1)]:
+        with pytest.raises(NoSuchEntry):
+            reopened.read_entry(ledger_id, entry_id)
 
 
 def test_a_batch_of_adds_fails_as_a_whole_on_a_closed_bookie(bookie):
     bookie.close()
     outcomes: list = []
-    bookie.add_entries_async([(1, 0, entry(1, 0), KEY, False)] * 2, outcomes.append)
+    bookie.add_entries_async([(1, [0, 1], [entry(1, 0), entry(1, 1)], KEY, False)],
+                             outcomes.append)
     assert [[type(e) for e in errors] for errors in outcomes] == [[BookieClosed] * 2]
 
 

@@ -5,6 +5,7 @@ truncated, mutated, oversized and random input."""
 from __future__ import annotations
 
 import random
+import struct
 import time
 
 import pytest
@@ -27,15 +28,23 @@ INFO = wire.encode_info(BookieInfo(free_bytes=1, total_bytes=2, read_only=True))
 
 
 
-def add_request(request_id: int, *adds: wire.Add, max_entry_bytes: int = MAX) -> Request:
-    return Request(Op.ADD, request_id, entry=wire.encode_adds(adds, max_entry_bytes))
+def add_request(request_id: int, *runs: wire.AddRun, max_entry_bytes: int = MAX) -> Request:
+    return Request(Op.ADD, request_id, entry=wire.encode_adds(runs, max_entry_bytes))
 
 
-ADDS = [wire.Add(7, 1, entry(7, 1), KEY, recovery=True), wire.Add(8, 0, entry(8, 0), b""),
-        wire.Add(2 ** 64 - 1, 2 ** 63 - 1, b"", b"k" * wire.MAX_MASTER_KEY_BYTES)]
+def run(ledger_id: int, entry_ids: list[int], key: bytes = KEY, recovery: bool = False,
+        entries: list[bytes] | None = None) -> wire.AddRun:
+    """A run of well-formed entries (or of ``entries``)."""
+    return wire.AddRun(ledger_id, entry_ids,
+                       [entry(ledger_id, e) for e in entry_ids] if entries is None
+                       else entries, key, recovery)
+
+
+RUNS = [run(7, [1, 2, 3], recovery=True), run(8, [0], key=b""), run(7, [4, 9]),
+        run(2 ** 64 - 1, [2 ** 63 - 1], b"k" * wire.MAX_MASTER_KEY_BYTES, entries=[b""])]
 REQUESTS = [
-    add_request(1, wire.Add(7, 0, entry(7, 0), KEY)),
-    add_request(2, *ADDS),
+    add_request(1, run(7, [0])),
+    add_request(2, *RUNS),
     Request(Op.READ, 3, 7, 0),
     Request(Op.READ, 4, 7, LAST_ENTRY, flags=wire.FENCE, master_key=KEY),
     Request(Op.READ_LAC, 5, 7),
@@ -96,28 +105,32 @@ def test_every_reply_round_trips(reply):
 def test_the_header_is_laid_out_as_documented():
     header, = wire.encode_request(Request(Op.READ, 0x0102, 0x0304, 5, flags=wire.FENCE,
                                           master_key=b"K"), MAX)
-    assert header == (b"PB" + bytes([2, 2]) + b"\x00\x01" + b"\x00\x01"
+    assert header == (b"PB" + bytes([3, 2]) + b"\x00\x01" + b"\x00\x01"
                       + (0x0102).to_bytes(8, "big") + (0x0304).to_bytes(8, "big")
                       + (5).to_bytes(8, "big") + bytes(8) + bytes(4) + b"K")
     reply, = wire.encode_reply(Reply(Op.READ_LAC, 9, lac=-1), MAX)
-    assert reply == (b"PB" + bytes([2, 3]) + bytes(4) + (9).to_bytes(8, "big")
+    assert reply == (b"PB" + bytes([3, 3]) + bytes(4) + (9).to_bytes(8, "big")
                      + b"\xff" * 8 + bytes(2))
 
 
 def test_add_bodies_are_laid_out_as_documented():
-    header, body = wire.encode_request(add_request(3, wire.Add(0x0304, 5, b"E", b"K", True),
-                                                   wire.Add(6, 0, b"", b"")), MAX)
-    assert header == (b"PB" + bytes([2, 1]) + bytes(4) + (3).to_bytes(8, "big") + bytes(28))
+    header, body = wire.encode_request(add_request(
+        3, wire.AddRun(0x0304, [5, 6], [b"E", b"FG"], b"K", True),
+        wire.AddRun(6, [0], [b""], b"")), MAX)
+    assert header == (b"PB" + bytes([3, 1]) + bytes(4) + (3).to_bytes(8, "big") + bytes(28))
     assert body == ((2).to_bytes(4, "big")
-                    + (0x0304).to_bytes(8, "big") + (5).to_bytes(8, "big") + b"\x00\x02"
-                    + b"\x00\x01" + (1).to_bytes(4, "big") + b"K" + b"E"
-                    + (6).to_bytes(8, "big") + bytes(8 + 2 + 2 + 4))
+                    + (0x0304).to_bytes(8, "big") + b"\x00\x02" + b"\x00\x01"
+                    + (2).to_bytes(4, "big") + b"K" + (5).to_bytes(8, "big")
+                    + (6).to_bytes(8, "big") + (1).to_bytes(4, "big") + (2).to_bytes(4, "big")
+                    + b"EFG"
+                    + (6).to_bytes(8, "big") + bytes(2 + 2) + (1).to_bytes(4, "big")
+                    + bytes(8 + 4))
     assert wire.encode_add_statuses([0, -3]) == bytes(4) + (-3).to_bytes(4, "big",
                                                                         signed=True)
 
 
 def test_add_bodies_and_statuses_round_trip():
-    assert wire.decode_adds(wire.encode_adds(ADDS, MAX), MAX) == ADDS
+    assert wire.decode_adds(wire.encode_adds(RUNS, MAX), MAX) == RUNS
     assert wire.decode_add_statuses(wire.encode_add_statuses([0, 0]), 2) is None
     assert wire.decode_add_statuses(wire.encode_add_statuses([0, -3]), 2) == [0, -3]
     with pytest.raises(MalformedMessage):
@@ -129,25 +142,38 @@ def add_body(*records: bytes, count: int | None = None) -> bytes:
     return (len(records) if count is None else count).to_bytes(4, "big") + b"".join(records)
 
 
-def add_record(ledger_id: int = 7, entry_id: int = 0, flags: int = 0, key: bytes = KEY,
-               data: bytes = b"data", key_length: int | None = None,
-               length: int | None = None) -> bytes:
-    return wire.ADD_RECORD.pack(ledger_id, entry_id, flags,
-                                len(key) if key_length is None else key_length,
-                                len(data) if length is None else length) + key + data
+def raw_run(ledger_id: int = 7, entry_ids: tuple[int, ...] = (0,), flags: int = 0,
+            key: bytes = KEY, entries: tuple[bytes, ...] = (b"data",),
+            key_length: int | None = None, count: int | None = None,
+            lengths: tuple[int, ...] | None = None) -> bytes:
+    """A run packed as given, unchecked."""
+    n = len(entry_ids)
+    lengths = tuple(map(len, entries)) if lengths is None else lengths
+    return (wire.RUN_HEADER.pack(ledger_id, flags, len(key) if key_length is None
+                                 else key_length, n if count is None else count)
+            + key + struct.pack(f">{n}q{len(lengths)}I", *entry_ids, *lengths)
+            + b"".join(entries))
 
 
 MALFORMED_ADD_BODIES = {
     "no count": b"\x00\x00",
-    "no adds": add_body(),
-    "more adds than counted": add_body(add_record(), add_record(), count=1),
-    "fewer adds than counted": add_body(add_record(), count=2),
-    "record header cut": add_body(add_record())[:20],
-    "entry cut": add_body(add_record())[:-1],
-    "key length past the body": add_body(add_record(key_length=200)),
-    "unknown flag": add_body(add_record(flags=0x1)),
-    "negative entry id": add_body(add_record(entry_id=-1)),
-    "key over the limit": add_body(add_record(key=b"k" * 1025)),
+    "no runs": add_body(),
+    "more runs than counted": add_body(raw_run(), raw_run(), count=1),
+    "fewer runs than counted": add_body(raw_run(), count=2),
+    "run header cut": add_body(raw_run())[:14],
+    "entry ids cut": add_body(raw_run())[:4 + wire.RUN_HEADER.size + len(KEY) + 4],
+    "entry cut": add_body(raw_run())[:-1],
+    "key length past the body": add_body(raw_run(key_length=200)),
+    "entry lengths past the body": add_body(raw_run(lengths=(100,))),
+    "unknown flag": add_body(raw_run(flags=0x1)),
+    "negative entry id": add_body(raw_run(entry_ids=(-1,))),
+    "key over the limit": add_body(raw_run(key=b"k" * 1025)),
+    "an empty run": add_body(raw_run(entry_ids=(), entries=())),
+    "more adds than a message carries": add_body(
+        raw_run(count=wire.MAX_ADDS_PER_MESSAGE + 1)),
+    "adds over the limit in all runs": add_body(
+        raw_run(entry_ids=tuple(range(wire.MAX_ADDS_PER_MESSAGE)),
+                entries=(b"",) * wire.MAX_ADDS_PER_MESSAGE), raw_run()),
     "count over the limit": add_body(count=wire.MAX_ADDS_PER_MESSAGE + 1),
 }
 
@@ -164,12 +190,12 @@ def test_long_error_messages_are_cut_at_a_character_boundary():
     assert decoded.message == "é" * (wire.MAX_MESSAGE_BYTES // 2)
 
 
-ADD_BODY = wire.encode_adds([wire.Add(7, 0, entry(7, 0), KEY)], MAX)
+ADD_BODY = wire.encode_adds([run(7, [0])], MAX)
 MALFORMED_REQUESTS = {
     "empty message": [],
     "wrong magic": [raw_request(magic=b"BK")],
-    "older version": [raw_request(version=1)],
-    "newer version": [raw_request(version=3)],
+    "older version": [raw_request(version=VERSION - 1)],
+    "newer version": [raw_request(version=VERSION + 1)],
     "operation 0": [raw_request(op=0)],
     "unknown operation": [raw_request(op=99)],
     "flag on the wrong operation": [raw_request(Op.ADD, flags=wire.FENCE), ADD_BODY],
@@ -208,12 +234,12 @@ def test_truncated_request_headers_are_refused_at_every_length():
 
 
 def test_oversized_entries_are_refused_on_both_sides():
-    big = [wire.Add(7, 0, bytes(MAX + 1), KEY)]
+    big = [run(7, [0], entries=[bytes(MAX + 1)])]
     with pytest.raises(EntryTooLarge):
         wire.encode_adds(big, MAX)
     with pytest.raises(EntryTooLarge):
         wire.decode_adds(wire.encode_adds(big, MAX + 1), MAX)
-    two = [wire.Add(7, 0, bytes(MAX), KEY), wire.Add(7, 1, bytes(MAX), KEY)]
+    two = [run(7, [0, 1], entries=[bytes(MAX), bytes(MAX)])]
     with pytest.raises(EntryTooLarge):  # each fits, together they are over the body limit
         wire.encode_adds(two, MAX)
     frames = wire.encode_request(Request(Op.ADD, 1, entry=wire.encode_adds(two, 2 * MAX)),

@@ -222,23 +222,53 @@ def test_adds_gather_while_the_bookies_answers_are_outstanding(closing):
             body=wire.encode_add_statuses(statuses)), 1024 * 1024)])
 
     first = client.add(5, 0, entry(5, 0), KEY)
-    identity, first_id, adds = next_add_message()
-    assert [(a.ledger_id, a.entry_id) for a in adds] == [(5, 0)]
+    identity, first_id, runs = next_add_message()
+    assert runs == [wire.AddRun(5, [0], [entry(5, 0)], KEY)]
     waiting = [client.add(5, e, entry(5, e), KEY) for e in range(1, 51)]
     waiting.append(client.add(6, 0, entry(6, 0), b"other key", recovery=True))
     assert router.receive(timeout_s=0.3) is None  # held in the client meanwhile
     answer(identity, first_id, [0])
     assert first.result(timeout=10) is None
-    identity, second_id, adds = next_add_message()
-    assert [(a.ledger_id, a.entry_id, a.recovery) for a in adds] == \
-        [(5, e, False) for e in range(1, 51)] + [(6, 0, True)]
-    assert adds[-1].master_key == b"other key" and adds[7].entry == entry(5, 8)
+    identity, second_id, runs = next_add_message()
+    assert runs == [wire.AddRun(5, list(range(1, 51)), [entry(5, e) for e in range(1, 51)],
+                                KEY),
+                    wire.AddRun(6, [0], [entry(6, 0)], b"other key", True)]
     statuses = [0] * 51
     statuses[50] = wire.error_code(LedgerFenced("ledger 6 is fenced"))
     answer(identity, second_id, statuses, "LedgerFenced: ledger 6 is fenced")
     assert [f.result(timeout=10) for f in waiting[:50]] == [None] * 50
     with pytest.raises(LedgerFenced, match="bookie B1: LedgerFenced: ledger 6 is fenced"):
         waiting[50].result(timeout=10)
+
+
+def test_queued_adds_are_cut_into_messages_within_the_body_limit(closing):
+    """Adds that do not fit one ADD body wait for the next message, in order."""
+    router = closing.enter_context(RawRouter())
+    settings = ClientSettings(addEntryTimeout=30, zmqAddMessagesInFlight=1,
+                              maxEntrySizeBytes=4096)
+    client = closing.enter_context(ZmqBookieClient("B1", router.address, settings))
+    limit = wire.max_add_body_bytes(4096)
+    futures = [client.add(5, 0, entry(5, 0), KEY)]
+    received = []
+    messages = 0
+    while len(received) < 11:
+        identity, header, body = router.receive(timeout_s=10)
+        messages += 1
+        assert len(body) <= limit
+        request = wire.decode_request([header, body], 4096)
+        runs = wire.decode_adds(request.entry, 4096)
+        if not received:  # the first add is out: queue the rest meanwhile
+            futures += [client.add(5, e, entry(5, e, body=bytes(1000)), KEY)
+                        for e in range(1, 11)]
+            time.sleep(0.2)
+        received += [(run.ledger_id, e) for run in runs for e in run.entry_ids]
+        router.send([identity, *wire.encode_reply(wire.Reply(
+            wire.Op.ADD, request.request_id,
+            body=wire.encode_add_statuses([0] * sum(len(r.entry_ids) for r in runs))),
+            4096)])
+    assert received == [(5, e) for e in range(11)]
+    assert messages >= 1 + 3  # ten entries of over 1 KB need three 5 KB bodies at least
+    assert [f.result(timeout=10) for f in futures] == [None] * 11
 
 
 def test_grouped_adds_are_reported_once_per_run_of_adds_sharing_a_sink(closing):
@@ -269,7 +299,8 @@ def test_grouped_adds_are_reported_once_per_run_of_adds_sharing_a_sink(closing):
         wire.Op.ADD, first.request_id, body=wire.encode_add_statuses([0])), 1024 * 1024)])
     identity, header, body = router.receive(timeout_s=10)
     second = wire.decode_request([header, body], 1024 * 1024)
-    assert len(wire.decode_adds(second.entry, 1024 * 1024)) == 4  # one message
+    assert [run.entry_ids for run in wire.decode_adds(second.entry, 1024 * 1024)] == \
+        [[1, 2], [0], [3]]  # one message, in three runs
     statuses = [0, wire.error_code(LedgerFenced("fenced")), 0, 0]
     router.send([identity, *wire.encode_reply(wire.Reply(
         wire.Op.ADD, second.request_id, message="LedgerFenced: fenced",

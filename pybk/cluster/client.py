@@ -47,9 +47,11 @@ are sent without a copy from 1 MiB up (:mod:`pybk.cluster.frames`).
 
 from __future__ import annotations
 
+import bisect
 import enum
 import itertools
 import logging
+import operator
 import threading
 import time
 from collections import deque
@@ -74,6 +76,9 @@ log = logging.getLogger(__name__)
 
 #: Replies read from one socket per wake-up before the loop serves the others.
 _READ_BATCH = 256
+# The fields of a queued add (see _Connection.queue_add).
+_RUN_KEY = operator.itemgetter(0, 1, 2)  # the adds of a run share ledger, key and recovery
+_MASTER_KEY, _ENTRY_ID, _ENTRY, _TOKEN, _SINK = map(operator.itemgetter, (1, 3, 4, 5, 6))
 #: The first reconnection attempt waits this long; later ones back off.
 _RECONNECT_MS = 100
 
@@ -351,8 +356,8 @@ class _Connection:
         self._pending: dict[int, _Pending] = {}
         self._backlog: deque[_Pending] = deque()  # not yet taken by ZeroMQ
         # Adds from any thread, batched into ADD messages on the loop's thread: each is
-        # ((ledger id, entry id, entry, master key, recovery), token, sink).
-        self._adds: deque[tuple[tuple, Any, AddsDone]] = deque()
+        # (ledger id, master key, recovery, entry id, entry, token, sink).
+        self._adds: deque[tuple] = deque()
         self._adds_posted = False
         self._sending_adds = False
         self.add_batches_in_flight = 0
@@ -393,16 +398,17 @@ class _Connection:
         except zmq.ZMQError as e:  # a malformed address: nothing will ever connect
             self._went_down(f"cannot connect: {e}")
 
-    def queue_add(self, add: tuple, token: Any, sink: AddsDone) -> None:
-        """Queue an add (the fields of a :class:`wire.Add`) for the next ADD message (any
-        thread); ``sink`` reports it by ``token``."""
-        self._adds.append((add, token, sink))
+    def queue_add(self, ledger_id: int, master_key: bytes, recovery: bool, entry_id: int,
+                  entry: bytes, token: Any, sink: AddsDone) -> None:
+        """Queue an add for the next ADD message (any thread); ``sink`` reports it by
+        ``token``."""
+        self._adds.append((ledger_id, master_key, recovery, entry_id, entry, token, sink))
         if not self._adds_posted:  # else a send_adds is due and takes this add too
             self._adds_posted = True
             if not self.loop.post(self.send_adds):
                 error = BookieUnavailable(f"the client of bookie {self.bookie_id} is closed")
                 failed = [self._adds.popleft() for _ in range(len(self._adds))]
-                _report([t for _, t, _ in failed], [s for _, _, s in failed],
+                _report(list(map(_TOKEN, failed)), list(map(_SINK, failed)),
                         [error] * len(failed))
 
     def send_adds(self) -> None:
@@ -422,37 +428,45 @@ class _Connection:
         finally:
             self._sending_adds = False
 
-    def _take_batch(self) -> tuple[list[tuple], list, list[AddsDone]]:
-        """The queued adds that fit one ADD message, their tokens and their sinks
-        (failing entries over the maximum)."""
+    def _take_batch(self) -> tuple[list[wire.AddRun], list, list[AddsDone]]:
+        """The queued adds that fit one ADD message, as runs, and their tokens and sinks
+        in message order (failing entries over the maximum alone, at once)."""
         adds = self._adds
-        batch: list[tuple] = []
-        tokens: list = []
-        sinks: list[AddsDone] = []
-        size = wire.ADD_COUNT.size
-        fixed, limit = wire.ADD_RECORD.size, self._max_add_body
+        items = list(itertools.islice(adds, wire.MAX_ADDS_PER_MESSAGE))
+        entry_sizes = list(map(len, map(_ENTRY, items)))
         max_entry = self._settings.maxEntrySizeBytes
-        while adds:
-            add, token, sink = adds[0]
-            if len(add[2]) > max_entry:  # alone, not in a message it would fail whole
-                adds.popleft()
-                _report([token], [sink], [EntryTooLarge(
-                    f"entry of {len(add[2])} bytes is over the maximum of {max_entry}")])
-                continue
-            record = fixed + len(add[2]) + len(add[3])
-            if size + record > limit or len(batch) == wire.MAX_ADDS_PER_MESSAGE:
-                break  # a legal add fits an empty message, so the batch is not empty
-            adds.popleft()
-            batch.append(add)
-            tokens.append(token)
-            sinks.append(sink)
-            size += record
-        return batch, tokens, sinks
+        oversized = max(entry_sizes, default=0) > max_entry
+        if oversized:  # they fail alone below, not in a message they would fail whole
+            entry_sizes = [size if size <= max_entry else 0 for size in entry_sizes]
+        # The cut is found in C, sizing each add as if it started a run of its own (a
+        # few dozen bytes more than it may take); a legal add fits an empty message.
+        sizes = map(operator.add, entry_sizes, map(len, map(_MASTER_KEY, items)))
+        ends = list(itertools.accumulate(map(
+            operator.add, sizes, itertools.repeat(wire.RUN_HEADER.size
+                                                  + wire.RUN_BYTES_PER_ADD)), initial=0))
+        cut = bisect.bisect_right(ends, self._max_add_body - wire.ADD_COUNT.size) - 1
+        del items[cut:]
+        for _ in range(cut):
+            adds.popleft()  # other threads only append: the first ``cut`` are ``items``
+        if oversized:
+            for item in items:
+                if len(_ENTRY(item)) > max_entry:
+                    _report([_TOKEN(item)], [_SINK(item)], [EntryTooLarge(
+                        f"entry of {len(_ENTRY(item))} bytes is over the maximum of "
+                        f"{max_entry}")])
+            items = [item for item in items if len(_ENTRY(item)) <= max_entry]
+        runs = []
+        for (ledger_id, master_key, recovery), run in itertools.groupby(items, _RUN_KEY):
+            run = list(run)
+            runs.append(wire.AddRun(ledger_id, list(map(_ENTRY_ID, run)),
+                                    list(map(_ENTRY, run)), master_key, recovery))
+        return runs, list(map(_TOKEN, items)), list(map(_SINK, items))
 
-    def _send_batch(self, adds: list[tuple], tokens: list, sinks: list[AddsDone]) -> None:
+    def _send_batch(self, runs: list[wire.AddRun], tokens: list, sinks: list[AddsDone]
+                    ) -> None:
         request_id = self.loop.next_request_id()
         try:
-            body = wire.encode_adds(adds, self._settings.maxEntrySizeBytes)
+            body = wire.encode_adds(runs, self._settings.maxEntrySizeBytes)
             frames = wire.encode_request(Request(Op.ADD, request_id, entry=body),
                                          self._settings.maxEntrySizeBytes)
         except BookKeeperError as e:
@@ -626,15 +640,15 @@ class ZmqBookieClient(BookieClient):
     def add_then(self, ledger_id, entry_id, entry, master_key, callback, recovery=False):
         """Queue the add for the bookie's next ADD message (the loop batches every add
         ready when it runs); ``callback`` runs on the loop's thread."""
-        self._connection.queue_add((ledger_id, entry_id, entry, master_key, recovery),
+        self._connection.queue_add(ledger_id, master_key, recovery, entry_id, entry,
                                    callback, _call_each)
 
     def add_grouped(self, ledger_id, entry_id, entry, master_key, token, sink,
                     recovery=False):
         """Queue the add for the bookie's next ADD message; ``sink`` runs on the loop's
         thread, once per run of that message's adds that share it."""
-        self._connection.queue_add((ledger_id, entry_id, entry, master_key, recovery),
-                                   token, sink)
+        self._connection.queue_add(ledger_id, master_key, recovery, entry_id, entry, token,
+                                   sink)
 
     def read(self, ledger_id, entry_id, fence=False, master_key=b""):
         return self._call(Op.READ, self._settings.readTimeout, ledger_id=ledger_id,

@@ -270,9 +270,9 @@ class BookieServer:
     # -- requests ---------------------------------------------------------------------
 
     def _add(self, identity: bytes, r: Request) -> None:
-        adds = wire.decode_adds(r.entry, self._max_entry)
-        self._adds_in_progress += len(adds)
-        self._bookie.add_entries_async(adds, partial(self._adds_done, identity, r))
+        runs = wire.decode_adds(r.entry, self._max_entry)
+        self._adds_in_progress += sum(len(run.entry_ids) for run in runs)
+        self._bookie.add_entries_async(runs, partial(self._adds_done, identity, r))
 
     def _adds_done(self, identity: bytes, r: Request,
                    errors: list[BaseException | None]) -> None:

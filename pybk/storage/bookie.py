@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 
 Callback = Callable[[BaseException | None], None]
 BatchCallback = Callable[[list[BaseException | None]], None]
+#: Adds of one ledger: ``(ledger id, entry ids, entries, master key, recovery)``.
+AddRun = tuple[int, Sequence[int], Sequence[bytes], bytes, bool]
 LacWatcher = Callable[[], None]
 StateListener = Callable[[], None]
 _LEDGER_ID = struct.Struct(">Q")
@@ -320,47 +322,51 @@ class Bookie:
         """Whether this thread is running add completions (it must not block on adds)."""
         return self._journal.is_committer_thread()
 
-    def add_entries_async(self, adds: Sequence[tuple[int, int, bytes, bytes, bool]],
-                          callback: BatchCallback) -> None:
-        """Add several entries, of any ledgers, as one journal group.
+    def add_entries_async(self, runs: Sequence[AddRun], callback: BatchCallback) -> None:
+        """Add runs of entries, of any ledgers, as one journal group.
 
-        ``adds`` holds ``(ledger id, entry id, entry, master key, recovery)`` tuples.  Each
-        is checked as :meth:`add_entry_async` checks it; one that fails (wrong key,
-        fenced, too large...) fails alone.  ``callback(errors)`` is called once: when
-        every add that passed is durable, with ``errors[i]`` None for a durable add and
-        the error of a failed one (at once, on this thread, if none passed).  A server
-        receiving many adds per message pays the locking and the journal hand-off once.
+        ``runs`` holds ``(ledger id, entry ids, entries, master key, recovery)`` tuples,
+        each the adds of one ledger (:class:`pybk.cluster.wire.AddRun` is one).  Each add
+        is checked as :meth:`add_entry_async` checks it: an add that fails alone (too
+        large, a header naming another entry) fails alone, and the adds of a run whose
+        ledger refuses them (wrong key, fenced...) fail together.  ``callback(errors)`` is
+        called once: when every add that passed is durable, with ``errors[i]`` None for a
+        durable add and the error of a failed one, counting the adds through the runs in
+        order (at once, on this thread, if none passed).  A server receiving many adds
+        per message pays the locking and the journal hand-off once, and a run's checks
+        and caching are a few C-level operations, not a round of Python per add.
         """
-        errors: list[BaseException | None] = [None] * len(adds)
+        errors: list[BaseException | None] = [None] * sum(len(run[1]) for run in runs)
         try:
             if self._read_only or self._closed or self._journal.failure is not None:
                 self._check_writable()
         except BookKeeperError as e:
-            callback([e] * len(adds))
+            callback([e] * len(errors))
             return
         checked = []
-        for i, (ledger_id, entry_id, entry, _key, _recovery) in enumerate(adds):
-            try:
-                checked.append((i, *self._check_entry(ledger_id, entry_id, entry)))
-            except BookKeeperError as e:
-                errors[i] = e
+        first = 0
+        for ledger_id, entry_ids, entries, master_key, recovery in runs:
+            passed = self._check_run(ledger_id, entry_ids, entries, first, errors)
+            if passed is not None:
+                checked.append((ledger_id, master_key, recovery, *passed))
+            first += len(entry_ids)
         self._make_room()
         buffers: list[bytes] = []
         queued: list[int] = []
-        nbytes = 0
         due: list[LacWatcher] = []
         with self._lock:
-            for i, lac, record_header in checked:
-                ledger_id, entry_id, entry, master_key, recovery = adds[i]
+            for ledger_id, master_key, recovery, positions, entry_ids, entries, record_headers, \
+                    lac in checked:
                 try:
-                    self._store_locked(ledger_id, entry_id, entry, master_key, recovery,
-                                       lac, record_header, due)
+                    state = self._state_for_add(ledger_id, master_key, recovery)
                 except BookKeeperError as e:
-                    errors[i] = e
+                    for i in positions:
+                        errors[i] = e
                     continue
-                buffers += (record_header, entry)
-                nbytes += len(record_header) + len(entry)
-                queued.append(i)
+                self._active.put_run(ledger_id, entry_ids, record_headers, entries)
+                self._raise_lac_locked(ledger_id, state, lac, due)
+                buffers += itertools.chain.from_iterable(zip(record_headers, entries))
+                queued += positions
             if queued:
                 def done(result: object) -> None:
                     if result is not None:
@@ -368,7 +374,7 @@ class Bookie:
                             errors[i] = result  # type: ignore[assignment]
                     callback(errors)
                 try:
-                    self._journal.submit_many_locked(buffers, nbytes, done)
+                    self._journal.submit_many_locked(buffers, sum(map(len, buffers)), done)
                 except BookKeeperError as e:  # the journal failed or closed meanwhile
                     for i in queued:
                         errors[i] = e
@@ -378,24 +384,50 @@ class Bookie:
         if not queued:
             callback(errors)
 
+    def _check_run(self, ledger_id: int, entry_ids: Sequence[int], entries: Sequence[bytes],
+                   first: int, errors: list[BaseException | None]
+                   ) -> tuple[Sequence[int], Sequence[int], Sequence[bytes], list[bytes], int] | None:
+        """The checks of a run's adds that need no lock: ``(positions, entry ids, entries,
+        journal record headers, highest LAC)`` of the adds that pass, None if none does.
+        The errors of those that fail go to ``errors`` (the run's first add is at
+        ``first``)."""
+        sizes = list(map(len, entries))
+        if max(sizes) <= self._max_entry and min(sizes) >= ENTRY_HEADER_SIZE:
+            ledgers, ids, lacs = zip(*map(ENTRY_HEADER.unpack_from, entries))
+            if ledgers.count(ledger_id) == len(ledgers) and list(ids) == list(entry_ids):
+                return (range(first, first + len(sizes)), entry_ids, entries,
+                        _record_headers(entries), max(lacs))
+        passed = []  # some add fails: find which, one by one
+        for i, entry_id, entry in zip(itertools.count(first), entry_ids, entries):
+            try:
+                passed.append((i, entry_id, entry, self._check_entry(ledger_id, entry_id,
+                                                                     entry)))
+            except BookKeeperError as e:
+                errors[i] = e
+        if not passed:
+            return None
+        positions, kept_ids, kept, lacs = zip(*passed)
+        return positions, kept_ids, kept, _record_headers(kept), max(lacs)
+
     def _add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
              recovery: bool, callback: Callable[[object], None], wake: bool) -> None:
         """Check an add, apply back-pressure, then cache and journal it under the lock."""
         if self._read_only or self._closed or self._journal.failure is not None:
             self._check_writable()
-        lac, record_header = self._check_entry(ledger_id, entry_id, entry)
+        lac = self._check_entry(ledger_id, entry_id, entry)
+        record_header = _record_headers((entry,))[0]
         self._make_room()
         due: list[LacWatcher] = []
         with self._lock:
-            self._store_locked(ledger_id, entry_id, entry, master_key, recovery, lac,
-                               record_header, due)
+            state = self._state_for_add(ledger_id, master_key, recovery)
+            self._active.put(ledger_id, entry_id, record_header, entry)
+            self._raise_lac_locked(ledger_id, state, lac, due)
             self._journal.submit_locked(record_header, entry, callback, wake)
         if due:
             _notify(due)
 
-    def _check_entry(self, ledger_id: int, entry_id: int, entry: bytes) -> tuple[int, bytes]:
-        """The checks of an add that need no lock: ``(the entry's LAC, its journal record
-        header)``."""
+    def _check_entry(self, ledger_id: int, entry_id: int, entry: bytes) -> int:
+        """The checks of an add that need no lock; the entry's LAC."""
         size = len(entry)
         if size > self._max_entry:
             raise EntryTooLarge(f"entry of {size} bytes is over maxEntrySizeBytes="
@@ -408,7 +440,7 @@ class Bookie:
             raise MalformedEntry(f"entry header says ledger {header_ledger} entry "
                                  f"{header_entry}, the add says ledger {ledger_id} entry "
                                  f"{entry_id}")
-        return lac, jr.RECORD.pack(size, crc32c(entry, jr.ENTRY_CRC_SEED), jr.ADD)
+        return lac
 
     def _make_room(self) -> None:
         """Back-pressure before an add: bounded write cache, bounded journal queue."""
@@ -416,12 +448,10 @@ class Bookie:
             self._wait_for_cache_space()
         self._journal.wait_for_queue_space()
 
-    def _store_locked(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-                      recovery: bool, lac: int, record_header: bytes,
-                      due: list[LacWatcher]) -> None:
-        """Put a checked add into the write cache and move the ledger's LAC (adding the
-        LAC watchers that are now due to ``due``).  Caller holds the lock, and journals
-        the record before releasing it."""
+    def _state_for_add(self, ledger_id: int, master_key: bytes, recovery: bool
+                       ) -> LedgerState:
+        """The state of a ledger taking adds, checked (closed bookie, key, fence).  Caller
+        holds the lock, and journals the adds before releasing it."""
         if self._closed:
             raise BookieClosed("the bookie is closed")
         state = self._states.get(ledger_id)
@@ -429,7 +459,12 @@ class Bookie:
             state = self._writable_state(ledger_id, master_key)
         if state.fenced and not recovery:
             raise LedgerFenced(f"ledger {ledger_id} is fenced")
-        self._active.put(ledger_id, entry_id, record_header, entry)
+        return state
+
+    def _raise_lac_locked(self, ledger_id: int, state: LedgerState, lac: int,
+                          due: list[LacWatcher]) -> None:
+        """Move the ledger's LAC up to ``lac``, adding the LAC watchers now due to
+        ``due``.  Caller holds the lock."""
         if lac > state.lac:
             state.lac = lac
             self._dirty.add(ledger_id)
@@ -905,6 +940,13 @@ def _notify(watchers: list[LacWatcher]) -> None:
             watcher()
         except Exception:  # a watcher's bug must not fail the add that advanced the LAC
             log.exception("a LAC watcher raised")
+
+
+def _record_headers(entries: Sequence[bytes]) -> list[bytes]:
+    """The journal record headers of ADD records of ``entries`` (built in C)."""
+    return list(map(jr.RECORD.pack, map(len, entries),
+                    map(crc32c, entries, itertools.repeat(jr.ENTRY_CRC_SEED)),
+                    itertools.repeat(jr.ADD)))
 
 
 def _ignore(_result: object) -> None:

@@ -13,7 +13,8 @@ them one by one.
 
 from __future__ import annotations
 
-from typing import Iterator
+import itertools
+from typing import Iterator, Sequence
 
 
 class _LedgerRecords:
@@ -37,15 +38,22 @@ class WriteCache:
 
     def put(self, ledger_id: int, entry_id: int, record_header: bytes, entry: bytes) -> None:
         """Add an entry with its record header (a later put of the same id wins)."""
+        self.put_run(ledger_id, (entry_id,), (record_header,), (entry,))
+
+    def put_run(self, ledger_id: int, entry_ids: Sequence[int],
+                record_headers: Sequence[bytes], entries: Sequence[bytes]) -> None:
+        """Add one ledger's entries with their record headers, in order (a later put of
+        the same id wins): a few C-level operations for the whole run."""
         records = self._ledgers.get(ledger_id)
         if records is None:
             records = self._ledgers[ledger_id] = _LedgerRecords()
-        records.entries[entry_id] = entry
-        records.buffers += (record_header, entry)
-        records.entry_ids.append(entry_id)
-        if entry_id > records.last:
-            records.last = entry_id
-        self.size_bytes += len(entry)
+        records.entries.update(zip(entry_ids, entries))
+        records.buffers += itertools.chain.from_iterable(zip(record_headers, entries))
+        records.entry_ids += entry_ids
+        last = max(entry_ids)
+        if last > records.last:
+            records.last = last
+        self.size_bytes += sum(map(len, entries))
 
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
         records = self._ledgers.get(ledger_id)
