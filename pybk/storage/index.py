@@ -37,6 +37,8 @@ LEDGER_KEY = struct.Struct(">Q")
 LOCATION = struct.Struct(">QQI")
 LEDGER_STATE = struct.Struct(">Bqq")
 LAST_LOG_ID_KEY = b"last_entry_log_id"
+#: Index items a checkpoint writes per LMDB call (a millisecond or two of work).
+PUT_SLICE_ITEMS = 1024
 
 FLAG_FENCED, FLAG_DELETED, FLAG_EXPLICIT_LAC = 1, 2, 4
 
@@ -161,7 +163,14 @@ class Index:
         ``items`` come from :meth:`location_items`; a later item for the same key wins.
         """
         with self._env.begin(write=True) as txn:
-            txn.cursor(db=self._entries).putmulti(items)
+            entries = txn.cursor(db=self._entries)
+            items = iter(items)
+            # In slices: putmulti holds the GIL for its whole call, and a checkpoint's
+            # items (a second of adds) would keep the bookie's other threads, answering
+            # adds, waiting for tens of milliseconds.
+            while entries.putmulti(itertools.islice(items, PUT_SLICE_ITEMS))[0] \
+                    == PUT_SLICE_ITEMS:
+                pass  # [0]: the items the slice held; a short slice was the last
             for ledger_id in deleted:
                 self._delete_entries(txn, ledger_id)
             ledgers = txn.cursor(db=self._ledgers)

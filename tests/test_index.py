@@ -1,0 +1,28 @@
+"""The LMDB index on its own: a checkpoint's locations land whole, however many."""
+
+from __future__ import annotations
+
+import pytest
+
+from pybk.storage.index import PUT_SLICE_ITEMS, Index, StoredLocation
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_a_checkpoint_commits_every_location_in_slices_and_newer_ones_replace_older(tmp_path):
+    """Locations are written a slice at a time; a slice of only replaced keys (an entry
+    re-added, then checkpointed again) must not end the commit early."""
+    count = 2 * PUT_SLICE_ITEMS + 7
+    index = Index(str(tmp_path))
+    try:
+        index.commit_checkpoint(Index.location_items(5, range(count), 1,
+                                                     range(0, 100 * count, 100),
+                                                     [10] * count), {}, (), 1)
+        assert index.entry_ids(5) == list(range(count))
+        index.commit_checkpoint(Index.location_items(5, range(count), 2, range(count),
+                                                     [20] * count), {}, (), 2)
+        assert [index.location(5, e) for e in range(count)] == \
+            [StoredLocation(2, e, 20) for e in range(count)]
+        assert index.last_log_id() == 2
+    finally:
+        index.close()
