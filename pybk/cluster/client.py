@@ -316,8 +316,7 @@ def _report(tokens: list, sinks: list[AddsDone],
             while end < count and sinks[end] is sink:
                 end += 1
         try:
-            sink(tokens[start:end] if end - start < count else tokens,
-                 None if errors is None else errors[start:end])
+            sink(tokens[start:end], None if errors is None else errors[start:end])
         except Exception:
             log.exception("an add callback raised")
         start = end
@@ -449,12 +448,15 @@ class _Connection:
         for _ in range(cut):
             adds.popleft()  # other threads only append: the first ``cut`` are ``items``
         if oversized:
+            legal = []
             for item in items:
-                if len(_ENTRY(item)) > max_entry:
+                size = len(_ENTRY(item))
+                if size <= max_entry:
+                    legal.append(item)
+                else:
                     _report([_TOKEN(item)], [_SINK(item)], [EntryTooLarge(
-                        f"entry of {len(_ENTRY(item))} bytes is over the maximum of "
-                        f"{max_entry}")])
-            items = [item for item in items if len(_ENTRY(item)) <= max_entry]
+                        f"entry of {size} bytes is over the maximum of {max_entry}")])
+            items = legal
         runs = []
         for (ledger_id, master_key, recovery), run in itertools.groupby(items, _RUN_KEY):
             run = list(run)
