@@ -322,3 +322,38 @@ def test_an_entry_over_the_maximum_fails_alone(bookie_factory, settings_factory,
         too_large.result(timeout=10)
     assert [f.result(timeout=10) for f in adds] == [None] * 6
     assert bookie.entry_ids(3) == list(range(6))
+
+
+def test_a_ledger_sender_queues_runs_and_refuses_once_the_connection_is_down(closing):
+    """ledger_adds: each send is one add of that ledger, key and sink (sent as runs of
+    one ADD message); once the bookie went away, send queues nothing and says so, so
+    that the ledger asks for the bookie's client again."""
+    router = closing.enter_context(RawRouter())
+    client = closing.enter_context(ZmqBookieClient(
+        "B1", router.address, ClientSettings(addEntryTimeout=30, zmqAddMessagesInFlight=1)))
+    reported = []
+    done = threading.Event()
+
+    def sink(tokens, errors):
+        reported.append((list(tokens), errors))
+        done.set()
+
+    send = client.ledger_adds(9, KEY, sink)
+    assert send(0, entry(9, 0), "t0")
+    identity, header, body = router.receive(timeout_s=10)
+    first = wire.decode_request([header, body], 1024 * 1024)
+    assert send(1, entry(9, 1), "t1") and send(2, entry(9, 2), "t2")
+    router.send([identity, *wire.encode_reply(wire.Reply(
+        wire.Op.ADD, first.request_id, body=wire.encode_add_statuses([0])), 1024 * 1024)])
+    identity, header, body = router.receive(timeout_s=10)
+    second = wire.decode_request([header, body], 1024 * 1024)
+    assert wire.decode_adds(second.entry, 1024 * 1024) == [
+        wire.AddRun(9, [1, 2], [entry(9, 1), entry(9, 2)], KEY, False)]
+    assert reported == [(["t0"], None)]
+
+    router.close()  # the bookie goes away: the outstanding message fails
+    wait_until(lambda: client.is_down)
+    assert not send(3, entry(9, 3), "t3")
+    wait_until(lambda: len(reported) == 2)
+    assert reported[1][0] == ["t1", "t2"]
+    assert [type(e) for e in reported[1][1]] == [BookieUnavailable] * 2

@@ -27,7 +27,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequence
 
 from pybk.client.digest import DecodedEntry, DigestManager
-from pybk.client.transport import AddsDone
+from pybk.client.transport import AddsDone, LedgerAdds
 from pybk.errors import (BadVersion, BookKeeperError, DigestMismatch, LedgerClosed,
                          LedgerFenced, NoSuchEntry, NoSuchLedger, ReadOnlyLedger, Timeout,
                          Unauthorized)
@@ -94,6 +94,9 @@ class LedgerHandle:
         self._closed = False
         self._lac_sent = last_add_confirmed
         self._ack_sinks: dict[str, AddsDone] = {}  # per bookie: see BookieClient.add_grouped
+        # Per bookie, its client's sender (BookieClient.ledger_adds): the add path's one
+        # call per bookie.  Dropped when it refuses, and for bookies replaced.
+        self._senders: dict[str, LedgerAdds] = {}
         self._last_activity = time.monotonic()
         if writable:
             bk._register_writer(self)
@@ -167,19 +170,33 @@ class LedgerHandle:
             raise LedgerClosed(f"ledger {self.id} is closed")
 
     def _send(self, op: _PendingAdd, bookie_ids: Iterable[str]) -> None:
-        """Send ``op`` to ``bookie_ids`` (the hot path: one call per entry)."""
+        """Send ``op`` to ``bookie_ids`` (the hot path: one call per entry, and per
+        bookie one call of the transport's :meth:`~BookieClient.ledger_adds` sender
+        when it has one)."""
         entry = op.entry
         if entry is None:
             return  # finished while an ensemble change was re-sending it
-        lookup, sinks = self._bk.bookie_client, self._ack_sinks
+        senders = self._senders
         for bookie_id in bookie_ids:
-            try:
-                client = lookup(bookie_id)
-            except BookKeeperError as e:
-                self._on_add_error(bookie_id, e)
-                continue
-            sink = sinks.get(bookie_id) or sinks.setdefault(
-                bookie_id, partial(self._on_acks, bookie_id))
+            send = senders.get(bookie_id)
+            if send is None or not send(op.entry_id, entry, op):
+                self._send_to_client(bookie_id, op, entry)
+
+    def _send_to_client(self, bookie_id: str, op: _PendingAdd, entry: bytes) -> None:
+        """Send ``op`` to the bookie's current client, keeping that client's sender for
+        the next adds (if it has one)."""
+        self._senders.pop(bookie_id, None)
+        try:
+            client = self._bk.bookie_client(bookie_id)
+        except BookKeeperError as e:
+            self._on_add_error(bookie_id, e)
+            return
+        sink = self._ack_sinks.get(bookie_id) or self._ack_sinks.setdefault(
+            bookie_id, partial(self._on_acks, bookie_id))
+        send = client.ledger_adds(self.id, self._master_key, sink)
+        if send is not None and send(op.entry_id, entry, op):
+            self._senders[bookie_id] = send
+        else:
             client.add_grouped(self.id, op.entry_id, entry, self._master_key, op, sink)
 
     def _on_acks(self, bookie_id: str, ops: Sequence[_PendingAdd],
@@ -295,6 +312,8 @@ class LedgerHandle:
             with self._lock:
                 self._metadata, self._version = changed, new_version
                 self._failed_bookies -= failed
+                for bookie_id in failed:
+                    self._senders.pop(bookie_id, None)
                 if self._failed_bookies & set(new_ensemble):
                     continue  # more bookies failed meanwhile: change again
                 self._failed_bookies.clear()

@@ -29,6 +29,9 @@ AddCallback = Callable[[BaseException | None], None]
 #: None when every one is durable, else a list with an error (or None) per token.
 AddsDone = Callable[[Sequence[Any], Optional[Sequence[Optional[BaseException]]]], None]
 
+#: ``send(entry_id, entry, token) -> queued``: see :meth:`BookieClient.ledger_adds`.
+LedgerAdds = Callable[[int, bytes, Any], bool]
+
 
 class BookieClient(abc.ABC):
     """The operations of one bookie, asynchronous."""
@@ -58,6 +61,15 @@ class BookieClient(abc.ABC):
         self.add_then(ledger_id, entry_id, entry, master_key,
                       lambda error: sink((token,), None if error is None else (error,)),
                       recovery)
+
+    def ledger_adds(self, ledger_id: int, master_key: bytes, sink: AddsDone,
+                    recovery: bool = False) -> Optional[LedgerAdds]:
+        """A faster :meth:`add_grouped` for many adds of one ledger, or None if this
+        transport has none: ``send(entry_id, entry, token)`` queues an add (the ledger,
+        key and sink given once), or returns False, queuing nothing, when this client can
+        take no more adds that way (its connection is down): the caller then asks for
+        the bookie's client again."""
+        return None
 
     @abc.abstractmethod
     def read(self, ledger_id: int, entry_id: int, fence: bool = False,
@@ -108,6 +120,13 @@ class InProcessBookieClient(BookieClient):
 
         self.add_then(ledger_id, entry_id, entry, master_key, done, recovery)
         return future
+
+    def ledger_adds(self, ledger_id, master_key, sink, recovery=False):
+        """A bookie in this process never moves: its sender is :meth:`add_grouped`."""
+        def send(entry_id: int, entry: bytes, token: Any) -> bool:
+            self.add_grouped(ledger_id, entry_id, entry, master_key, token, sink, recovery)
+            return True
+        return send
 
     def add_then(self, ledger_id, entry_id, entry, master_key, callback, recovery=False):
         try:

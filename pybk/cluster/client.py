@@ -76,9 +76,11 @@ log = logging.getLogger(__name__)
 
 #: Replies read from one socket per wake-up before the loop serves the others.
 _READ_BATCH = 256
-# The fields of a queued add (see _Connection.queue_add).
-_RUN_KEY = operator.itemgetter(0, 1, 2)  # the adds of a run share ledger, key and recovery
-_MASTER_KEY, _ENTRY_ID, _ENTRY, _TOKEN, _SINK = map(operator.itemgetter, (1, 3, 4, 5, 6))
+# The fields of a queued add (see _LedgerAdds.add): the _LedgerAdds it came through, entry
+# id, entry, token, and the bytes it takes in an ADD body at most.
+_ADDS, _ENTRY_ID, _ENTRY, _TOKEN, _COST = map(operator.itemgetter, range(5))
+#: The least an add takes in an ADD body besides its entry (a run of its own, empty key).
+_LEAST_ADD_OVERHEAD = wire.RUN_HEADER.size + wire.RUN_BYTES_PER_ADD
 #: The first reconnection attempt waits this long; later ones back off.
 _RECONNECT_MS = 100
 
@@ -269,20 +271,20 @@ class _Call(_Pending):
 
 
 class _AddBatch(_Pending):
-    """One ADD message: the tokens and sinks (see :meth:`BookieClient.add_grouped`) of
-    the adds a connection had queued, in message order."""
+    """One ADD message: ``reports``, its adds in message order as ``(sink, tokens)``
+    groups (see :meth:`BookieClient.add_grouped`), and ``count``, how many adds in all."""
 
-    __slots__ = ("tokens", "sinks")
+    __slots__ = ("reports", "count")
 
     def __init__(self, request_id: int, frames: list[bytes], timeout_s: float,
-                 connection: "_Connection", tokens: list, sinks: list[AddsDone]) -> None:
+                 connection: "_Connection", reports: list[tuple[AddsDone, list]]) -> None:
         super().__init__(request_id, Op.ADD, frames, timeout_s, connection)
-        self.tokens = tokens
-        self.sinks = sinks
+        self.reports = reports
+        self.count = sum(len(tokens) for _sink, tokens in reports)
 
     def _succeed(self, reply: Reply) -> None:
         try:
-            statuses = wire.decode_add_statuses(reply.body, len(self.tokens))
+            statuses = wire.decode_add_statuses(reply.body, self.count)
         except BookKeeperError as e:
             self._fail(e)
             return
@@ -292,31 +294,24 @@ class _AddBatch(_Pending):
                       if status else None for status in statuses])
 
     def _fail(self, error: BaseException) -> None:
-        self._finish([error] * len(self.tokens))
+        self._finish([error] * self.count)
 
     def _finish(self, errors: list[BaseException | None] | None) -> None:
         connection = self.connection
         connection.add_batches_in_flight -= 1
-        _report(self.tokens, self.sinks, errors)
+        _report(self.reports, errors)
         connection.send_adds()  # the adds that gathered while this one was out
 
 
-def _report(tokens: list, sinks: list[AddsDone],
+def _report(reports: list[tuple[AddsDone, list]],
             errors: list[BaseException | None] | None) -> None:
-    """Call each sink once per run of adds that share it (usually one run: the adds of
-    one ledger); one faulty sink does not keep the others from running."""
-    count = len(tokens)
+    """Call each sink with its tokens and their slice of ``errors`` (None: all durable);
+    one faulty sink does not keep the others from running."""
     start = 0
-    while start < count:
-        sink = sinks[start]
-        if start == 0 and sinks.count(sink) == count:
-            end = count  # the usual case, found at C speed
-        else:
-            end = start + 1
-            while end < count and sinks[end] is sink:
-                end += 1
+    for sink, tokens in reports:
+        end = start + len(tokens)
         try:
-            sink(tokens[start:end], None if errors is None else errors[start:end])
+            sink(tokens, None if errors is None else errors[start:end])
         except Exception:
             log.exception("an add callback raised")
         start = end
@@ -331,6 +326,43 @@ def _call_each(callbacks: Sequence[AddCallback],
             callback(error)
         except Exception:
             log.exception("an add callback raised")
+
+
+class _LedgerAdds:
+    """What the adds of one run of an ADD message share, for one connection: ledger,
+    master key, recovery flag, and the sink that reports them.
+
+    :meth:`add` is the ledger client's fast path (see :meth:`ZmqBookieClient.ledger_adds`):
+    the ledger, key and sink are given once, and each add is one call that appends to the
+    connection's queue.
+    """
+
+    __slots__ = ("connection", "ledger_id", "master_key", "recovery", "sink", "overhead")
+
+    def __init__(self, connection: "_Connection", ledger_id: int, master_key: bytes,
+                 recovery: bool, sink: AddsDone) -> None:
+        self.connection = connection
+        self.ledger_id = ledger_id
+        self.master_key = master_key
+        self.recovery = recovery
+        self.sink = sink
+        # The most an add takes in an ADD body besides its entry: a run of its own.
+        self.overhead = wire.RUN_HEADER.size + len(master_key) + wire.RUN_BYTES_PER_ADD
+
+    def same_run(self, ledger_id: int, master_key: bytes, recovery: bool,
+                 sink: AddsDone) -> bool:
+        return (self.ledger_id == ledger_id and self.master_key == master_key
+                and self.recovery == recovery and self.sink is sink)
+
+    def add(self, entry_id: int, entry: bytes, token: Any) -> bool:
+        """Queue an add for the connection's next ADD message (any thread), reported to
+        the sink by ``token``.  False, queuing nothing, when the connection is down or
+        closed: the caller asks for the bookie's client again (it may have moved)."""
+        connection = self.connection
+        if connection.refusing:
+            return False
+        connection.queue(self, entry_id, entry, token)
+        return True
 
 
 class _State(enum.Enum):
@@ -356,8 +388,10 @@ class _Connection:
         self._backlog: deque[_Pending] = deque()  # not yet taken by ZeroMQ
         # Adds from any thread, batched into ADD messages on the loop's thread: each is
         # (ledger id, master key, recovery, entry id, entry, token, sink).
-        self._adds: deque[tuple] = deque()
+        self._adds: deque[tuple] = deque()  # see _LedgerAdds.add
         self._adds_posted = False
+        self._last_ledger_adds: _LedgerAdds | None = None
+        self.refusing = False  # down or closed: _LedgerAdds.add sends the caller back
         self._sending_adds = False
         self.add_batches_in_flight = 0
         self._max_add_body = wire.max_add_body_bytes(settings.maxEntrySizeBytes)
@@ -390,6 +424,7 @@ class _Connection:
         if not self.loop.attach(self, {socket: self._on_socket, monitor: self._on_monitor}):
             _close_sockets(socket, monitor)
             self._state = _State.CLOSED
+            self.refusing = True
             return
         self._socket, self._monitor = socket, monitor
         try:
@@ -397,17 +432,25 @@ class _Connection:
         except zmq.ZMQError as e:  # a malformed address: nothing will ever connect
             self._went_down(f"cannot connect: {e}")
 
-    def queue_add(self, ledger_id: int, master_key: bytes, recovery: bool, entry_id: int,
-                  entry: bytes, token: Any, sink: AddsDone) -> None:
-        """Queue an add for the next ADD message (any thread); ``sink`` reports it by
-        ``token``."""
-        self._adds.append((ledger_id, master_key, recovery, entry_id, entry, token, sink))
+    def ledger_adds(self, ledger_id: int, master_key: bytes, recovery: bool,
+                    sink: AddsDone) -> _LedgerAdds:
+        """The :class:`_LedgerAdds` of these (the last one made, when it matches: so a
+        caller's consecutive adds share it, and form one run)."""
+        last = self._last_ledger_adds
+        if last is None or not last.same_run(ledger_id, master_key, recovery, sink):
+            last = self._last_ledger_adds = _LedgerAdds(self, ledger_id, master_key,
+                                                        recovery, sink)
+        return last
+
+    def queue(self, adds: _LedgerAdds, entry_id: int, entry: bytes, token: Any) -> None:
+        """Queue an add for the next ADD message (any thread)."""
+        self._adds.append((adds, entry_id, entry, token, len(entry) + adds.overhead))
         if not self._adds_posted:  # else a send_adds is due and takes this add too
             self._adds_posted = True
             if not self.loop.post(self.send_adds):
                 error = BookieUnavailable(f"the client of bookie {self.bookie_id} is closed")
                 failed = [self._adds.popleft() for _ in range(len(self._adds))]
-                _report(list(map(_TOKEN, failed)), list(map(_SINK, failed)),
+                _report([(item[0].sink, [item[3]]) for item in failed],
                         [error] * len(failed))
 
     def send_adds(self) -> None:
@@ -421,28 +464,28 @@ class _Connection:
         try:
             limit = self._settings.zmqAddMessagesInFlight
             while self._adds and self.add_batches_in_flight < limit:
-                batch, tokens, sinks = self._take_batch()
-                if batch:
-                    self._send_batch(batch, tokens, sinks)
+                runs, reports = self._take_batch()
+                if runs:
+                    self._send_batch(runs, reports)
         finally:
             self._sending_adds = False
 
-    def _take_batch(self) -> tuple[list[wire.AddRun], list, list[AddsDone]]:
-        """The queued adds that fit one ADD message, as runs, and their tokens and sinks
-        in message order (failing entries over the maximum alone, at once)."""
+    def _take_batch(self) -> tuple[list[wire.AddRun], list[tuple[AddsDone, list]]]:
+        """The queued adds that fit one ADD message, as runs, and their ``(sink,
+        tokens)`` groups in message order (failing entries over the maximum alone, at
+        once)."""
         adds = self._adds
         items = list(itertools.islice(adds, wire.MAX_ADDS_PER_MESSAGE))
-        entry_sizes = list(map(len, map(_ENTRY, items)))
+        costs = list(map(_COST, items))
         max_entry = self._settings.maxEntrySizeBytes
-        oversized = max(entry_sizes, default=0) > max_entry
+        oversized = max(costs) > max_entry + _LEAST_ADD_OVERHEAD and \
+            max(map(len, map(_ENTRY, items))) > max_entry
         if oversized:  # they fail alone below, not in a message they would fail whole
-            entry_sizes = [size if size <= max_entry else 0 for size in entry_sizes]
-        # The cut is found in C, sizing each add as if it started a run of its own (a
-        # few dozen bytes more than it may take); a legal add fits an empty message.
-        sizes = map(operator.add, entry_sizes, map(len, map(_MASTER_KEY, items)))
-        ends = list(itertools.accumulate(map(
-            operator.add, sizes, itertools.repeat(wire.RUN_HEADER.size
-                                                  + wire.RUN_BYTES_PER_ADD)), initial=0))
+            costs = [0 if len(item[2]) > max_entry else cost
+                     for item, cost in zip(items, costs)]
+        # The cut is found in C, with each add's most bytes (a few dozen more than it
+        # takes inside a run); a legal add fits an empty message.
+        ends = list(itertools.accumulate(costs, initial=0))
         cut = bisect.bisect_right(ends, self._max_add_body - wire.ADD_COUNT.size) - 1
         del items[cut:]
         for _ in range(cut):
@@ -450,21 +493,34 @@ class _Connection:
         if oversized:
             legal = []
             for item in items:
-                size = len(_ENTRY(item))
+                size = len(item[2])
                 if size <= max_entry:
                     legal.append(item)
                 else:
-                    _report([_TOKEN(item)], [_SINK(item)], [EntryTooLarge(
+                    _report([(item[0].sink, [item[3]])], [EntryTooLarge(
                         f"entry of {size} bytes is over the maximum of {max_entry}")])
             items = legal
-        runs = []
-        for (ledger_id, master_key, recovery), run in itertools.groupby(items, _RUN_KEY):
-            run = list(run)
-            runs.append(wire.AddRun(ledger_id, list(map(_ENTRY_ID, run)),
-                                    list(map(_ENTRY, run)), master_key, recovery))
-        return runs, list(map(_TOKEN, items)), list(map(_SINK, items))
+        runs: list[wire.AddRun] = []
+        reports: list[tuple[AddsDone, list]] = []
+        for ledger_adds, group in itertools.groupby(items, _ADDS):
+            group = list(group)
+            entry_ids, entries = list(map(_ENTRY_ID, group)), list(map(_ENTRY, group))
+            tokens = list(map(_TOKEN, group))
+            last = runs[-1] if runs else None
+            if last is not None and (last.ledger_id, last.master_key, last.recovery) == (
+                    ledger_adds.ledger_id, ledger_adds.master_key, ledger_adds.recovery):
+                last.entry_ids.extend(entry_ids)
+                last.entries.extend(entries)
+            else:
+                runs.append(wire.AddRun(ledger_adds.ledger_id, entry_ids, entries,
+                                        ledger_adds.master_key, ledger_adds.recovery))
+            if reports and reports[-1][0] is ledger_adds.sink:
+                reports[-1][1].extend(tokens)
+            else:
+                reports.append((ledger_adds.sink, tokens))
+        return runs, reports
 
-    def _send_batch(self, runs: list[wire.AddRun], tokens: list, sinks: list[AddsDone]
+    def _send_batch(self, runs: list[wire.AddRun], reports: list[tuple[AddsDone, list]]
                     ) -> None:
         request_id = self.loop.next_request_id()
         try:
@@ -477,7 +533,7 @@ class _Connection:
         else:
             error = None
         batch = _AddBatch(request_id, frames, self._settings.addEntryTimeout, self,
-                          tokens, sinks)
+                          reports)
         self.add_batches_in_flight += 1
         if error is not None:
             batch.fail(error)
@@ -507,6 +563,7 @@ class _Connection:
         if self._state is _State.CLOSED:
             return
         self._state = _State.CLOSED
+        self.refusing = True
         self._fail_all(BookieUnavailable(f"the client of bookie {self.bookie_id} was "
                                          "closed"))
         if self._socket is not None:
@@ -536,6 +593,7 @@ class _Connection:
         if self._state is not _State.UP:
             log.info("connected to bookie %s at %s", self.bookie_id, self.address)
         self._state = _State.UP
+        self.refusing = False
         self._flush()
 
     def _went_down(self, reason: str) -> None:
@@ -543,6 +601,7 @@ class _Connection:
         if self._state is _State.DOWN:
             return
         self._state = _State.DOWN
+        self.refusing = True
         self._down_reason = f"bookie {self.bookie_id} at {self.address}: {reason}"
         log.warning("%s; failing %d outstanding requests", self._down_reason,
                     len(self._pending))
@@ -642,15 +701,22 @@ class ZmqBookieClient(BookieClient):
     def add_then(self, ledger_id, entry_id, entry, master_key, callback, recovery=False):
         """Queue the add for the bookie's next ADD message (the loop batches every add
         ready when it runs); ``callback`` runs on the loop's thread."""
-        self._connection.queue_add(ledger_id, master_key, recovery, entry_id, entry,
-                                   callback, _call_each)
+        connection = self._connection
+        connection.queue(connection.ledger_adds(ledger_id, master_key, recovery, _call_each),
+                         entry_id, entry, callback)
 
     def add_grouped(self, ledger_id, entry_id, entry, master_key, token, sink,
                     recovery=False):
         """Queue the add for the bookie's next ADD message; ``sink`` runs on the loop's
         thread, once per run of that message's adds that share it."""
-        self._connection.queue_add(ledger_id, master_key, recovery, entry_id, entry, token,
-                                   sink)
+        connection = self._connection
+        connection.queue(connection.ledger_adds(ledger_id, master_key, recovery, sink),
+                         entry_id, entry, token)
+
+    def ledger_adds(self, ledger_id, master_key, sink, recovery=False):
+        """:meth:`add_grouped` for one ledger, key and sink: ``send(entry_id, entry,
+        token)`` queues an add, or returns False when the connection is down or closed."""
+        return _LedgerAdds(self._connection, ledger_id, master_key, recovery, sink).add
 
     def read(self, ledger_id, entry_id, fence=False, master_key=b""):
         return self._call(Op.READ, self._settings.readTimeout, ledger_id=ledger_id,
