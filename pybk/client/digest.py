@@ -80,7 +80,7 @@ class DigestManager:
     def encode(self, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
         """The entry bytes to send to bookies (``length`` includes this payload)."""
         header = HEADER.pack(self.ledger_id, entry_id, lac, length)
-        return header + self._digest(header, payload) + payload
+        return b"".join((header, self._digest(header, payload), payload))
 
     def decode(self, entry_id: int, data: bytes) -> DecodedEntry:
         """Verify an entry read for ``entry_id``; raise DigestMismatch if anything is off."""

@@ -153,7 +153,7 @@ class LedgerHandle:
             self._length += len(data)
             now = time.monotonic()
             op = _PendingAdd(entry_id, self._digest.encode(entry_id, self._lac, self._length,
-                                                           bytes(data)), self._length, done,
+                                                           data), self._length, done,
                              self._metadata.write_set(entry_id), now)
             self._pending.append(op)
             self._last_activity = now

@@ -361,7 +361,10 @@ class _LedgerAdds:
         connection = self.connection
         if connection.refusing:
             return False
-        connection.queue(self, entry_id, entry, token)
+        # _Connection.queue, inlined: this runs once per add and bookie.
+        connection.adds.append((self, entry_id, entry, token, len(entry) + self.overhead))
+        if not connection.adds_posted:
+            connection.post_adds()
         return True
 
 
@@ -388,8 +391,8 @@ class _Connection:
         self._backlog: deque[_Pending] = deque()  # not yet taken by ZeroMQ
         # Adds from any thread, batched into ADD messages on the loop's thread: each is
         # (ledger id, master key, recovery, entry id, entry, token, sink).
-        self._adds: deque[tuple] = deque()  # see _LedgerAdds.add
-        self._adds_posted = False
+        self.adds: deque[tuple] = deque()  # see _LedgerAdds.add
+        self.adds_posted = False
         self._last_ledger_adds: _LedgerAdds | None = None
         self.refusing = False  # down or closed: _LedgerAdds.add sends the caller back
         self._sending_adds = False
@@ -444,26 +447,30 @@ class _Connection:
 
     def queue(self, adds: _LedgerAdds, entry_id: int, entry: bytes, token: Any) -> None:
         """Queue an add for the next ADD message (any thread)."""
-        self._adds.append((adds, entry_id, entry, token, len(entry) + adds.overhead))
-        if not self._adds_posted:  # else a send_adds is due and takes this add too
-            self._adds_posted = True
-            if not self.loop.post(self.send_adds):
-                error = BookieUnavailable(f"the client of bookie {self.bookie_id} is closed")
-                failed = [self._adds.popleft() for _ in range(len(self._adds))]
-                _report([(item[0].sink, [item[3]]) for item in failed],
-                        [error] * len(failed))
+        self.adds.append((adds, entry_id, entry, token, len(entry) + adds.overhead))
+        if not self.adds_posted:
+            self.post_adds()
+
+    def post_adds(self) -> None:
+        """Have the loop send the queued adds (an add queued while a post is due goes
+        with it, so an add posts only when none is due)."""
+        self.adds_posted = True
+        if not self.loop.post(self.send_adds):
+            error = BookieUnavailable(f"the client of bookie {self.bookie_id} is closed")
+            failed = [self.adds.popleft() for _ in range(len(self.adds))]
+            _report([(item[0].sink, [item[3]]) for item in failed], [error] * len(failed))
 
     def send_adds(self) -> None:
         """Send the queued adds in ADD messages, each as large as the body limit allows,
         while fewer than ``zmqAddMessagesInFlight`` of this connection's ADD messages
         wait for their answer; the rest wait for an answer, and then go together."""
-        self._adds_posted = False  # before taking: an add queued from now on posts again
+        self.adds_posted = False  # before taking: an add queued from now on posts again
         if self._sending_adds:
             return  # re-entered from a message that failed at once: the loop below goes on
         self._sending_adds = True
         try:
             limit = self._settings.zmqAddMessagesInFlight
-            while self._adds and self.add_batches_in_flight < limit:
+            while self.adds and self.add_batches_in_flight < limit:
                 runs, reports = self._take_batch()
                 if runs:
                     self._send_batch(runs, reports)
@@ -474,7 +481,7 @@ class _Connection:
         """The queued adds that fit one ADD message, as runs, and their ``(sink,
         tokens)`` groups in message order (failing entries over the maximum alone, at
         once)."""
-        adds = self._adds
+        adds = self.adds
         items = list(itertools.islice(adds, wire.MAX_ADDS_PER_MESSAGE))
         costs = list(map(_COST, items))
         max_entry = self._settings.maxEntrySizeBytes
