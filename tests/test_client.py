@@ -5,14 +5,16 @@ bookie`` processes (a pool shared by the module's tests, its metadata on ZooKeep
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
 import pytest
 
-from clientutil import PROCESSES, TRANSPORTS, BookiePool, Cluster
-from pybk.errors import (DigestMismatch, InvalidLedgerMetadata, LedgerClosed, LedgerFenced,
-                         NoSuchEntry, NotEnoughBookies, ReadOnlyLedger, Unauthorized)
+from clientutil import FAST, PROCESSES, TRANSPORTS, BookiePool, Cluster
+from pybk.errors import (DigestMismatch, EntryTooLarge, InvalidLedgerMetadata, LedgerClosed,
+                         LedgerFenced, NoSuchEntry, NotEnoughBookies, ReadOnlyLedger,
+                         Unauthorized)
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.storage import make_entry
 
@@ -321,3 +323,22 @@ def test_entry_format_is_what_the_bookie_expects(cluster_of):
     stored = cluster.stored_entry(lh.metadata.write_set(0)[0], lh.id, 0)
     assert stored[:24] == make_entry(lh.id, 0, -1, b"")[:24]
     assert stored.endswith(b"abc")
+
+
+def test_an_entry_over_the_maximum_is_refused_at_once_and_the_ledger_goes_on(cluster_of):
+    """An entry no bookie would take fails the add call itself with EntryTooLarge: no
+    bookie is asked, the ensemble stays, and the ledger keeps taking adds."""
+    cluster = cluster_of(3)
+    bk = cluster.client(dataclasses.replace(FAST, maxEntrySizeBytes=64 * 1024))
+    lh = bk.create_ledger(3, 3, 2, password=PASSWORD)
+    ensemble = lh.metadata.fragments[0].ensemble
+    assert lh.add_entry(payload(0)) == 0
+    with pytest.raises(EntryTooLarge, match="maxEntrySizeBytes=65536"):
+        lh.add_entry(bytes(64 * 1024))
+    with pytest.raises(EntryTooLarge):
+        lh.add_entry_then(bytearray(64 * 1024), lambda entry_id, error: None)
+    largest = bytes(64 * 1024 - lh._digest.overhead)
+    assert lh.add_entry(largest) == 1
+    assert lh.add_entry(payload(2)) == 2
+    assert lh.metadata.fragments[-1].ensemble == ensemble
+    assert [e.data for e in lh.read_entries(0, 2)] == [payload(0), largest, payload(2)]

@@ -237,3 +237,13 @@ def test_kill_minus_nine_loop_keeps_every_acknowledged_record(tmp_path, children
         total = _check(directory, acked)
         assert total >= len(acked)
     assert len(_acknowledged(acks_path)) > ROUNDS * 20
+
+
+def test_a_larger_max_entry_size_holds_for_the_client_side_too(tmp_path):
+    """maxEntrySizeBytes is a bookie and a client setting: a WAL sets both, so a record
+    over the client's default of 5 MiB goes through when the setting allows it."""
+    record = os.urandom(6 << 20)
+    with pybk.open(tmp_path / "wal", maxEntrySizeBytes=8 << 20,
+                   recordMaxBytes=7 << 20) as wal:
+        position = wal.append(record)
+        assert [data for _, data in wal.read(position)] == [record]

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequen
 
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.client.transport import AddsDone, LedgerAdds
-from pybk.errors import (BadVersion, BookKeeperError, DigestMismatch, LedgerClosed,
-                         LedgerFenced, NoSuchEntry, NoSuchLedger, ReadOnlyLedger, Timeout,
-                         Unauthorized)
+from pybk.errors import (BadVersion, BookKeeperError, DigestMismatch, EntryTooLarge,
+                         LedgerClosed, LedgerFenced, NoSuchEntry, NoSuchLedger,
+                         ReadOnlyLedger, Timeout, Unauthorized)
 from pybk.meta.ledger_metadata import Fragment, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import Versioned
 
@@ -79,6 +79,7 @@ class LedgerHandle:
         self._metadata, self._version = versioned
         self.id = self._metadata.ledger_id
         self._digest = DigestManager(self.id, self._metadata.digest_type, password)
+        self._max_payload = bk.settings.maxEntrySizeBytes - self._digest.overhead
         self._master_key = bk.master_key(password)
         self._writable = writable
         self._lock = threading.RLock()
@@ -145,6 +146,11 @@ class LedgerHandle:
         completed the add (keep ``done`` short and non-blocking)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"entry data must be bytes, not {type(data).__name__}")
+        if len(data) > self._max_payload:  # refused here: no bookie would take it
+            raise EntryTooLarge(f"entry of {len(data)} bytes is over the {self._max_payload} "
+                                f"bytes an entry can carry (maxEntrySizeBytes="
+                                f"{self._bk.settings.maxEntrySizeBytes}, less the "
+                                f"{self._digest.overhead}-byte entry header)")
         with self._lock:
             if self._fatal is not None or self._closed or not self._writable:
                 self._check_can_add()

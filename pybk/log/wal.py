@@ -179,13 +179,14 @@ def _split_settings(path: str, values: dict[str, Any], clustered: bool = False
         if name in _DERIVED:
             raise InvalidConfiguration(f"setting {name}: a WAL keeps its directories under "
                                        f"its path ({path}); it cannot be set")
-        for kind, bucket in zip(kinds, sorted_values):
-            if name in {f.name for f in dataclasses.fields(kind)}:
-                bucket[name] = value
-                break
-        else:
+        # A setting both sides have (maxEntrySizeBytes) goes to both.
+        homes = [bucket for kind, bucket in zip(kinds, sorted_values)
+                 if name in {f.name for f in dataclasses.fields(kind)}]
+        if not homes:
             raise InvalidConfiguration(f"unknown setting {name!r}: not a setting of "
                                        "ServerSettings, ClientSettings or LogSettings")
+        for bucket in homes:
+            bucket[name] = value
     server_values, client_values, log_values = sorted_values
     server = ServerSettings.from_mapping({
         "journalDirectory": os.path.join(path, "bookie", "journal"),
