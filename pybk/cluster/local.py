@@ -29,16 +29,15 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Sequence
 
 import pybk
 from pybk.cluster.lifeline import Lifeline, death_signal_preexec
+from pybk.cluster.processes import TempDirectoryProcesses
 from pybk.cluster.zookeeper_server import ZooKeeperServer
 from pybk.errors import BookKeeperError
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
@@ -52,7 +51,7 @@ _POLL_S = 0.05
 _LOG_TAIL_BYTES = 4000
 
 
-class LocalCluster:
+class LocalCluster(TempDirectoryProcesses):
     """A context manager: starts on enter, stops on exit (also if the start fails).
     ``bookie_args`` are passed to every ``pybk bookie`` (e.g. ``--set`` options)."""
 
@@ -60,9 +59,7 @@ class LocalCluster:
                  bookie_args: Sequence[str] = (), start_timeout_s: float = 60.0) -> None:
         if bookies < 1:
             raise ValueError(f"a cluster has at least one bookie, not {bookies}")
-        self._owns_directory = directory is None
-        self.directory = (tempfile.mkdtemp(prefix="pybk-cluster-") if directory is None
-                          else os.fspath(directory))
+        super().__init__(directory, "pybk-cluster-")
         self.size = bookies
         self.bookie_args = tuple(bookie_args)
         self.start_timeout_s = start_timeout_s
@@ -77,16 +74,6 @@ class LocalCluster:
     def address(self) -> str:
         """The cluster's metadata address, ``zk://127.0.0.1:<port>/ledgers``."""
         return self.zookeeper.address()
-
-    def __enter__(self) -> "LocalCluster":
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> "LocalCluster":
         self.zookeeper.start()
@@ -158,8 +145,7 @@ class LocalCluster:
             self._lifeline.close()
             self._lifeline = None
         self.zookeeper.stop()
-        if self._owns_directory:
-            shutil.rmtree(self.directory, ignore_errors=True)
+        self._remove_directory()
 
 
 def _child_environment() -> dict[str, str]:

@@ -56,6 +56,7 @@ import contextlib
 import logging
 import socket
 import threading
+from typing import Callable, TypeVar
 
 import zmq
 
@@ -69,6 +70,8 @@ from pybk.settings import ServerSettings, split_host_port
 from pybk.storage import Bookie
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _ANY_HOST = ("0.0.0.0", "*")
 
@@ -98,18 +101,11 @@ class BookieNode:
         #: Why the node shut itself down (None: it did not, or not yet).
         self.shutdown_reason: str | None = None
         with contextlib.ExitStack() as opened:
-            if metadata is None:
-                metadata = opened.enter_context(_open_store(settings))
-                self._owned_store = True
-            else:
-                self._owned_store = False
-            self.metadata = metadata
-            if bookie is None:
-                bookie = opened.enter_context(Bookie(settings))
-                self._owned_bookie = True
-            else:
-                self._owned_bookie = False
-            self.bookie = bookie
+            self.metadata, self._owned_store = _given_or_opened(
+                opened, metadata, lambda: _open_store(settings))
+            self.bookie, self._owned_bookie = _given_or_opened(
+                opened, bookie, lambda: Bookie(settings))
+            metadata, bookie = self.metadata, self.bookie
             self.server = opened.enter_context(_serve(bookie, settings.listenAddress))
             host = _advertised_host(settings)
             port = int(self.server.address.rpartition(":")[2])
@@ -272,6 +268,15 @@ class BookieNode:
 
     def __repr__(self) -> str:
         return f"BookieNode({self.bookie_id!r}, {self.endpoint!r})"
+
+
+def _given_or_opened(opened: contextlib.ExitStack, given: T | None,
+                     open_one: Callable[[], T]) -> tuple[T, bool]:
+    """``given``, or one ``open_one`` makes (closed by ``opened`` if the start fails);
+    and whether it was opened here (the node then closes it)."""
+    if given is not None:
+        return given, False
+    return opened.enter_context(open_one()), True
 
 
 def _open_store(settings: ServerSettings) -> MetadataStore:

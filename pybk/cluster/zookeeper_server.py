@@ -55,15 +55,14 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 import weakref
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Self, Sequence
 
 from pybk.cluster.lifeline import death_signal_preexec
+from pybk.cluster.processes import TempDirectoryProcesses
 from pybk.errors import ZooKeeperServerError
 
 log = logging.getLogger(__name__)
@@ -157,38 +156,6 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
-class _TempDirectoryProcess(ABC):
-    """Starts on enter and stops on exit (also when the start fails), in ``directory``
-    or, if None, a temporary directory that :meth:`_remove_directory` deletes."""
-
-    def __init__(self, directory: str | os.PathLike | None, prefix: str) -> None:
-        self._owns_directory = directory is None
-        self.directory = (tempfile.mkdtemp(prefix=prefix) if directory is None
-                          else os.fspath(directory))
-
-    @abstractmethod
-    def start(self) -> Self:
-        """Start and wait until serving; returns self."""
-
-    @abstractmethod
-    def stop(self) -> None:
-        """Stop every process and remove what is temporary."""
-
-    def _remove_directory(self) -> None:
-        if self._owns_directory:
-            shutil.rmtree(self.directory, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
 @dataclass(frozen=True)
 class _Peer:
     """One member of an ensemble: its id and ports."""
@@ -199,7 +166,7 @@ class _Peer:
     election_port: int
 
 
-class ZooKeeperServer(_TempDirectoryProcess):
+class ZooKeeperServer(TempDirectoryProcesses):
     """One ZooKeeper server process.  A context manager: starts on enter, stops on exit.
 
     ``port`` 0 picks a free one.  ``tick_time_ms`` is ZooKeeper's ``tickTime``: sessions
@@ -396,7 +363,7 @@ class ZooKeeperServer(_TempDirectoryProcess):
             return False
 
 
-class ZooKeeperEnsemble(_TempDirectoryProcess):
+class ZooKeeperEnsemble(TempDirectoryProcesses):
     """``size`` ZooKeeper servers on loopback forming one ensemble (a quorum of
     ``size // 2 + 1``).  A context manager like :class:`ZooKeeperServer`; ``servers``
     are its members, which tests may shut down and start one by one."""
