@@ -363,7 +363,8 @@ class _LedgerAdds:
             return False
         # _Connection.queue, inlined: this runs once per add and bookie.
         connection.adds.append((self, entry_id, entry, token, len(entry) + self.overhead))
-        if not connection.adds_posted:
+        if not connection.adds_posted \
+                and connection.add_batches_in_flight < connection.add_batches_limit:
             connection.post_adds()
         return True
 
@@ -397,6 +398,11 @@ class _Connection:
         self.refusing = False  # down or closed: _LedgerAdds.add sends the caller back
         self._sending_adds = False
         self.add_batches_in_flight = 0
+        # At the limit, a queued add does not wake the loop: the answer that brings the
+        # count down sends what gathered (_AddBatch._finish), so a wake-up then would
+        # find nothing it may send.  The add is appended before the count is read, so a
+        # count seen stale was lowered by an answer whose send_adds takes the add.
+        self.add_batches_limit = settings.zmqAddMessagesInFlight
         self._max_add_body = wire.max_add_body_bytes(settings.maxEntrySizeBytes)
         self._socket: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
@@ -448,7 +454,7 @@ class _Connection:
     def queue(self, adds: _LedgerAdds, entry_id: int, entry: bytes, token: Any) -> None:
         """Queue an add for the next ADD message (any thread)."""
         self.adds.append((adds, entry_id, entry, token, len(entry) + adds.overhead))
-        if not self.adds_posted:
+        if not self.adds_posted and self.add_batches_in_flight < self.add_batches_limit:
             self.post_adds()
 
     def post_adds(self) -> None:
@@ -469,8 +475,7 @@ class _Connection:
             return  # re-entered from a message that failed at once: the loop below goes on
         self._sending_adds = True
         try:
-            limit = self._settings.zmqAddMessagesInFlight
-            while self.adds and self.add_batches_in_flight < limit:
+            while self.adds and self.add_batches_in_flight < self.add_batches_limit:
                 runs, reports = self._take_batch()
                 if runs:
                     self._send_batch(runs, reports)
