@@ -391,8 +391,9 @@ class _Connection:
         self._pending: dict[int, _Pending] = {}
         self._backlog: deque[_Pending] = deque()  # not yet taken by ZeroMQ
         # Adds from any thread, batched into ADD messages on the loop's thread: each is
-        # (ledger id, master key, recovery, entry id, entry, token, sink).
-        self.adds: deque[tuple] = deque()  # see _LedgerAdds.add
+        # (its _LedgerAdds, entry id, entry, token, most bytes in a body), read with the
+        # field getters _ADDS.._COST.
+        self.adds: deque[tuple] = deque()
         self.adds_posted = False
         self._last_ledger_adds: _LedgerAdds | None = None
         self.refusing = False  # down or closed: _LedgerAdds.add sends the caller back
@@ -464,7 +465,8 @@ class _Connection:
         if not self.loop.post(self.send_adds):
             error = BookieUnavailable(f"the client of bookie {self.bookie_id} is closed")
             failed = [self.adds.popleft() for _ in range(len(self.adds))]
-            _report([(item[0].sink, [item[3]]) for item in failed], [error] * len(failed))
+            _report([(_ADDS(item).sink, [_TOKEN(item)]) for item in failed],
+                    [error] * len(failed))
 
     def send_adds(self) -> None:
         """Send the queued adds in ADD messages, each as large as the body limit allows,
@@ -493,7 +495,7 @@ class _Connection:
         oversized = max(costs) > max_entry + _LEAST_ADD_OVERHEAD and \
             max(map(len, map(_ENTRY, items))) > max_entry
         if oversized:  # they fail alone below, not in a message they would fail whole
-            costs = [0 if len(item[2]) > max_entry else cost
+            costs = [0 if len(_ENTRY(item)) > max_entry else cost
                      for item, cost in zip(items, costs)]
         # The cut is found in C, with each add's most bytes (a few dozen more than it
         # takes inside a run); a legal add fits an empty message.
@@ -505,11 +507,11 @@ class _Connection:
         if oversized:
             legal = []
             for item in items:
-                size = len(item[2])
+                size = len(_ENTRY(item))
                 if size <= max_entry:
                     legal.append(item)
                 else:
-                    _report([(item[0].sink, [item[3]])], [EntryTooLarge(
+                    _report([(_ADDS(item).sink, [_TOKEN(item)])], [EntryTooLarge(
                         f"entry of {size} bytes is over the maximum of {max_entry}")])
             items = legal
         runs: list[wire.AddRun] = []
