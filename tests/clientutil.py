@@ -23,6 +23,7 @@ from pybk.client.transport import (BookieClient, Faults, FaultyBookieClient,
 from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient
 from pybk.errors import NoSuchEntry, NoSuchLedger
 from pybk.meta.embedded import EmbeddedMetadataStore
+from pybk.meta.faulty import FaultyMetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import Bookie, format_bookie
@@ -84,6 +85,8 @@ class Cluster:
                     self.start_bookie(bookie_id)
                 self.store = self._stack.enter_context(
                     EmbeddedMetadataStore(os.path.join(root, "meta")))
+            # Every client's metadata goes through here, so tests can hold its writes.
+            self.metadata_faults = FaultyMetadataStore(self.store)
             self._inspectors = self._clients(ClientSettings(), self._loop())
         except BaseException:
             self._stack.close()
@@ -107,7 +110,7 @@ class Cluster:
     def client(self, settings: ClientSettings = FAST) -> BookKeeper:
         wrapped = {b: FaultyBookieClient(client, self.faults[b])
                    for b, client in self._clients(settings, self._loop()).items()}
-        bk = self._stack.enter_context(BookKeeper(self.store, wrapped, settings))
+        bk = self._stack.enter_context(BookKeeper(self.metadata_faults, wrapped, settings))
         self.clients.append(bk)
         return bk
 
@@ -154,7 +157,11 @@ class Cluster:
         return held
 
     def close(self) -> None:
+        """Lift every fault (so no client thread stays blocked on one), then stop."""
+        self.metadata_faults.release_all()
         for faults in self.faults.values():
             faults.drop.clear()
+            faults.hold.clear()
             faults.unreachable = False
+            faults.release()
         self._stack.close()

@@ -188,18 +188,59 @@ class Faults:
     """What to do to the operations of one bookie (tests set these while running).
 
     ``fail``: operation names ("add", "read", "read_lac", "write_lac", "delete_ledger")
-    that fail at once
-    with ``error``; ``drop``: names whose futures never complete (a lost reply);
-    ``delay_s``: seconds before any reply; ``unreachable``: every call fails with
-    BookieUnavailable.  ``only_entries`` limits fail/drop of add and read to those ids.
+    that fail at once with ``error``; ``drop``: names whose futures never complete (a
+    lost reply); ``hold``: names whose operation reaches the bookie but whose reply is
+    kept back until :meth:`release` (delivered as it was, or replaced by an error: a late
+    answer); ``delay_s``: seconds before any reply; ``unreachable``: every call fails
+    with BookieUnavailable.  ``only_entries`` limits fail/drop/hold of add and read to
+    those ids.
     """
 
     fail: set[str] = field(default_factory=set)
     drop: set[str] = field(default_factory=set)
+    hold: set[str] = field(default_factory=set)
     delay_s: float = 0.0
     unreachable: bool = False
     only_entries: set[int] | None = None
     error: Callable[[], BookKeeperError] = lambda: BookKeeperError("injected failure")
+    _held: list[tuple[str, int | None, Future, Future]] = field(default_factory=list,
+                                                                repr=False)
+    _held_lock: threading.Condition = field(default_factory=threading.Condition,
+                                            repr=False)
+
+    def held(self) -> list[tuple[str, int | None]]:
+        """The replies held back now, oldest first: ``(operation, entry id or None)``."""
+        with self._held_lock:
+            return [(name, entry_id) for name, entry_id, _, _ in self._held]
+
+    def wait_held(self, count: int, timeout: float = 10.0) -> None:
+        """Wait until at least ``count`` replies are held (TimeoutError after
+        ``timeout`` seconds)."""
+        with self._held_lock:
+            if not self._held_lock.wait_for(lambda: len(self._held) >= count, timeout):
+                raise TimeoutError(f"{len(self._held)} replies held after {timeout} s, "
+                                   f"not {count}")
+
+    def release(self, error: BookKeeperError | None = None,
+                entries: set[int] | None = None) -> int:
+        """Deliver the held replies (of ``entries`` only, if given), oldest first: as the
+        bookie gave them, or failed with ``error``.  Returns how many were released."""
+        with self._held_lock:
+            chosen = [h for h in self._held if entries is None or h[1] in entries]
+            self._held = [h for h in self._held if h not in chosen]
+        for _name, _entry_id, reply, target in chosen:
+            if error is None:
+                chain(reply, target)
+            else:
+                reply.add_done_callback(lambda _done, t=target: t.set_exception(error))
+        return len(chosen)
+
+    def _keep(self, name: str, entry_id: int | None, reply: Future) -> Future:
+        held: Future = Future()
+        with self._held_lock:
+            self._held.append((name, entry_id, reply, held))
+            self._held_lock.notify_all()
+        return held
 
 
 class FaultyBookieClient(BookieClient):
@@ -220,6 +261,8 @@ class FaultyBookieClient(BookieClient):
             return _failed(faults.error())
         if name in faults.drop and targeted:
             return Future()  # never completes: the caller's timeout must handle it
+        if name in faults.hold and targeted:
+            return faults._keep(name, entry_id, call())
         if faults.delay_s <= 0:
             return call()
         delayed: Future = Future()

@@ -1,0 +1,112 @@
+"""A metadata store that holds back or slows down writes, for tests of the protocol.
+
+:class:`FaultyMetadataStore` wraps any :class:`~pybk.meta.interface.MetadataStore` and
+passes every call through, except that record writes (``set``, ``create``, ``delete``)
+can be *held*: the calling thread blocks inside the call, as it would behind a slow or
+restarting ZooKeeper, until the test releases that write, which then reaches the real
+store.  Releasing held writes one by one decides the order in which they land, which is
+how tests reproduce races between metadata updates (a close against an ensemble change,
+two recoverers).  ``delay_s`` slows every write down instead.
+
+Only writes under ``prefix`` (default: every path) are affected; reads never are.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pybk.meta.interface import MetadataStore
+
+
+@dataclass
+class HeldWrite:
+    """One write waiting in a :class:`FaultyMetadataStore`."""
+
+    operation: str  # "set", "create" or "delete"
+    path: str
+    expected_version: int | None
+    _go: threading.Event = field(default_factory=threading.Event, repr=False)
+    _landed: threading.Event = field(default_factory=threading.Event, repr=False)
+
+
+class FaultyMetadataStore:
+    """Wraps ``store``; set :attr:`hold_writes` (or :attr:`delay_s`) while running."""
+
+    def __init__(self, store: MetadataStore, prefix: str = "") -> None:
+        self._store = store
+        self.prefix = prefix
+        #: While true, writes under ``prefix`` wait in :meth:`held` until released.
+        self.hold_writes = False
+        #: Seconds every write under ``prefix`` takes in addition.
+        self.delay_s = 0.0
+        self._held: list[HeldWrite] = []
+        self._changed = threading.Condition()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    # -- the writes -----------------------------------------------------------------
+
+    def set(self, path: str, data: bytes, expected_version: int) -> int:
+        return self._write("set", path, expected_version,
+                           lambda: self._store.set(path, data, expected_version))
+
+    def create(self, path: str, data: bytes, ephemeral: bool = False) -> int:
+        return self._write("create", path, None,
+                           lambda: self._store.create(path, data, ephemeral))
+
+    def delete(self, path: str, expected_version: int) -> None:
+        return self._write("delete", path, expected_version,
+                           lambda: self._store.delete(path, expected_version))
+
+    def _write(self, operation: str, path: str, expected_version: int | None,
+               call: Callable[[], Any]) -> Any:
+        if not path.startswith(self.prefix):
+            return call()
+        if self.delay_s > 0:
+            time.sleep(self.delay_s)
+        if not self.hold_writes:
+            return call()
+        write = HeldWrite(operation, path, expected_version)
+        with self._changed:
+            self._held.append(write)
+            self._changed.notify_all()
+        write._go.wait()
+        try:
+            return call()
+        finally:
+            write._landed.set()
+
+    # -- the test's side ------------------------------------------------------------
+
+    def held(self) -> list[HeldWrite]:
+        """The writes waiting now, in the order they were made."""
+        with self._changed:
+            return list(self._held)
+
+    def wait_held(self, count: int, timeout: float = 10.0) -> list[HeldWrite]:
+        """Wait until at least ``count`` writes wait (TimeoutError after ``timeout``
+        seconds); return them."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: len(self._held) >= count, timeout):
+                raise TimeoutError(f"{len(self._held)} metadata writes held after "
+                                   f"{timeout} s, not {count}")
+            return list(self._held)
+
+    def release(self, write: HeldWrite, timeout: float = 10.0) -> None:
+        """Let ``write`` reach the store, and wait until it did (succeeded or failed)."""
+        with self._changed:
+            self._held.remove(write)
+        write._go.set()
+        if not write._landed.wait(timeout):
+            raise TimeoutError(f"the released {write.operation} of {write.path} did not "
+                               f"land within {timeout} s")
+
+    def release_all(self) -> None:
+        """Stop holding writes and let every held one through, oldest first."""
+        self.hold_writes = False
+        for write in self.held():
+            self.release(write)
