@@ -286,6 +286,10 @@ class ClientSettings:
     #: Largest entry the client accepts in a bookie's reply, in bytes (the bookies'
     #: ``maxEntrySizeBytes``); a larger reply is refused as malformed.
     maxEntrySizeBytes: int = 5 * _MIB
+    #: Seconds a bookie replaced by an ensemble change is left out of this client's
+    #: placements (new ledgers and replacements) unless too few other bookies are
+    #: writable; BookKeeper's quarantine, with its default.
+    bookieQuarantineTimeSeconds: float = 1800.0
 
     #: ZeroMQ transport: milliseconds between heartbeats (ZMTP PING) on a connection to
     #: a bookie.
@@ -308,6 +312,8 @@ class ClientSettings:
         _require(self.readTimeout > 0, "readTimeout", self.readTimeout, "greater than 0")
         _require(self.explicitLacInterval >= 0, "explicitLacInterval",
                  self.explicitLacInterval, "0 or more")
+        _require(self.bookieQuarantineTimeSeconds >= 0, "bookieQuarantineTimeSeconds",
+                 self.bookieQuarantineTimeSeconds, "0 or more")
         for key in ("maxEntrySizeBytes", "zmqHeartbeatIntervalMs", "zmqHeartbeatTimeoutMs",
                     "zmqReconnectIntervalMaxMs", "zmqAddMessagesInFlight"):
             _require(getattr(self, key) > 0, key, getattr(self, key), "greater than 0")

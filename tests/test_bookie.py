@@ -223,6 +223,11 @@ def test_deleted_ledger_is_gone_and_refuses_adds(bookie_factory, settings_factor
         reopened.add_entry(6, 11, entry(6, 11), KEY)
     with pytest.raises(LedgerFenced, match="deleted"):  # fenced, then deleted: still fenced
         reopened.add_entry(8, 0, entry(8, 0), KEY, recovery=False)
+    for ledger_id in (6, 8):  # a recoverer finds nothing to fence (BookKeeper: NoSuchLedger)
+        with pytest.raises(NoSuchLedger, match="deleted"):
+            reopened.fence(ledger_id, KEY)
+    with pytest.raises(LedgerFenced, match="deleted"):  # and the fence changed nothing
+        reopened.add_entry(8, 0, entry(8, 0), KEY, recovery=False)
 
 
 def test_deleting_an_unknown_ledger_refuses_its_later_adds(bookie):

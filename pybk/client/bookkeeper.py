@@ -30,7 +30,7 @@ from pybk.client.ledger import LedgerHandle
 from pybk.client.placement import RendezvousPlacement
 from pybk.client.recovery import recover
 from pybk.client.transport import BookieClient, InProcessBookieClient
-from pybk.errors import BookieUnavailable, Unauthorized
+from pybk.errors import BookieUnavailable, NotEnoughBookies, Unauthorized
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import LedgerManager
@@ -71,6 +71,8 @@ class BookKeeper:
         self._available = available_bookies or (
             (lambda: sorted(known)) if known is not None else
             (lambda: metadata.bookies(read_only=False)))
+        self._quarantined: dict[str, float] = {}  # bookie id -> until (monotonic)
+        self._quarantine_lock = threading.Lock()
         self._writers: set[LedgerHandle] = set()
         self._writers_lock = threading.Lock()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pybk-client")
@@ -177,7 +179,33 @@ class BookKeeper:
         return chosen
 
     def _choose(self, ledger_id: int, count: int, exclude: Iterable[str]) -> list[str]:
-        return self.placement.choose(ledger_id, count, self._available(), tuple(exclude))
+        """Placement among the writable bookies, avoiding quarantined ones if enough
+        others are writable (BookKeeper's fallback)."""
+        available, exclude = self._available(), tuple(exclude)
+        quarantined = self._quarantined_now()
+        if quarantined:
+            try:
+                return self.placement.choose(ledger_id, count, available,
+                                             exclude + tuple(quarantined))
+            except NotEnoughBookies:
+                log.info("ledger %d: too few bookies outside quarantine %s; using them",
+                         ledger_id, sorted(quarantined))
+        return self.placement.choose(ledger_id, count, available, exclude)
+
+    def quarantine(self, bookie_ids: Iterable[str]) -> None:
+        """Leave ``bookie_ids`` (replaced after failing adds) out of placements for
+        ``bookieQuarantineTimeSeconds``, unless too few others are writable."""
+        until = time.monotonic() + self.settings.bookieQuarantineTimeSeconds
+        with self._quarantine_lock:
+            for bookie_id in bookie_ids:
+                self._quarantined[bookie_id] = until
+
+    def _quarantined_now(self) -> list[str]:
+        now = time.monotonic()
+        with self._quarantine_lock:
+            for bookie_id in [b for b, until in self._quarantined.items() if until <= now]:
+                del self._quarantined[bookie_id]
+            return list(self._quarantined)
 
     @staticmethod
     def master_key(password: bytes) -> bytes:

@@ -3,12 +3,30 @@
 Writing (DESIGN.md, "The model"): entry *e* goes to its write set (the Qw bookies of the
 ensemble from index ``e % E``); it succeeds once Qa of them acknowledged it durably, and
 is confirmed to the caller only after every lower entry was, so the LAC (carried on every
-entry) only moves forward.  A bookie that fails an add (error or ``addEntryTimeout``) is
-replaced by an ensemble change: a new fragment starts at LAC + 1 (or replaces the last
-fragment in place if that is where it starts), the metadata is compare-and-set, pending
-entries are re-sent to the new bookies, and no add completes while the change is in
-flight.  A fenced bookie's answer fails every pending add with LedgerFenced: another
-client is recovering the ledger.
+entry) only moves forward.  Completions reach the application in entry-id order, one at
+a time (:mod:`pybk.client.completions`).
+
+Ensemble changes: a bookie of the current ensemble that fails an add (an error, or no
+answer within ``addEntryTimeout`` of the add being sent to it) is replaced.  The new
+fragment starts at LAC + 1 (or replaces the last fragment in place if that is where it
+starts), the metadata is compare-and-set, and the pending adds are sent to the
+replacements.  Adds made meanwhile go out at once to the bookies not being replaced; no
+add completes while a change is in flight.  Errors from a bookie that is no longer in
+the current ensemble change nothing.  Replaced bookies are quarantined by the client
+(:meth:`BookKeeper.quarantine`), so that the next placements avoid them for a while.
+
+Closing has one owner, the handle's state: ``OPEN`` until the close is *decided*, under
+the lock, either by :meth:`LedgerHandle.close` or by an unrecoverable error (no
+replacement bookie, a fenced bookie, a lost metadata race).  The decision fixes the last
+entry at the LAC and fails every add still pending, so no add can complete beyond it;
+from then on no ensemble change starts or lands, and bookie errors are ignored.  Only
+then is the metadata compare-and-set to CLOSED (re-read and decided again on a lost
+race: still OPEN, close over it; CLOSED at the same entry, done; otherwise an error).
+
+Recovery (:mod:`pybk.client.recovery`) re-writes the entries it found through a handle
+in *recovery mode*: the same pending adds, timeouts and ensemble changes, with the
+recovery flag on every add, and new fragments kept in memory until recovery writes them
+together with the CLOSED state.
 
 Reading: an entry is asked of the bookies of its write set in turn, moving on after an
 error, a digest mismatch or ``readTimeout``; every entry's digest is verified.
@@ -18,19 +36,21 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import logging
 import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
+from pybk.client.completions import AddDone, CompletionQueue
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.client.transport import AddsDone, LedgerAdds
 from pybk.errors import (BadVersion, BookKeeperError, DigestMismatch, EntryTooLarge,
-                         LedgerClosed, LedgerFenced, NoSuchEntry, NoSuchLedger,
-                         ReadOnlyLedger, Timeout, Unauthorized)
+                         LedgerClosed, LedgerFenced, LedgerRecoveryError, NoSuchEntry,
+                         NoSuchLedger, ReadOnlyLedger, Timeout, Unauthorized)
 from pybk.meta.ledger_metadata import Fragment, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import Versioned
 
@@ -42,21 +62,26 @@ log = logging.getLogger(__name__)
 LedgerEntry = DecodedEntry  # what readers get: entry_id, last_add_confirmed, length, data
 
 
-AddDone = Callable[[Optional[int], Optional[BaseException]], None]
+class _WriteState(enum.Enum):
+    OPEN = "open"        # adds are taken
+    CLOSED = "closed"    # the close was decided: last entry fixed, pending adds failed
+    STOPPED = "stopped"  # recovery mode only: the re-writes are over (done or failed)
 
 
 class _PendingAdd:
-    __slots__ = ("entry_id", "entry", "length", "done", "write_set", "acked", "sent_at")
+    __slots__ = ("entry_id", "entry", "length", "done", "write_set", "acked", "sent")
 
     def __init__(self, entry_id: int, entry: bytes, length: int, done: AddDone,
-                 write_set: tuple[str, ...], sent_at: float) -> None:
+                 write_set: tuple[str, ...]) -> None:
         self.entry_id = entry_id
-        self.entry = entry
+        self.entry: bytes | None = entry  # None once finished: late answers are ignored
         self.length = length
         self.done = done            # called once: (entry id, None) or (None, error)
         self.write_set = write_set  # the bookies it goes to (changes with the ensemble)
         self.acked: set[str] = set()
-        self.sent_at = sent_at      # when it was last sent (adds are sent in entry order)
+        # Bookie -> when the add was sent to it, for the bookies that still owe an
+        # answer (each bookie's timeout counts from its own send).
+        self.sent: dict[str, float] = {}
 
 
 def _settle(future: Future) -> AddDone:
@@ -71,10 +96,14 @@ def _settle(future: Future) -> AddDone:
 
 
 class LedgerHandle:
-    """One open ledger, as its writer (``writable``) or as a reader."""
+    """One open ledger, as its writer (``writable``) or as a reader.
+
+    ``recovery=True`` makes the handle recovery's writer (see the module docstring):
+    ``last_add_confirmed`` and ``length`` are where its re-writes continue from."""
 
     def __init__(self, bk: "BookKeeper", versioned: Versioned, password: bytes,
-                 writable: bool, last_add_confirmed: int = -1) -> None:
+                 writable: bool, last_add_confirmed: int = -1, recovery: bool = False,
+                 length: int = 0) -> None:
         self._bk = bk
         self._metadata, self._version = versioned
         self.id = self._metadata.ledger_id
@@ -82,17 +111,21 @@ class LedgerHandle:
         self._max_payload = bk.settings.maxEntrySizeBytes - self._digest.overhead
         self._master_key = bk.master_key(password)
         self._writable = writable
+        self._recovery = recovery
         self._lock = threading.RLock()
         self._drained = threading.Condition(self._lock)  # pending adds all finished
+        self._completions = CompletionQueue(self._lock)
         self._pending: collections.deque[_PendingAdd] = collections.deque()
         self._lac = last_add_confirmed
         self._last_pushed = last_add_confirmed
-        self._length = 0
-        self._confirmed_length = 0
+        self._length = length
+        self._confirmed_length = length
+        self._state = _WriteState.OPEN
+        self._closed_by: BookKeeperError | None = None  # why the close was decided
+        self._metadata_closed: Future | None = None     # the CLOSED write's outcome
         self._changing_ensemble = False
         self._failed_bookies: set[str] = set()
-        self._fatal: BookKeeperError | None = None
-        self._closed = False
+        self._reader_closed = False
         self._lac_sent = last_add_confirmed
         self._ack_sinks: dict[str, AddsDone] = {}  # per bookie: see BookieClient.add_grouped
         # Per bookie, its client's sender (BookieClient.ledger_adds): the add path's one
@@ -120,7 +153,8 @@ class LedgerHandle:
 
     @property
     def is_closed(self) -> bool:
-        return self._closed or self._metadata.state is LedgerState.CLOSED
+        return self._reader_closed or self._state is not _WriteState.OPEN \
+            or self._metadata.state is LedgerState.CLOSED
 
     def __enter__(self) -> "LedgerHandle":
         return self
@@ -142,8 +176,8 @@ class LedgerHandle:
 
     def add_entry_then(self, data: bytes, done: AddDone) -> None:
         """Add an entry; call ``done(entry_id, None)`` once it is acknowledged, or
-        ``done(None, error)``.  Calls come in entry-id order, on whichever thread
-        completed the add (keep ``done`` short and non-blocking)."""
+        ``done(None, error)``.  Calls come in entry-id order, one at a time, on
+        whichever thread completed the add (keep ``done`` short and non-blocking)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"entry data must be bytes, not {type(data).__name__}")
         if len(data) > self._max_payload:  # refused here: no bookie would take it
@@ -152,28 +186,56 @@ class LedgerHandle:
                                 f"{self._bk.settings.maxEntrySizeBytes}, less the "
                                 f"{self._digest.overhead}-byte entry header)")
         with self._lock:
-            if self._fatal is not None or self._closed or not self._writable:
+            if self._state is not _WriteState.OPEN or not self._writable or self._recovery:
                 self._check_can_add()
             entry_id = self._last_pushed + 1
-            self._last_pushed = entry_id
             self._length += len(data)
-            now = time.monotonic()
-            op = _PendingAdd(entry_id, self._digest.encode(entry_id, self._lac, self._length,
-                                                           data), self._length, done,
-                             self._metadata.write_set(entry_id), now)
-            self._pending.append(op)
-            self._last_activity = now
-            if self._changing_ensemble:
-                return  # the change sends it once the new ensemble is in place
-        self._send(op, op.write_set)
+            op = self._push(entry_id, self._digest.encode(entry_id, self._lac, self._length,
+                                                          data), done)
+            targets = op.write_set if not self._failed_bookies else \
+                [b for b in op.write_set if b not in self._failed_bookies]
+            now = self._last_activity
+            for bookie_id in targets:
+                op.sent[bookie_id] = now
+        self._send(op, targets)
+
+    def _recovery_add(self, entry: DecodedEntry) -> Future:
+        """Recovery mode: re-write ``entry`` (the next one) as it was written, with the
+        recovery flag; the future gives its id once Qa bookies acknowledged it."""
+        future: Future = Future()
+        with self._lock:
+            if self._state is not _WriteState.OPEN:
+                raise self._closed_by or LedgerClosed(f"ledger {self.id}: recovery stopped")
+            entry_id = self._last_pushed + 1
+            assert entry.entry_id == entry_id, (entry.entry_id, entry_id)
+            self._length = entry.length
+            op = self._push(entry_id, self._digest.encode(
+                entry_id, entry.last_add_confirmed, entry.length, entry.data), _settle(future))
+            targets = [b for b in op.write_set if b not in self._failed_bookies]
+            for bookie_id in targets:
+                op.sent[bookie_id] = self._last_activity
+        self._send(op, targets)
+        return future
+
+    def _push(self, entry_id: int, entry: bytes, done: AddDone) -> _PendingAdd:
+        """Queue a new pending add.  Caller holds the lock."""
+        self._last_pushed = entry_id
+        op = _PendingAdd(entry_id, entry, self._length, done,
+                         self._metadata.write_set(entry_id))
+        self._pending.append(op)
+        self._last_activity = time.monotonic()
+        return op
 
     def _check_can_add(self) -> None:
-        if not self._writable:
+        if not self._writable or self._recovery:
             raise ReadOnlyLedger(f"ledger {self.id} was opened for reading")
-        if self._fatal is not None:
-            raise self._fatal
-        if self._closed:
+        cause = self._closed_by
+        if cause is None:
             raise LedgerClosed(f"ledger {self.id} is closed")
+        if isinstance(cause, (LedgerFenced, LedgerClosed)):
+            raise type(cause)(str(cause))
+        raise LedgerClosed(f"ledger {self.id} was closed after an error its writer could "
+                           f"not recover from ({cause}); open it with recovery to read it")
 
     def _send(self, op: _PendingAdd, bookie_ids: Iterable[str]) -> None:
         """Send ``op`` to ``bookie_ids`` (the hot path: one call per entry, and per
@@ -199,11 +261,12 @@ class LedgerHandle:
             return
         sink = self._ack_sinks.get(bookie_id) or self._ack_sinks.setdefault(
             bookie_id, partial(self._on_acks, bookie_id))
-        send = client.ledger_adds(self.id, self._master_key, sink)
+        send = client.ledger_adds(self.id, self._master_key, sink, self._recovery)
         if send is not None and send(op.entry_id, entry, op):
             self._senders[bookie_id] = send
         else:
-            client.add_grouped(self.id, op.entry_id, entry, self._master_key, op, sink)
+            client.add_grouped(self.id, op.entry_id, entry, self._master_key, op, sink,
+                               self._recovery)
 
     def _on_acks(self, bookie_id: str, ops: Sequence[_PendingAdd],
                  errors: Sequence[BaseException | None] | None) -> None:
@@ -219,20 +282,24 @@ class LedgerHandle:
                 # skipped: finished already, or a late answer from a replaced bookie
                 if op.entry is not None and bookie_id in op.write_set:
                     op.acked.add(bookie_id)
+                    op.sent.pop(bookie_id, None)
             pending = self._pending
             if not pending or len(pending[0].acked) < self._metadata.ack_quorum_size:
                 return  # nothing new to confirm: the first pending add is short of Qa
-            confirmed = self._take_confirmed()
-        self._complete(confirmed)
+            self._confirm()
+        self._completions.deliver()
 
     def _on_add_error(self, bookie_id: str, error: BaseException) -> None:
         if isinstance(error, (LedgerFenced, Unauthorized)):
-            self._fail_all(LedgerFenced(f"ledger {self.id} was fenced by a recovering "
-                                        f"client (bookie {bookie_id}: {error})"))
+            self._unrecoverable(LedgerFenced(
+                f"ledger {self.id} was fenced by a recovering client (bookie {bookie_id}: "
+                f"{error})") if not self._recovery else LedgerRecoveryError(
+                f"ledger {self.id}: bookie {bookie_id} refused a recovery add: {error}"))
             return
         with self._lock:
-            if self._fatal is not None or bookie_id in self._failed_bookies:
-                return  # reported once per bookie, not once per pending add
+            if self._state is not _WriteState.OPEN or bookie_id in self._failed_bookies \
+                    or bookie_id not in self._metadata.fragments[-1].ensemble:
+                return  # closed, reported already, or a bookie replaced before
             self._failed_bookies.add(bookie_id)
             log.warning("ledger %d: bookie %s failed an add (%s); changing the ensemble",
                         self.id, bookie_id, error)
@@ -240,102 +307,160 @@ class LedgerHandle:
                 return  # the change in flight picks it up
             self._changing_ensemble = True
         if not self._bk._run_in_background(self._change_ensemble):
-            self._fail_all(BookKeeperError(f"ledger {self.id}: bookie {bookie_id} failed an "
-                                           "add and the client is closed"))
+            self._unrecoverable(BookKeeperError(f"ledger {self.id}: bookie {bookie_id} "
+                                                "failed an add and the client is closed"))
 
-    def _take_confirmed(self) -> list[_PendingAdd]:
-        """Pop the adds now confirmed, in entry-id order.  Caller holds the lock."""
-        confirmed = []
+    def _confirm(self) -> None:
+        """Complete the adds now confirmed, in entry-id order (delivered by the caller
+        with ``self._completions.deliver()``).  Caller holds the lock."""
+        if self._changing_ensemble:
+            return  # the change completes them once the new ensemble is in place
+        pending = self._pending
         qa = self._metadata.ack_quorum_size
-        while self._pending and not self._changing_ensemble \
-                and len(self._pending[0].acked) >= qa:
-            op = self._pending.popleft()
-            op.entry = None  # finished: late answers are ignored
+        put = self._completions.put
+        while pending and len(pending[0].acked) >= qa:
+            op = pending.popleft()
+            op.entry = None
             self._lac = op.entry_id
             self._confirmed_length = op.length
-            confirmed.append(op)
-        if confirmed and not self._pending:
+            put(op.done, op.entry_id, None)
+        if not pending:
             self._drained.notify_all()
-        return confirmed
 
-    @staticmethod
-    def _complete(confirmed: list[_PendingAdd]) -> None:
-        for op in confirmed:
-            op.done(op.entry_id, None)
+    def _fail_pending(self, error: BookKeeperError) -> None:
+        """Fail every pending add with ``error``, in entry-id order.  Caller holds the
+        lock."""
+        for op in self._pending:
+            op.entry = None
+            self._completions.put(op.done, None, error)
+        self._pending.clear()
+        self._drained.notify_all()
 
-    def _fail_all(self, error: BookKeeperError) -> None:
+    def _unrecoverable(self, error: BookKeeperError) -> None:
+        """An add can never succeed: fail the pending ones and decide the close at the
+        LAC (as BookKeeper's writer does); recovery's handle just stops."""
         with self._lock:
-            if self._fatal is None:
-                self._fatal = error
-            failed = list(self._pending)
-            self._pending.clear()
-            for op in failed:
-                op.entry = None
-            self._drained.notify_all()
-        for op in failed:
-            op.done(None, error)
+            if self._state is not _WriteState.OPEN:
+                return
+            if self._recovery:
+                self._state, self._closed_by = _WriteState.STOPPED, error
+                self._fail_pending(error)
+                decided = False
+            else:
+                log.error("ledger %d: closing at entry %d: %s", self.id, self._lac, error)
+                self._decide_close(error, error)
+                decided = True
+        self._completions.deliver()
+        if decided and not self._bk._run_in_background(self._write_closed):
+            self._metadata_closed.set_exception(BookKeeperError(  # type: ignore[union-attr]
+                f"ledger {self.id}: the client is closed; the ledger stays open until it "
+                "is recovered"))
 
     # -- ensemble change ----------------------------------------------------------
 
     def _change_ensemble(self) -> None:
-        """Replace failed bookies, CAS the metadata, re-send pending adds (background)."""
+        """Replace failed bookies, record the new fragment, re-send pending adds
+        (on the client's worker)."""
         try:
             self._change_ensemble_until_done()
         except BookKeeperError as e:
-            self._fail_all(e)
+            self._unrecoverable(e)
         except Exception as e:  # never leave adds hanging on an unexpected bug
             log.exception("ledger %d: ensemble change failed", self.id)
-            self._fail_all(BookKeeperError(f"ensemble change failed: {e}"))
+            self._unrecoverable(BookKeeperError(f"ensemble change failed: {e}"))
+        finally:
+            with self._lock:
+                if self._state is not _WriteState.OPEN:
+                    self._changing_ensemble = False
 
     def _change_ensemble_until_done(self) -> None:
         while True:
             with self._lock:
+                if self._state is not _WriteState.OPEN:
+                    return  # the close decided every pending add
                 failed = set(self._failed_bookies)
                 metadata, version = self._metadata, self._version
                 first_entry = self._lac + 1
-            ensemble = list(metadata.fragments[-1].ensemble)
-            failed_members = [b for b in ensemble if b in failed]
-            replacements = self._bk.choose_replacements(
-                self.id, len(failed_members), exclude=set(ensemble) | failed)
-            new_ensemble = tuple(replacements.pop(0) if b in failed else b for b in ensemble)
-            fragments = list(metadata.fragments)
-            if fragments[-1].first_entry_id == first_entry:
-                fragments[-1] = Fragment(first_entry, new_ensemble)
-            else:
-                fragments.append(Fragment(first_entry, new_ensemble))
-            changed = dataclasses.replace(metadata, fragments=tuple(fragments))
-            try:
-                new_version = self._bk.ledger_manager.update(changed, version)
-            except BadVersion:
-                current = self._bk.ledger_manager.read(self.id)
-                if current.metadata.state is not LedgerState.OPEN:
-                    raise self._lost_ledger(current.metadata) from None
-                with self._lock:
-                    self._metadata, self._version = current
-                continue
-            log.info("ledger %d: ensemble change at entry %d: %s -> %s", self.id, first_entry,
-                     ensemble, list(new_ensemble))
+            changed = self._replace_bookies(metadata, failed, first_entry)
+            new_version = self._record_change(changed, version)
+            if new_version is None:
+                continue  # lost a race with another metadata change: decide again
+            log.info("ledger %d: ensemble change at entry %d: %s -> %s", self.id,
+                     first_entry, list(metadata.fragments[-1].ensemble),
+                     list(changed.fragments[-1].ensemble))
+            self._bk.quarantine(failed)
             with self._lock:
-                self._metadata, self._version = changed, new_version
+                self._adopt(changed, new_version)
                 self._failed_bookies -= failed
                 for bookie_id in failed:
                     self._senders.pop(bookie_id, None)
-                if self._failed_bookies & set(new_ensemble):
-                    continue  # more bookies failed meanwhile: change again
-                self._failed_bookies.clear()
+                if self._state is not _WriteState.OPEN:
+                    return
+                if self._failed_bookies:
+                    continue  # more bookies of the new ensemble failed meanwhile
                 self._changing_ensemble = False
-                resend = []
-                now = time.monotonic()
-                for op in self._pending:
-                    op.write_set = changed.write_set(op.entry_id)
-                    op.acked &= set(op.write_set)
-                    op.sent_at = now
-                    resend.append((op, [b for b in op.write_set if b not in op.acked]))
-                confirmed = self._take_confirmed()
+                resend = self._retarget_pending(changed)
+                self._confirm()
             for op, bookie_ids in resend:
                 self._send(op, bookie_ids)
-            self._complete(confirmed)
+            self._completions.deliver()
             return
+
+    def _replace_bookies(self, metadata: LedgerMetadata, failed: set[str],
+                         first_entry: int) -> LedgerMetadata:
+        """``metadata`` with ``failed`` replaced in a fragment from ``first_entry`` on
+        (the last fragment replaced in place if it starts there)."""
+        ensemble = metadata.fragments[-1].ensemble
+        replacements = self._bk.choose_replacements(
+            self.id, sum(b in failed for b in ensemble), exclude=set(ensemble) | failed)
+        new_ensemble = tuple(replacements.pop(0) if b in failed else b for b in ensemble)
+        fragments = list(metadata.fragments)
+        if fragments[-1].first_entry_id == first_entry:
+            fragments[-1] = Fragment(first_entry, new_ensemble)
+        else:
+            fragments.append(Fragment(first_entry, new_ensemble))
+        return dataclasses.replace(metadata, fragments=tuple(fragments))
+
+    def _record_change(self, changed: LedgerMetadata, version: int) -> int | None:
+        """Make the new fragment the ledger's: compare-and-set as the writer (None after
+        a lost race, with the current metadata adopted), in memory in recovery mode
+        (recovery writes it with the CLOSED state)."""
+        if self._recovery:
+            return version
+        try:
+            return self._bk.ledger_manager.update(changed, version)
+        except BadVersion:
+            current = self._bk.ledger_manager.read(self.id)
+            if current.metadata.state is not LedgerState.OPEN:
+                raise self._lost_ledger(current.metadata) from None
+            with self._lock:
+                self._adopt(*current)
+            return None
+
+    def _retarget_pending(self, changed: LedgerMetadata) -> list[tuple[_PendingAdd,
+                                                                         list[str]]]:
+        """Point the pending adds at their write sets in ``changed``; return the adds
+        and the bookies each must now be sent to.  Caller holds the lock."""
+        resend = []
+        now = time.monotonic()
+        for op in self._pending:
+            write_set = changed.write_set(op.entry_id)
+            op.write_set = write_set
+            op.acked.intersection_update(write_set)
+            for bookie_id in [b for b in op.sent if b not in write_set]:
+                del op.sent[bookie_id]
+            targets = [b for b in write_set if b not in op.acked and b not in op.sent]
+            for bookie_id in targets:
+                op.sent[bookie_id] = now
+            if targets:
+                resend.append((op, targets))
+        return resend
+
+    def _adopt(self, metadata: LedgerMetadata, version: int) -> None:
+        """Take ``metadata`` as the ledger's unless a newer version is known already
+        (writes land in any order).  Caller holds the lock."""
+        if version >= self._version:
+            self._metadata, self._version = metadata, version
 
     def _lost_ledger(self, current: LedgerMetadata) -> BookKeeperError:
         if current.state is LedgerState.IN_RECOVERY:
@@ -348,15 +473,11 @@ class LedgerHandle:
         """Time out adds the bookies did not answer; send an explicit LAC when idle."""
         settings = self._bk.settings
         with self._lock:
-            late: set[str] = set()
-            for op in self._pending:  # sent in entry order: the late ones come first
-                if now - op.sent_at <= settings.addEntryTimeout:
-                    break
-                late.update(b for b in op.write_set if b not in op.acked)
+            late = self._late_bookies(now, settings.addEntryTimeout)
             idle = not self._pending and now - self._last_activity \
                 >= settings.explicitLacInterval / 1000.0
-            send_lac = (settings.explicitLacInterval > 0 and idle and self._writable
-                        and not self._closed and self._lac > self._lac_sent)
+            send_lac = (settings.explicitLacInterval > 0 and idle and not self._recovery
+                        and self._state is _WriteState.OPEN and self._lac > self._lac_sent)
             lac, ensemble = self._lac, self._metadata.fragments[-1].ensemble
             if send_lac:
                 self._lac_sent = lac
@@ -367,55 +488,116 @@ class LedgerHandle:
             for bookie_id in ensemble:
                 self._bk.bookie_client(bookie_id).write_lac(self.id, lac, self._master_key)
 
+    def _late_bookies(self, now: float, timeout: float) -> set[str]:
+        """The bookies whose oldest unanswered add was sent over ``timeout`` seconds ago.
+        A bookie's adds are sent in entry order, so its first unanswered one in the
+        pending queue is its oldest: the scan stops once every bookie was seen.  Caller
+        holds the lock."""
+        late: set[str] = set()
+        seen: set[str] = set()
+        size = self._metadata.ensemble_size
+        for op in self._pending:
+            for bookie_id, sent_at in op.sent.items():
+                if bookie_id not in seen:
+                    seen.add(bookie_id)
+                    if now - sent_at > timeout:
+                        late.add(bookie_id)
+            if len(seen) >= size:
+                break
+        return late
+
     # -- closing ------------------------------------------------------------------
 
     def close(self) -> None:
-        """As the writer: wait for pending adds, then CAS the metadata to CLOSED at the
-        LAC.  As a reader: release the handle."""
-        if self._closed:
-            return
-        if not self._writable:
-            self._closed = True
+        """As the writer: wait (up to 2 x addEntryTimeout) for pending adds, then close
+        at the LAC: adds still pending fail with LedgerClosed, and the metadata is
+        compare-and-set to CLOSED.  Returns once the callbacks of this handle's adds
+        were delivered.  As a reader: release the handle."""
+        if self._recovery:  # recovery is done with its re-writes, or gave up on them
+            with self._lock:
+                if self._state is _WriteState.OPEN:
+                    self._state = _WriteState.STOPPED
+                    self._fail_pending(LedgerRecoveryError(f"ledger {self.id}: recovery "
+                                                           "stopped"))
+            self._completions.deliver()
+            self._bk._unregister_writer(self)
+        if not self._writable or self._recovery:
+            self._reader_closed = True
             return
         deadline = time.monotonic() + self._bk.settings.addEntryTimeout * 2
         with self._lock:
-            # Adds still pending at the deadline are decided by the close below (or by
-            # recovery): they end up confirmed or not, as the LAC closed at says.
-            while self._pending and time.monotonic() < deadline:
+            while self._pending and self._state is _WriteState.OPEN \
+                    and time.monotonic() < deadline:
                 self._drained.wait(max(0.0, deadline - time.monotonic()))
-            self._closed = True
-            lac, length = self._lac, self._confirmed_length
+            decided = self._state is _WriteState.OPEN
+            if decided:
+                self._decide_close(LedgerClosed(f"ledger {self.id} was closed before this "
+                                                "add was acknowledged"), None)
+        self._completions.deliver()
+        if decided:
+            self._write_closed()
+        self._completions.wait_delivered(self._bk.settings.addEntryTimeout)
+        assert self._metadata_closed is not None
+        self._metadata_closed.result()
+
+    def _decide_close(self, pending_error: BookKeeperError,
+                      cause: BookKeeperError | None) -> None:
+        """Fix the last entry at the LAC and fail the pending adds.  Caller holds the
+        lock and has checked that the handle is OPEN."""
+        self._state, self._closed_by = _WriteState.CLOSED, cause
+        self._fail_pending(pending_error)
+        self._metadata_closed = Future()
         self._bk._unregister_writer(self)
-        if self._fatal is not None and isinstance(self._fatal, LedgerFenced):
-            self._close_metadata_after_fence(lac)
-            return
-        self._close_metadata(lac, length)
+
+    def _write_closed(self) -> None:
+        """Compare-and-set the metadata to CLOSED at the decided last entry; the outcome
+        goes to ``self._metadata_closed``."""
+        result = self._metadata_closed
+        assert result is not None
+        try:
+            if isinstance(self._closed_by, LedgerFenced):
+                self._confirm_closed_by_recovery(self._lac)
+            else:
+                self._close_metadata(self._lac, self._confirmed_length)
+        except BookKeeperError as e:
+            result.set_exception(e)
+        except Exception as e:  # never leave close() waiting on an unexpected bug
+            log.exception("ledger %d: closing the metadata failed", self.id)
+            result.set_exception(BookKeeperError(f"ledger {self.id}: closing failed: {e}"))
+        else:
+            result.set_result(None)
 
     def _close_metadata(self, lac: int, length: int) -> None:
-        metadata, version = self._metadata, self._version
+        with self._lock:
+            metadata, version = self._metadata, self._version
         while True:
             closed = dataclasses.replace(metadata, state=LedgerState.CLOSED,
                                          last_entry_id=lac, length=length)
             try:
-                self._version = self._bk.ledger_manager.update(closed, version)
-                self._metadata = closed
-                return
+                new_version = self._bk.ledger_manager.update(closed, version)
             except BadVersion:
                 current, version = self._bk.ledger_manager.read(self.id)
                 if current.state is LedgerState.OPEN:
                     metadata = current
                     continue
-                self._metadata, self._version = current, version
+                with self._lock:
+                    self._adopt(current, version)
                 if current.state is LedgerState.CLOSED and current.last_entry_id == lac:
                     return
                 raise self._lost_ledger(current) from None
+            with self._lock:
+                self._adopt(closed, new_version)
+            return
 
-    def _close_metadata_after_fence(self, lac: int) -> None:
+    def _confirm_closed_by_recovery(self, lac: int) -> None:
+        """A fenced writer's close: recovery owns the metadata now; the close is fine if
+        recovery closed the ledger where this writer would have."""
         current, version = self._bk.ledger_manager.read(self.id)
-        self._metadata, self._version = current, version
+        with self._lock:
+            self._adopt(current, version)
         if current.state is LedgerState.CLOSED and current.last_entry_id == lac:
             return
-        raise self._fatal  # type: ignore[misc]
+        raise self._closed_by  # type: ignore[misc]
 
     # -- reading ------------------------------------------------------------------
 

@@ -15,9 +15,14 @@ Exactly DESIGN.md's procedure:
    once (Qw - Qa) + 1 bookies of its write set said they do not have it.  Anything else is
    unknown and recovery fails (to be retried).
 4. Re-write every present entry to its whole write set with the recovery flag (a fenced
-   bookie accepts those), waiting for Qa acknowledgements.
-5. CAS the metadata to CLOSED with the last present entry.  If another recoverer closed
-   it first, adopt its result: all recoverers converge on one last entry.
+   bookie accepts those), waiting for Qa acknowledgements.  The re-writes go through a
+   ledger handle in recovery mode (:class:`~pybk.client.ledger.LedgerHandle`): a bookie
+   that fails or does not answer them is replaced as a writer would replace it, in a new
+   fragment from the first entry not yet re-written, kept in memory.
+5. CAS the metadata to CLOSED with the last present entry and the new fragments.  If
+   another recoverer closed it first, adopt its result: all recoverers converge on one
+   last entry.  If the fragments changed under recovery (the ledger is still IN_RECOVERY
+   but someone else rewrote its ensembles), fail rather than overwrite them.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING
 
 from pybk.client.digest import DecodedEntry, DigestManager
+from pybk.client.ledger import LedgerHandle
 from pybk.errors import (BadVersion, BookKeeperError, DigestMismatch, LedgerRecoveryError,
                          NoSuchEntry, NoSuchLedger)
-from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
+from pybk.meta.ledger_metadata import Fragment, LedgerState
 from pybk.meta.ledgers import Versioned
 from pybk.storage import LAST_ENTRY
 
@@ -56,22 +62,21 @@ def recover(bk: "BookKeeper", versioned: Versioned, password: bytes) -> Versione
             metadata, version = bk.ledger_manager.read(metadata.ledger_id)
     if metadata.state is LedgerState.CLOSED:
         return Versioned(metadata, version)
-    recovery = _Recovery(bk, metadata, password)
-    last_entry, length = recovery.run()
-    return _close(bk, metadata, version, last_entry, length)
+    return _Recovery(bk, Versioned(metadata, version), password).run()
 
 
 class _Recovery:
-    def __init__(self, bk: "BookKeeper", metadata: LedgerMetadata, password: bytes) -> None:
+    def __init__(self, bk: "BookKeeper", versioned: Versioned, password: bytes) -> None:
         self._bk = bk
-        self._md = metadata
-        self._id = metadata.ledger_id
-        self._digest = DigestManager(self._id, metadata.digest_type, password)
+        self._md, self._version = versioned
+        self._password = password
+        self._id = self._md.ledger_id
+        self._digest = DigestManager(self._id, self._md.digest_type, password)
         self._key = bk.master_key(password)
         self._timeout = bk.settings.readTimeout
 
-    def run(self) -> tuple[int, int]:
-        """(last entry id, ledger length) after fencing and re-replicating."""
+    def run(self) -> Versioned:
+        """Fence, re-replicate, close; the CLOSED metadata and its version."""
         highest_lac = self._fence_and_read_lac()
         first_of_last = self._md.fragments[-1].first_entry_id
         entry_id = max(highest_lac, first_of_last - 1) + 1
@@ -82,15 +87,37 @@ class _Recovery:
                 raise LedgerRecoveryError(f"ledger {self._id}: entry {last}, confirmed "
                                           "before, is on no bookie")
             length = confirmed.length
-        while True:
-            found = self._read_present(entry_id)
-            if found is None:
-                break
-            self._replicate(entry_id, found)
-            last, length = entry_id, found.length
-            entry_id += 1
+        writer = LedgerHandle(self._bk, Versioned(self._md, self._version), self._password,
+                              writable=True, last_add_confirmed=last, recovery=True,
+                              length=length)
+        try:
+            rewrites = []
+            while True:
+                found = self._read_present(entry_id)
+                if found is None:
+                    break
+                rewrites.append(writer._recovery_add(found))
+                last, length = entry_id, found.length
+                entry_id += 1
+            self._wait_rewritten(rewrites)
+        finally:
+            writer.close()
         log.info("ledger %d recovered: last entry %d, %d bytes", self._id, last, length)
-        return last, length
+        return self._close(writer.metadata.fragments, last, length)
+
+    def _wait_rewritten(self, rewrites: list[Future]) -> None:
+        """Wait for the re-writes; each ends by itself (acknowledged, or failed once no
+        bookie can replace a failed one), within one timeout per ensemble change."""
+        limit = self._bk.settings.addEntryTimeout * (self._md.ensemble_size + 2)
+        for rewrite in rewrites:
+            try:
+                rewrite.result(timeout=limit)
+            except FutureTimeout:
+                raise LedgerRecoveryError(f"ledger {self._id}: re-writing entries did not "
+                                          f"finish within {limit:.0f} s") from None
+            except BookKeeperError as e:
+                raise LedgerRecoveryError(f"ledger {self._id}: re-writing entries failed: "
+                                          f"{e}") from e
 
     # step 2
     def _fence_and_read_lac(self) -> int:
@@ -154,41 +181,29 @@ class _Recovery:
             f"ledger {self._id}: cannot tell whether entry {entry_id} exists ({absent} of "
             f"{len(write_set)} bookies said no, {absent_needed} needed; errors: {errors})")
 
-    # step 4
-    def _replicate(self, entry_id: int, entry: DecodedEntry) -> None:
-        raw = self._digest.encode(entry_id, entry.last_add_confirmed, entry.length, entry.data)
-        futures: list[Future] = [
-            self._bk.bookie_client(b).add(self._id, entry_id, raw, self._key, recovery=True)
-            for b in self._md.write_set(entry_id)]
-        acks = 0
-        deadline = time.monotonic() + self._bk.settings.addEntryTimeout
-        for future in futures:
+    # step 5
+    def _close(self, fragments: tuple[Fragment, ...], last_entry: int,
+               length: int) -> Versioned:
+        metadata, version = self._md, self._version
+        while True:
+            closed = dataclasses.replace(metadata, state=LedgerState.CLOSED, fragments=fragments,
+                                         last_entry_id=last_entry, length=length)
             try:
-                future.result(timeout=max(0.0, deadline - time.monotonic()))
-                acks += 1
-            except (BookKeeperError, FutureTimeout) as e:
-                log.warning("ledger %d: re-replicating entry %d: %s", self._id, entry_id, e)
-        if acks < self._md.ack_quorum_size:
-            raise LedgerRecoveryError(f"ledger {self._id}: entry {entry_id} reached only "
-                                      f"{acks} bookies while recovering")
-
-
-# step 5
-def _close(bk: "BookKeeper", metadata: LedgerMetadata, version: int, last_entry: int,
-           length: int) -> Versioned:
-    while True:
-        closed = dataclasses.replace(metadata, state=LedgerState.CLOSED,
-                                     last_entry_id=last_entry, length=length)
-        try:
-            return Versioned(closed, bk.ledger_manager.update(closed, version))
-        except BadVersion:
-            metadata, version = bk.ledger_manager.read(metadata.ledger_id)
+                return Versioned(closed, self._bk.ledger_manager.update(closed, version))
+            except BadVersion:
+                metadata, version = self._bk.ledger_manager.read(self._id)
             if metadata.state is LedgerState.CLOSED:
                 if metadata.last_entry_id != last_entry:
                     log.info("ledger %d: another recoverer closed it at entry %d (we found "
-                             "%d); adopting its result", metadata.ledger_id,
-                             metadata.last_entry_id, last_entry)
+                             "%d); adopting its result", self._id, metadata.last_entry_id,
+                             last_entry)
                 return Versioned(metadata, version)
+            if metadata.state is not LedgerState.IN_RECOVERY \
+                    or metadata.fragments != self._md.fragments:
+                raise LedgerRecoveryError(
+                    f"ledger {self._id} changed while it was being recovered (now "
+                    f"{metadata.state.value} with fragments {list(metadata.fragments)}); "
+                    "recover it again")
 
 
 def _entry_id_of(data: bytes) -> int:

@@ -492,6 +492,9 @@ class Bookie:
         future: Future = Future()
         payload = _LEDGER_ID.pack(ledger_id)
         with self._lock:
+            state = self._state(ledger_id)
+            if state is not None and state.deleted:  # recovering it finds nothing
+                raise NoSuchLedger(f"ledger {ledger_id} was deleted")
             state = self._writable_state(ledger_id, master_key)
             self._journal.submit_locked(jr.record_header(jr.FENCE, payload), payload,
                                         _future_setter(future))

@@ -1,0 +1,71 @@
+"""Ordered delivery of a ledger's add completions.
+
+A ledger's adds are acknowledged on whichever thread a bookie's answer arrives (a
+journal thread, a ZeroMQ loop, the client's worker after an ensemble change), often on
+two at once.  The protocol promises the application its completions in entry-id order,
+so deciding *which* adds completed (under the ledger's lock) is separated from *calling*
+their callbacks: the decision appends to a :class:`CompletionQueue` under the lock, in
+entry-id order, and :meth:`CompletionQueue.deliver` then calls them outside the lock, on
+one thread at a time.  A thread that finds another delivering leaves its completions to
+it, so no thread waits for another's callbacks, and callbacks never overlap.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Callable, Optional
+
+log = logging.getLogger(__name__)
+
+#: ``done(entry_id, None)`` for an acknowledged add, ``done(None, error)`` for a failed one.
+AddDone = Callable[[Optional[int], Optional[BaseException]], None]
+
+
+class CompletionQueue:
+    """Completions decided under ``lock`` and delivered in that order, one at a time."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self._lock = lock
+        self._queue: collections.deque[tuple[AddDone, int | None,
+                                             BaseException | None]] = collections.deque()
+        self._deliverer: int | None = None  # the thread calling callbacks now
+        self._idle = threading.Condition(lock)
+
+    def put(self, done: AddDone, entry_id: int | None, error: BaseException | None) -> None:
+        """Queue a completion.  Caller holds the lock and queues in entry-id order."""
+        self._queue.append((done, entry_id, error))
+
+    def deliver(self) -> None:
+        """Call the queued callbacks, unless another thread is at it (it calls ours too).
+
+        Call without holding the lock."""
+        me = threading.get_ident()
+        with self._lock:
+            if self._deliverer is not None or not self._queue:
+                return
+            self._deliverer = me
+        queue = self._queue
+        while True:
+            with self._lock:
+                if not queue:
+                    self._deliverer = None
+                    self._idle.notify_all()
+                    return
+                batch = list(queue)
+                queue.clear()
+            for done, entry_id, error in batch:
+                try:
+                    done(entry_id, error)
+                except Exception:  # the application's bug must not stop the others
+                    log.exception("an add's completion callback raised")
+
+    def wait_delivered(self, timeout: float) -> bool:
+        """Wait until everything queued so far was delivered (at once if called from a
+        callback, which cannot wait for itself); False if ``timeout`` passed first."""
+        with self._lock:
+            if self._deliverer == threading.get_ident():
+                return True
+            return self._idle.wait_for(lambda: self._deliverer is None and not self._queue,
+                                       timeout)
