@@ -338,20 +338,21 @@ class LedgerHandle:
 
     def _unrecoverable(self, error: BookKeeperError) -> None:
         """An add can never succeed: fail the pending ones and decide the close at the
-        LAC (as BookKeeper's writer does); recovery's handle just stops."""
+        LAC (as BookKeeper's writer does), writing CLOSED in the background unless a
+        recoverer owns the metadata (fenced); recovery's handle just stops."""
         with self._lock:
             if self._state is not _WriteState.OPEN:
                 return
             if self._recovery:
                 self._state, self._closed_by = _WriteState.STOPPED, error
                 self._fail_pending(error)
-                decided = False
+                write = False
             else:
                 log.error("ledger %d: closing at entry %d: %s", self.id, self._lac, error)
                 self._decide_close(error, error)
-                decided = True
+                write = not isinstance(error, LedgerFenced)
         self._completions.deliver()
-        if decided and not self._bk._run_in_background(self._write_closed):
+        if write and not self._bk._run_in_background(self._write_closed):
             self._metadata_closed.set_exception(BookKeeperError(  # type: ignore[union-attr]
                 f"ledger {self.id}: the client is closed; the ledger stays open until it "
                 "is recovered"))
@@ -537,6 +538,9 @@ class LedgerHandle:
         if decided:
             self._write_closed()
         self._completions.wait_delivered(self._bk.settings.addEntryTimeout)
+        if isinstance(self._closed_by, LedgerFenced):
+            self._confirm_closed_by_recovery(self._lac)
+            return
         assert self._metadata_closed is not None
         self._metadata_closed.result()
 
@@ -555,10 +559,7 @@ class LedgerHandle:
         result = self._metadata_closed
         assert result is not None
         try:
-            if isinstance(self._closed_by, LedgerFenced):
-                self._confirm_closed_by_recovery(self._lac)
-            else:
-                self._close_metadata(self._lac, self._confirmed_length)
+            self._close_metadata(self._lac, self._confirmed_length)
         except BookKeeperError as e:
             result.set_exception(e)
         except Exception as e:  # never leave close() waiting on an unexpected bug
