@@ -190,13 +190,8 @@ class LedgerHandle:
                 self._check_can_add()
             entry_id = self._last_pushed + 1
             self._length += len(data)
-            op = self._push(entry_id, self._digest.encode(entry_id, self._lac, self._length,
-                                                          data), done)
-            targets = op.write_set if not self._failed_bookies else \
-                [b for b in op.write_set if b not in self._failed_bookies]
-            now = self._last_activity
-            for bookie_id in targets:
-                op.sent[bookie_id] = now
+            op, targets = self._push(entry_id, self._digest.encode(
+                entry_id, self._lac, self._length, data), done)
         self._send(op, targets)
 
     def _recovery_add(self, entry: DecodedEntry) -> Future:
@@ -209,22 +204,25 @@ class LedgerHandle:
             entry_id = self._last_pushed + 1
             assert entry.entry_id == entry_id, (entry.entry_id, entry_id)
             self._length = entry.length
-            op = self._push(entry_id, self._digest.encode(
+            op, targets = self._push(entry_id, self._digest.encode(
                 entry_id, entry.last_add_confirmed, entry.length, entry.data), _settle(future))
-            targets = [b for b in op.write_set if b not in self._failed_bookies]
-            for bookie_id in targets:
-                op.sent[bookie_id] = self._last_activity
         self._send(op, targets)
         return future
 
-    def _push(self, entry_id: int, entry: bytes, done: AddDone) -> _PendingAdd:
-        """Queue a new pending add.  Caller holds the lock."""
+    def _push(self, entry_id: int, entry: bytes,
+              done: AddDone) -> tuple[_PendingAdd, Sequence[str]]:
+        """Queue a new pending add; return it and the bookies to send it to now (its
+        write set less the bookies an ensemble change is replacing).  Caller holds the
+        lock."""
         self._last_pushed = entry_id
         op = _PendingAdd(entry_id, entry, self._length, done,
                          self._metadata.write_set(entry_id))
         self._pending.append(op)
-        self._last_activity = time.monotonic()
-        return op
+        now = self._last_activity = time.monotonic()
+        targets = op.write_set if not self._failed_bookies else \
+            [b for b in op.write_set if b not in self._failed_bookies]
+        op.sent = dict.fromkeys(targets, now)
+        return op, targets
 
     def _check_can_add(self) -> None:
         if not self._writable or self._recovery:
