@@ -200,7 +200,8 @@ class LedgerHandle:
         future: Future = Future()
         with self._lock:
             if self._state is not _WriteState.OPEN:
-                raise self._closed_by or LedgerClosed(f"ledger {self.id}: recovery stopped")
+                raise LedgerRecoveryError(f"ledger {self.id}: re-writing entries failed: "
+                                          f"{self._closed_by or 'recovery stopped'}")
             entry_id = self._last_pushed + 1
             assert entry.entry_id == entry_id, (entry.entry_id, entry_id)
             self._length = entry.length
