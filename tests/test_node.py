@@ -23,7 +23,7 @@ from pybk.meta.cookies import Cookie
 from pybk.meta.zookeeper import SessionState, ZooKeeperMetadataStore, format_cluster
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import Bookie, format_bookie
-from pybk.storage.cookie import is_formatted
+from pybk.storage.cookie import directory_cookie, is_formatted
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -192,7 +192,8 @@ def test_a_client_finds_a_bookie_that_came_back_on_another_port(nodes):
 
 def test_the_first_start_writes_the_cookie_and_a_restart_on_the_same_disks_finds_it(nodes):
     node = nodes.start("b1", bookieId="b1")
-    expected = Cookie.of_bookie("b1", nodes.settings("b1"), node.bookie.instance_id)
+    expected = Cookie.of_bookie("b1", directory_cookie(nodes.settings("b1")))
+    assert expected.instance_id == node.bookie.instance_id
     observer = nodes.observer()
     assert observer.read_cookie("b1") == (expected, 0)
     assert expected.journal_directory == str(nodes.tmp_path / "b1" / "journal")

@@ -68,6 +68,7 @@ from pybk.meta.interface import MetadataStore, SessionState
 from pybk.meta.zookeeper import ZooKeeperSettings
 from pybk.settings import ServerSettings, split_host_port
 from pybk.storage import Bookie
+from pybk.storage.cookie import directory_cookie
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,8 @@ class BookieNode:
             self.endpoint = f"tcp://{host}:{port}"
             #: The bookie's id in the cluster.
             self.bookie_id = settings.bookieId or f"{host}:{port}"
-            check_cluster_cookie(metadata, Cookie.of_bookie(self.bookie_id, bookie.settings,
-                                                            bookie.instance_id))
+            check_cluster_cookie(metadata, Cookie.of_bookie(
+                self.bookie_id, directory_cookie(bookie.settings)))
             bookie.add_state_listener(self._on_bookie_state)
             opened.callback(bookie.remove_state_listener, self._on_bookie_state)
             metadata.add_session_listener(self._on_session)

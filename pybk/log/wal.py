@@ -32,7 +32,8 @@ from pybk.log.promotion import promote, promoted_to
 from pybk.log.writer import LogWriter
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.settings import ClientSettings, LogSettings, ServerSettings
-from pybk.storage import Bookie, format_bookie
+from pybk.storage import Bookie
+from pybk.storage.cookie import format_directories
 
 log = logging.getLogger(__name__)
 
@@ -221,5 +222,6 @@ def _prepare_directory(path: str, server: ServerSettings) -> None:
         raise InvalidConfiguration(f"{path} is not empty and holds no pybk WAL: refusing to "
                                    "create one among other files")
     os.makedirs(path, exist_ok=True)
-    format_bookie(server)
+    # Cookies not bound to paths: the directory may be copied, moved, reached by a symlink.
+    format_directories(server, bind_paths=False)
     log.info("created a new WAL in %s", path)

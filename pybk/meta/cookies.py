@@ -2,12 +2,13 @@
 id stands for.
 
 A bookie's directories carry a cookie (:mod:`pybk.storage.cookie`): its instance id,
-drawn when they were formatted, and their paths.  That stops a bookie from starting on
-swapped or half-wiped disks, but not from starting on *all-new* disks under an id the
-cluster already knows: a bookie whose disks were wiped and formatted again, or another
-machine given the same id, would register and answer "no such entry" for entries that
-ledgers say it holds.  So, as BookKeeper does, the cluster keeps a copy of every bookie's
-cookie at ``/ledgers/cookies/<bookie id>``, and a bookie node checks it at every start
+drawn when they were formatted, and their paths (unless they are not bound to paths, as
+an embedded WAL's).  That stops a bookie from starting on swapped or half-wiped disks,
+but not from starting on *all-new* disks under an id the cluster already knows: a bookie
+whose disks were wiped and formatted again, or another machine given the same id, would
+register and answer "no such entry" for entries that ledgers say it holds.  So, as
+BookKeeper does, the cluster keeps a copy of every bookie's cookie at
+``/ledgers/cookies/<bookie id>``, and a bookie node checks it at every start
 (:func:`check_cluster_cookie`, called by :class:`pybk.cluster.node.BookieNode`):
 
 * no cookie for the id: the bookie writes its own, create-if-absent, so of two bookies
@@ -21,8 +22,10 @@ version 1, whose body has exactly these keys::
 
     "bookie_id"           the bookie's id (also the record's name)
     "instance_id"         the instance id in the bookie's directory cookies
-    "journal_directory"   absolute path, as in the directory cookies
-    "ledger_directories"  [absolute path, ...], in the settings' order
+    "journal_directory"   absolute path, as in the directory cookies, or null
+    "ledger_directories"  [absolute path, ...], in the settings' order, or null
+
+(both null: the bookie's directories are not bound to paths).
 
 Read and written through :meth:`~pybk.meta.interface.MetadataStore.read_cookie`,
 :meth:`~pybk.meta.interface.MetadataStore.write_cookie` and
@@ -39,7 +42,7 @@ from typing import TYPE_CHECKING
 from pybk.errors import InvalidCookie, MalformedMetadata, MetadataError, NodeExists
 from pybk.meta import paths
 from pybk.meta.sealed import seal, typed, unseal
-from pybk.storage.cookie import expected_cookie
+from pybk.storage.cookie import BookieCookie
 
 if TYPE_CHECKING:
     from pybk.meta.interface import MetadataStore
@@ -58,44 +61,47 @@ def cookie_path(bookie_id: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Cookie:
-    """A bookie's cookie as the cluster keeps it (immutable)."""
+    """A bookie's cookie as the cluster keeps it (immutable).  The directories are both
+    None for a bookie whose directories are not bound to paths."""
 
     bookie_id: str
     instance_id: str
-    journal_directory: str
-    ledger_directories: tuple[str, ...]
+    journal_directory: str | None
+    ledger_directories: tuple[str, ...] | None
 
     def __post_init__(self) -> None:
         paths.check_name(self.bookie_id)
-        object.__setattr__(self, "ledger_directories", tuple(self.ledger_directories))
-        for name in ("instance_id", "journal_directory"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ValueError(f"cookie of {self.bookie_id}: {name} must be a non-empty "
-                                 f"string, not {getattr(self, name)!r}")
+        if not isinstance(self.instance_id, str) or not self.instance_id:
+            raise ValueError(f"cookie of {self.bookie_id}: instance_id must be a non-empty "
+                             f"string, not {self.instance_id!r}")
+        if self.journal_directory is None and self.ledger_directories is None:
+            return
+        object.__setattr__(self, "ledger_directories", tuple(self.ledger_directories or ()))
+        if not isinstance(self.journal_directory, str) or not self.journal_directory:
+            raise ValueError(f"cookie of {self.bookie_id}: journal_directory must be a "
+                             f"non-empty string (or None with ledger_directories None), "
+                             f"not {self.journal_directory!r}")
         if not self.ledger_directories or not all(
                 isinstance(d, str) and d for d in self.ledger_directories):
             raise ValueError(f"cookie of {self.bookie_id}: ledger_directories must be "
                              f"non-empty strings, at least one: {self.ledger_directories!r}")
 
     @classmethod
-    def of_bookie(cls, bookie_id: str, settings, instance_id: str) -> "Cookie":
-        """The cookie of a bookie whose directories (``settings``' journalDirectory and
-        ledgerDirectories) verified with ``instance_id`` (:attr:`Bookie.instance_id`)."""
-        local = expected_cookie(settings, instance_id)
-        return cls(bookie_id, instance_id, local["journal_directory"],
-                   tuple(local["ledger_directories"]))
+    def of_bookie(cls, bookie_id: str, local: BookieCookie) -> "Cookie":
+        """The cluster's cookie of a bookie serving as ``bookie_id`` whose directories
+        hold ``local`` (:func:`pybk.storage.cookie.directory_cookie`)."""
+        return cls(bookie_id, local.instance_id, local.journal_directory,
+                   local.ledger_directories)
 
     def differences(self, other: "Cookie") -> list[str]:
-        """What differs from ``other``, one phrase per field ("" fields are left out);
-        this cookie is called the cluster's, ``other`` the directories'."""
+        """What differs from ``other``, one phrase per field; this cookie is called the
+        cluster's, ``other`` the directories'."""
         found = []
         for name, label in (("bookie_id", "bookie id"), ("instance_id", "instance id"),
                             ("journal_directory", "journal directory"),
                             ("ledger_directories", "ledger directories")):
-            mine, theirs = getattr(self, name), getattr(other, name)
+            mine, theirs = (_shown(getattr(c, name)) for c in (self, other))
             if mine != theirs:
-                if isinstance(mine, tuple):
-                    mine, theirs = list(mine), list(theirs)
                 found.append(f"{label} {mine} in the cluster, {theirs} on disk")
         return found
 
@@ -104,7 +110,8 @@ class Cookie:
             "bookie_id": self.bookie_id,
             "instance_id": self.instance_id,
             "journal_directory": self.journal_directory,
-            "ledger_directories": list(self.ledger_directories),
+            "ledger_directories": (None if self.ledger_directories is None
+                                   else list(self.ledger_directories)),
         })
 
     @classmethod
@@ -112,15 +119,23 @@ class Cookie:
         """The cookie in a record's data; MalformedMetadata if it holds none."""
         obj = unseal(data, MAGIC, FORMAT_VERSION, _KEYS, "bookie cookie")
         try:
+            ledgers = typed("ledger_directories", obj["ledger_directories"], list,
+                            nullable=True)
             return cls(
                 bookie_id=typed("bookie_id", obj["bookie_id"], str),
                 instance_id=typed("instance_id", obj["instance_id"], str),
-                journal_directory=typed("journal_directory", obj["journal_directory"], str),
-                ledger_directories=tuple(
-                    typed("a ledger directory", d, str)
-                    for d in typed("ledger_directories", obj["ledger_directories"], list)))
+                journal_directory=typed("journal_directory", obj["journal_directory"], str,
+                                        nullable=True),
+                ledger_directories=None if ledgers is None else tuple(
+                    typed("a ledger directory", d, str) for d in ledgers))
         except (ValueError, MetadataError) as e:
             raise MalformedMetadata(f"bookie cookie body is malformed: {e}") from e
+
+
+def _shown(value: object) -> object:
+    if value is None:
+        return "(not bound to a path)"
+    return list(value) if isinstance(value, tuple) else value
 
 
 def check_cluster_cookie(store: "MetadataStore", cookie: Cookie) -> bool:
@@ -129,12 +144,12 @@ def check_cluster_cookie(store: "MetadataStore", cookie: Cookie) -> bool:
     cluster's matched.  Raises InvalidCookie if the cluster knows the id with another
     cookie (or an unreadable one), MetadataError if the store fails."""
     path = cookie_path(cookie.bookie_id)
-    found = _read(store, cookie.bookie_id, path)
+    found = _read(store, cookie.bookie_id)
     if found is None:
         try:
             store.write_cookie(cookie)
         except NodeExists:  # another bookie with this id wrote one first
-            found = _read(store, cookie.bookie_id, path)
+            found = _read(store, cookie.bookie_id)
             if found is None:
                 raise InvalidCookie(f"bookie {cookie.bookie_id}: its cookie {path} in "
                                     f"{store} was created and removed again while it "
@@ -143,10 +158,10 @@ def check_cluster_cookie(store: "MetadataStore", cookie: Cookie) -> bool:
         else:
             log.info("bookie %s: wrote its cookie %s in %s", cookie.bookie_id, path, store)
             return True
-    differences = found.differences(cookie)
+    differences = found[0].differences(cookie)
     if not differences:
         return False
-    if found.instance_id != cookie.instance_id:
+    if found[0].instance_id != cookie.instance_id:
         advice = ("the cluster knows this id for another bookie instance: these directories "
                   "were formatted again (new or wiped disks) or belong to another bookie, "
                   "and ledgers may still count on data the id's former disks held. Start "
@@ -163,10 +178,10 @@ def check_cluster_cookie(store: "MetadataStore", cookie: Cookie) -> bool:
                         f": {advice}")
 
 
-def _read(store: "MetadataStore", bookie_id: str, path: str) -> Cookie | None:
+def _read(store: "MetadataStore", bookie_id: str) -> tuple[Cookie, int] | None:
     try:
-        found = store.read_cookie(bookie_id)
+        return store.read_cookie(bookie_id)
     except MalformedMetadata as e:
-        raise InvalidCookie(f"bookie {bookie_id}: its cookie {path} in {store} is not a "
-                            f"pybk bookie cookie ({e}); remove it if it is stale") from e
-    return None if found is None else found[0]
+        raise InvalidCookie(f"bookie {bookie_id}: its cookie {cookie_path(bookie_id)} in "
+                            f"{store} is not a pybk bookie cookie ({e}); remove it if it "
+                            "is stale") from e
