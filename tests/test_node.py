@@ -1,7 +1,8 @@
 """Bookie nodes in this process (pybk.cluster.node) on a real ZooKeeper, and cluster
 clients (BookKeeper.connect) reaching them over ZeroMQ: registration with endpoints,
-session expiry, disk state changes, placement on writable bookies only, and a bookie
-that comes back on another port."""
+session expiry, disk state changes, placement on writable bookies only, a bookie that
+comes back on another port under the id its disks recorded, and cookies (also of
+``pybk bookie`` processes)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 import pytest
 import zkutil
 
+from clusterutil import address, bookies  # noqa: F401 (fixtures)
 from conftest import KEY, entry
 from pybk.client import BookKeeper
 from pybk.cluster.connect import ClusterBookKeeper
@@ -192,8 +194,9 @@ def test_a_client_finds_a_bookie_that_came_back_on_another_port(nodes):
 
 def test_the_first_start_writes_the_cookie_and_a_restart_on_the_same_disks_finds_it(nodes):
     node = nodes.start("b1", bookieId="b1")
-    expected = Cookie.of_bookie("b1", directory_cookie(nodes.settings("b1")))
-    assert expected.instance_id == node.bookie.instance_id
+    local = directory_cookie(nodes.settings("b1"))
+    assert (local.instance_id, local.bookie_id) == (node.bookie.instance_id, "b1")
+    expected = Cookie.of_bookie("b1", local)
     observer = nodes.observer()
     assert observer.read_cookie("b1") == (expected, 0)
     assert expected.journal_directory == str(nodes.tmp_path / "b1" / "journal")
@@ -263,3 +266,50 @@ def test_connect_fails_clearly(tmp_path):
 def test_a_node_needs_the_cluster_address(nodes):
     with pytest.raises(InvalidConfiguration, match="metadataServiceUri"):
         BookieNode(nodes.settings("b1", metadataServiceUri=""))
+
+
+# -- the bookie id belongs to the disks ---------------------------------------------------
+
+def test_a_restarted_node_keeps_the_id_its_disks_recorded_and_refuses_another(nodes):
+    node = nodes.start("b1")  # no bookieId: host:port of its first start
+    first_id, first_endpoint = node.bookie_id, node.endpoint
+    assert first_id == first_endpoint[len("tcp://"):]
+    assert directory_cookie(nodes.settings("b1")).bookie_id == first_id
+    bk = nodes.client()
+    with bk.create_ledger(1, 1, 1, password=PASSWORD) as lh:
+        for i in range(10):
+            lh.add_entry(payload(i))
+    node.close()
+    again = nodes.start("b1")  # listens on another free port
+    assert again.endpoint != first_endpoint
+    assert again.bookie_id == first_id  # the ledger's ensemble names this id
+    assert nodes.observer().bookie_endpoint(first_id) == again.endpoint
+    reader = nodes.client().open_ledger(lh.id, password=PASSWORD, recovery=False)
+    assert [e.data for e in reader.read_entries(0, 9)] == [payload(i) for i in range(10)]
+    again.close()
+    with pytest.raises(InvalidCookie, match=f"serve as bookie {first_id} .*not as b7: .*"
+                                            f"pybk bookie --bookie-id {first_id}"):
+        nodes.start("b1", bookieId="b7")
+    assert nodes.observer().bookies() == []
+    assert nodes.observer().read_cookie("b7") is None  # refused before the cluster's check
+
+
+def test_an_id_the_cluster_refused_is_not_recorded(nodes):
+    nodes.start("b1", bookieId="b1").close()
+    with pytest.raises(InvalidCookie, match="bookie b1 refuses to start"):
+        nodes.start("b2", bookieId="b1")  # other disks under a known id
+    assert directory_cookie(nodes.settings("b2")).bookie_id is None
+    assert nodes.start("b2", bookieId="b2").bookie_id == "b2"
+
+
+def test_pybk_bookie_restarted_on_another_port_keeps_its_id_and_refuses_another(bookies):
+    first = bookies.start("b1").wait_serving()  # --listen 127.0.0.1:0, no --bookie-id
+    assert first.terminate() == 0, first.output
+    again = bookies.start("b1").wait_serving()
+    assert again.endpoint != first.endpoint
+    assert again.bookie_id == first.bookie_id, again.output
+    assert again.terminate() == 0, again.output
+    other = bookies.start("b1", "--bookie-id", "b7")
+    assert other.process.wait(60) == 1, other.output
+    assert f"serve as bookie {first.bookie_id} " in other.output
+    assert f"pybk bookie --bookie-id {first.bookie_id}" in other.output

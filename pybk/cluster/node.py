@@ -4,8 +4,16 @@ A node is a :class:`~pybk.storage.Bookie` (its own, or one passed in: an embedde
 bookie can be promoted without copying data), a :class:`~pybk.cluster.BookieServer` on
 the ``listenAddress``, and a session on the cluster's metadata store
 (``metadataServiceUri``) in which the bookie is registered under its id, with its
-endpoint ``tcp://<advertised host>:<port>`` as the registration's data.  The id is
-``bookieId``, or by default ``<advertised host>:<port>`` (BookKeeper's default).
+endpoint ``tcp://<advertised host>:<port>`` as the registration's data.
+
+Bookie id
+    The id belongs to the disks, as in BookKeeper: ledgers name it for the entries the
+    disks hold.  At the bookie's first start in a cluster the id is ``bookieId``, or by
+    default ``<advertised host>:<port>`` (BookKeeper's default); once the cluster
+    accepted the bookie's cookie under it, it is recorded in the directories' cookies
+    (:func:`pybk.storage.cookie.record_bookie_id`).  Later starts use the recorded id,
+    whatever port they listen on (clients find the endpoint in the registration), and
+    refuse a ``bookieId`` naming another with InvalidCookie naming the recorded id.
 
 Cookies
     Before it registers, the node checks the bookie's cookie against the cluster's copy
@@ -68,7 +76,7 @@ from pybk.meta.interface import MetadataStore, SessionState
 from pybk.meta.zookeeper import ZooKeeperSettings
 from pybk.settings import ServerSettings, split_host_port
 from pybk.storage import Bookie
-from pybk.storage.cookie import directory_cookie
+from pybk.storage.cookie import directory_cookie, record_bookie_id, resolve_bookie_id
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +93,9 @@ class BookieNode:
 
     Raises MetadataUnavailable if ZooKeeper does not answer within ``zkTimeout``,
     MetadataError if the cluster is not formatted or the id is held by another live
-    bookie, InvalidCookie for unformatted or foreign directories or directories that do
-    not match the id's cookie in the cluster, BookKeeperError if the listen address
-    cannot be bound."""
+    bookie, InvalidCookie for unformatted or foreign directories, directories that do
+    not match the id's cookie in the cluster or that recorded another id than
+    ``bookieId``, BookKeeperError if the listen address cannot be bound."""
 
     def __init__(self, settings: ServerSettings, *, bookie: Bookie | None = None,
                  metadata: MetadataStore | None = None) -> None:
@@ -112,10 +120,11 @@ class BookieNode:
             port = int(self.server.address.rpartition(":")[2])
             #: Where clients reach the bookie, as registered.
             self.endpoint = f"tcp://{host}:{port}"
+            local = directory_cookie(bookie.settings)
             #: The bookie's id in the cluster.
-            self.bookie_id = settings.bookieId or f"{host}:{port}"
-            check_cluster_cookie(metadata, Cookie.of_bookie(
-                self.bookie_id, directory_cookie(bookie.settings)))
+            self.bookie_id = resolve_bookie_id(settings, local.bookie_id, f"{host}:{port}")
+            check_cluster_cookie(metadata, Cookie.of_bookie(self.bookie_id, local))
+            record_bookie_id(bookie.settings, self.bookie_id)
             bookie.add_state_listener(self._on_bookie_state)
             opened.callback(bookie.remove_state_listener, self._on_bookie_state)
             metadata.add_session_listener(self._on_session)

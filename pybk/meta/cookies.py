@@ -2,14 +2,15 @@
 id stands for.
 
 A bookie's directories carry a cookie (:mod:`pybk.storage.cookie`): its instance id,
-drawn when they were formatted, and their paths (unless they are not bound to paths, as
-an embedded WAL's).  That stops a bookie from starting on swapped or half-wiped disks,
-but not from starting on *all-new* disks under an id the cluster already knows: a bookie
-whose disks were wiped and formatted again, or another machine given the same id, would
-register and answer "no such entry" for entries that ledgers say it holds.  So, as
-BookKeeper does, the cluster keeps a copy of every bookie's cookie at
-``/ledgers/cookies/<bookie id>``, and a bookie node checks it at every start
-(:func:`check_cluster_cookie`, called by :class:`pybk.cluster.node.BookieNode`):
+drawn when they were formatted, its bookie id once it joined a cluster, and their paths
+(unless they are not bound to paths, as an embedded WAL's).  That stops a bookie from
+starting on swapped or half-wiped disks, or under another id, but not from starting on
+*all-new* disks under an id the cluster already knows: a bookie whose disks were wiped
+and formatted again, or another machine given the same id, would register and answer
+"no such entry" for entries that ledgers say it holds.  So, as BookKeeper does, the
+cluster keeps a copy of every bookie's cookie at ``/ledgers/cookies/<bookie id>``, and a
+bookie node checks it at every start (:func:`check_cluster_cookie`, called by
+:class:`pybk.cluster.node.BookieNode`):
 
 * no cookie for the id: the bookie writes its own, create-if-absent, so of two bookies
   racing for one id exactly one wins; the other then finds the winner's cookie below;

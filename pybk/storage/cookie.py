@@ -12,7 +12,9 @@ Formatting writes a cookie into the journal directory and every ledger directory
      "ledger_directories": ["<absolute path>", ...] or null}
 
 * ``instance_id``: drawn at format, the same in every directory of the bookie.
-* ``bookie_id``: the id the bookie serves a cluster under, or null (none recorded).
+* ``bookie_id``: the id the bookie serves a cluster under, recorded when it first joins
+  one (:mod:`pybk.cluster.node`; BookKeeper's cookie records it too): from then on these
+  disks serve under that id only, because ledgers name it for the entries they hold.
 * ``roles``: which of the bookie's directories this one is (the journal directory,
   ledger directory ``i`` of ``ledger_directory_count``; one directory may be both), so
   swapped directories are told apart even where paths are not recorded.
@@ -29,6 +31,10 @@ another bookie; other roles, swapped directories; other paths, a configuration t
 longer names the formatted directories.  Each stops the start with
 :class:`pybk.errors.InvalidCookie` naming the directory, because serving from such a disk
 would silently lose or mix entries.
+
+Cookies are rewritten atomically one directory at a time, so a crash while the bookie id
+is recorded can leave a null ``bookie_id`` next to a recorded one: that is accepted, and
+the next start records it in the rest.
 
 Format 1 (``{"format": 1, "instance_id", "journal_directory", "ledger_directories"}``,
 the same in every directory) is still read: bound paths, no bookie id, roles unknown.
@@ -65,7 +71,7 @@ class BookieCookie:
     """What the cookies of one bookie's directories say, the directory's roles aside."""
 
     instance_id: str
-    #: The id the bookie serves a cluster under; None: none recorded.
+    #: The id the bookie serves a cluster under; None until it first joins one.
     bookie_id: str | None
     ledger_directory_count: int
     #: The paths the directories are bound to; both None: not bound (module docstring).
@@ -280,6 +286,7 @@ def _verified(settings) -> tuple[BookieCookie, list[tuple[str, tuple[str, ...],
     found = _read_all(settings)
     wanted = _at_settings(settings, found)
     for directory, _, cookie in found:
+        # A null bookie id next to a recorded one: a start that recorded it was cut short.
         if dataclasses.replace(cookie, bookie_id=wanted.bookie_id) != wanted:
             where = ("the settings name" if wanted.bound
                      else f"the cookie of {found[0][0]} records")
@@ -298,3 +305,37 @@ def directory_cookie(settings) -> BookieCookie:
 def verify_cookies(settings) -> str:
     """Check every directory's cookie; return the instance id or raise InvalidCookie."""
     return directory_cookie(settings).instance_id
+
+
+def resolve_bookie_id(settings, recorded: str | None, default: str | None = None
+                      ) -> str | None:
+    """The id a bookie serves under: ``recorded`` in its cookies, else ``bookieId``,
+    else ``default``.  InvalidCookie, naming the recorded id and what to do, if
+    ``bookieId`` names another than the recorded one."""
+    if recorded is None:
+        return settings.bookieId or default
+    if settings.bookieId and settings.bookieId != recorded:
+        raise InvalidCookie(
+            f"the bookie directories {', '.join(d for d, _ in _directories(settings))} "
+            f"serve as bookie {recorded} (their cookies recorded that id when they first "
+            f"joined a cluster), not as {settings.bookieId}: ledgers name {recorded} for "
+            "the entries on them, and would lose those copies under another id. Start "
+            f"them with bookieId={recorded} (pybk bookie --bookie-id {recorded}) or "
+            "without bookieId, which uses the recorded id; a bookie under a new id needs "
+            "new, formatted directories")
+    return recorded
+
+
+def record_bookie_id(settings, bookie_id: str) -> BookieCookie:
+    """Record ``bookie_id`` in the cookies of every directory that has none (the bookie's
+    first start in a cluster); InvalidCookie if they record another.  The caller holds
+    the directories (an open Bookie)."""
+    cookie, found = _verified(settings)
+    if cookie.bookie_id not in (None, bookie_id):
+        raise InvalidCookie(f"the directories of {settings.journalDirectory} serve as "
+                            f"bookie {cookie.bookie_id}, not {bookie_id}")
+    recorded = dataclasses.replace(cookie, bookie_id=bookie_id)
+    for directory, roles, former in found:
+        if former.bookie_id is None:
+            _write(directory, recorded, roles)
+    return recorded
