@@ -4,6 +4,9 @@
     The embedded WAL: appends, kill -9, restart, verify every record (:mod:`pybk.demo`).
 ``pybk bookie``
     A bookie serving a cluster until SIGTERM or SIGINT (:class:`pybk.cluster.node.BookieNode`).
+``pybk updatecookie``
+    Accept a bookie's directories moved on purpose: rewrite its cookies and the cluster's
+    copy (:func:`pybk.meta.cookies.update_cookies`, BookKeeper's ``updatecookie``).
 ``pybk format-cluster``
     Format a cluster's metadata on ZooKeeper, once per cluster.
 ``pybk localcluster N``
@@ -46,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         except InvalidConfiguration as e:
             parser.error(str(e))
         return commands.run_bookie(settings, args.format, args.lifeline_fd)
+    if args.command == "updatecookie":
+        try:
+            settings = bookie_settings(args)
+        except InvalidConfiguration as e:
+            parser.error(str(e))
+        return commands.run_updatecookie(settings)
     if args.command == "format-cluster":
         return commands.run_format_cluster(args.zk, args.layout)
     if args.command == "localcluster":
@@ -57,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def bookie_settings(args: argparse.Namespace) -> ServerSettings:
-    """The settings ``pybk bookie`` runs with: the ``--conf`` file, then ``PYBK_<name>``
-    variables, then ``--set`` options, then the dedicated options, later ones winning."""
+    """The settings ``pybk bookie`` and ``pybk updatecookie`` run with: the ``--conf``
+    file, then ``PYBK_<name>`` variables, then ``--set`` options, then the dedicated
+    options, later ones winning."""
     known = {f.name for f in fields(ServerSettings)}
     overrides: dict[str, str] = {}
     for assignment in args.set:
@@ -69,7 +79,7 @@ def bookie_settings(args: argparse.Namespace) -> ServerSettings:
                                        "ServerSettings name as KEY")
         overrides[key] = value.strip()
     for option, key in _BOOKIE_OPTIONS.items():
-        if getattr(args, option) is not None:
+        if getattr(args, option, None) is not None:  # updatecookie has no --listen
             overrides[key] = getattr(args, option)
     if args.ledger_dir:
         overrides["ledgerDirectories"] = ",".join(args.ledger_dir)
@@ -111,6 +121,24 @@ def _parser() -> argparse.ArgumentParser:
                         help="an inherited pipe's read end: stop as on SIGTERM when it "
                              "reads end-of-file, i.e. when the parent holding its write "
                              "end exits (pybk localcluster passes one)")
+
+    update = commands.add_parser(
+        "updatecookie", help="accept a bookie's directories moved on purpose",
+        description="After moving a stopped bookie's directories: check that they are "
+                    "its own (one instance id, as the cluster knows it) and rewrite their "
+                    "cookies and the cluster's copy with the new paths.")
+    update.add_argument("--conf", help="a bk_server.conf-style key=value settings file")
+    update.add_argument("--zk", metavar="ADDRESS",
+                        help="the cluster, to update its copy of the cookie too "
+                             "(metadataServiceUri)")
+    update.add_argument("--journal-dir", help="the journal directory's new path")
+    update.add_argument("--ledger-dir", action="append", default=[],
+                        help="a ledger directory's new path, in the former order; repeat "
+                             "for several")
+    update.add_argument("--bookie-id", help="the bookie's id, only for directories whose "
+                                            "cookies record none (older pybk)")
+    update.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="any ServerSettings name")
 
     format_cmd = commands.add_parser(
         "format-cluster", help="format a cluster's metadata on ZooKeeper (once)")

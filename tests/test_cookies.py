@@ -1,5 +1,6 @@
 """Cookies stop a bookie from starting on missing, swapped or wiped directories; an
-embedded WAL's directory can be copied, moved or opened through a symlink."""
+embedded WAL's directory can be copied, moved or opened through a symlink; a bookie
+server's directories moved on purpose are accepted again by updatecookie."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import pytest
 import pybk
 from clusterutil import address  # noqa: F401 (fixture)
 from conftest import KEY, entry
-from pybk.errors import InvalidCookie
+from pybk.errors import BookKeeperError, InvalidCookie
+from pybk.meta.cookies import update_cookies
 from pybk.storage import Bookie, format_bookie
-from pybk.storage.cookie import format_directories
+from pybk.storage.cookie import directory_cookie, format_directories
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -155,7 +157,68 @@ def test_unbound_directories_are_still_checked_by_their_roles(settings_factory, 
         bookie.add_entry(1, 0, entry(1, 0), KEY)
 
 
-def test_directories_formatted_by_an_earlier_pybk_still_start(settings_factory):
+# -- a bookie server's directories moved on purpose: updatecookie -------------------------
+
+def _moved(settings, tmp_path, order=(0, 1)):
+    """Move the bookie's directories under tmp_path/new; the settings naming them there,
+    the ledger directories in ``order``."""
+    new = tmp_path / "new"
+    new.mkdir()
+    shutil.move(settings.journalDirectory, new / "journal")
+    ledgers = []
+    for i, directory in enumerate(settings.ledgerDirectories):
+        shutil.move(directory, new / f"ledgers{i}")
+        ledgers.append(str(new / f"ledgers{i}"))
+    return settings.replace(journalDirectory=str(new / "journal"),
+                            ledgerDirectories=tuple(ledgers[i] for i in order))
+
+
+def test_a_moved_bookie_is_refused_until_updatecookie_accepts_its_directories(
+        settings_factory, tmp_path):
+    settings = _formatted(settings_factory)
+    with Bookie(settings) as bookie:
+        for i in range(10):
+            bookie.add_entry(1, i, entry(1, i), KEY)
+    moved = _moved(settings, tmp_path)
+    with pytest.raises(InvalidCookie, match=f"records journal {settings.journalDirectory}.*"
+                                            "run pybk updatecookie"):
+        Bookie(moved)
+    cookie = update_cookies(moved)  # never in a cluster: no cluster copy to update
+    assert (cookie.journal_directory, cookie.ledger_directories) == \
+        (moved.journalDirectory, moved.ledgerDirectories)
+    assert directory_cookie(moved) == cookie
+    with Bookie(moved) as bookie:
+        assert [bookie.read_entry(1, i) for i in range(10)] == \
+            [entry(1, i) for i in range(10)]
+    assert update_cookies(moved) == cookie  # running it again changes nothing
+
+
+def test_updatecookie_refuses_directories_that_are_not_one_bookies(settings_factory,
+                                                                   tmp_path):
+    settings = _formatted(settings_factory)
+    before = directory_cookie(settings)
+    with Bookie(settings), pytest.raises(BookKeeperError, match="a bookie is using these "
+                                                                "directories; stop it"):
+        update_cookies(settings)
+    swapped = _moved(settings, tmp_path, order=(1, 0))
+    with pytest.raises(InvalidCookie, match="were directories swapped"):
+        update_cookies(swapped)
+    other = settings.replace(journalDirectory=str(tmp_path / "oj"),
+                             ledgerDirectories=(str(tmp_path / "ol"),))
+    format_bookie(other)
+    mixed = swapped.replace(ledgerDirectories=(swapped.ledgerDirectories[1],
+                                               other.ledgerDirectories[0]))
+    with pytest.raises(InvalidCookie, match="belongs to another bookie"):
+        update_cookies(mixed)
+    moved = swapped.replace(ledgerDirectories=swapped.ledgerDirectories[::-1])
+    # Refused without writing anything: the cookies still name the former paths.
+    with pytest.raises(InvalidCookie, match="run pybk updatecookie"):
+        Bookie(moved)
+    assert update_cookies(moved).instance_id == before.instance_id  # in order: accepted
+
+
+def test_directories_formatted_by_an_earlier_pybk_still_start_and_can_move(settings_factory,
+                                                                           tmp_path):
     settings = settings_factory()
     old = {"format": 1, "instance_id": "0123abcd",
            "journal_directory": settings.journalDirectory,
@@ -167,7 +230,13 @@ def test_directories_formatted_by_an_earlier_pybk_still_start(settings_factory):
     with Bookie(settings) as bookie:
         assert bookie.instance_id == "0123abcd"
         bookie.add_entry(1, 0, entry(1, 0), KEY)
-    with Bookie(settings) as bookie:
+    moved = _moved(settings, tmp_path)
+    with pytest.raises(InvalidCookie, match="run pybk updatecookie"):
+        Bookie(moved)
+    assert update_cookies(moved).instance_id == "0123abcd"
+    with open(os.path.join(moved.ledgerDirectories[1], "current", "COOKIE")) as f:
+        assert json.load(f)["format"] == 2  # rewritten in the current format
+    with Bookie(moved) as bookie:
         assert bookie.read_entry(1, 0) == entry(1, 0)
 
 

@@ -2,26 +2,28 @@
 clients (BookKeeper.connect) reaching them over ZeroMQ: registration with endpoints,
 session expiry, disk state changes, placement on writable bookies only, a bookie that
 comes back on another port under the id its disks recorded, and cookies (also of
-``pybk bookie`` processes)."""
+``pybk bookie`` and ``pybk updatecookie`` processes)."""
 
 from __future__ import annotations
 
 import dataclasses
 import queue
+import shutil
 import socket
+import subprocess
 import time
 
 import pytest
 import zkutil
 
-from clusterutil import address, bookies  # noqa: F401 (fixtures)
+from clusterutil import address, bookies, child_env, pybk_command  # noqa: F401 (fixtures)
 from conftest import KEY, entry
 from pybk.client import BookKeeper
 from pybk.cluster.connect import ClusterBookKeeper
 from pybk.cluster.node import BookieNode
 from pybk.errors import (BookieReadOnly, InvalidConfiguration, InvalidCookie,
                          MetadataUnavailable, NotEnoughBookies)
-from pybk.meta.cookies import Cookie
+from pybk.meta.cookies import Cookie, update_cookies
 from pybk.meta.zookeeper import SessionState, ZooKeeperMetadataStore, format_cluster
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import Bookie, format_bookie
@@ -313,3 +315,48 @@ def test_pybk_bookie_restarted_on_another_port_keeps_its_id_and_refuses_another(
     assert other.process.wait(60) == 1, other.output
     assert f"serve as bookie {first.bookie_id} " in other.output
     assert f"pybk bookie --bookie-id {first.bookie_id}" in other.output
+
+
+# -- updatecookie -------------------------------------------------------------------------
+
+def _updatecookie(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(pybk_command("updatecookie", *args), env=child_env(),
+                          capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_pybk_updatecookie_moves_a_bookie_of_the_cluster(nodes):
+    node = nodes.start("b1", bookieId="b1")
+    bk = nodes.client()
+    with bk.create_ledger(1, 1, 1, password=PASSWORD) as lh:
+        for i in range(10):
+            lh.add_entry(payload(i))
+    node.close()
+    shutil.move(nodes.tmp_path / "b1", nodes.tmp_path / "new-disks")
+    new = ["--journal-dir", str(nodes.tmp_path / "new-disks" / "journal"),
+           "--ledger-dir", str(nodes.tmp_path / "new-disks" / "ledgers")]
+    with pytest.raises(InvalidCookie, match="run pybk updatecookie"):
+        nodes.start("new-disks")
+    result = _updatecookie(*new)
+    assert result.returncode == 1 and "serve as bookie b1 in a cluster: give the cluster" \
+        in result.stderr, result.stderr
+    result = _updatecookie(*new, "--zk", nodes.address)
+    assert result.returncode == 0, result.stderr
+    assert "bookie b1" in result.stdout and "new-disks" in result.stdout, result.stdout
+    cookie, version = nodes.observer().read_cookie("b1")
+    assert version == 1
+    assert cookie.journal_directory == str(nodes.tmp_path / "new-disks" / "journal")
+    moved = nodes.start("new-disks")  # no bookieId: the recorded b1
+    assert moved.bookie_id == "b1"
+    reader = nodes.client().open_ledger(lh.id, password=PASSWORD, recovery=False)
+    assert [e.data for e in reader.read_entries(0, 9)] == [payload(i) for i in range(10)]
+
+
+def test_updatecookie_refuses_disks_the_cluster_knows_as_another_instance(nodes):
+    nodes.start("b1", bookieId="b1").close()
+    before = nodes.observer().read_cookie("b1")
+    settings = nodes.settings("b9")  # other disks, which recorded no id
+    with pytest.raises(InvalidCookie, match="is of instance .*nothing was changed"):
+        update_cookies(settings.replace(bookieId="b1"), nodes.observer())
+    assert nodes.observer().read_cookie("b1") == before
+    assert directory_cookie(settings).bookie_id is None

@@ -1,5 +1,6 @@
-"""What the cluster commands of ``pybk`` do: ``bookie``, ``format-cluster``,
-``localcluster`` and ``simpletest`` (:mod:`pybk.cli` parses their arguments).
+"""What the cluster commands of ``pybk`` do: ``bookie``, ``updatecookie``,
+``format-cluster``, ``localcluster`` and ``simpletest`` (:mod:`pybk.cli` parses their
+arguments).
 
 Each returns the process's exit status: 0 on success, and after a graceful stop on
 SIGTERM or SIGINT; 1 if the command failed, with the reason on standard error.  Lines
@@ -87,6 +88,32 @@ def run_bookie(settings: ServerSettings, format_new: bool = False,
         return _failed("bookie", BookKeeperError(f"{node.bookie_id} shut down: "
                                                  f"{node.shutdown_reason}"))
     _say(f"pybk bookie: {node.bookie_id} stopped")
+    return 0
+
+
+def run_updatecookie(settings: ServerSettings) -> int:
+    """Accept a bookie's directories moved on purpose to where ``settings`` name them:
+    rewrite their cookies and, with ``metadataServiceUri``, the cluster's copy
+    (:func:`pybk.meta.cookies.update_cookies`)."""
+    from pybk.meta.address import open_metadata_store
+    from pybk.meta.cookies import update_cookies
+    from pybk.meta.zookeeper import ZooKeeperSettings
+
+    try:
+        with contextlib.ExitStack() as opened:
+            store = None
+            if settings.metadataServiceUri:
+                store = opened.enter_context(open_metadata_store(
+                    settings.metadataServiceUri,
+                    ZooKeeperSettings(zkTimeout=settings.zkTimeout)))
+            cookie = update_cookies(settings, store)
+    except BookKeeperError as e:
+        return _failed("updatecookie", e)
+    who = f"bookie {cookie.bookie_id}" if cookie.bookie_id else "the bookie"
+    _say(f"pybk updatecookie: {who} (instance {cookie.instance_id}): its cookies name "
+         f"{cookie.describe_paths()}"
+         + (f", in its directories and in {settings.metadataServiceUri}"
+            if cookie.bookie_id else ""))
     return 0
 
 

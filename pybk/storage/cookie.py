@@ -30,11 +30,15 @@ paths.  A missing cookie means a new or wiped disk; another instance id, a disk 
 another bookie; other roles, swapped directories; other paths, a configuration that no
 longer names the formatted directories.  Each stops the start with
 :class:`pybk.errors.InvalidCookie` naming the directory, because serving from such a disk
-would silently lose or mix entries.
+would silently lose or mix entries.  Directories moved on purpose are accepted again by
+:func:`rebind_directories` (``pybk updatecookie``,
+:func:`pybk.meta.cookies.update_cookies`).
 
 Cookies are rewritten atomically one directory at a time, so a crash while the bookie id
-is recorded can leave a null ``bookie_id`` next to a recorded one: that is accepted, and
-the next start records it in the rest.
+is recorded, or while ``pybk updatecookie`` runs, can leave the directories disagreeing:
+a null ``bookie_id`` next to a recorded one is accepted (the next start records it in
+the rest), and paths that differ between directories are what ``pybk updatecookie``,
+run again, repairs.
 
 Format 1 (``{"format": 1, "instance_id", "journal_directory", "ledger_directories"}``,
 the same in every directory) is still read: bound paths, no bookie id, roles unknown.
@@ -47,19 +51,24 @@ checked by :class:`pybk.cluster.node.BookieNode`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import shutil
 import uuid
+from typing import Iterator
 
-from pybk.errors import InvalidCookie
-from pybk.storage.fileio import write_file_atomically
+from pybk.errors import BookKeeperError, InvalidCookie
+from pybk.storage.fileio import lock_file, write_file_atomically
 
 COOKIE_FILE = "COOKIE"
 CURRENT = "current"
 FORMAT = 2
 JOURNAL_ROLE = "journal"
+#: The lock file the Bookie holds in its journal directory's ``current/`` while it runs
+#: (:class:`pybk.storage.Bookie`); rewriting the cookies takes it too.
+LOCK_FILE = "LOCK"
 
 _KEYS_V1 = frozenset(("format", "instance_id", "journal_directory", "ledger_directories"))
 _KEYS = frozenset(("format", "instance_id", "bookie_id", "ledger_directory_count", "roles",
@@ -180,7 +189,8 @@ def _write(directory: str, cookie: BookieCookie, roles: tuple[str, ...]) -> None
 
 
 def write_cookies(settings, cookie: BookieCookie) -> None:
-    """Write ``cookie`` into every directory of ``settings``, each with its roles."""
+    """Write ``cookie`` into every directory of ``settings``, each with its roles.  The
+    caller holds the directories (:func:`locked_directories`, or an open Bookie)."""
     for directory, roles in _directories(settings):
         _write(directory, cookie, roles)
 
@@ -290,9 +300,13 @@ def _verified(settings) -> tuple[BookieCookie, list[tuple[str, tuple[str, ...],
         if dataclasses.replace(cookie, bookie_id=wanted.bookie_id) != wanted:
             where = ("the settings name" if wanted.bound
                      else f"the cookie of {found[0][0]} records")
+            advice = (" If the directories were moved on purpose, run pybk updatecookie "
+                      "with the new settings: it checks that they are this bookie's and "
+                      "rewrites their cookies (and the cluster's copy)" if wanted.bound
+                      else "")
             raise InvalidCookie(f"directory {directory}: its cookie records "
                                 f"{cookie.describe_paths()}, but {where} "
-                                f"{wanted.describe_paths()}")
+                                f"{wanted.describe_paths()}.{advice}")
     return wanted, found
 
 
@@ -339,3 +353,33 @@ def record_bookie_id(settings, bookie_id: str) -> BookieCookie:
         if former.bookie_id is None:
             _write(directory, recorded, roles)
     return recorded
+
+
+def rebind_directories(settings) -> BookieCookie:
+    """The cookie the directories of ``settings`` must hold once moved there on purpose
+    (BookKeeper's ``updatecookie``): bound to the settings' paths (left unbound if they
+    were), with the same instance id and bookie id.
+
+    Checks first that they are one bookie's directories: every one has a cookie with
+    the same instance id and no other bookie id, in the roles and number the settings
+    give them; InvalidCookie otherwise.  Writes nothing: :func:`write_cookies` does."""
+    return _at_settings(settings, _read_all(settings))
+
+
+@contextlib.contextmanager
+def locked_directories(settings) -> Iterator[None]:
+    """Hold the bookie's directory lock (the one a running Bookie holds) for the block;
+    BookKeeperError at once if a bookie is using the directories."""
+    path = os.path.join(settings.journalDirectory, CURRENT, LOCK_FILE)
+    if not os.path.isdir(os.path.dirname(path)):
+        raise InvalidCookie(f"directory {settings.journalDirectory} holds no bookie "
+                            f"({os.path.dirname(path)} does not exist)")
+    try:
+        fd = lock_file(path)
+    except BlockingIOError:
+        raise BookKeeperError(f"{path} is locked: a bookie is using these directories; "
+                              "stop it first") from None
+    try:
+        yield
+    finally:
+        os.close(fd)
