@@ -225,7 +225,11 @@ def format_directories(settings, force: bool = False, bind_paths: bool = True) -
     return instance_id
 
 
-def _read_all(settings) -> list[tuple[str, tuple[str, ...], BookieCookie]]:
+#: ``(directory, its roles by the settings, its cookie)`` of each of a bookie's directories.
+_Found = list[tuple[str, tuple[str, ...], BookieCookie]]
+
+
+def _read_all(settings) -> _Found:
     """Every directory, its roles and its cookie, once checked that they are one
     bookie's directories as the settings name them: each exists and has a cookie of
     the journal directory's instance, with the roles and ledger directory count the
@@ -243,7 +247,7 @@ def _read_all(settings) -> list[tuple[str, tuple[str, ...], BookieCookie]]:
                             "was never formatted; format it first (pybk bookie --format, or "
                             "pybk.storage.format_bookie)")
     instance_id = (cookies[directories[0][0]] or present[0])[0].instance_id
-    found = []
+    found: _Found = []
     for directory, roles in directories:
         read = cookies[directory]
         if read is None:
@@ -279,8 +283,7 @@ def _describe(roles: tuple[str, ...]) -> str:
                         f"ledger directory {role.partition('/')[2]}" for role in roles)
 
 
-def _at_settings(settings, found: list[tuple[str, tuple[str, ...], BookieCookie]]
-                 ) -> BookieCookie:
+def _at_settings(settings, found: _Found) -> BookieCookie:
     """The cookie that ``found`` (checked by :func:`_read_all`) should all hold where
     the settings name them: the journal directory's, bound to the settings' paths if
     it was bound, with the bookie id recorded in any of them."""
@@ -291,8 +294,7 @@ def _at_settings(settings, found: list[tuple[str, tuple[str, ...], BookieCookie]
     return _bound_to(settings, reference.instance_id, bookie_id)
 
 
-def _verified(settings) -> tuple[BookieCookie, list[tuple[str, tuple[str, ...],
-                                                          BookieCookie]]]:
+def _verified(settings) -> tuple[BookieCookie, _Found]:
     found = _read_all(settings)
     wanted = _at_settings(settings, found)
     for directory, _, cookie in found:
