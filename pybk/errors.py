@@ -191,6 +191,13 @@ class LedgerClosed(BookKeeperError):
     code = -11  # LedgerClosedException
 
 
+class ClientClosed(BookKeeperError):
+    """The BookKeeper client was closed: it creates, opens, deletes and lists no more
+    ledgers.  Make a new client."""
+
+    code = -19  # BKClientClosedException; never sent over the wire
+
+
 class ReadOnlyLedger(BookKeeperError):
     """The handle was opened for reading and refuses writes."""
 

@@ -9,7 +9,7 @@ import pybk
 import zkutil
 from clusterutil import address, bookies  # noqa: F401 (fixtures)
 from pybk.client.transport import InProcessBookieClient
-from pybk.errors import InvalidConfiguration
+from pybk.errors import ClientClosed, InvalidConfiguration
 from pybk.meta.ledgers import LedgerManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 
@@ -69,3 +69,13 @@ def test_a_promoted_wal_writes_to_its_own_bookie_in_process(tmp_path, address, b
         for entry_id in local_entries:  # on the WAL's own disks, written without a socket
             assert wal.bookie.read_entry(segment.ledger_id, entry_id)
         assert list(wal.read()) == before + after
+
+
+def test_a_closed_cluster_client_refuses_every_call(address):
+    bk = pybk.BookKeeper(address)
+    bk.close()
+    for call in (lambda: bk.create_ledger(1, 1, 1), lambda: bk.open_ledger(0),
+                 lambda: bk.delete_ledger(0), bk.list_ledgers):
+        with pytest.raises(ClientClosed, match="client is closed"):
+            call()
+    bk.close()

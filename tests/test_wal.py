@@ -247,3 +247,32 @@ def test_a_larger_max_entry_size_holds_for_the_client_side_too(tmp_path):
                    recordMaxBytes=7 << 20) as wal:
         position = wal.append(record)
         assert [data for _, data in wal.read(position)] == [record]
+
+
+# -- use after close ---------------------------------------------------------------------
+
+
+def test_a_closed_in_process_client_refuses_every_call(tmp_path, bookie):
+    from pybk.client import BookKeeper
+    from pybk.errors import ClientClosed
+    from pybk.meta.embedded import EmbeddedMetadataStore
+    from pybk.meta.ledgers import LedgerManager
+
+    with EmbeddedMetadataStore(tmp_path / "meta") as store:
+        bk = BookKeeper.in_process({"b1": bookie}, store)
+        ledger = bk.create_ledger(1, 1, 1)
+        ledger.add_entry(b"x")
+        ledger.close()
+        bk.close()
+        calls = {
+            "create_ledger": lambda: bk.create_ledger(1, 1, 1),
+            "open_ledger": lambda: bk.open_ledger(ledger.id),
+            "delete_ledger": lambda: bk.delete_ledger(ledger.id),
+            "list_ledgers": lambda: bk.list_ledgers(),
+        }
+        for name, call in calls.items():
+            with pytest.raises(ClientClosed, match="client is closed"):
+                call()
+        assert LedgerManager(store).ledger_ids() == [ledger.id], \
+            "a closed client created or deleted a ledger"
+        bk.close()  # closing again is harmless

@@ -11,6 +11,9 @@ opened or deleted ledger) it calls :meth:`BookKeeper.resolve_bookies`, which a c
 whose bookie lookups read a store overrides (the cluster client does), so that sending
 an add never waits for one.
 
+After :meth:`BookKeeper.close` every call to create, open, delete or list ledgers raises
+ClientClosed (handles opened before are not closed with the client).
+
 Threads: one timer thread per client times out adds and sends explicit LACs for idle
 writers; one worker thread runs ensemble changes (they block on the metadata store and
 must not run on a bookie's completion thread).
@@ -30,7 +33,7 @@ from pybk.client.ledger import LedgerHandle
 from pybk.client.placement import RendezvousPlacement
 from pybk.client.recovery import recover
 from pybk.client.transport import BookieClient, InProcessBookieClient
-from pybk.errors import BookieUnavailable, NotEnoughBookies, Unauthorized
+from pybk.errors import BookieUnavailable, ClientClosed, NotEnoughBookies, Unauthorized
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import LedgerManager
@@ -111,6 +114,7 @@ class BookKeeper:
                       digest: str | DigestType = "crc32c", password: bytes = b"",
                       custom_metadata: Mapping[str, bytes] | None = None) -> LedgerHandle:
         """A new ledger, open for writing.  E >= Qw >= Qa >= 1 or InvalidLedgerMetadata."""
+        self._check_open()
         digest_type = _digest_type(digest)
         versioned = self.ledger_manager.create_ledger(
             lambda ledger_id: self._choose(ledger_id, ensemble, exclude=()), write_quorum,
@@ -126,6 +130,7 @@ class BookKeeper:
         (the writer, if alive, can add no more); ``recovery=False`` reads up to the LAC
         without disturbing the writer.
         """
+        self._check_open()
         versioned = self.ledger_manager.read(ledger_id)
         if not versioned.metadata.check_password(password):
             raise Unauthorized(f"wrong password for ledger {ledger_id}")
@@ -144,6 +149,7 @@ class BookKeeper:
 
     def delete_ledger(self, ledger_id: int) -> None:
         """Delete a ledger's metadata, then its entries on every bookie that held some."""
+        self._check_open()
         metadata = self.ledger_manager.read(ledger_id).metadata
         self.ledger_manager.delete(ledger_id)
         holders = _bookies_of(metadata)
@@ -157,7 +163,19 @@ class BookKeeper:
                             bookie_id, e)
 
     def list_ledgers(self) -> list[int]:
+        """The ids of every ledger in the metadata store."""
+        self._check_open()
         return self.ledger_manager.ledger_ids()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._stop.is_set()
+
+    def _check_open(self) -> None:
+        if self._stop.is_set():
+            raise ClientClosed("this BookKeeper client is closed: it creates, opens, "
+                               "deletes and lists no more ledgers (make a new client)")
 
     # -- bookies ------------------------------------------------------------------
 
@@ -242,7 +260,8 @@ class BookKeeper:
                     log.exception("ledger %d: timer work failed", handle.id)
 
     def close(self) -> None:
-        """Stop the client's threads (open handles are not closed)."""
+        """Stop the client's threads (open handles are not closed).  Closing again does
+        nothing."""
         self._stop.set()
         self._timer.join()
         self._worker.shutdown(wait=True)
