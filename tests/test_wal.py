@@ -249,7 +249,72 @@ def test_a_larger_max_entry_size_holds_for_the_client_side_too(tmp_path):
         assert [data for _, data in wal.read(position)] == [record]
 
 
-# -- use after close ---------------------------------------------------------------------
+# -- use after close, position arguments, the end of the log ---------------------------
+
+
+def test_a_closed_wal_refuses_every_call_with_one_error(tmp_path):
+    wal = pybk.open(tmp_path / "wal")
+    position = wal.append(b"only")
+    wal.close()
+    calls = {
+        "append": lambda: wal.append(b"x"),
+        "append_async": lambda: wal.append_async(b"x"),
+        "read": lambda: list(wal.read()),
+        "reader": lambda: wal.reader(),
+        "truncate": lambda: wal.truncate(position),
+        "sync": lambda: wal.sync(),
+    }
+    for name, call in calls.items():
+        with pytest.raises(LogClosed, match=r"the WAL at .* is closed") as raised:
+            call()
+        assert str(tmp_path / "wal") in str(raised.value), name
+    wal.close()  # closing again is harmless
+
+
+def test_a_reader_of_a_closed_wal_says_it_is_closed(tmp_path):
+    wal = pybk.open(tmp_path / "wal")
+    wal.append(b"one")
+    reader = wal.reader()
+    records = wal.read()
+    wal.close()
+    with pytest.raises(LogClosed, match="closed"):
+        reader.read_next(timeout=0.1)
+    with pytest.raises(LogClosed, match="closed"):
+        list(records)
+
+
+def test_positions_are_taken_as_text_too_and_nonsense_is_refused(tmp_path):
+    with pybk.open(tmp_path / "wal") as wal:
+        positions = [f.result(timeout=30) for f in
+                     [wal.append_async(b"%d" % i) for i in range(50)]]
+        middle = positions[20]
+        assert list(wal.read(start=str(middle))) == list(wal.read(start=middle))
+        assert [p for p, _ in wal.reader(start=str(middle)).read()] == positions[20:]
+        for bad in (None, 5, "first", "1:2", (1, 2), Position(0, -1, 0), (0, 1.5, 0),
+                    (True, 0, 0)):
+            with pytest.raises((TypeError, ValueError),
+                               match=r"truncate\(before\).*segment:entry:slot"):
+                wal.truncate(bad)
+        for bad in (5, "first", "0:1", (0, 0, -1)):
+            with pytest.raises((TypeError, ValueError),
+                               match=r"start.*segment:entry:slot"):
+                wal.read(start=bad)
+        wal.truncate(str(middle))
+        assert [p for p, _ in wal.read()] == positions[20:]
+
+
+def test_reading_from_past_the_end_of_the_log_says_so(tmp_path):
+    with pybk.open(tmp_path / "wal") as wal:
+        last = wal.append(b"last")
+        # Where the next record may go is not past the end: nothing to read yet.
+        assert list(wal.read(start=Position(last.segment, last.entry, last.slot + 1))) == []
+        assert list(wal.read(start=Position(last.segment, last.entry + 1, 0))) == []
+        for beyond in (Position(last.segment + 1, 0, 0), Position(99, 0, 0),
+                       Position(last.segment, last.entry + 2, 0)):
+            with pytest.raises(ValueError, match=f"{beyond} is past the end of the log"):
+                wal.read(start=beyond)
+            with pytest.raises(ValueError, match="past the end"):
+                wal.reader(start=beyond).read_next(timeout=0.1)
 
 
 def test_a_closed_in_process_client_refuses_every_call(tmp_path, bookie):
@@ -276,3 +341,29 @@ def test_a_closed_in_process_client_refuses_every_call(tmp_path, bookie):
         assert LedgerManager(store).ledger_ids() == [ledger.id], \
             "a closed client created or deleted a ledger"
         bk.close()  # closing again is harmless
+
+
+# -- a WAL dropped without close() ------------------------------------------------------
+
+
+def test_a_wal_dropped_without_close_releases_its_directory(tmp_path):
+    wal = pybk.open(tmp_path / "wal")
+    written = [(wal.append(b"r%d" % i), b"r%d" % i) for i in range(10)]
+    with pytest.warns(ResourceWarning, match="was not closed"):
+        del wal  # as in a notebook: no close(), no with
+    with pybk.open(tmp_path / "wal") as wal:  # the lock went with the object
+        assert list(wal.read()) == written
+
+
+def test_a_wal_still_referenced_elsewhere_names_what_to_do(tmp_path):
+    wal = pybk.open(tmp_path / "wal")
+    kept = [wal]  # as a notebook's Out[] or _ keeps the last value shown
+    del wal
+    try:
+        with pytest.raises(BookKeeperError,
+                           match=r"WAL object of this process still has it open.*close\(\)"):
+            pybk.open(tmp_path / "wal")
+    finally:
+        kept.pop().close()
+    with pybk.open(tmp_path / "wal") as wal:
+        wal.append(b"reopened")

@@ -19,7 +19,7 @@ never changes once its append was acknowledged.  The text form is ``"segment:ent
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 
 class Position(NamedTuple):
@@ -39,6 +39,25 @@ class Position(NamedTuple):
         if len(parts) != 3 or not all(p.isdigit() for p in parts):
             raise ValueError(f"{text!r} is not a log position (segment:entry:slot)")
         return cls(*(int(p) for p in parts))
+
+    @classmethod
+    def of(cls, value: "Position | str | Sequence[int]", what: str) -> "Position":
+        """``value`` as a position: a Position, its text (``"segment:entry:slot"``) or
+        three non-negative integers.  ``what`` names the argument in the error:
+        TypeError for another type, ValueError for text or numbers that are no position."""
+        if isinstance(value, str):
+            try:
+                return cls.parse(value)
+            except ValueError as e:
+                raise ValueError(f"{what}: {e}") from None
+        if not isinstance(value, Sequence) or len(value) != 3:
+            raise TypeError(f"{what} must be a Position or its text 'segment:entry:slot', "
+                            f"not {value!r}")
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                   for n in value):
+            raise ValueError(f"{what}: {tuple(value)!r} is not a log position "
+                             "(segment:entry:slot, integers of 0 or more)")
+        return cls(*value)
 
 
 #: Before every record of every log.

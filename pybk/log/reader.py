@@ -9,6 +9,13 @@ disturbs the writer: it opens ledgers without recovery.  It moves to the next se
 only once the current one is closed, so it sees records in position order, each once.
 
 If truncation removes the segment a reader is in, it goes on at the truncation point.
+
+The start may be a :class:`Position`, its text or three integers.  A start past the end
+of the log raises ValueError at the first read: in a segment the log has not reached yet,
+or (read in the writer's process, which knows the last acknowledged entry) beyond the
+entry after the last acknowledged one.  Reading from where the next record will go is not
+past the end: it gives nothing until a record is appended.  Once the client the reader
+reads through is closed (or the WAL it came from), every read raises LogClosed.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Iterator
 
-from pybk.errors import NoNode, NoSuchEntry, NoSuchLedger, NoSuchLog
+from pybk.errors import LogClosed, NoNode, NoSuchEntry, NoSuchLedger, NoSuchLog
 from pybk.log.batch import decode_batch
 from pybk.log.metadata import LogMetadata, Segment, read_log
 from pybk.log.position import START, Position
@@ -36,13 +43,14 @@ _POLL_MAX_S = 0.01
 class LogReader:
     """Records of log ``name`` from ``start`` (the beginning when None), in order."""
 
-    def __init__(self, bk: "BookKeeper", name: str, start: Position | None = None,
+    def __init__(self, bk: "BookKeeper", name: str, start: Position | str | None = None,
                  password: bytes = b"", writer: "LogWriter | None" = None) -> None:
         self._bk = bk
         self.name = name
         self._password = password
         self._writer = writer
-        self._next = Position(*start) if start is not None else START
+        self._next = Position.of(start, "start") if start is not None else START
+        self._start_checked = False
         self._segment: Segment | None = None
         self._handle: LedgerHandle | None = None
         self._pending: list[Record] = []
@@ -54,7 +62,13 @@ class LogReader:
         return self._pending[0][0] if self._pending else self._next
 
     def read(self) -> Iterator[Record]:
-        """Every record from the current position to the end of the log as it is now."""
+        """Every record from the current position to the end of the log as it is now.
+
+        A start past the end raises ValueError here, not at the first record."""
+        self._check_start()
+        return self._records()
+
+    def _records(self) -> Iterator[Record]:
         while True:
             batch = self._fetch()
             if not batch:
@@ -64,6 +78,7 @@ class LogReader:
     def read_next(self, timeout: float) -> Record | None:
         """The next record, waiting up to ``timeout`` seconds for one to be appended
         (None if none was)."""
+        self._check_start()
         deadline = time.monotonic() + timeout
         pause = _POLL_MIN_S
         while True:
@@ -85,10 +100,38 @@ class LogReader:
                 return
             yield record
 
+    # -- checks -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._bk.closed:
+            raise LogClosed(f"log {self.name!r} cannot be read: the client this reader "
+                            "reads through (or the WAL it came from) is closed")
+
+    def _check_start(self) -> None:
+        """Refuse a start past the end of the log (see the module docstring), once."""
+        self._check_open()
+        if self._start_checked:
+            return
+        start, metadata = self._next, self._log_metadata()
+        if start.segment >= metadata.next_segment:
+            raise ValueError(f"start {start} is past the end of the log {self.name!r}: it "
+                             f"has no segment {start.segment} yet (its newest is "
+                             f"{metadata.next_segment - 1})")
+        current = metadata.segments[-1] if metadata.segments else None
+        own = (self._writer.ledger_for(current.ledger_id)
+               if self._writer is not None and current is not None else None)
+        if own is not None and start.segment == current.number \
+                and start.entry > own.last_add_confirmed + 1:
+            raise ValueError(f"start {start} is past the end of the log {self.name!r}: the "
+                             f"next record goes at {current.number}:"
+                             f"{own.last_add_confirmed + 1}:0 or later")
+        self._start_checked = True
+
     # -- walking the segments ---------------------------------------------------------
 
     def _fetch(self) -> list[Record]:
         """The records of the next entry at or after the position, or [] at the end."""
+        self._check_open()
         if self._pending:
             pending, self._pending = self._pending, []
             return pending

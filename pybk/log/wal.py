@@ -10,21 +10,30 @@ another process (one at a time; a lock file refuses a second opener)::
 The WAL is the log ``"wal"`` with one bookie: E = Qw = Qa = 1.  Opening it fences and
 recovers the previous writer's last segments (after a crash too) and starts a new one,
 so every record whose append returned is readable after a restart, in position order.
+
+Life cycle: after :meth:`WAL.close` every call raises LogClosed.  A WAL dropped without
+``close()`` (``del wal``) is closed when it is garbage collected, with a ResourceWarning,
+and so releases its directory.  One process opens a directory once at a time: a second
+open names the WAL object still holding it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
+import threading
+import warnings
+import weakref
 from concurrent.futures import Future
 from contextlib import ExitStack
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from pybk.client import BookKeeper
 from pybk.client.digest import MAX_OVERHEAD
 from pybk.client.transport import InProcessBookieClient
-from pybk.errors import BookKeeperError, InvalidConfiguration
+from pybk.errors import BookKeeperError, InvalidConfiguration, LogClosed
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES
 from pybk.log.position import Position
 from pybk.log.reader import LogReader, Record
@@ -69,26 +78,36 @@ class WAL:
         self.path = os.path.abspath(os.fspath(path))
         server, client, log_settings = _split_settings(self.path, settings,
                                                        clustered=cluster is not None)
+        if cluster is not None:
+            log_settings = dataclasses.replace(
+                log_settings, ensembleSize=ensemble, writeQuorumSize=write_quorum,
+                ackQuorumSize=ack_quorum)
         _prepare_directory(self.path, server)
         self._node = None
-        with ExitStack() as undo:
+        # Everything the WAL holds open, closed in reverse order by close() or when the
+        # WAL is garbage collected (the finalizer must not refer to the WAL itself).
+        resources = ExitStack()
+        try:
+            resources.callback(_claim(self.path, self))
             self.bookie = Bookie(server)
-            undo.callback(self.bookie.close)
+            resources.callback(self.bookie.close)
             self._store = EmbeddedMetadataStore(os.path.join(self.path, "metadata"))
-            undo.callback(self._store.close)
+            resources.callback(self._store.close)
             self.bookie_id = f"bookie-{self.bookie.instance_id}"
             if cluster is None:
                 self._bk, self.log_name = self._embedded(client)
             else:
                 self._bk, self.log_name = self._clustered(cluster, server, client)
-                log_settings = dataclasses.replace(
-                    log_settings, ensembleSize=ensemble, writeQuorumSize=write_quorum,
-                    ackQuorumSize=ack_quorum)
-            undo.callback(self._bk.close)
+            resources.callback(self._bk.close)
             if self._node is not None:
-                undo.callback(self._node.close)
+                resources.callback(self._node.close)
             self._writer = LogWriter.open(self._bk, self.log_name, log_settings)
-            undo.pop_all()
+            resources.callback(self._writer.close)
+        except BaseException:
+            resources.close()
+            raise
+        self._resources = resources
+        self._finalizer = weakref.finalize(self, _close_dropped, self.path, resources)
 
     def _embedded(self, client: ClientSettings) -> tuple[BookKeeper, str]:
         cluster = promoted_to(self._store)
@@ -122,6 +141,7 @@ class WAL:
         """Append a record; return its position once it is durable (fdatasync'd).
 
         Not from a callback of an append's future: it would wait for itself."""
+        self._check_open()
         if self.bookie.is_completing_thread():
             raise BookKeeperError("a blocking append from an append's callback would wait "
                                   "for itself; use append_async")
@@ -132,43 +152,117 @@ class WAL:
     def append_async(self, data: bytes) -> Future:
         """Append a record; the future gives its position once it is durable.  Many
         appends in flight share fsyncs and entries."""
+        self._check_open()
         return self._writer.append_async(data)
 
-    def read(self, start: Position | None = None) -> Iterator[Record]:
+    def read(self, start: Position | str | None = None) -> Iterator[Record]:
         """``(position, data)`` of every record from ``start`` (the first record when
-        None) to the last one acknowledged, in order."""
-        return LogReader(self._bk, self.log_name, start, writer=self._writer).read()
+        None; a Position or its text ``"segment:entry:slot"``) to the last one
+        acknowledged, in order.  A start past the end of the WAL raises ValueError (see
+        :mod:`pybk.log.reader`)."""
+        return self.reader(start).read()
 
-    def reader(self, start: Position | None = None) -> LogReader:
+    def reader(self, start: Position | str | None = None) -> LogReader:
         """A reader from ``start`` that can also tail the WAL (see LogReader)."""
+        self._check_open()
         return LogReader(self._bk, self.log_name, start, writer=self._writer)
 
-    def truncate(self, before: Position) -> None:
-        """Drop the records before ``before``.  Whole segments before it are deleted and
-        their space is reclaimed by the bookie's garbage collection."""
+    def truncate(self, before: Position | str) -> None:
+        """Drop the records before ``before`` (a Position or its text).  Whole segments
+        before it are deleted and their space is reclaimed by the bookie's garbage
+        collection."""
+        self._check_open()
+        before = Position.of(before, "truncate(before)")
         self._writer.truncate(before)
 
     def sync(self) -> None:
         """Return once every record appended so far is durable."""
+        self._check_open()
         self._writer.sync()
 
     # -- life cycle ---------------------------------------------------------------
 
     def close(self) -> None:
-        """Finish in-flight appends and release everything (the directory's lock too)."""
-        with ExitStack() as closing:
-            closing.callback(self.bookie.close)
-            closing.callback(self._store.close)
-            closing.callback(self._bk.close)
-            if self._node is not None:
-                closing.callback(self._node.close)
-            self._writer.close()
+        """Finish in-flight appends and release everything (the directory's lock too).
+        Closing again does nothing."""
+        if self._finalizer.detach() is not None:
+            self._resources.close()
+
+    def _check_open(self) -> None:
+        if not self._finalizer.alive:
+            raise LogClosed(f"the WAL at {self.path} is closed: open it again "
+                            "(pybk.open) to go on")
 
     def __enter__(self) -> "WAL":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# -- one open WAL per directory and process ------------------------------------------
+
+_claims: dict[str, weakref.ref] = {}  # real path -> the WAL that has it open
+_claims_lock = threading.Lock()
+
+
+def _check_unclaimed(path: str) -> None:
+    """Refuse a directory that a WAL of this process has open, saying what to do.
+
+    A WAL dropped without close() but caught in a reference cycle is only freed by the
+    cycle collector: run it once before refusing."""
+    key = os.path.realpath(path)
+    for attempt in range(2):
+        with _claims_lock:
+            holder = _claims.get(key)
+            wal = holder() if holder is not None else None
+        if wal is None:
+            return
+        del wal
+        if attempt == 0:
+            gc.collect()
+    raise BookKeeperError(
+        f"{path} is locked: a WAL object of this process still has it open.  Close it "
+        "first (wal.close(), or open it with `with pybk.open(...) as wal`); one dropped "
+        "without close() is released when it is garbage collected, so look for other "
+        "references to it (in a notebook: Out[], _ and variables of earlier cells)")
+
+
+def _claim(path: str, wal: WAL) -> Callable[[], None]:
+    """Register ``wal`` as this process's one opener of ``path``; return the release."""
+    _check_unclaimed(path)
+    key = os.path.realpath(path)
+    holder = weakref.ref(wal)
+    with _claims_lock:
+        _claims[key] = holder
+
+    def release() -> None:
+        with _claims_lock:
+            if _claims.get(key) is holder:
+                del _claims[key]
+
+    return release
+
+
+def _close_dropped(path: str, resources: ExitStack) -> None:
+    """Close a WAL that was garbage collected (or left at exit) without close()."""
+    warnings.warn(f"the WAL at {path} was not closed: closing it now that it is garbage "
+                  "(use `with pybk.open(...) as wal:` or call wal.close())",
+                  ResourceWarning, stacklevel=2)
+    if threading.current_thread().name.startswith("pybk-"):
+        # Dropped on one of pybk's own threads (in a completion callback): closing
+        # waits for those threads, so it must happen on another.
+        threading.Thread(target=_close_logging, args=(path, resources),
+                         name="pybk-wal-close").start()
+    else:
+        _close_logging(path, resources)
+
+
+def _close_logging(path: str, resources: ExitStack) -> None:
+    try:
+        resources.close()
+    except Exception:  # nobody to raise it to: the WAL is gone
+        log.exception("closing the dropped WAL at %s failed", path)
 
 
 def _split_settings(path: str, values: dict[str, Any], clustered: bool = False
