@@ -2,6 +2,9 @@
 
 ``pybk demo``
     The embedded WAL: appends, kill -9, restart, verify every record (:mod:`pybk.demo`).
+``pybk demote DIR``
+    Turn a promoted WAL directory whose cluster is gone back into an embedded WAL
+    (:func:`pybk.demote`).
 ``pybk bookie``
     A bookie serving a cluster until SIGTERM or SIGINT (:class:`pybk.cluster.node.BookieNode`).
 ``pybk updatecookie``
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from dataclasses import fields
 
 from pybk import demo
@@ -42,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
             demo.write_child(args.dir, args.seconds)
             return 0
         return demo.run_demo(args.dir, args.seconds)
+    if args.command == "demote":
+        return run_demote(args.dir)
     from pybk.cluster import commands  # ZeroMQ, kazoo: only for the cluster commands
     if args.command == "bookie":
         try:
@@ -63,6 +69,22 @@ def main(argv: list[str] | None = None) -> int:
         return commands.run_simpletest(args.zk, args.ensemble, args.write_quorum,
                                        args.ack_quorum, args.entries, args.entry_size)
     return 2
+
+
+def run_demote(directory: str) -> int:
+    """``pybk demote DIR``: print what was kept; 1 with the reason if it cannot be done."""
+    from pybk.errors import BookKeeperError
+    from pybk.log.wal import demote
+    try:
+        done = demote(directory)
+    except BookKeeperError as e:
+        print(f"pybk demote: {e}", file=sys.stderr)
+        return 1
+    print(f"{directory}: demoted from {done.cluster}; it is an embedded WAL again with "
+          f"{done.segments_kept} segments ({done.segments_dropped} truncated while "
+          "clustered were dropped).  Records written while it was a cluster member are "
+          "not in it.")
+    return 0
 
 
 def bookie_settings(args: argparse.Namespace) -> ServerSettings:
@@ -97,6 +119,16 @@ def _parser() -> argparse.ArgumentParser:
     demo_cmd.add_argument("--seconds", type=float, default=3.0,
                           help="how long the writer appends before it is killed")
     demo_cmd.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+
+    demote_cmd = commands.add_parser(
+        "demote", help="make a promoted WAL directory whose cluster is gone an embedded "
+                       "WAL again",
+        description="Make a WAL directory promoted to a cluster (pybk.open(DIR, cluster=...)"
+                    ") an embedded WAL again, for when that cluster is gone for good.  It "
+                    "keeps every record written before the promotion that the cluster "
+                    "did not truncate; records written while it was a member are not in "
+                    "it.  The cluster is not contacted.")
+    demote_cmd.add_argument("dir", metavar="DIR", help="the WAL directory")
 
     bookie = commands.add_parser(
         "bookie", help="serve a bookie to a cluster until SIGTERM or SIGINT",

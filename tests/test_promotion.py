@@ -3,13 +3,21 @@ real ZooKeeper, real bookie processes, the WAL's data not copied."""
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
+
 import pytest
 
 import pybk
 import zkutil
-from clusterutil import address, bookies  # noqa: F401 (fixtures)
+from clusterutil import address, bookies, child_env, pybk_command  # noqa: F401 (fixtures)
 from pybk.client.transport import InProcessBookieClient
-from pybk.errors import ClientClosed, InvalidConfiguration
+from pybk.errors import (BookKeeperError, ClientClosed, InvalidConfiguration,
+                         NotEnoughBookies)
+from pybk.log import Position
+from pybk.log.metadata import list_logs, read_log
 from pybk.meta.ledgers import LedgerManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 
@@ -69,6 +77,164 @@ def test_a_promoted_wal_writes_to_its_own_bookie_in_process(tmp_path, address, b
         for entry_id in local_entries:  # on the WAL's own disks, written without a socket
             assert wal.bookie.read_entry(segment.ledger_id, entry_id)
         assert list(wal.read()) == before + after
+
+
+# -- a promotion is all or nothing ------------------------------------------------------
+
+
+def _cluster_holds_nothing_of(address: str, bookie_id: str) -> None:
+    """The cluster has no ledger, no log and no registration left by a failed promotion."""
+    with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
+        assert LedgerManager(store).ledger_ids() == [], "copied ledger records were left"
+        assert list_logs(store) == [], "the copied log was left"
+        assert bookie_id not in store.bookies(), "the WAL's bookie is still registered"
+
+
+def test_a_promotion_without_enough_bookies_changes_nothing(tmp_path, address):
+    """The default ensemble of 3 on a cluster with no other bookie: refused before
+    anything is copied; the directory is still an embedded WAL with every record."""
+    directory = tmp_path / "wal"
+    with pybk.open(directory) as wal:
+        written = [(wal.append(b"r%d" % i), b"r%d" % i) for i in range(100)]
+        bookie_id = wal.bookie_id
+    with pytest.raises(NotEnoughBookies,
+                       match=r"ensemble=3.*0 other writable bookies.*still an embedded WAL"):
+        pybk.open(directory, cluster=address, listenAddress="127.0.0.1:0")
+    _cluster_holds_nothing_of(address, bookie_id)
+    with pybk.open(directory) as wal:
+        assert list(wal.read()) == written
+        wal.append(b"still embedded")
+
+
+def test_a_promotion_that_fails_after_copying_is_undone(tmp_path, address):
+    """The cluster checks pass, then the WAL's bookie cannot serve (its listen address is
+    taken): what was copied into the cluster is removed and the directory stays an
+    embedded WAL."""
+    directory = tmp_path / "wal"
+    with pybk.open(directory) as wal:
+        written = [(wal.append(b"r%d" % i), b"r%d" % i) for i in range(100)]
+        bookie_id = wal.bookie_id
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(BookKeeperError):
+            pybk.open(directory, cluster=address, ensemble=1, write_quorum=1, ack_quorum=1,
+                      listenAddress=f"127.0.0.1:{port}")
+    _cluster_holds_nothing_of(address, bookie_id)
+    with pybk.open(directory) as wal:
+        assert list(wal.read()) == written
+
+
+_KILLED_BEFORE_COMMIT = """
+import os, signal, sys
+import pybk
+from pybk.log import promotion
+promotion.commit = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+pybk.open(sys.argv[1], cluster=sys.argv[2], ensemble=1, write_quorum=1, ack_quorum=1,
+          listenAddress="127.0.0.1:0")
+"""
+
+
+def test_a_promotion_killed_before_its_commit_is_redone_from_the_directory(tmp_path,
+                                                                           address):
+    """kill -9 at the last step of a promotion: the directory is still an embedded WAL;
+    records appended and truncated there afterwards win over the stale copies in the
+    cluster when it is promoted again."""
+    directory = tmp_path / "wal"
+    with pybk.open(directory, segmentMaxBytes=2048) as wal:
+        written = [(wal.append(bytes(200) + b"%d" % i), bytes(200) + b"%d" % i)
+                   for i in range(50)]
+    child = subprocess.run([sys.executable, "-c", _KILLED_BEFORE_COMMIT, str(directory),
+                            address], env=child_env(), capture_output=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode(errors="replace")
+    with pybk.open(directory, segmentMaxBytes=2048) as wal:
+        assert list(wal.read()) == written
+        written += [(wal.append(bytes(200) + b"late %d" % i), bytes(200) + b"late %d" % i)
+                    for i in range(30)]
+        keep = written[20][0]
+        wal.truncate(keep)
+        written = [r for r in written if r[0] >= keep]
+        assert list(wal.read()) == written
+    with pybk.open(directory, cluster=address, ensemble=1, write_quorum=1, ack_quorum=1,
+                   listenAddress="127.0.0.1:0") as wal:
+        assert list(wal.read()) == written
+        with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
+            log = read_log(store, wal.log_name).metadata
+            assert log.truncated_before == keep
+            assert log.segments == wal._writer.metadata.segments
+
+
+# -- demotion -------------------------------------------------------------------------
+
+
+def test_demote_turns_a_directory_whose_cluster_is_gone_into_an_embedded_wal(tmp_path):
+    """Promoted, written and truncated while clustered, then the cluster's ZooKeeper is
+    gone for good: ``pybk.demote`` makes the directory an embedded WAL again with every
+    record written before the promotion that the cluster did not truncate."""
+    directory = tmp_path / "wal"
+    with pybk.open(directory, segmentMaxBytes=2048) as wal:
+        before = [(wal.append(bytes(200) + b"%d" % i), bytes(200) + b"%d" % i)
+                  for i in range(100)]
+    segments = sorted({p.segment for p, _ in before})
+    assert len(segments) >= 4
+    cut = next(p for p, _ in before if p.segment == segments[2])
+    with zkutil.server() as zookeeper:
+        address = zkutil.formatted_cluster(zookeeper)
+        with pybk.open(directory, cluster=address, ensemble=1, write_quorum=1,
+                       ack_quorum=1, listenAddress="127.0.0.1:0") as wal:
+            clustered = [wal.append(b"clustered %d" % i) for i in range(20)]
+            wal.truncate(Position(cut.segment, cut.entry + 1, 0))
+    with pytest.raises(InvalidConfiguration, match=r"promoted.*pybk demote"):
+        pybk.open(directory)
+    demoted = pybk.demote(directory)
+    assert demoted.cluster == address
+    assert demoted.segments_dropped == 2
+    kept = [r for r in before if r[0].segment >= cut.segment]  # the whole cut segment
+    with pybk.open(directory) as wal:
+        assert list(wal.read()) == kept
+        later = wal.append(b"embedded again")
+        assert later > max(clustered), "a position of the clustered era was given again"
+    with pybk.open(directory) as wal:
+        assert list(wal.read()) == kept + [(later, b"embedded again")]
+    with pytest.raises(InvalidConfiguration, match="not promoted"):
+        pybk.demote(directory)
+
+
+def test_pybk_demote_command(tmp_path, address):
+    directory = tmp_path / "wal"
+    with pybk.open(directory) as wal:
+        written = [(wal.append(b"r%d" % i), b"r%d" % i) for i in range(10)]
+    refused = subprocess.run(pybk_command("demote", str(directory)), env=child_env(),
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "not promoted" in refused.stderr, refused
+    with pybk.open(directory, cluster=address, ensemble=1, write_quorum=1, ack_quorum=1,
+                   listenAddress="127.0.0.1:0"):
+        pass
+    done = subprocess.run(pybk_command("demote", str(directory)), env=child_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done
+    assert address in done.stdout and "embedded WAL" in done.stdout, done.stdout
+    with pybk.open(directory) as wal:
+        assert list(wal.read()) == written
+
+
+def test_a_demoted_directory_is_not_promoted_again_over_its_clustered_log(tmp_path,
+                                                                          address):
+    """The cluster still lists what the directory wrote while it was a member: promoting
+    the demoted directory there again would hide those records, so it is refused."""
+    directory = tmp_path / "wal"
+    with pybk.open(directory) as wal:
+        wal.append(b"before")
+    member = dict(cluster=address, ensemble=1, write_quorum=1, ack_quorum=1,
+                  listenAddress="127.0.0.1:0")
+    with pybk.open(directory, **member) as wal:
+        wal.append(b"while clustered")
+    pybk.demote(directory)
+    with pytest.raises(InvalidConfiguration, match="already holds the log"):
+        pybk.open(directory, **member)
+    with pybk.open(directory) as wal:
+        assert [data for _, data in wal.read()] == [b"before"]
 
 
 def test_a_closed_cluster_client_refuses_every_call(address):

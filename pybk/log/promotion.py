@@ -1,4 +1,4 @@
-"""Promoting an embedded WAL to a cluster member, without copying its data.
+"""Promoting an embedded WAL to a cluster member without copying its data, and back.
 
 What moves is metadata only: every ledger record of the WAL's embedded store is created
 in the cluster's store under the same id (embedded ids start at a random base, so they
@@ -6,67 +6,249 @@ do not collide with the cluster's), and the log's ledger list is created there a
 log ``wal-<bookie instance id>``.  The entries stay on the WAL's own bookie, which joins
 the cluster under the id its ledgers already name (``bookie-<instance id>``) and serves
 them to any client; the WAL's own client keeps calling it in-process
-(:func:`pybk.cluster.connect.connect` with ``local_bookies``).  Finally the embedded
-store records the cluster's address at :data:`PROMOTED`, after which the directory opens
-only as a cluster member.
+(:func:`pybk.cluster.connect.connect` with ``local_bookies``).
 
-Every step is idempotent, so a crash in the middle is finished by the next promotion.
+All or nothing.  :class:`pybk.log.wal.WAL` promotes in these steps:
+
+1. :func:`check`, before anything is written: the directory is not promoted to another
+   cluster; the cluster holds no log of this WAL's bookie that an unfinished promotion
+   of this directory did not leave (one written while this directory, before it was
+   demoted, or a copy of it was a member: promoting over it would hide what it lists);
+   and the cluster has enough writable bookies for the log's ensemble.
+2. :func:`copy`: the intent (:data:`PROMOTING`, the cluster's address) goes into the
+   embedded store, then the ledger records and the log are copied, replacing copies an
+   unfinished promotion left (until the commit the embedded store is the truth).
+3. The WAL's bookie joins the cluster and the log's writer opens there.
+4. :func:`commit`: :data:`PROMOTED` (the address) is written to the embedded store, the
+   last step; from then on the directory opens only as a cluster member.  Then the
+   intent is deleted.
+
+A failure in steps 2 to 4 undoes what was done in the cluster (the writer's new ledger,
+the registration, the copies: :meth:`Copy.undo`) and deletes the intent, so the
+directory is the embedded WAL it was.  A crash in those steps leaves the intent: the
+directory still opens as an embedded WAL, and the next promotion to the same cluster
+replaces the stale copies.
+
+Demotion (:func:`demote`) is the way back for a directory whose cluster is gone for
+good.  It needs nothing from the cluster: the embedded store still holds the log as it
+was at the promotion, since a cluster member writes its log's metadata to the cluster
+only.  Demotion keeps that log's segments whose ledgers the WAL's bookie still holds and
+drops the leading ones it no longer holds (the cluster truncated them, which deleted
+them from this bookie too).  Records written while the directory was a member are not
+in the demoted log: they are in segments whose metadata lived in the cluster only, and
+their entries mostly on other bookies; the copies this bookie holds stay on its disks,
+unused.  New segments of the demoted log are numbered :data:`SEGMENT_GAP_AFTER_DEMOTION`
+after the log's last known number, so no position handed out while the directory was a
+member is given to another record.  The cluster is not told: run demotion only once the
+cluster is gone (its clients would miss this bookie's copies).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Callable, NamedTuple
 
-from pybk.errors import InvalidConfiguration, MetadataError, NodeExists, NoNode
+from pybk.errors import (BookKeeperError, InvalidConfiguration, MetadataError, NodeExists,
+                         NoNode, NotEnoughBookies)
 from pybk.log.metadata import LogMetadata, log_path
-from pybk.meta.interface import MetadataStore
+from pybk.log.position import Position
+from pybk.meta.interface import ANY_VERSION, MetadataStore
 from pybk.meta.ledgers import LedgerManager
 
 log = logging.getLogger(__name__)
 
 #: The embedded store's record of the cluster a WAL was promoted to (its address).
 PROMOTED = "/pybk/promoted"
+#: The embedded store's record of a promotion under way or unfinished (the address).
+PROMOTING = "/pybk/promoting"
+#: How far a demoted log's segment numbers jump: more segments than a log can have made
+#: while clustered (each one is a ledger created in ZooKeeper).
+SEGMENT_GAP_AFTER_DEMOTION = 1 << 32
 
 
 def promoted_to(embedded: MetadataStore) -> str | None:
     """The address of the cluster the WAL was promoted to, or None."""
-    try:
-        return embedded.get(PROMOTED)[0].decode("utf-8")
-    except NoNode:
-        return None
+    return _read(embedded, PROMOTED)
 
 
-def promote(embedded: MetadataStore, cluster: MetadataStore, address: str,
-            local_log: str, cluster_log: str) -> None:
-    """Copy the WAL's ledger and log metadata into ``cluster`` (see the module
-    docstring) and mark the embedded store as promoted to ``address``."""
+def promoting_to(embedded: MetadataStore) -> str | None:
+    """The address of a promotion that was started but neither committed nor undone (a
+    crash in the middle), or None."""
+    return _read(embedded, PROMOTING)
+
+
+def check(embedded: MetadataStore, cluster: MetadataStore, address: str,
+          cluster_log: str, ensemble: int, own_bookie: str) -> None:
+    """Refuse a promotion that cannot succeed or would do harm (step 1 of the module
+    docstring); nothing is written."""
     already = promoted_to(embedded)
-    if already is not None:
-        if already != address:
-            raise InvalidConfiguration(f"this WAL was promoted to the cluster {already}, "
-                                       f"not {address}")
-        return
-    local, remote = LedgerManager(embedded), LedgerManager(cluster)
-    ledger_ids = local.ledger_ids()
-    for ledger_id in ledger_ids:
-        metadata = local.read(ledger_id).metadata
+    if already is not None and already != address:
+        raise InvalidConfiguration(f"this WAL was promoted to the cluster {already}, "
+                                   f"not {address}")
+    if cluster.exists(log_path(cluster_log)) and promoting_to(embedded) != address:
+        raise InvalidConfiguration(
+            f"the cluster {address} already holds the log {cluster_log} of this WAL's "
+            f"bookie {own_bookie}, and not from an unfinished promotion of this "
+            "directory: it lists what was written while this directory (before it was "
+            "demoted) or a copy of it was a member, and promoting over it would hide "
+            "those records.  Open the directory as an embedded WAL, or promote it to "
+            "another cluster")
+    others = [b for b in cluster.bookies(read_only=False) if b != own_bookie]
+    if len(others) + 1 < ensemble:
+        raise NotEnoughBookies(
+            f"cannot promote to {address} with ensemble={ensemble}: the cluster has "
+            f"{len(others)} other writable bookies, {len(others) + 1} with this WAL's "
+            "own; start more bookies or pass a smaller ensemble= (nothing was changed: "
+            "the directory is still an embedded WAL)")
+
+
+class Copy:
+    """What :func:`copy` wrote to the cluster, so that a failed promotion can undo it."""
+
+    def __init__(self, embedded: MetadataStore, cluster: MetadataStore,
+                 cluster_log: str) -> None:
+        self._embedded = embedded
+        self._cluster = cluster
+        self._paths = [log_path(cluster_log)]
+
+    def undo(self) -> None:
+        """Delete the copies from the cluster (metadata only: the entries are on the
+        WAL's bookie), then the intent.  If the cluster cannot be reached the intent
+        stays, and the next promotion replaces what is left there."""
         try:
-            cluster.create(remote.layout.ledger_path(ledger_id), metadata.to_bytes())
+            for path in reversed(self._paths):
+                try:
+                    self._cluster.delete(path, ANY_VERSION)
+                except NoNode:
+                    pass
+        except BookKeeperError as e:
+            log.warning("a failed promotion could not remove its copies from the cluster "
+                        "(%s); the next promotion there replaces them", e)
+            return
+        _delete(self._embedded, PROMOTING)
+
+
+def copy(embedded: MetadataStore, cluster: MetadataStore, address: str, local_log: str,
+         cluster_log: str) -> Copy:
+    """Record the intent, then copy the WAL's ledger and log metadata into ``cluster``
+    (step 2 of the module docstring); return the copy, to undo it if the promotion
+    fails later.  Copies an unfinished promotion left are replaced; a ledger id that the
+    cluster gives to another ledger raises MetadataError.  If copying fails, what was
+    copied is removed before the error is raised."""
+    _put(embedded, PROMOTING, address)
+    copied = Copy(embedded, cluster, cluster_log)
+    try:
+        _copy_records(embedded, cluster, local_log, cluster_log, copied)
+    except BaseException:
+        copied.undo()
+        raise
+    return copied
+
+
+def _copy_records(embedded: MetadataStore, cluster: MetadataStore, local_log: str,
+                  cluster_log: str, copied: Copy) -> None:
+    local, remote = LedgerManager(embedded), LedgerManager(cluster)
+    for ledger_id in local.ledger_ids():
+        metadata = local.read(ledger_id).metadata
+        path = remote.layout.ledger_path(ledger_id)
+        try:
+            cluster.create(path, metadata.to_bytes())
         except NodeExists:
-            if remote.read(ledger_id).metadata.fragments != metadata.fragments:
+            # A stale copy of this ledger names the same first ensemble (this WAL's
+            # bookie, whose id no other directory has); another ledger would not.
+            if remote.read(ledger_id).metadata.fragments[0] != metadata.fragments[0]:
                 raise MetadataError(f"ledger id {ledger_id} is taken in the cluster by "
                                     "another ledger: this WAL cannot be promoted") from None
+            cluster.set(path, metadata.to_bytes(), ANY_VERSION)
+        copied._paths.append(path)
     try:
         data, _version = embedded.get(log_path(local_log))
     except NoNode:
         data = LogMetadata(local_log).to_bytes()
-    moved = LogMetadata.from_bytes(data)
+    moved = dataclasses.replace(LogMetadata.from_bytes(data), name=cluster_log)
+    _put(cluster, log_path(cluster_log), moved.to_bytes())
+
+
+def commit(embedded: MetadataStore, address: str) -> None:
+    """Mark the directory as promoted to ``address`` (step 4: the commit), then forget
+    the intent."""
+    _put(embedded, PROMOTED, address)
+    _delete(embedded, PROMOTING)
+    log.info("WAL promoted to %s", address)
+
+
+class Demotion(NamedTuple):
+    """What :func:`demote` did."""
+
+    #: The address of the cluster the directory had been promoted to.
+    cluster: str
+    #: Segments of the log as it was at the promotion that the demoted log keeps.
+    segments_kept: int
+    #: Its leading segments whose ledgers the WAL's bookie no longer holds (truncated
+    #: while clustered).
+    segments_dropped: int
+
+
+def demote(embedded: MetadataStore, holds_ledger: Callable[[int], bool], local_log: str,
+           where: str) -> Demotion:
+    """Make a promoted WAL's embedded store the truth again (see the module docstring).
+
+    ``holds_ledger(ledger_id)`` says whether the WAL's bookie holds the ledger; ``where``
+    names the directory in errors.  Raises InvalidConfiguration if it is not promoted.
+    Every step can be repeated, so a crash in the middle is finished by demoting again."""
+    address = promoted_to(embedded)
+    if address is None:
+        raise InvalidConfiguration(f"{where} is not promoted to a cluster: nothing to "
+                                   "demote (it opens as an embedded WAL)")
+    kept: tuple = ()
+    dropped: tuple = ()
     try:
-        cluster.create(log_path(cluster_log),
-                       dataclasses.replace(moved, name=cluster_log).to_bytes())
+        data, version = embedded.get(log_path(local_log))
+    except NoNode:
+        pass  # promoted before its log was ever written
+    else:
+        metadata = LogMetadata.from_bytes(data)
+        segments = list(metadata.segments)
+        while segments and not holds_ledger(segments[0].ledger_id):
+            segments.pop(0)
+        kept = tuple(segments)
+        dropped = metadata.segments[:len(metadata.segments) - len(kept)]
+        truncated_before = metadata.truncated_before
+        if dropped:
+            first_kept = kept[0].number if kept else metadata.next_segment
+            truncated_before = max(truncated_before, Position(first_kept, 0, 0))
+        embedded.set(log_path(local_log), dataclasses.replace(
+            metadata, segments=kept, truncated_before=truncated_before,
+            next_segment=metadata.next_segment + SEGMENT_GAP_AFTER_DEMOTION,
+            # The next writer deletes their records (the bookie holds nothing of them).
+            deleting=metadata.deleting + tuple(s.ledger_id for s in dropped),
+        ).to_bytes(), version)
+    _delete(embedded, PROMOTING)  # before the mark: a stale intent would allow overwrites
+    _delete(embedded, PROMOTED)
+    log.info("%s demoted from %s: %d segments kept, %d dropped", where, address, len(kept),
+             len(dropped))
+    return Demotion(address, len(kept), len(dropped))
+
+
+def _read(store: MetadataStore, path: str) -> str | None:
+    try:
+        return store.get(path)[0].decode("utf-8")
+    except NoNode:
+        return None
+
+
+def _put(store: MetadataStore, path: str, text: str | bytes) -> None:
+    """Create or replace the record at ``path``."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    try:
+        store.create(path, data)
     except NodeExists:
-        pass  # copied by an earlier promotion that crashed before its last step
-    embedded.create(PROMOTED, address.encode("utf-8"))
-    log.info("WAL promoted to %s: %d ledgers and the log %s now live in the cluster",
-             address, len(ledger_ids), cluster_log)
+        store.set(path, data, ANY_VERSION)
+
+
+def _delete(store: MetadataStore, path: str) -> None:
+    try:
+        store.delete(path, ANY_VERSION)
+    except NoNode:
+        pass

@@ -15,6 +15,8 @@ Life cycle: after :meth:`WAL.close` every call raises LogClosed.  A WAL dropped 
 ``close()`` (``del wal``) is closed when it is garbage collected, with a ResourceWarning,
 and so releases its directory.  One process opens a directory once at a time: a second
 open names the WAL object still holding it.
+
+Promotion to a cluster member, and demotion back: :mod:`pybk.log.promotion`.
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ from pybk.client import BookKeeper
 from pybk.client.digest import MAX_OVERHEAD
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import BookKeeperError, InvalidConfiguration, LogClosed
+from pybk.log import promotion
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES
 from pybk.log.position import Position
 from pybk.log.reader import LogReader, Record
-from pybk.log.promotion import promote, promoted_to
 from pybk.log.writer import LogWriter
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.settings import ClientSettings, LogSettings, ServerSettings
@@ -64,9 +66,31 @@ def open(path: str | os.PathLike[str], cluster: str | None = None,  # noqa: A001
     on ``ensemble`` bookies with the given quorums, and what it wrote before stays
     readable where it is (:mod:`pybk.log.promotion`).  The WAL's own writes and reads
     reach its bookie in-process, as before; only the other bookies are reached over
-    ZeroMQ.  Once promoted, a directory opens only with ``cluster``.
+    ZeroMQ.  The first such open promotes the directory, all or nothing: if it raises
+    (NotEnoughBookies when the cluster has fewer than ``ensemble`` writable bookies with
+    this one), the directory is still an embedded WAL.  Once promoted, it opens only
+    with ``cluster``, until :func:`demote`.
     """
     return WAL(path, cluster, ensemble, write_quorum, ack_quorum, **settings)
+
+
+def demote(path: str | os.PathLike[str], **settings: Any) -> promotion.Demotion:
+    """Make the promoted WAL in ``path``, whose cluster is gone for good, an embedded
+    WAL again; return what was kept (:class:`~pybk.log.promotion.Demotion`).
+
+    It keeps every record written before the promotion that the cluster did not
+    truncate; records written while the directory was a member are not in the demoted
+    WAL (see :mod:`pybk.log.promotion`).  The cluster is not contacted.  ``settings``
+    are the bookie's, as for :func:`open`.  Raises InvalidConfiguration if ``path``
+    holds no WAL or one that is not promoted."""
+    path = os.path.abspath(os.fspath(path))
+    server, _client, _log = _split_settings(path, settings)
+    if not os.path.isdir(os.path.join(path, "bookie")):
+        raise InvalidConfiguration(f"{path} holds no pybk WAL: nothing to demote")
+    _check_unclaimed(path)
+    with Bookie(server) as bookie, \
+            EmbeddedMetadataStore(os.path.join(path, "metadata")) as store:
+        return promotion.demote(store, bookie.ledger_exists, LOG_NAME, path)
 
 
 class WAL:
@@ -95,13 +119,14 @@ class WAL:
             resources.callback(self._store.close)
             self.bookie_id = f"bookie-{self.bookie.instance_id}"
             if cluster is None:
-                self._bk, self.log_name = self._embedded(client)
+                self.log_name = LOG_NAME
+                self._bk = self._embedded(client)
+                resources.callback(self._bk.close)
+                self._writer = LogWriter.open(self._bk, self.log_name, log_settings)
             else:
-                self._bk, self.log_name = self._clustered(cluster, server, client)
-            resources.callback(self._bk.close)
-            if self._node is not None:
-                resources.callback(self._node.close)
-            self._writer = LogWriter.open(self._bk, self.log_name, log_settings)
+                self.log_name = f"wal-{self.bookie.instance_id}"
+                self._bk, self._writer = self._clustered(cluster, server, client,
+                                                         log_settings, resources)
             resources.callback(self._writer.close)
         except BaseException:
             resources.close()
@@ -109,31 +134,49 @@ class WAL:
         self._resources = resources
         self._finalizer = weakref.finalize(self, _close_dropped, self.path, resources)
 
-    def _embedded(self, client: ClientSettings) -> tuple[BookKeeper, str]:
-        cluster = promoted_to(self._store)
+    def _embedded(self, client: ClientSettings) -> BookKeeper:
+        cluster = promotion.promoted_to(self._store)
         if cluster is not None:
-            raise InvalidConfiguration(f"{self.path} was promoted to the cluster {cluster}: "
-                                       "open it with cluster=")
+            raise InvalidConfiguration(
+                f"{self.path} was promoted to the cluster {cluster}: open it with "
+                f"cluster=; if that cluster is gone for good, `pybk demote {self.path}` "
+                "(pybk.demote) makes it an embedded WAL again")
+        unfinished = promotion.promoting_to(self._store)
+        if unfinished is not None:
+            log.info("%s: a promotion to %s did not finish; the directory is still an "
+                     "embedded WAL", self.path, unfinished)
         return BookKeeper(self._store, {
             self.bookie_id: InProcessBookieClient(self.bookie_id, self.bookie)}, client,
-            local_bookie=self.bookie_id), LOG_NAME
+            local_bookie=self.bookie_id)
 
-    def _clustered(self, address: str, server: ServerSettings,
-                   client: ClientSettings) -> tuple[BookKeeper, str]:
+    def _clustered(self, address: str, server: ServerSettings, client: ClientSettings,
+                   log_settings: LogSettings, resources: ExitStack
+                   ) -> tuple[BookKeeper, LogWriter]:
+        """Join the cluster, promoting the directory first if it is not yet a member
+        (all or nothing: see :mod:`pybk.log.promotion`)."""
         from pybk.cluster.connect import connect  # the cluster layer, only when wanted
         from pybk.cluster.node import BookieNode
-        log_name = f"wal-{self.bookie.instance_id}"
         # The WAL writes to its own bookie in-process; peers reach it through the node.
         bk = connect(address, client, local_bookies={self.bookie_id: self.bookie})
-        try:
-            promote(self._store, bk.metadata, address, LOG_NAME, log_name)
+        resources.callback(bk.close)
+        promoting = promotion.promoted_to(self._store) != address
+        with ExitStack() as undo:  # what a failed promotion takes back, in reverse order
+            if promoting:
+                promotion.check(self._store, bk.metadata, address, self.log_name,
+                                log_settings.ensembleSize, self.bookie_id)
+                undo.callback(promotion.copy(self._store, bk.metadata, address, LOG_NAME,
+                                             self.log_name).undo)
             self._node = BookieNode(server.replace(bookieId=self.bookie_id,
                                                    metadataServiceUri=address),
                                     bookie=self.bookie, metadata=bk.metadata)
-        except BaseException:
-            bk.close()
-            raise
-        return bk, log_name
+            undo.callback(self._node.close)
+            writer = LogWriter.open(bk, self.log_name, log_settings)
+            undo.callback(_abandon, bk, writer)
+            if promoting:
+                promotion.commit(self._store, address)
+            undo.pop_all()
+        resources.callback(self._node.close)
+        return bk, writer
 
     # -- the log ------------------------------------------------------------------
 
@@ -198,6 +241,15 @@ class WAL:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _abandon(bk: BookKeeper, writer: LogWriter) -> None:
+    """Close the log writer a failed promotion opened and delete the ledger it made."""
+    try:
+        writer.close()
+        bk.delete_ledger(writer.metadata.segments[-1].ledger_id)
+    except BookKeeperError as e:  # an orphan ledger in the cluster harms nothing
+        log.warning("a failed promotion could not delete its new ledger: %s", e)
 
 
 # -- one open WAL per directory and process ------------------------------------------
