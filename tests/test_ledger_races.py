@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 
 from clientutil import FAST, Cluster
-from pybk.errors import (BookKeeperError, LedgerClosed, LedgerRecoveryError,
+from pybk.errors import (BookKeeperError, ClientClosed, LedgerClosed, LedgerRecoveryError,
                          NotEnoughBookies)
 from pybk.meta.ledger_metadata import Fragment, LedgerState
 from pybk.meta.ledgers import LedgerManager, Versioned
@@ -540,3 +540,16 @@ def test_new_ledgers_avoid_a_quarantined_bookie(cluster_of):
                  for _ in range(6)]
     assert not [e for e in ensembles if x in e], \
         f"new ledgers were placed on quarantined {x}: {ensembles}"
+
+
+def test_a_ledger_of_a_closed_client_refuses_adds_with_client_closed(cluster_of):
+    """As BookKeeper's handles do: adds to a ledger whose client was closed fail at once
+    with ClientClosed, not on some later transport error."""
+    cluster = cluster_of(3)
+    bk = cluster.client()
+    lh = bk.create_ledger(3, 2, 2, password=b"pw")
+    assert lh.add_entry(b"x") == 0
+    bk.close()
+    with pytest.raises(ClientClosed, match="client is closed"):
+        lh.add_entry(b"y")
+    assert lh.last_add_confirmed == 0

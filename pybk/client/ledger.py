@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 from pybk.client.completions import AddDone, CompletionQueue
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.client.transport import AddsDone, LedgerAdds
-from pybk.errors import (BadVersion, BookKeeperError, DigestMismatch, EntryTooLarge,
-                         LedgerClosed, LedgerFenced, LedgerRecoveryError, NoSuchEntry,
-                         NoSuchLedger, ReadOnlyLedger, Timeout, Unauthorized)
+from pybk.errors import (BadVersion, BookKeeperError, ClientClosed, DigestMismatch,
+                         EntryTooLarge, LedgerClosed, LedgerFenced, LedgerRecoveryError,
+                         NoSuchEntry, NoSuchLedger, ReadOnlyLedger, Timeout, Unauthorized)
 from pybk.meta.ledger_metadata import Fragment, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import Versioned
 
@@ -186,7 +186,8 @@ class LedgerHandle:
                                 f"{self._bk.settings.maxEntrySizeBytes}, less the "
                                 f"{self._digest.overhead}-byte entry header)")
         with self._lock:
-            if self._state is not _WriteState.OPEN or not self._writable or self._recovery:
+            if self._state is not _WriteState.OPEN or not self._writable or self._recovery \
+                    or self._bk.closed:
                 self._check_can_add()
             entry_id = self._last_pushed + 1
             self._length += len(data)
@@ -228,6 +229,9 @@ class LedgerHandle:
     def _check_can_add(self) -> None:
         if not self._writable or self._recovery:
             raise ReadOnlyLedger(f"ledger {self.id} was opened for reading")
+        if self._bk.closed and self._state is _WriteState.OPEN:
+            raise ClientClosed(f"ledger {self.id}: its BookKeeper client is closed (close "
+                               "the ledger before the client)")
         cause = self._closed_by
         if cause is None:
             raise LedgerClosed(f"ledger {self.id} is closed")
