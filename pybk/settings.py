@@ -1,4 +1,4 @@
-"""Bookie settings: BookKeeper's names and defaults, as a dataclass.
+"""Settings of bookies, clients and logs: BookKeeper's names and defaults, as dataclasses.
 
 Settings come from three places, later ones winning:
 
@@ -7,19 +7,31 @@ Settings come from three places, later ones winning:
    lists are comma-separated, booleans are ``true``/``false``);
 3. the environment: ``PYBK_<name>``, e.g. ``PYBK_journalMaxGroupWaitMSec=1``.
 
-Every value is checked when the settings are built; a bad one raises
-:class:`pybk.errors.InvalidConfiguration` naming the key and what is allowed.
-Keys that pybk does not know are logged and ignored, since a ``bk_server.conf`` also
-holds settings of parts pybk does not have.
+Every value is checked when the settings are built, whichever way: its type (an integer
+setting takes neither ``1.5`` nor ``True``; strings are parsed by the setting's type only
+when settings are built by name: files, the environment, ``from_mapping``, ``pybk.open``)
+and its range.  A bad value or an unknown name raises
+:class:`pybk.errors.InvalidConfiguration` naming the setting and what is allowed, and for
+a misspelled name the setting meant.  Only unknown names in a ``bk_server.conf`` (or given
+to ``from_mapping``) are logged and ignored instead, since such a file also configures
+parts pybk does not have.
+
+Settings that follow others: an entry of ``maxEntrySizeBytes`` must fit twice in an entry
+log (``logSizeLimit``) and four times in the write cache (``writeCacheMaxSizeMb``).  Built
+by name, settings not named are raised to fit the ones named, so raising
+``maxEntrySizeBytes`` alone is enough (and an embedded WAL derives it from
+``recordMaxBytes``); built by the constructor, one error names every setting to raise.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import logging
 import os
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
 from pybk.errors import InvalidConfiguration
 
@@ -29,9 +41,62 @@ ENV_PREFIX = "PYBK_"
 
 _MIB = 1024 * 1024
 
+S = TypeVar("S", bound="_Settings")
 
+
+class _Settings:
+    """What the settings classes share: copies, and building them by name."""
+
+    def replace(self: S, **changes: Any) -> S:
+        """A copy with some settings changed (validated like any other)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_mapping(cls: type[S], values: Mapping[str, Any]) -> S:
+        """Build settings from names and values (strings are parsed by the setting's type).
+
+        Settings that follow others (see the module's docstring) are raised to fit,
+        unless ``values`` names them.  Unknown names are logged and ignored: a
+        ``bk_server.conf`` also holds settings of other parts.
+        """
+        known = {f.name: f.default for f in fields(cls)}
+        merged: dict[str, Any] = {}
+        named = set()
+        for key, raw in values.items():
+            if key not in known:
+                log.warning("ignoring unknown setting %r%s", key, _did_you_mean(key, known))
+                continue
+            merged[key] = _convert(key, known[key], raw)
+            named.add(key)
+        merged.update(cls._following(merged, named))
+        return cls(**merged)
+
+    @classmethod
+    def _following(cls, values: dict[str, Any], named: set[str]) -> dict[str, Any]:
+        """Settings not ``named`` that must be raised to fit ``values``, and their values."""
+        return {}
+
+
+def _refuse_unknown_names(cls: type[S]) -> type[S]:
+    """Make the constructor refuse an unknown name with InvalidConfiguration naming the
+    setting meant (Python's TypeError names none)."""
+    init = cls.__init__
+    known = [f.name for f in fields(cls)]
+
+    @functools.wraps(init)
+    def __init__(self: S, *args: Any, **kwargs: Any) -> None:
+        for key in kwargs:
+            if key not in known:
+                raise InvalidConfiguration(unknown_setting(key, known, cls.__name__))
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    return cls
+
+
+@_refuse_unknown_names
 @dataclass(frozen=True)
-class ServerSettings:
+class ServerSettings(_Settings):
     """Settings of one bookie (storage engine), named as in BookKeeper's ``bk_server.conf``."""
 
     #: Directory of the journal files (and of a cookie).
@@ -143,9 +208,19 @@ class ServerSettings:
             )
         _validate(self)
 
-    def replace(self, **changes: Any) -> "ServerSettings":
-        """A copy with some settings changed (validated like any other)."""
-        return dataclasses.replace(self, **changes)
+    @classmethod
+    def _following(cls, values: dict[str, Any], named: set[str]) -> dict[str, Any]:
+        max_entry = values.get("maxEntrySizeBytes", cls.maxEntrySizeBytes)
+        if not _has_type(max_entry, 0) or max_entry <= 0:
+            return {}  # the constructor says what is wrong with it
+        raised = {}
+        for key, least in _entry_fit(max_entry).items():
+            current = values.get(key, getattr(cls, key))
+            if key not in named and _has_type(current, 0) and current < least:
+                log.info("setting %s raised from %d to %d to fit maxEntrySizeBytes=%d",
+                         key, current, least, max_entry)
+                raised[key] = least
+        return raised
 
     @classmethod
     def load(
@@ -164,18 +239,6 @@ class ServerSettings:
                 values[f.name] = env[ENV_PREFIX + f.name]
         values.update(overrides)
         return cls.from_mapping(values)
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "ServerSettings":
-        """Build settings from names and values (strings are parsed by the field's type)."""
-        known = {f.name: f for f in fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for key, raw in values.items():
-            if key not in known:
-                log.warning("ignoring unknown setting %r", key)
-                continue
-            kwargs[key] = _convert(key, known[key].default, raw)
-        return cls(**kwargs)
 
 
 def parse_conf_file(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -198,41 +261,79 @@ def parse_conf_file(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def _convert(key: str, default: Any, raw: Any) -> Any:
-    if not isinstance(raw, str):
+    """``raw`` parsed by the type of the setting's default if it is a string (from a file,
+    the environment or a command line); other values are left to the type check."""
+    if not isinstance(raw, str) or isinstance(default, str):
         return raw
-    try:
-        if isinstance(default, bool):
-            lowered = raw.strip().lower()
-            if lowered in ("true", "yes", "1", "on"):
-                return True
-            if lowered in ("false", "no", "0", "off"):
-                return False
-            raise ValueError(raw)
-        if isinstance(default, tuple):
-            return tuple(part.strip() for part in raw.split(",") if part.strip())
-        if isinstance(default, int):
-            return int(raw.strip())
-        if isinstance(default, float):
-            return float(raw.strip())
-    except ValueError:
-        raise InvalidConfiguration(
-            f"setting {key}: {raw!r} is not a valid {type(default).__name__}"
-        ) from None
-    return raw
+    text = raw.strip()
+    if isinstance(default, bool):
+        if text.lower() in ("true", "yes", "1", "on"):
+            return True
+        if text.lower() in ("false", "no", "0", "off"):
+            return False
+    elif isinstance(default, tuple):
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+    else:
+        try:
+            return type(default)(text)
+        except ValueError:
+            pass
+    raise _invalid(key, raw, _kind(key, default))
+
+
+def _has_type(value: Any, default: Any) -> bool:
+    """Whether ``value`` has the type of ``default``: a bool is no number, and a float
+    setting also takes an integer."""
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(default, bool) and isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    if isinstance(default, tuple):
+        return isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+    return isinstance(value, type(default))
+
+
+#: What a setting's value must be, by the type of its default.
+_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+          tuple: "a list of strings"}
+#: Units of settings, by how their names end.
+_UNITS = (("Bytes", "bytes"), ("MB", "MiB"), ("Mb", "MiB"), ("MSec", "milliseconds"),
+          ("Ms", "milliseconds"), ("Seconds", "seconds"))
+
+
+def _kind(key: str, default: Any) -> str:
+    """What ``key``'s value must be: ``"an integer (a number of bytes)"``."""
+    kind = _KINDS[type(default)]
+    unit = next((unit for suffix, unit in _UNITS if key.endswith(suffix)), None)
+    return f"{kind} (a number of {unit})" if unit and kind in ("an integer", "a number") \
+        else kind
+
+
+def _invalid(key: str, value: Any, allowed: str) -> InvalidConfiguration:
+    return InvalidConfiguration(f"setting {key}={value!r} is invalid: it must be {allowed}")
 
 
 def _require(condition: bool, key: str, value: Any, allowed: str) -> None:
     if not condition:
-        raise InvalidConfiguration(f"setting {key}={value!r} is invalid: it must be {allowed}")
+        raise _invalid(key, value, allowed)
+
+
+def _check_types(settings: _Settings) -> None:
+    for f in fields(settings):  # type: ignore[arg-type]
+        value = getattr(settings, f.name)
+        _require(_has_type(value, f.default), f.name, value, _kind(f.name, f.default))
+
+
+def _entry_fit(max_entry_bytes: int) -> dict[str, int]:
+    """The least ``logSizeLimit`` and ``writeCacheMaxSizeMb`` for entries of
+    ``max_entry_bytes``: two fit in an entry log, and two in each half of the write cache
+    (one half fills while the other is written out)."""
+    return {"logSizeLimit": 2 * max_entry_bytes,
+            "writeCacheMaxSizeMb": -(-4 * max_entry_bytes // _MIB)}
 
 
 def _validate(s: ServerSettings) -> None:
-    for f in fields(s):
-        value = getattr(s, f.name)
-        expected = type(f.default)
-        if expected is float and isinstance(value, int) and not isinstance(value, bool):
-            continue
-        _require(isinstance(value, expected), f.name, value, f"a {expected.__name__}")
+    _check_types(s)
     _require(bool(s.journalDirectory), "journalDirectory", s.journalDirectory, "a directory")
     _require(len(s.ledgerDirectories) > 0, "ledgerDirectories", s.ledgerDirectories,
              "at least one directory")
@@ -254,11 +355,50 @@ def _validate(s: ServerSettings) -> None:
              "in (0, 1]")
     _require(0.0 < s.diskUsageLwmThreshold <= s.diskUsageThreshold, "diskUsageLwmThreshold",
              s.diskUsageLwmThreshold, "in (0, diskUsageThreshold]")
-    _require(s.logSizeLimit >= 2 * s.maxEntrySizeBytes, "logSizeLimit", s.logSizeLimit,
-             "at least twice maxEntrySizeBytes")
-    _require(s.writeCacheMaxSizeMb * _MIB >= 4 * s.maxEntrySizeBytes, "writeCacheMaxSizeMb",
-             s.writeCacheMaxSizeMb, "at least 4 times maxEntrySizeBytes (in MiB)")
+    short = [f"{key} >= {least} (it is {getattr(s, key)})"
+             for key, least in _entry_fit(s.maxEntrySizeBytes).items()
+             if getattr(s, key) < least]
+    if short:
+        raise InvalidConfiguration(
+            f"setting maxEntrySizeBytes={s.maxEntrySizeBytes} needs {' and '.join(short)}: "
+            "raise them too, or build the settings by name (pybk.open, a conf file, "
+            "ServerSettings.from_mapping), which raises the settings not named to fit")
     split_host_port(s.listenAddress, "listenAddress")
+
+
+def unknown_setting(name: str, known: Iterable[str], where: str) -> str:
+    """The message for a setting ``name`` that none of ``known`` (the settings of
+    ``where``) is, naming the one meant if it looks misspelled."""
+    return f"unknown setting {name!r}{_did_you_mean(name, known)}: not a setting of {where}"
+
+
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'segmentMaxBytes'?)`` for ``segment_max_bytes``, or nothing."""
+    def squashed(key: str) -> str:
+        return key.replace("_", "").replace("-", "").replace(".", "").lower()
+
+    by_squashed = {squashed(key): key for key in known}
+    close = difflib.get_close_matches(squashed(name), by_squashed, n=1, cutoff=0.8)
+    return f" (did you mean {by_squashed[close[0]]!r}?)" if close else ""
+
+
+def sort_settings(values: Mapping[str, Any],
+                  classes: Sequence[type[_Settings]]) -> list[dict[str, Any]]:
+    """Sort ``values`` by the settings class each name belongs to (one dict per class, in
+    order); a name several classes have (``maxEntrySizeBytes``) goes to each.  An unknown
+    name raises InvalidConfiguration."""
+    names = [{f.name for f in fields(kind)} for kind in classes]  # type: ignore[arg-type]
+    sorted_values: list[dict[str, Any]] = [{} for _ in classes]
+    for name, value in values.items():
+        homes = [bucket for bucket, known in zip(sorted_values, names) if name in known]
+        if not homes:
+            raise InvalidConfiguration(unknown_setting(
+                name, set().union(*names),
+                ", ".join(kind.__name__ for kind in classes[:-1]) + " or "
+                + classes[-1].__name__))
+        for bucket in homes:
+            bucket[name] = value
+    return sorted_values
 
 
 def split_host_port(value: str, key: str) -> tuple[str, int]:
@@ -271,8 +411,9 @@ def split_host_port(value: str, key: str) -> tuple[str, int]:
     return host, int(port)
 
 
+@_refuse_unknown_names
 @dataclass(frozen=True)
-class ClientSettings:
+class ClientSettings(_Settings):
     """Settings of a ledger client, named as in BookKeeper's client configuration."""
 
     #: Seconds a bookie has to acknowledge an add before it is replaced (ensemble change).
@@ -307,6 +448,7 @@ class ClientSettings:
     zmqAddMessagesInFlight: int = 2
 
     def __post_init__(self) -> None:
+        _check_types(self)
         _require(self.addEntryTimeout > 0, "addEntryTimeout", self.addEntryTimeout,
                  "greater than 0")
         _require(self.readTimeout > 0, "readTimeout", self.readTimeout, "greater than 0")
@@ -322,8 +464,9 @@ class ClientSettings:
                  "longer than zmqHeartbeatIntervalMs")
 
 
+@_refuse_unknown_names
 @dataclass(frozen=True)
-class LogSettings:
+class LogSettings(_Settings):
     """Settings of a log writer (:mod:`pybk.log`), named in BookKeeper's style.
 
     A log writer puts small records together into one entry (a batch) while earlier
@@ -344,13 +487,16 @@ class LogSettings:
     #: A batch (one entry) holds at most this many bytes of records; a larger record
     #: goes alone into its own entry.
     batchMaxBytes: int = 256 * 1024
-    #: The largest record an append accepts (it must fit in one bookie entry).
+    #: The largest record an append accepts.  It must fit in one entry: the client's and
+    #: the bookies' ``maxEntrySizeBytes`` must hold it with the batch header and digest
+    #: (``LogWriter.open`` checks the client's; an embedded WAL raises both to fit).
     recordMaxBytes: int = 1 * _MIB
     #: Batches in flight at once; further records wait and go out together as the
     #: next batch when one completes (this is what makes batches under load).
     maxOutstandingBatches: int = 1
 
     def __post_init__(self) -> None:
+        _check_types(self)
         _require(self.ensembleSize >= self.writeQuorumSize >= self.ackQuorumSize >= 1,
                  "ensembleSize/writeQuorumSize/ackQuorumSize",
                  (self.ensembleSize, self.writeQuorumSize, self.ackQuorumSize),

@@ -12,11 +12,11 @@ import threading
 import pytest
 
 from clientutil import Cluster
-from pybk.errors import CorruptData, LogFenced, MalformedMetadata, NoSuchLog
+from pybk.errors import CorruptData, InvalidConfiguration, LogFenced, MalformedMetadata, NoSuchLog
 from pybk.log import LogReader, LogWriter, Position
 from pybk.log.batch import decode_batch, encode_batch
 from pybk.log.metadata import LogMetadata, Segment, read_log, update_log
-from pybk.settings import LogSettings
+from pybk.settings import ClientSettings, LogSettings
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -161,6 +161,14 @@ def test_an_opening_writer_finishes_deletions_a_crash_interrupted(cluster):
     _open(bk).close()
     assert orphan.id not in bk.list_ledgers()
     assert read_log(bk.metadata, "log").metadata.deleting == ()
+
+
+def test_opening_a_writer_whose_records_cannot_fit_an_entry_names_the_settings(cluster):
+    bk = cluster.client(ClientSettings(maxEntrySizeBytes=1 << 20))
+    with pytest.raises(InvalidConfiguration,
+                       match="recordMaxBytes=2097152.*maxEntrySizeBytes=1048576"):
+        _open(bk, recordMaxBytes=2 << 20)
+    _open(bk, recordMaxBytes=512 << 10).close()
 
 
 def test_reading_a_missing_log_is_a_clear_error(cluster):

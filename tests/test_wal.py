@@ -154,8 +154,8 @@ def test_bad_input_gets_clear_errors(tmp_path):
         pybk.open(tmp_path / "wal", ensembleSize=3, writeQuorumSize=2, ackQuorumSize=2)
     with pytest.raises(InvalidConfiguration, match="journalDirectory"):
         pybk.open(tmp_path / "wal", journalDirectory="/tmp/x")
-    with pytest.raises(InvalidConfiguration, match="maxEntrySizeBytes"):
-        pybk.open(tmp_path / "wal", recordMaxBytes=8 << 20)
+    with pytest.raises(InvalidConfiguration, match="maxEntrySizeBytes=5242880 is too small"):
+        pybk.open(tmp_path / "wal", recordMaxBytes=8 << 20, maxEntrySizeBytes=5 << 20)
     with pybk.open(tmp_path / "wal", recordMaxBytes=1000) as wal:
         with pytest.raises(EntryTooLarge):
             wal.append(bytes(1001))

@@ -33,16 +33,14 @@ from contextlib import ExitStack
 from typing import Any, Callable, Iterator
 
 from pybk.client import BookKeeper
-from pybk.client.digest import MAX_OVERHEAD
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import BookKeeperError, InvalidConfiguration, LogClosed
 from pybk.log import promotion
-from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES
 from pybk.log.position import Position
 from pybk.log.reader import LogReader, Record
-from pybk.log.writer import LogWriter
+from pybk.log.writer import LogWriter, entry_bytes_needed
 from pybk.meta.embedded import EmbeddedMetadataStore
-from pybk.settings import ClientSettings, LogSettings, ServerSettings
+from pybk.settings import ClientSettings, LogSettings, ServerSettings, sort_settings
 from pybk.storage import Bookie
 from pybk.storage.cookie import format_directories
 
@@ -320,41 +318,34 @@ def _close_logging(path: str, resources: ExitStack) -> None:
 def _split_settings(path: str, values: dict[str, Any], clustered: bool = False
                     ) -> tuple[ServerSettings, ClientSettings, LogSettings]:
     """Sort ``values`` by the settings class they belong to, and build the three."""
-    kinds = (ServerSettings, ClientSettings, LogSettings)
-    sorted_values: list[dict[str, Any]] = [{} for _ in kinds]
-    for name, value in values.items():
+    for name in values:
         if name in _DERIVED:
             raise InvalidConfiguration(f"setting {name}: a WAL keeps its directories under "
                                        f"its path ({path}); it cannot be set")
-        # A setting both sides have (maxEntrySizeBytes) goes to both.
-        homes = [bucket for kind, bucket in zip(kinds, sorted_values)
-                 if name in {f.name for f in dataclasses.fields(kind)}]
-        if not homes:
-            raise InvalidConfiguration(f"unknown setting {name!r}: not a setting of "
-                                       "ServerSettings, ClientSettings or LogSettings")
-        for bucket in homes:
-            bucket[name] = value
-    server_values, client_values, log_values = sorted_values
+    server_values, client_values, log_values = sort_settings(
+        values, (ServerSettings, ClientSettings, LogSettings))
+    log_settings = LogSettings.from_mapping(log_values)
+    largest_entry = entry_bytes_needed(log_settings)
+    if "maxEntrySizeBytes" not in values and largest_entry > ServerSettings.maxEntrySizeBytes:
+        # Larger records need larger entries, in the client and the bookie alike.
+        server_values["maxEntrySizeBytes"] = client_values["maxEntrySizeBytes"] = largest_entry
     server = ServerSettings.from_mapping({
         "journalDirectory": os.path.join(path, "bookie", "journal"),
         "ledgerDirectories": (os.path.join(path, "bookie", "ledgers"),),
         **server_values})
-    client = ClientSettings(**client_values)
-    log_settings = LogSettings(**log_values)
+    client = ClientSettings.from_mapping(client_values)
     if not clustered and (log_settings.ensembleSize, log_settings.writeQuorumSize,
                           log_settings.ackQuorumSize) != (1, 1, 1):
         raise InvalidConfiguration("an embedded WAL has one bookie: ensembleSize, "
                                    "writeQuorumSize and ackQuorumSize must be 1 (a "
                                    "cluster member takes ensemble=, write_quorum=, "
                                    "ack_quorum=)")
-    largest_entry = MAX_OVERHEAD + BATCH_HEADER_BYTES + max(
-        log_settings.batchMaxBytes, RECORD_OVERHEAD_BYTES + log_settings.recordMaxBytes)
     if largest_entry > server.maxEntrySizeBytes:
         raise InvalidConfiguration(
             f"setting maxEntrySizeBytes={server.maxEntrySizeBytes} is too small: batches "
             f"(batchMaxBytes={log_settings.batchMaxBytes}) and records "
             f"(recordMaxBytes={log_settings.recordMaxBytes}) need entries of up to "
-            f"{largest_entry} bytes")
+            f"{largest_entry} bytes; leave maxEntrySizeBytes out to have it follow them")
     return server, client, log_settings
 
 

@@ -36,8 +36,10 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from pybk.errors import (BadVersion, BookKeeperError, EntryTooLarge, LedgerFenced, LogClosed,
-                         LogFenced, MetadataError, NoSuchLedger, Timeout)
+from pybk.client.digest import MAX_OVERHEAD
+from pybk.errors import (BadVersion, BookKeeperError, EntryTooLarge, InvalidConfiguration,
+                         LedgerFenced, LogClosed, LogFenced, MetadataError, NoSuchLedger,
+                         Timeout)
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, encode_batch
 from pybk.log.futures import BatchFutures
 from pybk.log.metadata import LogMetadata, Segment, read_log, update_log
@@ -106,13 +108,19 @@ class LogWriter:
              password: bytes = b"") -> "LogWriter":
         """Become the writer of log ``name`` (created if new), fencing any other."""
         settings = settings or LogSettings()
+        needed = entry_bytes_needed(settings)
+        if needed > bk.settings.maxEntrySizeBytes:
+            raise InvalidConfiguration(
+                f"log {name}: records of recordMaxBytes={settings.recordMaxBytes} and "
+                f"batches of batchMaxBytes={settings.batchMaxBytes} need entries of up to "
+                f"{needed} bytes, over the client's maxEntrySizeBytes="
+                f"{bk.settings.maxEntrySizeBytes}: raise it (ClientSettings) and the "
+                "bookies' (ServerSettings) to at least that")
         store = bk.metadata
         for _ in range(OPEN_ATTEMPTS_MAX):
             metadata, version = read_log(store, name, create=True)
             empty = _recover_last_segments(bk, metadata, password)
-            ledger = bk.create_ledger(settings.ensembleSize, settings.writeQuorumSize,
-                                      settings.ackQuorumSize, settings.digestType, password,
-                                      {LOG_NAME_KEY: name.encode("utf-8")})
+            ledger = _create_segment_ledger(bk, name, settings, password)
             kept = tuple(s for s in metadata.segments if s not in empty)
             opened = dataclasses.replace(
                 metadata, segments=kept,
@@ -303,10 +311,7 @@ class LogWriter:
                 self._rolling = False
 
     def _roll_locked(self) -> None:
-        s = self.settings
-        ledger = self._bk.create_ledger(s.ensembleSize, s.writeQuorumSize, s.ackQuorumSize,
-                                        s.digestType, self._password,
-                                        {LOG_NAME_KEY: self.name.encode("utf-8")})
+        ledger = _create_segment_ledger(self._bk, self.name, self.settings, self._password)
         rolled = self._metadata.with_new_segment(ledger.id)
         try:
             self._store_metadata(rolled)
@@ -431,6 +436,20 @@ class LogWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def entry_bytes_needed(settings: LogSettings) -> int:
+    """The largest entry a writer with ``settings`` makes: a full batch, or one record of
+    ``recordMaxBytes`` alone, with the batch's header and the largest digest."""
+    return MAX_OVERHEAD + BATCH_HEADER_BYTES + max(
+        settings.batchMaxBytes, RECORD_OVERHEAD_BYTES + settings.recordMaxBytes)
+
+
+def _create_segment_ledger(bk: "BookKeeper", name: str, settings: LogSettings,
+                           password: bytes) -> "LedgerHandle":
+    return bk.create_ledger(settings.ensembleSize, settings.writeQuorumSize,
+                            settings.ackQuorumSize, settings.digestType, password,
+                            {LOG_NAME_KEY: name.encode("utf-8")})
 
 
 def _recover_last_segments(bk: "BookKeeper", metadata: LogMetadata,
