@@ -21,6 +21,8 @@ log (``logSizeLimit``) and four times in the write cache (``writeCacheMaxSizeMb`
 by name, settings not named are raised to fit the ones named, so raising
 ``maxEntrySizeBytes`` alone is enough (and an embedded WAL derives it from
 ``recordMaxBytes``); built by the constructor, one error names every setting to raise.
+
+The embedded WAL (:func:`pybk.open`) starts from other defaults: :data:`WAL_LOG_DEFAULTS`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import functools
 import logging
 import os
 from dataclasses import dataclass, fields
+from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
 from pybk.errors import InvalidConfiguration
@@ -52,15 +55,18 @@ class _Settings:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_mapping(cls: type[S], values: Mapping[str, Any]) -> S:
+    def from_mapping(cls: type[S], values: Mapping[str, Any],
+                     defaults: Mapping[str, Any] | None = None) -> S:
         """Build settings from names and values (strings are parsed by the setting's type).
 
-        Settings that follow others (see the module's docstring) are raised to fit,
-        unless ``values`` names them.  Unknown names are logged and ignored: a
-        ``bk_server.conf`` also holds settings of other parts.
+        ``defaults`` stand in for the class's own (the embedded WAL passes
+        :data:`WAL_LOG_DEFAULTS`).  Settings that follow others (see the module's
+        docstring) are raised to fit, unless ``values`` names them.  Unknown names are
+        logged and ignored: a ``bk_server.conf`` also holds settings of other parts.
         """
         known = {f.name: f.default for f in fields(cls)}
-        merged: dict[str, Any] = {}
+        merged = {key: _convert(key, known[key], value)
+                  for key, value in (defaults or {}).items()}
         named = set()
         for key, raw in values.items():
             if key not in known:
@@ -474,10 +480,12 @@ class LogSettings(_Settings):
     """
 
     #: Bookies per segment ledger (E), copies of each entry (Qw), acknowledgements an
-    #: append waits for (Qa).  The embedded WAL has one bookie: 1, 1, 1.
-    ensembleSize: int = 1
-    writeQuorumSize: int = 1
-    ackQuorumSize: int = 1
+    #: append waits for (Qa): BookKeeper's client defaults, so that a log on a cluster
+    #: survives the loss of a bookie unless one copy is asked for (1, 1, 1).  The
+    #: embedded WAL has one bookie: :data:`WAL_LOG_DEFAULTS`.
+    ensembleSize: int = 3
+    writeQuorumSize: int = 2
+    ackQuorumSize: int = 2
     #: Digest of the segment ledgers: "crc32", "crc32c", "mac" or "dummy".
     digestType: str = "crc32c"
     #: A segment is rolled once it holds this many bytes of records...
@@ -508,3 +516,12 @@ class LogSettings(_Settings):
             _require(getattr(self, key) > 0, key, getattr(self, key), "greater than 0")
         _require(self.segmentMaxAgeSeconds >= 0, "segmentMaxAgeSeconds",
                  self.segmentMaxAgeSeconds, "0 or more")
+
+
+#: Defaults of the embedded WAL's log: it has one bookie, so one copy (a WAL promoted to
+#: a cluster member replicates with its ``ensemble``, ``write_quorum`` and ``ack_quorum``).
+WAL_LOG_DEFAULTS: Mapping[str, Any] = MappingProxyType({
+    "ensembleSize": 1,
+    "writeQuorumSize": 1,
+    "ackQuorumSize": 1,
+})

@@ -11,8 +11,11 @@ import threading
 
 import pytest
 
+import pybk
 from clientutil import Cluster
-from pybk.errors import CorruptData, InvalidConfiguration, LogFenced, MalformedMetadata, NoSuchLog
+from pybk.client import BookKeeper
+from pybk.errors import (CorruptData, InvalidConfiguration, LogFenced, MalformedMetadata,
+                         NoSuchLog, NotEnoughBookies)
 from pybk.log import LogReader, LogWriter, Position
 from pybk.log.batch import decode_batch, encode_batch
 from pybk.log.metadata import LogMetadata, Segment, read_log, update_log
@@ -21,6 +24,7 @@ from pybk.settings import ClientSettings, LogSettings
 pytestmark = pytest.mark.timeout(60)
 
 REPLICATED = LogSettings(ensembleSize=3, writeQuorumSize=2, ackQuorumSize=2)
+SINGLE_COPY = LogSettings(ensembleSize=1, writeQuorumSize=1, ackQuorumSize=1)
 
 
 @pytest.fixture
@@ -28,6 +32,18 @@ def cluster(tmp_path):
     c = Cluster(str(tmp_path), 4)
     yield c
     c.close()
+
+
+@pytest.fixture
+def two_bookies(tmp_path):
+    c = Cluster(str(tmp_path / "two"), 2)
+    yield c
+    c.close()
+
+
+def _quorums(bk: BookKeeper, writer: LogWriter) -> tuple[int, int, int]:
+    metadata = bk.ledger_manager.read(writer.metadata.segments[-1].ledger_id).metadata
+    return metadata.ensemble_size, metadata.write_quorum_size, metadata.ack_quorum_size
 
 
 def _open(bk, name="log", **changes) -> LogWriter:
@@ -161,6 +177,24 @@ def test_an_opening_writer_finishes_deletions_a_crash_interrupted(cluster):
     _open(bk).close()
     assert orphan.id not in bk.list_ledgers()
     assert read_log(bk.metadata, "log").metadata.deleting == ()
+
+
+def test_a_log_replicates_by_default_and_has_one_copy_only_when_asked(cluster, two_bookies):
+    bk = cluster.client()
+    with LogWriter.open(bk, "default") as writer:
+        writer.append(b"replicated")
+        assert _quorums(bk, writer) == (3, 2, 2)  # BookKeeper's client defaults
+    with LogWriter.open(bk, "single", SINGLE_COPY) as writer:
+        writer.append(b"one copy")
+        assert _quorums(bk, writer) == (1, 1, 1)
+    with pytest.raises(NotEnoughBookies, match="ensembleSize=3.*LogSettings"):
+        LogWriter.open(two_bookies.client(), "default")
+
+
+def test_the_embedded_wal_keeps_one_copy(tmp_path):
+    with pybk.open(tmp_path / "wal") as wal:
+        wal.append(b"x")
+        assert _quorums(wal._bk, wal._writer) == (1, 1, 1)
 
 
 def test_opening_a_writer_whose_records_cannot_fit_an_entry_names_the_settings(cluster):

@@ -177,6 +177,12 @@ def test_the_constructor_names_every_setting_an_entry_size_needs_at_once():
             ">= 2400 (it is 64)") in str(raised.value)
 
 
+def test_logs_replicate_by_default():
+    log_settings = LogSettings()
+    assert (log_settings.ensembleSize, log_settings.writeQuorumSize,
+            log_settings.ackQuorumSize) == (3, 2, 2)  # BookKeeper's client defaults
+
+
 def test_a_wal_takes_larger_records_from_record_max_bytes_alone(tmp_path):
     """recordMaxBytes implies the entry size of the client and the bookie, which implies
     the bookie's entry log and write cache sizes."""

@@ -40,7 +40,8 @@ from pybk.log.position import Position
 from pybk.log.reader import LogReader, Record
 from pybk.log.writer import LogWriter, entry_bytes_needed
 from pybk.meta.embedded import EmbeddedMetadataStore
-from pybk.settings import ClientSettings, LogSettings, ServerSettings, sort_settings
+from pybk.settings import (WAL_LOG_DEFAULTS, ClientSettings, LogSettings, ServerSettings,
+                           sort_settings)
 from pybk.storage import Bookie
 from pybk.storage.cookie import format_directories
 
@@ -317,14 +318,15 @@ def _close_logging(path: str, resources: ExitStack) -> None:
 
 def _split_settings(path: str, values: dict[str, Any], clustered: bool = False
                     ) -> tuple[ServerSettings, ClientSettings, LogSettings]:
-    """Sort ``values`` by the settings class they belong to, and build the three."""
+    """Sort ``values`` by the settings class they belong to, and build the three, from
+    the WAL's defaults (1/1/1 quorums)."""
     for name in values:
         if name in _DERIVED:
             raise InvalidConfiguration(f"setting {name}: a WAL keeps its directories under "
                                        f"its path ({path}); it cannot be set")
     server_values, client_values, log_values = sort_settings(
         values, (ServerSettings, ClientSettings, LogSettings))
-    log_settings = LogSettings.from_mapping(log_values)
+    log_settings = LogSettings.from_mapping(log_values, defaults=WAL_LOG_DEFAULTS)
     largest_entry = entry_bytes_needed(log_settings)
     if "maxEntrySizeBytes" not in values and largest_entry > ServerSettings.maxEntrySizeBytes:
         # Larger records need larger entries, in the client and the bookie alike.

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from pybk.client.digest import MAX_OVERHEAD
 from pybk.errors import (BadVersion, BookKeeperError, EntryTooLarge, InvalidConfiguration,
                          LedgerFenced, LogClosed, LogFenced, MetadataError, NoSuchLedger,
-                         Timeout)
+                         NotEnoughBookies, Timeout)
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, encode_batch
 from pybk.log.futures import BatchFutures
 from pybk.log.metadata import LogMetadata, Segment, read_log, update_log
@@ -106,7 +106,11 @@ class LogWriter:
     @classmethod
     def open(cls, bk: "BookKeeper", name: str, settings: LogSettings | None = None,
              password: bytes = b"") -> "LogWriter":
-        """Become the writer of log ``name`` (created if new), fencing any other."""
+        """Become the writer of log ``name`` (created if new), fencing any other.
+
+        The default settings replicate (E=3, Qw=2, Qa=2, as BookKeeper's client); a log
+        with one copy takes ``LogSettings(ensembleSize=1, writeQuorumSize=1,
+        ackQuorumSize=1)``."""
         settings = settings or LogSettings()
         needed = entry_bytes_needed(settings)
         if needed > bk.settings.maxEntrySizeBytes:
@@ -120,7 +124,15 @@ class LogWriter:
         for _ in range(OPEN_ATTEMPTS_MAX):
             metadata, version = read_log(store, name, create=True)
             empty = _recover_last_segments(bk, metadata, password)
-            ledger = _create_segment_ledger(bk, name, settings, password)
+            try:
+                ledger = _create_segment_ledger(bk, name, settings, password)
+            except NotEnoughBookies as e:
+                raise NotEnoughBookies(
+                    f"log {name}: {e}.  Its segments need ensembleSize={settings.ensembleSize}"
+                    f" bookies (writeQuorumSize={settings.writeQuorumSize}, ackQuorumSize="
+                    f"{settings.ackQuorumSize}): start more bookies, or ask for fewer in "
+                    "LogSettings (ensembleSize=writeQuorumSize=ackQuorumSize=1 for a single "
+                    "copy)") from None
             kept = tuple(s for s in metadata.segments if s not in empty)
             opened = dataclasses.replace(
                 metadata, segments=kept,
