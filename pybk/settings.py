@@ -488,7 +488,9 @@ class LogSettings(_Settings):
     ackQuorumSize: int = 2
     #: Digest of the segment ledgers: "crc32", "crc32c", "mac" or "dummy".
     digestType: str = "crc32c"
-    #: A segment is rolled once it holds this many bytes of records...
+    #: A segment is rolled once it holds this many bytes of batches (the batch that
+    #: crosses the limit is the segment's last, so a segment ends at most a batch past
+    #: it: ``batchMaxBytes``, or one record of up to ``recordMaxBytes``)...
     segmentMaxBytes: int = 256 * _MIB
     #: ...or is this many seconds old at an append (0: no age limit).
     segmentMaxAgeSeconds: float = 3600.0

@@ -6,6 +6,7 @@ stand for two processes.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import threading
 
@@ -17,7 +18,7 @@ from pybk.client import BookKeeper
 from pybk.errors import (CorruptData, InvalidConfiguration, LogFenced, MalformedMetadata,
                          NoSuchLog, NotEnoughBookies)
 from pybk.log import LogReader, LogWriter, Position
-from pybk.log.batch import decode_batch, encode_batch
+from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, decode_batch, encode_batch
 from pybk.log.metadata import LogMetadata, Segment, read_log, update_log
 from pybk.settings import ClientSettings, LogSettings
 
@@ -203,6 +204,61 @@ def test_opening_a_writer_whose_records_cannot_fit_an_entry_names_the_settings(c
                        match="recordMaxBytes=2097152.*maxEntrySizeBytes=1048576"):
         _open(bk, recordMaxBytes=2 << 20)
     _open(bk, recordMaxBytes=512 << 10).close()
+
+
+def test_a_segment_ends_within_a_batch_of_segment_max_bytes_however_slow_rolling_is(cluster):
+    """Pipelined appends from three threads while every metadata write takes 50 ms, so
+    each roll takes over 100 ms: batches wait for the next segment instead of piling
+    onto the full one."""
+    bk = cluster.client()
+    limit, batch_max = 64 * 1024, 8 * 1024
+    writer = _open(bk, segmentMaxBytes=limit, batchMaxBytes=batch_max, maxOutstandingBatches=4)
+    written: list[tuple[Position, bytes]] = []
+    lock = threading.Lock()
+
+    def append_many(thread: int) -> None:
+        futures = [(writer.append_async(b"%d-%d" % (thread, i) + bytes(200)),
+                    b"%d-%d" % (thread, i) + bytes(200)) for i in range(1000)]
+        acked = [(future.result(timeout=30), data) for future, data in futures]
+        with lock:
+            written.extend(acked)
+
+    cluster.metadata_faults.delay_s = 0.05
+    try:
+        threads = [threading.Thread(target=append_many, args=(t,)) for t in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=50)
+    finally:
+        cluster.metadata_faults.delay_s = 0.0
+    writer.close()
+    assert len(written) == 3000
+    assert sorted(_read_all(bk)) == sorted(written)
+    batches: dict[tuple[int, int], list[int]] = collections.defaultdict(list)
+    for position, data in written:
+        batches[position.segment, position.entry].append(len(data))
+    sizes: collections.Counter = collections.Counter()  # bytes the writer counts per segment
+    for (segment, _entry), lengths in batches.items():
+        sizes[segment] += BATCH_HEADER_BYTES + sum(RECORD_OVERHEAD_BYTES + n for n in lengths)
+    segments = sorted(sizes)
+    for segment in segments:
+        assert sizes[segment] <= limit + batch_max, \
+            f"segment {segment} holds {sizes[segment]} bytes; segmentMaxBytes is {limit}"
+    assert len(segments) >= 5
+    for segment in segments[:-1]:
+        assert sizes[segment] >= limit, f"segment {segment} rolled before it was full"
+
+
+def test_a_segment_older_than_its_age_limit_still_takes_a_batch_before_it_rolls(cluster):
+    """With an age limit shorter than a roll, a fresh segment is already old when the
+    roll hands it the waiting batches: it must take them, not roll again empty."""
+    bk = cluster.client()
+    with _open(bk, segmentMaxAgeSeconds=1e-9) as writer:
+        written = [(writer.append_async(b"%d" % i), b"%d" % i) for i in range(20)]
+        written = [(future.result(timeout=20), data) for future, data in written]
+    assert _read_all(bk) == written
+    assert len(writer.metadata.segments) <= 21
 
 
 def test_reading_a_missing_log_is_a_clear_error(cluster):

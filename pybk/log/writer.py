@@ -16,10 +16,12 @@ it reaches ``batchMaxBytes``.  Batches are sent in order by whichever thread hol
 "sender" role, so a completion callback on the bookie's journal thread never waits for a
 lock held by a thread that waits for the journal.
 
-Rolling: at an append that finds the segment over ``segmentMaxBytes`` or older than
-``segmentMaxAgeSeconds``, a background thread creates the next ledger, appends it to the
-list (compare-and-set), switches new batches to it, then closes the previous ledger once
-its batches completed.
+Rolling: once the batches sent to a segment reach ``segmentMaxBytes``, or a send finds it
+older than ``segmentMaxAgeSeconds``, the segment takes no more batches: later ones wait
+while a background thread creates the next ledger, appends it to the list
+(compare-and-set) and switches to it, then sends them there; it closes the previous
+ledger once its batches completed.  So a segment ends at most one batch past
+``segmentMaxBytes``, however fast appends come and however long the roll takes.
 
 Truncation deletes whole segments before a position: the list is updated first (the
 ledgers are noted under "deleting"), then the ledgers are deleted, then the note is
@@ -170,20 +172,20 @@ class LogWriter:
                                 f"{self.settings.recordMaxBytes}")
         with self._lock:
             self._check_open()
-            batch, roll = self._batch, False
+            batch = self._batch
             if batch.records and batch.size + RECORD_OVERHEAD_BYTES + size \
                     > self.settings.batchMaxBytes:
-                roll = self._seal()  # full: it goes out now, the record starts the next
+                self._seal()  # full: it goes out now, the record starts the next
                 batch = self._batch
             batch.records.append(bytes(data))
             future = batch.futures.new()
             batch.size += RECORD_OVERHEAD_BYTES + size
             if len(self._outstanding) < self.settings.maxOutstandingBatches \
                     or batch.size >= self.settings.batchMaxBytes:
-                roll = self._seal() or roll
+                self._seal()
             elif not self._ready:
                 return future  # it goes out with the batch when one in flight completes
-        self._after_seal(roll)
+        self._send_ready()
         return future
 
     def _check_open(self) -> None:
@@ -193,41 +195,42 @@ class LogWriter:
             raise LogClosed(f"the writer of log {self.name} is closed")
 
     def _roll_due(self) -> bool:
+        """Whether the segment is full or too old.  An empty segment is never too old: it
+        takes a batch before it rolls, so each roll makes progress however short the age
+        limit is.  Caller holds the lock."""
         s = self.settings
         return self._segment_bytes >= s.segmentMaxBytes or (
-            s.segmentMaxAgeSeconds > 0
+            s.segmentMaxAgeSeconds > 0 and self._segment_bytes > 0
             and time.monotonic() - self._segment_started >= s.segmentMaxAgeSeconds)
 
-    def _seal(self) -> bool:
-        """Queue the current batch for sending; return whether it is time to roll (then
-        the caller calls :meth:`_after_seal` with True).  Caller holds the lock."""
+    def _seal(self) -> None:
+        """Queue the current batch for sending.  Caller holds the lock."""
         if self._batch.records:
             self._ready.append(self._batch)
             self._outstanding.add(self._batch)
             self._batch = _Batch()
-        if self._rolling or not self._roll_due():
-            return False
-        self._rolling = True
-        return True
-
-    def _after_seal(self, roll: bool) -> None:
-        """Start the roll :meth:`_seal` asked for, and send what is ready."""
-        if roll:
-            self._roller.submit(self._roll)
-        self._send_ready()
 
     def _send_ready(self) -> None:
         """Send queued batches in order; a thread that finds another sending leaves the
-        queue to it (so no caller ever waits here for another's send)."""
+        queue to it (so no caller ever waits here for another's send).
+
+        A segment due to roll takes no more batches: they stay queued, the roll is
+        started if it is not running, and the roll sends them to the next segment.
+        Deciding that and giving up the sender role happen under one hold of the lock,
+        so the roll's own call finds either this thread still sending or the role free."""
         with self._lock:
             if self._sending:
                 return
             self._sending = True
+        roll = False
         while True:
             with self._lock:
-                if not self._ready or self._failure is not None:
+                due = self._failure is None and self._roll_due()
+                if due and not self._rolling:
+                    self._rolling = roll = True
+                if not self._ready or self._failure is not None or due:
                     self._sending = False
-                    return
+                    break
                 batch = self._ready.popleft()
                 batch.segment, batch.ledger = self._segment, self._ledger
                 self._in_flight[batch.ledger.id] += 1
@@ -238,6 +241,8 @@ class LogWriter:
                     lambda entry_id, error, b=batch: self._on_batch_done(b, entry_id, error))
             except BookKeeperError as e:
                 self._batch_failed(batch, e)
+        if roll:
+            self._start_roll()
 
     def _on_batch_done(self, batch: _Batch, entry_id: int | None,
                        error: BaseException | None) -> None:
@@ -246,9 +251,9 @@ class LogWriter:
             return
         with self._lock:
             self._finished(batch)
-            roll = len(self._outstanding) < self.settings.maxOutstandingBatches \
-                and self._seal()
-        self._after_seal(roll)  # the next batch first: the pipeline stays busy
+            if len(self._outstanding) < self.settings.maxOutstandingBatches:
+                self._seal()
+        self._send_ready()  # the next batch first: the pipeline stays busy
         number = batch.segment.number
         batch.futures.set_results([Position(number, entry_id, slot)
                                    for slot in range(len(batch.futures))])
@@ -292,9 +297,9 @@ class LogWriter:
         Raises the failure that stopped the writer, if one did, and Timeout after
         ``timeout`` seconds."""
         with self._lock:
-            roll = self._seal()
+            self._seal()
             waiting = set(self._outstanding)
-        self._after_seal(roll)
+        self._send_ready()
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while waiting & self._outstanding and self._failure is None:
@@ -307,6 +312,14 @@ class LogWriter:
                 raise self._failure
 
     # -- rolling ------------------------------------------------------------------
+
+    def _start_roll(self) -> None:
+        try:
+            self._roller.submit(self._roll)
+        except RuntimeError:  # closed meanwhile: the batches waiting for it cannot go
+            with self._lock:
+                self._rolling = False
+            self._fail(LogClosed(f"the writer of log {self.name} closed before a roll"))
 
     def _roll(self) -> None:
         """Start the next segment, then close the previous one (background thread)."""
@@ -321,6 +334,7 @@ class LogWriter:
         finally:
             with self._lock:
                 self._rolling = False
+            self._send_ready()  # the new segment may be due already
 
     def _roll_locked(self) -> None:
         ledger = _create_segment_ledger(self._bk, self.name, self.settings, self._password)
@@ -336,6 +350,8 @@ class LogWriter:
             self._segment, self._ledger = rolled.segments[-1], ledger
             self._in_flight[ledger.id] = 0
             self._segment_bytes, self._segment_started = 0, time.monotonic()
+        self._send_ready()  # the batches that waited for this segment
+        with self._lock:
             deadline = time.monotonic() + 2 * self._bk.settings.addEntryTimeout
             while self._in_flight[previous.id] and self._failure is None \
                     and time.monotonic() < deadline:
