@@ -22,7 +22,8 @@ by name, settings not named are raised to fit the ones named, so raising
 ``maxEntrySizeBytes`` alone is enough (and an embedded WAL derives it from
 ``recordMaxBytes``); built by the constructor, one error names every setting to raise.
 
-The embedded WAL (:func:`pybk.open`) starts from other defaults: :data:`WAL_LOG_DEFAULTS`.
+The embedded WAL (:func:`pybk.open`) starts from other defaults than a bookie server:
+:data:`WAL_SERVER_DEFAULTS` and :data:`WAL_LOG_DEFAULTS`.
 """
 
 from __future__ import annotations
@@ -60,9 +61,10 @@ class _Settings:
         """Build settings from names and values (strings are parsed by the setting's type).
 
         ``defaults`` stand in for the class's own (the embedded WAL passes
-        :data:`WAL_LOG_DEFAULTS`).  Settings that follow others (see the module's
-        docstring) are raised to fit, unless ``values`` names them.  Unknown names are
-        logged and ignored: a ``bk_server.conf`` also holds settings of other parts.
+        :data:`WAL_SERVER_DEFAULTS` and :data:`WAL_LOG_DEFAULTS`).  Settings that follow
+        others (see the module's docstring) are raised to fit, unless ``values`` names
+        them.  Unknown names are logged and ignored: a ``bk_server.conf`` also holds
+        settings of other parts.
         """
         known = {f.name: f.default for f in fields(cls)}
         merged = {key: _convert(key, known[key], value)
@@ -519,6 +521,20 @@ class LogSettings(_Settings):
         _require(self.segmentMaxAgeSeconds >= 0, "segmentMaxAgeSeconds",
                  self.segmentMaxAgeSeconds, "0 or more")
 
+
+#: Defaults of the embedded WAL's bookie (:func:`pybk.open`), which shares an
+#: application's disk instead of owning a server's: journal files of 16 MiB (zeroed 4 MiB
+#: ahead) with no old ones kept, and entry logs of 16 MiB, where a bookie server keeps
+#: five 2 GiB journals and writes 1 GiB entry logs.  Small files are what truncation can
+#: give back: garbage collection removes whole entry logs, and the checkpoint whole
+#: journal files.  :func:`pybk.storage.gc.space_bound_bytes` is the most a bookie holds
+#: beyond its live ledgers; with these defaults, 53 MiB plus the index.
+WAL_SERVER_DEFAULTS: Mapping[str, Any] = MappingProxyType({
+    "journalMaxSizeMB": 16,
+    "journalPreAllocSizeMB": 4,
+    "journalMaxBackups": 0,
+    "logSizeLimit": 16 * _MIB,
+})
 
 #: Defaults of the embedded WAL's log: it has one bookie, so one copy (a WAL promoted to
 #: a cluster member replicates with its ``ensemble``, ``write_quorum`` and ``ack_quorum``).

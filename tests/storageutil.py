@@ -24,11 +24,20 @@ def close_as_if_crashed(bookie: Bookie, scratch: str) -> None:
     dirs = directories(bookie.settings)
     copies = [os.path.join(scratch, f"crash-image-{i}") for i in range(len(dirs))]
     for source, copy in zip(dirs, copies):
-        shutil.copytree(source, copy)
+        shutil.copytree(source, copy, copy_function=_copy_if_present)
     bookie.close()
     for source, copy in zip(dirs, copies):
         shutil.rmtree(source)
         shutil.move(copy, source)
+
+
+def _copy_if_present(source: str, destination: str) -> None:
+    """Copy a file unless the running bookie removed it since it was listed (a
+    checkpoint renames its temporary LastLogMark, GC removes entry logs)."""
+    try:
+        shutil.copy2(source, destination)
+    except FileNotFoundError:
+        pass
 
 
 class CountingIO(FileIO):

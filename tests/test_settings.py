@@ -6,7 +6,8 @@ import pytest
 
 import pybk
 from pybk.errors import InvalidConfiguration
-from pybk.settings import ClientSettings, LogSettings, ServerSettings, sort_settings
+from pybk.settings import (WAL_SERVER_DEFAULTS, ClientSettings, LogSettings, ServerSettings,
+                           sort_settings)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -161,6 +162,9 @@ def test_raising_the_entry_size_by_name_raises_what_must_fit_it():
     assert (s.maxEntrySizeBytes, s.logSizeLimit, s.writeCacheMaxSizeMb) == (big, 1 << 30, 400)
     small = ServerSettings.from_mapping({"maxEntrySizeBytes": 1 << 20})
     assert (small.logSizeLimit, small.writeCacheMaxSizeMb) == (1 << 30, 64)
+    wal = ServerSettings.from_mapping({"maxEntrySizeBytes": 10 << 20},
+                                      defaults=WAL_SERVER_DEFAULTS)
+    assert wal.logSizeLimit == 20 << 20  # from the WAL's 16 MiB
     with pytest.raises(InvalidConfiguration, match="needs logSizeLimit >= 209715200"):
         ServerSettings.from_mapping({"maxEntrySizeBytes": big, "logSizeLimit": big})
 
@@ -181,6 +185,11 @@ def test_logs_replicate_by_default():
     log_settings = LogSettings()
     assert (log_settings.ensembleSize, log_settings.writeQuorumSize,
             log_settings.ackQuorumSize) == (3, 2, 2)  # BookKeeper's client defaults
+
+
+def test_the_wal_defaults_are_sized_for_an_application():
+    wal = ServerSettings.from_mapping({}, defaults=WAL_SERVER_DEFAULTS)
+    assert (wal.journalMaxSizeMB, wal.journalMaxBackups, wal.logSizeLimit) == (16, 0, 16 << 20)
 
 
 def test_a_wal_takes_larger_records_from_record_max_bytes_alone(tmp_path):

@@ -40,8 +40,8 @@ from pybk.log.position import Position
 from pybk.log.reader import LogReader, Record
 from pybk.log.writer import LogWriter, entry_bytes_needed
 from pybk.meta.embedded import EmbeddedMetadataStore
-from pybk.settings import (WAL_LOG_DEFAULTS, ClientSettings, LogSettings, ServerSettings,
-                           sort_settings)
+from pybk.settings import (WAL_LOG_DEFAULTS, WAL_SERVER_DEFAULTS, ClientSettings, LogSettings,
+                           ServerSettings, sort_settings)
 from pybk.storage import Bookie
 from pybk.storage.cookie import format_directories
 
@@ -319,7 +319,7 @@ def _close_logging(path: str, resources: ExitStack) -> None:
 def _split_settings(path: str, values: dict[str, Any], clustered: bool = False
                     ) -> tuple[ServerSettings, ClientSettings, LogSettings]:
     """Sort ``values`` by the settings class they belong to, and build the three, from
-    the WAL's defaults (1/1/1 quorums)."""
+    the WAL's defaults (:data:`~pybk.settings.WAL_SERVER_DEFAULTS`, 1/1/1 quorums)."""
     for name in values:
         if name in _DERIVED:
             raise InvalidConfiguration(f"setting {name}: a WAL keeps its directories under "
@@ -334,7 +334,7 @@ def _split_settings(path: str, values: dict[str, Any], clustered: bool = False
     server = ServerSettings.from_mapping({
         "journalDirectory": os.path.join(path, "bookie", "journal"),
         "ledgerDirectories": (os.path.join(path, "bookie", "ledgers"),),
-        **server_values})
+        **server_values}, defaults=WAL_SERVER_DEFAULTS)
     client = ClientSettings.from_mapping(client_values)
     if not clustered and (log_settings.ensembleSize, log_settings.writeQuorumSize,
                           log_settings.ackQuorumSize) != (1, 1, 1):

@@ -9,7 +9,10 @@ A :class:`Bookie` ties the parts together:
   takes a journal mark, writes the cache to an entry log, fsyncs it, commits the index,
   and persists LastLogMark; older journals may then go;
 * at start the journal is replayed from LastLogMark;
-* a housekeeping thread collects garbage, compacts entry logs and watches disk usage.
+* a housekeeping thread collects garbage, compacts entry logs and watches disk usage;
+  a deletion asks for a checkpoint at once, and the checkpoint that makes deletions
+  durable wakes garbage collection, so a deleted ledger's space comes back within
+  moments whatever ``flushInterval`` and ``gcWaitTime`` are (and at start).
 
 Read-only: a bookie refuses adds (BookieReadOnly; reads, fences and explicit LACs go
 on) while a disk is full (:mod:`pybk.storage.diskcheck`) or while its owner says so
@@ -122,6 +125,8 @@ class Bookie:
         self._closed = False
         self._stop = threading.Event()
         self._checkpoint_wanted = threading.Event()
+        self._gc_wanted = threading.Event()  # deletions became durable; also: at start
+        self._gc_wanted.set()
         self._disks = DiskMonitor([settings.journalDirectory, *self._ledger_dirs],
                                   settings.diskUsageThreshold, settings.diskUsageLwmThreshold,
                                   disk_usage)
@@ -537,6 +542,7 @@ class Bookie:
             self._pending_deletes.add(ledger_id)
             self._active.drop_ledger(ledger_id)
         self._journal.wait(waiter)
+        self._checkpoint_wanted.set()  # the space can be collected once this is durable
 
     def force(self, ledger_id: int) -> Future:
         """A Future that completes once everything added to the ledger so far is durable."""
@@ -742,6 +748,8 @@ class Bookie:
             with self._entrylog_lock:
                 self._gc.release(touched)
         self._durably_deleted |= gone
+        if gone:
+            self._gc_wanted.set()
 
     # -- replay ------------------------------------------------------------------
 
@@ -862,7 +870,11 @@ class Bookie:
         gc_interval = self.settings.gcWaitTime / 1000.0
         disk_interval = self.settings.diskCheckInterval / 1000.0
         next_disk_check = time.monotonic() + disk_interval
-        while not self._stop.wait(min(gc_interval, disk_interval)):
+        while True:
+            self._gc_wanted.wait(min(gc_interval, disk_interval))
+            if self._stop.is_set():
+                return
+            self._gc_wanted.clear()
             try:
                 now = time.monotonic()
                 if now >= next_disk_check:
@@ -897,6 +909,7 @@ class Bookie:
             self._closed = True
         self._stop.set()
         self._checkpoint_wanted.set()
+        self._gc_wanted.set()
         try:
             for thread in self._threads:
                 if thread is not threading.current_thread():

@@ -12,6 +12,28 @@ re-pointed in one transaction, and only for entries it still points at in the ol
 later compaction skips, since the index does not point at them); a crash between (2) and
 (3) leaves an old log that the index no longer points into, so the next compaction copies
 nothing and removes it.  No step leaves the index pointing at a missing record.
+
+Space left behind
+-----------------
+The bookie asks for a checkpoint when a ledger is deleted, and the checkpoint that makes
+deletions durable starts a GC pass (:mod:`pybk.storage.bookie`).  Once they ran, a
+bookie's directories hold, beyond the entries of its live ledgers:
+
+* the journal: the current file and ``journalMaxBackups`` older ones, each at most
+  ``journalMaxSizeMB`` of records (or one group of records, if a group alone is larger)
+  and ``journalPreAllocSizeMB`` plus a MiB of zeros ahead of them; while appends outrun
+  checkpoints, also the files the last checkpoint has not passed yet;
+* entry logs: GC removes a log once every ledger in it is deleted, never the current
+  one.  When ledgers are deleted in the order they were written, as a log's truncation
+  does, deleted entries share at most two logs with live ones: the current log, and the
+  log where the live entries begin, so at most ``2 * logSizeLimit`` of them are left.
+  Ledgers deleted out of order (a bookie of a cluster) leave partly live logs to
+  compaction: logs under ``minorCompactionThreshold`` live at the next minor compaction,
+  under ``majorCompactionThreshold`` at the next major one;
+* the index: LMDB reuses the pages of deleted entries but never shrinks its file, which
+  stays near its largest size, about 70 bytes per entry it held at once.
+
+:func:`space_bound_bytes` adds up the first two.
 """
 
 from __future__ import annotations
@@ -21,14 +43,25 @@ import threading
 from dataclasses import dataclass, field
 
 from pybk.errors import CorruptData
+from pybk.settings import ServerSettings
 from pybk.storage.entrylog import EntryLogger
 from pybk.storage.index import Index, LocationUpdate
-from pybk.storage.journal import ADD, RECORD
+from pybk.storage.journal import ADD, RECORD, ZERO_FILL_STEP
 
 log = logging.getLogger(__name__)
 
 #: Live bytes copied per batch during compaction (bounds its memory).
 COMPACTION_BATCH_BYTES = 16 * 1024 * 1024
+
+
+def space_bound_bytes(settings: ServerSettings) -> int:
+    """The most bytes a bookie's journal and entry logs hold beyond the entries of its
+    live ledgers once GC ran after the last deletion, for ledgers deleted in the order
+    they were written and journal groups under ``journalMaxSizeMB`` (see the module's
+    docstring; the index comes on top)."""
+    journal_file = ((settings.journalMaxSizeMB + settings.journalPreAllocSizeMB) * 1024 * 1024
+                    + ZERO_FILL_STEP)
+    return (settings.journalMaxBackups + 1) * journal_file + 2 * settings.logSizeLimit
 
 
 @dataclass
