@@ -11,7 +11,7 @@ import pytest
 from conftest import KEY, entry
 from pybk.errors import (BookieClosed, EntryTooLarge, LedgerFenced, MalformedEntry,
                          NoSuchEntry, NoSuchLedger, Unauthorized)
-from pybk.storage import LAST_ENTRY, Bookie
+from pybk.storage import LAST_ENTRY, Bookie, entrylog
 from pybk.storage.journal import RECORD
 from storageutil import CountingIO, EntryLogWriteOutRecorder, close_as_if_crashed
 
@@ -332,6 +332,39 @@ def test_entry_logs_roll_and_are_sealed_with_ledger_maps(bookie_factory, setting
     total = sum(sum(m.values()) for m in logs.ledger_maps.values())
     assert total >= 120 * 50_000
     assert reopened.read_entry(2, 59) == entry(2, 59, body=body)
+
+
+def test_reads_across_many_entry_logs_keep_few_open(bookie_factory, settings_factory,
+                                                    monkeypatch):
+    """At most READ_FDS_MAX entry logs are open for reading at once, however many the
+    reads touch, and reads racing the closing of a descriptor still get their bytes."""
+    monkeypatch.setattr(entrylog, "READ_FDS_MAX", 3)
+    settings = settings_factory(logSizeLimit=1 << 20, maxEntrySizeBytes=256 << 10)
+    bookie = bookie_factory(settings)
+    body = b"f" * 100_000
+    for e in range(80):
+        bookie.add_entry(1, e, entry(1, e, body=body), KEY)
+    bookie.checkpoint()
+    assert len(bookie._entry_logs.log_ids()) >= 8
+    failures: list[BaseException] = []
+
+    def read_all(order: list[int]) -> None:
+        try:
+            for e in order:
+                assert bookie.read_entry(1, e) == entry(1, e, body=body), e
+        except BaseException as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+
+    threads = [threading.Thread(target=read_all, args=(list(range(80))[::step],))
+               for step in (1, -1, 3, -7)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failures, failures
+    open_logs = [fd for fd in os.listdir("/proc/self/fd")
+                 if os.path.realpath(f"/proc/self/fd/{fd}").endswith(".log")]
+    assert len(open_logs) <= 3 + 1, open_logs  # the readers' and the current log's
 
 
 @pytest.mark.parametrize("flush_bytes", [0, 64 << 10])

@@ -78,6 +78,9 @@ MAP_ITEM = struct.Struct(">QQ")
 SUFFIX = ".log"
 NEW_SUFFIX = ".new"
 CURRENT = "current"
+#: Entry logs kept open for reading at once; the longest open is closed to make room, so
+#: a bookie with thousands of (small) entry logs never runs out of file descriptors.
+READ_FDS_MAX = 128
 
 
 class Location(NamedTuple):
@@ -283,14 +286,23 @@ class EntryLogger:
         deleted and its descriptor reused meanwhile) raises instead of returning another
         entry's bytes.
         """
-        fd = self._read_fd(location.log_id)
-        record = os.pread(fd, RECORD_HEADER_SIZE + length, location.offset)
-        if len(record) == RECORD_HEADER_SIZE + length:
-            stored_length, crc, rtype = RECORD.unpack_from(record)
-            data = record[RECORD_HEADER_SIZE:]
-            if (stored_length == length and rtype == ADD and entry_crc(data) == crc
-                    and ENTRY_IDS.unpack_from(data) == (ledger_id, entry_id)):
-                return data
+        for _ in range(2):
+            fd = self._read_fd(location.log_id)
+            try:
+                record = os.pread(fd, RECORD_HEADER_SIZE + length, location.offset)
+            except OSError:
+                if self._read_fds.get(location.log_id) == fd:
+                    raise
+                continue  # closed to make room while this read ran
+            if len(record) == RECORD_HEADER_SIZE + length:
+                stored_length, crc, rtype = RECORD.unpack_from(record)
+                data = record[RECORD_HEADER_SIZE:]
+                if (stored_length == length and rtype == ADD and entry_crc(data) == crc
+                        and ENTRY_IDS.unpack_from(data) == (ledger_id, entry_id)):
+                    return data
+            if self._read_fds.get(location.log_id) == fd:
+                break  # the descriptor was the log's own: the record is bad
+            # else: closed to make room while this read ran; read through a new one
         raise CorruptData(f"entry log {self._paths.get(location.log_id)} holds no valid "
                           f"record of {length} bytes at offset {location.offset}")
 
@@ -304,6 +316,8 @@ class EntryLogger:
                     if path is None:
                         raise CorruptData(f"the index points at entry log {log_id:x}, "
                                           "which does not exist")
+                    if len(self._read_fds) >= READ_FDS_MAX:  # dicts keep insertion order
+                        os.close(self._read_fds.pop(next(iter(self._read_fds))))
                     fd = os.open(path, os.O_RDONLY)
                     self._read_fds[log_id] = fd
         return fd
