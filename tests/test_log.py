@@ -157,6 +157,9 @@ def test_truncation_deletes_ledgers_on_the_bookies_and_readers_skip_ahead(cluste
     doomed = [s.ledger_id for s in writer.metadata.segments if s.number < cut.segment]
     assert writer.truncate(cut) == len(doomed) > 0
     assert writer.truncate(positions[10]) == 0  # going back changes nothing
+    assert writer.truncate(str(positions[10])) == 0  # its text names the same position
+    with pytest.raises(TypeError, match="truncate"):
+        writer.truncate(None)
     for ledger_id in doomed:
         assert ledger_id not in bk.list_ledgers()
         assert not any(cluster.holds_ledger(b, ledger_id) for b in cluster.bookie_ids)

@@ -214,7 +214,6 @@ class WAL:
         before it are deleted and their space is reclaimed by the bookie's garbage
         collection."""
         self._check_open()
-        before = Position.of(before, "truncate(before)")
         self._writer.truncate(before)
 
     def sync(self) -> None:

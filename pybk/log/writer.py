@@ -377,11 +377,13 @@ class LogWriter:
 
     # -- truncation -----------------------------------------------------------------
 
-    def truncate(self, before: Position) -> int:
-        """Make the records before ``before`` unreadable, deleting every segment that
-        lies wholly before it; return how many ledgers were deleted.
+    def truncate(self, before: Position | str) -> int:
+        """Make the records before ``before`` (a Position or its text) unreadable,
+        deleting every segment that lies wholly before it; return how many ledgers were
+        deleted.
 
         Truncating to an earlier position than before changes nothing."""
+        before = Position.of(before, "truncate(before)")
         with self._meta_lock:
             with self._lock:
                 self._check_open()
