@@ -62,7 +62,21 @@ class KVStore:
         self._wal.close()
 
 
+#: The commands, each with the arguments it takes.
+COMMANDS = {"set": ("KEY", "VALUE"), "delete": ("KEY",), "get": ("KEY",), "dump": (),
+            "snapshot": ()}
+
+
+def usage() -> str:
+    lines = [f"python examples/kv_store.py DIR {' '.join((name, *args))}"
+             for name, args in COMMANDS.items()]
+    return "usage: " + "\n       ".join(lines)
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[1] not in COMMANDS or len(argv) != 2 + len(COMMANDS[argv[1]]):
+        print(usage(), file=sys.stderr)
+        return 2
     directory, command, *args = argv
     store = KVStore(directory)
     try:
@@ -76,11 +90,8 @@ def main(argv: list[str]) -> int:
         elif command == "dump":
             for key, value in store.items():
                 print(f"{key}={value}")
-        elif command == "snapshot":
-            store.snapshot()
         else:
-            print(__doc__)
-            return 2
+            store.snapshot()
     finally:
         store.close()
     return 0

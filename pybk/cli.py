@@ -17,6 +17,7 @@
 ``pybk simpletest``
     Write a ledger on a cluster, read it back, report the rates.
 
+``--log-level`` goes before or after the command; ``--version`` prints pybk's version.
 The cluster commands live in :mod:`pybk.cluster.commands`; this module only parses.
 """
 
@@ -26,14 +27,19 @@ import argparse
 import logging
 import sys
 from dataclasses import fields
+from typing import Any, Callable, TypeVar
 
-from pybk import demo
+from pybk import __version__, demo
 from pybk.errors import InvalidConfiguration
 from pybk.settings import ServerSettings
+
+T = TypeVar("T", int, float)
 
 #: ``pybk bookie`` options that name a setting, and the setting.
 _BOOKIE_OPTIONS = {"zk": "metadataServiceUri", "listen": "listenAddress",
                    "journal_dir": "journalDirectory", "bookie_id": "bookieId"}
+#: What ``--log-level`` takes (in any case).
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,13 +116,15 @@ def bookie_settings(args: argparse.Namespace) -> ServerSettings:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pybk", description="pybk: BookKeeper in Python")
-    parser.add_argument("--log-level", default="WARNING", help="logging level")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"pybk {__version__}")
+    _add_log_level(parser, "WARNING")
+    commands = parser.add_subparsers(dest="command", required=True,
+                                     parser_class=_CommandParser)
 
     demo_cmd = commands.add_parser(
         "demo", help="an embedded WAL: appends, kill -9, restart, verify every record")
     demo_cmd.add_argument("--dir", help="data directory (default: a temporary one)")
-    demo_cmd.add_argument("--seconds", type=float, default=3.0,
+    demo_cmd.add_argument("--seconds", type=_positive(float), default=3.0,
                           help="how long the writer appends before it is killed")
     demo_cmd.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
 
@@ -181,7 +189,7 @@ def _parser() -> argparse.ArgumentParser:
 
     local = commands.add_parser(
         "localcluster", help="a throwaway ZooKeeper and N bookies on loopback")
-    local.add_argument("bookies", type=int, metavar="N", help="how many bookies")
+    local.add_argument("bookies", type=_positive(int), metavar="N", help="how many bookies")
     local.add_argument("--dir", help="where their data goes (default: a temporary "
                                      "directory, removed at the end)")
 
@@ -189,9 +197,39 @@ def _parser() -> argparse.ArgumentParser:
         "simpletest", help="write a ledger on a cluster and read it back")
     simple.add_argument("--zk", metavar="ADDRESS", required=True,
                         help="zk://host:port[,host:port...]/ledgers")
-    simple.add_argument("--ensemble", type=int, default=3, help="ensemble size E")
-    simple.add_argument("--write-quorum", type=int, default=2, help="write quorum Qw")
-    simple.add_argument("--ack-quorum", type=int, default=2, help="ack quorum Qa")
-    simple.add_argument("--entries", type=int, default=1000, help="how many entries")
-    simple.add_argument("--entry-size", type=int, default=1024, help="bytes per entry")
+    count = _positive(int)
+    simple.add_argument("--ensemble", type=count, default=3, help="ensemble size E")
+    simple.add_argument("--write-quorum", type=count, default=2, help="write quorum Qw")
+    simple.add_argument("--ack-quorum", type=count, default=2, help="ack quorum Qa")
+    simple.add_argument("--entries", type=count, default=1000, help="how many entries")
+    simple.add_argument("--entry-size", type=count, default=1024, help="bytes per entry")
     return parser
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: it takes ``--log-level`` after the command too (a value given
+    there wins over one given before it)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        _add_log_level(self, argparse.SUPPRESS)  # absent: the value before the command
+
+
+def _add_log_level(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default=default,
+                        metavar="LEVEL",
+                        help=f"what to log: {', '.join(LOG_LEVELS)} (default WARNING)")
+
+
+def _positive(kind: Callable[[str], T]) -> Callable[[str], T]:
+    """An argument type: a ``kind`` number over 0."""
+    def parse(text: str) -> T:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text} is not over 0")
+        return value
+
+    return parse

@@ -24,6 +24,7 @@ import time
 from collections import deque
 
 import pybk
+from pybk import child
 from pybk.log import Position
 
 RECORD_BYTES = 1024
@@ -98,13 +99,13 @@ def run_demo(directory: str | None, seconds: float) -> int:
 
 
 def _run_and_kill(wal_dir: str, seconds: float) -> tuple[dict[Position, bytes], float]:
-    child = subprocess.Popen([sys.executable, "-m", "pybk", "demo", "--child", "--dir",
-                              wal_dir, "--seconds", str(seconds)],
-                             stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(child.command("demo", "--child", "--dir", wal_dir,
+                                            "--seconds", str(seconds)),
+                              stdout=subprocess.PIPE, text=True, env=child.environment())
     acked: dict[Position, bytes] = {}
     started = None
     try:
-        for line in child.stdout:
+        for line in writer.stdout:
             if line == "done\n":
                 break
             if started is None:
@@ -112,8 +113,8 @@ def _run_and_kill(wal_dir: str, seconds: float) -> tuple[dict[Position, bytes], 
             position, thread, index = line.split()
             acked[Position.parse(position)] = record(int(thread), int(index))
     finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(30)
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(30)
     return acked, time.perf_counter() - (started or time.perf_counter())
 
 

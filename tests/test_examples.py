@@ -20,6 +20,13 @@ def _run(*args: str, cwd: str = ROOT) -> str:
     return result.stdout
 
 
+#: pybk's command as an installed ``pybk`` script runs it: pybk found by the installation
+#: (here: put on the path by the script itself), not through PYTHONPATH or the current
+#: directory.
+INSTALLED_PYBK = (f"import sys; sys.path.insert(0, {ROOT!r}); from pybk.cli import main; "
+                  "sys.exit(main())")
+
+
 def test_the_kv_store_replays_its_wal_and_survives_snapshots(tmp_path):
     kv = os.path.join(ROOT, "examples", "kv_store.py")
     directory = str(tmp_path / "kv")
@@ -30,6 +37,18 @@ def test_the_kv_store_replays_its_wal_and_survives_snapshots(tmp_path):
     assert _run(kv, directory, "get", "a") == "(not set)\n"
 
 
+def test_the_kv_store_without_arguments_prints_its_usage(tmp_path):
+    kv = os.path.join(ROOT, "examples", "kv_store.py")
+    directory = str(tmp_path / "kv")
+    for args in ([], [directory], [directory, "set", "a"], [directory, "frob"]):
+        result = subprocess.run([sys.executable, kv, *args], capture_output=True, text=True,
+                                timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+        assert result.returncode == 2, result
+        assert result.stderr.startswith("usage: python examples/kv_store.py DIR set KEY")
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "kv").exists()  # nothing was opened
+
+
 def test_the_ledger_example_writes_and_reads_a_replicated_ledger(tmp_path):
     out = _run(os.path.join(ROOT, "examples", "ledger_api.py"), str(tmp_path / "ledgers"))
     assert "wrote entries 0..99" in out and "read back 100 entries" in out
@@ -38,3 +57,23 @@ def test_the_ledger_example_writes_and_reads_a_replicated_ledger(tmp_path):
 def test_the_demo_verifies_every_record_after_a_kill(tmp_path):
     out = _run("-m", "pybk", "demo", "--seconds", "1", "--dir", str(tmp_path))
     assert "killed with SIGKILL" in out and "verified: all" in out
+
+
+@pytest.mark.parametrize("shadow", ["a clone of the repository", "another pybk package"])
+def test_the_demo_runs_where_a_directory_named_pybk_is(tmp_path, shadow):
+    """``pybk demo`` started where ``./pybk`` is a clone of pybk (so ``python -m pybk``
+    would import it as a namespace package) or another pybk: its writer child runs the
+    pybk the demo runs."""
+    if shadow == "a clone of the repository":
+        (tmp_path / "pybk" / "pybk").mkdir(parents=True)
+        (tmp_path / "pybk" / "README.md").write_text("a clone\n")
+    else:
+        (tmp_path / "pybk").mkdir()
+        (tmp_path / "pybk" / "__init__.py").write_text("raise ImportError('wrong pybk')\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    command = [sys.executable, "-P", "-c", INSTALLED_PYBK, "demo", "--seconds", "0.5",
+               "--dir", str(tmp_path / "demo")]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "verified: all" in result.stdout

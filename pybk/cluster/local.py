@@ -1,9 +1,9 @@
 """``LocalCluster``: a throwaway cluster on loopback, for trying pybk out and for tests.
 
 One ZooKeeper server (:class:`~pybk.cluster.zookeeper_server.ZooKeeperServer`) and
-``bookies`` bookie processes, each a ``python -m pybk bookie`` on a free loopback port
-with the default id (``127.0.0.1:<port>``).  Everything lives in one directory (a fresh
-temporary one unless given)::
+``bookies`` bookie processes, each a ``python -m pybk bookie`` (:mod:`pybk.child`) on a
+free loopback port with the default id (``127.0.0.1:<port>``).  Everything lives in one
+directory (a fresh temporary one unless given)::
 
     zookeeper/            the ZooKeeper server's directory
     bookie<N>/journal/    bookie N's journal
@@ -31,15 +31,14 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from typing import Sequence
 
-import pybk
+from pybk import child
 from pybk.cluster.lifeline import Lifeline, death_signal_preexec
 from pybk.cluster.processes import TempDirectoryProcesses
 from pybk.cluster.zookeeper_server import ZooKeeperServer
-from pybk.errors import BookKeeperError
+from pybk.errors import BookKeeperError, InvalidConfiguration
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 
 log = logging.getLogger(__name__)
@@ -58,7 +57,7 @@ class LocalCluster(TempDirectoryProcesses):
     def __init__(self, bookies: int = 3, directory: str | os.PathLike | None = None, *,
                  bookie_args: Sequence[str] = (), start_timeout_s: float = 60.0) -> None:
         if bookies < 1:
-            raise ValueError(f"a cluster has at least one bookie, not {bookies}")
+            raise InvalidConfiguration(f"a cluster has at least one bookie, not {bookies}")
         super().__init__(directory, "pybk-cluster-")
         self.size = bookies
         self.bookie_args = tuple(bookie_args)
@@ -89,14 +88,14 @@ class LocalCluster(TempDirectoryProcesses):
         os.makedirs(base, exist_ok=True)
         assert self._lifeline is not None
         lifeline_fd = self._lifeline.child_fd
-        command = [sys.executable, "-m", "pybk", "--log-level", "INFO", "bookie",
-                   "--zk", self.address, "--listen", "127.0.0.1:0", "--format",
-                   "--journal-dir", os.path.join(base, "journal"),
-                   "--ledger-dir", os.path.join(base, "ledgers"),
-                   "--lifeline-fd", str(lifeline_fd), *self.bookie_args]
+        command = child.command("--log-level", "INFO", "bookie",
+                                "--zk", self.address, "--listen", "127.0.0.1:0", "--format",
+                                "--journal-dir", os.path.join(base, "journal"),
+                                "--ledger-dir", os.path.join(base, "ledgers"),
+                                "--lifeline-fd", str(lifeline_fd), *self.bookie_args)
         with open(os.path.join(base, "bookie.log"), "ab") as out:
             return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, env=_child_environment(),
+                                    stderr=subprocess.STDOUT, env=child.environment(),
                                     pass_fds=(lifeline_fd,),
                                     preexec_fn=death_signal_preexec(signal.SIGTERM))
 
@@ -146,11 +145,3 @@ class LocalCluster(TempDirectoryProcesses):
             self._lifeline = None
         self.zookeeper.stop()
         self._remove_directory()
-
-
-def _child_environment() -> dict[str, str]:
-    """This environment, with the pybk this process runs first on the path (so that the
-    children run the same pybk, installed or not)."""
-    source = os.path.dirname(os.path.dirname(os.path.abspath(pybk.__file__)))
-    path = os.environ.get("PYTHONPATH")
-    return dict(os.environ, PYTHONPATH=source + (os.pathsep + path if path else ""))
