@@ -1,11 +1,13 @@
-"""The ``pybk`` command as a user meets it: its options, and bad input answered with
-usage, not tracebacks.
+"""The ``pybk`` command as a user meets it: its options; bad input answered with usage,
+not tracebacks; an unreachable ZooKeeper.
 """
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -14,6 +16,10 @@ from pybk import __version__
 from pybk.cli import _parser
 
 pytestmark = pytest.mark.timeout(120)
+
+#: The longest a command may take where it must be prompt (a few hundred ms is typical;
+#: the bound allows for a busy machine).  Without the fixes these waits were 10-60 s.
+PROMPT_S = 10.0
 
 
 def run(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
@@ -57,3 +63,27 @@ def test_bad_arguments_get_usage_and_status_2_not_a_traceback(args, message):
     assert result.returncode == 2, result
     assert message in result.stderr and "usage: pybk" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+# -- an unreachable ZooKeeper -------------------------------------------------------------
+
+def test_an_unknown_zookeeper_host_fails_at_once_in_one_line():
+    started = time.monotonic()
+    result = run("format-cluster", "--zk", "zk://no-such-host.invalid:2181/ledgers")
+    assert time.monotonic() - started < PROMPT_S
+    assert result.returncode == 1, result
+    assert result.stderr.startswith("pybk format-cluster: no ZooKeeper host of "
+                                    "no-such-host.invalid:2181 resolves"), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr  # no kazoo lines, no traceback
+
+
+def test_an_unreachable_zookeeper_fails_in_one_line_that_says_why():
+    with socket.socket() as sock:  # a port with nothing listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = run("bookie", "--zk", f"zk://127.0.0.1:{port}/ledgers",
+                 "--set", "zkTimeout=1000")
+    assert result.returncode == 1, result
+    assert "accepted a session within 1 s" in result.stderr, result.stderr
+    assert "Connection refused" in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr

@@ -5,6 +5,7 @@ under a working client, and a session expiry.  Always a real ZooKeeper server.
 
 from __future__ import annotations
 
+import logging
 import queue
 import socket
 import threading
@@ -148,19 +149,42 @@ def test_format_refuses_a_root_with_foreign_records_and_open_a_foreign_layout(zo
 
 # -- bounded failures ---------------------------------------------------------------------
 
-def test_an_unreachable_zookeeper_fails_within_the_timeout():
+def test_an_unreachable_zookeeper_fails_within_the_timeout_saying_why_quietly(caplog):
     with socket.socket() as sock:  # a port with nothing listening
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     address = f"zk://127.0.0.1:{port}/ledgers"
     threads_before = threading.active_count()
+    caplog.set_level(logging.DEBUG)
     for attempt in (lambda: ZooKeeperMetadataStore(address, zkutil.settings(zkTimeout=1000)),
                     lambda: format_cluster(address, settings=zkutil.settings(zkTimeout=1000))):
         started = time.monotonic()
-        with pytest.raises(MetadataUnavailable, match="within 1 s"):
+        with pytest.raises(MetadataUnavailable, match=r"within 1 s \(last: Connection "
+                                                      r"dropped: .*Connection refused\)"):
             attempt()
         assert time.monotonic() - started < 5
     wait_for(lambda: threading.active_count() <= threads_before, "kazoo's threads ending")
+    # kazoo's retries are there for whoever asks for DEBUG, and only then
+    assert any(r.name == "pybk.meta.kazoo" and "Connection refused" in r.getMessage()
+               for r in caplog.records)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_host_name_that_does_not_resolve_fails_at_once():
+    started = time.monotonic()
+    with pytest.raises(MetadataUnavailable, match="no ZooKeeper host of no-such-host"
+                                                  ".invalid:2181 resolves .*check the"):
+        ZooKeeperMetadataStore("zk://no-such-host.invalid/ledgers",
+                               zkutil.settings(zkTimeout=30_000))
+    assert time.monotonic() - started < 5
+
+
+def test_a_host_that_does_not_resolve_is_skipped_when_another_does(zookeeper, caplog):
+    address = zkutil.formatted_cluster(zookeeper).replace(
+        "zk://", "zk://no-such-host.invalid:2181,", 1)
+    with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
+        assert store.bookies() == []
+    assert "ZooKeeper host no-such-host.invalid does not resolve" in caplog.text
 
 
 def test_a_bookie_id_registered_by_another_session_is_refused(address):

@@ -19,14 +19,22 @@ can, in one place:
 ZooKeeper drops a connection's watches when the connection closes, and kazoo does not
 set them again on reconnect: the store re-adds its persistent watches itself.
 
-Bounded waits: :func:`connect` gives up after its timeout (:class:`MetadataUnavailable`),
-and :func:`call` runs one operation under a deadline, retrying through connection loss
-and session expiry with kazoo's :class:`~kazoo.retry.KazooRetry`.
+Bounded waits: :func:`connect` gives up after its timeout (:class:`MetadataUnavailable`,
+naming the last connection failure), at once if no host name resolves; and :func:`call`
+runs one operation under a deadline, retrying through connection loss and session expiry
+with kazoo's :class:`~kazoo.retry.KazooRetry`.
+
+Logging: kazoo logs every failed connection attempt and state change as a warning (a
+dozen lines while ZooKeeper is unreachable for ten seconds).  pybk's clients log through
+:class:`_KazooLog` instead, under ``pybk.meta.kazoo``, which passes kazoo's errors on
+and turns everything else into DEBUG: the store reports what matters itself (its
+session states to listeners, and MetadataUnavailable with the reason).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 from collections import namedtuple
 from typing import Any, Callable
 
@@ -92,24 +100,67 @@ class _ConnectionHandler(_kazoo_connection.ConnectionHandler):
         super()._read_watch_event(buffer, offset)
 
 
+class _KazooLog(logging.LoggerAdapter):
+    """kazoo's logger for a pybk client: errors as kazoo logs them, everything else at
+    DEBUG (see the module docstring).  Remembers the last warning that carries details,
+    why the last connection attempt failed ("Connection dropped: ... refused")."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.getLogger("pybk.meta.kazoo"), {})
+        self.last_failure: str | None = None
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if level == logging.WARNING and args:  # those without are "Transition to ..."
+            self.last_failure = str(msg) % args
+        super().log(level if level >= logging.ERROR else min(level, logging.DEBUG), msg,
+                    *args, **kwargs)
+
+    warn = logging.LoggerAdapter.warning  # kazoo still calls the deprecated name
+
+
 def connect(connect_string: str, session_timeout_s: float, connect_timeout_s: float,
             on_event: EventCallback) -> KazooClient:
     """A started kazoo client whose watch notifications go to ``on_event`` too.
 
-    Raises MetadataUnavailable, with nothing left running, if no server accepted a
-    session within ``connect_timeout_s``."""
+    Raises MetadataUnavailable, with nothing left running, at once if no host of
+    ``connect_string`` resolves, or if no server accepted a session within
+    ``connect_timeout_s`` (naming the last failure, e.g. connection refused)."""
+    _check_hosts_resolve(connect_string)
+    kazoo_log = _KazooLog()
     client = KazooClient(hosts=connect_string, timeout=session_timeout_s,
-                         connection_retry=KazooRetry(max_tries=-1, max_delay=1.0))
+                         connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
+                         logger=kazoo_log)
     handler = _ConnectionHandler(client, client._conn_retry.copy(), logger=client.logger)
     handler.on_event = on_event
     client._connection = handler
     try:
         client.start(timeout=connect_timeout_s)
     except KazooTimeoutError:  # kazoo has stopped and closed the client
+        last = f" (last: {kazoo_log.last_failure})" if kazoo_log.last_failure else ""
         raise MetadataUnavailable(f"no ZooKeeper server at {connect_string} accepted a "
-                                  f"session within {connect_timeout_s:g} s: is ZooKeeper "
-                                  "running there, and reachable?") from None
+                                  f"session within {connect_timeout_s:g} s{last}: is "
+                                  "ZooKeeper running there, and reachable?") from None
     return client
+
+
+def _check_hosts_resolve(connect_string: str) -> None:
+    """Raise MetadataUnavailable if no host of ``connect_string`` resolves: waiting
+    would not help, since kazoo would retry the same names until the timeout.  Hosts
+    that do not resolve while others do are logged; kazoo skips them."""
+    hosts = [part.strip().rpartition(":") for part in connect_string.split(",")]
+    failures: list[tuple[str, str]] = []
+    for host, _, port in hosts:
+        try:
+            socket.getaddrinfo(host.strip("[]"), int(port), 0, 0, socket.IPPROTO_TCP)
+        except (socket.gaierror, UnicodeError) as e:
+            failures.append((host, str(e)))
+    if len(failures) == len(hosts):
+        reasons = "; ".join(f"{host}: {why}" for host, why in failures)
+        raise MetadataUnavailable(f"no ZooKeeper host of {connect_string} resolves "
+                                  f"({reasons}): check the address")
+    for host, why in failures:
+        log.warning("ZooKeeper host %s does not resolve (%s); connecting to the others",
+                    host, why)
 
 
 def call(client: KazooClient, retry: KazooRetry, attempt_timeout_s: float,

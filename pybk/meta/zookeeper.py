@@ -571,11 +571,18 @@ class ZooKeeperMetadataStore(MetadataStore):
             state = self._session_events.get()
             if state is None or self._closed:
                 return
+            # One line per change, in place of kazoo's warnings (pybk.meta.zkclient)
             if state == KazooState.SUSPENDED:
+                log.warning("%s: lost the connection to ZooKeeper; reconnecting (the "
+                            "session outlives it by up to zkTimeout=%d ms)", self.address,
+                            self.settings.zkTimeout)
                 self._tell(SessionState.SUSPENDED)
             elif state == KazooState.LOST:
+                log.warning("%s: the ZooKeeper session expired", self.address)
                 self._tell(SessionState.EXPIRED)
             elif self._reconnected():
+                if self.session_state is not SessionState.CONNECTED:
+                    log.info("%s: connected to ZooKeeper again", self.address)
                 self._tell(SessionState.CONNECTED)
 
     def _reconnected(self) -> bool:
