@@ -1,17 +1,24 @@
 """The ``pybk`` command as a user meets it: its options; bad input answered with usage,
-not tracebacks; an unreachable ZooKeeper.
+not tracebacks; an unreachable ZooKeeper; and how ``pybk bookie`` and ``pybk
+localcluster`` stop on SIGTERM and Ctrl-C, also while starting and a second time.
+Real processes, real ZooKeeper servers.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+import zkutil
 
-from clusterutil import child_env
+from clusterutil import BookieProcess, child_env, pybk_command
 from pybk import __version__
 from pybk.cli import _parser
 
@@ -20,6 +27,8 @@ pytestmark = pytest.mark.timeout(120)
 #: The longest a command may take where it must be prompt (a few hundred ms is typical;
 #: the bound allows for a busy machine).  Without the fixes these waits were 10-60 s.
 PROMPT_S = 10.0
+#: The longest a cluster or bookie may take to start.
+START_S = 60.0
 
 
 def run(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
@@ -87,3 +96,174 @@ def test_an_unreachable_zookeeper_fails_in_one_line_that_says_why():
     assert "accepted a session within 1 s" in result.stderr, result.stderr
     assert "Connection refused" in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
+
+
+# -- stopping pybk bookie -----------------------------------------------------------------
+
+def wait_for_text(path: Path, text: str, process: subprocess.Popen,
+                  timeout_s: float = START_S) -> str:
+    """The contents of ``path`` once they hold ``text`` (while ``process`` runs)."""
+    deadline = time.monotonic() + timeout_s
+    while text not in (found := path.read_text(errors="replace")):
+        assert process.poll() is None, f"exited with {process.returncode}:\n{found}"
+        assert time.monotonic() < deadline, f"no {text!r} within {timeout_s} s:\n{found}"
+        time.sleep(0.02)
+    return found
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line holds ``text`` (a test's directory)."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{name}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, NotADirectoryError, IndexError):
+            continue
+        if text in command and state not in (b"Z", b"X") and int(name) != os.getpid():
+            found.append(int(name))
+    return found
+
+
+@pytest.fixture
+def leftovers(tmp_path):
+    """After the test, no process that names tmp_path is left (SIGKILL for those of a
+    failed test; SIGCONT first, for stopped ones)."""
+    yield
+    for sig in (signal.SIGCONT, signal.SIGKILL):
+        for pid in processes_mentioning(str(tmp_path)):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def start_bookie(tmp_path: Path, address: str, *options: str) -> BookieProcess:
+    log_path = tmp_path / "bookie.log"
+    command = pybk_command(
+        "bookie", "--zk", address, "--listen", "127.0.0.1:0", "--format",
+        "--journal-dir", str(tmp_path / "journal"),
+        "--ledger-dir", str(tmp_path / "ledgers"), "--set", "journalPreAllocSizeMB=1",
+        *options)
+    with open(log_path, "wb") as out:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT, env=child_env())
+    return BookieProcess("bookie", process, log_path, 0)
+
+
+def test_sigterm_abandons_a_bookie_start_that_waits_for_zookeeper(tmp_path, leftovers):
+    """Its ZooKeeper accepts the connection and never answers: the start would wait
+    zkTimeout (60 s here).  SIGTERM ends it at once, and the exit is a clean one."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        silent.settimeout(START_S)
+        port = silent.getsockname()[1]
+        bookie = start_bookie(tmp_path, f"zk://127.0.0.1:{port}/ledgers",
+                              "--set", "zkTimeout=60000")
+        connection, _ = silent.accept()  # the bookie's start now waits for an answer
+        with connection:
+            stopped = time.monotonic()
+            bookie.process.send_signal(signal.SIGTERM)
+            assert bookie.process.wait(PROMPT_S) == 0, bookie.output
+            assert time.monotonic() - stopped < PROMPT_S
+    assert "pybk bookie: SIGTERM while starting: stopped" in bookie.output
+    assert "Traceback" not in bookie.output
+
+
+@pytest.fixture
+def own_zookeeper():
+    """A ZooKeeper server of the test's own, which it may pause (SIGSTOP)."""
+    with zkutil.server() as zk:
+        try:
+            yield zk
+        finally:
+            os.killpg(zk.pid, signal.SIGCONT)
+
+
+def test_a_second_sigterm_stops_a_bookie_at_once(tmp_path, own_zookeeper, leftovers):
+    """A graceful stop unregisters from ZooKeeper first; with ZooKeeper paused that waits
+    (zkOperationTimeoutMs, 30 s).  The second SIGTERM does not wait for it."""
+    address = zkutil.formatted_cluster(own_zookeeper)
+    bookie = start_bookie(tmp_path, address).wait_serving()
+    os.killpg(own_zookeeper.pid, signal.SIGSTOP)
+    bookie.process.send_signal(signal.SIGTERM)
+    wait_for_text(bookie.log_path, "stopping (a second signal stops it at once)",
+                  bookie.process, PROMPT_S)
+    stopped = time.monotonic()
+    bookie.process.send_signal(signal.SIGTERM)
+    assert bookie.process.wait(PROMPT_S) == 1, bookie.output
+    assert time.monotonic() - stopped < PROMPT_S
+    assert "pybk bookie: a second signal (SIGTERM): exiting now" in bookie.output
+
+
+# -- stopping pybk localcluster -----------------------------------------------------------
+
+def start_localcluster(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
+    """``pybk localcluster *args`` with its temporary directory under tmp_path, in a
+    session of its own: signalling its process group is what Ctrl-C in a terminal does."""
+    out = tmp_path / "localcluster.out"
+    with open(out, "wb") as stdout:
+        process = subprocess.Popen(pybk_command("localcluster", *args),
+                                   env=dict(child_env(), TMPDIR=str(tmp_path)),
+                                   stdin=subprocess.DEVNULL, stdout=stdout,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    return process, out
+
+
+def ctrl_c(process: subprocess.Popen) -> None:
+    os.killpg(process.pid, signal.SIGINT)
+
+
+def wait_until_gone(tmp_path: Path) -> None:
+    deadline = time.monotonic() + PROMPT_S
+    while left := processes_mentioning(str(tmp_path)):
+        assert time.monotonic() < deadline, f"still running: {left}"
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_stops_a_starting_localcluster_and_a_second_kills_it(tmp_path, leftovers):
+    """A bookie hangs while starting (SIGSTOP): the cluster would wait for it for its
+    start timeout (60 s).  Ctrl-C abandons the start and stops the cluster, which then
+    waits for the hung bookie (15 s, then SIGKILL); a second Ctrl-C kills it at once."""
+    cluster, out = start_localcluster(tmp_path, "2")
+    deadline = time.monotonic() + START_S
+    while not (hung := [pid for pid in processes_mentioning("bookie1")
+                        if str(tmp_path) in Path(f"/proc/{pid}/cmdline").read_text()]):
+        assert cluster.poll() is None, out.read_text()
+        assert time.monotonic() < deadline, out.read_text()
+        time.sleep(0.01)
+    os.kill(hung[0], signal.SIGSTOP)
+    time.sleep(1.0)  # the cluster waits for the hung bookie's registration
+    ctrl_c(cluster)
+    wait_for_text(out, "SIGINT while starting: stopping (Ctrl-C again kills it at once)",
+                  cluster, PROMPT_S)
+    time.sleep(0.5)
+    assert cluster.poll() is None  # waiting for the hung bookie's graceful stop
+    stopped = time.monotonic()
+    ctrl_c(cluster)
+    assert cluster.wait(PROMPT_S) == 1, out.read_text()
+    assert time.monotonic() - stopped < PROMPT_S
+    assert out.read_text().endswith("pybk localcluster: killed\n"), out.read_text()
+    wait_until_gone(tmp_path)
+    assert not list(tmp_path.glob("pybk-cluster-*")), "its directory was left behind"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_stops_every_bookie_of_a_localcluster_gracefully(tmp_path, leftovers):
+    """A terminal's Ctrl-C reaches the localcluster only, which stops each bookie with
+    one SIGTERM: a graceful stop, not the "second signal" one."""
+    data = tmp_path / "cluster"
+    cluster, out = start_localcluster(tmp_path, "2", "--dir", str(data))
+    wait_for_text(out, "stops the cluster", cluster)
+    ctrl_c(cluster)
+    assert cluster.wait(PROMPT_S) == 0, out.read_text()
+    assert "pybk localcluster: stopping (Ctrl-C again kills it at once)" in out.read_text()
+    for number in (1, 2):
+        log = (data / f"bookie{number}" / "bookie.log").read_text()
+        assert re.search(r"pybk bookie: \S+ stopped\n", log), log[-3000:]
+        assert "exiting now" not in log and "Traceback" not in log, log[-3000:]
+    wait_until_gone(tmp_path)

@@ -5,6 +5,12 @@ arguments).
 Each returns the process's exit status: 0 on success, and after a graceful stop on
 SIGTERM or SIGINT; 1 if the command failed, with the reason on standard error.  Lines
 for people go to standard output.
+
+Stopping (``bookie`` and ``localcluster``, :class:`_StopSignals`): the first SIGTERM or
+SIGINT stops the command gracefully, also while it is still starting: the start is then
+abandoned (a start waits on ZooKeeper, on journal replay, on processes, for many
+seconds; a stop that waited for it to finish was a stop ignored).  A second signal stops
+it at once.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from pybk.cluster.lifeline import watch_lifeline
 from pybk.errors import BookKeeperError
@@ -30,17 +36,64 @@ _POLL_S = 0.2
 ORPHAN_GRACE_S = 10.0
 
 
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[threading.Event]:
-    """An event set by SIGTERM or SIGINT while the block runs (their previous handlers
-    are restored after it)."""
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set())
-                for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield stop
-    finally:
-        for sig, handler in previous.items():
+class _Stopped(BaseException):
+    """The first SIGTERM or SIGINT came while the command was starting.  Raised in the
+    main thread, like KeyboardInterrupt (so no ``except Exception`` holds it up): what
+    the start had opened is closed on the way out, as after a start that failed."""
+
+
+class _StopNow(BaseException):
+    """A second SIGTERM or SIGINT came (``pybk localcluster``: kill what it runs)."""
+
+
+class _StopSignals:
+    """What SIGTERM and SIGINT do while the block runs (the previous handlers are
+    restored after it):
+
+    1. the first, within :meth:`starting`: raise :class:`_Stopped` in the main thread.
+       Python runs handlers there between bytecodes and wakes it from sleeps and waits,
+       so the start is abandoned at once wherever it waits;
+    2. the first, anywhere else: set :attr:`stop`, which the command waits on (a start
+       begun after it raises _Stopped at once);
+    3. the second, at any time: call ``stop_now(signal name)``, which ends the process
+       or raises :class:`_StopNow`;
+    4. any later one: nothing (the stop is under way, and bounded).
+    """
+
+    def __init__(self, stop_now: Callable[[str], None]) -> None:
+        self.stop = threading.Event()
+        self._stop_now = stop_now
+        self._starting = False
+        self._signals: list[str] = []
+        self._previous: dict[int, Any] = {}
+
+    @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """The block is the command's start, which the first signal abandons."""
+        if self._signals:
+            raise _Stopped(self._signals[0])
+        self._starting = True
+        try:
+            yield
+        finally:
+            self._starting = False
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self._signals.append(signal.Signals(signum).name)
+        if len(self._signals) == 1:
+            self.stop.set()
+            if self._starting:
+                raise _Stopped(self._signals[0])
+        elif len(self._signals) == 2:
+            self._stop_now(self._signals[1])
+
+    def __enter__(self) -> "_StopSignals":
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
 
@@ -56,11 +109,12 @@ def _say(line: str) -> None:
 def run_bookie(settings: ServerSettings, format_new: bool = False,
                lifeline_fd: int | None = None) -> int:
     """Serve a bookie to the cluster at ``settings.metadataServiceUri`` until SIGTERM or
-    SIGINT (then close it gracefully: exit 0) or until it shuts itself down (exit 1).
-    ``format_new`` formats directories that hold no bookie yet.  ``lifeline_fd``, an
-    inherited pipe's read end, stops the bookie like SIGTERM when it reads end-of-file
-    (the parent holding the write end died; :mod:`pybk.cluster.lifeline`), and then
-    exits at once if closing takes over :data:`ORPHAN_GRACE_S`."""
+    SIGINT (then close it gracefully, or abandon its start: exit 0; a second signal
+    exits at once, status 1) or until it shuts itself down (exit 1).  ``format_new``
+    formats directories that hold no bookie yet.  ``lifeline_fd``, an inherited pipe's
+    read end, stops the bookie like SIGTERM when it reads end-of-file (the parent holding
+    the write end died; :mod:`pybk.cluster.lifeline`), and then exits at once if closing
+    takes over :data:`ORPHAN_GRACE_S`."""
     from pybk.cluster.node import BookieNode  # ZeroMQ and kazoo only for this command
 
     if lifeline_fd is not None:
@@ -69,20 +123,30 @@ def run_bookie(settings: ServerSettings, format_new: bool = False,
         except OSError as e:
             return _failed("bookie", BookKeeperError(
                 f"--lifeline-fd {lifeline_fd} is not an open file descriptor ({e})"))
-    with _stop_on_signals() as stop:
+    with _StopSignals(_bookie_stop_now) as signals:
         if lifeline_fd is not None:
-            watch_lifeline(lifeline_fd, lambda: _orphaned(stop))
+            watch_lifeline(lifeline_fd, lambda: _orphaned(signals.stop))
+        node = None
         try:
-            if format_new and not is_formatted(settings):
-                format_bookie(settings)
-                _say(f"pybk bookie: formatted {settings.journalDirectory} and "
-                     f"{', '.join(settings.ledgerDirectories)}")
-            node = BookieNode(settings)
+            with signals.starting():
+                if format_new and not is_formatted(settings):
+                    format_bookie(settings)
+                    _say(f"pybk bookie: formatted {settings.journalDirectory} and "
+                         f"{', '.join(settings.ledgerDirectories)}")
+                node = BookieNode(settings)
         except BookKeeperError as e:
             return _failed("bookie", e)
+        except _Stopped as e:
+            if node is not None:  # the start was over when the signal came
+                node.close()
+            _say(f"pybk bookie: {e} while starting: stopped")
+            return 0
         _say(f"pybk bookie: {node.bookie_id} serving at {node.endpoint}, registered in "
              f"{settings.metadataServiceUri}")
-        _wait(stop, node.wait)
+        _wait(signals.stop, node.wait)
+        if signals.stop.is_set():
+            _say(f"pybk bookie: {node.bookie_id} stopping (a second signal stops it at "
+                 "once)")
         node.close()
     if node.shutdown_reason is not None:
         return _failed("bookie", BookKeeperError(f"{node.bookie_id} shut down: "
@@ -131,26 +195,37 @@ def run_format_cluster(address: str, layout: str) -> int:
 
 
 def run_localcluster(bookies: int, directory: str | None) -> int:
-    """Run a :class:`~pybk.cluster.local.LocalCluster` until SIGTERM or SIGINT."""
+    """Run a :class:`~pybk.cluster.local.LocalCluster` until SIGTERM or SIGINT, then stop
+    it gracefully (exit 0); a second signal kills its processes at once (exit 1)."""
     from pybk.cluster.local import LocalCluster
 
-    cluster = LocalCluster(bookies, directory)
-    with _stop_on_signals() as stop:
+    with _StopSignals(_raise_stop_now) as signals:
+        cluster = LocalCluster(bookies, directory)
         try:
-            cluster.start()
-            _say(f"pybk localcluster: ZooKeeper at {cluster.address}")
-            for bookie_id, endpoint in sorted(cluster.endpoints.items()):
-                _say(f"pybk localcluster: bookie {bookie_id} at {endpoint}")
-            _say(f"pybk localcluster: data in {cluster.directory}\n"
-                 f"  try:     pybk simpletest --zk {cluster.address}\n"
-                 f"  Python:  pybk.BookKeeper.connect({cluster.address!r})\n"
-                 "  Ctrl-C (or SIGTERM) stops the cluster")
-            while not stop.wait(_POLL_S):
-                pass
-        except BookKeeperError as e:
-            return _failed("localcluster", e)
-        finally:
-            cluster.stop()
+            try:
+                with signals.starting():
+                    cluster.start()
+                _say(f"pybk localcluster: ZooKeeper at {cluster.address}")
+                for bookie_id, endpoint in sorted(cluster.endpoints.items()):
+                    _say(f"pybk localcluster: bookie {bookie_id} at {endpoint}")
+                _say(f"pybk localcluster: data in {cluster.directory}\n"
+                     f"  try:     pybk simpletest --zk {cluster.address}\n"
+                     f"  Python:  pybk.BookKeeper.connect({cluster.address!r})\n"
+                     "  Ctrl-C (or SIGTERM) stops the cluster")
+                while not signals.stop.wait(_POLL_S):
+                    pass
+                _say("pybk localcluster: stopping (Ctrl-C again kills it at once)")
+            except _Stopped as e:
+                _say(f"pybk localcluster: {e} while starting: stopping (Ctrl-C again "
+                     "kills it at once)")
+            except BookKeeperError as e:
+                return _failed("localcluster", e)
+            finally:
+                cluster.stop()
+        except _StopNow:
+            cluster.stop(grace_s=0)
+            _say("pybk localcluster: killed")
+            return 1
     _say("pybk localcluster: stopped")
     return 0
 
@@ -170,20 +245,31 @@ def run_simpletest(address: str, ensemble: int, write_quorum: int, ack_quorum: i
 
 
 def _orphaned(stop: threading.Event) -> None:
-    """The lifeline broke: stop as on SIGTERM, but within ORPHAN_GRACE_S."""
+    """The lifeline broke: stop as on SIGTERM, but within ORPHAN_GRACE_S.  (Not a signal
+    of its own: on Linux the death signal, a SIGTERM, comes too, and two signals would
+    stop the bookie at once instead of gracefully.)"""
     print("pybk bookie: the parent process is gone (lifeline closed): stopping",
           file=sys.stderr, flush=True)
     stop.set()
-    timer = threading.Timer(ORPHAN_GRACE_S, _exit_now)
+    why = f"not closed within {ORPHAN_GRACE_S:.0f} s of losing its parent"
+    timer = threading.Timer(ORPHAN_GRACE_S, _exit_now, [why])
     timer.name = "pybk-orphan-grace"
     timer.daemon = True
     timer.start()
 
 
-def _exit_now() -> None:
-    print(f"pybk bookie: not closed within {ORPHAN_GRACE_S:.0f} s of losing its parent: "
-          "exiting now (the journal keeps everything acknowledged)", file=sys.stderr,
-          flush=True)
+def _bookie_stop_now(signal_name: str) -> None:
+    _exit_now(f"a second signal ({signal_name})")
+
+
+def _raise_stop_now(signal_name: str) -> None:
+    raise _StopNow(signal_name)
+
+
+def _exit_now(why: str) -> None:
+    # os.write: this may run in a signal handler that interrupted a print to stderr
+    os.write(2, f"pybk bookie: {why}: exiting now (the journal keeps everything "
+                "acknowledged)\n".encode())
     os._exit(1)
 
 

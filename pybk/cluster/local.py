@@ -12,8 +12,13 @@ directory (a fresh temporary one unless given)::
 
 :meth:`LocalCluster.start` returns once every bookie is registered (or raises with the
 log of the one that failed); :meth:`LocalCluster.stop` ends each bookie with SIGTERM (a
-graceful close), SIGKILL after :data:`STOP_GRACE_S`, reaps it, stops ZooKeeper and
-deletes a temporary directory.  Never a production deployment.
+graceful close), SIGKILL after :data:`STOP_GRACE_S` (or at once), reaps it, stops
+ZooKeeper and deletes a temporary directory.  Never a production deployment.
+
+Each bookie, like ZooKeeper, runs in a session of its own, so that only this process
+decides when and how they stop: a Ctrl-C in a terminal signals the terminal's foreground
+process group, which would otherwise give every bookie a SIGINT besides the SIGTERM
+this process sends (two signals, which a bookie takes as "stop at once").
 
 If the process running the cluster dies without stopping it (SIGKILL, the OOM killer),
 its children die too (:mod:`pybk.cluster.lifeline`): each bookie watches a lifeline pipe
@@ -96,7 +101,7 @@ class LocalCluster(TempDirectoryProcesses):
         with open(os.path.join(base, "bookie.log"), "ab") as out:
             return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, env=child.environment(),
-                                    pass_fds=(lifeline_fd,),
+                                    pass_fds=(lifeline_fd,), start_new_session=True,
                                     preexec_fn=death_signal_preexec(signal.SIGTERM))
 
     def _wait_for_registrations(self) -> dict[str, str]:
@@ -124,24 +129,26 @@ class LocalCluster(TempDirectoryProcesses):
         except OSError:
             return ""
 
-    def stop(self) -> None:
-        """Stop every bookie (SIGTERM, then SIGKILL), then ZooKeeper; remove a temporary
-        directory.  Harmless when called twice."""
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop every bookie (SIGTERM, then SIGKILL after ``grace_s``; at once if it is
+        0), then ZooKeeper; remove a temporary directory.  Harmless when called twice."""
         for process in self.processes:
             if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
+                process.send_signal(signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
+        deadline = time.monotonic() + grace_s
         for process in self.processes:
             try:
                 process.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log.warning("bookie pid %d ignored SIGTERM for %.0f s; killing it",
-                            process.pid, STOP_GRACE_S)
+                if grace_s > 0:
+                    log.warning("bookie pid %d ignored SIGTERM for %.0f s; killing it",
+                                process.pid, grace_s)
                 process.kill()
                 process.wait()
         self.processes = []
         if self._lifeline is not None:
             self._lifeline.close()
             self._lifeline = None
+        self.zookeeper.shutdown(graceful=grace_s > 0)
         self.zookeeper.stop()
         self._remove_directory()
