@@ -1,0 +1,104 @@
+"""Every Python block of the README runs as written.
+
+Each block runs as a script of its own (a fresh process: ``python block.py``) in a fresh
+directory, where its relative paths (``data/wal``, ...) land.  One substitution: the
+README's example cluster, :data:`README_CLUSTER`, becomes a freshly formatted cluster on
+the test ZooKeeper with three bookies serving it (so that a client can create a ledger
+on an ensemble of three).
+
+A block that cannot run as written is preceded by the line ``<!-- not run: <why> -->``;
+the test skips it, giving that reason.  Keep such blocks few.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import zkutil
+
+from pybk.cluster.node import BookieNode
+from pybk.settings import ServerSettings
+from pybk.storage import format_bookie
+
+pytestmark = pytest.mark.timeout(180)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+#: The cluster address the README's examples use.
+README_CLUSTER = "zk://zk1:2181,zk2:2181,zk3:2181/ledgers"
+_NOT_RUN = re.compile(r"<!-- not run: (.+?) -->")
+RUN_TIMEOUT_S = 120
+
+
+def python_blocks(text: str) -> list[tuple[str, str, str | None]]:
+    """``(name, code, why not run or None)`` of every ```` ```python ```` block; a
+    block's name is the section it is in, numbered when a section holds several."""
+    blocks = []
+    section, previous, lines = "top", "", iter(text.splitlines())
+    for line in lines:
+        if line.startswith("#"):
+            section = line.lstrip("#").strip()
+        elif line.strip() == "```python":
+            code = []
+            for body in lines:
+                if body.strip() == "```":
+                    break
+                code.append(body)
+            not_run = _NOT_RUN.fullmatch(previous.strip())
+            blocks.append((section, "\n".join(code) + "\n",
+                           not_run.group(1) if not_run else None))
+        if line.strip():
+            previous = line
+    names = [name for name, _, _ in blocks]
+    return [(f"{name} {names[:i].count(name) + 1}" if names.count(name) > 1 else name,
+             code, why) for i, (name, code, why) in enumerate(blocks)]
+
+
+with open(README, encoding="utf-8") as _f:
+    BLOCKS = python_blocks(_f.read())
+
+
+def test_the_readme_has_python_blocks_and_few_are_not_run():
+    assert len(BLOCKS) >= 7
+    assert sum(why is not None for _, _, why in BLOCKS) <= 1
+
+
+@pytest.fixture
+def cluster(zookeeper, tmp_path):
+    """A formatted cluster of its own on the test ZooKeeper with three bookies serving
+    it in this process (closed after the test); its address."""
+    address = zkutil.formatted_cluster(zookeeper)
+    nodes = []
+    try:
+        for number in (1, 2, 3):
+            settings = ServerSettings(
+                metadataServiceUri=address, listenAddress="127.0.0.1:0",
+                zkTimeout=zkutil.SESSION_TIMEOUT_MS, journalPreAllocSizeMB=1,
+                journalDirectory=str(tmp_path / f"bookie{number}" / "journal"),
+                ledgerDirectories=(str(tmp_path / f"bookie{number}" / "ledgers"),))
+            format_bookie(settings)
+            nodes.append(BookieNode(settings))
+        yield address
+    finally:
+        for node in nodes:
+            node.close()
+
+
+@pytest.mark.parametrize("name, code, not_run", BLOCKS, ids=[name for name, _, _ in BLOCKS])
+def test_a_readme_block_runs_as_written(name, code, not_run, tmp_path, request):
+    if not_run is not None:
+        pytest.skip(f"README block {name!r} is marked not run: {not_run}")
+    if README_CLUSTER in code:
+        code = code.replace(README_CLUSTER, request.getfixturevalue("cluster"))
+    workdir = tmp_path / "block"
+    workdir.mkdir()
+    (workdir / "block.py").write_text(code)
+    result = subprocess.run([sys.executable, "block.py"], cwd=workdir, capture_output=True,
+                            text=True, timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+    assert result.returncode == 0, f"README block {name!r} failed:\n{code}\n" \
+                                   f"{result.stdout}{result.stderr}"
