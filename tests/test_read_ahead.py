@@ -15,7 +15,8 @@ from clientutil import TRANSPORTS, Cluster
 from pybk.client import reads
 from pybk.client.transport import BookieClient
 from pybk.errors import DigestMismatch, NoSuchEntry
-from pybk.settings import ClientSettings
+from pybk.log import LogReader, LogWriter
+from pybk.settings import ClientSettings, LogSettings
 
 pytestmark = pytest.mark.timeout(120)
 PASSWORD = b"read-ahead"
@@ -214,3 +215,18 @@ def test_answers_that_come_out_of_order_are_returned_in_order(cluster_of):
     assert [(e.entry_id, e.data) for e in reader.read_entries(0, count - 1)] == \
         [(i, payload(i)) for i in range(count)]
 
+
+def test_a_log_reader_reads_ahead_across_segments(cluster_of):
+    cluster = cluster_of(3)
+    count = 400
+    settings = LogSettings(ensembleSize=3, writeQuorumSize=2, ackQuorumSize=2,
+                           segmentMaxBytes=8 * 1024)
+    with LogWriter.open(cluster.client(SETTINGS), "catch-up", settings) as writer:
+        positions = [writer.append(payload(i)) for i in range(count)]  # an entry each
+    assert len({position.segment for position in positions}) > 2
+    bk = cluster.client(SETTINGS)
+    spies, _ = spy_on(bk, cluster)
+    assert list(LogReader(bk, "catch-up").read()) == \
+        [(position, payload(i)) for i, position in enumerate(positions)]
+    assert not any(spy.reads for spy in spies.values()), "entries read one by one"
+    assert sum(len(spy.batches) for spy in spies.values()) <= count // 4
