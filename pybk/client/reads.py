@@ -1,6 +1,6 @@
 """Catch-up reads: a range of a ledger's entries, many reads in flight, in order.
 
-Reading one entry after the other costs a round trip each (over ZeroMQ about 2,500
+Reading one entry after the other costs a round trip each (over ZeroMQ a few thousand
 entries/s).  :class:`RangeRead` reads ahead instead: it asks a bookie for many entries
 in one request (:meth:`~pybk.client.transport.BookieClient.read_batch`, like
 BookKeeper 4.17's batch read), keeps several requests in flight, and hands the entries
@@ -108,6 +108,7 @@ class RangeRead:
         self._held = 0           # bytes of the entries in self._ready
         # Entry id -> the entry, or the error to raise when the caller gets there.
         self._ready: dict[int, DecodedEntry | BookKeeperError] = {}
+        # Entry id -> the bookies that failed to read it, and how (until it is read).
         self._failures: dict[int, list[tuple[str, BaseException]]] = {}
         self._avoided: set[str] = set()  # bookies that failed a read (not by absence)
 
@@ -238,6 +239,8 @@ class RangeRead:
                 continue
             self._ready[entry_id] = entry
             self._held += len(entry.data)
+            if self._failures:
+                self._failures.pop(entry_id, None)
         for entry_id in entry_ids[len(answers):]:  # over the budget: ask again
             self._queue(bookie_id, entry_id)
         if len(answers) < len(entry_ids):
