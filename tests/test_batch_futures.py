@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from pybk.log.futures import BatchFutures
+from pybk.log import futures as futures_module
+from pybk.log.futures import BatchFutures, wait_for_callbacks
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -24,9 +25,32 @@ def test_results_callbacks_and_no_cancelling():
         futures[2].result(timeout=0.01)
     batch.set_results(["a", "b", "c"])
     assert [f.result() for f in futures] == ["a", "b", "c"]
+    assert wait_for_callbacks(timeout=10)
     futures[1].add_done_callback(lambda f: seen.append(f.result()))  # runs at once
     assert seen == ["a", "b"]
     assert all(f.done() and not f.cancelled() for f in futures)
+
+
+@pytest.mark.parametrize("layout_known", [True, False], ids=["shared", "plain-fallback"])
+def test_callbacks_run_in_completion_order_on_the_callback_thread(monkeypatch,
+                                                                   layout_known):
+    """Never on the completing thread (a bookie's journal thread, in a WAL), and in the
+    order the batches completed, also for exceptions; with plain Futures too."""
+    monkeypatch.setattr(futures_module, "_LAYOUT_KNOWN", layout_known)
+    batches = [BatchFutures() for _ in range(20)]
+    seen = []
+    for number, batch in enumerate(batches):
+        for slot in range(3):
+            batch.new().add_done_callback(lambda f, n=number, s=slot: seen.append(
+                (n, s, threading.current_thread().name)))
+    for number, batch in enumerate(batches):
+        if number % 5 == 4:
+            batch.set_exception(ValueError("failed batch"))
+        else:
+            batch.set_results([number] * 3)
+    assert wait_for_callbacks(timeout=10)
+    assert [(n, s) for n, s, _ in seen] == [(n, s) for n in range(20) for s in range(3)]
+    assert {name for _, _, name in seen} == {"pybk-callbacks"}
 
 
 def test_exceptions_reach_every_waiter():

@@ -52,6 +52,7 @@ REQUESTS = [
     Request(Op.LONG_POLL, 7, 7, 2, lac=1, timeout_ms=wire.MAX_LONG_POLL_MS),
     Request(Op.INFO, 8),
     Request(Op.DELETE, 2 ** 64 - 1, 2 ** 64 - 1),
+    Request(Op.READ_BATCH, 9, 7, entry=wire.encode_read_batch([0, 3, 2 ** 63 - 1], 1)),
 ]
 REPLIES = [
     Reply(Op.ADD, 1, body=wire.encode_add_statuses([0])),
@@ -66,6 +67,9 @@ REPLIES = [
     Reply(Op.DELETE, 9),
     Reply(Op.READ, 10, status=NoSuchEntry.code, message="ledger 7 has no entry 9 ✓"),
     Reply(wire.UNKNOWN_OP, 11, status=MalformedMessage.code, message="unknown operation"),
+    Reply(Op.READ_BATCH, 12, body=wire.encode_read_answers(
+        [0, NoSuchEntry.code, 0], [entry(7, 0), b"", entry(7, 2)], MAX)),
+    Reply(Op.READ_BATCH, 13, status=NoSuchLedger.code, message="no ledger 7"),
 ]
 
 
@@ -92,7 +96,7 @@ def raw_reply(op: int = Op.READ_LAC, *, status: int = 0, request_id: int = 1, la
 @pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: f"{r.op.name}-{r.request_id}")
 def test_every_request_round_trips(request_):
     frames = wire.encode_request(request_, MAX)
-    assert len(frames) == (2 if request_.op == Op.ADD else 1)
+    assert len(frames) == (2 if request_.op in (Op.ADD, Op.READ_BATCH) else 1)
     assert wire.decode_request(frames, MAX) == request_
     assert wire.peek_request_id(frames) == request_.request_id
 
@@ -127,6 +131,76 @@ def test_add_bodies_are_laid_out_as_documented():
                     + bytes(8 + 4))
     assert wire.encode_add_statuses([0, -3]) == bytes(4) + (-3).to_bytes(4, "big",
                                                                         signed=True)
+
+
+def test_read_batch_bodies_are_laid_out_as_documented():
+    assert wire.encode_read_batch([5, 0x0304], 1000) == (
+        (2).to_bytes(4, "big") + (1000).to_bytes(4, "big") + (5).to_bytes(8, "big")
+        + (0x0304).to_bytes(8, "big"))
+    assert wire.encode_read_answers([0, -13, 0], [b"E", b"", b"FG"], MAX) == (
+        (3).to_bytes(4, "big") + bytes(4) + (-13).to_bytes(4, "big", signed=True) + bytes(4)
+        + (1).to_bytes(4, "big") + bytes(4) + (2).to_bytes(4, "big") + b"EFG")
+
+
+def test_read_batch_bodies_round_trip():
+    assert wire.decode_read_batch(wire.encode_read_batch([9, 1, 4], 77)) == ([9, 1, 4], 77)
+    body = wire.encode_read_answers([0, NoSuchEntry.code], [b"entry", b""], MAX)
+    assert wire.decode_read_answers(body, 2, MAX) == ([0, NoSuchEntry.code], [b"entry", b""])
+    assert wire.decode_read_answers(body, 5, MAX)[1] == [b"entry", b""]  # a prefix
+    with pytest.raises(MalformedMessage):  # more answers than entries asked for
+        wire.decode_read_answers(body, 1, MAX)
+    with pytest.raises(EntryTooLarge):
+        wire.decode_read_answers(wire.encode_read_answers([0], [bytes(MAX + 1)], MAX + 1),
+                                 1, MAX)
+
+
+def read_batch_body(*entry_ids: int, count: int | None = None, max_bytes: int = 100) -> bytes:
+    """A READ_BATCH body packed as given, unchecked."""
+    return (wire.READ_BATCH_HEADER.pack(len(entry_ids) if count is None else count,
+                                        max_bytes)
+            + struct.pack(f">{len(entry_ids)}q", *entry_ids))
+
+
+def answers_body(statuses: tuple[int, ...], lengths: tuple[int, ...], entries: bytes,
+                 count: int | None = None) -> bytes:
+    """A READ_BATCH reply body packed as given, unchecked."""
+    n = len(statuses)
+    return ((n if count is None else count).to_bytes(4, "big")
+            + struct.pack(f">{n}i{len(lengths)}I", *statuses, *lengths) + entries)
+
+
+MALFORMED_READ_BATCHES = {
+    "no header": b"\x00\x00\x00\x01",
+    "no entry ids": read_batch_body(),
+    "more ids than counted": read_batch_body(1, 2, count=1),
+    "fewer ids than counted": read_batch_body(1, count=2),
+    "an id cut": read_batch_body(1)[:-1],
+    "negative entry id": read_batch_body(-1),
+    "no byte budget": read_batch_body(1, max_bytes=0),
+    "count over the limit": read_batch_body(count=wire.MAX_READS_PER_MESSAGE + 1),
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED_READ_BATCHES.values(), ids=MALFORMED_READ_BATCHES)
+def test_malformed_read_batch_bodies_are_refused(body):
+    with pytest.raises(MalformedMessage):
+        wire.decode_read_batch(body)
+
+
+MALFORMED_ANSWERS = {
+    "no count": b"\x00",
+    "no answers": answers_body((), (), b""),
+    "lengths cut": answers_body((0,), (), b"", count=1),
+    "entry cut": answers_body((0,), (5,), b"abcd"),
+    "bytes after the entries": answers_body((0,), (1,), b"ab"),
+    "an entry for a failed read": answers_body((NoSuchEntry.code,), (1,), b"a"),
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED_ANSWERS.values(), ids=MALFORMED_ANSWERS)
+def test_malformed_read_answers_are_refused(body):
+    with pytest.raises(MalformedMessage):
+        wire.decode_read_answers(body, 4, MAX)
 
 
 def test_add_bodies_and_statuses_round_trip():
@@ -216,6 +290,10 @@ MALFORMED_REQUESTS = {
     "long poll too long": [raw_request(Op.LONG_POLL, timeout_ms=wire.MAX_LONG_POLL_MS + 1)],
     "ADD without its body": [raw_request(Op.ADD)],
     "READ with an entry frame": [raw_request(Op.READ), entry(7, 0)],
+    "READ_BATCH without its ids": [raw_request(Op.READ_BATCH)],
+    "key in a READ_BATCH": [raw_request(Op.READ_BATCH, key=KEY), read_batch_body(1)],
+    "entry id in a READ_BATCH header": [raw_request(Op.READ_BATCH, entry_id=1),
+                                        read_batch_body(1)],
     "three frames": [raw_request(Op.ADD), ADD_BODY, b"more"],
 }
 
@@ -256,6 +334,9 @@ MALFORMED_REPLIES = {
     "error with a body": [raw_reply(Op.READ, status=-13), b"body"],
     "error with a LAC": [raw_reply(status=-13, lac=4)],
     "READ without its entry": [raw_reply(Op.READ)],
+    "READ_BATCH without its answers": [raw_reply(Op.READ_BATCH)],
+    "READ_BATCH answers over the limit": [raw_reply(Op.READ_BATCH),
+                                          bytes(wire.max_add_body_bytes(MAX) + 1)],
     "ADD without statuses": [raw_reply(Op.ADD)],
     "ADD statuses cut": [raw_reply(Op.ADD), b"abc"],
     "LAC on an ADD reply": [raw_reply(Op.ADD, lac=4), bytes(4)],
@@ -380,6 +461,34 @@ def test_every_operation_round_trips_through_a_server(server, client):
     assert client.delete_ledger(7).result(timeout=10) is None
     with pytest.raises(NoSuchLedger):
         client.read(7, 0).result(timeout=10)
+
+
+def test_a_read_batch_answers_each_entry_in_order_within_its_byte_budget(server, client):
+    for e in range(4):
+        client.add(7, e, entry(7, e), KEY).result(timeout=10)
+    entries = [entry(7, e) for e in range(4)]
+    answers = client.read_batch(7, [2, 0, 9, 3], 2 ** 32 - 1).result(timeout=10)
+    assert answers[0] == entries[2] and answers[1] == entries[0] and answers[3] == entries[3]
+    assert isinstance(answers[2], NoSuchEntry) and "bookie B1" in str(answers[2])
+    # The budget counts the entries' bytes; the first id is answered whatever its size.
+    two = len(entries[0]) + len(entries[1])
+    assert client.read_batch(7, [0, 1, 2], two).result(timeout=10) == entries[:2]
+    assert client.read_batch(7, [0, 1, 2], two - 1).result(timeout=10) == entries[:1]
+    assert client.read_batch(7, [3, 1], 1).result(timeout=10) == [entries[3]]
+    missing = client.read_batch(8, [0, 1], 1).result(timeout=10)
+    assert [type(answer) for answer in missing] == [NoSuchLedger, NoSuchLedger]
+
+
+def test_a_read_batch_is_cut_to_what_one_message_may_carry(server, closing):
+    """However many ids the caller gives, one request carries at most what fits the body
+    limit of a bookie with the client's maximum entry size (the caller asks again for the
+    rest)."""
+    client = closing.enter_context(ZmqBookieClient("B1", server.address,
+                                                   ClientSettings(maxEntrySizeBytes=MAX)))
+    many = wire.max_read_batch_ids(MAX) + 100
+    answers = client.read_batch(7, list(range(many)), 2 ** 32 - 1).result(timeout=10)
+    assert len(answers) == wire.max_read_batch_ids(MAX)
+    assert all(isinstance(answer, NoSuchLedger) for answer in answers)
 
 
 def test_bookie_errors_come_back_as_the_same_exceptions(server, client):

@@ -29,7 +29,8 @@ recovery flag on every add, and new fragments kept in memory until recovery writ
 together with the CLOSED state.
 
 Reading: an entry is asked of the bookies of its write set in turn, moving on after an
-error, a digest mismatch or ``readTimeout``; every entry's digest is verified.
+error, a digest mismatch or ``readTimeout``; every entry's digest is verified.  A range
+(``read_entries``) is read ahead with the same guarantees (:mod:`pybk.client.reads`).
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from pybk.client.completions import AddDone, CompletionQueue
 from pybk.client.digest import DecodedEntry, DigestManager
+from pybk.client.reads import RangeRead, read_error
 from pybk.client.transport import AddsDone, LedgerAdds
 from pybk.errors import (BadVersion, BookKeeperError, ClientClosed, DigestMismatch,
                          EntryTooLarge, LedgerClosed, LedgerFenced, LedgerRecoveryError,
-                         NoSuchEntry, NoSuchLedger, ReadOnlyLedger, Timeout, Unauthorized)
+                         NoSuchEntry, ReadOnlyLedger, Timeout, Unauthorized)
 from pybk.meta.ledger_metadata import Fragment, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import Versioned
 
@@ -606,16 +608,18 @@ class LedgerHandle:
     # -- reading ------------------------------------------------------------------
 
     def read_entries(self, first: int, last: int) -> Iterator[LedgerEntry]:
-        """Entries ``first..last`` (inclusive), digests verified; ``last`` must not be past
-        the LAC (or the last entry of a closed ledger)."""
+        """Entries ``first..last`` (inclusive), in order, digests verified; ``last`` must
+        not be past the LAC (or the last entry of a closed ledger).  The range is read
+        ahead, many entries per request and several requests in flight, with
+        ``read_entry``'s failover (:mod:`pybk.client.reads`)."""
         limit = self._readable_limit()
         if first < 0 or last < first:
             raise ValueError(f"bad entry range {first}..{last}")
         if last > limit:
             raise NoSuchEntry(f"ledger {self.id}: entry {last} is past the last readable "
                               f"entry {limit}")
-        for entry_id in range(first, last + 1):
-            yield self.read_entry(entry_id)
+        return iter(RangeRead(self._metadata, self._digest, self._bk.bookie_client,
+                              self._bk.settings.readTimeout, first, last))
 
     def _readable_limit(self) -> int:
         metadata = self._metadata
@@ -636,7 +640,7 @@ class LedgerHandle:
                 log.warning("ledger %d entry %d: bad copy on %s (%s)", self.id, entry_id,
                             bookie_id, e)
                 errors.append(e)
-        raise _read_error(self.id, entry_id, errors)
+        raise read_error(self.id, entry_id, errors)
 
     def _ask(self, bookie_id: str, entry_id: int, fence: bool,
              errors: list[BaseException]) -> bytes | None:
@@ -684,16 +688,6 @@ class LedgerHandle:
             time.sleep(min(pause, remaining))
             pause = min(pause * 2, 0.01)
 
-
-def _read_error(ledger_id: int, entry_id: int, errors: list[BaseException]) -> BookKeeperError:
-    """The error a reader gets once every bookie of the write set failed."""
-    if any(isinstance(e, DigestMismatch) for e in errors):
-        return DigestMismatch(f"ledger {ledger_id} entry {entry_id}: no copy with a valid "
-                              f"digest ({len(errors)} bookies tried)")
-    if errors and all(isinstance(e, (NoSuchEntry, NoSuchLedger)) for e in errors):
-        return NoSuchEntry(f"ledger {ledger_id} has no entry {entry_id} on any bookie")
-    return BookKeeperError(f"ledger {ledger_id} entry {entry_id}: every bookie failed: "
-                           + "; ".join(str(e) for e in errors))
 
 
 __all__ = ["LedgerHandle", "LedgerEntry"]

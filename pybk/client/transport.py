@@ -79,6 +79,19 @@ class BookieClient(abc.ABC):
         With ``fence``, the bookie fences the ledger (durably) before reading.
         """
 
+    def read_batch(self, ledger_id: int, entry_ids: Sequence[int], max_bytes: int) -> Future:
+        """Entries ``entry_ids`` of the ledger (not fencing), as one request where the
+        transport can (the ZeroMQ client: one READ_BATCH message).
+
+        The future gives a list answering the first N ids in order (1 <= N <= their
+        number): each answer is the entry's bytes or the BookKeeperError reading it
+        raised.  The answers stop before their entries would pass ``max_bytes`` (the
+        first id is always answered); the caller asks again for the ids not answered.
+        The future fails (Timeout, BookieUnavailable...) when the request as a whole did.
+
+        By default one :meth:`read` after the other, so that the budget holds."""
+        return _ReadsInTurn(self, ledger_id, entry_ids, max_bytes).start()
+
     @abc.abstractmethod
     def read_lac(self, ledger_id: int) -> Future:
         """The highest LAC the bookie knows for the ledger (piggybacked or explicit)."""
@@ -90,6 +103,55 @@ class BookieClient(abc.ABC):
     @abc.abstractmethod
     def delete_ledger(self, ledger_id: int) -> Future:
         """Delete the ledger's entries on the bookie (its metadata is already gone)."""
+
+
+class _ReadsInTurn:
+    """:meth:`BookieClient.read_batch` made of single reads, one after the other."""
+
+    def __init__(self, client: BookieClient, ledger_id: int, entry_ids: Sequence[int],
+                 max_bytes: int) -> None:
+        self._client = client
+        self._ledger_id = ledger_id
+        self._entry_ids = entry_ids
+        self._budget = max_bytes
+        self._answers: list[bytes | BaseException] = []
+        self._result: Future = Future()
+
+    def start(self) -> Future:
+        self._read_next()
+        return self._result
+
+    def _read_next(self) -> None:
+        """Read on while the reads complete at once (no recursion); continue from the
+        callback of one that does not."""
+        answers = self._answers
+        while len(answers) < len(self._entry_ids):
+            read = self._client.read(self._ledger_id, self._entry_ids[len(answers)])
+            if not read.done():
+                read.add_done_callback(self._on_read)
+                return
+            if not self._take(read):
+                break
+        self._result.set_result(answers)
+
+    def _on_read(self, read: Future) -> None:
+        if self._take(read):
+            self._read_next()
+        else:
+            self._result.set_result(self._answers)
+
+    def _take(self, read: Future) -> bool:
+        """Keep the answer of ``read``; False (not kept) if it is over the budget."""
+        error = read.exception()
+        if error is not None:
+            self._answers.append(error)
+            return True
+        entry = read.result()
+        if self._answers and len(entry) > self._budget:
+            return False
+        self._budget -= len(entry)
+        self._answers.append(entry)
+        return True
 
 
 def _completed(fn: Callable[[], object]) -> Future:
@@ -282,6 +344,15 @@ class FaultyBookieClient(BookieClient):
     def read(self, ledger_id, entry_id, fence=False, master_key=b""):
         return self._apply("read", entry_id, lambda: self.inner.read(
             ledger_id, entry_id, fence, master_key))
+
+    def read_batch(self, ledger_id, entry_ids, max_bytes):
+        """The inner client's batch read; one read after the other, each through the
+        faults, while any fault applies to reads."""
+        faults = self.faults
+        if faults.unreachable or faults.delay_s > 0 \
+                or "read" in faults.fail | faults.drop | faults.hold:
+            return super().read_batch(ledger_id, entry_ids, max_bytes)
+        return self.inner.read_batch(ledger_id, entry_ids, max_bytes)
 
     def read_lac(self, ledger_id):
         return self._apply("read_lac", None, lambda: self.inner.read_lac(ledger_id))

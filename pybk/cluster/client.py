@@ -16,7 +16,8 @@ as they are for the bookie's journal thread).
 Failures:
 
 * Every request has a time limit: adds, explicit LACs and deletes ``addEntryTimeout``;
-  reads, LAC reads and INFO ``readTimeout``; a long poll its wait plus ``readTimeout``.
+  reads, batch reads, LAC reads and INFO ``readTimeout``; a long poll its wait plus
+  ``readTimeout``.
   A request not answered in time fails with Timeout; the connection stays.
 * The connection: the DEALER queues messages only on a live connection
   (``ZMQ_IMMEDIATE``), and a socket monitor reports connection events.  When the
@@ -40,6 +41,9 @@ meanwhile gather and leave together when one is answered (Nagle's idea, with the
 bookie's group commit as the clock).  So messages grow with the load and the
 per-message costs (system calls, thread wake-ups, ZeroMQ, Python) are paid per batch;
 an add made on an idle client leaves at once, alone.
+
+Catch-up reads ask for many entries in one READ_BATCH request
+(:meth:`ZmqBookieClient.read_batch`; :mod:`pybk.client.reads` keeps several in flight).
 
 Replies are received into one copy (``bytes``: what the ledger client keeps); frames
 are sent without a copy from 1 MiB up (:mod:`pybk.cluster.frames`).
@@ -270,6 +274,34 @@ class _Call(_Pending):
         self.future.set_exception(error)
 
 
+class _ReadBatch(_Call):
+    """A READ_BATCH request: its future gives an answer (bytes or error) per entry id
+    answered, in the order asked (see :meth:`BookieClient.read_batch`)."""
+
+    __slots__ = ("ledger_id", "entry_ids")
+
+    def __init__(self, request_id: int, frames: list[bytes], timeout_s: float,
+                 connection: "_Connection", future: Future, ledger_id: int,
+                 entry_ids: Sequence[int]) -> None:
+        super().__init__(request_id, Op.READ_BATCH, frames, timeout_s, connection, future)
+        self.ledger_id = ledger_id
+        self.entry_ids = entry_ids
+
+    def _succeed(self, reply: Reply) -> None:
+        connection = self.connection
+        try:
+            statuses, entries = wire.decode_read_answers(
+                reply.body, len(self.entry_ids), connection.max_entry_bytes)
+        except BookKeeperError as e:
+            self._fail(e)
+            return
+        self.future.set_result([
+            entry if not status else error_for_code(
+                status, f"bookie {connection.bookie_id}: ledger {self.ledger_id} entry "
+                        f"{entry_id}")
+            for entry_id, status, entry in zip(self.entry_ids, statuses, entries)])
+
+
 class _AddBatch(_Pending):
     """One ADD message: ``reports``, its adds in message order as ``(sink, tokens)``
     groups (see :meth:`BookieClient.add_grouped`), and ``count``, how many adds in all."""
@@ -405,6 +437,7 @@ class _Connection:
         # count seen stale was lowered by an answer whose send_adds takes the add.
         self.add_batches_limit = settings.zmqAddMessagesInFlight
         self._max_add_body = wire.max_add_body_bytes(settings.maxEntrySizeBytes)
+        self.max_entry_bytes = settings.maxEntrySizeBytes
         self._socket: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
         self._flags = zmq.POLLIN
@@ -737,6 +770,26 @@ class ZmqBookieClient(BookieClient):
                           entry_id=entry_id, flags=wire.FENCE if fence else 0,
                           master_key=master_key if fence else b"")
 
+    def read_batch(self, ledger_id, entry_ids, max_bytes):
+        """One READ_BATCH request for (at most the first
+        :func:`~pybk.cluster.wire.max_read_batch_ids` of) ``entry_ids``; the future
+        completes on the loop's thread."""
+        entry_ids = list(entry_ids[:wire.max_read_batch_ids(self._settings.maxEntrySizeBytes)])
+        future: Future = Future()
+        future.set_running_or_notify_cancel()  # not cancellable: completion never races
+        request_id = self._loop.next_request_id()
+        try:
+            frames = wire.encode_request(
+                Request(Op.READ_BATCH, request_id, ledger_id=ledger_id,
+                        entry=wire.encode_read_batch(entry_ids, max_bytes)),
+                self._settings.maxEntrySizeBytes)
+        except BookKeeperError as e:
+            future.set_exception(e)
+            return future
+        self._post(_ReadBatch(request_id, frames, self._settings.readTimeout,
+                              self._connection, future, ledger_id, entry_ids))
+        return future
+
     def read_lac(self, ledger_id):
         return self._call(Op.READ_LAC, self._settings.readTimeout, ledger_id=ledger_id)
 
@@ -785,11 +838,14 @@ class ZmqBookieClient(BookieClient):
         except BookKeeperError as e:
             future.set_exception(e)
             return future
-        pending = _Call(request_id, op, frames, timeout_s, self._connection, future)
-        if not self._loop.post(partial(self._connection.send, pending)):
-            future.set_exception(BookieUnavailable(f"the client of bookie {self.bookie_id} "
-                                                   "is closed"))
+        self._post(_Call(request_id, op, frames, timeout_s, self._connection, future))
         return future
+
+    def _post(self, call: _Call) -> None:
+        """Hand ``call`` to the loop, which sends it (or fails it at once if closed)."""
+        if not self._loop.post(partial(self._connection.send, call)):
+            call.future.set_exception(BookieUnavailable(f"the client of bookie "
+                                                        f"{self.bookie_id} is closed"))
 
 
 def _close_sockets(*sockets: zmq.Socket | None) -> None:

@@ -3,7 +3,8 @@
 Like BookKeeper's ``bookkeeper shell simpletest``: a client connects to the cluster,
 creates a ledger (E, Qw, Qa as asked), adds ``entries`` entries of ``entry_bytes`` each
 with up to :data:`PIPELINE` in flight, closes the ledger, reads every entry back through
-a new handle and compares it byte for byte, then deletes the ledger.  Any failure
+a new handle (catch-up reads: ``read_entries`` asks for many entries per request, with
+several requests in flight) and compares it byte for byte, then deletes the ledger.  Any failure
 raises; a :class:`SimpleTestReport` tells what was done and how fast.
 """
 

@@ -15,7 +15,7 @@ Request header, 44 + K bytes::
 
     offset  size  field
          0     2  magic: 0x50 0x42 ("PB")
-         2     1  version: 2
+         2     1  version: 3
          3     1  operation (table below)
          4     2  flags: bit 0 FENCE (READ: fence the ledger, durably, before reading);
                   every other bit 0
@@ -31,7 +31,7 @@ Reply header, 26 + M bytes::
 
     offset  size  field
          0     2  magic: 0x50 0x42
-         2     1  version: 2
+         2     1  version: 3
          3     1  operation: the request's; 0 in an error reply to a request that could
                   not be decoded
          4     4  status (signed): 0 for success, else a pybk error code
@@ -65,6 +65,8 @@ except an ADD reply some of whose adds failed::
                                                                             total bytes (8),
                                                                             read-only (1: 0/1)
        7  DELETE     -                                            -         sent once durable
+       8  READ_BATCH -                                            entry     body: answers
+                                                                  ids
 
 Adds travel in batches: one ADD message carries every add a client has ready for the
 bookie (of any ledgers), so that the per-message costs on both sides are paid once per
@@ -94,6 +96,31 @@ error code of its failure; the reply's message then describes the first failed a
 The bookie answers once every add of the message is durable or failed.
 
 Only READ_LAC and LONG_POLL replies carry a LAC; it is 0 in the others.
+
+Catch-up reads travel in batches too (BookKeeper 4.17's batch read): one READ_BATCH asks
+for many entries of one ledger, listed by id (so a reader of a ledger striped over an
+ensemble asks each bookie for the entries it stores).  The body of a READ_BATCH request::
+
+    offset  size  field
+         0     4  N: entry ids, 1..65535
+         4     4  B: the most bytes of entries the reply may carry, >= 1
+         8  8 * N  entry ids (signed, each >= 0)
+
+The success reply's body answers the first A of those ids, in order, 1 <= A <= N::
+
+    offset      size  field
+         0         4  A: answers
+         4     4 * A  statuses (signed): 0 if the entry follows, else the pybk error code
+                      of reading it (NoSuchEntry, NoSuchLedger...)
+      4+4A     4 * A  lengths: each entry's, 0 for a failed read
+      4+8A     total  the entries, back to back, exactly as the bookie stores them
+
+The bookie answers the ids in order and stops before its answers' entries would pass B
+bytes or the body the ADD body limit (:func:`max_add_body_bytes`); it always answers the
+first id, so any legal entry can be read this way.  The reader asks again for the ids
+not answered.  A request body is within the ADD body limit too, which bounds N for a
+small maximum entry size.  READ_BATCH came after version 3 without changing any other
+message: a bookie that does not know it answers MalformedMessage ("unknown operation").
 
 Decoding checks everything above (frame count, header length against K or M, magic,
 version, operation, flags, key, unused fields, ranges, UTF-8, body sizes against the
@@ -135,6 +162,13 @@ RUN_BYTES_PER_ADD = 12
 _ADD_STATUS = struct.Struct(">i")
 #: Most adds one ADD message carries (in all its runs).
 MAX_ADDS_PER_MESSAGE = 65_535
+READ_BATCH_HEADER = struct.Struct(">II")
+READ_ANSWERS_COUNT = struct.Struct(">I")
+#: Bytes an entry id takes in a READ_BATCH body; an answer's status and length in a reply.
+READ_BATCH_BYTES_PER_ID = 8
+READ_ANSWER_BYTES = 8
+#: Most entry ids one READ_BATCH carries.
+MAX_READS_PER_MESSAGE = 65_535
 REPLY_HEADER = struct.Struct(">2sBBiQqH")
 _INFO = struct.Struct(">QQB")
 _REQUEST_ID = struct.Struct(">Q")
@@ -145,6 +179,7 @@ MAX_HEADER_BYTES = max(REQUEST_HEADER.size, REPLY_HEADER.size) + max(MAX_MASTER_
                                                                      MAX_MESSAGE_BYTES)
 
 _U64_MAX = 2 ** 64 - 1
+_U32_MAX = 2 ** 32 - 1
 _I64_MIN, _I64_MAX = -2 ** 63, 2 ** 63 - 1
 
 
@@ -156,6 +191,7 @@ class Op(enum.IntEnum):
     LONG_POLL = 5
     INFO = 6
     DELETE = 7
+    READ_BATCH = 8
 
 
 #: The operation byte of an error reply to a request that could not be decoded.
@@ -168,6 +204,7 @@ class _Body(enum.Enum):
     ENTRY = "entry"          # always present on success
     OPTIONAL = "optional"    # an entry, or nothing
     INFO = "info"
+    READS = "reads"          # entry ids (request), answers (reply)
 
 
 @dataclass(frozen=True)
@@ -193,6 +230,7 @@ _SPECS = {
                         reply_body=_Body.OPTIONAL),
     Op.INFO: _Spec(reply_body=_Body.INFO),
     Op.DELETE: _Spec(),
+    Op.READ_BATCH: _Spec(request_body=True, reply_body=_Body.READS),
 }
 _OPS = {int(op): op for op in Op}
 
@@ -311,7 +349,7 @@ def _check_request(r: Request, max_entry_bytes: int) -> None:
         raise MalformedMessage(f"{_name(r.op)} carries "
                                f"{'an entry' if spec.request_body else 'no entry'}")
     if r.entry is not None and len(r.entry) > max_add_body_bytes(max_entry_bytes):
-        raise EntryTooLarge(f"ADD body of {len(r.entry)} bytes is over "
+        raise EntryTooLarge(f"{_name(r.op)} body of {len(r.entry)} bytes is over "
                             f"{max_add_body_bytes(max_entry_bytes)}")
 
 
@@ -390,6 +428,10 @@ def _check_reply(r: Reply, max_entry_bytes: int) -> None:
         if len(r.body) % _ADD_STATUS.size or len(r.body) > max_add_body_bytes(max_entry_bytes):
             raise MalformedMessage(f"an ADD reply body of {len(r.body)} bytes is not a "
                                    "whole number of statuses within the body limit")
+    elif body is _Body.READS:
+        if len(r.body) > max_add_body_bytes(max_entry_bytes):
+            raise MalformedMessage(f"a READ_BATCH reply body of {len(r.body)} bytes is over "
+                                   f"the body limit {max_add_body_bytes(max_entry_bytes)}")
     else:
         _check_size(r.body, max_entry_bytes)
 
@@ -493,6 +535,89 @@ def decode_add_statuses(body: bytes, count: int) -> list[int] | None:
     if not any(body):
         return None
     return [status for status, in _ADD_STATUS.iter_unpack(body)]
+
+
+# -- batch reads -------------------------------------------------------------------------
+
+def max_read_batch_ids(max_entry_bytes: int) -> int:
+    """The most entry ids a READ_BATCH to a receiver of ``max_entry_bytes`` carries."""
+    return min(MAX_READS_PER_MESSAGE, (max_add_body_bytes(max_entry_bytes)
+                                       - READ_BATCH_HEADER.size) // READ_BATCH_BYTES_PER_ID)
+
+
+def encode_read_batch(entry_ids: Sequence[int], max_bytes: int) -> bytes:
+    """The body of a READ_BATCH request, checked as a receiver checks it."""
+    n = len(entry_ids)
+    if not 1 <= n <= MAX_READS_PER_MESSAGE or not 1 <= max_bytes <= _U32_MAX:
+        raise MalformedMessage(f"a READ_BATCH asks for 1..{MAX_READS_PER_MESSAGE} entries "
+                               f"and 1..{_U32_MAX} bytes, not {n} and {max_bytes}")
+    if min(entry_ids) < 0 or max(entry_ids) > _I64_MAX:
+        raise MalformedMessage("a READ_BATCH has an entry id out of range")
+    return READ_BATCH_HEADER.pack(n, max_bytes) + struct.pack(f">{n}q", *entry_ids)
+
+
+def decode_read_batch(body: bytes) -> tuple[list[int], int]:
+    """``(entry ids, most bytes of entries)`` of a READ_BATCH body; MalformedMessage if it
+    breaks the format."""
+    if len(body) < READ_BATCH_HEADER.size:
+        raise MalformedMessage(f"READ_BATCH body of {len(body)} bytes has no header")
+    n, max_bytes = READ_BATCH_HEADER.unpack_from(body)
+    if not 1 <= n <= MAX_READS_PER_MESSAGE or max_bytes < 1:
+        raise MalformedMessage(f"a READ_BATCH asks for 1..{MAX_READS_PER_MESSAGE} entries "
+                               f"and at least 1 byte, not {n} and {max_bytes}")
+    if len(body) != READ_BATCH_HEADER.size + READ_BATCH_BYTES_PER_ID * n:
+        raise MalformedMessage(f"READ_BATCH body of {len(body)} bytes does not hold {n} "
+                               "entry ids")
+    entry_ids = list(struct.unpack_from(f">{n}q", body, READ_BATCH_HEADER.size))
+    if min(entry_ids) < 0:
+        raise MalformedMessage("a READ_BATCH has a negative entry id")
+    return entry_ids, max_bytes
+
+
+def encode_read_answers(statuses: Sequence[int], entries: Sequence[bytes],
+                        max_entry_bytes: int) -> bytes:
+    """The body of a READ_BATCH reply: ``statuses[i]`` is 0 and ``entries[i]`` the entry,
+    or ``statuses[i]`` an error code and ``entries[i]`` empty."""
+    n = len(statuses)
+    lengths = list(map(len, entries))
+    if not 1 <= n <= MAX_READS_PER_MESSAGE or len(entries) != n \
+            or any(status and length for status, length in zip(statuses, lengths)):
+        raise MalformedMessage(f"a READ_BATCH reply of {n} statuses and {len(entries)} "
+                               "entries (none for a failed read) does not fit the format")
+    if max(lengths) > max_entry_bytes:
+        raise EntryTooLarge(f"entry of {max(lengths)} bytes is over the maximum of "
+                            f"{max_entry_bytes}")
+    body = b"".join((READ_ANSWERS_COUNT.pack(n), struct.pack(f">{n}i{n}I", *statuses,
+                                                             *lengths), *entries))
+    if len(body) > max_add_body_bytes(max_entry_bytes):
+        raise EntryTooLarge(f"READ_BATCH reply body of {len(body)} bytes is over "
+                            f"{max_add_body_bytes(max_entry_bytes)}")
+    return body
+
+
+def decode_read_answers(body: bytes, asked: int,
+                        max_entry_bytes: int) -> tuple[list[int], list[bytes]]:
+    """``(statuses, entries)`` of a READ_BATCH reply to a request for ``asked`` entries;
+    MalformedMessage (or EntryTooLarge) if it breaks the format."""
+    if len(body) < READ_ANSWERS_COUNT.size:
+        raise MalformedMessage(f"READ_BATCH reply body of {len(body)} bytes has no count")
+    n, = READ_ANSWERS_COUNT.unpack_from(body)
+    entries_at = READ_ANSWERS_COUNT.size + READ_ANSWER_BYTES * n
+    if not 1 <= n <= asked or entries_at > len(body):
+        raise MalformedMessage(f"a READ_BATCH reply to {asked} entry ids carries {n} "
+                               f"answers in {len(body)} bytes")
+    numbers = struct.unpack_from(f">{n}i{n}I", body, READ_ANSWERS_COUNT.size)
+    statuses, lengths = list(numbers[:n]), numbers[n:]
+    if max(lengths) > max_entry_bytes:
+        raise EntryTooLarge(f"entry of {max(lengths)} bytes is over the maximum of "
+                            f"{max_entry_bytes}")
+    if any(status and length for status, length in zip(statuses, lengths)):
+        raise MalformedMessage("a READ_BATCH reply carries an entry for a failed read")
+    ends = list(itertools.accumulate(lengths, initial=entries_at))
+    if ends[-1] != len(body):
+        raise MalformedMessage(f"READ_BATCH reply body of {len(body)} bytes does not hold "
+                               f"entries of {ends[-1] - entries_at} bytes after {n} answers")
+    return statuses, [body[a:b] for a, b in zip(ends, itertools.islice(ends, 1, None))]
 
 
 def encode_info(info: BookieInfo) -> bytes:

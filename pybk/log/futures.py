@@ -14,17 +14,126 @@ They are ordinary Futures to their users (``result``, ``exception``,
 ``add_done_callback``, ``concurrent.futures.wait`` and ``as_completed`` all work).  This
 relies on the instance layout of ``concurrent.futures.Future``, unchanged since Python
 3.2; it is checked at import, and plain Futures are used if it ever differs.
+
+Where callbacks run.  A batch completes on whichever thread acknowledged it: the
+bookie's journal thread, a thread that led a group commit (a blocking ``append``), a
+ZeroMQ loop.  Those threads serve every append, so the application's code never runs
+on them: waiters (``result``, ``wait``, ``as_completed``) are woken there directly, but
+the futures' done-callbacks run on pybk's callback thread (named ``pybk-callbacks``),
+one at a time, in the order the batches completed (a writer completes its batches in
+position order).  A slow callback delays the callbacks after it, never an append nor a
+waiter, and a callback may append (even blocking).  The thread starts when a callback
+is due and ends after :data:`CALLBACK_THREAD_IDLE_S` with nothing to run; callbacks
+still queued when the interpreter exits are run first.  A callback added to a future
+that is done already runs at once on the caller's thread, as with any Future.  (With
+plain Futures, the fallback, the whole completion happens on the callback thread.)
 """
 
 from __future__ import annotations
 
+import atexit
+import collections
+import os
 import threading
 from concurrent.futures import Future
 from concurrent.futures import _base
+from functools import partial
+from typing import Callable, Sequence
+
+#: Seconds the callback thread waits for more work before it ends (a later callback
+#: starts it again).
+CALLBACK_THREAD_IDLE_S = 0.5
+#: Seconds the interpreter's exit waits for callbacks still queued.
+CALLBACK_DRAIN_AT_EXIT_S = 10.0
 
 _FIELDS = ("_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks")
 _LAYOUT_KNOWN = (set(_FIELDS) <= set(vars(Future())) and hasattr(Future, "_invoke_callbacks")
                  and hasattr(_base, "RUNNING") and hasattr(_base, "FINISHED"))
+
+
+class _CallbackThread:
+    """Runs work in the order it was submitted, on one thread of pybk's own that starts
+    when work comes and ends after :data:`CALLBACK_THREAD_IDLE_S` without any."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._work: collections.deque[Callable[[], None]] = collections.deque()
+        self._thread: threading.Thread | None = None
+        self._running = False  # the thread is inside a piece of work
+
+    def submit(self, work: Callable[[], None]) -> None:
+        """Queue ``work`` (which must not raise: see :func:`_invoke_callbacks`)."""
+        with self._lock:
+            self._work.append(work)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="pybk-callbacks",
+                                                daemon=True)
+                self._thread.start()  # it waits for this lock before taking the work
+            else:
+                self._wake.notify()
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until everything submitted so far has run (at once from the callback
+        thread itself, which cannot wait for itself); False if ``timeout`` passed."""
+        with self._lock:
+            if self._thread is threading.current_thread():
+                return True
+            return self._wake.wait_for(lambda: not self._work and not self._running,
+                                       timeout)
+
+    def _run(self) -> None:
+        work = self._work
+        while True:
+            with self._lock:
+                self._running = False
+                self._wake.notify_all()  # drain() waiters look again
+                if not self._wake.wait_for(lambda: work, CALLBACK_THREAD_IDLE_S):
+                    self._thread = None
+                    return
+                batch = list(work)
+                work.clear()
+                self._running = True
+            for item in batch:
+                item()
+
+
+_callbacks = _CallbackThread()
+
+
+def _new_callback_thread_after_fork() -> None:
+    """A forked child has none of its parent's threads: it starts its own when needed."""
+    global _callbacks
+    _callbacks = _CallbackThread()
+
+
+os.register_at_fork(after_in_child=_new_callback_thread_after_fork)
+atexit.register(lambda: _callbacks.drain(CALLBACK_DRAIN_AT_EXIT_S))
+
+
+def wait_for_callbacks(timeout: float) -> bool:
+    """Wait until the done-callbacks of every batch completed so far have run; False if
+    ``timeout`` seconds passed first.  (From a callback it returns at once.)"""
+    return _callbacks.drain(timeout)
+
+
+def _invoke_callbacks(futures: Sequence[Future]) -> None:
+    # Future._invoke_callbacks logs and swallows what a callback raises.
+    for future in futures:
+        future._invoke_callbacks()
+
+
+def _complete_plain(futures: Sequence[Future], results: Sequence[object] | None,
+                    error: BaseException | None) -> None:
+    """Complete plain Futures (the fallback layout), on the callback thread: a plain
+    Future runs its callbacks on the thread that completes it."""
+    for i, future in enumerate(futures):
+        if future.done() or not future.set_running_or_notify_cancel():
+            continue
+        if results is not None:
+            future.set_result(results[i])
+        else:
+            future.set_exception(error)
 
 
 class _SharedConditionFuture(Future):
@@ -59,11 +168,10 @@ class BatchFutures:
         return future
 
     def set_results(self, results: list[object]) -> None:
-        """Complete the futures with ``results`` (one each, in order)."""
+        """Complete the futures with ``results`` (one each, in order): waiters wake now,
+        callbacks run on the callback thread."""
         if self._condition is None:
-            for future, result in zip(self.futures, results):
-                if future.set_running_or_notify_cancel():
-                    future.set_result(result)
+            _callbacks.submit(partial(_complete_plain, list(self.futures), results, None))
             return
         with self._condition:
             for future, result in zip(self.futures, results):
@@ -72,15 +180,13 @@ class BatchFutures:
                 for waiter in future._waiters:
                     waiter.add_result(future)
             self._condition.notify_all()
-        for future in self.futures:
-            future._invoke_callbacks()
+        self._call_back(self.futures)
 
     def set_exception(self, error: BaseException) -> None:
-        """Fail every future of the batch that is not done yet with ``error``."""
+        """Fail every future of the batch that is not done yet with ``error``: waiters
+        wake now, callbacks run on the callback thread."""
         if self._condition is None:
-            for future in self.futures:
-                if not future.done() and future.set_running_or_notify_cancel():
-                    future.set_exception(error)
+            _callbacks.submit(partial(_complete_plain, list(self.futures), None, error))
             return
         with self._condition:
             failed = [f for f in self.futures if f._state != _base.FINISHED]
@@ -90,5 +196,12 @@ class BatchFutures:
                 for waiter in future._waiters:
                     waiter.add_exception(future)
             self._condition.notify_all()
-        for future in failed:
-            future._invoke_callbacks()
+        self._call_back(failed)
+
+    @staticmethod
+    def _call_back(finished: list[Future]) -> None:
+        """Hand the callbacks of ``finished`` futures to the callback thread.  Their
+        lists no longer change: a callback added to a finished future runs at once."""
+        called = [f for f in finished if f._done_callbacks]
+        if called:
+            _callbacks.submit(partial(_invoke_callbacks, called))

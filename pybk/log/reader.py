@@ -16,6 +16,15 @@ or (read in the writer's process, which knows the last acknowledged entry) beyon
 entry after the last acknowledged one.  Reading from where the next record will go is not
 past the end: it gives nothing until a record is appended.  Once the client the reader
 reads through is closed (or the WAL it came from), every read raises LogClosed.
+
+Entries are read ahead: a reader asks for every entry from its position to the last
+readable one at once (:meth:`LedgerHandle.read_entries`: many entries per request,
+several requests in flight) and takes them one by one while it goes on from where it
+left off, so catching up costs a round trip per batch of entries, not per entry.
+:meth:`LogReader.read` starts a new read ahead (it reads the log as it is now, so it
+sees a truncation at once); ``read_next`` and ``tail`` go on with the current one, so
+records already read ahead (at most a read-ahead window of entries) may still come after
+a truncation passed them.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from pybk.meta.ledger_metadata import LedgerState
 
 if TYPE_CHECKING:
     from pybk.client import BookKeeper
-    from pybk.client.ledger import LedgerHandle
+    from pybk.client.ledger import LedgerEntry, LedgerHandle
     from pybk.log.writer import LogWriter
 
 Record = tuple[Position, bytes]
@@ -54,6 +63,9 @@ class LogReader:
         self._segment: Segment | None = None
         self._handle: LedgerHandle | None = None
         self._pending: list[Record] = []
+        # The read ahead in the current segment: its handle, the next entry id it gives,
+        # the last one it reads, and its entries.
+        self._ahead: tuple[LedgerHandle, int, int, Iterator[LedgerEntry]] | None = None
 
     @property
     def position(self) -> Position:
@@ -66,6 +78,7 @@ class LogReader:
 
         A start past the end raises ValueError here, not at the first record."""
         self._check_start()
+        self._ahead = None  # read the log as it is now (see the module docstring)
         return self._records()
 
     def _records(self) -> Iterator[Record]:
@@ -140,9 +153,10 @@ class LogReader:
                 return []
             handle, segment = self._handle, self._segment
             entry_id = self._next.entry
-            if entry_id <= self._readable_limit(handle):
+            limit = self._readable_limit(handle)
+            if entry_id <= limit:
                 try:
-                    entry = handle.read_entry(entry_id)
+                    entry = self._read_ahead(handle, entry_id, limit)
                 except (NoSuchLedger, NoSuchEntry):
                     if self._segment_still_listed():
                         raise
@@ -169,6 +183,19 @@ class LogReader:
             else:
                 self._handle = None
                 self._next = Position(segment.number + 1, 0, 0)
+
+    def _read_ahead(self, handle: "LedgerHandle", entry_id: int,
+                    limit: int) -> "LedgerEntry":
+        """Entry ``entry_id`` (at most ``limit``, the last readable one) of ``handle``,
+        from the read ahead if it goes on there, else from a new one to ``limit``."""
+        ahead = self._ahead
+        if ahead is None or ahead[0] is not handle or ahead[1] != entry_id:
+            ahead = (handle, entry_id, limit, handle.read_entries(entry_id, limit))
+        self._ahead = None  # until the entry was read: a read that raised is not resumed
+        entry = next(ahead[3])
+        if entry_id < ahead[2]:
+            self._ahead = (handle, entry_id + 1, ahead[2], ahead[3])
+        return entry
 
     def _enter_segment(self) -> bool:
         """Open the first segment at or after the position; False if there is none."""

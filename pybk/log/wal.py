@@ -182,7 +182,8 @@ class WAL:
     def append(self, data: bytes) -> Position:
         """Append a record; return its position once it is durable (fdatasync'd).
 
-        Not from a callback of an append's future: it would wait for itself."""
+        A callback of an append's future may call it (it runs on pybk's callback thread,
+        which no append waits for)."""
         self._check_open()
         if self.bookie.is_completing_thread():
             raise BookKeeperError("a blocking append from an append's callback would wait "
@@ -193,7 +194,9 @@ class WAL:
 
     def append_async(self, data: bytes) -> Future:
         """Append a record; the future gives its position once it is durable.  Many
-        appends in flight share fsyncs and entries."""
+        appends in flight share fsyncs and entries.  The future's done-callbacks run on
+        pybk's callback thread, in position order, never on the bookie's journal thread
+        (:mod:`pybk.log.futures`)."""
         self._check_open()
         return self._writer.append_async(data)
 
