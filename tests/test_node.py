@@ -11,6 +11,7 @@ import queue
 import shutil
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -20,6 +21,7 @@ from clusterutil import address, bookies, child_env, pybk_command  # noqa: F401 
 from conftest import KEY, entry
 from pybk.client import BookKeeper
 from pybk.cluster.connect import ClusterBookKeeper
+import pybk.cluster.node as node_module
 from pybk.cluster.node import BookieNode
 from pybk.errors import (BookieReadOnly, InvalidConfiguration, InvalidCookie,
                          MetadataUnavailable, NotEnoughBookies)
@@ -360,3 +362,28 @@ def test_updatecookie_refuses_disks_the_cluster_knows_as_another_instance(nodes)
         update_cookies(settings.replace(bookieId="b1"), nodes.observer())
     assert nodes.observer().read_cookie("b1") == before
     assert directory_cookie(settings).bookie_id is None
+
+
+def test_a_stalled_unregistration_does_not_hold_the_close_up(nodes, monkeypatch):
+    """ZooKeeper that takes no unregistration (stalled, its loss not yet noticed) holds a
+    closing node up for UNREGISTER_WAIT_S, not for the store's whole operation timeout:
+    the registration ends with the session the close ends next."""
+    node = nodes.start("stalled")
+    release = threading.Event()
+    calls: list[str] = []
+
+    def stalled_unregister(bookie_id: str) -> None:  # the fault: no answer until released
+        calls.append(bookie_id)
+        release.wait(60)
+
+    monkeypatch.setattr(node.metadata, "unregister_bookie", stalled_unregister)
+    closer = threading.Thread(target=node.close)
+    try:
+        closer.start()
+        closer.join(node_module.UNREGISTER_WAIT_S + 20)
+        assert not closer.is_alive(), "close() waited for the stalled unregistration"
+        assert calls == [node.bookie_id]
+        assert nodes.observer().bookies() == []  # gone with the closed session
+    finally:
+        release.set()
+        closer.join(30)

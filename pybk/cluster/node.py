@@ -83,6 +83,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _ANY_HOST = ("0.0.0.0", "*")
+#: Seconds a closing node waits for ZooKeeper to take its unregistration.  The
+#: registration is ephemeral and ends with the session that closing ends next, so a
+#: stalled ZooKeeper (one the session has not yet noticed is gone) must not hold the stop
+#: up for the store's whole operation timeout.
+UNREGISTER_WAIT_S = 2.0
 
 
 class BookieNode:
@@ -271,10 +276,21 @@ class BookieNode:
         log.info("bookie node %s closed", self.bookie_id)
 
     def _unregister(self) -> None:
-        try:
-            self.metadata.unregister_bookie(self.bookie_id)
-        except BookKeeperError as e:  # it ends with the session anyway
-            log.warning("bookie %s: could not unregister: %s", self.bookie_id, e)
+        def unregister() -> None:
+            try:
+                self.metadata.unregister_bookie(self.bookie_id)
+            except BookKeeperError as e:  # it ends with the session anyway
+                log.warning("bookie %s: could not unregister: %s", self.bookie_id, e)
+
+        # On a thread of its own, so that the wait is bounded; closing the session next
+        # ends the call (and the registration) if ZooKeeper is stalled.
+        worker = threading.Thread(target=unregister, name="pybk-unregister", daemon=True)
+        worker.start()
+        worker.join(UNREGISTER_WAIT_S)
+        if worker.is_alive():
+            log.warning("bookie %s: ZooKeeper did not take the unregistration within %.0f s; "
+                        "the registration ends with the session", self.bookie_id,
+                        UNREGISTER_WAIT_S)
 
     def __repr__(self) -> str:
         return f"BookieNode({self.bookie_id!r}, {self.endpoint!r})"
