@@ -194,7 +194,7 @@ def test_a_bookie_id_registered_by_another_session_is_refused(address):
             started = time.monotonic()
             with pytest.raises(MetadataError, match="held by ZooKeeper session"):
                 second.register_bookie("b1:3181")
-            assert 1.0 <= time.monotonic() - started < 5  # it waited zkTimeout first
+            assert 2.0 <= time.monotonic() - started < 6  # it waited 2 x zkTimeout first
             first.close()  # the holder's session ends: the id is free at once
             second.register_bookie("b1:3181")
             assert second.bookies() == ["b1:3181"]

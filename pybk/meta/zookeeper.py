@@ -521,11 +521,12 @@ class ZooKeeperMetadataStore(MetadataStore):
             self._registrations.pop(bookie_id, None)
 
     def _create_registration(self, path: str, data: bytes) -> None:
-        """Create the registration, or wait (up to zkTimeout, like BookKeeper) for one
-        that another session holds to go away: it may be this bookie's previous life,
-        whose session has not expired yet."""
+        """Create the registration, or wait (up to twice zkTimeout) for one that another
+        session holds to go away: it may be this bookie's previous life, whose session
+        has not expired yet.  Twice, because the server expires a dead session on its
+        next tick after the session's own timeout, which may be longer than ours."""
         zk = self._ns.zk(path)
-        deadline = time.monotonic() + self.settings.zkTimeout / 1000
+        deadline = time.monotonic() + 2 * self.settings.zkTimeout / 1000
         while True:
             try:
                 self.create(path, data, ephemeral=True)
@@ -543,8 +544,9 @@ class ZooKeeperMetadataStore(MetadataStore):
             if time.monotonic() > deadline:
                 raise MetadataError(
                     f"{path} is held by ZooKeeper session {owner:#x}, not this store's: "
-                    "another process registered this bookie id (if it died, its session "
-                    f"ends within zkTimeout={self.settings.zkTimeout} ms)")
+                    "another process registered this bookie id (a session of a process "
+                    "that died ends after its own timeout; this one waited "
+                    f"2 x zkTimeout={self.settings.zkTimeout} ms)")
             time.sleep(_REGISTRATION_POLL_S)
 
     # -- sessions ------------------------------------------------------------------------
