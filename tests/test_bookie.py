@@ -362,8 +362,10 @@ def test_reads_across_many_entry_logs_keep_few_open(bookie_factory, settings_fac
     for thread in threads:
         thread.join(60)
     assert not failures, failures
-    open_logs = [fd for fd in os.listdir("/proc/self/fd")
-                 if os.path.realpath(f"/proc/self/fd/{fd}").endswith(".log")]
+    ours = tuple(os.path.realpath(d) for d in settings.ledgerDirectories)
+    open_logs = [target for target in (os.path.realpath(f"/proc/self/fd/{fd}")
+                                       for fd in os.listdir("/proc/self/fd"))
+                 if target.endswith(".log") and target.startswith(ours)]
     assert len(open_logs) <= 3 + 1, open_logs  # the readers' and the current log's
 
 
