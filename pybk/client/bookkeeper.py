@@ -80,6 +80,7 @@ class BookKeeper:
         self._writers_lock = threading.Lock()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pybk-client")
         self._stop = threading.Event()
+        self._closed = False  # read by every add of the client's ledgers: a plain flag
         self._timer = threading.Thread(target=self._tick_loop, name="pybk-client-timer",
                                        daemon=True)
         self._timer.start()
@@ -170,7 +171,7 @@ class BookKeeper:
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
-        return self._stop.is_set()
+        return self._closed
 
     def _check_open(self) -> None:
         if self._stop.is_set():
@@ -262,6 +263,7 @@ class BookKeeper:
     def close(self) -> None:
         """Stop the client's threads (open handles are not closed).  Closing again does
         nothing."""
+        self._closed = True
         self._stop.set()
         self._timer.join()
         self._worker.shutdown(wait=True)

@@ -37,6 +37,11 @@ class CompletionQueue:
         """Queue a completion.  Caller holds the lock and queues in entry-id order."""
         self._queue.append((done, entry_id, error))
 
+    def put_all(self, completions: list[tuple[AddDone, int | None,
+                                              BaseException | None]]) -> None:
+        """Queue ``(done, entry_id, error)`` completions, as :meth:`put` does each."""
+        self._queue.extend(completions)
+
     def deliver(self) -> None:
         """Call the queued callbacks, unless another thread is at it (it calls ours too).
 

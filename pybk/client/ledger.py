@@ -189,7 +189,7 @@ class LedgerHandle:
                                 f"{self._digest.overhead}-byte entry header)")
         with self._lock:
             if self._state is not _WriteState.OPEN or not self._writable or self._recovery \
-                    or self._bk.closed:
+                    or self._bk._closed:
                 self._check_can_add()
             entry_id = self._last_pushed + 1
             self._length += len(data)
@@ -322,13 +322,15 @@ class LedgerHandle:
             return  # the change completes them once the new ensemble is in place
         pending = self._pending
         qa = self._metadata.ack_quorum_size
-        put = self._completions.put
+        confirmed = []
         while pending and len(pending[0].acked) >= qa:
             op = pending.popleft()
             op.entry = None
+            confirmed.append((op.done, op.entry_id, None))
+        if confirmed:
             self._lac = op.entry_id
             self._confirmed_length = op.length
-            put(op.done, op.entry_id, None)
+            self._completions.put_all(confirmed)
         if not pending:
             self._drained.notify_all()
 
