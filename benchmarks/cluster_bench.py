@@ -28,6 +28,7 @@ read back wrong, a child process that did not start).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import signal
@@ -38,7 +39,7 @@ import time
 from collections import deque
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import zmq
 from kazoo.client import KazooClient
@@ -447,8 +448,11 @@ def measure_config(bk: BookKeeper, name: str, quorums: tuple[int, int, int],
             "bookie_adds_per_s": round(full["per_s"] * write_quorum, 1)}
 
 
-def measure_pybk(workdir: str, children: Children, profile: Profile) -> dict:
-    """Three bookie processes, one client here; every configuration of ``CONFIGS``."""
+@contextlib.contextmanager
+def bookies_and_client(workdir: str,
+                       children: Children) -> Iterator[tuple[BookKeeper, list[int]]]:
+    """:data:`BOOKIES` bookie processes and a client of them over ZeroMQ (with the
+    bookies' pids, for their CPU time); everything is stopped on the way out."""
     bookies: dict[str, tuple[subprocess.Popen, str]] = {}
     try:
         for number in range(BOOKIES):
@@ -457,7 +461,6 @@ def measure_pybk(workdir: str, children: Children, profile: Profile) -> dict:
             bookies[f"bookie-{number}"] = children.start("--serve", directory)
         say("bookies at " + ", ".join(endpoint for _, endpoint in bookies.values()))
         settings = ClientSettings()
-        results: dict = {"bookies": BOOKIES, "entry_bytes": ENTRY_BYTES}
         with ExitStack() as stack:
             metadata = stack.enter_context(
                 EmbeddedMetadataStore(os.path.join(workdir, "metadata")))
@@ -469,13 +472,19 @@ def measure_pybk(workdir: str, children: Children, profile: Profile) -> dict:
             # fail through the ledger's own path (which needs the BookKeeper's worker).
             for client in clients.values():
                 stack.callback(client.close)
-            pids = [child.pid for child, _ in bookies.values()]
-            for name, *quorums in CONFIGS:
-                results[name] = measure_config(bk, name, tuple(quorums), pids, profile)
-        return results
+            yield bk, [child.pid for child, _ in bookies.values()]
     finally:
         for child, _ in bookies.values():
             children.stop(child)
+
+
+def measure_pybk(workdir: str, children: Children, profile: Profile) -> dict:
+    """Three bookie processes, one client here; every configuration of ``CONFIGS``."""
+    results: dict = {"bookies": BOOKIES, "entry_bytes": ENTRY_BYTES}
+    with bookies_and_client(workdir, children) as (bk, pids):
+        for name, *quorums in CONFIGS:
+            results[name] = measure_config(bk, name, tuple(quorums), pids, profile)
+    return results
 
 
 # -- ZooKeeper ------------------------------------------------------------------------------

@@ -27,10 +27,8 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,11 +36,9 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from cluster_bench import (BOOKIES, ENTRY_BYTES, FULL, PAYLOAD, QUICK, Adds,  # noqa: E402
-                           Children, CpuUse, Profile, closed_loop, measure_raw_zmq)
+                           Children, CpuUse, Profile, bookies_and_client, closed_loop,
+                           measure_raw_zmq)
 from pybk.client.bookkeeper import BookKeeper  # noqa: E402
-from pybk.cluster import ClientLoop, ZmqBookieClient  # noqa: E402
-from pybk.meta.embedded import EmbeddedMetadataStore  # noqa: E402
-from pybk.settings import ClientSettings  # noqa: E402
 from rawdisk import mb_per_s, ratio, run_and_report  # noqa: E402
 
 #: (name in the JSON, ensemble size, write quorum, ack quorum)
@@ -119,30 +115,11 @@ def measure_config(bk: BookKeeper, name: str, quorums: tuple[int, int, int],
 
 def measure_pybk(workdir: str, children: Children, profile: ReadProfile) -> dict:
     """Three bookie processes, one client here; every configuration of ``CONFIGS``."""
-    bookies: dict[str, tuple[subprocess.Popen, str]] = {}
-    try:
-        for number in range(BOOKIES):
-            directory = os.path.join(workdir, f"bookie-{number}")
-            os.makedirs(directory)
-            bookies[f"bookie-{number}"] = children.start("--serve", directory)
-        settings = ClientSettings()
-        results: dict = {"bookies": BOOKIES, "entry_bytes": ENTRY_BYTES}
-        with ExitStack() as stack:
-            metadata = stack.enter_context(
-                EmbeddedMetadataStore(os.path.join(workdir, "metadata")))
-            loop = stack.enter_context(ClientLoop())  # its close also ends its clients
-            clients = {bookie_id: ZmqBookieClient(bookie_id, endpoint, settings, loop=loop)
-                       for bookie_id, (_, endpoint) in bookies.items()}
-            bk = stack.enter_context(BookKeeper(metadata, clients, settings))
-            for client in clients.values():
-                stack.callback(client.close)
-            pids = [child.pid for child, _ in bookies.values()]
-            for name, *quorums in CONFIGS:
-                results[name] = measure_config(bk, name, tuple(quorums), pids, profile)
-        return results
-    finally:
-        for child, _ in bookies.values():
-            children.stop(child)
+    results: dict = {"bookies": BOOKIES, "entry_bytes": ENTRY_BYTES}
+    with bookies_and_client(workdir, children) as (bk, pids):
+        for name, *quorums in CONFIGS:
+            results[name] = measure_config(bk, name, tuple(quorums), pids, profile)
+    return results
 
 
 def run(profile: ReadProfile, workdir: str, children: Children) -> dict:
