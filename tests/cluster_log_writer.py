@@ -37,7 +37,7 @@ def main() -> None:
     fd = os.open(args.acks, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     bk = BookKeeper.connect(args.zk, ClientSettings(addEntryTimeout=2.0, readTimeout=1.0))
     writer = LogWriter.open(bk, args.log, SETTINGS)
-    os.write(fd, b"ledger %d\n" % writer.metadata.segments[-1].ledger_id)
+    os.write(fd, b"ledger %d\n" % writer.metadata.tail[-1].ledger_id)
     slots = threading.Semaphore(RECORDS_IN_FLIGHT)
     failed = threading.Event()
 

@@ -35,7 +35,7 @@ def test_a_promoted_wal_keeps_its_records_and_replicates_new_ones(tmp_path, addr
         assert list(wal.read()) == before  # read where they are: nothing was copied
         after = [(wal.append(b"replicated %d" % i), b"replicated %d" % i)
                  for i in range(50)]
-        current = wal._writer.metadata.segments[-1]
+        current = wal._writer.metadata.tail[-1]
         assert after[0][0].segment == current.number
         wal_bookie = wal.bookie_id
         with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
@@ -65,7 +65,7 @@ def test_a_promoted_wal_writes_to_its_own_bookie_in_process(tmp_path, address, b
         wal._node.server.close()  # nothing reaches the WAL's bookie over ZeroMQ now
         after = [(wal.append(b"replicated %d" % i), b"replicated %d" % i)
                  for i in range(30)]
-        segment = wal._writer.metadata.segments[-1]
+        segment = wal._writer.metadata.tail[-1]
         assert {position.segment for position, _ in after} == {segment.number}
         metadata = wal._bk.ledger_manager.read(segment.ledger_id).metadata
         assert len(metadata.fragments) == 1  # no add to the local bookie failed
@@ -162,7 +162,7 @@ def test_a_promotion_killed_before_its_commit_is_redone_from_the_directory(tmp_p
         with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
             log = read_log(store, wal.log_name).metadata
             assert log.truncated_before == keep
-            assert log.segments == wal._writer.metadata.segments
+            assert log.tail == wal._writer.metadata.tail
 
 
 # -- demotion -------------------------------------------------------------------------

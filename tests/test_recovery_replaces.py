@@ -409,8 +409,8 @@ def test_a_log_writer_takes_over_after_kill_minus_nine_of_the_writer_and_a_booki
         pytest.fail(f"recovering the segment failed instead of replacing bookie {victim}: "
                     f"{e!r}")
     closing.callback(new_writer.close)
-    assert new_writer.metadata.segments[-1].ledger_id != ledger_id
-    assert ledger_id in [s.ledger_id for s in new_writer.metadata.segments], \
+    assert new_writer.metadata.tail[-1].ledger_id != ledger_id
+    assert ledger_id in [s.ledger_id for s in new_writer.metadata.tail], \
         "the killed writer's segment was dropped from the log"
     position = new_writer.append_async(b"after the takeover").result(timeout=30)
     new_writer.close()
@@ -420,8 +420,8 @@ def test_a_log_writer_takes_over_after_kill_minus_nine_of_the_writer_and_a_booki
         f"segment closed at {closed.last_entry_id}, but the writer had entries up to " \
         f"{max(p.entry for p, _ in acked)} acknowledged"
     new = check_replaced(closed, before.fragments, victim, spare)
-    assert [s.ledger_id for s in read_log(bk.metadata, "log").metadata.segments] == \
-        [s.ledger_id for s in new_writer.metadata.segments]
+    assert [s.ledger_id for s in read_log(bk.metadata, "log").metadata.tail] == \
+        [s.ledger_id for s in new_writer.metadata.tail]
 
     reader_bk = client(closing, address)
     records = list(LogReader(reader_bk, "log").read())

@@ -1,34 +1,126 @@
-"""A log's metadata: its ordered list of segment ledgers, kept under compare-and-set.
+"""A log's metadata: its segments (ledgers, in order), kept under compare-and-set in
+records whose size does not depend on how many segments the log has.
 
-The record of log ``name`` is at ``/logs/<name>`` in the metadata store, a sealed record
-(:mod:`pybk.meta.sealed`) with magic b"PBKG", format version 1, and these body keys::
+Format version 2.  Log ``name`` has a head record and one record per segment number, all
+sealed records (:mod:`pybk.meta.sealed`)::
+
+    /logs/<name>                                   the head (magic b"PBKG", version 2)
+    /logs/<name>/segments/<number, 20 digits>      segment records (magic b"PBKS", version 1)
+
+The head's body::
 
     "name"              the log's name
-    "segments"          [[segment number, ledger id], ...], segment numbers increasing
     "next_segment"      the number the next segment gets (numbers are never reused)
     "truncated_before"  [segment, entry, slot]: records before it are gone
-    "deleting"          [ledger id, ...]: truncated segments whose ledgers may still
-                        exist (deleted after the record is updated; a writer that finds
-                        some here on opening finishes the job)
+    "tail"              [[segment number, ledger id], ...]: the newest segments, numbers
+                        increasing, at most TAIL_SEGMENTS (4) of them
+    "oldest_segment"    every segment record numbered below it is deleted (truncation's
+                        progress: below truncated_before's segment while one is unfinished)
+    "dropping"          [[segment number, ledger id], ...]: empty segments the last writer
+                        to open dropped from the log, whose ledgers it deletes (at most 2;
+                        a null number is a ledger that a format-1 record was deleting)
 
-Every change is a compare-and-set on the record's version: this is how two writers of one
-log find out about each other (:mod:`pybk.log.writer`).
+A segment record's body::
+
+    "segment"    its number (the one in its name)
+    "ledger_id"  the segment's ledger; null if no segment has this number (a *dead*
+                 number: an empty segment that was dropped, or a number never used)
+    "skip_to"    null for a segment; for a dead number, a greater number such that no
+                 segment is numbered from this one up to it: a reader goes on there
+    "hollow"     false for a segment; for a dead number, true if no number after it, up
+                 to skip_to, has a record either (a deleting walk skips them)
+
+The head stays a few hundred bytes however many segments the log has; segment records
+are about 90 bytes and are never listed (a ZooKeeper node with a million children cannot
+be listed in one packet): they are found by number.
+
+**Finding a segment** (:func:`find_segment`), the first one numbered ``k`` or more: below
+truncated_before's segment, start there; from the tail's first number on, the tail has
+it; below that, read the record of ``k``: a ledger is the answer; a dead number goes on
+at its ``skip_to``; a missing record (a dead number inside a run, or one whose dead record is not
+written yet) goes on at ``k + 1``.  A reader entering the next segment below the tail reads
+the head and one record, whatever the number of segments: the first number of every run
+of dead numbers between two segments has a dead record pointing past the run, and
+truncated_before's segment is a segment or such a first number.
+
+**Writers** compare-and-set the head only: fencing at open, rolling, truncation and
+dropping are one CAS protocol on one record, as in format 1, on any metadata store.
+Segment records follow these rules:
+
+* The record of segment ``n`` is written by the writer whose head CAS added ``n``, right
+  after that CAS and before its next one; a writer that opens the log first writes the
+  records of every tail segment (one is missing only if a writer died between its CAS
+  and its record write).  A CAS pushes at most one segment out of the tail, so *every
+  segment not in the tail has its record*, whenever a writer dies.
+* A segment record names the ledger fixed by the CAS that added the segment, so it is
+  only ever created, never replaced: a writer that finds one present checks that it
+  names the same ledger.
+* A dead record replaces whatever record the number had.  A dead number stays dead
+  (numbers are never reused), and a writer that was fenced meanwhile and writes a
+  dropped segment's record late finds the dead record there and leaves it ("dead
+  wins"): a late write cannot bring a dropped segment back.
+* Records are deleted only below truncated_before's segment, where readers never look.
+
+**Opening** (:mod:`pybk.log.writer`): read the head; finish what a writer that died left
+undone (dead records and ledgers of ``dropping``, an unfinished truncation, missing tail
+records); fence and recover the last two segments; of those, an empty one is dropped,
+but never the tail's first, so each dropped segment has a segment before it in the tail,
+whose next number starts the run of dead numbers (a log that restarts without writing
+keeps one run, with one record at its start for readers, however often it restarts);
+then CAS the head with the new segment appended, ``dropping`` set to the segments
+dropped and ``oldest_segment`` to truncated_before's segment.  After the CAS: the new
+segment's record and the dead records of the runs between tail segments and of the
+dropped segments, then the dropped segments' ledgers are deleted.  ``dropping`` is
+cleared by that writer's next CAS, or by the next opener, which does the same steps
+again (each of them can be repeated) before its own CAS.
+
+**Rolling**: CAS the head with the new segment appended (the oldest tail segment, whose
+record exists, leaves the tail if it is full), then write the new segment's record.
+
+**Truncation** before position ``p`` (moved to the start of the first segment at or
+after it if ``p.segment`` is a dead number): CAS the head (truncated_before = p, tail
+without the segments below ``p.segment``); then a walk over the numbers from
+``oldest_segment`` up to ``p.segment`` deletes the ledger each segment record names and
+then every record, skipping hollow runs; then CAS ``oldest_segment = p.segment``.  A
+writer that dies on the way leaves ``oldest_segment`` behind truncated_before: the next
+opener finishes the walk.  The cost is one step per segment number ever used in the
+range (each number was given to a segment once), whatever the log's length.
+
+**Demotion** (:mod:`pybk.log.promotion`) makes the next segment number jump by 2^32: a
+hollow dead record at the first number skipped covers the jump.
+
+**Format 1** (one record holding the whole list: ``segments`` instead of ``tail`` and
+``oldest_segment``, and ``deleting``, a list of ledger ids, instead of ``dropping``) is
+read as a head whose tail is every segment (:attr:`LogMetadata.format_version` 1), so a
+log written by an earlier pybk reads as before.  The first writer that opens it converts
+it with the steps of any opening: it writes every segment's record and a hollow dead
+record at the start of every gap (format 1 wrote none), and its CAS writes format 2 with
+the newest TAIL_SEGMENTS.  A crash in the middle leaves the format-1 record, and the
+next opener writes the records still missing.  Format 1 had to fit its list in one
+record (MAX_DATA_BYTES, about 34,400 segments); such a log opens this way too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Callable, Iterable, Iterator, NamedTuple
 
-from pybk.errors import MalformedMetadata, NodeExists
+from pybk.errors import MalformedMetadata, NodeExists, NoNode
 from pybk.log.position import START, Position
 from pybk.meta import paths
-from pybk.meta.interface import MetadataStore
-from pybk.meta.sealed import seal, typed, unseal
+from pybk.meta.interface import ANY_VERSION, MetadataStore
+from pybk.meta.sealed import HEADER, seal, typed, unseal
 
 MAGIC = b"PBKG"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+SEGMENT_MAGIC = b"PBKS"
+SEGMENT_FORMAT_VERSION = 1
 LOGS = "/logs"
+SEGMENTS = "segments"
+#: How many of the newest segments the head lists.  At least two: an opening writer
+#: recovers the last two segments from the head.
+TAIL_SEGMENTS = 4
+_NUMBER_DIGITS = 20
 
 
 class Segment(NamedTuple):
@@ -38,59 +130,106 @@ class Segment(NamedTuple):
     ledger_id: int
 
 
+class Dropped(NamedTuple):
+    """A segment whose ledger is being deleted after it was dropped from the log
+    (``number`` None: a ledger a format-1 record was deleting, which has no record)."""
+
+    number: int | None
+    ledger_id: int
+
+
 @dataclasses.dataclass(frozen=True)
 class LogMetadata:
-    """What the metadata store knows of one log (immutable; replace to change)."""
+    """A log's head record (immutable; replace to change).  See the module docstring."""
 
     name: str
-    segments: tuple[Segment, ...] = ()
+    tail: tuple[Segment, ...] = ()
     next_segment: int = 0
     truncated_before: Position = START
-    deleting: tuple[int, ...] = ()
+    oldest_segment: int = 0
+    dropping: tuple[Dropped, ...] = ()
+    #: The format the record was read in; 1: the tail is every segment of the log and
+    #: no segment has a record yet.  Written in format 2 only.
+    format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
-        numbers = [s.number for s in self.segments]
+        numbers = [s.number for s in self.tail]
         if numbers != sorted(set(numbers)) or any(n >= self.next_segment for n in numbers):
             raise ValueError(f"log {self.name}: segment numbers {numbers} must increase and "
                              f"stay under next_segment={self.next_segment}")
+        if numbers and numbers[0] < self.truncated_before.segment:
+            raise ValueError(f"log {self.name}: segment {numbers[0]} is before "
+                             f"truncated_before={self.truncated_before}")
+        if self.oldest_segment > self.truncated_before.segment:
+            raise ValueError(f"log {self.name}: oldest_segment={self.oldest_segment} is past "
+                             f"truncated_before={self.truncated_before}")
 
     def with_new_segment(self, ledger_id: int) -> "LogMetadata":
-        """The log with one more segment at its end."""
-        return dataclasses.replace(
-            self, segments=self.segments + (Segment(self.next_segment, ledger_id),),
-            next_segment=self.next_segment + 1)
-
-    def segment_after(self, number: int) -> Segment | None:
-        """The first segment numbered above ``number`` (None: there is none yet)."""
-        return next((s for s in self.segments if s.number > number), None)
+        """The log with one more segment at its end, in format 2: the oldest tail segment
+        leaves the tail if it is full (its record exists, by the invariant of the module
+        docstring; a format-1 head's records are written first: :func:`ensure_records`)."""
+        tail = self.tail + (Segment(self.next_segment, ledger_id),)
+        return dataclasses.replace(self, tail=tail[-TAIL_SEGMENTS:],
+                                   next_segment=self.next_segment + 1,
+                                   format_version=FORMAT_VERSION)
 
     def to_bytes(self) -> bytes:
+        if self.format_version != FORMAT_VERSION or len(self.tail) > TAIL_SEGMENTS:
+            raise ValueError(f"log {self.name}: a head of format {self.format_version} with "
+                             f"{len(self.tail)} tail segments is not a format-"
+                             f"{FORMAT_VERSION} head (at most {TAIL_SEGMENTS}): write the "
+                             "records of the others first (ensure_records)")
         return seal(MAGIC, FORMAT_VERSION, {
             "name": self.name,
-            "segments": [list(s) for s in self.segments],
             "next_segment": self.next_segment,
             "truncated_before": list(self.truncated_before),
-            "deleting": list(self.deleting),
+            "tail": [list(s) for s in self.tail],
+            "oldest_segment": self.oldest_segment,
+            "dropping": [list(d) for d in self.dropping],
         })
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "LogMetadata":
+        """A head in format 2, or a format-1 record read as one (module docstring)."""
+        data = bytes(data)
+        version = HEADER.unpack_from(data)[1] if len(data) >= HEADER.size else None
+        if version == 1:
+            return cls._from_format_1(unseal(data, MAGIC, 1, _KEYS_1, "log metadata"))
         obj = unseal(data, MAGIC, FORMAT_VERSION, _KEYS, "log metadata")
         try:
             return cls(
                 name=typed("name", obj["name"], str),
-                segments=tuple(Segment(*_ints("a segment", s, 2))
-                               for s in typed("segments", obj["segments"], list)),
+                tail=tuple(Segment(*_ints("a segment", s, 2))
+                           for s in typed("tail", obj["tail"], list)),
                 next_segment=typed("next_segment", obj["next_segment"], int),
                 truncated_before=Position(*_ints("truncated_before",
                                                  obj["truncated_before"], 3)),
-                deleting=tuple(typed("a ledger id", i, int)
-                               for i in typed("deleting", obj["deleting"], list)))
+                oldest_segment=typed("oldest_segment", obj["oldest_segment"], int),
+                dropping=tuple(_dropped(d) for d in typed("dropping", obj["dropping"], list)))
         except ValueError as e:
             raise MalformedMetadata(f"log metadata body is malformed: {e}") from e
 
+    @classmethod
+    def _from_format_1(cls, obj: dict) -> "LogMetadata":
+        try:
+            truncated_before = Position(*_ints("truncated_before", obj["truncated_before"], 3))
+            return cls(
+                name=typed("name", obj["name"], str),
+                tail=tuple(Segment(*_ints("a segment", s, 2))
+                           for s in typed("segments", obj["segments"], list)),
+                next_segment=typed("next_segment", obj["next_segment"], int),
+                truncated_before=truncated_before,
+                oldest_segment=truncated_before.segment,  # format 1 wrote no records
+                dropping=tuple(Dropped(None, typed("a ledger id", i, int))
+                               for i in typed("deleting", obj["deleting"], list)),
+                format_version=1)
+        except ValueError as e:
+            raise MalformedMetadata(f"log metadata (format 1) body is malformed: {e}") from e
 
-_KEYS = frozenset(("name", "segments", "next_segment", "truncated_before", "deleting"))
+
+_KEYS = frozenset(("name", "next_segment", "truncated_before", "tail", "oldest_segment",
+                   "dropping"))
+_KEYS_1 = frozenset(("name", "segments", "next_segment", "truncated_before", "deleting"))
 
 
 def _ints(name: str, value: object, count: int) -> list[int]:
@@ -99,18 +238,79 @@ def _ints(name: str, value: object, count: int) -> list[int]:
     return [typed(name, v, int) for v in value]
 
 
+def _dropped(value: object) -> Dropped:
+    if not isinstance(value, list) or len(value) != 2:
+        raise ValueError(f"a dropped segment is {value!r}, not [number or null, ledger id]")
+    return Dropped(typed("a dropped segment's number", value[0], int, nullable=True),
+                   typed("a dropped segment's ledger id", value[1], int))
+
+
+class SegmentRecord(NamedTuple):
+    """What the record of one segment number says (see the module docstring)."""
+
+    number: int
+    ledger_id: int | None       # None: a dead number
+    skip_to: int | None = None  # for a dead number: no segment below this one either
+    hollow: bool = False        # for a dead number: no record below skip_to either
+
+    def to_bytes(self) -> bytes:
+        return seal(SEGMENT_MAGIC, SEGMENT_FORMAT_VERSION, {
+            "segment": self.number, "ledger_id": self.ledger_id, "skip_to": self.skip_to,
+            "hollow": self.hollow})
+
+    @classmethod
+    def from_bytes(cls, data: bytes, number: int) -> "SegmentRecord":
+        """The record found at segment ``number``'s path; MalformedMetadata if it is not
+        one, or not that number's."""
+        obj = unseal(data, SEGMENT_MAGIC, SEGMENT_FORMAT_VERSION, _SEGMENT_KEYS,
+                     "segment record")
+        try:
+            record = cls(typed("segment", obj["segment"], int),
+                         typed("ledger_id", obj["ledger_id"], int, nullable=True),
+                         typed("skip_to", obj["skip_to"], int, nullable=True),
+                         typed("hollow", obj["hollow"], bool))
+        except ValueError as e:
+            raise MalformedMetadata(f"segment record body is malformed: {e}") from e
+        dead = record.ledger_id is None
+        if record.number != number or dead != (record.skip_to is not None) \
+                or (dead and record.skip_to <= number) or (record.hollow and not dead):
+            raise MalformedMetadata(f"the record of segment {number} says {record}: it must "
+                                    "name its own number and either a ledger or a greater "
+                                    "number to skip to")
+        return record
+
+
+_SEGMENT_KEYS = frozenset(("segment", "ledger_id", "skip_to", "hollow"))
+
+
 class VersionedLog(NamedTuple):
     metadata: LogMetadata
     version: int
 
 
+# -- paths ----------------------------------------------------------------------------
+
+
 def log_path(name: str) -> str:
-    """The record of log ``name`` (a valid record name: no '/', not empty)."""
+    """The head record of log ``name`` (a valid record name: no '/', not empty)."""
     return paths.join(LOGS, paths.check_name(name))
 
 
+def segments_path(name: str) -> str:
+    """The parent of log ``name``'s segment records."""
+    return paths.join(log_path(name), SEGMENTS)
+
+
+def segment_path(name: str, number: int) -> str:
+    """The record of segment ``number`` of log ``name``."""
+    return paths.join(segments_path(name), f"{number:0{_NUMBER_DIGITS}d}")
+
+
+# -- the head -------------------------------------------------------------------------
+
+
 def read_log(store: MetadataStore, name: str, create: bool = False) -> VersionedLog:
-    """The log's metadata and version; with ``create``, a new empty log if there is none
+    """The log's head and its version; with ``create``, a new empty log if there is none
     (NoNode otherwise)."""
     path = log_path(name)
     if create and not store.exists(path):
@@ -124,10 +324,163 @@ def read_log(store: MetadataStore, name: str, create: bool = False) -> Versioned
 
 
 def update_log(store: MetadataStore, metadata: LogMetadata, expected_version: int) -> int:
-    """Compare-and-set the log's record; the new version (BadVersion if it moved on)."""
+    """Compare-and-set the log's head; the new version (BadVersion if it moved on)."""
     return store.set(log_path(metadata.name), metadata.to_bytes(), expected_version)
 
 
 def list_logs(store: MetadataStore) -> list[str]:
     """The names of every log in the store, sorted."""
     return store.children(LOGS) if store.exists(LOGS) else []
+
+
+def delete_log(store: MetadataStore, name: str) -> None:
+    """Delete the log's records, head last (its ledgers are left alone); nothing if it
+    has no head."""
+    try:
+        metadata = read_log(store, name).metadata
+    except NoNode:
+        return
+    delete_records(store, name, metadata.oldest_segment, metadata.next_segment)
+    for path in (segments_path(name), log_path(name)):
+        try:
+            store.delete(path, ANY_VERSION)
+        except NoNode:
+            pass
+
+
+# -- segment records ------------------------------------------------------------------
+
+
+def read_segment(store: MetadataStore, name: str, number: int) -> SegmentRecord | None:
+    """The record of segment ``number``, or None if it has none."""
+    try:
+        data, _version = store.get(segment_path(name, number))
+    except NoNode:
+        return None
+    return SegmentRecord.from_bytes(data, number)
+
+
+def write_segment(store: MetadataStore, name: str, segment: Segment) -> None:
+    """Create the record of ``segment`` unless it exists (it is never replaced: a dead
+    record stays dead; MalformedMetadata if it names another ledger)."""
+    try:
+        store.create(segment_path(name, segment.number),
+                     SegmentRecord(segment.number, segment.ledger_id).to_bytes())
+        return
+    except NodeExists:
+        pass
+    found = read_segment(store, name, segment.number)
+    if found is not None and found.ledger_id not in (None, segment.ledger_id):
+        raise MalformedMetadata(f"log {name}: the record of segment {segment.number} names "
+                                f"ledger {found.ledger_id}, its head ledger "
+                                f"{segment.ledger_id}")
+
+
+def mark_dead(store: MetadataStore, name: str, number: int, skip_to: int,
+              hollow: bool = False) -> None:
+    """Record that no segment is numbered from ``number`` up to ``skip_to`` (and, if
+    ``hollow``, that no number in between has a record), replacing whatever record the
+    number had unless it says as much already."""
+    found = read_segment(store, name, number)
+    if found is not None and found.ledger_id is None:
+        if found.skip_to >= skip_to:
+            return
+        hollow = hollow and found.hollow  # the records its run may hold are still there
+    data = SegmentRecord(number, None, skip_to, hollow).to_bytes()
+    path = segment_path(name, number)
+    try:
+        store.create(path, data)
+    except NodeExists:
+        store.set(path, data, ANY_VERSION)
+
+
+def store_records(store: MetadataStore, name: str, segments: Iterable[Segment],
+                  start: int | None = None, end: int | None = None,
+                  hollow: bool = False) -> None:
+    """Write the record of every one of ``segments`` (numbers increasing) and a dead
+    record at the first number of every gap between them; also of the gaps from
+    ``start`` to the first and from the last to ``end`` (exclusive), which the caller
+    knows hold no other segment.  ``hollow``: the caller knows the gaps hold no record."""
+    expected = start
+    for segment in segments:
+        if expected is not None and segment.number > expected:
+            mark_dead(store, name, expected, segment.number, hollow)
+        write_segment(store, name, segment)
+        expected = segment.number + 1
+    if expected is not None and end is not None and end > expected:
+        mark_dead(store, name, expected, end, hollow)
+
+
+def ensure_records(store: MetadataStore, metadata: LogMetadata) -> None:
+    """Write the records the head's tail segments and the gaps between them need and may
+    lack (a writer died after its CAS); for a format-1 head, whose tail is the whole log,
+    every record the log needs from truncated_before's segment on (its conversion)."""
+    if metadata.format_version == 1:
+        store_records(store, metadata.name, metadata.tail, metadata.truncated_before.segment,
+                      metadata.next_segment, hollow=True)
+    else:
+        store_records(store, metadata.name, metadata.tail)
+
+
+def mark_dropped(store: MetadataStore, metadata: LogMetadata) -> None:
+    """Write the dead records of the head's dropped segments, each pointing at the next
+    segment of the tail (the head is the one whose CAS dropped them)."""
+    for dropped in metadata.dropping:
+        if dropped.number is not None:
+            after = next((s.number for s in metadata.tail if s.number > dropped.number),
+                         metadata.next_segment)
+            mark_dead(store, metadata.name, dropped.number, after)
+
+
+def delete_records(store: MetadataStore, name: str, start: int, end: int,
+                   delete_ledger: Callable[[int], None] | None = None) -> None:
+    """Delete the records numbered from ``start`` up to ``end`` (below truncated_before's
+    segment), calling ``delete_ledger`` first with the ledger of each segment record:
+    one step per number, hollow runs skipped."""
+    number = start
+    while number < end:
+        record = read_segment(store, name, number)
+        if record is None:
+            number += 1
+            continue
+        if record.ledger_id is not None and delete_ledger is not None:
+            delete_ledger(record.ledger_id)
+        delete_segment(store, name, number)
+        number = record.skip_to if record.hollow else number + 1
+
+
+def delete_segment(store: MetadataStore, name: str, number: int) -> None:
+    """Delete the record of segment ``number`` if it has one."""
+    try:
+        store.delete(segment_path(name, number), ANY_VERSION)
+    except NoNode:
+        pass
+
+
+# -- finding segments -----------------------------------------------------------------
+
+
+def find_segment(store: MetadataStore, metadata: LogMetadata, number: int) -> Segment | None:
+    """The first segment of the log numbered ``number`` or more, as of the head
+    ``metadata``; None if there is none (yet)."""
+    number = max(number, metadata.truncated_before.segment)
+    if metadata.format_version != 1:  # a format-1 tail is the whole log
+        end = metadata.tail[0].number if metadata.tail else metadata.next_segment
+        while number < end:
+            record = read_segment(store, metadata.name, number)
+            if record is None:
+                number += 1
+            elif record.ledger_id is None:
+                number = record.skip_to
+            else:
+                return Segment(number, record.ledger_id)
+    return next((s for s in metadata.tail if s.number >= number), None)
+
+
+def live_segments(store: MetadataStore, metadata: LogMetadata) -> Iterator[Segment]:
+    """Every segment of the log from truncated_before's on, in order (one record read per
+    segment below the tail)."""
+    number = metadata.truncated_before.segment
+    while (segment := find_segment(store, metadata, number)) is not None:
+        yield segment
+        number = segment.number + 1

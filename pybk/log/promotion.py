@@ -2,8 +2,12 @@
 
 What moves is metadata only: every ledger record of the WAL's embedded store is created
 in the cluster's store under the same id (embedded ids start at a random base, so they
-do not collide with the cluster's), and the log's ledger list is created there as the
-log ``wal-<bookie instance id>``.  The entries stay on the WAL's own bookie, which joins
+do not collide with the cluster's), and the log is created there as the log ``wal-<bookie
+instance id>``: its head, and a record for each of its segments and a hollow dead record
+at the start of each gap between them (:mod:`pybk.log.metadata`; a log still in format 1
+is written in format 2).  Segments the log was dropping stay behind: their ledgers are
+not copied and the copied head drops none (the embedded log still lists them, for the
+writer that opens it next if it is ever demoted).  The entries stay on the WAL's own bookie, which joins
 the cluster under the id its ledgers already name (``bookie-<instance id>``) and serves
 them to any client; the WAL's own client keeps calling it in-process
 (:func:`pybk.cluster.connect.connect` with ``local_bookies``).
@@ -34,12 +38,14 @@ good.  It needs nothing from the cluster: the embedded store still holds the log
 was at the promotion, since a cluster member writes its log's metadata to the cluster
 only.  Demotion keeps that log's segments whose ledgers the WAL's bookie still holds and
 drops the leading ones it no longer holds (the cluster truncated them, which deleted
-them from this bookie too).  Records written while the directory was a member are not
+them from this bookie too) by moving truncated_before past them: the next writer deletes
+their records and ledger records, as after any truncation.  Records written while the directory was a member are not
 in the demoted log: they are in segments whose metadata lived in the cluster only, and
 their entries mostly on other bookies; the copies this bookie holds stay on its disks,
 unused.  New segments of the demoted log are numbered :data:`SEGMENT_GAP_AFTER_DEMOTION`
 after the log's last known number, so no position handed out while the directory was a
-member is given to another record.  The cluster is not told: run demotion only once the
+member is given to another record (a hollow dead record covers the jump).  The cluster
+is not told: run demotion only once the
 cluster is gone (its clients would miss this bookie's copies).
 """
 
@@ -51,7 +57,9 @@ from typing import Callable, NamedTuple
 
 from pybk.errors import (BookKeeperError, InvalidConfiguration, MetadataError, NodeExists,
                          NoNode, NotEnoughBookies)
-from pybk.log.metadata import LogMetadata, log_path
+from pybk.log.metadata import (FORMAT_VERSION, TAIL_SEGMENTS, LogMetadata, delete_log,
+                               ensure_records, live_segments, log_path, mark_dead,
+                               store_records)
 from pybk.log.position import Position
 from pybk.meta.interface import ANY_VERSION, MetadataStore
 from pybk.meta.ledgers import LedgerManager
@@ -110,14 +118,16 @@ class Copy:
                  cluster_log: str) -> None:
         self._embedded = embedded
         self._cluster = cluster
-        self._paths = [log_path(cluster_log)]
+        self._log = cluster_log
+        self._ledger_paths: list[str] = []
 
     def undo(self) -> None:
         """Delete the copies from the cluster (metadata only: the entries are on the
         WAL's bookie), then the intent.  If the cluster cannot be reached the intent
         stays, and the next promotion replaces what is left there."""
         try:
-            for path in reversed(self._paths):
+            delete_log(self._cluster, self._log)
+            for path in reversed(self._ledger_paths):
                 try:
                     self._cluster.delete(path, ANY_VERSION)
                 except NoNode:
@@ -148,26 +158,37 @@ def copy(embedded: MetadataStore, cluster: MetadataStore, address: str, local_lo
 
 def _copy_records(embedded: MetadataStore, cluster: MetadataStore, local_log: str,
                   cluster_log: str, copied: Copy) -> None:
-    local, remote = LedgerManager(embedded), LedgerManager(cluster)
-    for ledger_id in local.ledger_ids():
-        metadata = local.read(ledger_id).metadata
-        path = remote.layout.ledger_path(ledger_id)
-        try:
-            cluster.create(path, metadata.to_bytes())
-        except NodeExists:
-            # A stale copy of this ledger names the same first ensemble (this WAL's
-            # bookie, whose id no other directory has); another ledger would not.
-            if remote.read(ledger_id).metadata.fragments[0] != metadata.fragments[0]:
-                raise MetadataError(f"ledger id {ledger_id} is taken in the cluster by "
-                                    "another ledger: this WAL cannot be promoted") from None
-            cluster.set(path, metadata.to_bytes(), ANY_VERSION)
-        copied._paths.append(path)
     try:
         data, _version = embedded.get(log_path(local_log))
     except NoNode:
-        data = LogMetadata(local_log).to_bytes()
-    moved = dataclasses.replace(LogMetadata.from_bytes(data), name=cluster_log)
-    _put(cluster, log_path(cluster_log), moved.to_bytes())
+        metadata = LogMetadata(local_log)
+    else:
+        metadata = LogMetadata.from_bytes(data)
+    dropping = {d.ledger_id for d in metadata.dropping}
+    local, remote = LedgerManager(embedded), LedgerManager(cluster)
+    for ledger_id in local.ledger_ids():
+        if ledger_id in dropping:
+            continue  # being deleted: see the module docstring
+        ledger = local.read(ledger_id).metadata
+        path = remote.layout.ledger_path(ledger_id)
+        try:
+            cluster.create(path, ledger.to_bytes())
+        except NodeExists:
+            # A stale copy of this ledger names the same first ensemble (this WAL's
+            # bookie, whose id no other directory has); another ledger would not.
+            if remote.read(ledger_id).metadata.fragments[0] != ledger.fragments[0]:
+                raise MetadataError(f"ledger id {ledger_id} is taken in the cluster by "
+                                    "another ledger: this WAL cannot be promoted") from None
+            cluster.set(path, ledger.to_bytes(), ANY_VERSION)
+        copied._ledger_paths.append(path)
+    delete_log(cluster, cluster_log)  # a stale copy an unfinished promotion left
+    start = metadata.truncated_before.segment
+    # The head first: undoing walks the segment records it covers.
+    _put(cluster, log_path(cluster_log), dataclasses.replace(
+        metadata, name=cluster_log, tail=metadata.tail[-TAIL_SEGMENTS:], oldest_segment=start,
+        dropping=(), format_version=FORMAT_VERSION).to_bytes())
+    store_records(cluster, cluster_log, live_segments(embedded, metadata), start,
+                  metadata.next_segment, hollow=True)
 
 
 def commit(embedded: MetadataStore, address: str) -> None:
@@ -201,34 +222,36 @@ def demote(embedded: MetadataStore, holds_ledger: Callable[[int], bool], local_l
     if address is None:
         raise InvalidConfiguration(f"{where} is not promoted to a cluster: nothing to "
                                    "demote (it opens as an embedded WAL)")
-    kept: tuple = ()
-    dropped: tuple = ()
+    kept = dropped = 0
     try:
         data, version = embedded.get(log_path(local_log))
     except NoNode:
         pass  # promoted before its log was ever written
     else:
         metadata = LogMetadata.from_bytes(data)
-        segments = list(metadata.segments)
-        while segments and not holds_ledger(segments[0].ledger_id):
-            segments.pop(0)
-        kept = tuple(segments)
-        dropped = metadata.segments[:len(metadata.segments) - len(kept)]
+        first_kept = None
+        for segment in live_segments(embedded, metadata):
+            if first_kept is None and not holds_ledger(segment.ledger_id):
+                dropped += 1
+                continue
+            first_kept = first_kept or segment
+            kept += 1
         truncated_before = metadata.truncated_before
         if dropped:
-            first_kept = kept[0].number if kept else metadata.next_segment
-            truncated_before = max(truncated_before, Position(first_kept, 0, 0))
+            first = first_kept.number if first_kept else metadata.next_segment
+            truncated_before = max(truncated_before, Position(first, 0, 0))
+        ensure_records(embedded, metadata)  # a format-1 log's are written here
+        next_segment = metadata.next_segment + SEGMENT_GAP_AFTER_DEMOTION
+        mark_dead(embedded, local_log, metadata.next_segment, next_segment, hollow=True)
+        tail = tuple(s for s in metadata.tail if s.number >= truncated_before.segment)
         embedded.set(log_path(local_log), dataclasses.replace(
-            metadata, segments=kept, truncated_before=truncated_before,
-            next_segment=metadata.next_segment + SEGMENT_GAP_AFTER_DEMOTION,
-            # The next writer deletes their records (the bookie holds nothing of them).
-            deleting=metadata.deleting + tuple(s.ledger_id for s in dropped),
-        ).to_bytes(), version)
+            metadata, tail=tail[-TAIL_SEGMENTS:], truncated_before=truncated_before,
+            next_segment=next_segment, format_version=FORMAT_VERSION).to_bytes(), version)
     _delete(embedded, PROMOTING)  # before the mark: a stale intent would allow overwrites
     _delete(embedded, PROMOTED)
-    log.info("%s demoted from %s: %d segments kept, %d dropped", where, address, len(kept),
-             len(dropped))
-    return Demotion(address, len(kept), len(dropped))
+    log.info("%s demoted from %s: %d segments kept, %d dropped", where, address, kept,
+             dropped)
+    return Demotion(address, kept, dropped)
 
 
 def _read(store: MetadataStore, path: str) -> str | None:

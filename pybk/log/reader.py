@@ -9,6 +9,9 @@ disturbs the writer: it opens ledgers without recovery.  It moves to the next se
 only once the current one is closed, so it sees records in position order, each once.
 
 If truncation removes the segment a reader is in, it goes on at the truncation point.
+The next segment is found in the log's head or, below the head's tail, in one segment
+record (:func:`pybk.log.metadata.find_segment`): entering a segment costs the same
+however many segments the log has.
 
 The start may be a :class:`Position`, its text or three integers.  A start past the end
 of the log raises ValueError at the first read: in a segment the log has not reached yet,
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from pybk.errors import LogClosed, NoNode, NoSuchEntry, NoSuchLedger, NoSuchLog
 from pybk.log.batch import decode_batch
-from pybk.log.metadata import LogMetadata, Segment, read_log
+from pybk.log.metadata import LogMetadata, Segment, find_segment, read_log
 from pybk.log.position import START, Position
 from pybk.meta.ledger_metadata import LedgerState
 
@@ -130,7 +133,7 @@ class LogReader:
             raise ValueError(f"start {start} is past the end of the log {self.name!r}: it "
                              f"has no segment {start.segment} yet (its newest is "
                              f"{metadata.next_segment - 1})")
-        current = metadata.segments[-1] if metadata.segments else None
+        current = metadata.tail[-1] if metadata.tail else None
         own = (self._writer.ledger_for(current.ledger_id)
                if self._writer is not None and current is not None else None)
         if own is not None and start.segment == current.number \
@@ -199,18 +202,23 @@ class LogReader:
 
     def _enter_segment(self) -> bool:
         """Open the first segment at or after the position; False if there is none."""
-        metadata = self._log_metadata()
-        if self._next < metadata.truncated_before:
-            self._next = metadata.truncated_before
-        segment = next((s for s in metadata.segments if s.number >= self._next.segment),
-                       None)
-        if segment is None:
-            return False
-        if segment.number > self._next.segment:
-            self._next = Position(segment.number, 0, 0)
-        self._segment = segment
-        self._handle = self._open_ledger(segment.ledger_id)
-        return True
+        while True:
+            metadata = self._log_metadata()
+            if self._next < metadata.truncated_before:
+                self._next = metadata.truncated_before
+            segment = find_segment(self._bk.metadata, metadata, self._next.segment)
+            if segment is None:
+                return False
+            if segment.number > self._next.segment:
+                self._next = Position(segment.number, 0, 0)
+            self._segment = segment
+            try:
+                self._handle = self._open_ledger(segment.ledger_id)
+            except NoSuchLedger:
+                if self._segment_still_listed():
+                    raise
+                continue  # truncated or dropped since the head was read: the next one
+            return True
 
     def _open_ledger(self, ledger_id: int) -> "LedgerHandle":
         own = self._writer.ledger_for(ledger_id) if self._writer is not None else None
@@ -244,7 +252,7 @@ class LogReader:
 
     def _segment_still_listed(self) -> bool:
         segment = self._segment
-        return any(s == segment for s in self._log_metadata().segments)
+        return find_segment(self._bk.metadata, self._log_metadata(), segment.number) == segment
 
     def _log_metadata(self) -> LogMetadata:
         try:

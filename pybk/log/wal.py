@@ -248,7 +248,7 @@ def _abandon(bk: BookKeeper, writer: LogWriter) -> None:
     """Close the log writer a failed promotion opened and delete the ledger it made."""
     try:
         writer.close()
-        bk.delete_ledger(writer.metadata.segments[-1].ledger_id)
+        bk.delete_ledger(writer.metadata.tail[-1].ledger_id)
     except BookKeeperError as e:  # an orphan ledger in the cluster harms nothing
         log.warning("a failed promotion could not delete its new ledger: %s", e)
 

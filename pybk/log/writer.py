@@ -1,12 +1,14 @@
 """The writer of a log: batching, rolling, truncation, and taking over from a writer.
 
-Opening (DESIGN.md, "Logs from ledgers"): read the log's ledger list, fence and recover
-its last two segments (the last one may still have a writer; the one before may still be
-closing after a roll), create a new ledger, and compare-and-set the list with it
-appended.  No append is served before that succeeds.  A writer that lost the race, or
-that another writer opened after, finds out at its next add (its ledger is fenced:
-:class:`~pybk.errors.LogFenced`) or at its next change of the list (the compare-and-set
-fails).  Segments that recovery found empty are dropped from the list on the way.
+Opening (DESIGN.md, "Logs from ledgers"): read the log's head, finish what a writer
+that died left undone (:mod:`pybk.log.metadata`: dropped segments, a truncation, segment
+records), fence and recover its last two segments (the last one may still have a writer;
+the one before may still be closing after a roll), create a new ledger, and
+compare-and-set the head with it appended.  No append is served before that succeeds.
+A writer that lost the race, or that another writer opened after, finds out at its next
+add (its ledger is fenced: :class:`~pybk.errors.LogFenced`) or at its next change of the
+head (the compare-and-set fails).  Segments that recovery found empty are dropped from
+the log on the way (but never the tail's first: see :mod:`pybk.log.metadata`).
 
 Batching: appends go into the current batch.  While fewer than ``maxOutstandingBatches``
 batches are in flight a batch goes out at once (a lone append waits for one fsync, not
@@ -18,14 +20,16 @@ lock held by a thread that waits for the journal.
 
 Rolling: once the batches sent to a segment reach ``segmentMaxBytes``, or a send finds it
 older than ``segmentMaxAgeSeconds``, the segment takes no more batches: later ones wait
-while a background thread creates the next ledger, appends it to the list
-(compare-and-set) and switches to it, then sends them there; it closes the previous
-ledger once its batches completed.  So a segment ends at most one batch past
-``segmentMaxBytes``, however fast appends come and however long the roll takes.
+while a background thread creates the next ledger, appends it to the head
+(compare-and-set), writes its segment record and switches to it, then sends them there;
+it closes the previous ledger once its batches completed.  So a segment ends at most one
+batch past ``segmentMaxBytes``, however fast appends come and however long the roll
+takes.  A roll costs the same whatever the number of segments: one head of a few hundred
+bytes and one segment record are written.
 
-Truncation deletes whole segments before a position: the list is updated first (the
-ledgers are noted under "deleting"), then the ledgers are deleted, then the note is
-cleared.  A writer opening the log finishes deletions a crash interrupted.
+Truncation deletes whole segments before a position: the head is updated first, then the
+ledgers and segment records are deleted, then the head notes how far that got.  A writer
+opening the log finishes deletions a crash interrupted.
 """
 
 from __future__ import annotations
@@ -44,7 +48,9 @@ from pybk.errors import (BadVersion, BookKeeperError, EntryTooLarge, InvalidConf
                          NotEnoughBookies, Timeout)
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, encode_batch
 from pybk.log.futures import BatchFutures
-from pybk.log.metadata import LogMetadata, Segment, read_log, update_log
+from pybk.log.metadata import (FORMAT_VERSION, Dropped, LogMetadata, Segment, delete_records,
+                               ensure_records, find_segment, mark_dropped, read_log,
+                               store_records, update_log, write_segment)
 from pybk.log.position import Position
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.settings import LogSettings
@@ -125,6 +131,7 @@ class LogWriter:
         store = bk.metadata
         for _ in range(OPEN_ATTEMPTS_MAX):
             metadata, version = read_log(store, name, create=True)
+            _finish_what_was_left(bk, metadata)
             empty = _recover_last_segments(bk, metadata, password)
             try:
                 ledger = _create_segment_ledger(bk, name, settings, password)
@@ -135,21 +142,29 @@ class LogWriter:
                     f"{settings.ackQuorumSize}): start more bookies, or ask for fewer in "
                     "LogSettings (ensembleSize=writeQuorumSize=ackQuorumSize=1 for a single "
                     "copy)") from None
-            kept = tuple(s for s in metadata.segments if s not in empty)
             opened = dataclasses.replace(
-                metadata, segments=kept,
-                deleting=metadata.deleting + tuple(s.ledger_id for s in empty)
-            ).with_new_segment(ledger.id)
+                metadata, tail=tuple(s for s in metadata.tail if s not in empty),
+                oldest_segment=metadata.truncated_before.segment,
+                dropping=tuple(Dropped(*s) for s in empty)).with_new_segment(ledger.id)
             try:
                 version = update_log(store, opened, version)
             except BadVersion:
-                log.info("log %s: another writer changed the ledger list while this one "
+                log.info("log %s: another writer changed the log's head while this one "
                          "opened; trying again", name)
                 _discard_ledger(bk, ledger)
                 continue
-            writer = cls(bk, name, settings, password, opened.segments[-1], ledger, opened,
+            if metadata.format_version != FORMAT_VERSION:
+                log.info("log %s: converted from format %d to %d", name,
+                         metadata.format_version, FORMAT_VERSION)
+            writer = cls(bk, name, settings, password, opened.tail[-1], ledger, opened,
                          version)
-            writer._finish_deletions()
+            try:
+                # The new segment's record, and the dead records of what was dropped.
+                store_records(store, name, opened.tail)
+                _finish_dropping(bk, opened)
+            except BaseException:
+                writer.close()  # the next opener finishes (the steps can be repeated)
+                raise
             return writer
         raise MetadataError(f"log {name}: lost the race to open it {OPEN_ATTEMPTS_MAX} times "
                             "in a row to other writers")
@@ -344,10 +359,11 @@ class LogWriter:
         except BookKeeperError:
             _discard_ledger(self._bk, ledger)
             raise
+        write_segment(self._bk.metadata, self.name, rolled.tail[-1])
         with self._lock:
             previous = self._ledger
             self._closing[previous.id] = previous
-            self._segment, self._ledger = rolled.segments[-1], ledger
+            self._segment, self._ledger = rolled.tail[-1], ledger
             self._in_flight[ledger.id] = 0
             self._segment_bytes, self._segment_started = 0, time.monotonic()
         self._send_ready()  # the batches that waited for this segment
@@ -363,16 +379,18 @@ class LogWriter:
             with self._lock:
                 del self._closing[previous.id]
         log.info("log %s: rolled to segment %d (ledger %d); ledger %d closed at entry %d",
-                 self.name, rolled.segments[-1].number, ledger.id, previous.id,
+                 self.name, rolled.tail[-1].number, ledger.id, previous.id,
                  previous.last_add_confirmed)
 
     def _store_metadata(self, metadata: LogMetadata) -> None:
-        """Compare-and-set the ledger list.  Caller holds the metadata lock."""
+        """Compare-and-set the log's head.  Caller holds the metadata lock.
+
+        It clears ``dropping``: this writer finished those deletions when it opened."""
+        metadata = dataclasses.replace(metadata, dropping=())
         try:
             self._version = update_log(self._bk.metadata, metadata, self._version)
         except BadVersion:
-            raise LogFenced(f"log {self.name}: another writer changed its ledger list") \
-                from None
+            raise LogFenced(f"log {self.name}: another writer changed its head") from None
         self._metadata = metadata
 
     # -- truncation -----------------------------------------------------------------
@@ -394,34 +412,25 @@ class LogWriter:
             metadata = self._metadata
             if before <= metadata.truncated_before:
                 return 0
-            gone = tuple(s.ledger_id for s in metadata.segments if s.number < before.segment)
+            # Readers start at truncated_before's segment: make it one that exists (no
+            # record lies between a dead number and the next segment).
+            first = find_segment(self._bk.metadata, metadata, before.segment)
+            if first.number > before.segment:
+                before = Position(first.number, 0, 0)
             self._store_metadata(dataclasses.replace(
                 metadata, truncated_before=before,
-                segments=tuple(s for s in metadata.segments if s.number >= before.segment),
-                deleting=metadata.deleting + gone))
-            self._finish_deletions_locked()
-            return len(gone)
-
-    def _finish_deletions(self) -> None:
-        with self._meta_lock:
-            self._finish_deletions_locked()
-
-    def _finish_deletions_locked(self) -> None:
-        deleting = self._metadata.deleting
-        if not deleting:
-            return
-        for ledger_id in deleting:
-            try:
-                self._bk.delete_ledger(ledger_id)
-            except NoSuchLedger:
-                pass  # deleted before a crash
-        self._store_metadata(dataclasses.replace(self._metadata, deleting=()))
+                tail=tuple(s for s in metadata.tail if s.number >= before.segment)))
+            deleted = _delete_segments(self._bk, self._metadata)
+            if self._metadata.oldest_segment != before.segment:
+                self._store_metadata(dataclasses.replace(self._metadata,
+                                                         oldest_segment=before.segment))
+            return deleted
 
     # -- state --------------------------------------------------------------------
 
     @property
     def metadata(self) -> LogMetadata:
-        """The log's metadata as this writer last wrote it."""
+        """The log's head as this writer last wrote it."""
         return self._metadata
 
     def ledger_for(self, ledger_id: int) -> "LedgerHandle | None":
@@ -484,20 +493,58 @@ def _create_segment_ledger(bk: "BookKeeper", name: str, settings: LogSettings,
 
 def _recover_last_segments(bk: "BookKeeper", metadata: LogMetadata,
                            password: bytes) -> list[Segment]:
-    """Fence and close the log's last two segments; return those that are empty."""
-    empty = []
-    for segment in metadata.segments[-2:]:
+    """Fence and close the log's last two segments; return those to drop: empty ones,
+    except the tail's first (it starts the run of numbers the others leave: see
+    :mod:`pybk.log.metadata`), and any whose ledger is gone."""
+    drop = []
+    for segment in metadata.tail[-2:]:
         try:
             handle = bk.open_ledger(segment.ledger_id, password, recovery=True)
         except NoSuchLedger:
             log.warning("log %s: segment %d's ledger %d is gone; dropping it from the log",
                         metadata.name, segment.number, segment.ledger_id)
-            empty.append(segment)
+            drop.append(segment)
             continue
-        if handle.metadata.state is LedgerState.CLOSED and handle.metadata.last_entry_id < 0:
-            empty.append(segment)
+        if handle.metadata.state is LedgerState.CLOSED and handle.metadata.last_entry_id < 0 \
+                and segment != metadata.tail[0]:
+            drop.append(segment)
         handle.close()
-    return empty
+    return drop
+
+
+def _finish_what_was_left(bk: "BookKeeper", metadata: LogMetadata) -> None:
+    """Before an opening writer's CAS, do again what the writers before it may have left
+    undone when they died (each step can be repeated; see :mod:`pybk.log.metadata`)."""
+    _finish_dropping(bk, metadata)
+    ensure_records(bk.metadata, metadata)
+    _delete_segments(bk, metadata)
+
+
+def _finish_dropping(bk: "BookKeeper", metadata: LogMetadata) -> None:
+    """Mark the head's dropped segments dead, then delete their ledgers."""
+    mark_dropped(bk.metadata, metadata)
+    for dropped in metadata.dropping:
+        _delete_ledger(bk, dropped.ledger_id)
+
+
+def _delete_segments(bk: "BookKeeper", metadata: LogMetadata) -> int:
+    """Delete the ledgers and records of the segments numbered from the head's
+    oldest_segment up to its truncated_before's; return how many ledgers were deleted."""
+    deleted = []
+    delete_records(bk.metadata, metadata.name, metadata.oldest_segment,
+                   metadata.truncated_before.segment,
+                   lambda ledger_id: deleted.append(_delete_ledger(bk, ledger_id)))
+    return sum(deleted)
+
+
+def _delete_ledger(bk: "BookKeeper", ledger_id: int) -> bool:
+    """Delete a ledger of the log; False if it was gone already (deleted before a
+    crash)."""
+    try:
+        bk.delete_ledger(ledger_id)
+    except NoSuchLedger:
+        return False
+    return True
 
 
 def _discard_ledger(bk: "BookKeeper", ledger: "LedgerHandle") -> None:

@@ -1,0 +1,363 @@
+"""Logs of any length (format 2 of pybk.log.metadata): a head of constant size, one
+record per segment number; logs past format 1's wall; format-1 logs read and converted;
+writers dying between the steps.
+
+Big logs are built cheaply by writing their records straight into a closed embedded
+store (tests/segmentutil.py); the rest runs on real bookies in this process
+(tests/clientutil.py) or a real WAL directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+import time
+
+import pytest
+
+import pybk
+from clientutil import Cluster
+from pybk.errors import BookKeeperError, LogFenced, MetadataUnavailable
+from pybk.log import LogReader, LogWriter, Position
+from pybk.log.batch import encode_batch
+from pybk.log.metadata import (FORMAT_VERSION, TAIL_SEGMENTS, LogMetadata, Segment,
+                               find_segment, live_segments, log_path, read_log, read_segment,
+                               segment_path, segments_path)
+from pybk.meta import MAX_DATA_BYTES
+from pybk.settings import LogSettings
+from segmentutil import forge_format_1, forge_segments, format_1_record
+
+pytestmark = pytest.mark.timeout(240)
+
+ONE_COPY = LogSettings(ensembleSize=1, writeQuorumSize=1, ackQuorumSize=1)
+SMALL_SEGMENTS = dataclasses.replace(ONE_COPY, segmentMaxBytes=256)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(str(tmp_path), 1)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def open_writer(cluster):
+    """Opens writers of log "log" with SMALL_SEGMENTS, closed at the end of the test
+    (also when it fails).  Closing a writer that another one fenced may fail (its last
+    segment was recovered, or dropped and deleted): not what these tests look at."""
+    opened: list[LogWriter] = []
+
+    def open_(bk) -> LogWriter:
+        writer = LogWriter.open(bk, "log", SMALL_SEGMENTS)
+        opened.append(writer)
+        return writer
+
+    yield open_
+    for writer in opened:
+        with contextlib.suppress(BookKeeperError):
+            writer.close()
+
+
+def _head(bk, name="log") -> LogMetadata:
+    return read_log(bk.metadata, name).metadata
+
+
+def _head_bytes(store, name) -> int:
+    return len(store.get(log_path(name))[0])
+
+
+def _roll(writer: LogWriter, times: int) -> list[tuple[Position, bytes]]:
+    """Append records filling ``times`` segments of SMALL_SEGMENTS: so many rolls."""
+    written = []
+    for i in range(times):
+        data = b"roll %d " % i + bytes(300)
+        written.append((writer.append(data), data))
+    return written
+
+
+# -- past the wall ----------------------------------------------------------------------
+
+
+def test_a_wal_with_more_segments_than_format_1_could_hold_opens_rolls_reads_truncates(
+        tmp_path):
+    """40,000 segments (format 1's record held about 34,400): the head stays a few
+    hundred bytes, and the WAL opens, rolls, appends, reads across every segment from
+    the start, truncates and opens again."""
+    directory = tmp_path / "wal"
+    with pybk.open(directory) as wal:
+        first = wal.append(b"first")
+        bookie_id = wal.bookie_id
+    forged = forge_segments(str(directory / "metadata"), "wal", 40_000, bookie_id)
+    assert forged.next_segment == 40_001
+
+    with pybk.open(directory, segmentMaxBytes=256) as wal:
+        store = wal._bk.metadata
+        written = [(first, b"first")]
+        for i in range(6):  # every append after the first of a segment rolls
+            data = b"after %d " % i + bytes(300)
+            written.append((wal.append(data), data))
+        assert written[-1][0].segment > 40_000 + 5
+        assert _head_bytes(store, "wal") < 1024
+        assert len(wal._writer.metadata.tail) == TAIL_SEGMENTS
+        assert list(wal.read()) == written  # across 40,000 empty segments below the tail
+        assert list(wal.read(Position(39_990, 0, 0))) == written[1:]
+        # Truncation deletes the ledgers and records of 1,000 segments, and only those.
+        cut = Position(1_000, 0, 0)
+        assert wal._writer.truncate(cut) == 1_000  # segment 0 and 999 forged ones
+        head = _head(wal._bk, "wal")
+        assert head.truncated_before == cut and head.oldest_segment == 1_000
+        assert read_segment(store, "wal", 999) is None
+        assert read_segment(store, "wal", 1_000).ledger_id is not None
+        assert forged.tail[0].ledger_id in wal._bk.list_ledgers()
+        assert list(wal.read()) == written[1:]
+    with pybk.open(directory) as wal:
+        assert list(wal.read(Position(39_999, 0, 0))) == written[1:]
+        last = wal.append(b"last")
+        assert list(wal.read(written[-1][0])) == [written[-1], (last, b"last")]
+
+
+def test_a_format_1_log_at_the_wall_opens_converted_and_takes_appends(tmp_path):
+    """A format-1 record one segment short of MAX_DATA_BYTES (a roll or an open there
+    raised MetadataError and the WAL could neither be written nor reopened): the WAL
+    opens, converting it, and every record stays readable."""
+    directory = tmp_path / "wal"
+    with pybk.open(directory) as wal:
+        before = [(wal.append(b"before %d" % i), b"before %d" % i) for i in range(3)]
+        segment = wal._writer.metadata.tail[-1]
+        bookie_id = wal.bookie_id
+    record = forge_format_1(str(directory / "metadata"), "wal", [segment], bookie_id,
+                            MAX_DATA_BYTES)
+    head = LogMetadata.from_bytes(record)
+    assert head.format_version == 1 and len(head.tail) > 34_000
+    next_one = Segment(head.next_segment, head.tail[-1].ledger_id + 1)
+    one_more = format_1_record("wal", list(head.tail) + [next_one], head.next_segment + 1)
+    assert len(one_more) > MAX_DATA_BYTES  # the next segment did not fit: the wall
+
+    with pybk.open(directory) as wal:
+        head = _head(wal._bk, "wal")
+        assert head.format_version == FORMAT_VERSION and len(head.tail) <= TAIL_SEGMENTS
+        assert _head_bytes(wal._bk.metadata, "wal") < 1024
+        after = [(wal.append(b"after %d" % i), b"after %d" % i) for i in range(3)]
+        assert after[0][0].segment > 34_000
+        assert list(wal.read()) == before + after
+        assert sum(1 for _ in live_segments(wal._bk.metadata, head)) == len(
+            LogMetadata.from_bytes(record).tail) + 1 - 2  # the new one; the last two dropped
+
+
+# -- format 1 ---------------------------------------------------------------------------
+
+
+def _filled_ledger(bk, records: list[bytes]) -> int:
+    ledger = bk.create_ledger(1, 1, 1)
+    ledger.add_entry(encode_batch(records))
+    ledger.close()
+    return ledger.id
+
+
+def _read(bk, start=None, writer=None) -> list[tuple[Position, bytes]]:
+    """The log's records from ``start``; with the writer, up to its newest."""
+    return list(LogReader(bk, "log", start, writer=writer).read())
+
+
+def test_a_format_1_log_is_read_as_it_is_and_converted_by_its_next_writer(cluster,
+                                                                          open_writer):
+    """Segments 0, 2 and 5 (1, 3 and 4 dropped empty by earlier writers): readers read
+    the format-1 record as it is; the writer that opens it writes a record per segment
+    and a hollow dead record at each gap; reads and truncation go on across them."""
+    bk = cluster.client()
+    segments = [Segment(n, _filled_ledger(bk, [b"segment %d" % n])) for n in (0, 2, 5)]
+    bk.metadata.create(log_path("log"), format_1_record("log", segments, 7))
+    expected = [(Position(n, 0, 0), b"segment %d" % n) for n in (0, 2, 5)]
+    assert _read(bk) == expected
+    assert _read(bk, Position(1, 0, 0)) == expected[1:]
+    assert not bk.metadata.exists(segments_path("log"))  # reading changed nothing
+
+    writer = open_writer(bk)
+    head = _head(bk)
+    assert head.format_version == FORMAT_VERSION
+    assert [s.number for s in head.tail] == [0, 2, 5, 7]
+    for number, skip_to in ((1, 2), (3, 5), (6, 7)):
+        dead = read_segment(bk.metadata, "log", number)
+        assert (dead.ledger_id, dead.skip_to, dead.hollow) == (None, skip_to, True)
+    written = expected + _roll(writer, 5)  # 0, 2 and 5 leave the tail
+    assert 5 not in [s.number for s in _head(bk).tail]
+    assert _read(bk, writer=writer) == written
+    assert _read(bk, Position(3, 0, 0), writer) == written[2:]
+    assert writer.truncate(Position(5, 0, 0)) == 2
+    assert [read_segment(bk.metadata, "log", n) for n in range(5)] == [None] * 5
+    assert segments[0].ledger_id not in bk.list_ledgers()
+    assert _read(bk, writer=writer) == written[2:]
+
+
+# -- restarts without writes ---------------------------------------------------------------
+
+
+def test_restarts_without_writes_leave_one_run_that_readers_cross_in_one_read(
+        cluster, open_writer, monkeypatch):
+    """Every open starts a segment; a restart that writes nothing drops it at the next
+    open.  The head keeps the segment before them (the tail's first), so the numbers
+    they used make one run with one dead record at its start: after 30 restarts a reader
+    leaving segment 0 reads two segment records, not 30."""
+    bk = cluster.client()
+    written = [(open_writer(bk).append(b"kept"), b"kept")]
+    for _ in range(30):
+        open_writer(bk)
+    assert [s.number for s in _head(bk).tail] == [0, 30]
+    assert len(bk.list_ledgers()) == 2  # the dropped segments' ledgers are deleted
+    writer = open_writer(bk)
+    written += _roll(writer, 5)  # in segments 31 to 35
+    assert _head(bk).tail[0].number > 31  # the run is below the tail now
+    run = read_segment(bk.metadata, "log", 1)
+    assert (run.ledger_id, run.skip_to) == (None, 31)
+
+    store = bk.metadata
+    record_reads = []
+    real_get = store.get
+
+    def counting_get(path):
+        if path.startswith(segments_path("log")):
+            record_reads.append(path)
+        return real_get(path)
+
+    monkeypatch.setattr(store, "get", counting_get)
+    reader = LogReader(bk, "log", writer=writer)
+    assert reader.read_next(timeout=1) == written[0]
+    record_reads.clear()
+    assert reader.read_next(timeout=1) == written[1]  # segment 31, past the run
+    assert record_reads == [segment_path("log", 1), segment_path("log", 31)]
+
+
+# -- writers dying between the steps ----------------------------------------------------------
+
+
+def _release_others(faults, keep, until: threading.Thread, timeout_s: float = 30.0) -> None:
+    """Let every held metadata write but ``keep`` land until ``until`` ends."""
+    deadline = time.monotonic() + timeout_s
+    while until.is_alive() and time.monotonic() < deadline:
+        for write in faults.held():
+            if write is not keep:
+                faults.release(write)
+        until.join(timeout=0.01)
+    assert not until.is_alive(), "the other writer did not finish opening"
+
+
+def _in_thread(function) -> tuple[threading.Thread, list]:
+    """Run ``function`` in a thread; the list gets its result."""
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(function()), daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_a_writer_stopped_after_its_cas_before_its_segment_record_is_repaired(
+        cluster, open_writer):
+    """The first writer of a log stops after the CAS that added segment 0 and before
+    writing its record.  The next writer writes it (segment 0, the tail's first, is
+    kept although empty); once rolls push it out of the tail, reads go across it and
+    truncation deletes its ledger through the record."""
+    bk1, bk2 = cluster.client(), cluster.client()
+    faults = cluster.metadata_faults
+    faults.prefix = segments_path("log")
+    faults.hold_writes = True
+    first, _ = _in_thread(lambda: open_writer(bk1))
+    [stalled] = faults.wait_held(1)
+    head = _head(bk2)
+    assert [s.number for s in head.tail] == [0] and read_segment(bk2.metadata, "log", 0) is None
+    segment_0 = head.tail[0]
+
+    second, opened = _in_thread(lambda: open_writer(bk2))
+    _release_others(faults, stalled, second)
+    writer = opened[0]
+    assert read_segment(bk2.metadata, "log", 0).ledger_id == segment_0.ledger_id
+    faults.hold_writes = False
+    faults.release(stalled)  # it lands late: the record is there, and says the same
+    first.join(timeout=10)
+    written = _roll(writer, 5)
+    assert segment_0 not in _head(bk2).tail
+    assert _read(bk2, writer=writer) == written
+    assert writer.truncate(written[-1][0]) >= 1
+    assert segment_0.ledger_id not in bk2.list_ledgers()
+
+
+def test_a_dropped_segment_stays_dropped_when_its_stalled_writer_writes_its_record_late(
+        cluster, open_writer):
+    """A writer stalls after the CAS of a roll, before the new segment's record.  A
+    second writer opens, finds that segment empty and drops it (a dead record).  The
+    stalled write then lands: the dead record wins, so a reader that later looks for the
+    segment by number below the tail skips it instead of opening its deleted ledger."""
+    bk1, bk2 = cluster.client(), cluster.client()
+    writer1 = open_writer(bk1)
+    faults = cluster.metadata_faults
+    faults.prefix = segments_path("log")
+    faults.hold_writes = True
+    written = [(writer1.append(bytes(300)), bytes(300))]  # full: it rolls at once
+    [stalled] = faults.wait_held(1)
+    dropped = _head(bk2).tail[-1]
+    assert stalled.path == segment_path("log", dropped.number)
+
+    second, opened = _in_thread(lambda: open_writer(bk2))
+    _release_others(faults, stalled, second)
+    writer2 = opened[0]
+    assert dropped not in _head(bk2).tail
+    assert dropped.ledger_id not in bk2.list_ledgers()
+    faults.hold_writes = False
+    faults.release(stalled)
+    record = read_segment(bk2.metadata, "log", dropped.number)
+    assert record.ledger_id is None, "the late write brought the dropped segment back"
+    with pytest.raises(LogFenced):
+        for _ in range(100):  # the stalled roll may still be finishing
+            writer1.append(b"after the takeover")
+    written += _roll(writer2, 5)
+    assert dropped.number < _head(bk2).tail[0].number
+    assert find_segment(bk2.metadata, _head(bk2), dropped.number).number > dropped.number
+    assert _read(bk2, writer=writer2) == written
+
+
+def test_a_truncation_interrupted_half_way_is_finished_by_the_next_writer(
+        cluster, open_writer, monkeypatch):
+    bk1, bk2 = cluster.client(), cluster.client()
+    writer = open_writer(bk1)
+    written = _roll(writer, 12)
+    cut = written[10][0]
+    segments = [s for s in live_segments(bk1.metadata, _head(bk1)) if s.number < cut.segment]
+    deleted = []
+    real_delete = bk1.delete_ledger
+
+    def dies_after_three(ledger_id):
+        if len(deleted) == 3:
+            raise MetadataUnavailable("the writer's process died here")
+        real_delete(ledger_id)
+        deleted.append(ledger_id)
+
+    monkeypatch.setattr(bk1, "delete_ledger", dies_after_three)
+    with pytest.raises(MetadataUnavailable):
+        writer.truncate(cut)
+    head = _head(bk2)
+    assert head.truncated_before == cut and head.oldest_segment == 0
+    assert _read(bk2, writer=writer) == written[10:]  # readers see the cut at once
+    assert len(set(bk2.list_ledgers()) & {s.ledger_id for s in segments}) == \
+        len(segments) - 3
+
+    second = open_writer(bk2)
+    head = _head(bk2)
+    assert head.oldest_segment == cut.segment
+    assert not set(bk2.list_ledgers()) & {s.ledger_id for s in segments}
+    assert all(read_segment(bk2.metadata, "log", n) is None for n in range(cut.segment))
+    late = second.append(b"late")
+    assert _read(bk2, writer=second) == written[10:] + [(late, b"late")]
+
+
+def test_the_head_cas_fences_a_writer_that_truncates_or_rolls_after_another_opened(
+        cluster, open_writer):
+    bk1, bk2 = cluster.client(), cluster.client()
+    first = open_writer(bk1)
+    written = _roll(first, 3)
+    second = open_writer(bk2)
+    with pytest.raises(LogFenced):
+        first.truncate(written[2][0])
+    assert _head(bk2).truncated_before == Position(0, 0, 0)
+    with pytest.raises(LogFenced):
+        _roll(first, 2)
+    mine = _roll(second, 2)
+    assert _read(bk2, writer=second) == written + mine
