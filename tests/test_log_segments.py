@@ -305,9 +305,8 @@ def test_a_dropped_segment_stays_dropped_when_its_stalled_writer_writes_its_reco
     faults.release(stalled)
     record = read_segment(bk2.metadata, "log", dropped.number)
     assert record.ledger_id is None, "the late write brought the dropped segment back"
-    with pytest.raises(LogFenced):
-        for _ in range(100):  # the stalled roll may still be finishing
-            writer1.append(b"after the takeover")
+    with pytest.raises(LogFenced):  # whichever of its roll's steps finds out first
+        writer1.append(b"after the takeover")
     written += _roll(writer2, 5)
     assert dropped.number < _head(bk2).tail[0].number
     assert find_segment(bk2.metadata, _head(bk2), dropped.number).number > dropped.number

@@ -283,8 +283,7 @@ class LogWriter:
     def _batch_failed(self, batch: _Batch, error: BaseException) -> None:
         if not isinstance(error, BookKeeperError):
             error = BookKeeperError(f"log {self.name}: append failed: {error}")
-        if isinstance(error, LedgerFenced) and not isinstance(error, LogFenced):
-            error = LogFenced(f"log {self.name}: another writer opened the log ({error})")
+        error = _taken_over(self.name, error)
         with self._lock:
             self._finished(batch)
         self._fail(error)
@@ -341,8 +340,8 @@ class LogWriter:
         try:
             with self._meta_lock:
                 self._roll_locked()
-        except BookKeeperError as e:
-            self._fail(e)
+        except BookKeeperError as e:  # closing the previous ledger finds it recovered too
+            self._fail(_taken_over(self.name, e))
         except Exception as e:  # never leave the writer half-rolled without a reason
             log.exception("log %s: rolling failed", self.name)
             self._fail(BookKeeperError(f"log {self.name}: rolling failed: {e}"))
@@ -482,6 +481,13 @@ def entry_bytes_needed(settings: LogSettings) -> int:
     ``recordMaxBytes`` alone, with the batch's header and the largest digest."""
     return MAX_OVERHEAD + BATCH_HEADER_BYTES + max(
         settings.batchMaxBytes, RECORD_OVERHEAD_BYTES + settings.recordMaxBytes)
+
+
+def _taken_over(name: str, error: BookKeeperError) -> BookKeeperError:
+    """``error``, as LogFenced if it says that another writer recovered a segment."""
+    if isinstance(error, LedgerFenced) and not isinstance(error, LogFenced):
+        return LogFenced(f"log {name}: another writer opened the log ({error})")
+    return error
 
 
 def _create_segment_ledger(bk: "BookKeeper", name: str, settings: LogSettings,
