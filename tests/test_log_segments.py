@@ -17,7 +17,10 @@ import time
 import pytest
 
 import pybk
-from clientutil import Cluster
+import zkutil
+from clientutil import FAST, Cluster
+from pybk.client import BookKeeper
+from pybk.client.transport import InProcessBookieClient
 from pybk.errors import BookKeeperError, LogFenced, MetadataUnavailable
 from pybk.log import LogReader, LogWriter, Position
 from pybk.log.batch import encode_batch
@@ -25,6 +28,7 @@ from pybk.log.metadata import (FORMAT_VERSION, TAIL_SEGMENTS, LogMetadata, Segme
                                find_segment, live_segments, log_path, read_log, read_segment,
                                segment_path, segments_path)
 from pybk.meta import MAX_DATA_BYTES
+from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import LogSettings
 from segmentutil import forge_format_1, forge_segments, format_1_record
 
@@ -55,8 +59,12 @@ def open_writer(cluster):
 
     yield open_
     for writer in opened:
-        with contextlib.suppress(BookKeeperError):
-            writer.close()
+        _close_quietly(writer)
+
+
+def _close_quietly(writer: LogWriter) -> None:
+    with contextlib.suppress(BookKeeperError):
+        writer.close()
 
 
 def _head(bk, name="log") -> LogMetadata:
@@ -74,6 +82,11 @@ def _roll(writer: LogWriter, times: int) -> list[tuple[Position, bytes]]:
         data = b"roll %d " % i + bytes(300)
         written.append((writer.append(data), data))
     return written
+
+
+def _read(bk, start=None, writer=None) -> list[tuple[Position, bytes]]:
+    """The log's records from ``start``; with the writer, up to its newest."""
+    return list(LogReader(bk, "log", start, writer=writer).read())
 
 
 # -- past the wall ----------------------------------------------------------------------
@@ -145,6 +158,31 @@ def test_a_format_1_log_at_the_wall_opens_converted_and_takes_appends(tmp_path):
             LogMetadata.from_bytes(record).tail) + 1 - 2  # the new one; the last two dropped
 
 
+def test_the_layout_and_its_compare_and_set_work_the_same_on_zookeeper(zookeeper, bookie):
+    """Rolls past the tail, reads across segment records, truncation, and the head's
+    CAS fencing a second writer, on a real ZooKeeper."""
+    with ZooKeeperMetadataStore(zkutil.formatted_cluster(zookeeper), zkutil.settings()) \
+            as store, contextlib.ExitStack() as stack:
+        clients = [stack.enter_context(BookKeeper(store, {"B1": InProcessBookieClient(
+            "B1", bookie)}, FAST)) for _ in range(2)]
+        first = LogWriter.open(clients[0], "log", SMALL_SEGMENTS)
+        stack.callback(_close_quietly, first)
+        written = _roll(first, 8)
+        head = read_log(store, "log").metadata
+        assert len(head.tail) == TAIL_SEGMENTS and head.tail[0].number > 3
+        numbers = [s.number for s in live_segments(store, head)]
+        assert numbers == list(range(len(numbers))) and len(numbers) >= 8
+        assert _read(clients[1], writer=first) == written
+        assert first.truncate(written[3][0]) == 3
+        assert read_segment(store, "log", 2) is None
+        second = LogWriter.open(clients[1], "log", SMALL_SEGMENTS)
+        stack.callback(_close_quietly, second)
+        with pytest.raises(LogFenced):
+            first.truncate(written[5][0])
+        late = second.append(b"late")
+        assert _read(clients[1], writer=second) == written[3:] + [(late, b"late")]
+
+
 # -- format 1 ---------------------------------------------------------------------------
 
 
@@ -153,11 +191,6 @@ def _filled_ledger(bk, records: list[bytes]) -> int:
     ledger.add_entry(encode_batch(records))
     ledger.close()
     return ledger.id
-
-
-def _read(bk, start=None, writer=None) -> list[tuple[Position, bytes]]:
-    """The log's records from ``start``; with the writer, up to its newest."""
-    return list(LogReader(bk, "log", start, writer=writer).read())
 
 
 def test_a_format_1_log_is_read_as_it_is_and_converted_by_its_next_writer(cluster,

@@ -34,14 +34,14 @@ The head stays a few hundred bytes however many segments the log has; segment re
 are about 90 bytes and are never listed (a ZooKeeper node with a million children cannot
 be listed in one packet): they are found by number.
 
-**Finding a segment** (:func:`find_segment`), the first one numbered ``k`` or more: below
-truncated_before's segment, start there; from the tail's first number on, the tail has
-it; below that, read the record of ``k``: a ledger is the answer; a dead number goes on
-at its ``skip_to``; a missing record (a dead number inside a run, or one whose dead record is not
-written yet) goes on at ``k + 1``.  A reader entering the next segment below the tail reads
-the head and one record, whatever the number of segments: the first number of every run
-of dead numbers between two segments has a dead record pointing past the run, and
-truncated_before's segment is a segment or such a first number.
+**Finding a segment** (:func:`find_segment`), the first one numbered ``k`` or more:
+below truncated_before's segment, start there; from the tail's first number on, the tail
+has it; below that, read the record of ``k``: a ledger is the answer; a dead number goes
+on at its ``skip_to``; a missing record (a dead number inside a run, or one whose dead
+record is not written yet) goes on at ``k + 1``.  A reader entering the next segment
+below the tail reads the head and one record, whatever the number of segments: the first
+number of every run of dead numbers between two segments has a dead record pointing past
+the run, and truncated_before's segment is a segment or such a first number.
 
 **Writers** compare-and-set the head only: fencing at open, rolling, truncation and
 dropping are one CAS protocol on one record, as in format 1, on any metadata store.

@@ -2,15 +2,16 @@
 
 What moves is metadata only: every ledger record of the WAL's embedded store is created
 in the cluster's store under the same id (embedded ids start at a random base, so they
-do not collide with the cluster's), and the log is created there as the log ``wal-<bookie
-instance id>``: its head, and a record for each of its segments and a hollow dead record
-at the start of each gap between them (:mod:`pybk.log.metadata`; a log still in format 1
-is written in format 2).  Segments the log was dropping stay behind: their ledgers are
-not copied and the copied head drops none (the embedded log still lists them, for the
-writer that opens it next if it is ever demoted).  The entries stay on the WAL's own bookie, which joins
-the cluster under the id its ledgers already name (``bookie-<instance id>``) and serves
-them to any client; the WAL's own client keeps calling it in-process
-(:func:`pybk.cluster.connect.connect` with ``local_bookies``).
+do not collide with the cluster's), and the log is created there as the log
+``wal-<bookie instance id>``: its head, and a record for each of its segments and a
+hollow dead record at the start of each gap between them (:mod:`pybk.log.metadata`; a
+log still in format 1 is written in format 2).  Segments the log was dropping stay
+behind: their ledgers are not copied and the copied head drops none (the embedded log
+still lists them, for the writer that opens it next if it is ever demoted).  The entries
+stay on the WAL's own bookie, which joins the cluster under the id its ledgers already
+name (``bookie-<instance id>``) and serves them to any client; the WAL's own client
+keeps calling it in-process (:func:`pybk.cluster.connect.connect` with
+``local_bookies``).
 
 All or nothing.  :class:`pybk.log.wal.WAL` promotes in these steps:
 
@@ -39,14 +40,14 @@ was at the promotion, since a cluster member writes its log's metadata to the cl
 only.  Demotion keeps that log's segments whose ledgers the WAL's bookie still holds and
 drops the leading ones it no longer holds (the cluster truncated them, which deleted
 them from this bookie too) by moving truncated_before past them: the next writer deletes
-their records and ledger records, as after any truncation.  Records written while the directory was a member are not
-in the demoted log: they are in segments whose metadata lived in the cluster only, and
-their entries mostly on other bookies; the copies this bookie holds stay on its disks,
-unused.  New segments of the demoted log are numbered :data:`SEGMENT_GAP_AFTER_DEMOTION`
-after the log's last known number, so no position handed out while the directory was a
-member is given to another record (a hollow dead record covers the jump).  The cluster
-is not told: run demotion only once the
-cluster is gone (its clients would miss this bookie's copies).
+their records and ledger records, as after any truncation.  Records written while the
+directory was a member are not in the demoted log: they are in segments whose metadata
+lived in the cluster only, and their entries mostly on other bookies; the copies this
+bookie holds stay on its disks, unused.  New segments of the demoted log are numbered
+:data:`SEGMENT_GAP_AFTER_DEMOTION` after the log's last known number, so no position
+handed out while the directory was a member is given to another record (a hollow dead
+record covers the jump).  The cluster is not told: run demotion only once the cluster is
+gone (its clients would miss this bookie's copies).
 """
 
 from __future__ import annotations
