@@ -22,15 +22,16 @@ from clientutil import FAST, Cluster
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import BookKeeperError, LogFenced, MetadataUnavailable
-from pybk.log import LogReader, LogWriter, Position
+from pybk.log import LogReader, LogWriter, Position, promotion
 from pybk.log.batch import encode_batch
 from pybk.log.metadata import (FORMAT_VERSION, TAIL_SEGMENTS, LogMetadata, Segment,
                                find_segment, live_segments, log_path, read_log, read_segment,
                                segment_path, segments_path)
 from pybk.meta import MAX_DATA_BYTES
+from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import LogSettings
-from segmentutil import forge_format_1, forge_segments, format_1_record
+from segmentutil import Forge, forge_format_1, forge_segments, format_1_record
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -221,6 +222,45 @@ def test_a_format_1_log_is_read_as_it_is_and_converted_by_its_next_writer(cluste
     assert [read_segment(bk.metadata, "log", n) for n in range(5)] == [None] * 5
     assert segments[0].ledger_id not in bk.list_ledgers()
     assert _read(bk, writer=writer) == written[2:]
+
+
+# -- demotion ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("format_version", [1, 2])
+def test_a_demoted_log_reads_and_truncates_across_its_numbering_jump(tmp_path,
+                                                                     format_version):
+    """Demotion (pybk.log.promotion.demote) drops the leading segments the WAL's bookie
+    no longer holds and makes the next segment number jump by 2^32: the next writer
+    deletes what was dropped, and a truncation past the jump walks over it in one step
+    (a hollow dead record), whether the log was in format 1 or 2."""
+    directory = tmp_path / "wal"
+    with pybk.open(directory, segmentMaxBytes=256) as wal:
+        written = [(wal.append(b"%d " % i + bytes(300)), b"%d " % i + bytes(300))
+                   for i in range(6)]
+    with EmbeddedMetadataStore(directory / "metadata") as store:
+        head = read_log(store, "wal").metadata
+        segments = list(live_segments(store, head))
+    if format_version == 1:
+        with Forge(str(directory / "metadata")) as forge:
+            forge.delete_children(segments_path("wal"))
+            forge.put(log_path("wal"), format_1_record("wal", segments, head.next_segment))
+    gone = {s.ledger_id for s in segments[:2]}  # as if the cluster had truncated them
+    with EmbeddedMetadataStore(directory / "metadata") as store:
+        store.create(promotion.PROMOTED, b"zk://127.0.0.1:1/ledgers")
+        demoted = promotion.demote(store, lambda ledger_id: ledger_id not in gone, "wal",
+                                   str(directory))
+    assert (demoted.segments_kept, demoted.segments_dropped) == (len(segments) - 2, 2)
+    kept = [r for r in written if r[0].segment >= segments[2].number]
+    with pybk.open(directory) as wal:
+        assert list(wal.read()) == kept
+        later = wal.append(b"embedded again")
+        assert later.segment >= head.next_segment + promotion.SEGMENT_GAP_AFTER_DEMOTION
+        assert not gone & set(wal._bk.list_ledgers())  # deleted by the writer that opened
+        wal.truncate(later)
+        assert list(wal.read()) == [(later, b"embedded again")]
+        assert not {s.ledger_id for s in segments} & set(wal._bk.list_ledgers())
+        assert read_segment(wal._bk.metadata, "wal", head.next_segment) is None
 
 
 # -- restarts without writes ---------------------------------------------------------------
