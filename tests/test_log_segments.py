@@ -143,7 +143,9 @@ def test_a_format_1_log_at_the_wall_opens_converted_and_takes_appends(tmp_path):
     record = forge_format_1(str(directory / "metadata"), "wal", [segment], bookie_id,
                             MAX_DATA_BYTES)
     head = LogMetadata.from_bytes(record)
-    assert head.format_version == 1 and len(head.tail) > 34_000
+    # How many segments fit depends on the digits of the ledger ids (a new embedded
+    # store's ids start at a random point): about 33,000 to 36,000.
+    assert head.format_version == 1 and len(head.tail) > 30_000
     next_one = Segment(head.next_segment, head.tail[-1].ledger_id + 1)
     one_more = format_1_record("wal", list(head.tail) + [next_one], head.next_segment + 1)
     assert len(one_more) > MAX_DATA_BYTES  # the next segment did not fit: the wall
@@ -153,7 +155,7 @@ def test_a_format_1_log_at_the_wall_opens_converted_and_takes_appends(tmp_path):
         assert head.format_version == FORMAT_VERSION and len(head.tail) <= TAIL_SEGMENTS
         assert _head_bytes(wal._bk.metadata, "wal") < 1024
         after = [(wal.append(b"after %d" % i), b"after %d" % i) for i in range(3)]
-        assert after[0][0].segment > 34_000
+        assert after[0][0].segment > 30_000
         assert list(wal.read()) == before + after
         assert sum(1 for _ in live_segments(wal._bk.metadata, head)) == len(
             LogMetadata.from_bytes(record).tail) + 1 - 2  # the new one; the last two dropped

@@ -330,10 +330,12 @@ class LogWriter:
     def _start_roll(self) -> None:
         try:
             self._roller.submit(self._roll)
-        except RuntimeError:  # closed meanwhile: the batches waiting for it cannot go
-            with self._lock:
+        except RuntimeError:  # closed meanwhile: no roll, which matters only to batches
+            with self._lock:  # waiting for one (they cannot go)
                 self._rolling = False
-            self._fail(LogClosed(f"the writer of log {self.name} closed before a roll"))
+                stranded = bool(self._ready)
+            if stranded:
+                self._fail(LogClosed(f"the writer of log {self.name} closed before a roll"))
 
     def _roll(self) -> None:
         """Start the next segment, then close the previous one (background thread)."""
