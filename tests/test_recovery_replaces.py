@@ -34,6 +34,7 @@ from pybk.log import LogReader, LogWriter, Position
 from pybk.log.metadata import read_log
 from pybk.meta.ledger_metadata import Fragment, LedgerMetadata, LedgerState
 from pybk.settings import LogSettings
+from pybk.storage import LAST_ENTRY
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -318,12 +319,27 @@ def read_acks(acks: Path) -> tuple[int, list[bytes]]:
 
 
 def kill_a_bookie_of(bk: BookKeeper, started: dict, ledger_id: int):
-    """Kill the second bookie of the ledger's (still open) last ensemble; returns the
-    metadata before, the victim and the spare (the one bookie outside the ensemble)."""
+    """Kill a bookie of the ledger's (still open) last ensemble that recovery will need:
+    one of the write set of the last entry any bookie holds, and one that does not hold
+    it if there is one (so the entry survives).  That entry is past every LAC the dead
+    writer sent (it was busy), so recovery re-writes it to its write set and must
+    replace the victim.  Returns the metadata before, the victim and the spare (the one
+    bookie outside the ensemble)."""
     before = bk.ledger_manager.read(ledger_id).metadata
     assert before.state is LedgerState.OPEN, before
     ensemble = before.fragments[-1].ensemble
-    victim = ensemble[1]
+    bk.resolve_bookies(ensemble)
+    last_held = {}
+    for bookie_id in ensemble:
+        try:
+            data = bytes(bk.bookie_client(bookie_id).read(ledger_id, LAST_ENTRY).result(
+                timeout=WAIT_S))
+        except BookKeeperError:
+            continue
+        last_held[bookie_id] = int.from_bytes(data[8:16], "big")
+    last = max(last_held.values())
+    write_set = before.write_set(last)
+    victim = next((b for b in write_set if last_held.get(b, -1) < last), write_set[-1])
     (spare,) = [b for b in started if b not in ensemble]
     started[victim].kill()
     return before, victim, spare
