@@ -478,12 +478,16 @@ def bookies_and_client(workdir: str,
             children.stop(child)
 
 
-def measure_pybk(workdir: str, children: Children, profile: Profile) -> dict:
-    """Three bookie processes, one client here; every configuration of ``CONFIGS``."""
+def measure_pybk(workdir: str, children: Children, profile: Profile,
+                 measure: Callable[..., dict] | None = None) -> dict:
+    """Three bookie processes, one client here; every configuration of ``CONFIGS``,
+    each measured by ``measure(bk, name, quorums, bookie_pids, profile)`` (default:
+    :func:`measure_config`, the write loads)."""
+    measure = measure or measure_config
     results: dict = {"bookies": BOOKIES, "entry_bytes": ENTRY_BYTES}
     with bookies_and_client(workdir, children) as (bk, pids):
         for name, *quorums in CONFIGS:
-            results[name] = measure_config(bk, name, tuple(quorums), pids, profile)
+            results[name] = measure(bk, name, tuple(quorums), pids, profile)
     return results
 
 

@@ -35,14 +35,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from cluster_bench import (BOOKIES, ENTRY_BYTES, FULL, PAYLOAD, QUICK, Adds,  # noqa: E402
-                           Children, CpuUse, Profile, bookies_and_client, closed_loop,
+from cluster_bench import (CONFIGS, ENTRY_BYTES, FULL, PAYLOAD, QUICK, Adds,  # noqa: E402
+                           Children, CpuUse, Profile, closed_loop, measure_pybk,
                            measure_raw_zmq)
 from pybk.client.bookkeeper import BookKeeper  # noqa: E402
 from rawdisk import mb_per_s, ratio, run_and_report  # noqa: E402
 
-#: (name in the JSON, ensemble size, write quorum, ack quorum)
-CONFIGS = (("e3_qw2_qa2", 3, 2, 2), ("e3_qw3_qa2", 3, 3, 2))
 #: Catch-up reads are at least as fast as the writes of the same entries (issue 14).
 TARGET_READ_TO_WRITE = 1.0
 
@@ -113,15 +111,6 @@ def measure_config(bk: BookKeeper, name: str, quorums: tuple[int, int, int],
             "read_to_single_reads": ratio(read["per_s"], single["per_s"])}
 
 
-def measure_pybk(workdir: str, children: Children, profile: ReadProfile) -> dict:
-    """Three bookie processes, one client here; every configuration of ``CONFIGS``."""
-    results: dict = {"bookies": BOOKIES, "entry_bytes": ENTRY_BYTES}
-    with bookies_and_client(workdir, children) as (bk, pids):
-        for name, *quorums in CONFIGS:
-            results[name] = measure_config(bk, name, tuple(quorums), pids, profile)
-    return results
-
-
 def run(profile: ReadProfile, workdir: str, children: Children) -> dict:
     """Every measurement, in order; returns the JSON-ready result."""
     started = time.perf_counter()
@@ -129,7 +118,7 @@ def run(profile: ReadProfile, workdir: str, children: Children) -> dict:
     say(f"run in {workdir}; load average {load_1m:.2f} on {os.cpu_count()} CPUs (other "
         "work on the machine skews every figure)")
     raw_zmq = measure_raw_zmq(children, profile.writes)
-    pybk = measure_pybk(workdir, children, profile)
+    pybk = measure_pybk(workdir, children, profile, measure_config)
     round_trips = raw_zmq["round_trip"]["per_s"]
     ratios = {name: {"read_to_write": pybk[name]["read_to_write"],
                      "read_to_single_reads": pybk[name]["read_to_single_reads"],
