@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import Callable, Iterator
 
 import zkutil
 from clusterutil import BookieProcesses
@@ -194,3 +195,22 @@ class Cluster:
             faults.unreachable = False
             faults.release()
         self._stack.close()
+
+
+@contextlib.contextmanager
+def clusters(root: Path, transport: str = "inprocess",
+             pool: BookiePool | None = None) -> Iterator[Callable[[int], Cluster]]:
+    """``make(n)`` makes a :class:`Cluster` of ``n`` bookies under ``root``; every one made
+    is closed on the way out, also when the test failed."""
+    made: list[Cluster] = []
+
+    def make(n: int) -> Cluster:
+        cluster = Cluster(str(root / f"cluster{len(made)}"), n, transport, pool)
+        made.append(cluster)
+        return cluster
+
+    try:
+        yield make
+    finally:
+        for cluster in made:
+            cluster.close()

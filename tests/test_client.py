@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from clientutil import FAST, PROCESSES, TRANSPORTS, BookiePool, Cluster
+from clientutil import FAST, PROCESSES, TRANSPORTS, BookiePool, clusters
 from pybk.errors import (DigestMismatch, EntryTooLarge, InvalidLedgerMetadata, LedgerClosed,
                          LedgerFenced, NoSuchEntry, NotEnoughBookies, ReadOnlyLedger,
                          Unauthorized)
@@ -31,18 +31,10 @@ def bookie_pool(tmp_path_factory, zookeeper):
 
 @pytest.fixture(params=(*TRANSPORTS, PROCESSES))
 def cluster_of(tmp_path, request):
-    made: list[Cluster] = []
     # Only when a test of this transport runs (the pool's processes take a while).
     pool = request.getfixturevalue("bookie_pool") if request.param == PROCESSES else None
-
-    def make(n: int) -> Cluster:
-        cluster = Cluster(str(tmp_path / f"cluster{len(made)}"), n, request.param, pool)
-        made.append(cluster)
-        return cluster
-
-    yield make
-    for cluster in made:
-        cluster.close()
+    with clusters(tmp_path, request.param, pool) as make:
+        yield make
 
 
 def payload(i: int) -> bytes:

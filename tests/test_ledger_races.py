@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import pytest
 
-from clientutil import FAST, Cluster
+from clientutil import FAST, Cluster, clusters
 from pybk.errors import (BookKeeperError, ClientClosed, LedgerClosed, LedgerRecoveryError,
                          NotEnoughBookies)
 from pybk.meta.ledger_metadata import Fragment, LedgerState
@@ -94,16 +94,8 @@ def started():
 
 @pytest.fixture
 def cluster_of(tmp_path, started):
-    made: list[Cluster] = []
-
-    def make(n: int) -> Cluster:
-        cluster = Cluster(str(tmp_path / f"c{len(made)}"), n, "inprocess")
-        made.append(cluster)
-        return cluster
-
-    yield make
-    for cluster in made:
-        cluster.close()
+    with clusters(tmp_path) as make:
+        yield make
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import zkutil
 
-from clientutil import FAST, Cluster
+from clientutil import FAST, Cluster, clusters
 from clusterutil import (PASSWORD, TESTS, address, bookies, child_env,  # noqa: F401
                          payload)
 from pybk.client import BookKeeper
@@ -54,16 +54,8 @@ WAIT_S = 10.0
 
 @pytest.fixture
 def cluster_of(tmp_path):
-    made: list[Cluster] = []
-
-    def make(n: int) -> Cluster:
-        cluster = Cluster(str(tmp_path / f"cluster{len(made)}"), n, "inprocess")
-        made.append(cluster)
-        return cluster
-
-    yield make
-    for cluster in made:
-        cluster.close()
+    with clusters(tmp_path) as make:
+        yield make
 
 
 def wait_until(condition, what: str, timeout_s: float = WAIT_S) -> None:
