@@ -20,8 +20,8 @@ setup(
     ],
     extras_require={
         # pyspark's wheel ships ZooKeeper 3.9's jars: the tests run a real ZooKeeper.
-        "test": ["pytest>=7.4", "pytest-timeout>=2.2", "pyspark>=4.0"],
-        "spark": ["pyspark>=3.5", "pyarrow>=14"],
+        "test": ["pytest>=7.4", "pytest-timeout>=2.2", "pyspark>=4.0", "pyarrow>=18"],
+        "spark": ["pyspark>=4.0", "pyarrow>=18"],
     },
     entry_points={"console_scripts": ["pybk = pybk.cli:main"]},
 )

@@ -204,6 +204,12 @@ class ReadOnlyLedger(BookKeeperError):
     code = -100  # IllegalOpException
 
 
+class DirectoryLocked(BookKeeperError):
+    """A bookie's or an embedded metadata store's directory is held by another opener (in
+    this or another process): its lock file's ``flock`` is taken.  Never crosses the
+    wire."""
+
+
 # -- logs (pybk.log); these never cross the wire ---------------------------------------
 
 

@@ -23,8 +23,8 @@ import lmdb
 import pytest
 import zkutil
 
-from pybk.errors import (BadVersion, BookieUnavailable, InvalidCookie, MalformedMetadata,
-                         MetadataError, NodeExists, NoNode)
+from pybk.errors import (BadVersion, BookieUnavailable, DirectoryLocked, InvalidCookie,
+                         MalformedMetadata, MetadataError, NodeExists, NoNode)
 from pybk.meta import ANY_VERSION, MAX_DATA_BYTES, EmbeddedMetadataStore, MetadataStore
 from pybk.meta import paths
 from pybk.meta.cookies import Cookie, check_cluster_cookie
@@ -697,7 +697,7 @@ def test_kill_minus_nine_during_compare_and_set_leaves_a_consistent_record(store
             assert time.monotonic() < deadline, "the child made no progress"
             time.sleep(0.01)
         if stores.single_session:
-            with pytest.raises(MetadataError, match="locked"):
+            with pytest.raises(DirectoryLocked, match="locked"):
                 stores.open()
         time.sleep(rng.uniform(0.0, 0.1))
         child.send_signal(signal.SIGKILL)
@@ -721,7 +721,7 @@ def test_kill_minus_nine_during_compare_and_set_leaves_a_consistent_record(store
 
 def test_embedded_refuses_a_second_store_on_its_directory(tmp_path):
     with EmbeddedMetadataStore(tmp_path / "meta"):
-        with pytest.raises(MetadataError, match="locked"):
+        with pytest.raises(DirectoryLocked, match="locked"):
             EmbeddedMetadataStore(tmp_path / "meta")
     with EmbeddedMetadataStore(tmp_path / "meta") as store:  # free again once closed
         store.create("/r", b"")

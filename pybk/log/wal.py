@@ -17,6 +17,8 @@ and so releases its directory.  One process opens a directory once at a time: a 
 open names the WAL object still holding it.
 
 Promotion to a cluster member, and demotion back: :mod:`pybk.log.promotion`.
+:func:`open_storage` opens a WAL directory's ledgers without its log writer (for tools
+and Spark jobs over a WAL whose application is not running).
 """
 
 from __future__ import annotations
@@ -26,15 +28,17 @@ import gc
 import logging
 import os
 import threading
+import time
 import warnings
 import weakref
 from concurrent.futures import Future
-from contextlib import ExitStack
-from typing import Any, Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any, Callable, Iterator, TypeVar
 
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
-from pybk.errors import BookKeeperError, InvalidConfiguration, LogClosed
+from pybk.errors import (BookKeeperError, DirectoryLocked, InvalidConfiguration, LogClosed,
+                         NoSuchLog)
 from pybk.log import promotion
 from pybk.log.position import Position
 from pybk.log.reader import LogReader, Record
@@ -49,6 +53,8 @@ log = logging.getLogger(__name__)
 
 LOG_NAME = "wal"
 _DERIVED = {"journalDirectory", "ledgerDirectories"}
+_LOCK_POLL_S = 0.1
+_Opened = TypeVar("_Opened")
 
 
 def open(path: str | os.PathLike[str], cluster: str | None = None,  # noqa: A001
@@ -119,7 +125,7 @@ class WAL:
             self.bookie_id = f"bookie-{self.bookie.instance_id}"
             if cluster is None:
                 self.log_name = LOG_NAME
-                self._bk = self._embedded(client)
+                self._bk = _embedded_client(self.path, self._store, self.bookie, client)
                 resources.callback(self._bk.close)
                 self._writer = LogWriter.open(self._bk, self.log_name, log_settings)
             else:
@@ -132,21 +138,6 @@ class WAL:
             raise
         self._resources = resources
         self._finalizer = weakref.finalize(self, _close_dropped, self.path, resources)
-
-    def _embedded(self, client: ClientSettings) -> BookKeeper:
-        cluster = promotion.promoted_to(self._store)
-        if cluster is not None:
-            raise InvalidConfiguration(
-                f"{self.path} was promoted to the cluster {cluster}: open it with "
-                f"cluster=; if that cluster is gone for good, `pybk demote {self.path}` "
-                "(pybk.demote) makes it an embedded WAL again")
-        unfinished = promotion.promoting_to(self._store)
-        if unfinished is not None:
-            log.info("%s: a promotion to %s did not finish; the directory is still an "
-                     "embedded WAL", self.path, unfinished)
-        return BookKeeper(self._store, {
-            self.bookie_id: InProcessBookieClient(self.bookie_id, self.bookie)}, client,
-            local_bookie=self.bookie_id)
 
     def _clustered(self, address: str, server: ServerSettings, client: ClientSettings,
                    log_settings: LogSettings, resources: ExitStack
@@ -244,6 +235,70 @@ class WAL:
         self.close()
 
 
+@contextmanager
+def open_storage(path: str | os.PathLike[str], create: bool = False,
+                 lock_timeout: float = 0.0, **settings: Any) -> Iterator[BookKeeper]:
+    """The ledger client of the WAL directory ``path``, without a log writer: its bookie
+    and metadata store opened in this process (the journal replayed), closed on exit.
+
+    Readers of the WAL's log (:class:`LogReader`) and tools that add ledgers to it use
+    it; nothing fences or recovers the WAL's log.  The directory is held for the whole
+    block: another process opening it meanwhile is refused, and this one waits up to
+    ``lock_timeout`` seconds for one that holds it, then raises DirectoryLocked naming
+    the lock.  A missing directory is created (as by :func:`open`) only if ``create``;
+    otherwise it raises NoSuchLog.  ``settings``: as :func:`open` takes them."""
+    path = os.path.abspath(os.fspath(path))
+    if not create and not os.path.isdir(os.path.join(path, "bookie")):
+        raise NoSuchLog(f"{path} holds no pybk WAL")
+    server, client, _ = _split_settings(path, settings)
+    _prepare_directory(path, server)
+    _check_unclaimed(path)
+    with ExitStack() as resources:
+        bookie = resources.enter_context(_wait_for_lock(path, lock_timeout,
+                                                        lambda: Bookie(server)))
+        store = resources.enter_context(_wait_for_lock(
+            path, lock_timeout,
+            lambda: EmbeddedMetadataStore(os.path.join(path, "metadata"))))
+        bk = resources.enter_context(_embedded_client(path, store, bookie, client))
+        yield bk
+
+
+def _wait_for_lock(path: str, timeout: float, opener: Callable[[], _Opened]) -> _Opened:
+    """``opener()``, tried again while the directory is locked, for up to ``timeout``
+    seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return opener()
+        except DirectoryLocked as e:
+            if time.monotonic() >= deadline:
+                raise DirectoryLocked(
+                    f"the WAL directory {path} is open in another process ({e}); a WAL "
+                    "directory is used by one process at a time: close the application "
+                    "that has it open, or reach its log through the cluster it is a "
+                    "member of") from None
+        time.sleep(_LOCK_POLL_S)
+
+
+def _embedded_client(path: str, store: EmbeddedMetadataStore, bookie: Bookie,
+                     client: ClientSettings) -> BookKeeper:
+    """The ledger client of an embedded (not promoted) WAL directory over its own
+    bookie, in-process."""
+    cluster = promotion.promoted_to(store)
+    if cluster is not None:
+        raise InvalidConfiguration(
+            f"{path} was promoted to the cluster {cluster}: open it with "
+            f"cluster=; if that cluster is gone for good, `pybk demote {path}` "
+            "(pybk.demote) makes it an embedded WAL again")
+    unfinished = promotion.promoting_to(store)
+    if unfinished is not None:
+        log.info("%s: a promotion to %s did not finish; the directory is still an "
+                 "embedded WAL", path, unfinished)
+    bookie_id = f"bookie-{bookie.instance_id}"
+    return BookKeeper(store, {bookie_id: InProcessBookieClient(bookie_id, bookie)}, client,
+                      local_bookie=bookie_id)
+
+
 def _abandon(bk: BookKeeper, writer: LogWriter) -> None:
     """Close the log writer a failed promotion opened and delete the ledger it made."""
     try:
@@ -274,7 +329,7 @@ def _check_unclaimed(path: str) -> None:
         del wal
         if attempt == 0:
             gc.collect()
-    raise BookKeeperError(
+    raise DirectoryLocked(
         f"{path} is locked: a WAL object of this process still has it open.  Close it "
         "first (wal.close(), or open it with `with pybk.open(...) as wal`); one dropped "
         "without close() is released when it is garbage collected, so look for other "

@@ -4,7 +4,7 @@ of one process, with no server.  The default for an embedded WAL.
 Files in the directory
     ``LOCK``                an empty file; the open store holds an exclusive ``flock`` on
                             it, so a second store on the directory (in this process or
-                            another) is refused with MetadataError.  The kernel drops the
+                            another) is refused with DirectoryLocked.  The kernel drops the
                             lock when the process dies, even by kill -9.
     ``data.mdb``, ``lock.mdb``   an LMDB environment with three tables:
 
@@ -67,7 +67,7 @@ from typing import Callable, Iterator, TypeVar
 
 import lmdb
 
-from pybk.errors import BadVersion, MetadataError, NodeExists, NoNode
+from pybk.errors import BadVersion, DirectoryLocked, MetadataError, NodeExists, NoNode
 from pybk.meta import paths
 from pybk.meta.interface import ANY_VERSION, MetadataStore, check_data, check_version
 from pybk.meta.watches import Notifier, Watch, WatchCallback
@@ -125,8 +125,8 @@ class EmbeddedMetadataStore(MetadataStore):
         try:
             self._lock_fd = lock_file(lock_path)
         except BlockingIOError:
-            raise MetadataError(f"{lock_path} is locked: another metadata store (in this or "
-                                "another process) has this directory open") from None
+            raise DirectoryLocked(f"{lock_path} is locked: another metadata store (in this or "
+                                  "another process) has this directory open") from None
         self._env: lmdb.Environment | None = None
         try:
             self._env = lmdb.open(self.directory, map_size=_MAP_SIZE_BYTES, max_dbs=3,

@@ -42,7 +42,7 @@ from concurrent.futures import Future
 from typing import Callable, ContextManager, Iterator, Sequence
 
 from pybk.errors import (BookieClosed, BookieReadOnly, BookKeeperError, CorruptData,
-                         DiskFull, EntryTooLarge, LedgerFenced, MalformedEntry,
+                         DirectoryLocked, DiskFull, EntryTooLarge, LedgerFenced, MalformedEntry,
                          NoSuchEntry, NoSuchLedger, Unauthorized)
 from pybk.settings import ServerSettings
 from pybk.storage import journal as jr
@@ -140,7 +140,7 @@ class Bookie:
         try:
             self._dir_lock = lock_file(lock_path)
         except BlockingIOError:
-            raise BookKeeperError(f"{lock_path} is locked: another bookie (in this or another "
+            raise DirectoryLocked(f"{lock_path} is locked: another bookie (in this or another "
                                   "process) is using these directories") from None
         try:
             self._index = Index(os.path.join(self._ledger_dirs[0], "current", "index"))

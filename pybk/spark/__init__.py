@@ -1,0 +1,24 @@
+"""pybk logs in Spark jobs: the ``pybk`` data source (batch and streaming reads and
+exactly-once writes) and bookies hosted by Spark executors.
+
+``pybk.spark.register(spark)`` makes ``spark.read.format("pybk")`` (and ``readStream``,
+``write``, ``writeStream``) available in a SparkSession.  Needs ``pip install
+"pybk[spark]"`` (pyspark 4 with pyarrow).  Options: :mod:`pybk.spark.options`; rows:
+:mod:`pybk.spark.source`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pybk.spark.source import NAME, SCHEMA, PybkDataSource
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["NAME", "SCHEMA", "PybkDataSource", "register"]
+
+
+def register(spark: "SparkSession") -> None:
+    """Register the ``pybk`` data source in ``spark`` (again: no change)."""
+    spark.dataSource.register(PybkDataSource)

@@ -1,0 +1,31 @@
+"""The ledger client a Spark task (or the driver's planning) uses, built from the
+source's options where it runs: nothing of it is pickled, and nothing of it (threads,
+ZeroMQ contexts, ZooKeeper sessions) exists before Spark forks a worker.
+
+For ``metadataServiceUri`` it is a cluster client (ZooKeeper, bookies over ZeroMQ); for
+``path``, the WAL directory's own bookie and metadata store opened in the task's
+process (:func:`pybk.log.wal.open_storage`), held until the task is done: the tasks of a
+job take the directory in turns, each waiting up to ``lockTimeoutSeconds``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from pybk.client import BookKeeper
+from pybk.spark.options import WRITE, STREAM_WRITE, PybkOptions
+
+
+@contextlib.contextmanager
+def connect(opts: PybkOptions) -> Iterator[BookKeeper]:
+    """A client of the log's cluster or WAL directory, closed on exit."""
+    if opts.uri is not None:
+        from pybk.cluster.connect import connect as connect_cluster
+        with connect_cluster(opts.uri, opts.client_settings()) as bk:
+            yield bk
+    else:
+        from pybk.log.wal import open_storage
+        with open_storage(opts.path, create=opts.use in (WRITE, STREAM_WRITE),
+                          lock_timeout=opts.get("lockTimeoutSeconds"), **opts.client) as bk:
+            yield bk

@@ -1,0 +1,238 @@
+"""The options of the ``pybk`` Spark data source: their table, and their parsing.
+
+Every option the source knows is in :data:`OPTIONS`, with the uses it applies to:
+``read`` (``spark.read``), ``stream_read`` (``spark.readStream``), ``write``
+(``df.write``) and ``stream_write`` (``df.writeStream``).  Besides them, every setting of
+:class:`~pybk.settings.ClientSettings` passes through to the client of each task and of
+the driver, and for writes every setting of :class:`~pybk.settings.LogSettings`
+(``ensembleSize``, ``writeQuorumSize``, ``ackQuorumSize``, ``segmentMaxBytes``,
+``batchMaxBytes``, ...) shapes the ledgers the job writes.
+
+Spark hands a data source its options with lower-cased names; :func:`parse` maps them back
+to the names here, so ``.option("maxRecordsPerTrigger", 100)`` and
+``.option("maxrecordspertrigger", 100)`` are the same.  An unknown option, or one of
+another use (``sinkId`` on a read), raises InvalidConfiguration naming it (and the option
+meant, for a misspelling), on the driver, before any task runs.
+
+The parsed :class:`PybkOptions` is plain data: it is what Spark pickles to the tasks,
+which build their own client from it (:mod:`pybk.spark.connect`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping, NamedTuple
+
+from pybk.errors import InvalidConfiguration
+from pybk.log.position import Position
+from pybk.log.wal import LOG_NAME as WAL_LOG_NAME
+from pybk.meta.address import parse_zookeeper_address
+from pybk.settings import ClientSettings, LogSettings, unknown_setting
+
+READ, STREAM_READ, WRITE, STREAM_WRITE = "read", "stream_read", "write", "stream_write"
+USES = (READ, STREAM_READ, WRITE, STREAM_WRITE)
+_READS = frozenset({READ, STREAM_READ})
+_WRITES = frozenset({WRITE, STREAM_WRITE})
+_ALL = frozenset(USES)
+
+#: ``startingPosition`` / ``endingPosition`` words (Spark's Kafka source's, for offsets).
+EARLIEST, LATEST = "earliest", "latest"
+
+
+def _text(name: str, raw: Any) -> str:
+    if not isinstance(raw, str) or not raw:
+        raise InvalidConfiguration(f"option {name}={raw!r}: expected a non-empty string")
+    return raw
+
+
+def _boolean(name: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise InvalidConfiguration(f"option {name}={raw!r}: expected true or false")
+
+
+def _number(kind: type) -> Callable[[str, Any], Any]:
+    def convert(name: str, raw: Any) -> Any:
+        try:
+            value = kind(raw)
+        except (TypeError, ValueError):
+            raise InvalidConfiguration(f"option {name}={raw!r}: expected a "
+                                       f"{'whole ' if kind is int else ''}number") from None
+        if value <= 0:
+            raise InvalidConfiguration(f"option {name}={raw!r}: must be greater than 0")
+        return value
+    return convert
+
+
+def _position(name: str, raw: Any) -> str:
+    """``earliest``, ``latest`` or a position ``segment:entry:slot`` (kept as text)."""
+    text = str(raw).strip()
+    if text.lower() in (EARLIEST, LATEST):
+        return text.lower()
+    try:
+        return str(Position.parse(text))
+    except ValueError:
+        raise InvalidConfiguration(
+            f"option {name}={raw!r}: expected earliest, latest or a position "
+            "segment:entry:slot (as str(Position) gives it)") from None
+
+
+class Option(NamedTuple):
+    """One option of the data source: its name, how its text is read, its default (None:
+    not set), the uses it applies to, and what it does (the README's table)."""
+
+    name: str
+    convert: Callable[[str, Any], Any]
+    default: Any
+    uses: frozenset[str]
+    doc: str
+
+
+OPTIONS: dict[str, Option] = {option.name: option for option in (
+    Option("metadataServiceUri", _text, None, _ALL,
+           "the cluster, `zk://host:port[,host:port...]/ledgers`"),
+    Option("path", _text, None, _ALL,
+           "an embedded WAL directory instead of a cluster (also `load(path)` / "
+           "`save(path)`); the WAL's application must not be running"),
+    Option("log", _text, None, _ALL,
+           "the log's name (required with metadataServiceUri; `wal` for a WAL directory)"),
+    Option("password", str, "", _ALL,
+           "the password of the log's ledgers (as the log's writers use it)"),
+    Option("lockTimeoutSeconds", _number(float), 60.0, _ALL,
+           "with `path`: how long a task waits for the directory, which the job's tasks "
+           "take in turns"),
+    Option("startingPosition", _position, None, _READS,
+           "`earliest`, `latest` or a position, inclusive (default: earliest for a batch "
+           "read, latest for a new streaming query)"),
+    Option("endingPosition", _position, LATEST, frozenset({READ}),
+           "`latest` or a position, exclusive"),
+    Option("minPartitions", _number(int), None, frozenset({READ}),
+           "at least this many partitions: big segments are split into entry ranges"),
+    Option("maxRecordsPerTrigger", _number(int), None, frozenset({STREAM_READ}),
+           "at most this many records per micro-batch"),
+    Option("maxBytesPerTrigger", _number(int), None, frozenset({STREAM_READ}),
+           "at most about this many bytes of values per micro-batch"),
+    Option("failOnDataLoss", _boolean, True, frozenset({STREAM_READ}),
+           "fail the query when records it has not read were truncated away (false: "
+           "skip ahead to the log's start with a warning)"),
+    Option("consumerId", _text, None, frozenset({STREAM_READ}),
+           "a name under which the query's committed position is kept in the log; "
+           "truncation never passes it"),
+    Option("sinkId", _text, None, frozenset({STREAM_WRITE}),
+           "required: the name under which the query's last committed batch id is kept "
+           "in the log, so that a replayed micro-batch commits nothing twice"),
+    Option("orphanTimeoutSeconds", _number(float), 600.0, _WRITES,
+           "a job whose tasks wrote nothing for this long and that never committed is "
+           "an orphan: its ledgers are deleted by the next commit on the log"),
+)}
+
+_CLIENT_SETTINGS = {f.name for f in fields(ClientSettings)}
+_LOG_SETTINGS = {f.name for f in fields(LogSettings)}
+_CANONICAL = {name.lower(): name for name in (*OPTIONS, *_CLIENT_SETTINGS, *_LOG_SETTINGS)}
+
+
+@dataclass(frozen=True)
+class PybkOptions:
+    """A data source's parsed options (plain data, pickled to the tasks)."""
+
+    use: str
+    uri: str | None
+    path: str | None
+    log: str
+    #: The source's own options by name, defaults applied (:data:`OPTIONS`).
+    values: dict[str, Any] = field(default_factory=dict)
+    #: ClientSettings values given (text, as Spark passes them).
+    client: dict[str, Any] = field(default_factory=dict)
+    #: LogSettings values given, for writes.
+    log_settings: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, name: str) -> Any:
+        """The value of source option ``name`` (its default when not given)."""
+        return self.values[name]
+
+    @property
+    def password(self) -> bytes:
+        return self.values["password"].encode("utf-8")
+
+    def client_settings(self) -> ClientSettings:
+        return ClientSettings.from_mapping(self.client)
+
+    def log_settings_object(self) -> LogSettings:
+        """The LogSettings of the ledgers a write makes: a WAL directory's log keeps one
+        copy (E = Qw = Qa = 1) unless told otherwise."""
+        from pybk.settings import WAL_LOG_DEFAULTS
+        return LogSettings.from_mapping(self.log_settings,
+                                        defaults=WAL_LOG_DEFAULTS if self.path else None)
+
+    def describe(self) -> str:
+        """Where the log is, for messages: ``log 'x' of zk://...`` or ``of the WAL in
+        /dir``."""
+        where = self.uri if self.uri else f"the WAL in {self.path}"
+        return f"log {self.log!r} of {where}"
+
+
+def parse(options: Mapping[str, Any], use: str) -> PybkOptions:
+    """Parse a data source's options for ``use`` (one of :data:`USES`); raise
+    InvalidConfiguration for anything it cannot use."""
+    if use not in USES:
+        raise ValueError(f"use {use!r} is none of {USES}")
+    values: dict[str, Any] = {}
+    client: dict[str, Any] = {}
+    log_settings: dict[str, Any] = {}
+    for given, raw in options.items():
+        name = _CANONICAL.get(given.lower())
+        if name is None:
+            known = [n for n, o in OPTIONS.items() if use in o.uses]
+            known += sorted(_CLIENT_SETTINGS) + (sorted(_LOG_SETTINGS) if use in _WRITES
+                                                 else [])
+            raise InvalidConfiguration(
+                unknown_setting(given, known, f"the pybk data source ({_describe_use(use)})")
+                .replace("unknown setting", "unknown option"))
+        if name in OPTIONS:
+            option = OPTIONS[name]
+            if use not in option.uses:
+                raise InvalidConfiguration(
+                    f"option {name} does not apply to {_describe_use(use)}: it is an option "
+                    f"of {', '.join(_describe_use(u) for u in USES if u in option.uses)}")
+            values[name] = option.convert(name, raw)
+        elif name in _CLIENT_SETTINGS:
+            client[name] = raw
+        elif use in _WRITES:
+            log_settings[name] = raw
+        else:
+            raise InvalidConfiguration(f"option {name} is a setting of the ledgers a write "
+                                       f"makes; it does not apply to {_describe_use(use)}")
+    for name, option in OPTIONS.items():
+        if use in option.uses:
+            values.setdefault(name, option.default)
+    uri, path = values.pop("metadataServiceUri"), values.pop("path")
+    if (uri is None) == (path is None):
+        raise InvalidConfiguration(
+            "the pybk data source needs exactly one of the options metadataServiceUri (a "
+            "cluster: zk://host:port/ledgers) and path (an embedded WAL directory, also "
+            f"given by load(path) / save(path)); got {'both' if uri else 'neither'}")
+    if uri is not None:
+        parse_zookeeper_address(uri)  # InvalidConfiguration naming what is wrong
+    name = values.pop("log") or (WAL_LOG_NAME if path is not None else None)
+    if name is None:
+        raise InvalidConfiguration("option log (the log's name) is required with "
+                                   "metadataServiceUri")
+    parsed = PybkOptions(use, uri, path, name, values, client, log_settings)
+    parsed.client_settings()  # bad values fail here, on the driver, not in every task
+    if use in _WRITES:
+        parsed.log_settings_object()
+    return parsed
+
+
+def _describe_use(use: str) -> str:
+    return {READ: "batch reads", STREAM_READ: "streaming reads", WRITE: "batch writes",
+            STREAM_WRITE: "streaming writes"}[use]
+
+
+def with_values(opts: PybkOptions, **values: Any) -> PybkOptions:
+    """``opts`` with some source options replaced (for code that plans on the driver)."""
+    return dataclasses.replace(opts, values={**opts.values, **values})

@@ -1,0 +1,50 @@
+"""A real SparkSession in local mode for tests, stopped when the test module is done.
+
+PySpark workers run this interpreter (PYSPARK_PYTHON) with this source tree on their
+path, bind to loopback, and Spark's UI and event logs stay off; the session is small
+(2 cores, few shuffle partitions) so that a test module starts it once in a few seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Iterator
+
+REPOSITORY = str(Path(__file__).resolve().parent.parent)
+
+
+def spark_env() -> dict[str, str]:
+    """The environment Spark's JVM and Python workers need to run this tree's pybk."""
+    path = os.environ.get("PYTHONPATH")
+    return {
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYTHONPATH": REPOSITORY + (os.pathsep + path if path else ""),
+    }
+
+
+@contextlib.contextmanager
+def spark_session(master: str = "local[2]", **conf: str) -> Iterator["SparkSession"]:
+    """A SparkSession with pybk's data source registered, stopped on exit."""
+    os.environ.update(spark_env())
+    from pyspark.sql import SparkSession
+
+    import pybk.spark
+    builder = (SparkSession.builder.master(master).appName("pybk-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")
+               .config("spark.python.worker.faulthandler.enabled", "true"))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    try:
+        pybk.spark.register(spark)
+        yield spark
+    finally:
+        spark.stop()

@@ -1,0 +1,117 @@
+"""The pybk data source's options: names as Spark hands them (lower-cased), defaults,
+types, and clear errors for anything the source cannot use; and the WAL directory a
+`path` option names, opened without its writer."""
+
+import threading
+
+import pytest
+
+import pybk
+from pybk.errors import DirectoryLocked, InvalidConfiguration, NoSuchLog
+from pybk.log import LogReader
+from pybk.log.wal import open_storage
+from pybk.spark.options import OPTIONS, READ, STREAM_READ, STREAM_WRITE, WRITE, parse
+
+URI = "zk://127.0.0.1:2181/ledgers"
+
+
+def test_lower_cased_names_map_back_and_defaults_apply():
+    opts = parse({"metadataserviceuri": URI, "log": "events",
+                  "maxrecordspertrigger": "100", "failondataloss": "false",
+                  "readtimeout": "2.5"}, STREAM_READ)
+    assert (opts.uri, opts.path, opts.log) == (URI, None, "events")
+    assert opts.get("maxRecordsPerTrigger") == 100
+    assert opts.get("failOnDataLoss") is False
+    assert opts.get("startingPosition") is None and opts.get("consumerId") is None
+    assert opts.client_settings().readTimeout == 2.5
+
+
+def test_a_wal_directory_defaults_to_the_wal_log_with_one_copy(tmp_path):
+    opts = parse({"path": str(tmp_path)}, WRITE)
+    assert opts.log == "wal"
+    settings = opts.log_settings_object()
+    assert (settings.ensembleSize, settings.writeQuorumSize, settings.ackQuorumSize) == (1, 1, 1)
+    clustered = parse({"metadataServiceUri": URI, "log": "x", "ensembleSize": "2",
+                       "writeQuorumSize": "2"}, WRITE).log_settings_object()
+    assert (clustered.ensembleSize, clustered.writeQuorumSize, clustered.ackQuorumSize) \
+        == (2, 2, 2)
+
+
+def test_positions_are_checked_and_kept_as_text():
+    opts = parse({"metadataServiceUri": URI, "log": "x", "startingPosition": "3:4:5",
+                  "endingPosition": "LATEST"}, READ)
+    assert opts.get("startingPosition") == "3:4:5"
+    assert opts.get("endingPosition") == "latest"
+    with pytest.raises(InvalidConfiguration, match="startingPosition='3:x'.*segment:entry:slot"):
+        parse({"metadataServiceUri": URI, "log": "x", "startingPosition": "3:x"}, READ)
+
+
+@pytest.mark.parametrize("options, use, message", [
+    ({"metadataServiceUri": URI, "log": "x", "maxRecordPerTrigger": "1"}, STREAM_READ,
+     "unknown option 'maxRecordPerTrigger' \\(did you mean 'maxRecordsPerTrigger'\\?\\)"),
+    ({"metadataServiceUri": URI, "log": "x", "sinkId": "s"}, READ,
+     "sinkId does not apply to batch reads: it is an option of streaming writes"),
+    ({"metadataServiceUri": URI, "log": "x", "ensembleSize": "3"}, READ,
+     "ensembleSize is a setting of the ledgers a write makes"),
+    ({"log": "x"}, READ, "exactly one of the options metadataServiceUri .* got neither"),
+    ({"metadataServiceUri": URI, "path": "/tmp/w"}, READ, "got both"),
+    ({"metadataServiceUri": "localhost:2181", "log": "x"}, READ, "zk://"),
+    ({"metadataServiceUri": URI}, READ, "option log .* is required"),
+    ({"metadataServiceUri": URI, "log": "x", "minPartitions": "0"}, READ,
+     "minPartitions='0': must be greater than 0"),
+    ({"metadataServiceUri": URI, "log": "x", "minPartitions": "many"}, READ,
+     "expected a whole number"),
+    ({"metadataServiceUri": URI, "log": "x", "failOnDataLoss": "maybe"}, STREAM_READ,
+     "expected true or false"),
+    ({"metadataServiceUri": URI, "log": "x", "readTimeout": "-1"}, READ, "readTimeout"),
+    ({"metadataServiceUri": URI, "log": "x", "ackQuorumSize": "5"}, STREAM_WRITE, "E >= Qw"),
+])
+def test_bad_options_are_refused_naming_them(options, use, message):
+    with pytest.raises(InvalidConfiguration, match=message):
+        parse(options, use)
+
+
+def test_every_option_names_its_uses_and_says_what_it_does():
+    for name, option in OPTIONS.items():
+        assert option.uses and option.doc, name
+
+
+def test_open_storage_reads_a_closed_wal_without_writing_to_its_log(tmp_path):
+    with pybk.open(tmp_path / "wal") as wal:
+        positions = [wal.append(b"r%d" % i) for i in range(5)]
+        head_before = wal._writer.metadata
+    with open_storage(tmp_path / "wal") as bk:
+        assert [p for p, _ in LogReader(bk, "wal").read()] == positions
+        from pybk.log.metadata import read_log
+        assert read_log(bk.metadata, "wal").metadata == head_before  # nothing fenced
+    with pybk.open(tmp_path / "wal") as wal:
+        assert [data for _, data in wal.read()] == [b"r%d" % i for i in range(5)]
+
+
+def test_open_storage_refuses_a_missing_wal_unless_asked_to_create_it(tmp_path):
+    with pytest.raises(NoSuchLog, match="holds no pybk WAL"):
+        with open_storage(tmp_path / "none"):
+            pass
+    with open_storage(tmp_path / "new", create=True) as bk:
+        assert bk.list_ledgers() == []
+
+
+def test_open_storage_waits_for_the_directory_then_names_the_lock(tmp_path):
+    with pybk.open(tmp_path / "wal"):
+        with pytest.raises(DirectoryLocked, match="a WAL object of this process"):
+            with open_storage(tmp_path / "wal", lock_timeout=0.3):
+                pass
+    released = threading.Event()
+    with open_storage(tmp_path / "wal") as first:
+        def wait_then_open():
+            with open_storage(tmp_path / "wal", lock_timeout=30):
+                released.set()
+        waiter = threading.Thread(target=wait_then_open)
+        waiter.start()
+        assert not released.wait(0.3)  # held by the first opener
+        assert first.list_ledgers()
+        with pytest.raises(DirectoryLocked, match="open in another process.*LOCK"):
+            with open_storage(tmp_path / "wal", lock_timeout=0.2):
+                pass
+    waiter.join(30)
+    assert released.is_set()
