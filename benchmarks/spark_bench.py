@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Benchmark: Spark reading and writing a pybk log, beside Spark reading and writing the
+same records as Parquet, in one run.
+
+Usage::
+
+    python benchmarks/spark_bench.py [--quick] [--dir DIR] [--records N]
+
+A throwaway cluster (:class:`pybk.cluster.local.LocalCluster`: ZooKeeper and three
+bookie processes on loopback) and a local SparkSession (``local[2]``) on this machine.
+The records are 1 KiB binary values made by Spark from ``spark.range`` and cached, so
+that both writes start from the same rows in memory.  In order:
+
+* ``write.parquet``: the rows written to a Parquet directory;
+* ``write.pybk``: the same rows written to a new log (``df.write.format("pybk")``, one
+  commit for the job), with the log's default replication on a cluster (E=3, Qw=2,
+  Qa=2) unless ``--copies 1``;
+* ``read.parquet`` / ``read.pybk``: each read back whole and aggregated (``count`` and
+  the sum of the values' lengths, so that every value is read: a Parquet ``count()``
+  alone reads only the footers).
+
+Each phase reports seconds, records/s and MB/s (MiB of values); ``ratios`` divides
+pybk's rates by Parquet's.  The targets (the issue's): reading at least 0.5 of Parquet's
+rate, writing at least 0.3.  ``--quick`` moves 256 MiB (under two minutes); the full run
+1 GiB.  Progress goes to stderr; stdout gets one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from pybk.cluster.local import LocalCluster  # noqa: E402
+
+RECORD_BYTES = 1024
+MIB = 1 << 20
+READ_TARGET, WRITE_TARGET = 0.5, 0.3
+
+
+def say(message: str) -> None:
+    print(f"[spark_bench] {message}", file=sys.stderr, flush=True)
+
+
+def spark_session(workdir: str):
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    import pybk.spark
+    spark = (SparkSession.builder.master("local[2]").appName("pybk-spark-bench")
+             .config("spark.ui.enabled", "false")
+             .config("spark.driver.memory", "4g")
+             .config("spark.local.dir", os.path.join(workdir, "spark"))
+             .config("spark.sql.shuffle.partitions", "4")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    pybk.spark.register(spark)
+    return spark
+
+
+def timed(name: str, records: int, action) -> dict:
+    say(f"{name} ...")
+    start = time.perf_counter()
+    result = action()
+    seconds = time.perf_counter() - start
+    figures = {"seconds": round(seconds, 2), "records_per_s": round(records / seconds),
+               "mb_per_s": round(records * RECORD_BYTES / MIB / seconds, 1)}
+    say(f"{name}: {figures}")
+    return {**figures, "result": result}
+
+
+def aggregate(df) -> tuple[int, int]:
+    row = df.selectExpr("count(*) AS n", "sum(length(value)) AS bytes").collect()[0]
+    return row["n"], row["bytes"]
+
+
+def run(args: argparse.Namespace, workdir: str) -> dict:
+    records = args.records or (256 if args.quick else 1024) * MIB // RECORD_BYTES
+    partitions = args.partitions
+    cluster = LocalCluster(bookies=3, directory=os.path.join(workdir, "cluster")).start()
+    spark = None
+    try:
+        spark = spark_session(workdir)
+        # 1 KiB values: the id's 16 hex digits repeated 128 times, unhexed.
+        rows = (spark.range(0, records, numPartitions=partitions)
+                .selectExpr("unhex(repeat(lpad(hex(id), 16, '0'), 128)) AS value")
+                .cache())
+        assert rows.count() == records
+        copies = {"ensembleSize": "3", "writeQuorumSize": "2", "ackQuorumSize": "2"} \
+            if args.copies == 2 else {"ensembleSize": "1", "writeQuorumSize": "1",
+                                      "ackQuorumSize": "1"}
+        pybk_options = {"metadataServiceUri": cluster.address, "log": "bench", **copies}
+        parquet = os.path.join(workdir, "parquet")
+        phases = {
+            "write.parquet": timed("write.parquet", records,
+                                   lambda: rows.write.mode("overwrite").parquet(parquet)),
+            "write.pybk": timed("write.pybk", records,
+                                lambda: rows.write.format("pybk").options(**pybk_options)
+                                .mode("append").save()),
+        }
+        expected = (records, records * RECORD_BYTES)
+        reader_options = {"metadataServiceUri": cluster.address, "log": "bench"}
+        phases["read.parquet"] = timed("read.parquet", records,
+                                       lambda: aggregate(spark.read.parquet(parquet)))
+        phases["read.pybk"] = timed("read.pybk", records, lambda: aggregate(
+            spark.read.format("pybk").options(**reader_options).load()))
+        for name in ("read.parquet", "read.pybk"):
+            got = tuple(phases[name].pop("result"))
+            if got != expected:
+                raise SystemExit(f"{name} read {got} (records, bytes), expected {expected}")
+        for name in ("write.parquet", "write.pybk"):
+            phases[name].pop("result")
+        ratios = {
+            "read": round(phases["read.pybk"]["records_per_s"]
+                          / phases["read.parquet"]["records_per_s"], 2),
+            "write": round(phases["write.pybk"]["records_per_s"]
+                           / phases["write.parquet"]["records_per_s"], 2),
+        }
+        return {"records": records, "record_bytes": RECORD_BYTES, "partitions": partitions,
+                "copies": args.copies, "phases": phases, "ratios": ratios,
+                "targets": {"read": READ_TARGET, "write": WRITE_TARGET,
+                            "read_met": ratios["read"] >= READ_TARGET,
+                            "write_met": ratios["write"] >= WRITE_TARGET}}
+    finally:
+        if spark is not None:
+            spark.stop()
+        cluster.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="256 MiB instead of 1 GiB")
+    parser.add_argument("--records", type=int, help="how many 1 KiB records")
+    parser.add_argument("--partitions", type=int, default=8, help="Spark partitions")
+    parser.add_argument("--copies", type=int, choices=(1, 2), default=2,
+                        help="2: E=3, Qw=2, Qa=2 (the default of a log); 1: one copy")
+    parser.add_argument("--dir", default=".", help="where the temporary directory goes")
+    args = parser.parse_args()
+    workdir = tempfile.mkdtemp(prefix="pybk-spark-bench-", dir=args.dir)
+    try:
+        print(json.dumps(run(args, workdir)), flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""A streaming pipeline over pybk logs with Spark: tail a live log and copy a transform
+of every record into another log, exactly once, through a restart.
+
+    pybk localcluster                      # in another terminal: prints zk://...
+    python examples/spark_streaming.py zk://127.0.0.1:PORT/ledgers [SECONDS]
+
+Without an address it runs on a throwaway cluster of its own.  A thread of the
+application appends to the log ``clicks`` while a streaming query reads it (at most 500
+records per micro-batch) and writes each record upper-cased to ``clicks-upper``.  The
+query is stopped halfway and started again from its checkpoint, as after a crash; at
+the end a last run with ``Trigger.AvailableNow`` catches up, and the example checks that
+``clicks-upper`` holds every record of ``clicks`` exactly once, in order.  The sink
+records each committed micro-batch in the log's metadata under its ``sinkId``, so a
+micro-batch that Spark replays after a restart commits nothing twice.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+import time
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+import pybk
+import pybk.spark
+from pybk.cluster.local import LocalCluster
+
+SOURCE, SINK = "clicks", "clicks-upper"
+
+
+def appender(address: str, stop: threading.Event) -> threading.Thread:
+    """The application: appends a record every millisecond or so until told to stop."""
+    def run() -> None:
+        with pybk.BookKeeper.connect(address) as bk, pybk.LogWriter.open(bk, SOURCE) as w:
+            i = 0
+            while not stop.is_set():
+                w.append_async(b"click %06d" % i)
+                i += 1
+                time.sleep(0.001)
+    thread = threading.Thread(target=run, name="appender")
+    thread.start()
+    return thread
+
+
+def start_query(spark: SparkSession, address: str, checkpoint: str, **trigger: object):
+    clicks = (spark.readStream.format("pybk").option("metadataServiceUri", address)
+              .option("log", SOURCE).option("startingPosition", "earliest")
+              .option("maxRecordsPerTrigger", 500).load())
+    return (clicks.select(F.upper(F.col("value").cast("string")).alias("value"))
+            .writeStream.format("pybk").option("metadataServiceUri", address)
+            .option("log", SINK).option("sinkId", "clicks-to-upper")
+            .option("checkpointLocation", checkpoint).trigger(**trigger).start())
+
+
+def check(address: str) -> None:
+    with pybk.BookKeeper.connect(address) as bk:
+        source = [data for _, data in pybk.LogReader(bk, SOURCE).read()]
+        sink = [data for _, data in pybk.LogReader(bk, SINK).read()]
+    assert sink == [data.upper() for data in source], "the copy differs from the source"
+    print(f"{SINK!r} holds all {len(source)} records of {SOURCE!r} upper-cased, exactly "
+          "once and in order")
+
+
+def main(address: str, seconds: float) -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = SparkSession.builder.master("local[2]").appName("pybk-streaming").getOrCreate()
+    stop = threading.Event()
+    thread = appender(address, stop)
+    try:
+        pybk.spark.register(spark)
+        with tempfile.TemporaryDirectory() as checkpoint:
+            for run in (1, 2):  # the second run resumes from the first's checkpoint
+                query = start_query(spark, address, checkpoint, processingTime="1 second")
+                time.sleep(seconds / 2)
+                query.stop()
+                print(f"run {run}: stopped the query after {seconds / 2:.0f} s")
+            stop.set()
+            thread.join()
+            start_query(spark, address, checkpoint, availableNow=True).awaitTermination()
+    finally:
+        stop.set()
+        thread.join()
+        spark.stop()
+    check(address)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 3:
+        sys.exit("usage: python examples/spark_streaming.py [zk://host:port/ledgers "
+                 "[SECONDS]]")
+    duration = float(sys.argv[2]) if len(sys.argv) == 3 else 10.0
+    if len(sys.argv) >= 2:
+        main(sys.argv[1], duration)
+    else:
+        with LocalCluster() as cluster:
+            main(cluster.address, duration)
