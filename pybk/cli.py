@@ -16,6 +16,9 @@
     A throwaway ZooKeeper and N bookie processes on loopback (:mod:`pybk.cluster.local`).
 ``pybk simpletest``
     Write a ledger on a cluster, read it back, report the rates.
+``pybk consumers list|remove``
+    A log's consumers and their committed positions, which hold back truncation; remove
+    one that stopped for good (:mod:`pybk.log.consumers`).
 
 ``--log-level`` goes before or after the command; ``--version`` prints pybk's version.
 The cluster commands live in :mod:`pybk.cluster.commands`; this module only parses.
@@ -25,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import time
 from dataclasses import fields
 from typing import Any, Callable, TypeVar
 
@@ -54,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         return demo.run_demo(args.dir, args.seconds)
     if args.command == "demote":
         return run_demote(args.dir)
+    if args.command == "consumers":
+        return run_consumers(args)
     from pybk.cluster import commands  # ZeroMQ, kazoo: only for the cluster commands
     if args.command == "bookie":
         try:
@@ -90,6 +97,35 @@ def run_demote(directory: str) -> int:
           f"{done.segments_kept} segments ({done.segments_dropped} truncated while "
           "clustered were dropped).  Records written while it was a cluster member are "
           "not in it.")
+    return 0
+
+
+def run_consumers(args: argparse.Namespace) -> int:
+    """``pybk consumers list|remove``: one line per consumer, or say what was removed; 1
+    with the reason if the metadata cannot be reached or the consumer is unknown."""
+    from pybk.errors import BookKeeperError
+    from pybk.log import consumers
+    from pybk.meta.address import open_metadata_store
+    where = args.zk or os.path.join(args.dir, "metadata")
+    try:
+        with open_metadata_store(where) as store:
+            if args.action == "list":
+                for c in consumers.list_consumers(store, args.log):
+                    updated = time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                            time.gmtime(c.updated_unix_ms / 1000))
+                    print(f"{c.consumer_id}\t{c.position}\t{updated}")
+                return 0
+            missing = [c for c in args.consumer if not consumers.remove(store, args.log, c)]
+    except BookKeeperError as e:
+        print(f"pybk consumers: {e}", file=sys.stderr)
+        return 1
+    for consumer_id in args.consumer:
+        if consumer_id not in missing:
+            print(f"removed consumer {consumer_id} of log {args.log}")
+    if missing:
+        print(f"pybk consumers: log {args.log} has no consumer {', '.join(missing)}",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -192,6 +228,26 @@ def _parser() -> argparse.ArgumentParser:
     local.add_argument("bookies", type=_positive(int), metavar="N", help="how many bookies")
     local.add_argument("--dir", help="where their data goes (default: a temporary "
                                      "directory, removed at the end)")
+
+    consumers = commands.add_parser(
+        "consumers", help="list or remove a log's consumers (they hold back truncation)",
+        description="A log's consumers (readers that commit how far they read, such as "
+                    "Spark queries with the consumerId option) hold back truncation: it "
+                    "never passes the slowest one.  List them with their committed "
+                    "positions, or remove one that stopped for good.")
+    actions = consumers.add_subparsers(dest="action", required=True,
+                                       parser_class=_CommandParser)
+    for action, text in (("list", "one line per consumer: id, position, last commit"),
+                         ("remove", "unregister consumers")):
+        sub = actions.add_parser(action, help=text)
+        where = sub.add_mutually_exclusive_group(required=True)
+        where.add_argument("--zk", metavar="ADDRESS",
+                           help="the cluster, zk://host:port[,host:port...]/ledgers")
+        where.add_argument("--dir", help="an embedded WAL directory (not open elsewhere)")
+        sub.add_argument("--log", default="wal",
+                         help="the log's name (default wal, a WAL directory's log)")
+        if action == "remove":
+            sub.add_argument("consumer", nargs="+", metavar="CONSUMER_ID")
 
     simple = commands.add_parser(
         "simpletest", help="write a ledger on a cluster and read it back")

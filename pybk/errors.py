@@ -227,6 +227,11 @@ class LogClosed(LedgerClosed):
     """The log writer (or the WAL) is closed."""
 
 
+class RecordsTruncated(BookKeeperError):
+    """Records a reader was to read are gone: truncation removed them (a planned range's
+    segment deleted while it was read, a streaming query's position truncated away)."""
+
+
 _WIRE_ERRORS = (
     NoSuchLedger,
     NoSuchEntry,

@@ -6,6 +6,7 @@ sealed records (:mod:`pybk.meta.sealed`)::
 
     /logs/<name>                                   the head (magic b"PBKG", version 2)
     /logs/<name>/segments/<number, 20 digits>      segment records (magic b"PBKS", version 1)
+    /logs/<name>/consumers/<consumer id>           consumers' positions (:mod:`pybk.log.consumers`)
 
 The head's body::
 
@@ -117,6 +118,7 @@ SEGMENT_MAGIC = b"PBKS"
 SEGMENT_FORMAT_VERSION = 1
 LOGS = "/logs"
 SEGMENTS = "segments"
+CONSUMERS = "consumers"
 #: How many of the newest segments the head lists.  At least two: an opening writer
 #: recovers the last two segments from the head.
 TAIL_SEGMENTS = 4
@@ -306,6 +308,16 @@ def segment_path(name: str, number: int) -> str:
     return paths.join(segments_path(name), f"{number:0{_NUMBER_DIGITS}d}")
 
 
+def consumers_path(name: str) -> str:
+    """The parent of log ``name``'s consumer records (:mod:`pybk.log.consumers`)."""
+    return paths.join(log_path(name), CONSUMERS)
+
+
+def consumer_path(name: str, consumer_id: str) -> str:
+    """The record of consumer ``consumer_id`` of log ``name``."""
+    return paths.join(consumers_path(name), paths.check_name(consumer_id))
+
+
 # -- the head -------------------------------------------------------------------------
 
 
@@ -334,14 +346,20 @@ def list_logs(store: MetadataStore) -> list[str]:
 
 
 def delete_log(store: MetadataStore, name: str) -> None:
-    """Delete the log's records, head last (its ledgers are left alone); nothing if it
-    has no head."""
+    """Delete the log's records (segments, consumers), head last (its ledgers are left
+    alone); nothing if it has no head."""
     try:
         metadata = read_log(store, name).metadata
     except NoNode:
         return
     delete_records(store, name, metadata.oldest_segment, metadata.next_segment)
-    for path in (segments_path(name), log_path(name)):
+    consumers = consumers_path(name)
+    for consumer in (store.children(consumers) if store.exists(consumers) else []):
+        try:
+            store.delete(paths.join(consumers, consumer), ANY_VERSION)
+        except NoNode:
+            pass
+    for path in (segments_path(name), consumers, log_path(name)):
         try:
             store.delete(path, ANY_VERSION)
         except NoNode:

@@ -27,8 +27,9 @@ batch past ``segmentMaxBytes``, however fast appends come and however long the r
 takes.  A roll costs the same whatever the number of segments: one head of a few hundred
 bytes and one segment record are written.
 
-Truncation deletes whole segments before a position: the head is updated first, then the
-ledgers and segment records are deleted, then the head notes how far that got.  A writer
+Truncation deletes whole segments before a position, but never past the slowest
+consumer's committed position (:mod:`pybk.log.consumers`): the head is updated first,
+then the ledgers and segment records are deleted, then the head notes how far that got.  A writer
 opening the log finishes deletions a crash interrupted.
 """
 
@@ -46,6 +47,7 @@ from pybk.client.digest import MAX_OVERHEAD
 from pybk.errors import (BadVersion, BookKeeperError, EntryTooLarge, InvalidConfiguration,
                          LedgerFenced, LogClosed, LogFenced, MetadataError, NoSuchLedger,
                          NotEnoughBookies, Timeout)
+from pybk.log import consumers
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, encode_batch
 from pybk.log.futures import BatchFutures
 from pybk.log.metadata import (FORMAT_VERSION, Dropped, LogMetadata, Segment, delete_records,
@@ -401,8 +403,15 @@ class LogWriter:
         deleting every segment that lies wholly before it; return how many ledgers were
         deleted.
 
+        Truncation stops at the slowest registered consumer's committed position
+        (:mod:`pybk.log.consumers`; logged at INFO when it holds truncation back).
         Truncating to an earlier position than before changes nothing."""
         before = Position.of(before, "truncate(before)")
+        slowest = consumers.slowest(self._bk.metadata, self.name)
+        if slowest is not None and slowest.position < before:
+            log.info("log %s: truncation held back from %s to %s, consumer %r's committed "
+                     "position", self.name, before, slowest.position, slowest.consumer_id)
+            before = slowest.position
         with self._meta_lock:
             with self._lock:
                 self._check_open()
