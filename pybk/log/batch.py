@@ -36,8 +36,9 @@ def encode_batch(records: Sequence[bytes]) -> bytes:
                      struct.pack(f">{count}I", *map(len, records)), *records))
 
 
-def decode_batch(data: bytes) -> list[bytes]:
-    """The records of an entry :func:`encode_batch` made; CorruptData otherwise."""
+def batch_lengths(data: bytes) -> tuple[tuple[int, ...], int]:
+    """The lengths of the records of an entry :func:`encode_batch` made, and the offset
+    of the first record's bytes (the others follow it); CorruptData otherwise."""
     if len(data) < _HEADER.size:
         raise CorruptData(f"log entry of {len(data)} bytes is shorter than a batch header")
     version, count = _HEADER.unpack_from(data)
@@ -51,8 +52,14 @@ def decode_batch(data: bytes) -> list[bytes]:
     if lengths_end + sum(lengths) != len(data):
         raise CorruptData(f"log entry's record lengths add up to {sum(lengths)} bytes, "
                           f"its body holds {len(data) - lengths_end}")
+    return lengths, lengths_end
+
+
+def decode_batch(data: bytes) -> list[bytes]:
+    """The records of an entry :func:`encode_batch` made; CorruptData otherwise."""
+    lengths, offset = batch_lengths(data)
     view = memoryview(data)
-    records, offset = [], lengths_end
+    records = []
     for length in lengths:
         records.append(bytes(view[offset:offset + length]))
         offset += length

@@ -4,7 +4,8 @@ split for parallel readers, and reading one range.
 This is what a job that reads a log with many tasks needs (:mod:`pybk.spark` plans on
 the driver and reads each range in a task): :func:`plan` looks at the log once and
 returns a :class:`Plan`, whose :class:`ReadRange` values are plain data (picklable, a few
-integers each); :func:`read_range` reads one of them anywhere, with a client of its own.
+integers each); :func:`read_records` (or :func:`read_entries`) reads one of them
+anywhere, with a client of its own.
 
 What a plan covers, from ``start`` (inclusive) to ``end`` (exclusive), each ``earliest``,
 ``latest`` or a :class:`~pybk.log.position.Position`:
@@ -165,33 +166,38 @@ def split_ranges(ranges: list[ReadRange], min_ranges: int) -> list[ReadRange]:
     return sorted((r for _, _, r in heap), key=lambda r: r.start)
 
 
-def read_range(bk: "BookKeeper", r: ReadRange,
-               password: bytes = b"") -> Iterator[tuple[int, list[bytes]]]:
-    """The entries of range ``r`` as ``(entry id, the records of the range in it)``, in
-    order, read ahead (:meth:`LedgerHandle.read_entries`).  Raises RecordsTruncated if
-    the segment's ledger (or an entry of it) is gone: truncation removed it."""
+def read_entries(bk: "BookKeeper", r: ReadRange,
+                 password: bytes = b"") -> Iterator[tuple[int, bytes]]:
+    """The entries of range ``r`` as ``(entry id, the entry's bytes: a record batch,
+    :mod:`pybk.log.batch`)``, in order, read ahead (:meth:`LedgerHandle.read_entries`).
+    The caller takes the range's slots of the first and last entries.  Raises
+    RecordsTruncated if the segment's ledger (or an entry of it) is gone: truncation
+    removed it."""
     try:
         handle = bk.open_ledger(r.ledger_id, password, recovery=False)
-        entries = handle.read_entries(r.first_entry, r.last_entry)
-        for entry in entries:
-            records = decode_batch(entry.data)
-            stop = r.end_slot if entry.entry_id == r.last_entry else None
-            start = r.first_slot if entry.entry_id == r.first_entry else 0
-            if start or stop is not None:
-                records = records[start:stop]
-            yield entry.entry_id, records
+        for entry in handle.read_entries(r.first_entry, r.last_entry):
+            yield entry.entry_id, entry.data
     except (NoSuchLedger, NoSuchEntry) as e:
         raise RecordsTruncated(f"segment {r.segment} (ledger {r.ledger_id}) is gone from "
                                f"the log: truncated while it was read ({e})") from e
 
 
+def slots(r: ReadRange, entry_id: int, count: int) -> tuple[int, int]:
+    """The slots of entry ``entry_id`` (which holds ``count`` records) that range ``r``
+    covers: first, and end (exclusive)."""
+    first = r.first_slot if entry_id == r.first_entry else 0
+    end = r.end_slot if entry_id == r.last_entry and r.end_slot is not None else count
+    return first, min(end, count)
+
+
 def read_records(bk: "BookKeeper", r: ReadRange,
                  password: bytes = b"") -> Iterator[tuple[Position, bytes]]:
-    """The records of range ``r`` with their positions, in order (:func:`read_range`)."""
-    for entry_id, records in read_range(bk, r, password):
-        first = r.first_slot if entry_id == r.first_entry else 0
-        for slot, record in enumerate(records, first):
-            yield Position(r.segment, entry_id, slot), record
+    """The records of range ``r`` with their positions, in order (:func:`read_entries`)."""
+    for entry_id, data in read_entries(bk, r, password):
+        records = decode_batch(data)
+        first, end = slots(r, entry_id, len(records))
+        for slot in range(first, end):
+            yield Position(r.segment, entry_id, slot), records[slot]
 
 
 def _head(bk: "BookKeeper", name: str) -> LogMetadata:

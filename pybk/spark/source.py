@@ -53,8 +53,8 @@ class PybkDataSource(DataSource):
 
     def reader(self, schema: StructType) -> "BatchReader":
         opts = parse(self.options, READ)
-        from pybk.spark.batch_read import BatchReader
-        return BatchReader(opts)
+        from pybk.spark.batch_read import reader
+        return reader(opts)
 
     def streamReader(self, schema: StructType) -> "StreamReader":
         opts = parse(self.options, STREAM_READ)

@@ -1,0 +1,179 @@
+"""Batch reads of a pybk log: ``spark.read.format("pybk")...load()``.
+
+Planning (:meth:`BatchReader.partitions`, on the driver) connects once and asks
+:func:`pybk.log.ranges.plan` for the ranges from ``startingPosition`` (inclusive, default
+``earliest``) to ``endingPosition`` (exclusive, default ``latest``): closed segments
+whole, the first open segment up to its last add confirmed (no fencing, no recovery: a
+live writer goes on undisturbed), nothing after it.  Each range is one partition; with
+``minPartitions`` the largest are halved by entries until there are that many.  What a
+job reads is fixed when it is planned: records appended later are not in it.
+
+Each task (:meth:`BatchReader.read`) connects on its executor
+(:func:`pybk.spark.connect.connect`), reads its range with read-ahead and closes its
+client when the range is done (or the task stops early).  Rows come as Arrow record
+batches built from whole entries (:mod:`pybk.spark.arrow`), several times faster than
+one tuple per record.  Within a partition rows are in position order; a DataFrame's
+order across partitions is Spark's to keep or not (``orderBy("position")`` is not a
+text order: order by ``segment``, ``entry``, ``slot``).
+
+A missing log, a start in a segment the log has not reached, or a cluster that cannot be
+reached fails the job on the driver, while it is planned, before any task runs.  A range
+truncated away between planning and reading fails its task with RecordsTruncated.
+
+Filter pushdown (Spark calls :meth:`FilteringBatchReader.pushFilters` only with
+``spark.sql.python.filterPushdown.enabled=true``): comparisons of ``segment`` and
+``entry`` with whole numbers (``=``, ``<``, ``<=``, ``>``, ``>=``; ``IN`` as its least and
+greatest values) narrow the ranges read, so rows outside them are never read; the
+comparisons are exact and Spark does not evaluate them again (``IN`` it does).  PySpark
+refuses to read through a reader that implements ``pushFilters`` while that setting is
+off, so the data source hands out the filtering reader only to Spark's filter pushdown
+step (:func:`reader`); without it, the range options do the same job.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+from pyspark.sql.datasource import (DataSourceReader, EqualTo, Filter, GreaterThan,
+                                    GreaterThanOrEqual, In, InputPartition, LessThan,
+                                    LessThanOrEqual)
+
+from pybk.errors import InvalidConfiguration
+from pybk.log.position import Position
+from pybk.log.ranges import EARLIEST, LATEST, ReadRange, plan, read_entries, split_ranges
+from pybk.spark.arrow import record_batches
+from pybk.spark.connect import connect
+from pybk.spark.options import PybkOptions
+
+#: The module of PySpark's planner step that calls ``pushFilters`` (see :func:`reader`).
+_PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
+_UNBOUNDED = 1 << 63
+
+
+class RangePartition(InputPartition):
+    """One task's range of a segment (plain data: a :class:`ReadRange`)."""
+
+    def __init__(self, r: ReadRange) -> None:
+        super().__init__(r)
+
+
+@dataclass
+class Bounds:
+    """What pushed filters allow: segments and entries (in every segment) from ``low``
+    (inclusive) to ``high`` (exclusive)."""
+
+    segment_low: int = 0
+    segment_high: int = _UNBOUNDED
+    entry_low: int = 0
+    entry_high: int = _UNBOUNDED
+
+    def clip(self, r: ReadRange) -> ReadRange | None:
+        """``r`` within the bounds, or None if nothing of it is."""
+        if not self.segment_low <= r.segment < self.segment_high:
+            return None
+        if r.first_entry < self.entry_low:
+            r = r._replace(first_entry=self.entry_low, first_slot=0)
+        if r.last_entry >= self.entry_high:
+            r = r._replace(last_entry=self.entry_high - 1, end_slot=None)
+        if r.last_entry < r.first_entry:
+            return None
+        if r.last_entry == r.first_entry and r.end_slot is not None \
+                and r.end_slot <= r.first_slot:
+            return None
+        return r
+
+
+class BatchReader(DataSourceReader):
+    """Reads the log ``opts`` names; see the module docstring."""
+
+    def __init__(self, opts: PybkOptions) -> None:
+        self._opts = opts
+        self._bounds = Bounds()
+
+    def partitions(self) -> Sequence[InputPartition]:
+        opts = self._opts
+        start = opts.get("startingPosition") or EARLIEST
+        end = opts.get("endingPosition") or LATEST
+        if end == EARLIEST:
+            raise InvalidConfiguration("option endingPosition=earliest: a batch read ends "
+                                       "at latest or at a position (exclusive)")
+        bounds = self._bounds
+        if bounds.segment_high != _UNBOUNDED:  # plan no further than the filters allow
+            ceiling = Position(bounds.segment_high, 0, 0)
+            end = ceiling if end == LATEST else min(Position.parse(end), ceiling)
+        with connect(opts) as bk:
+            try:
+                found = plan(bk, opts.log, start, end, password=opts.password)
+            except ValueError as e:
+                raise InvalidConfiguration(f"{opts.describe()}: option startingPosition="
+                                           f"{start}: {e}") from None
+        ranges = [c for c in map(bounds.clip, found.ranges) if c is not None]
+        return [RangePartition(r)
+                for r in split_ranges(ranges, opts.get("minPartitions") or 1)]
+
+    def read(self, partition: InputPartition) -> Iterator:
+        opts = self._opts
+        r: ReadRange | None = partition.value
+        if r is None:  # PySpark's one partition of a read that planned none
+            return
+        with connect(opts) as bk:
+            yield from record_batches(opts.log, r, read_entries(bk, r, opts.password))
+
+
+class FilteringBatchReader(BatchReader):
+    """A :class:`BatchReader` that takes Spark's pushed filters (module docstring)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        for f in filters:
+            if not self._narrow(f):
+                yield f
+
+    def _narrow(self, f: Filter) -> bool:
+        """Narrow the bounds by ``f``; whether ``f`` then holds for every row read."""
+        column = f.attribute[0] if len(f.attribute) == 1 else None
+        if column not in ("segment", "entry"):
+            return False
+        if isinstance(f, In):
+            values = [v for v in f.value if _whole(v)]
+            if values and len(values) == len(f.value):
+                self._limit(column, min(values), max(values) + 1)
+            return False  # the values between are read too: Spark filters them
+        if not isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan,
+                              LessThanOrEqual)) or not _whole(f.value):
+            return False
+        v = f.value
+        low, high = {EqualTo: (v, v + 1), GreaterThan: (v + 1, _UNBOUNDED),
+                     GreaterThanOrEqual: (v, _UNBOUNDED), LessThan: (0, v),
+                     LessThanOrEqual: (0, v + 1)}[type(f)]
+        self._limit(column, low, high)
+        return True
+
+    def _limit(self, column: str, low: int, high: int) -> None:
+        b = self._bounds
+        if column == "segment":
+            b.segment_low, b.segment_high = max(b.segment_low, low), min(b.segment_high, high)
+        else:
+            b.entry_low, b.entry_high = max(b.entry_low, low), min(b.entry_high, high)
+        if b.segment_high < b.segment_low:
+            b.segment_high = b.segment_low
+        if b.entry_high < b.entry_low:
+            b.entry_high = b.entry_low
+
+
+def reader(opts: PybkOptions) -> BatchReader:
+    """The reader for ``spark.read``: the filtering one when PySpark's filter pushdown
+    step asks (its planner worker is on the stack), else the plain one, which PySpark
+    accepts while ``spark.sql.python.filterPushdown.enabled`` is off."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        spec = frame.f_globals.get("__spec__")  # the module's name, also when run as -m
+        if _PUSHDOWN_WORKER in (frame.f_globals.get("__name__"), getattr(spec, "name", None)):
+            return FilteringBatchReader(opts)
+        frame = frame.f_back
+    return BatchReader(opts)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
