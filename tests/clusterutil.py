@@ -9,6 +9,7 @@ reaps every child still running, so a failing test leaves none behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import zkutil
@@ -221,3 +223,16 @@ class Writer:
             time.sleep(0.01)
         assert not self.errors, self.errors
         assert self._completed == self._submitted, "adds still in flight after 30 s"
+
+
+@contextlib.contextmanager
+def serving_cluster(zookeeper, workdir: Path, count: int = 3) -> Iterator[str]:
+    """A freshly formatted cluster on ``zookeeper`` with ``count`` bookie processes under
+    ``workdir``, for a test module; yields its address and stops the bookies on exit."""
+    address = zkutil.formatted_cluster(zookeeper)
+    group = BookieProcesses(workdir, address)
+    try:
+        group.start_serving(count)
+        yield address
+    finally:
+        group.close()

@@ -14,7 +14,7 @@ import pytest
 
 import pybk
 import zkutil
-from clusterutil import BookieProcesses
+from clusterutil import serving_cluster
 from pybk.client import BookKeeper
 from pybk.log import LogWriter, Position
 from pybk.settings import LogSettings
@@ -30,13 +30,8 @@ RECORDS = 1500
 @pytest.fixture(scope="module")
 def address(zookeeper, tmp_path_factory):
     """A cluster of three bookie processes for the module."""
-    address = zkutil.formatted_cluster(zookeeper)
-    group = BookieProcesses(tmp_path_factory.mktemp("bookies"), address)
-    try:
-        group.start_serving(3)
+    with serving_cluster(zookeeper, tmp_path_factory.mktemp("bookies")) as address:
         yield address
-    finally:
-        group.close()
 
 
 @pytest.fixture(scope="module")
