@@ -6,8 +6,13 @@ entries into :class:`pyarrow.RecordBatch` values of the source's schema
 entry is a record batch (:mod:`pybk.log.batch`) whose records lie back to back after
 its lengths, so the ``value`` column's data is the entries' record bytes joined, and its
 offsets come from the lengths.  ``position`` is formatted by Arrow's compute kernels.
-Measured against yielding one tuple per record (PySpark then converts them to Arrow):
-see the README's Spark section.
+
+Measured against yielding one tuple per record (which PySpark then converts to Arrow
+itself), 1 KiB values, 2-core machine: turning entries into Arrow batches in one
+process, 3.9 M rows/s against 0.69 M rows/s for tuples and PySpark's conversion (5.6x);
+a whole ``count(*), sum(length(value))`` job over 200,000 records on three local bookie
+processes (``local[2]``, sharing the two cores with the bookies), 87-98 MiB/s against
+62-80 MiB/s (reading from the bookies bounds both).
 
 A batch is emitted once it holds :data:`BATCH_ROWS_MAX` rows or
 :data:`BATCH_BYTES_MAX` bytes of values (a larger entry makes one batch of its own), so a
