@@ -111,7 +111,9 @@ def plan(bk: "BookKeeper", name: str, start: "Position | str" = EARLIEST,
                              f"segment {start.segment} (its newest is "
                              f"{metadata.next_segment - 1})")
         first = max(first, start)
-    elif start == LATEST and metadata.tail:
+    if end == EARLIEST and start != LATEST:
+        return Plan(first, first, [])
+    if start == LATEST and metadata.tail:
         first = max(first, Position(metadata.tail[0].number, 0, 0))  # the end is there
     ranges: list[ReadRange] = []
     readable_end = first  # the position after the last readable record seen
@@ -134,9 +136,8 @@ def plan(bk: "BookKeeper", name: str, start: "Position | str" = EARLIEST,
             ranges.append(found)
         if not closed:
             break  # an open segment ends what can be read now (module docstring)
-    if start == LATEST or end == EARLIEST:
-        at = readable_end if start == LATEST else first
-        return Plan(at, at, [])
+    if start == LATEST:
+        return Plan(readable_end, readable_end, [])
     plan_end = max(first, min(end, readable_end) if isinstance(end, Position)
                    else readable_end)
     return Plan(first, plan_end, split_ranges(ranges, min_ranges))

@@ -114,12 +114,7 @@ class BatchReader(DataSourceReader):
                 for r in split_ranges(ranges, opts.get("minPartitions") or 1)]
 
     def read(self, partition: InputPartition) -> Iterator:
-        opts = self._opts
-        r: ReadRange | None = partition.value
-        if r is None:  # PySpark's one partition of a read that planned none
-            return
-        with connect(opts) as bk:
-            yield from record_batches(opts.log, r, read_entries(bk, r, opts.password))
+        return read_partition(self._opts, partition)
 
 
 class FilteringBatchReader(BatchReader):
@@ -160,6 +155,16 @@ class FilteringBatchReader(BatchReader):
             b.segment_high = b.segment_low
         if b.entry_high < b.entry_low:
             b.entry_high = b.entry_low
+
+
+def read_partition(opts: PybkOptions, partition: InputPartition) -> Iterator:
+    """The rows of a planned range as Arrow record batches, through a client of the
+    task's own, closed when the range is done (or the task stops reading)."""
+    r: ReadRange | None = partition.value
+    if r is None:  # PySpark's one partition of a read that planned none
+        return
+    with connect(opts) as bk:
+        yield from record_batches(opts.log, r, read_entries(bk, r, opts.password))
 
 
 def reader(opts: PybkOptions) -> BatchReader:

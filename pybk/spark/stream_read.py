@@ -64,9 +64,8 @@ from pybk.errors import InvalidConfiguration, MalformedMetadata, RecordsTruncate
 from pybk.log import consumers
 from pybk.log.batch import batch_lengths
 from pybk.log.position import Position
-from pybk.log.ranges import LATEST, Plan, plan, read_entries, slots
-from pybk.spark.arrow import record_batches
-from pybk.spark.batch_read import RangePartition
+from pybk.log.ranges import EARLIEST, LATEST, Plan, plan, read_entries, slots
+from pybk.spark.batch_read import RangePartition, read_partition
 from pybk.spark.connect import connect
 from pybk.spark.options import PybkOptions
 
@@ -109,6 +108,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             except ValueError as e:
                 raise InvalidConfiguration(f"{opts.describe()}: option startingPosition="
                                            f"{start}: {e}") from None
+            if start not in (EARLIEST, LATEST) and found.start > Position.parse(start):
+                self._lost(f"{opts.describe()} was truncated before {found.start}: the "
+                           f"records from startingPosition={start} up to there are gone")
             if opts.get("consumerId"):
                 consumers.set_position(bk.metadata, opts.log, opts.get("consumerId"),
                                        found.start)
@@ -159,13 +161,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return [RangePartition(r) for r in self._plan(bk, begin, finish).ranges]
 
     def read(self, partition: InputPartition) -> Iterator:
-        opts = self._opts
-        r = partition.value
-        with connect(opts) as bk:
-            try:
-                yield from record_batches(opts.log, r, read_entries(bk, r, opts.password))
-            except RecordsTruncated as e:
-                self._lost(f"{e}; its records the query had not read are gone")
+        try:
+            yield from read_partition(self._opts, partition)
+        except RecordsTruncated as e:
+            self._lost(f"{e}; its records the query had not read are gone")
 
     def commit(self, end: dict) -> None:
         consumer = self._opts.get("consumerId")
