@@ -18,6 +18,8 @@ from clusterutil import serving_cluster
 from pybk.client import BookKeeper
 from pybk.log import LogWriter, Position
 from pybk.settings import LogSettings
+from pybk.spark.batch_read import Bounds, FilteringBatchReader
+from pybk.spark.options import READ, parse
 from sparkutil import spark_session
 
 pytestmark = pytest.mark.timeout(300)
@@ -167,3 +169,15 @@ def test_a_wal_directory_is_read_by_path(spark, tmp_path):
     rows = df.collect()
     assert [(Position(r.segment, r.entry, r.slot), bytes(r.value)) for r in rows] == written
     assert {r.log for r in rows} == {"wal"}
+
+
+def test_pushed_filters_narrow_the_bounds_and_spark_keeps_the_inexact_ones():
+    from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan
+    opts = parse({"metadataServiceUri": "zk://127.0.0.1:2181/ledgers", "log": "x"}, READ)
+    reader = FilteringBatchReader(opts)
+    exact = [GreaterThanOrEqual(("segment",), 2), LessThan(("entry",), 3),
+             GreaterThan(("segment",), 1)]
+    inexact = [In(("segment",), (2, 5)), EqualTo(("value",), b"x"), GreaterThan(("slot",), 1),
+               LessThan(("entry",), -1), EqualTo(("segment",), True)]
+    assert list(reader.pushFilters(exact + inexact)) == inexact
+    assert reader.bounds == Bounds(segment_low=2, segment_high=6, entry_low=0, entry_high=3)

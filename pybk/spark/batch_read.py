@@ -92,6 +92,11 @@ class BatchReader(DataSourceReader):
         self._opts = opts
         self._bounds = Bounds()
 
+    @property
+    def bounds(self) -> Bounds:
+        """The segments and entries the pushed filters allow (all, without them)."""
+        return self._bounds
+
     def partitions(self) -> Sequence[InputPartition]:
         opts = self._opts
         start = opts.get("startingPosition") or EARLIEST
