@@ -12,20 +12,23 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import sys
 import threading
 import time
 
-import sys
-
 import pytest
 from pyspark import cloudpickle
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 import zkutil
 from clusterutil import serving_cluster
 from pybk.client import BookKeeper
+from pybk.errors import NoSuchLedger
 from pybk.log import LogWriter, Position, consumers
 from pybk.log.metadata import read_log
 from pybk.settings import LogSettings
+from pybk.spark.options import STREAM_READ, parse
+from pybk.spark.stream_read import StreamReader, from_offset
 from sparkutil import spark_session
 
 pytestmark = pytest.mark.timeout(300)
@@ -257,6 +260,40 @@ def test_a_consumer_holds_back_truncation_until_the_query_read_past_it(
         assert consumers.remove(bk.metadata, "held", "etl")
         writer.truncate(written[-1][0])  # nothing held back any more
         assert read_log(bk.metadata, "held").metadata.truncated_before == written[-1][0]
+
+
+def test_a_consumer_at_a_dropped_empty_segment_sees_no_loss_when_truncation_skips_it(
+        address, bk):
+    """The planning methods called as Spark's offsets process calls them.  The query's
+    position is the start of an open, empty segment; the next writer drops that segment,
+    and truncation held at the consumer moves on to the next segment that exists."""
+    with LogWriter.open(bk, "gap", SETTINGS) as writer:
+        before = _write(writer, 20)
+    reader = StreamReader(parse({"metadataServiceUri": address, "log": "gap",
+                                 "startingPosition": "earliest", "consumerId": "q"},
+                                STREAM_READ))
+    start = reader.initialOffset()
+    abandoned = LogWriter.open(bk, "gap", SETTINGS)  # an empty segment, open while read
+    try:
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert from_offset(end) == Position(1, 0, 0)  # the start of that segment
+        assert [r.num_rows for p in reader.partitions(start, end)
+                for r in reader.read(p)] == [len(before)]
+        reader.commit(end)
+        # The next writer fences the abandoned one and drops its empty segment; truncation
+        # held at the consumer moves on to the next segment that exists.
+        with LogWriter.open(bk, "gap", SETTINGS) as writer:
+            after = _write(writer, 20)
+            writer.truncate(after[5][0])
+    finally:
+        with contextlib.suppress(NoSuchLedger):  # deleted with the dropped segment
+            abandoned.close()
+    held = consumers.get(bk.metadata, "gap", "q").position
+    assert read_log(bk.metadata, "gap").metadata.truncated_before > held  # skipped ahead
+    newer = reader.latestOffset(end, ReadAllAvailable())
+    rows = [row for p in reader.partitions(end, newer) for r in reader.read(p)
+            for row in r.to_pylist()]
+    assert [(Position.parse(row["position"]), row["value"]) for row in rows] == after
 
 
 def test_bad_input_fails_the_query_with_a_clear_error(spark, address, bk, zookeeper,

@@ -36,7 +36,8 @@ the query fails with RecordsTruncated; with ``failOnDataLoss=false`` it logs a w
 and goes on at the truncation point.  (A query whose start offset is the end of a
 segment that was still open when it read it cannot tell whether that segment got more
 records before it was truncated: it reports a possible loss.  A ``consumerId`` holds
-back truncation and avoids both.)
+back truncation, so a truncation point past the query's position then means that only
+numbers of dropped empty segments were skipped: no loss is reported.)
 
 **Consumers**: with ``consumerId``, a new query registers that consumer at its start,
 and every :meth:`StreamReader.commit` stores the committed end as its position
@@ -182,10 +183,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The plan from ``begin``, checked for records truncated before it was read."""
         opts = self._opts
         found = plan(bk, opts.log, begin, end, password=opts.password)
-        if found.start > begin:
+        if found.start > begin and not self._held_at(bk, begin):
             self._lost(f"{opts.describe()} was truncated before {found.start}: the records "
                        f"from {begin}, where the query is, up to there are gone")
         return found
+
+    def _held_at(self, bk, begin: Position) -> bool:
+        """Whether the query's consumer holds truncation at or before ``begin``: then a
+        truncation past ``begin`` only skipped numbers of dropped empty segments (a
+        writer moves the truncation point to the next segment that exists), no record."""
+        consumer = self._opts.get("consumerId")
+        found = consumers.get(bk.metadata, self._opts.log, consumer) if consumer else None
+        return found is not None and found.position <= begin
 
     def _lost(self, what: str) -> None:
         if self._opts.get("failOnDataLoss"):
