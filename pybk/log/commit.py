@@ -36,12 +36,11 @@ from typing import TYPE_CHECKING, NamedTuple, Sequence
 from pybk.errors import (BadVersion, InvalidConfiguration, JobFinished, MetadataError, NoNode,
                          NoSuchLog, TooManyLedgers)
 from pybk.log import jobs
-from pybk.log.metadata import (COMMIT_LEDGERS_MAX, ORPHANS_PER_CAS_MAX, SINK_ID_MAX_CHARS,
-                               SINKS_MAX, TAIL_SEGMENTS, LogMetadata, Segment, read_log,
-                               update_log)
+from pybk.log.metadata import (COMMIT_LEDGERS_MAX, FORMAT_VERSION, ORPHANS_PER_CAS_MAX,
+                               SINK_ID_MAX_CHARS, SINKS_MAX, TAIL_SEGMENTS, LogMetadata,
+                               Segment, ensure_records, read_log, update_log)
 from pybk.log.position import Position
 from pybk.log.writer import OPEN_ATTEMPTS_MAX, delete_segments, finish_take_over, take_over
-from pybk.meta import paths
 from pybk.meta.ledger_metadata import LedgerState
 
 if TYPE_CHECKING:
@@ -134,12 +133,12 @@ def _check_commit(bk: "BookKeeper", name: str, job_id: str, ledger_ids: list[int
     if len(set(ledger_ids)) != len(ledger_ids):
         raise InvalidConfiguration(f"log {name}: job {job_id} names a ledger twice in its "
                                    f"commit: {ledger_ids}")
-    if sink is not None:
-        paths.check_name(sink.sink_id)
-        if len(sink.sink_id) > SINK_ID_MAX_CHARS or sink.batch_id < 0:
-            raise InvalidConfiguration(
-                f"sink {sink.sink_id!r} with batch {sink.batch_id}: a sink id has at most "
-                f"{SINK_ID_MAX_CHARS} characters, a batch id is 0 or more")
+    if sink is not None and not (isinstance(sink.sink_id, str)
+                                 and 0 < len(sink.sink_id) <= SINK_ID_MAX_CHARS
+                                 and isinstance(sink.batch_id, int) and sink.batch_id >= 0):
+        raise InvalidConfiguration(
+            f"sink {sink.sink_id!r} with batch {sink.batch_id!r}: a sink id has 1 to "
+            f"{SINK_ID_MAX_CHARS} characters, a batch id is 0 or more")
     registered = {r.ledger_id for r in jobs.job_ledgers(bk.metadata, name, job_id)}
     for ledger_id in ledger_ids:
         if ledger_id not in registered:
@@ -212,9 +211,10 @@ def _orphans(store, metadata: LogMetadata, orphan_timeout_s: float | None,
 def abort_job(bk: "BookKeeper", name: str, job_id: str,
               orphan_timeout_s: float | None = None) -> bool:
     """Give the job up: delete its ledgers and records; with ``orphan_timeout_s``, give
-    up the log's orphans too.  Returns False if the job was committed already (its
+    up the log's orphans too.  Returns False if the head lists the job as committed (its
     commit's CAS landed, whatever its committer was told): then its committed ledgers
-    stay, and only its others are deleted."""
+    stay, and only its others are deleted.  (A job whose commit finished has no records
+    left: aborting it deletes nothing.)"""
     committed, _given_up = _give_up(bk, name, job_id, orphan_timeout_s)
     return not committed
 
@@ -255,7 +255,11 @@ def _give_up(bk: "BookKeeper", name: str, job_id: str | None,
             targets.insert(0, job_id)
         if not targets and not (metadata.committing or metadata.aborted):
             return False, []
-        listed = dataclasses.replace(metadata, committing=(), aborted=tuple(targets))
+        listed = dataclasses.replace(metadata, committing=(), aborted=tuple(targets),
+                                     format_version=FORMAT_VERSION)
+        if metadata.format_version == 1:  # no writer opened it since: convert it
+            ensure_records(store, metadata)
+            listed = dataclasses.replace(listed, tail=metadata.tail[-TAIL_SEGMENTS:])
         try:
             version = update_log(store, listed, version)
             break

@@ -517,7 +517,7 @@ def take_over(bk: "BookKeeper", metadata: LogMetadata, password: bytes) -> LogMe
         metadata, tail=tuple(s for s in metadata.tail if s not in empty),
         oldest_segment=metadata.truncated_before.segment,
         dropping=tuple(Dropped(*s) for s in empty), epoch=metadata.epoch + 1,
-        committing=(), aborted=())
+        committing=(), aborted=(), format_version=FORMAT_VERSION)
 
 
 def finish_take_over(bk: "BookKeeper", taken: LogMetadata) -> None:
