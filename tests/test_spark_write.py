@@ -22,7 +22,7 @@ import pytest
 import zkutil
 from clusterutil import TESTS, BookieProcesses, child_env
 from pybk.client import BookKeeper
-from pybk.log import LogReader, jobs
+from pybk.log import LogReader
 from pybk.log.metadata import jobs_path, read_log
 from pybk.log.writer import LOG_NAME_KEY
 from sparkutil import spark_session
@@ -270,6 +270,22 @@ def test_overwrite_replaces_the_log_in_the_same_commit(spark, address, bk, log_n
         .mode("overwrite").save()
     assert records(bk, log_name) == [b"new"]
     assert not first & ledgers_of(bk, log_name)
+
+
+def test_a_job_writes_a_wal_directory_its_tasks_taking_it_in_turns(spark, tmp_path):
+    """``save(path)`` of a WAL directory: the tasks open its storage one after the
+    other; the WAL then opens with the job's records after its own."""
+    import pybk
+    directory = tmp_path / "wal"
+    with pybk.open(directory) as wal:
+        first = wal.append(b"the application's")
+    numbered(spark, 3_000, 3).write.format("pybk").mode("append").save(str(directory))
+    with pybk.open(directory) as wal:
+        found = list(wal.read())
+        assert found[0] == (first, b"the application's")
+        assert [value for _position, value in found[1:]] == expected(3_000)
+        later = wal.append(b"after the job")
+        assert list(wal.read())[-1] == (later, b"after the job")
 
 
 # -- streaming writes -----------------------------------------------------------------------

@@ -33,8 +33,8 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
-from pybk.errors import (BadVersion, InvalidConfiguration, JobFinished, MetadataError, NoNode,
-                         NoSuchLog, TooManyLedgers)
+from pybk.errors import (BadVersion, BookKeeperError, InvalidConfiguration, JobFinished,
+                         MetadataError, NoNode, NoSuchLog, TooManyLedgers)
 from pybk.log import jobs
 from pybk.log.metadata import (COMMIT_LEDGERS_MAX, FORMAT_VERSION, ORPHANS_PER_CAS_MAX,
                                SINK_ID_MAX_CHARS, SINKS_MAX, TAIL_SEGMENTS, LogMetadata,
@@ -45,6 +45,7 @@ from pybk.meta.ledger_metadata import LedgerState
 
 if TYPE_CHECKING:
     from pybk.client import BookKeeper
+    from pybk.meta.interface import MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -111,15 +112,21 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
     log.info("log %s: job %s committed %d ledgers as segments %d to %d%s", name, job_id,
              len(ledger_ids), first, committed.next_segment - 1,
              " (overwrite)" if overwrite else "")
-    finish_take_over(bk, committed)
-    jobs.settle_listed(bk, committed)
-    if overwrite:
-        delete_segments(bk, committed)
-    # The tail cut back to TAIL_SEGMENTS, truncation's progress, the settled jobs.
-    _tidy(bk, committed, dataclasses.replace(
-        committed, tail=committed.tail[-TAIL_SEGMENTS:],
-        oldest_segment=committed.truncated_before.segment, dropping=(), committing=(),
-        aborted=()), version)
+    try:
+        finish_take_over(bk, committed)
+        jobs.settle_listed(bk, committed)
+        if overwrite:
+            delete_segments(bk, committed)
+        # The tail cut back to TAIL_SEGMENTS, truncation's progress, the settled jobs.
+        _tidy(bk, committed, dataclasses.replace(
+            committed, tail=committed.tail[-TAIL_SEGMENTS:],
+            oldest_segment=committed.truncated_before.segment, dropping=(), committing=(),
+            aborted=()), version)
+    except BookKeeperError as e:
+        # The job is committed: reporting a failure would invite the caller to write it
+        # again.  What is left (records, deletions, the tail) is the next owner's to do.
+        log.warning("log %s: job %s is committed, but tidying up after it failed (the next "
+                    "writer or commit of the log finishes it): %s", name, job_id, e)
     return CommitResult(True, segments)
 
 
@@ -196,7 +203,7 @@ def _tidy(bk: "BookKeeper", head: LogMetadata, tidy: LogMetadata, version: int) 
                 "writer or commit does it", head.name, OPEN_ATTEMPTS_MAX)
 
 
-def _orphans(store, metadata: LogMetadata, orphan_timeout_s: float | None,
+def _orphans(store: "MetadataStore", metadata: LogMetadata, orphan_timeout_s: float | None,
              job_id: str | None) -> list[str]:
     if orphan_timeout_s is None:
         return []

@@ -159,7 +159,8 @@ def read_job(store: MetadataStore, name: str, job_id: str) -> tuple[Job, int] | 
     return (Job.from_bytes(data), version) if data else None
 
 
-def write_plan(store: MetadataStore, name: str, job_id: str, ledger_ids: Iterable[int]) -> None:
+def write_plan(store: MetadataStore, name: str, job_id: str,
+               ledger_ids: Iterable[int]) -> None:
     """Record the ledgers the job's commit appends, before its CAS; JobFinished if the
     job was settled already."""
     found = read_job(store, name, job_id)

@@ -74,12 +74,13 @@ Segment records follow these rules:
 
 **Opening** (:mod:`pybk.log.writer`): read the head; finish what a writer that died left
 undone (dead records and ledgers of ``dropping``, an unfinished truncation, missing tail
-records); fence and recover the last two segments; of those, an empty one is dropped,
-but never the tail's first, so each dropped segment has a segment before it in the tail,
-whose next number starts the run of dead numbers (a log that restarts without writing
-keeps one run, with one record at its start for readers, however often it restarts);
-then CAS the head with the new segment appended, ``dropping`` set to the segments
-dropped, ``oldest_segment`` to truncated_before's segment and ``epoch`` + 1.  After the CAS: the new
+records, the leftovers of the jobs the head lists); fence and recover the last two
+segments; of those, an empty one is dropped, but never the tail's first, so each dropped
+segment has a segment before it in the tail, whose next number starts the run of dead
+numbers (a log that restarts without writing keeps one run, with one record at its start
+for readers, however often it restarts); then CAS the head with the new segment
+appended, ``dropping`` set to the segments dropped, ``oldest_segment`` to
+truncated_before's segment, ``epoch`` + 1 and no job listed.  After the CAS: the new
 segment's record and the dead records of the runs between tail segments and of the
 dropped segments, then the dropped segments' ledgers are deleted.  ``dropping`` is
 cleared by that writer's next CAS, or by the next opener, which does the same steps
@@ -129,9 +130,12 @@ deletes their leftover ledgers and records before its own CAS, which then drops 
 from the lists, so the lists never hold more than one CAS adds (a committer's job, at
 most ORPHANS_PER_CAS_MAX orphans).  These CASes change no field but ``committing`` and
 ``aborted`` unless they take the log over (and bump ``epoch``): a writer whose head CAS
-fails (a roll, a truncation) re-reads the head and, finding its own epoch, tries again
-on it (it was not taken over: only job bookkeeping changed); a changed epoch means
-another writer or a commit took the log over: LogFenced.
+fails (a roll, a truncation) re-reads the head and, if it differs from the one the
+writer wrote in the job lists only, makes its change again on it (no takeover happened:
+:meth:`LogMetadata.same_owner`); any other change, a new epoch above all, means another
+writer or a commit took the log over: LogFenced.  (A committed job's record names the
+ledgers its commit appends, written before the CAS, so whoever settles it knows which
+of its ledgers to keep: :mod:`pybk.log.jobs`.)
 
 **Format 2** (no ``epoch``, ``sinks``, ``committing``, ``aborted``) is read as a head
 whose new fields are empty; the next CAS writes format 3.

@@ -12,13 +12,16 @@ unreachable cluster fails before any task runs), pickles it to the tasks, and ru
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+from typing import TYPE_CHECKING, Iterator, List, Optional
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from pybk.spark import job_write
 from pybk.spark.options import PybkOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class BatchWriter(DataSourceArrowWriter):

@@ -6,7 +6,8 @@ query's ``sinkId`` and the micro-batch's id in the same compare-and-set
 recorded already) commits nothing and its ledgers are deleted.  ``sinkId`` is required
 and chosen by the user: a key derived from the checkpoint would restart at batch 0 with
 a deleted checkpoint and silently skip data.  In complete output mode (``overwrite``)
-each micro-batch replaces the log's records.
+each micro-batch replaces the log's records.  A micro-batch without rows commits nothing
+(its id is not recorded: replayed, it adds nothing either).
 
 Spark builds a writer where it plans each micro-batch (its job is begun there and its id
 pickled to the tasks), and another one for the commit, in another process: the commit
@@ -16,7 +17,7 @@ began.
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+from typing import TYPE_CHECKING, Iterator, List, Optional
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -25,6 +26,9 @@ from pybk.errors import InvalidConfiguration
 from pybk.log.commit import Sink
 from pybk.spark import job_write
 from pybk.spark.options import PybkOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
