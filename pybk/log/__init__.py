@@ -4,7 +4,8 @@ A log is a named, ordered list of ledgers (segments) in the metadata store
 (:mod:`pybk.log.metadata`); one :class:`LogWriter` appends records to it in batches
 (:mod:`pybk.log.batch`) and any number of :class:`LogReader` read or tail it.  Records
 are addressed by :class:`Position`.  :func:`pybk.open` gives the embedded WAL
-(:mod:`pybk.log.wal`).
+(:mod:`pybk.log.wal`).  Jobs that write from many tasks at once append their ledgers in
+one commit (:mod:`pybk.log.commit`, :mod:`pybk.log.jobs`).
 """
 
 from pybk.log.position import Position
