@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import subprocess
+import sys
 import threading
 import time
 
@@ -18,6 +20,7 @@ import pytest
 
 import zkutil
 from clientutil import FAST
+from clusterutil import address, bookies, child_env  # noqa: F401 (fixtures)
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import (BookKeeperError, InvalidConfiguration, JobFinished, LogFenced,
@@ -474,3 +477,24 @@ def test_a_format_2_head_is_read_and_the_next_commit_writes_format_3(embedded):
     new = head(bk)
     assert new.format_version == FORMAT_VERSION == 3
     assert (result.segments[0].number, new.sinks, new.epoch) == (3, {"s": 0}, 1)
+
+
+def test_pybk_clean_orphans_gives_up_a_logs_old_jobs(address, bookies):  # noqa: F811
+    """The command on a cluster of one bookie process: the job nothing wrote for the
+    given time goes, ledgers and records; the log's records stay."""
+    bookies.start_serving(1)
+    with BookKeeper.connect(address) as bk:
+        with LogWriter.open(bk, LOG, ONE_COPY) as writer:
+            kept = writer.append(b"kept")
+        orphan = jobs.begin_job(bk.metadata, LOG)
+        ledger = task_ledger(bk, orphan, 0, [b"orphaned"])
+        time.sleep(0.2)  # older than --older-than 0.1 below
+        result = subprocess.run(
+            [sys.executable, "-m", "pybk", "clean-orphans", LOG, "--zk", address,
+             "--older-than", "0.1"], env=child_env(), capture_output=True, text=True,
+            timeout=60, stdin=subprocess.DEVNULL)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"pybk clean-orphans: log {LOG}: 1 orphan jobs given up\n" \
+            f"  {orphan}\n"
+        assert not ledger_exists(bk, ledger) and not job_exists(bk, orphan)
+        assert read_all(bk) == [(kept, b"kept")]

@@ -362,6 +362,11 @@ def test_a_streaming_write_without_sink_id_is_refused(spark, address, log_name, 
         query.stop()
 
 
+def test_a_log_name_that_cannot_be_one_is_refused_on_the_driver(spark, address):
+    with pytest.raises(Exception, match="option log='a/b' cannot name a log"):
+        writer(numbered(spark, 3, 1), address, "a/b").mode("append").save()
+
+
 def test_a_wrong_metadata_service_uri_fails_on_the_driver_with_the_reason(
         spark, zookeeper, log_name):
     unformatted = zookeeper.address(zkutil.fresh_root())
