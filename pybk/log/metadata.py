@@ -237,10 +237,6 @@ class LogMetadata:
             raise ValueError(f"log {self.name}: a job is listed twice in committing "
                              f"{self.committing} and aborted {self.aborted}")
 
-    def tail_is_long(self) -> bool:
-        """Whether a commit left more segments in the tail than TAIL_SEGMENTS."""
-        return len(self.tail) > TAIL_SEGMENTS
-
     def same_owner(self, other: "LogMetadata") -> bool:
         """Whether ``other`` differs from this head in job bookkeeping only (``committing``
         and ``aborted``): no writer or commit took the log over in between."""

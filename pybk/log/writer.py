@@ -8,7 +8,10 @@ compare-and-set the head with it appended.  No append is served before that succ
 A writer that lost the race, or that another writer opened after, finds out at its next
 add (its ledger is fenced: :class:`~pybk.errors.LogFenced`) or at its next change of the
 head (the compare-and-set fails).  Segments that recovery found empty are dropped from
-the log on the way (but never the tail's first: see :mod:`pybk.log.metadata`).
+the log on the way (but never the tail's first: see :mod:`pybk.log.metadata`).  A job's
+commit (:mod:`pybk.log.commit`) takes the log over the same way (:func:`take_over`), so
+it fences a live writer as an opening writer does; an orphan cleaner's change of the
+head's job lists does not.
 
 Batching: appends go into the current batch.  While fewer than ``maxOutstandingBatches``
 batches are in flight a batch goes out at once (a lone append waits for one fsync, not
