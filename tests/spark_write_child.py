@@ -31,7 +31,9 @@ class BlockingWriter(BatchWriter):
     marker = ""
 
     def commit(self, messages):
-        Path(self.marker).write_text(f"{self.job_id} {os.getpid()}")
+        written = Path(self.marker + ".tmp")
+        written.write_text(f"{self.job_id} {os.getpid()}")
+        written.replace(self.marker)  # whole, or not at all
         time.sleep(BLOCK_S)
         raise SystemExit("the test did not kill this driver")
 

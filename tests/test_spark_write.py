@@ -227,18 +227,21 @@ def test_a_job_that_fails_before_its_commit_leaves_nothing(spark, address, bk, l
 def test_a_driver_killed_before_its_commit_leaves_orphans_that_a_later_job_deletes(
         spark, address, bk, log_name, tmp_path):
     marker = tmp_path / "committing"
-    child = subprocess.Popen(
-        [sys.executable, os.path.join(TESTS, "spark_write_child.py"), address, log_name,
-         str(marker)],
-        env=dict(child_env(), PYTHONPATH=os.pathsep.join((child_env()["PYTHONPATH"], TESTS))),
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "child.log", "wb"),
-        start_new_session=True)
+    with open(tmp_path / "child.log", "wb") as output:
+        child = subprocess.Popen(
+            [sys.executable, os.path.join(TESTS, "spark_write_child.py"), address,
+             log_name, str(marker)],
+            env=dict(child_env(), PYTHONPATH=os.pathsep.join((child_env()["PYTHONPATH"],
+                                                              TESTS))),
+            stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+            start_new_session=True)
     commit_pid = None
     try:
         deadline = time.monotonic() + 180
         while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert marker.exists(), (tmp_path / "child.log").read_text()[-3000:]
+        marked = time.monotonic()  # the orphan's tasks wrote their last before this
         job_id, commit_pid = marker.read_text().split()
         os.killpg(child.pid, signal.SIGKILL)
         child.wait(30)
@@ -256,6 +259,7 @@ def test_a_driver_killed_before_its_commit_leaves_orphans_that_a_later_job_delet
     assert records(bk, log_name) == [] and len(orphaned) >= 4
     assert pending_jobs(bk, log_name) == [job_id]
 
+    time.sleep(max(0.0, marked + 1.5 - time.monotonic()))  # older than the timeout
     writer(numbered(spark, 10, 1), address, log_name,
            orphanTimeoutSeconds="1").mode("append").save()
     assert records(bk, log_name) == expected(10)
