@@ -39,9 +39,11 @@ is followed by the next one.
 
 **Orphans**: a job that no head lists, whose record and ledgers' records were all last
 written more than ``older_than`` seconds ago (:func:`find_orphans`), is taken as
-abandoned (its driver died between its tasks and its commit).  The times are the
-writing hosts' clocks: ``older_than`` must exceed both their skew and the longest time a
-job goes without any task writing.
+abandoned (its driver died between its tasks and its commit); a job without any ledger
+yet, only once it is EMPTY_JOB_TIMEOUT_S (a day) old.  The times are the writing hosts'
+clocks: ``older_than`` must exceed both their skew and the longest time a job goes
+without any task writing once its first ledger is registered (its tasks refresh their
+ledgers' records while they write).
 """
 
 from __future__ import annotations
@@ -64,6 +66,11 @@ LEDGER_MAGIC = b"PBKT"
 RECORD_VERSION = 1
 #: How many times a settler goes over a job whose ledgers keep being registered.
 SETTLE_ATTEMPTS_MAX = 10
+#: How long a job none of whose tasks registered a ledger yet is waited for before it is
+#: taken for an orphan (if the orphan timeout is shorter).  A Spark job is begun when
+#: its write is planned, before the stages that compute its rows run, however long they
+#: take: its tasks register their ledgers only then.
+EMPTY_JOB_TIMEOUT_S = 24 * 3600.0
 _LEDGER_DIGITS = 20
 _JOB_KEYS = frozenset(("job", "created", "plan"))
 _LEDGER_KEYS = frozenset(("ledger_id", "partition", "attempt", "refreshed"))
@@ -284,9 +291,10 @@ def settle_listed(bk: "BookKeeper", metadata: LogMetadata) -> None:
 def find_orphans(store: MetadataStore, metadata: LogMetadata, older_than_s: float,
                  exclude: Iterable[str] = (), limit: int | None = None) -> list[str]:
     """The jobs of the log that the head ``metadata`` does not list and that nothing
-    wrote for ``older_than_s`` seconds (at most ``limit``), oldest first."""
+    wrote for ``older_than_s`` seconds (at most ``limit``), oldest first; a job without
+    any ledger yet once it is EMPTY_JOB_TIMEOUT_S old, if that is longer."""
     listed = set(metadata.committing) | set(metadata.aborted) | set(exclude)
-    cutoff = time.time() - older_than_s
+    now = time.time()
     found = []
     for job_id in _children(store, jobs_path(metadata.name)):
         if job_id in listed:
@@ -295,9 +303,10 @@ def find_orphans(store: MetadataStore, metadata: LogMetadata, older_than_s: floa
         # None: settled meanwhile, or the empty record a late registration left (it has
         # no time of its own: only its ledgers' count).
         created = 0.0 if record is None else record[0].created
-        if created <= cutoff and all(
-                ledger.refreshed <= cutoff
-                for ledger in job_ledgers(store, metadata.name, job_id)):
+        ledgers = job_ledgers(store, metadata.name, job_id)
+        wait_s = older_than_s if ledgers else max(older_than_s, EMPTY_JOB_TIMEOUT_S)
+        if created <= now - wait_s and all(
+                ledger.refreshed <= now - older_than_s for ledger in ledgers):
             found.append((created, job_id))
     return [job_id for _created, job_id in sorted(found)[:limit]]
 

@@ -130,7 +130,8 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            "to the sink too; the source does not use it"),
     Option("orphanTimeoutSeconds", _number(float), 600.0, _WRITES,
            "a job whose tasks wrote nothing for this long and that never committed is "
-           "an orphan: its ledgers are deleted by the next commit on the log"),
+           "an orphan: its ledgers are deleted by the next commit or abort on the log "
+           "(or by pybk clean-orphans)"),
 )}
 
 _CLIENT_SETTINGS = {f.name for f in fields(ClientSettings)}
