@@ -19,6 +19,9 @@
 ``pybk consumers list|remove``
     A log's consumers and their committed positions, which hold back truncation; remove
     one that stopped for good (:mod:`pybk.log.consumers`).
+``pybk clean-orphans LOG``
+    Delete the ledgers of jobs on a log whose driver died before their commit
+    (:func:`pybk.log.commit.clean_orphans`).
 
 ``--log-level`` goes before or after the command; ``--version`` prints pybk's version.
 The cluster commands live in :mod:`pybk.cluster.commands`; this module only parses.
@@ -81,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "simpletest":
         return commands.run_simpletest(args.zk, args.ensemble, args.write_quorum,
                                        args.ack_quorum, args.entries, args.entry_size)
+    if args.command == "clean-orphans":
+        return commands.run_clean_orphans(args.zk, args.log, args.older_than)
     return 2
 
 
@@ -259,6 +264,15 @@ def _parser() -> argparse.ArgumentParser:
     simple.add_argument("--ack-quorum", type=count, default=2, help="ack quorum Qa")
     simple.add_argument("--entries", type=count, default=1000, help="how many entries")
     simple.add_argument("--entry-size", type=count, default=1024, help="bytes per entry")
+
+    orphans = commands.add_parser(
+        "clean-orphans", help="delete what jobs whose driver died left on a log")
+    orphans.add_argument("log", help="the log's name")
+    orphans.add_argument("--zk", metavar="ADDRESS", required=True,
+                         help="zk://host:port[,host:port...]/ledgers")
+    orphans.add_argument("--older-than", type=_positive(float), default=600.0,
+                         metavar="SECONDS", help="give up jobs nothing wrote for this long "
+                         "(default 600, the orphanTimeoutSeconds default)")
     return parser
 
 

@@ -232,6 +232,16 @@ class RecordsTruncated(BookKeeperError):
     segment deleted while it was read, a streaming query's position truncated away)."""
 
 
+class JobFinished(BookKeeperError):
+    """A job writing ledgers for a log (:mod:`pybk.log.jobs`) was committed, aborted or
+    given up as an orphan already: it takes no more ledgers and commits nothing."""
+
+
+class TooManyLedgers(BookKeeperError, ValueError):
+    """A commit names more ledgers than one compare-and-set of the log's head may add
+    (:data:`pybk.log.metadata.COMMIT_LEDGERS_MAX`)."""
+
+
 _WIRE_ERRORS = (
     NoSuchLedger,
     NoSuchEntry,

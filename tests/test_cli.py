@@ -54,7 +54,8 @@ def test_log_level_goes_before_or_after_the_command_in_any_case():
                               "Error"]).log_level == "ERROR"
     for command in (["bookie"], ["demote", "wal"], ["updatecookie"],
                     ["format-cluster", "--zk", "zk://zk1/ledgers"], ["localcluster", "1"],
-                    ["simpletest", "--zk", "zk://zk1/ledgers"]):
+                    ["simpletest", "--zk", "zk://zk1/ledgers"],
+                    ["clean-orphans", "events", "--zk", "zk://zk1/ledgers"]):
         assert parser.parse_args([*command, "--log-level", "debug"]).log_level == "DEBUG"
 
 
@@ -66,6 +67,8 @@ def test_log_level_goes_before_or_after_the_command_in_any_case():
     (["demo", "--seconds", "-1"], "argument --seconds: -1 is not over 0"),
     (["simpletest", "--zk", "zk://127.0.0.1/ledgers", "--entries", "0"],
      "argument --entries: 0 is not over 0"),
+    (["clean-orphans", "events", "--zk", "zk://127.0.0.1/ledgers", "--older-than", "0"],
+     "argument --older-than: 0 is not over 0"),
 ])
 def test_bad_arguments_get_usage_and_status_2_not_a_traceback(args, message):
     result = run(*args)

@@ -1,6 +1,6 @@
 """What the cluster commands of ``pybk`` do: ``bookie``, ``updatecookie``,
-``format-cluster``, ``localcluster`` and ``simpletest`` (:mod:`pybk.cli` parses their
-arguments).
+``format-cluster``, ``localcluster``, ``simpletest`` and ``clean-orphans`` (:mod:`pybk.cli`
+parses their arguments).
 
 Each returns the process's exit status: 0 on success, and after a graceful stop on
 SIGTERM or SIGINT; 1 if the command failed, with the reason on standard error.  Lines
@@ -241,6 +241,22 @@ def run_simpletest(address: str, ensemble: int, write_quorum: int, ack_quorum: i
     except BookKeeperError as e:
         return _failed("simpletest", e)
     _say(f"pybk simpletest: {report}")
+    return 0
+
+
+def run_clean_orphans(address: str, log_name: str, older_than_s: float) -> int:
+    """Give up the jobs of a log on the cluster at ``address`` that nothing wrote for
+    ``older_than_s`` seconds (:func:`pybk.log.commit.clean_orphans`)."""
+    from pybk.client import BookKeeper
+    from pybk.log.commit import clean_orphans
+
+    try:
+        with BookKeeper.connect(address) as bk:
+            given_up = clean_orphans(bk, log_name, older_than_s)
+    except BookKeeperError as e:
+        return _failed("clean-orphans", e)
+    _say(f"pybk clean-orphans: log {log_name}: {len(given_up)} orphan jobs given up"
+         + "".join(f"\n  {job_id}" for job_id in given_up))
     return 0
 
 

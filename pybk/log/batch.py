@@ -31,9 +31,20 @@ RECORD_OVERHEAD_BYTES = _LENGTH.size
 
 def encode_batch(records: Sequence[bytes]) -> bytes:
     """One entry holding ``records`` (at least one) in order."""
-    count = len(records)
-    return b"".join((_HEADER.pack(VERSION, count),
-                     struct.pack(f">{count}I", *map(len, records)), *records))
+    return b"".join((_header(list(map(len, records))), *records))
+
+
+def encode_batch_parts(lengths: Sequence[int], body: bytes | memoryview) -> bytes:
+    """One entry holding records of ``lengths`` (at least one) whose bytes, one after the
+    other, are ``body`` (as a column of values lies in an Arrow buffer)."""
+    if sum(lengths) != len(body):
+        raise ValueError(f"records of {sum(lengths)} bytes in all, in a body of {len(body)}")
+    return b"".join((_header(lengths), body))
+
+
+def _header(lengths: Sequence[int]) -> bytes:
+    count = len(lengths)
+    return _HEADER.pack(VERSION, count) + struct.pack(f">{count}I", *lengths)
 
 
 def batch_lengths(data: bytes) -> tuple[tuple[int, ...], int]:

@@ -1,12 +1,14 @@
 """A log's metadata: its segments (ledgers, in order), kept under compare-and-set in
 records whose size does not depend on how many segments the log has.
 
-Format version 2.  Log ``name`` has a head record and one record per segment number, all
+Format version 3.  Log ``name`` has a head record and one record per segment number, all
 sealed records (:mod:`pybk.meta.sealed`)::
 
-    /logs/<name>                                   the head (magic b"PBKG", version 2)
+    /logs/<name>                                   the head (magic b"PBKG", version 3)
     /logs/<name>/segments/<number, 20 digits>      segment records (magic b"PBKS", version 1)
     /logs/<name>/consumers/<consumer id>           consumers' positions (:mod:`pybk.log.consumers`)
+    /logs/<name>/jobs/<job id>[/<ledger id>]       jobs that write ledgers to commit to the
+                                                   log (:mod:`pybk.log.jobs`)
 
 The head's body::
 
@@ -14,12 +16,21 @@ The head's body::
     "next_segment"      the number the next segment gets (numbers are never reused)
     "truncated_before"  [segment, entry, slot]: records before it are gone
     "tail"              [[segment number, ledger id], ...]: the newest segments, numbers
-                        increasing, at most TAIL_SEGMENTS (4) of them
+                        increasing, at most TAIL_SEGMENTS (4) of them, except for a moment
+                        after a commit (below): then up to TAIL_SEGMENTS + COMMIT_LEDGERS_MAX
     "oldest_segment"    every segment record numbered below it is deleted (truncation's
                         progress: below truncated_before's segment while one is unfinished)
     "dropping"          [[segment number, ledger id], ...]: empty segments the last writer
                         to open dropped from the log, whose ledgers it deletes (at most 2;
                         a null number is a ledger that a format-1 record was deleting)
+    "epoch"             how many times the log was taken over: every opening writer's CAS
+                        and every commit's adds one (see "Job bookkeeping" below)
+    "sinks"             {sink id: batch id}: the last batch each streaming sink committed
+                        (at most SINKS_MAX sinks, ids of at most SINK_ID_MAX_CHARS)
+    "committing"        [job id, ...]: jobs whose commit CAS added their ledgers, whose
+                        other ledgers and records may still have to be deleted
+    "aborted"           [job id, ...]: jobs given up (orphans, or aborted by their
+                        driver), whose ledgers and records may still have to be deleted
 
 A segment record's body::
 
@@ -64,12 +75,13 @@ Segment records follow these rules:
 
 **Opening** (:mod:`pybk.log.writer`): read the head; finish what a writer that died left
 undone (dead records and ledgers of ``dropping``, an unfinished truncation, missing tail
-records); fence and recover the last two segments; of those, an empty one is dropped,
-but never the tail's first, so each dropped segment has a segment before it in the tail,
-whose next number starts the run of dead numbers (a log that restarts without writing
-keeps one run, with one record at its start for readers, however often it restarts);
-then CAS the head with the new segment appended, ``dropping`` set to the segments
-dropped and ``oldest_segment`` to truncated_before's segment.  After the CAS: the new
+records, the leftovers of the jobs the head lists); fence and recover the last two
+segments; of those, an empty one is dropped, but never the tail's first, so each dropped
+segment has a segment before it in the tail, whose next number starts the run of dead
+numbers (a log that restarts without writing keeps one run, with one record at its start
+for readers, however often it restarts); then CAS the head with the new segment
+appended, ``dropping`` set to the segments dropped, ``oldest_segment`` to
+truncated_before's segment, ``epoch`` + 1 and no job listed.  After the CAS: the new
 segment's record and the dead records of the runs between tail segments and of the
 dropped segments, then the dropped segments' ledgers are deleted.  ``dropping`` is
 cleared by that writer's next CAS, or by the next opener, which does the same steps
@@ -90,6 +102,45 @@ range (each number was given to a segment once), whatever the log's length.
 **Demotion** (:mod:`pybk.log.promotion`) makes the next segment number jump by 2^32: a
 hollow dead record at the first number skipped covers the jump.
 
+**Commits** (:mod:`pybk.log.commit`) append the closed ledgers of a job (a Spark job's
+tasks each wrote ledgers of their own) to the log as new segments, in one CAS, so that
+readers see all of a job or none of it.  A commit acts as an opening writer (so a live
+writer of the log gets LogFenced at its next add or head change, as when another writer
+opens): it finishes what a dead writer or committer left, fences and recovers the last
+two segments, then CASes the head with the job's ledgers appended as segments
+``next_segment``, ``next_segment + 1``, ... (no empty segment for a writer), the job in
+``committing``, ``epoch`` + 1 and, for a streaming sink, ``sinks[sink id]`` = its batch id.
+That CAS may leave a tail longer than TAIL_SEGMENTS (at most COMMIT_LEDGERS_MAX ledgers
+a commit; more are refused): the committer writes the new segments' records right after
+it, then CASes the head again with the tail cut back to TAIL_SEGMENTS (and ``committing``
+cleared, once the job's records are deleted).  A committer that dies in between leaves
+the long tail to the next opener or committer, which writes every tail segment's record
+first (:func:`ensure_records`) and cuts the tail in its own CAS, as it converts format 1.
+With ``overwrite`` the same first CAS sets truncated_before to the start of the job's
+first segment and keeps only the job's segments in the tail: the older ones are deleted
+by the truncation walk, as for a writer's truncation.  A commit whose sink already
+recorded its batch id (or a later one) changes nothing: a replayed micro-batch is
+committed once.
+
+**Job bookkeeping** rides on the head's CAS, so a commit, an abort and an orphan cleaner
+never disagree about a job: a job's fate is decided by the CAS that lists it, in
+``committing`` (its ledgers in the log) or in ``aborted`` (its ledgers to delete), and a
+committer fails without changing anything when its job is listed as aborted or its
+records are gone (deleted after such a CAS).  Whoever reads a head that lists jobs
+deletes their leftover ledgers and records before its own CAS, which then drops them
+from the lists, so the lists never hold more than one CAS adds (a committer's job, at
+most ORPHANS_PER_CAS_MAX orphans).  These CASes change no field but ``committing`` and
+``aborted`` unless they take the log over (and bump ``epoch``): a writer whose head CAS
+fails (a roll, a truncation) re-reads the head and, if it differs from the one the
+writer wrote in the job lists only, makes its change again on it (no takeover happened:
+:meth:`LogMetadata.same_owner`); any other change, a new epoch above all, means another
+writer or a commit took the log over: LogFenced.  (A committed job's record names the
+ledgers its commit appends, written before the CAS, so whoever settles it knows which
+of its ledgers to keep: :mod:`pybk.log.jobs`.)
+
+**Format 2** (no ``epoch``, ``sinks``, ``committing``, ``aborted``) is read as a head
+whose new fields are empty; the next CAS writes format 3.
+
 **Format 1** (one record holding the whole list: ``segments`` instead of ``tail`` and
 ``oldest_segment``, and ``deleting``, a list of ledger ids, instead of ``dropping``) is
 read as a head whose tail is every segment (:attr:`LogMetadata.format_version` 1), so a
@@ -104,7 +155,7 @@ record (MAX_DATA_BYTES, about 34,400 segments); such a log opens this way too.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from pybk.errors import MalformedMetadata, NodeExists, NoNode
 from pybk.log.position import START, Position
@@ -113,15 +164,24 @@ from pybk.meta.interface import ANY_VERSION, MetadataStore
 from pybk.meta.sealed import HEADER, seal, typed, unseal
 
 MAGIC = b"PBKG"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 SEGMENT_MAGIC = b"PBKS"
 SEGMENT_FORMAT_VERSION = 1
 LOGS = "/logs"
 SEGMENTS = "segments"
 CONSUMERS = "consumers"
+JOBS = "jobs"
 #: How many of the newest segments the head lists.  At least two: an opening writer
 #: recovers the last two segments from the head.
 TAIL_SEGMENTS = 4
+#: How many ledgers one commit may append.  The head lists them all for a moment (about
+#: 40 bytes each at most), so it stays under 200 KB, far below MAX_DATA_BYTES.
+COMMIT_LEDGERS_MAX = 4096
+#: How many streaming sinks a log records, and how long a sink id may be.
+SINKS_MAX = 256
+SINK_ID_MAX_CHARS = 128
+#: How many orphan jobs one CAS gives up (the rest wait for the next one).
+ORPHANS_PER_CAS_MAX = 32
 _NUMBER_DIGITS = 20
 
 
@@ -150,8 +210,12 @@ class LogMetadata:
     truncated_before: Position = START
     oldest_segment: int = 0
     dropping: tuple[Dropped, ...] = ()
+    epoch: int = 0
+    sinks: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    committing: tuple[str, ...] = ()
+    aborted: tuple[str, ...] = ()
     #: The format the record was read in; 1: the tail is every segment of the log and
-    #: no segment has a record yet.  Written in format 2 only.
+    #: no segment has a record yet.  Written in the newest format only.
     format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
@@ -165,6 +229,21 @@ class LogMetadata:
         if self.oldest_segment > self.truncated_before.segment:
             raise ValueError(f"log {self.name}: oldest_segment={self.oldest_segment} is past "
                              f"truncated_before={self.truncated_before}")
+        if len(self.sinks) > SINKS_MAX or any(
+                len(k) > SINK_ID_MAX_CHARS or v < 0 for k, v in self.sinks.items()):
+            raise ValueError(f"log {self.name}: sinks {dict(self.sinks)} must be at most "
+                             f"{SINKS_MAX} ids of at most {SINK_ID_MAX_CHARS} characters, "
+                             "each with a batch id of 0 or more")
+        listed = self.committing + self.aborted
+        if len(set(listed)) != len(listed):
+            raise ValueError(f"log {self.name}: a job is listed twice in committing "
+                             f"{self.committing} and aborted {self.aborted}")
+
+    def same_owner(self, other: "LogMetadata") -> bool:
+        """Whether ``other`` differs from this head in job bookkeeping only (``committing``
+        and ``aborted``): no writer or commit took the log over in between."""
+        return dataclasses.replace(other, committing=self.committing,
+                                   aborted=self.aborted) == self
 
     def with_new_segment(self, ledger_id: int) -> "LogMetadata":
         """The log with one more segment at its end, in format 2: the oldest tail segment
@@ -176,11 +255,13 @@ class LogMetadata:
                                    format_version=FORMAT_VERSION)
 
     def to_bytes(self) -> bytes:
-        if self.format_version != FORMAT_VERSION or len(self.tail) > TAIL_SEGMENTS:
+        if self.format_version != FORMAT_VERSION \
+                or len(self.tail) > TAIL_SEGMENTS + COMMIT_LEDGERS_MAX:
             raise ValueError(f"log {self.name}: a head of format {self.format_version} with "
                              f"{len(self.tail)} tail segments is not a format-"
-                             f"{FORMAT_VERSION} head (at most {TAIL_SEGMENTS}): write the "
-                             "records of the others first (ensure_records)")
+                             f"{FORMAT_VERSION} head (at most {TAIL_SEGMENTS}, or "
+                             f"{TAIL_SEGMENTS + COMMIT_LEDGERS_MAX} after a commit): write "
+                             "the records of the others first (ensure_records)")
         return seal(MAGIC, FORMAT_VERSION, {
             "name": self.name,
             "next_segment": self.next_segment,
@@ -188,6 +269,10 @@ class LogMetadata:
             "tail": [list(s) for s in self.tail],
             "oldest_segment": self.oldest_segment,
             "dropping": [list(d) for d in self.dropping],
+            "epoch": self.epoch,
+            "sinks": dict(self.sinks),
+            "committing": list(self.committing),
+            "aborted": list(self.aborted),
         })
 
     @classmethod
@@ -197,7 +282,11 @@ class LogMetadata:
         version = HEADER.unpack_from(data)[1] if len(data) >= HEADER.size else None
         if version == 1:
             return cls._from_format_1(unseal(data, MAGIC, 1, _KEYS_1, "log metadata"))
-        obj = unseal(data, MAGIC, FORMAT_VERSION, _KEYS, "log metadata")
+        if version == 2:
+            obj = unseal(data, MAGIC, 2, _KEYS_2, "log metadata")
+            obj.update(epoch=0, sinks={}, committing=[], aborted=[])
+        else:
+            obj = unseal(data, MAGIC, FORMAT_VERSION, _KEYS, "log metadata")
         try:
             return cls(
                 name=typed("name", obj["name"], str),
@@ -207,7 +296,13 @@ class LogMetadata:
                 truncated_before=Position(*_ints("truncated_before",
                                                  obj["truncated_before"], 3)),
                 oldest_segment=typed("oldest_segment", obj["oldest_segment"], int),
-                dropping=tuple(_dropped(d) for d in typed("dropping", obj["dropping"], list)))
+                dropping=tuple(_dropped(d) for d in typed("dropping", obj["dropping"], list)),
+                epoch=typed("epoch", obj["epoch"], int),
+                sinks={typed("a sink id", k, str): typed("a batch id", v, int)
+                       for k, v in typed("sinks", obj["sinks"], dict).items()},
+                committing=_job_ids("committing", obj["committing"]),
+                aborted=_job_ids("aborted", obj["aborted"]),
+                format_version=version)
         except ValueError as e:
             raise MalformedMetadata(f"log metadata body is malformed: {e}") from e
 
@@ -229,8 +324,9 @@ class LogMetadata:
             raise MalformedMetadata(f"log metadata (format 1) body is malformed: {e}") from e
 
 
-_KEYS = frozenset(("name", "next_segment", "truncated_before", "tail", "oldest_segment",
-                   "dropping"))
+_KEYS_2 = frozenset(("name", "next_segment", "truncated_before", "tail", "oldest_segment",
+                     "dropping"))
+_KEYS = _KEYS_2 | {"epoch", "sinks", "committing", "aborted"}
 _KEYS_1 = frozenset(("name", "segments", "next_segment", "truncated_before", "deleting"))
 
 
@@ -238,6 +334,10 @@ def _ints(name: str, value: object, count: int) -> list[int]:
     if not isinstance(value, list) or len(value) != count:
         raise ValueError(f"{name} is {value!r}, not a list of {count} integers")
     return [typed(name, v, int) for v in value]
+
+
+def _job_ids(name: str, value: object) -> tuple[str, ...]:
+    return tuple(typed(f"a job id in {name}", v, str) for v in typed(name, value, list))
 
 
 def _dropped(value: object) -> Dropped:
@@ -303,6 +403,11 @@ def segments_path(name: str) -> str:
     return paths.join(log_path(name), SEGMENTS)
 
 
+def jobs_path(name: str) -> str:
+    """The parent of log ``name``'s job records (:mod:`pybk.log.jobs`)."""
+    return paths.join(log_path(name), JOBS)
+
+
 def segment_path(name: str, number: int) -> str:
     """The record of segment ``number`` of log ``name``."""
     return paths.join(segments_path(name), f"{number:0{_NUMBER_DIGITS}d}")
@@ -346,24 +451,34 @@ def list_logs(store: MetadataStore) -> list[str]:
 
 
 def delete_log(store: MetadataStore, name: str) -> None:
-    """Delete the log's records (segments, consumers), head last (its ledgers are left
-    alone); nothing if it has no head."""
+    """Delete the log's records (segments, consumers, jobs), head last (its ledgers are
+    left alone, those of its jobs too); nothing if it has no head."""
     try:
         metadata = read_log(store, name).metadata
     except NoNode:
         return
     delete_records(store, name, metadata.oldest_segment, metadata.next_segment)
-    consumers = consumers_path(name)
-    for consumer in (store.children(consumers) if store.exists(consumers) else []):
-        try:
-            store.delete(paths.join(consumers, consumer), ANY_VERSION)
-        except NoNode:
-            pass
-    for path in (segments_path(name), consumers, log_path(name)):
+    delete_tree(store, jobs_path(name))
+    delete_tree(store, consumers_path(name))
+    for path in (segments_path(name), log_path(name)):
         try:
             store.delete(path, ANY_VERSION)
         except NoNode:
             pass
+
+
+def delete_tree(store: MetadataStore, path: str) -> None:
+    """Delete the record at ``path`` and every record below it (gone ones are skipped)."""
+    try:
+        children = store.children(path)
+    except NoNode:
+        return
+    for child in children:
+        delete_tree(store, paths.join(path, child))
+    try:
+        store.delete(path, ANY_VERSION)
+    except NoNode:
+        pass
 
 
 # -- segment records ------------------------------------------------------------------

@@ -8,7 +8,10 @@ compare-and-set the head with it appended.  No append is served before that succ
 A writer that lost the race, or that another writer opened after, finds out at its next
 add (its ledger is fenced: :class:`~pybk.errors.LogFenced`) or at its next change of the
 head (the compare-and-set fails).  Segments that recovery found empty are dropped from
-the log on the way (but never the tail's first: see :mod:`pybk.log.metadata`).
+the log on the way (but never the tail's first: see :mod:`pybk.log.metadata`).  A job's
+commit (:mod:`pybk.log.commit`) takes the log over the same way (:func:`take_over`), so
+it fences a live writer as an opening writer does; an orphan cleaner's change of the
+head's job lists does not.
 
 Batching: appends go into the current batch.  While fewer than ``maxOutstandingBatches``
 batches are in flight a batch goes out at once (a lone append waits for one fsync, not
@@ -50,6 +53,7 @@ from pybk.errors import (BadVersion, BookKeeperError, EntryTooLarge, InvalidConf
 from pybk.log import consumers
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, encode_batch
 from pybk.log.futures import BatchFutures
+from pybk.log.jobs import delete_ledger, settle_listed
 from pybk.log.metadata import (FORMAT_VERSION, Dropped, LogMetadata, Segment, delete_records,
                                ensure_records, find_segment, mark_dropped, read_log,
                                store_records, update_log, write_segment)
@@ -133,8 +137,7 @@ class LogWriter:
         store = bk.metadata
         for _ in range(OPEN_ATTEMPTS_MAX):
             metadata, version = read_log(store, name, create=True)
-            _finish_what_was_left(bk, metadata)
-            empty = _recover_last_segments(bk, metadata, password)
+            taken = take_over(bk, metadata, password)
             try:
                 ledger = _create_segment_ledger(bk, name, settings, password)
             except NotEnoughBookies as e:
@@ -144,10 +147,7 @@ class LogWriter:
                     f"{settings.ackQuorumSize}): start more bookies, or ask for fewer in "
                     "LogSettings (ensembleSize=writeQuorumSize=ackQuorumSize=1 for a single "
                     "copy)") from None
-            opened = dataclasses.replace(
-                metadata, tail=tuple(s for s in metadata.tail if s not in empty),
-                oldest_segment=metadata.truncated_before.segment,
-                dropping=tuple(Dropped(*s) for s in empty)).with_new_segment(ledger.id)
+            opened = taken.with_new_segment(ledger.id)
             try:
                 version = update_log(store, opened, version)
             except BadVersion:
@@ -161,9 +161,7 @@ class LogWriter:
             writer = cls(bk, name, settings, password, opened.tail[-1], ledger, opened,
                          version)
             try:
-                # The new segment's record, and the dead records of what was dropped.
-                store_records(store, name, opened.tail)
-                _finish_dropping(bk, opened)
+                finish_take_over(bk, opened)
             except BaseException:
                 writer.close()  # the next opener finishes (the steps can be repeated)
                 raise
@@ -388,13 +386,25 @@ class LogWriter:
     def _store_metadata(self, metadata: LogMetadata) -> None:
         """Compare-and-set the log's head.  Caller holds the metadata lock.
 
-        It clears ``dropping``: this writer finished those deletions when it opened."""
+        It clears ``dropping``: this writer finished those deletions when it opened.  A
+        head that changed in job bookkeeping only (an orphan cleaner's CAS) is not a
+        takeover: the change is made again on it (see :mod:`pybk.log.metadata`)."""
         metadata = dataclasses.replace(metadata, dropping=())
-        try:
-            self._version = update_log(self._bk.metadata, metadata, self._version)
-        except BadVersion:
-            raise LogFenced(f"log {self.name}: another writer changed its head") from None
-        self._metadata = metadata
+        version = self._version
+        for _ in range(OPEN_ATTEMPTS_MAX):
+            try:
+                self._version = update_log(self._bk.metadata, metadata, version)
+                self._metadata = metadata
+                return
+            except BadVersion:
+                current, version = read_log(self._bk.metadata, self.name)
+            if not self._metadata.same_owner(current):
+                raise LogFenced(f"log {self.name}: another writer or a commit changed its "
+                                "head") from None
+            metadata = dataclasses.replace(metadata, committing=current.committing,
+                                           aborted=current.aborted)
+        raise MetadataError(f"log {self.name}: lost the race to change its head "
+                            f"{OPEN_ATTEMPTS_MAX} times in a row to job bookkeeping")
 
     # -- truncation -----------------------------------------------------------------
 
@@ -430,7 +440,7 @@ class LogWriter:
             self._store_metadata(dataclasses.replace(
                 metadata, truncated_before=before,
                 tail=tuple(s for s in metadata.tail if s.number >= before.segment)))
-            deleted = _delete_segments(self._bk, self._metadata)
+            deleted = delete_segments(self._bk, self._metadata)
             if self._metadata.oldest_segment != before.segment:
                 self._store_metadata(dataclasses.replace(self._metadata,
                                                          oldest_segment=before.segment))
@@ -508,6 +518,27 @@ def _create_segment_ledger(bk: "BookKeeper", name: str, settings: LogSettings,
                             {LOG_NAME_KEY: name.encode("utf-8")})
 
 
+def take_over(bk: "BookKeeper", metadata: LogMetadata, password: bytes) -> LogMetadata:
+    """The first steps of taking the log over (an opening writer's, a commit's): finish
+    what the writers and committers before left undone, fence and recover the last two
+    segments; return the head to extend and CAS: the empty segments recovered are
+    ``dropping``, the jobs it settled are no longer listed, and the epoch is one more."""
+    _finish_what_was_left(bk, metadata)
+    empty = _recover_last_segments(bk, metadata, password)
+    return dataclasses.replace(
+        metadata, tail=tuple(s for s in metadata.tail if s not in empty),
+        oldest_segment=metadata.truncated_before.segment,
+        dropping=tuple(Dropped(*s) for s in empty), epoch=metadata.epoch + 1,
+        committing=(), aborted=(), format_version=FORMAT_VERSION)
+
+
+def finish_take_over(bk: "BookKeeper", taken: LogMetadata) -> None:
+    """The steps right after a takeover's CAS of ``taken``: the new segments' records,
+    then the dead records and ledgers of what was dropped."""
+    store_records(bk.metadata, taken.name, taken.tail)
+    _finish_dropping(bk, taken)
+
+
 def _recover_last_segments(bk: "BookKeeper", metadata: LogMetadata,
                            password: bytes) -> list[Segment]:
     """Fence and close the log's last two segments; return those to drop: empty ones,
@@ -534,34 +565,25 @@ def _finish_what_was_left(bk: "BookKeeper", metadata: LogMetadata) -> None:
     undone when they died (each step can be repeated; see :mod:`pybk.log.metadata`)."""
     _finish_dropping(bk, metadata)
     ensure_records(bk.metadata, metadata)
-    _delete_segments(bk, metadata)
+    delete_segments(bk, metadata)
+    settle_listed(bk, metadata)
 
 
 def _finish_dropping(bk: "BookKeeper", metadata: LogMetadata) -> None:
     """Mark the head's dropped segments dead, then delete their ledgers."""
     mark_dropped(bk.metadata, metadata)
     for dropped in metadata.dropping:
-        _delete_ledger(bk, dropped.ledger_id)
+        delete_ledger(bk, dropped.ledger_id)
 
 
-def _delete_segments(bk: "BookKeeper", metadata: LogMetadata) -> int:
+def delete_segments(bk: "BookKeeper", metadata: LogMetadata) -> int:
     """Delete the ledgers and records of the segments numbered from the head's
     oldest_segment up to its truncated_before's; return how many ledgers were deleted."""
     deleted = []
     delete_records(bk.metadata, metadata.name, metadata.oldest_segment,
                    metadata.truncated_before.segment,
-                   lambda ledger_id: deleted.append(_delete_ledger(bk, ledger_id)))
+                   lambda ledger_id: deleted.append(delete_ledger(bk, ledger_id)))
     return sum(deleted)
-
-
-def _delete_ledger(bk: "BookKeeper", ledger_id: int) -> bool:
-    """Delete a ledger of the log; False if it was gone already (deleted before a
-    crash)."""
-    try:
-        bk.delete_ledger(ledger_id)
-    except NoSuchLedger:
-        return False
-    return True
 
 
 def _discard_ledger(bk: "BookKeeper", ledger: "LedgerHandle") -> None:

@@ -125,9 +125,13 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
     Option("sinkId", _text, None, frozenset({STREAM_WRITE}),
            "required: the name under which the query's last committed batch id is kept "
            "in the log, so that a replayed micro-batch commits nothing twice"),
+    Option("checkpointLocation", _text, None, frozenset({STREAM_WRITE}),
+           "Spark's own option (where the query keeps its checkpoint), which Spark hands "
+           "to the sink too; the source does not use it"),
     Option("orphanTimeoutSeconds", _number(float), 600.0, _WRITES,
            "a job whose tasks wrote nothing for this long and that never committed is "
-           "an orphan: its ledgers are deleted by the next commit on the log"),
+           "an orphan: its ledgers are deleted by the next commit or abort on the log "
+           "(or by pybk clean-orphans)"),
 )}
 
 _CLIENT_SETTINGS = {f.name for f in fields(ClientSettings)}

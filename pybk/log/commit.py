@@ -1,0 +1,282 @@
+"""Committing a job's closed ledgers to a log in one compare-and-set, and giving jobs up.
+
+A job (:mod:`pybk.log.jobs`: a Spark write job, or one micro-batch of a streaming query)
+writes its records into ledgers of its own, in the log's batch format
+(:mod:`pybk.log.batch`), and closes them.  :func:`commit_job` then appends them all to
+the log as new segments, in the order given, in one CAS of the log's head: readers see
+all of the job or none of it.  The protocol, and how it fits the head's format, is in
+:mod:`pybk.log.metadata` ("Commits", "Job bookkeeping"); in short:
+
+* A commit takes the log over as an opening writer does: a live
+  :class:`~pybk.log.LogWriter` of the log gets LogFenced at its next append or head
+  change, exactly as when another writer opens the log.  The log is single-writer: a job
+  and an application writer take turns, and the application reopens its writer to go on.
+* ``overwrite``: the same CAS truncates everything before the job's first record.
+* ``sink`` (sink id, batch id): the same CAS records the batch id; a commit whose sink
+  recorded that batch id (or a later one) already changes nothing, deletes the job's
+  ledgers and reports that (``committed`` False): a replayed micro-batch commits once.
+* The ledgers of the job that the commit does not name (failed and speculative task
+  attempts) are deleted after the CAS, then the job's records.
+
+:func:`abort_job` deletes a job's ledgers and records.  Orphans (jobs whose driver died
+between their tasks and their commit) are given up by every commit and abort on the log
+that is told ``orphan_timeout_s``, and by :func:`clean_orphans` (``pybk clean-orphans``):
+each names the jobs nothing wrote for that long in a CAS of the head (``aborted``), then
+deletes their ledgers and records.  Giving up jobs changes nothing else in the head, so
+it never disturbs a live writer.  A committer whose job was given up, or whose records
+are gone, fails with JobFinished and commits nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, NamedTuple, Sequence
+
+from pybk.errors import (BadVersion, BookKeeperError, InvalidConfiguration, JobFinished,
+                         MetadataError, NoNode, NoSuchLog, TooManyLedgers)
+from pybk.log import jobs
+from pybk.log.metadata import (COMMIT_LEDGERS_MAX, FORMAT_VERSION, ORPHANS_PER_CAS_MAX,
+                               SINK_ID_MAX_CHARS, SINKS_MAX, TAIL_SEGMENTS, LogMetadata,
+                               Segment, ensure_records, read_log, update_log)
+from pybk.log.position import Position
+from pybk.log.writer import OPEN_ATTEMPTS_MAX, delete_segments, finish_take_over, take_over
+from pybk.meta.ledger_metadata import LedgerState
+
+if TYPE_CHECKING:
+    from pybk.client import BookKeeper
+    from pybk.meta.interface import MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+class Sink(NamedTuple):
+    """A streaming sink's id and the batch id a commit records for it."""
+
+    sink_id: str
+    batch_id: int
+
+
+class CommitResult(NamedTuple):
+    """What :func:`commit_job` did."""
+
+    #: False if the sink had recorded the batch already: nothing was added.
+    committed: bool
+    #: The job's segments, in the order of the ledgers given (none if not committed).
+    segments: tuple[Segment, ...]
+
+
+def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[int],
+               password: bytes = b"", overwrite: bool = False, sink: Sink | None = None,
+               orphan_timeout_s: float | None = None) -> CommitResult:
+    """Append the job's closed ledgers ``ledger_ids`` to log ``name`` in one CAS, in that
+    order; delete the job's other ledgers and its records (see the module docstring).
+
+    Raises TooManyLedgers over COMMIT_LEDGERS_MAX ledgers, InvalidConfiguration for a
+    ledger that is not a closed ledger of the job or a bad sink, JobFinished if the job
+    was given up or settled already; nothing is committed then."""
+    ledger_ids = list(ledger_ids)
+    _check_commit(bk, name, job_id, ledger_ids, password, sink)
+    store = bk.metadata
+    jobs.write_plan(store, name, job_id, ledger_ids)
+    for _ in range(OPEN_ATTEMPTS_MAX):
+        metadata, version = read_log(store, name, create=True)
+        if job_id in metadata.committing:
+            # This committer's own CAS landed, but its answer was lost: it is committed.
+            committed = metadata
+            break
+        if job_id in metadata.aborted or jobs.read_job(store, name, job_id) is None:
+            raise JobFinished(f"log {name}: job {job_id} was aborted, or given up as an "
+                              "orphan, before its commit (or committed already): this "
+                              "commit adds nothing")
+        if sink is not None and metadata.sinks.get(sink.sink_id, -1) >= sink.batch_id:
+            log.info("log %s: sink %s committed batch %d already (up to %d); job %s "
+                     "commits nothing", name, sink.sink_id, sink.batch_id,
+                     metadata.sinks[sink.sink_id], job_id)
+            jobs.settle(bk, name, job_id)
+            return CommitResult(False, ())
+        taken = take_over(bk, metadata, password)
+        orphans = _orphans(store, taken, orphan_timeout_s, job_id)
+        committed = _appended(taken, job_id, ledger_ids, overwrite, sink, orphans)
+        try:
+            version = update_log(store, committed, version)
+            break
+        except BadVersion:
+            log.info("log %s: its head changed while job %s committed; trying again", name,
+                     job_id)
+    else:
+        raise MetadataError(f"log {name}: job {job_id} lost the race to commit "
+                            f"{OPEN_ATTEMPTS_MAX} times in a row to other writers")
+    first = committed.next_segment - len(ledger_ids)
+    segments = tuple(Segment(first + i, ledger_id) for i, ledger_id in enumerate(ledger_ids))
+    log.info("log %s: job %s committed %d ledgers as segments %d to %d%s", name, job_id,
+             len(ledger_ids), first, committed.next_segment - 1,
+             " (overwrite)" if overwrite else "")
+    try:
+        finish_take_over(bk, committed)
+        jobs.settle_listed(bk, committed)
+        if overwrite:
+            delete_segments(bk, committed)
+        # The tail cut back to TAIL_SEGMENTS, truncation's progress, the settled jobs.
+        _tidy(bk, committed, dataclasses.replace(
+            committed, tail=committed.tail[-TAIL_SEGMENTS:],
+            oldest_segment=committed.truncated_before.segment, dropping=(), committing=(),
+            aborted=()), version)
+    except BookKeeperError as e:
+        # The job is committed: reporting a failure would invite the caller to write it
+        # again.  What is left (records, deletions, the tail) is the next owner's to do.
+        log.warning("log %s: job %s is committed, but tidying up after it failed (the next "
+                    "writer or commit of the log finishes it): %s", name, job_id, e)
+    return CommitResult(True, segments)
+
+
+def _check_commit(bk: "BookKeeper", name: str, job_id: str, ledger_ids: list[int],
+                  password: bytes, sink: Sink | None) -> None:
+    if len(ledger_ids) > COMMIT_LEDGERS_MAX:
+        raise TooManyLedgers(
+            f"log {name}: job {job_id} would commit {len(ledger_ids)} ledgers, over "
+            f"COMMIT_LEDGERS_MAX={COMMIT_LEDGERS_MAX} for one commit: write with fewer "
+            "partitions (coalesce) or larger segments (segmentMaxBytes)")
+    if len(set(ledger_ids)) != len(ledger_ids):
+        raise InvalidConfiguration(f"log {name}: job {job_id} names a ledger twice in its "
+                                   f"commit: {ledger_ids}")
+    if sink is not None and not (isinstance(sink.sink_id, str)
+                                 and 0 < len(sink.sink_id) <= SINK_ID_MAX_CHARS
+                                 and isinstance(sink.batch_id, int) and sink.batch_id >= 0):
+        raise InvalidConfiguration(
+            f"sink {sink.sink_id!r} with batch {sink.batch_id!r}: a sink id has 1 to "
+            f"{SINK_ID_MAX_CHARS} characters, a batch id is 0 or more")
+    registered = {r.ledger_id for r in jobs.job_ledgers(bk.metadata, name, job_id)}
+    for ledger_id in ledger_ids:
+        if ledger_id not in registered:
+            raise InvalidConfiguration(f"log {name}: ledger {ledger_id} is not a ledger of "
+                                       f"job {job_id} (or the job was settled already)")
+        metadata = bk.ledger_manager.read(ledger_id).metadata
+        if metadata.state is not LedgerState.CLOSED:
+            raise InvalidConfiguration(f"log {name}: ledger {ledger_id} of job {job_id} is "
+                                       f"{metadata.state.name}, not closed: only a task that "
+                                       "finished hands its ledgers to the commit")
+        if not metadata.check_password(password):
+            raise InvalidConfiguration(f"log {name}: ledger {ledger_id} of job {job_id} has "
+                                       "another password than the log's")
+
+
+def _appended(taken: LogMetadata, job_id: str, ledger_ids: list[int], overwrite: bool,
+              sink: Sink | None, orphans: list[str]) -> LogMetadata:
+    """The head with the job's ledgers appended to ``taken`` (a takeover's head)."""
+    first = taken.next_segment
+    new = tuple(Segment(first + i, ledger_id) for i, ledger_id in enumerate(ledger_ids))
+    sinks = dict(taken.sinks)
+    if sink is not None:
+        if sink.sink_id not in sinks and len(sinks) >= SINKS_MAX:
+            raise InvalidConfiguration(f"log {taken.name} records SINKS_MAX={SINKS_MAX} "
+                                       f"sinks already: sink {sink.sink_id!r} cannot be "
+                                       "added")
+        sinks[sink.sink_id] = sink.batch_id
+    if overwrite:
+        # Readers start at truncated_before's segment: the job's first, or the number
+        # the next segment gets if the job brings none.
+        changes = dict(tail=new, truncated_before=Position(first, 0, 0))
+    else:
+        # The older tail segments have their records (the takeover wrote them).
+        changes = dict(tail=(taken.tail + new)[-max(TAIL_SEGMENTS, len(new)):])
+    return dataclasses.replace(taken, next_segment=first + len(new), sinks=sinks,
+                               committing=(job_id,), aborted=tuple(orphans), **changes)
+
+
+def _tidy(bk: "BookKeeper", head: LogMetadata, tidy: LogMetadata, version: int) -> None:
+    """CAS ``tidy`` over ``head`` (at ``version``), which this caller wrote and whose
+    listed jobs it settled; if a cleaner listed jobs meanwhile, settle them and try again
+    with them off the list too.  Left to the next writer or committer if one took the log
+    over meanwhile (it does the same)."""
+    store = bk.metadata
+    for _ in range(OPEN_ATTEMPTS_MAX):
+        try:
+            update_log(store, tidy, version)
+            return
+        except BadVersion:
+            current, version = read_log(store, head.name)
+        if not head.same_owner(current):
+            return
+        jobs.settle_listed(bk, current)
+    log.warning("log %s: could not tidy its head (lost the race %d times); the next "
+                "writer or commit does it", head.name, OPEN_ATTEMPTS_MAX)
+
+
+def _orphans(store: "MetadataStore", metadata: LogMetadata, orphan_timeout_s: float | None,
+             job_id: str | None) -> list[str]:
+    if orphan_timeout_s is None:
+        return []
+    return jobs.find_orphans(store, metadata, orphan_timeout_s,
+                             exclude=() if job_id is None else (job_id,),
+                             limit=ORPHANS_PER_CAS_MAX)
+
+
+# -- giving jobs up ---------------------------------------------------------------------
+
+
+def abort_job(bk: "BookKeeper", name: str, job_id: str,
+              orphan_timeout_s: float | None = None) -> bool:
+    """Give the job up: delete its ledgers and records; with ``orphan_timeout_s``, give
+    up the log's orphans too.  Returns False if the head lists the job as committed (its
+    commit's CAS landed, whatever its committer was told): then its committed ledgers
+    stay, and only its others are deleted.  (A job whose commit finished has no records
+    left: aborting it deletes nothing.)"""
+    committed, _given_up = _give_up(bk, name, job_id, orphan_timeout_s)
+    return not committed
+
+
+def clean_orphans(bk: "BookKeeper", name: str, older_than_s: float) -> list[str]:
+    """Give up the jobs of log ``name`` that nothing wrote for ``older_than_s`` seconds
+    (see :mod:`pybk.log.jobs`): delete their ledgers and records.  Returns their ids."""
+    if older_than_s < 0:
+        raise InvalidConfiguration(f"older_than_s={older_than_s}: must be 0 or more")
+    given_up: list[str] = []
+    while True:  # one CAS gives up at most ORPHANS_PER_CAS_MAX
+        _committed, found = _give_up(bk, name, None, older_than_s)
+        given_up += found
+        if len(found) < ORPHANS_PER_CAS_MAX:
+            return given_up
+
+
+def _give_up(bk: "BookKeeper", name: str, job_id: str | None,
+             orphan_timeout_s: float | None) -> tuple[bool, list[str]]:
+    """List ``job_id`` (if given and pending) and the orphans in ``aborted`` in one CAS
+    that changes nothing else, then settle them and CAS them off the list again.
+
+    Returns whether ``job_id`` was committed already (then it is settled as committed,
+    not given up), and the jobs given up."""
+    store = bk.metadata
+    for _ in range(OPEN_ATTEMPTS_MAX):
+        try:
+            metadata, version = read_log(store, name)
+        except NoNode:
+            raise NoSuchLog(f"no log is named {name!r}") from None
+        jobs.settle_listed(bk, metadata)
+        if job_id is not None and job_id in metadata.committing:
+            log.warning("log %s: job %s was committed already; it is not aborted", name,
+                        job_id)
+            return True, []
+        targets = _orphans(store, metadata, orphan_timeout_s, job_id)
+        if job_id is not None and jobs.read_job(store, name, job_id) is not None:
+            targets.insert(0, job_id)
+        if not targets and not (metadata.committing or metadata.aborted):
+            return False, []
+        listed = dataclasses.replace(metadata, committing=(), aborted=tuple(targets),
+                                     format_version=FORMAT_VERSION)
+        if metadata.format_version == 1:  # no writer opened it since: convert it
+            ensure_records(store, metadata)
+            listed = dataclasses.replace(listed, tail=metadata.tail[-TAIL_SEGMENTS:])
+        try:
+            version = update_log(store, listed, version)
+            break
+        except BadVersion:
+            continue
+    else:
+        raise MetadataError(f"log {name}: lost the race to give up jobs "
+                            f"{OPEN_ATTEMPTS_MAX} times in a row")
+    for target in targets:
+        log.info("log %s: job %s given up: %d ledgers deleted", name, target,
+                 jobs.settle(bk, name, target))
+    _tidy(bk, listed, dataclasses.replace(listed, aborted=()), version)
+    return False, targets

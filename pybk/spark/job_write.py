@@ -1,0 +1,293 @@
+"""What a write to a pybk log does in Spark, for the batch and the streaming writer alike.
+
+One Spark write job (a ``df.write`` or one micro-batch of a ``df.writeStream``) is one
+pybk job (:mod:`pybk.log.jobs`), committed exactly once (:mod:`pybk.log.commit`):
+
+* **Driver, before any task** (:func:`begin`, from the writer's constructor, which
+  Spark runs where it plans the write): connect (a wrong ``metadataServiceUri`` or an
+  unusable log name fails here, with the reason) and record the job under the log.
+* **Tasks** (:func:`write_partition`, on the executors): each task attempt builds its own
+  client, writes its rows into ledgers of its own (created with the options'
+  LogSettings quorums, tagged with the log's name; a new one past ``segmentMaxBytes``),
+  each registered in the job before its first entry and refreshed while it is written,
+  closes them, and returns a :class:`PybkCommitMessage` naming them.  Values are packed
+  into entries in the log's batch format (:mod:`pybk.log.batch`), up to
+  ``batchMaxBytes`` each, straight from the Arrow column's buffers, with up to
+  ENTRIES_IN_FLIGHT_MAX entries in flight.  A failed attempt deletes its ledgers.
+* **Driver, after the tasks** (:func:`commit`): the successful attempts' ledgers, in
+  partition order, are appended to the log in one compare-and-set; the job's other
+  ledgers (failed and speculative attempts) and its records are deleted.  :func:`abort`
+  deletes everything of the job.  Both give up the log's orphans on the way: jobs
+  nothing wrote for ``orphanTimeoutSeconds`` (their driver died before committing).
+
+Spark's save modes: ``append`` adds the job's records after the log's; ``overwrite``
+truncates everything before the job's first record in the same commit.  Spark itself
+refuses ``errorifexists`` and ``ignore`` for Python data sources, before the source is
+asked ([UNSUPPORTED_DATA_SOURCE_SAVE_MODE]): a pybk log cannot be written in those modes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import dataclasses
+import logging
+import operator
+import threading
+import time
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional
+
+from pyspark.sql.datasource import WriterCommitMessage
+
+from pybk.errors import BookKeeperError, EntryTooLarge, InvalidConfiguration, MetadataError
+from pybk.log import jobs
+from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, encode_batch_parts
+from pybk.log.commit import CommitResult, Sink, abort_job, commit_job
+from pybk.log.metadata import log_path
+from pybk.log.writer import LOG_NAME_KEY
+from pybk.spark.connect import connect
+from pybk.spark.options import PybkOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from pybk.client import BookKeeper
+    from pybk.client.ledger import LedgerHandle
+
+log = logging.getLogger(__name__)
+
+#: Custom metadata key naming the job a task's ledger was written for.
+JOB_KEY = "pybk.job"
+#: How many entries a task has in flight at once (256 KiB each with the default
+#: batchMaxBytes): enough to keep every bookie's pipeline busy.
+ENTRIES_IN_FLIGHT_MAX = 32
+#: A task refreshes its ledger's record every orphanTimeoutSeconds x this.
+REFRESH_FRACTION = 0.25
+
+
+@dataclasses.dataclass(frozen=True)
+class PybkCommitMessage(WriterCommitMessage):
+    """What a task attempt hands to the commit: its ledgers, in order."""
+
+    job_id: str
+    partition: int
+    ledger_ids: tuple[int, ...]
+    records: int
+
+
+# -- the driver -----------------------------------------------------------------------
+
+
+def begin(opts: PybkOptions) -> str:
+    """Record a new job on the options' log; return its id.  Raises on the driver what
+    would make every task fail: an unreachable cluster, an unusable log name."""
+    try:
+        log_path(opts.log)
+    except MetadataError as e:
+        raise InvalidConfiguration(f"option log={opts.log!r} cannot name a log: {e}") from None
+    with connect(opts) as bk:
+        return jobs.begin_job(bk.metadata, opts.log)
+
+
+def commit(opts: PybkOptions, job_id: str,
+           messages: Iterable[Optional[PybkCommitMessage]], overwrite: bool,
+           sink: Sink | None = None) -> CommitResult:
+    """Append the ledgers of ``messages`` (the successful task attempts'), in partition
+    order, to the log in one CAS; delete the job's others and its records."""
+    found = [m for m in messages if m is not None]
+    partitions = [m.partition for m in found]
+    if len(set(partitions)) != len(partitions):
+        raise MetadataError(f"{opts.describe()}: job {job_id} got two commit messages for "
+                            f"one partition: {sorted(partitions)}")
+    ledger_ids = [i for m in sorted(found, key=lambda m: m.partition) for i in m.ledger_ids]
+    with connect(opts) as bk:
+        if not ledger_ids and not overwrite:  # nothing to add: no need to take the log over
+            jobs.settle(bk, opts.log, job_id)
+            return CommitResult(True, ())
+        result = commit_job(bk, opts.log, job_id, ledger_ids, opts.password, overwrite, sink,
+                            orphan_timeout_s=opts.get("orphanTimeoutSeconds"))
+    log.info("%s: job %s %s %d records in %d ledgers", opts.describe(), job_id,
+             "committed" if result.committed else "had been committed already: skipped",
+             sum(m.records for m in found), len(ledger_ids))
+    return result
+
+
+def abort(opts: PybkOptions, job_id: str) -> None:
+    """Delete every ledger and record of the job (and the log's orphans)."""
+    with connect(opts) as bk:
+        abort_job(bk, opts.log, job_id, orphan_timeout_s=opts.get("orphanTimeoutSeconds"))
+
+
+def settle(opts: PybkOptions, job_id: str) -> None:
+    """Delete a job's ledgers and records at once (a job known to be unused)."""
+    with connect(opts) as bk:
+        jobs.settle(bk, opts.log, job_id)
+
+
+# -- the tasks ------------------------------------------------------------------------
+
+
+def write_partition(opts: PybkOptions, job_id: str,
+                    batches: Iterator["pa.RecordBatch"]) -> PybkCommitMessage:
+    """Write a task's rows (Arrow batches whose one column is ``value``) into ledgers of
+    the job; return the message naming them."""
+    from pyspark import TaskContext
+    context = TaskContext.get()
+    partition, attempt = context.partitionId(), context.attemptNumber()
+    with connect(opts) as bk:
+        ledgers = _TaskLedgers(bk, opts, job_id, partition, attempt)
+        try:
+            records = 0
+            for batch in batches:
+                for entry in _entries(batch.column(0), ledgers.settings.batchMaxBytes,
+                                      ledgers.settings.recordMaxBytes):
+                    ledgers.add(entry)
+                records += batch.num_rows
+            ledger_ids = ledgers.finish()
+        except BaseException:
+            ledgers.discard()
+            raise
+    return PybkCommitMessage(job_id, partition, tuple(ledger_ids), records)
+
+
+def _entries(column: "pa.Array", batch_max_bytes: int,
+             record_max_bytes: int) -> Iterator[bytes]:
+    """The entries (log batches of up to ``batch_max_bytes``, a larger record alone)
+    holding the values of a binary or string column, in order, cut straight from its
+    buffers."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    count = len(column)
+    if count == 0:
+        return
+    if column.null_count:
+        raise InvalidConfiguration(f"column value holds {column.null_count} nulls: a log "
+                                   "record is bytes (write b'' for an empty one, or filter "
+                                   "the nulls out)")
+    kind = column.type
+    if pa.types.is_large_binary(kind) or pa.types.is_large_string(kind):
+        width = "q"
+    elif pa.types.is_binary(kind) or pa.types.is_string(kind):
+        width = "i"
+    else:
+        raise InvalidConfiguration(f"column value is {kind}: binary or string only")
+    longest = pc.max(pc.binary_length(column)).as_py()
+    if longest > record_max_bytes:
+        raise EntryTooLarge(f"a value of {longest} bytes is over recordMaxBytes="
+                            f"{record_max_bytes}: raise it (and the bookies' "
+                            "maxEntrySizeBytes) or split the value")
+    _validity, offsets_buffer, data_buffer = column.buffers()
+    offsets = memoryview(offsets_buffer).cast("B").cast(width)[
+        column.offset:column.offset + count + 1]
+    data = memoryview(data_buffer) if data_buffer is not None else memoryview(b"")
+    budget = batch_max_bytes - BATCH_HEADER_BYTES
+
+    def end_of(k: int) -> int:  # bytes records [0, k) take in an entry, but the header
+        return offsets[k] + RECORD_OVERHEAD_BYTES * k
+
+    first = 0
+    while first < count:
+        last = bisect.bisect_right(range(count + 1), end_of(first) + budget, lo=first + 1,
+                                   key=end_of) - 1
+        last = max(last, first + 1)  # a record over the budget goes alone
+        lengths = list(map(operator.sub, offsets[first + 1:last + 1], offsets[first:last]))
+        yield encode_batch_parts(lengths, data[offsets[first]:offsets[last]])
+        first = last
+
+
+class _TaskLedgers:
+    """The ledgers one task attempt writes: created and registered on demand, rolled at
+    segmentMaxBytes, refreshed in the job while written, closed at the end."""
+
+    def __init__(self, bk: "BookKeeper", opts: PybkOptions, job_id: str, partition: int,
+                 attempt: int) -> None:
+        self._bk, self._opts, self._job_id = bk, opts, job_id
+        self._partition, self._attempt = partition, attempt
+        self.settings = opts.log_settings_object()
+        self._refresh_s = opts.get("orphanTimeoutSeconds") * REFRESH_FRACTION
+        self._done: list[int] = []
+        self._ledger: LedgerHandle | None = None
+        self._registration: jobs.JobLedger | None = None
+        self._refreshed = 0.0
+        self._ledger_bytes = 0
+        self._in_flight = 0
+        self._failure: BaseException | None = None
+        self._changed = threading.Condition()
+
+    def add(self, entry: bytes) -> None:
+        """Send an entry to the current ledger (a new one if it is full), once fewer than
+        ENTRIES_IN_FLIGHT_MAX are in flight."""
+        if self._ledger is None or self._ledger_bytes >= self.settings.segmentMaxBytes:
+            self._roll()
+        elif time.monotonic() - self._refreshed >= self._refresh_s:
+            self._registration = jobs.refresh_ledger(self._bk.metadata, self._opts.log,
+                                                     self._job_id, self._registration)
+            self._refreshed = time.monotonic()
+        with self._changed:
+            self._changed.wait_for(lambda: self._in_flight < ENTRIES_IN_FLIGHT_MAX
+                                   or self._failure is not None)
+            self._raise_failure()
+            self._in_flight += 1
+        self._ledger_bytes += len(entry)
+        try:
+            self._ledger.add_entry_then(entry, self._on_added)
+        except BaseException:
+            with self._changed:
+                self._in_flight -= 1
+            raise
+
+    def _on_added(self, _entry_id: int | None, error: BaseException | None) -> None:
+        with self._changed:
+            self._in_flight -= 1
+            if error is not None and self._failure is None:
+                self._failure = error
+            self._changed.notify_all()
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise BookKeeperError(f"{self._opts.describe()}: job {self._job_id}, partition "
+                                  f"{self._partition}: writing failed: "
+                                  f"{self._failure}") from self._failure
+
+    def _roll(self) -> None:
+        self._close_current()
+        s = self.settings
+        ledger = self._bk.create_ledger(
+            s.ensembleSize, s.writeQuorumSize, s.ackQuorumSize, s.digestType,
+            self._opts.password, {LOG_NAME_KEY: self._opts.log.encode("utf-8"),
+                                  JOB_KEY: self._job_id.encode("ascii")})
+        self._ledger, self._ledger_bytes = ledger, 0
+        self._registration = jobs.register_ledger(self._bk, self._opts.log, self._job_id,
+                                                  ledger.id, self._partition, self._attempt)
+        self._refreshed = time.monotonic()
+
+    def _close_current(self) -> None:
+        """Close the current ledger once its entries are acknowledged (close waits)."""
+        if self._ledger is None:
+            return
+        ledger, self._ledger = self._ledger, None
+        ledger.close()
+        self._raise_failure()
+        self._done.append(ledger.id)
+
+    def finish(self) -> list[int]:
+        """Close the last ledger; the ids of every ledger written, in order."""
+        self._close_current()
+        return list(self._done)
+
+    def discard(self) -> None:
+        """A failed attempt: close and delete what it wrote (its records go with the
+        job's), quietly: the failure that brought it here is what the task reports."""
+        ledger_ids = list(self._done)
+        if self._ledger is not None:
+            ledger_ids.append(self._ledger.id)
+            with contextlib.suppress(BookKeeperError):
+                self._ledger.close()
+            self._ledger = None
+        for ledger_id in ledger_ids:
+            try:
+                jobs.delete_ledger(self._bk, ledger_id)
+            except BookKeeperError as e:
+                log.warning("ledger %d of a failed task attempt was not deleted now (the "
+                            "job's commit or abort deletes it): %s", ledger_id, e)

@@ -1,0 +1,501 @@
+"""Committing jobs' ledgers to a log in one compare-and-set (pybk.log.commit), giving jobs
+up (abort, orphans), and the head's job bookkeeping (pybk.log.jobs, head format 3).
+
+Every test runs on a real bookie in this process and a real metadata store: the
+embedded one, and the ones marked so on a real ZooKeeper too.  Each client's metadata
+goes through a FaultyMetadataStore of its own, so a test can stall one party's writes
+while another goes on (a party stalled for good is one that died).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import zkutil
+from clientutil import FAST
+from clusterutil import address, bookies, child_env  # noqa: F401 (fixtures)
+from pybk.client import BookKeeper
+from pybk.client.transport import InProcessBookieClient
+from pybk.errors import (BookKeeperError, InvalidConfiguration, JobFinished, LogFenced,
+                         TooManyLedgers)
+from pybk.log import LogReader, LogWriter, Position
+from pybk.log import jobs
+from pybk.log.batch import encode_batch
+from pybk.log.commit import Sink, abort_job, clean_orphans, commit_job
+from pybk.log.metadata import (COMMIT_LEDGERS_MAX, FORMAT_VERSION, MAGIC, TAIL_SEGMENTS,
+                               LogMetadata, jobs_path, live_segments, log_path, read_log,
+                               read_segment, segments_path)
+from pybk.meta.embedded import EmbeddedMetadataStore
+from pybk.meta.faulty import FaultyMetadataStore
+from pybk.meta.sealed import seal
+from pybk.meta.zookeeper import ZooKeeperMetadataStore
+from pybk.settings import LogSettings
+
+pytestmark = pytest.mark.timeout(240)
+
+LOG = "events"
+ONE_COPY = LogSettings(ensembleSize=1, writeQuorumSize=1, ackQuorumSize=1)
+SMALL_SEGMENTS = dataclasses.replace(ONE_COPY, segmentMaxBytes=256)
+
+
+class Parties:
+    """BookKeeper clients of one bookie and one metadata store, each with the
+    FaultyMetadataStore its metadata goes through (:meth:`client`)."""
+
+    def __init__(self, store, bookie, stack: contextlib.ExitStack) -> None:
+        self.store, self._bookie, self._stack = store, bookie, stack
+        self._faults: list[FaultyMetadataStore] = []
+        stack.callback(self._release_all)
+
+    def client(self) -> tuple[BookKeeper, FaultyMetadataStore]:
+        faults = FaultyMetadataStore(self.store)
+        self._faults.append(faults)
+        bk = self._stack.enter_context(BookKeeper(
+            faults, {"B1": InProcessBookieClient("B1", self._bookie)}, FAST))
+        return bk, faults
+
+    def _release_all(self) -> None:  # no client thread stays blocked on a held write
+        for faults in self._faults:
+            faults.release_all()
+
+
+@pytest.fixture(params=["embedded", "zookeeper"])
+def parties(request, tmp_path, bookie):
+    with contextlib.ExitStack() as stack:
+        if request.param == "embedded":
+            store = stack.enter_context(EmbeddedMetadataStore(str(tmp_path / "meta")))
+        else:
+            zookeeper = request.getfixturevalue("zookeeper")
+            store = stack.enter_context(ZooKeeperMetadataStore(
+                zkutil.formatted_cluster(zookeeper), zkutil.settings()))
+        yield Parties(store, bookie, stack)
+
+
+@pytest.fixture
+def embedded(tmp_path, bookie):
+    """Parties on the embedded store only (for tests about the protocol's logic)."""
+    with contextlib.ExitStack() as stack:
+        store = stack.enter_context(EmbeddedMetadataStore(str(tmp_path / "meta")))
+        yield Parties(store, bookie, stack)
+
+
+@pytest.fixture
+def writers():
+    """Opens LogWriters of LOG, closed at the end of the test (quietly: a commit may
+    have fenced them)."""
+    opened: list[LogWriter] = []
+
+    def open_(bk, settings=SMALL_SEGMENTS) -> LogWriter:
+        writer = LogWriter.open(bk, LOG, settings)
+        opened.append(writer)
+        return writer
+
+    yield open_
+    for writer in opened:
+        with contextlib.suppress(BookKeeperError):
+            writer.close()
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def task_ledger(bk, job_id: str, partition: int, records: list[bytes], attempt: int = 0,
+                per_entry: int = 3) -> int:
+    """What a task attempt does: create a ledger, register it in the job, write the
+    records in the log's batch format (``per_entry`` a batch), close it."""
+    ledger = bk.create_ledger(1, 1, 1)
+    jobs.register_ledger(bk, LOG, job_id, ledger.id, partition, attempt)
+    for i in range(0, len(records), per_entry):
+        ledger.add_entry(encode_batch(records[i:i + per_entry]))
+    ledger.close()
+    return ledger.id
+
+
+def partition_records(partition: int, count: int) -> list[bytes]:
+    return [b"p%d r%d" % (partition, i) for i in range(count)]
+
+
+def read_all(bk, writer=None) -> list[tuple[Position, bytes]]:
+    if head(bk).next_segment == 0:
+        return []  # no segment ever: a reader refuses to start "past the end"
+    return list(LogReader(bk, LOG, writer=writer).read())
+
+
+def values(records) -> list[bytes]:
+    return [value for _position, value in records]
+
+
+def head(bk) -> LogMetadata:
+    return read_log(bk.metadata, LOG).metadata
+
+
+def ledger_exists(bk, ledger_id: int) -> bool:
+    return ledger_id in bk.list_ledgers()
+
+
+def job_exists(bk, job_id: str) -> bool:
+    return bk.metadata.exists(jobs.job_path(LOG, job_id))
+
+
+def in_thread(function) -> tuple[threading.Thread, list]:
+    """Run ``function`` in a thread; the list gets its result or its exception."""
+    outcome: list = []
+
+    def run():
+        try:
+            outcome.append(function())
+        except BaseException as e:  # handed to the test, which asserts on it
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def release_until(faults: FaultyMetadataStore, stop, timeout_s: float = 30.0):
+    """Let ``faults``' held writes land one by one until ``stop(write)`` names one held
+    (returned, still held)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for write in faults.held():
+            if stop(write):
+                return write
+            faults.release(write)
+        time.sleep(0.005)
+    raise AssertionError(f"no held write matched within {timeout_s} s")
+
+
+def release_others(faults, keep, until: threading.Thread, timeout_s: float = 30.0) -> None:
+    """Let every held write but ``keep`` land until ``until`` ends."""
+    deadline = time.monotonic() + timeout_s
+    while until.is_alive() and time.monotonic() < deadline:
+        for write in faults.held():
+            if write is not keep:
+                faults.release(write)
+        until.join(timeout=0.01)
+    assert not until.is_alive(), "the other party did not finish"
+
+
+# -- commits --------------------------------------------------------------------------------
+
+
+def test_a_commit_of_more_ledgers_than_the_tail_holds_reads_back_in_partition_order(
+        parties, writers):
+    """After records a writer appended, a job of 7 partitions (one of them in 3 ledgers,
+    one retried: its first attempt's ledger is not committed) is committed in one CAS:
+    readers find every record once, the writer's first, then the job's in partition
+    order; the head's tail is cut back to TAIL_SEGMENTS with every segment recorded; the
+    failed attempt's ledger and the job's records are deleted."""
+    bk, _faults = parties.client()
+    with writers(bk) as writer:
+        before = [writer.append(b"before %d" % i) for i in range(2)]
+    job = jobs.begin_job(bk.metadata, LOG)
+    failed = task_ledger(bk, job, 3, partition_records(3, 4), attempt=0)
+    committed_ledgers, expected = [], [b"before 0", b"before 1"]
+    for partition in range(7):
+        records = partition_records(partition, 9)
+        pieces = [records[:3], records[3:6], records[6:]] if partition == 5 else [records]
+        for piece in pieces:
+            committed_ledgers.append(task_ledger(bk, job, partition, piece,
+                                                 attempt=1 if partition == 3 else 0))
+        expected += records
+    assert len(committed_ledgers) > TAIL_SEGMENTS
+
+    result = commit_job(bk, LOG, job, committed_ledgers)
+
+    assert result.committed
+    assert [s.ledger_id for s in result.segments] == committed_ledgers
+    records = read_all(bk)
+    assert values(records) == expected
+    assert [p for p, _ in records] == sorted(p for p, _ in records)
+    assert records[:2] == list(zip(before, [b"before 0", b"before 1"]))
+    final = head(bk)
+    assert len(final.tail) == TAIL_SEGMENTS and final.committing == ()
+    assert final.tail[-1] == result.segments[-1]
+    assert [s.ledger_id for s in live_segments(bk.metadata, final)][-7:] == \
+        committed_ledgers[-7:]
+    for segment in result.segments:
+        assert read_segment(bk.metadata, LOG, segment.number).ledger_id == segment.ledger_id
+    assert not ledger_exists(bk, failed)
+    assert not job_exists(bk, job)
+    with pytest.raises(JobFinished):  # a late attempt: its ledger goes too
+        task_ledger(bk, job, 9, [b"late"])
+    assert jobs.job_ledgers(bk.metadata, LOG, job) == [] and not job_exists(bk, job)
+    assert values(read_all(bk)) == expected
+    with writers(bk) as writer:  # a writer takes the log over after the job
+        after = writer.append(b"after")
+    assert read_all(bk)[-1] == (after, b"after")
+
+
+def test_a_committer_dying_between_its_cas_and_the_tail_cut_is_finished_by_a_writer(
+        parties, writers):
+    """The committer stalls after its CAS, before the first segment record: the head
+    holds a long tail and no record of the job's segments; readers read the job
+    through the tail already.  A LogWriter that opens meanwhile writes the missing
+    records, cuts the tail, deletes the failed attempt's ledger and the job's records,
+    and appends after the job.  The stalled committer then goes on, finds the log taken
+    over and leaves the head as the writer made it."""
+    bk, faults = parties.client()
+    bk2, faults2 = parties.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    failed = task_ledger(bk, job, 0, [b"failed attempt"], attempt=0)
+    ledgers = [task_ledger(bk, job, p, partition_records(p, 2), attempt=1 if p == 0 else 0)
+               for p in range(6)]
+    faults.prefix = segments_path(LOG)
+    faults.hold_writes = True
+    committer, outcome = in_thread(lambda: commit_job(bk, LOG, job, ledgers))
+    [stalled] = faults.wait_held(1)
+
+    long = head(bk2)
+    assert len(long.tail) == len(ledgers) and long.committing == (job,)
+    assert all(read_segment(bk2.metadata, LOG, s.number) is None for s in long.tail)
+    expected = [r for p in range(6) for r in partition_records(p, 2)]
+    assert values(read_all(bk2)) == expected
+
+    writer = writers(bk2)
+    after = writer.append(b"after")
+    opened = head(bk2)
+    assert len(opened.tail) == TAIL_SEGMENTS and opened.committing == ()
+    assert all(read_segment(bk2.metadata, LOG, s.number).ledger_id == s.ledger_id
+               for s in long.tail)
+    assert not ledger_exists(bk2, failed) and not job_exists(bk2, job)
+    assert all(ledger_exists(bk2, ledger_id) for ledger_id in ledgers)
+
+    faults.hold_writes = False
+    faults.release(stalled)
+    committer.join(timeout=30)
+    assert not committer.is_alive() and outcome[0].committed
+    assert head(bk2) == opened  # the committer saw the writer's takeover
+    records = read_all(bk2, writer)
+    assert values(records) == expected + [b"after"] and records[-1][0] == after
+
+
+def test_a_commit_fences_a_live_writer_as_a_new_writer_would(parties, writers):
+    bk, _ = parties.client()
+    bk2, _ = parties.client()
+    writer = writers(bk)
+    first = writer.append(b"writer's")
+    job = jobs.begin_job(bk2.metadata, LOG)
+    ledger = task_ledger(bk2, job, 0, [b"job's"])
+    commit_job(bk2, LOG, job, [ledger])
+    with pytest.raises(LogFenced):
+        writer.append(b"after the commit")
+    records = read_all(bk2)
+    assert values(records) == [b"writer's", b"job's"] and records[0][0] == first
+    reopened = writers(bk)
+    late = reopened.append(b"reopened")
+    assert values(read_all(bk, reopened)) == [b"writer's", b"job's", b"reopened"]
+    assert read_all(bk, reopened)[-1] == (late, b"reopened")
+
+
+def test_giving_jobs_up_does_not_disturb_a_live_writer(embedded, writers):
+    """An orphan cleaner's CAS changes the head under a writer, in job bookkeeping
+    only: the writer's next rolls and its truncation make their change again on the new
+    head instead of failing (no takeover happened)."""
+    bk, _ = embedded.client()
+    bk2, _ = embedded.client()
+    writer = writers(bk)
+    written = [writer.append(b"a" + bytes(300))]
+    orphan = jobs.begin_job(bk2.metadata, LOG)
+    orphan_ledger = task_ledger(bk2, orphan, 0, [b"orphan"])
+    assert clean_orphans(bk2, LOG, 0) == [orphan]
+    assert not ledger_exists(bk2, orphan_ledger)
+    epoch = head(bk2).epoch
+    written += [writer.append(b"b%d" % i + bytes(300)) for i in range(3)]  # rolls
+    assert head(bk2).epoch == epoch and len({p.segment for p in written}) == 4
+    assert writer.truncate(written[2]) == 2
+    assert [p for p, _ in read_all(bk2, writer)] == written[2:]
+
+
+def test_overwrite_replaces_everything_before_the_job_in_the_same_commit(parties,
+                                                                         writers):
+    bk, _ = parties.client()
+    with writers(bk) as writer:
+        for i in range(6):
+            writer.append(b"old %d " % i + bytes(300))  # several segments
+    old = list(live_segments(bk.metadata, head(bk)))
+    assert len(old) > 3
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledgers = [task_ledger(bk, job, p, partition_records(p, 3)) for p in range(2)]
+
+    result = commit_job(bk, LOG, job, ledgers, overwrite=True)
+
+    assert values(read_all(bk)) == partition_records(0, 3) + partition_records(1, 3)
+    final = head(bk)
+    assert final.truncated_before == Position(result.segments[0].number, 0, 0)
+    assert final.oldest_segment == result.segments[0].number
+    assert not {s.ledger_id for s in old} & set(bk.list_ledgers())
+    assert all(read_segment(bk.metadata, LOG, n) is None
+               for n in range(result.segments[0].number))
+
+    empty = jobs.begin_job(bk.metadata, LOG)
+    commit_job(bk, LOG, empty, [], overwrite=True)  # overwrite with nothing: empty log
+    assert read_all(bk) == []
+    assert not set(ledgers) & set(bk.list_ledgers())
+
+
+def test_a_replayed_sink_batch_commits_nothing_twice(parties):
+    bk, _ = parties.client()
+    sink = "query-1"
+    committed = []
+    for batch_id, replayed in ((0, False), (1, False), (1, True), (0, True), (2, False)):
+        job = jobs.begin_job(bk.metadata, LOG)
+        records = [b"batch %d %s" % (batch_id, b"again" if replayed else b"first")]
+        ledger = task_ledger(bk, job, 0, records)
+        result = commit_job(bk, LOG, job, [ledger], sink=Sink(sink, batch_id))
+        assert result.committed == (not replayed)
+        assert ledger_exists(bk, ledger) == (not replayed)
+        assert not job_exists(bk, job)
+        if not replayed:
+            committed += records
+    assert values(read_all(bk)) == committed
+    assert head(bk).sinks == {sink: 2}
+    job = jobs.begin_job(bk.metadata, LOG)
+    with pytest.raises(InvalidConfiguration, match="sink"):
+        commit_job(bk, LOG, job, [], sink=Sink("x" * 129, 3))
+
+
+def test_an_aborted_job_leaves_nothing_and_its_late_parts_fail(parties):
+    bk, _ = parties.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledgers = [task_ledger(bk, job, p, partition_records(p, 2)) for p in range(3)]
+    assert abort_job(bk, LOG, job)
+    assert not set(ledgers) & set(bk.list_ledgers())
+    assert not job_exists(bk, job)
+    assert read_all(bk) == [] and head(bk).aborted == ()
+    with pytest.raises(JobFinished):
+        commit_job(bk, LOG, job, [])
+    late = bk.create_ledger(1, 1, 1)
+    with pytest.raises(JobFinished):
+        jobs.register_ledger(bk, LOG, job, late.id, 0, 1)
+    assert not ledger_exists(bk, late.id) and not job_exists(bk, job)
+
+
+def test_orphans_are_given_up_by_the_next_commit_or_the_cleaner(parties):
+    """A job nothing wrote for orphan_timeout_s is deleted by a commit of another job
+    told that timeout; a young job stays; clean_orphans gives up what is left."""
+    bk, _ = parties.client()
+    orphan = jobs.begin_job(bk.metadata, LOG)
+    orphan_ledgers = [task_ledger(bk, orphan, p, [b"orphaned"]) for p in range(2)]
+    young = jobs.begin_job(bk.metadata, LOG)
+    young_ledger = task_ledger(bk, young, 0, [b"young"])
+    waiting = jobs.begin_job(bk.metadata, LOG)  # its tasks have not begun writing
+    # The orphan's records were last written a minute ago.
+    for ledger in jobs.job_ledgers(bk.metadata, LOG, orphan):
+        bk.metadata.set(jobs.ledger_path(LOG, orphan, ledger.ledger_id),
+                        ledger._replace(refreshed=time.time() - 60).to_bytes(), -1)
+    record, version = jobs.read_job(bk.metadata, LOG, orphan)
+    bk.metadata.set(jobs.job_path(LOG, orphan),
+                    record._replace(created=time.time() - 60).to_bytes(), version)
+
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledger = task_ledger(bk, job, 0, [b"committed"])
+    commit_job(bk, LOG, job, [ledger], orphan_timeout_s=30)
+
+    assert not set(orphan_ledgers) & set(bk.list_ledgers()) and not job_exists(bk, orphan)
+    assert ledger_exists(bk, young_ledger) and job_exists(bk, young)
+    assert values(read_all(bk)) == [b"committed"]
+    assert clean_orphans(bk, LOG, 3600) == []
+    assert clean_orphans(bk, LOG, 0) == [young]
+    assert not ledger_exists(bk, young_ledger)
+    assert bk.metadata.children(jobs_path(LOG)) == [waiting]  # waited for a day
+    assert head(bk).aborted == () and values(read_all(bk)) == [b"committed"]
+
+
+def test_a_cleaner_that_gives_up_a_slow_committers_job_first_wins(embedded):
+    """The committer stalls at its CAS; a cleaner gives its job up meanwhile (listed as
+    aborted, ledgers and records deleted).  The committer's CAS then fails, and it
+    finds its job given up: JobFinished, nothing committed."""
+    bk, faults = embedded.client()
+    cleaner, _ = embedded.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledgers = [task_ledger(bk, job, p, [b"slow"]) for p in range(2)]
+    faults.hold_writes = True
+    committer, outcome = in_thread(lambda: commit_job(bk, LOG, job, ledgers))
+    cas = release_until(faults, lambda w: w.operation == "set" and w.path == log_path(LOG))
+    assert clean_orphans(cleaner, LOG, 0) == [job]
+    assert not set(ledgers) & set(cleaner.list_ledgers())
+    faults.release_all()
+    committer.join(timeout=30)
+    assert not committer.is_alive() and isinstance(outcome[0], JobFinished)
+    assert cas.path == log_path(LOG)
+    assert read_all(cleaner) == [] and head(cleaner).committing == ()
+
+
+def test_a_cleaner_after_a_commits_cas_keeps_the_committed_ledgers(embedded):
+    """The cleaner comes after the commit's CAS, while the committer stalls before its
+    records: the head lists the job as committing, so the cleaner keeps its plan's
+    ledgers (and deletes only the others); aborting it then changes nothing either."""
+    bk, faults = embedded.client()
+    cleaner, _ = embedded.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    failed = task_ledger(bk, job, 0, [b"failed"], attempt=0)
+    ledgers = [task_ledger(bk, job, 0, [b"kept"], attempt=1)]
+    faults.prefix = segments_path(LOG)
+    faults.hold_writes = True
+    committer, outcome = in_thread(lambda: commit_job(bk, LOG, job, ledgers))
+    faults.wait_held(1)
+    assert not abort_job(cleaner, LOG, job)
+    assert clean_orphans(cleaner, LOG, 0) == []
+    assert ledger_exists(cleaner, ledgers[0]) and not ledger_exists(cleaner, failed)
+    faults.release_all()
+    committer.join(timeout=30)
+    assert not committer.is_alive() and outcome[0].committed
+    assert values(read_all(cleaner)) == [b"kept"]
+
+
+def test_too_many_ledgers_for_one_commit_are_refused_before_anything_changes(embedded):
+    bk, _ = embedded.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledger = task_ledger(bk, job, 0, [b"kept"])
+    before = bk.metadata.get(log_path(LOG))
+    with pytest.raises(TooManyLedgers, match="COMMIT_LEDGERS_MAX"):
+        commit_job(bk, LOG, job, range(10**9, 10**9 + COMMIT_LEDGERS_MAX + 1))
+    assert bk.metadata.get(log_path(LOG)) == before
+    assert ledger_exists(bk, ledger) and job_exists(bk, job)
+    with pytest.raises(InvalidConfiguration, match="not a ledger of job"):
+        commit_job(bk, LOG, job, [ledger + 1000])
+    assert commit_job(bk, LOG, job, [ledger]).committed
+
+
+def test_a_format_2_head_is_read_and_the_next_commit_writes_format_3(embedded):
+    bk, _ = embedded.client()
+    bk.metadata.create(log_path(LOG), seal(MAGIC, 2, {
+        "name": LOG, "next_segment": 3, "truncated_before": [0, 0, 0], "tail": [],
+        "oldest_segment": 0, "dropping": []}))
+    old = head(bk)
+    assert (old.format_version, old.next_segment, old.sinks, old.epoch) == (2, 3, {}, 0)
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledger = task_ledger(bk, job, 0, [b"x"])
+    result = commit_job(bk, LOG, job, [ledger], sink=Sink("s", 0))
+    new = head(bk)
+    assert new.format_version == FORMAT_VERSION == 3
+    assert (result.segments[0].number, new.sinks, new.epoch) == (3, {"s": 0}, 1)
+
+
+def test_pybk_clean_orphans_gives_up_a_logs_old_jobs(address, bookies):  # noqa: F811
+    """The command on a cluster of one bookie process: the job nothing wrote for the
+    given time goes, ledgers and records; the log's records stay."""
+    bookies.start_serving(1)
+    with BookKeeper.connect(address) as bk:
+        with LogWriter.open(bk, LOG, ONE_COPY) as writer:
+            kept = writer.append(b"kept")
+        orphan = jobs.begin_job(bk.metadata, LOG)
+        ledger = task_ledger(bk, orphan, 0, [b"orphaned"])
+        time.sleep(0.2)  # older than --older-than 0.1 below
+        result = subprocess.run(
+            [sys.executable, "-m", "pybk", "clean-orphans", LOG, "--zk", address,
+             "--older-than", "0.1"], env=child_env(), capture_output=True, text=True,
+            timeout=60, stdin=subprocess.DEVNULL)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"pybk clean-orphans: log {LOG}: 1 orphan jobs given up\n" \
+            f"  {orphan}\n"
+        assert not ledger_exists(bk, ledger) and not job_exists(bk, orphan)
+        assert read_all(bk) == [(kept, b"kept")]
