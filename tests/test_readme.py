@@ -32,6 +32,9 @@ README = os.path.join(ROOT, "README.md")
 README_CLUSTER = "zk://zk1:2181,zk2:2181,zk3:2181/ledgers"
 _NOT_RUN = re.compile(r"<!-- not run: (.+?) -->")
 RUN_TIMEOUT_S = 120
+#: Spark's Python workers run this interpreter (a user's would be their environment's
+#: ``python3``), on loopback.
+SPARK_ENV = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
 
 
 def python_blocks(text: str) -> list[tuple[str, str, str | None]]:
@@ -99,6 +102,6 @@ def test_a_readme_block_runs_as_written(name, code, not_run, tmp_path, request):
     (workdir / "block.py").write_text(code)
     result = subprocess.run([sys.executable, "block.py"], cwd=workdir, capture_output=True,
                             text=True, timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                            env=dict(os.environ, PYTHONPATH=ROOT))
+                            env=dict(os.environ, PYTHONPATH=ROOT, **SPARK_ENV))
     assert result.returncode == 0, f"README block {name!r} failed:\n{code}\n" \
                                    f"{result.stdout}{result.stderr}"

@@ -60,3 +60,10 @@ def test_a_three_server_ensemble_serves_through_the_loss_of_one(tmp_path):
             assert store.set("/r", b"after", 0) == 1
             assert store.get("/r") == (b"after", 1)
     assert not any(server.running for server in ensemble.servers)
+
+
+def test_a_server_in_a_relative_directory_starts(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    with ZooKeeperServer("zk", force_sync=False) as server:
+        assert server.directory == str(tmp_path / "zk")
+        assert four_letter_word(server.port, "ruok") == "imok"

@@ -17,7 +17,7 @@ class TempDirectoryProcesses(ABC):
     def __init__(self, directory: str | os.PathLike | None, prefix: str) -> None:
         self._owns_directory = directory is None
         self.directory = (tempfile.mkdtemp(prefix=prefix) if directory is None
-                          else os.fspath(directory))
+                          else os.path.abspath(directory))
 
     @abstractmethod
     def start(self) -> Self:
