@@ -1,0 +1,216 @@
+"""The auditor on a real cluster: ``pybk bookie`` processes (each standing for auditor,
+``autoRecoveryDaemonEnabled`` being the default) and a ``pybk autorecovery`` process on
+the session's real ZooKeeper, bookies killed with SIGKILL.
+
+What is marked is checked against the ledgers' metadata (which entries each bookie was
+given: :meth:`LedgerMetadata.write_set`), so "every ledger with an entry on the lost
+bookie, and only those" is exact.  Waits are bounded; no assertion depends on timing:
+where "not yet" is checked, the test first waits for the auditor's own log line saying
+it saw the change.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+import zkutil
+
+from clusterutil import (PASSWORD, BookieProcess, BookieProcesses, address,  # noqa: F401
+                         bookies, child_env, payload, pybk_command)
+from pybk.client import BookKeeper
+from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
+from pybk.meta.underreplication import UnderreplicationManager
+from pybk.meta.zookeeper import ZooKeeperMetadataStore
+from pybk.settings import ClientSettings
+
+pytestmark = pytest.mark.timeout(180)
+
+FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0)
+WAIT_S = 60.0
+#: Bookies to be killed end their ZooKeeper session soon after.
+SHORT_MS = zkutil.SHORT_SESSION_TIMEOUT_MS
+
+
+@pytest.fixture
+def cluster(closing, address):
+    """A client of the test's cluster and an under-replication manager on it."""
+    bk = closing.enter_context(BookKeeper.connect(address, FAST,
+                                                  zk_settings=zkutil.settings()))
+    store = closing.enter_context(ZooKeeperMetadataStore(address, zkutil.settings()))
+    return bk, UnderreplicationManager(store)
+
+
+def wait_until(condition, what: str, timeout_s: float = WAIT_S):
+    deadline = time.monotonic() + timeout_s
+    while not (found := condition()):
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.1)
+    return found
+
+
+def full_log(process: BookieProcess) -> str:
+    with open(process.log_path, "rb") as f:
+        return f.read().decode(errors="replace")
+
+
+def write_ledger(bk: BookKeeper, e: int, qw: int, entries: int, close: bool = True):
+    lh = bk.create_ledger(e, qw, min(qw, 2), password=PASSWORD)
+    for entry_id in range(entries):
+        lh.add_entry(payload(entry_id))
+    if close:
+        lh.close()
+    return lh
+
+
+def holds_entries(metadata: LedgerMetadata, bookie_id: str) -> bool:
+    """Whether the ledger gave ``bookie_id`` an entry (an open ledger's last fragment
+    may give it any later one)."""
+    if metadata.state is not LedgerState.CLOSED:
+        if bookie_id in metadata.fragments[-1].ensemble:
+            return True
+        last = metadata.fragments[-1].first_entry_id - 1
+    else:
+        last = metadata.last_entry_id
+    return any(bookie_id in metadata.write_set(e) for e in range(last + 1))
+
+
+def expected_marks(bk: BookKeeper, bookie_id: str) -> set[int]:
+    return {ledger_id for ledger_id in bk.list_ledgers()
+            if holds_entries(bk.ledger_manager.read(ledger_id).metadata, bookie_id)}
+
+
+def marks(manager: UnderreplicationManager) -> dict[int, tuple[str, ...]]:
+    return {mark.ledger_id: mark.replicas for mark in manager.underreplicated()}
+
+
+def auditor_process(manager: UnderreplicationManager, processes) -> BookieProcess:
+    """The process that is the auditor (waited for), by its election id."""
+    by_id = {p.bookie_id: p for p in processes}
+    auditor = wait_until(lambda: by_id.get(manager.auditor()), "an auditor is elected")
+    wait_until(lambda: "is the auditor" in full_log(auditor), "the auditor audits")
+    return auditor
+
+
+def auditing_now(process: BookieProcess) -> bool:
+    """Whether the process's log says it is the auditor now."""
+    states = re.findall(r"auditor election: \S+ is (the|no longer the) auditor",
+                        full_log(process))
+    return bool(states) and states[-1] == "the"
+
+
+# -- lost bookies ----------------------------------------------------------------------------
+
+def test_a_lost_bookies_ledgers_and_only_those_are_marked(bookies, cluster):
+    processes = bookies.start_serving(4, zk_timeout_ms=SHORT_MS)
+    bk, manager = cluster
+    for _ in range(4):
+        write_ledger(bk, 2, 2, entries=3)
+    write_ledger(bk, 3, 3, entries=2)
+    write_ledger(bk, 2, 2, entries=0)                    # closed empty: holds nothing
+    single = write_ledger(bk, 3, 2, entries=1)           # entry 0 on ensemble[0] and [1]
+    open_ledger = write_ledger(bk, 3, 2, entries=5, close=False)
+    auditor_process(manager, processes)
+    # In the ensemble of `single` but given none of its entries.  (If it is the auditor,
+    # its successor's bookie check finds it.)
+    victim_id = single.metadata.fragments[0].ensemble[2]
+    expected = expected_marks(bk, victim_id)
+    assert single.id not in expected and expected, expected
+    victim = next(p for p in processes if p.bookie_id == victim_id)
+    victim.kill()
+
+    found = wait_until(lambda: (m := marks(manager)) and set(m) == expected and m,
+                       f"the ledgers of {victim_id} marked: {sorted(expected)}")
+    assert all(replicas == (victim_id,) for replicas in found.values()), found
+    assert (open_ledger.id in found) == (victim_id in open_ledger.metadata.fragments[0]
+                                         .ensemble)
+    # The published backlog counts those ledgers, their entries on the lost bookie, and
+    # one replica left of each of those (Qw 2), or two (Qw 3).
+    backlog = wait_until(lambda: (b := manager.backlog()) and b.ledgers == len(expected)
+                         and b, "the backlog counts them")
+    assert backlog.entries > 0 and backlog.min_replicas in (1, 2)
+    open_ledger.close()
+
+
+def test_auditor_failover_keeps_exactly_one_auditor(bookies, cluster, tmp_path, closing):
+    processes = bookies.start_serving(2, zk_timeout_ms=SHORT_MS)
+    _bk, manager = cluster
+    # A standalone autorecovery process stands too.
+    log_path = tmp_path / "autorecovery.log"
+    with open(log_path, "ab") as out:
+        standalone = subprocess.Popen(
+            pybk_command("autorecovery", "--zk", bookies.address, "--id", "standalone",
+                         "--set", f"zkTimeout={SHORT_MS}"),
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=child_env())
+    other = BookieProcess("standalone", standalone, log_path, 0)
+    other.bookie_id = "standalone"
+    bookies.started.append(other)  # killed at the end whatever happens
+    wait_until(lambda: len(manager.votes()) == 3, "three candidates vote")
+    alive = processes + [other]
+    for round_ in range(2):
+        auditor = auditor_process(manager, alive)
+        assert [p.bookie_id for p in alive if auditing_now(p)] == [auditor.bookie_id]
+        auditor.kill()
+        alive.remove(auditor)
+        successor = wait_until(lambda: manager.auditor() in {p.bookie_id for p in alive}
+                               and manager.auditor(), f"round {round_}: a successor")
+        winner = next(p for p in alive if p.bookie_id == successor)
+        wait_until(lambda: auditing_now(winner), f"{successor} audits")
+        assert [p.bookie_id for p in alive if auditing_now(p)] == [successor]
+        assert {v.bookie_id for v in manager.votes()} == {p.bookie_id for p in alive}
+    assert [v.bookie_id for v in manager.votes()] == [alive[0].bookie_id]
+
+
+# -- the delay and the disable flag ------------------------------------------------------------
+
+def kill_non_auditor(manager, processes) -> BookieProcess:
+    """Kill a bookie that is not the auditor; return it once the auditor's log says it
+    saw the bookie leave."""
+    auditor = auditor_process(manager, processes)
+    victim = next(p for p in processes if p is not auditor)
+    victim.kill()
+    wait_until(lambda: f"bookie {victim.bookie_id} left the registry" in full_log(auditor),
+               f"the auditor sees {victim.bookie_id} leave")
+    return victim
+
+
+def test_nothing_is_marked_within_the_delay_and_a_bookie_back_in_time_marks_nothing(
+        bookies, cluster):
+    processes = bookies.start_serving(4, zk_timeout_ms=SHORT_MS)
+    bk, manager = cluster
+    for _ in range(4):
+        write_ledger(bk, 3, 2, entries=3)
+    manager.set_lost_bookie_recovery_delay(3600)  # the cluster's value wins
+    auditor_process(manager, processes)
+    restarted = kill_non_auditor(manager, processes)
+    assert marks(manager) == {}  # seen missing, within its delay: nothing marked
+    back = bookies.start(restarted.name, zk_timeout_ms=SHORT_MS).wait_serving()
+    assert back.bookie_id == restarted.bookie_id
+    auditor = auditor_process(manager, processes)
+    wait_until(lambda: f"bookie {back.bookie_id} is back before it was audited"
+               in full_log(auditor), "the auditor sees it back")
+    # With no delay now, the next lost bookie is marked at once, and the one that came
+    # back in time is in no mark.
+    manager.set_lost_bookie_recovery_delay(0)
+    processes = [p for p in processes if p is not restarted] + [back]
+    victim = kill_non_auditor(manager, [p for p in processes if p is not back])
+    expected = expected_marks(bk, victim.bookie_id)
+    found = wait_until(lambda: (m := marks(manager)) and set(m) == expected and m,
+                       f"the ledgers of {victim.bookie_id} marked")
+    assert all(replicas == (victim.bookie_id,) for replicas in found.values()), found
+
+
+def test_the_disable_flag_holds_marking_until_enabled(bookies, cluster):
+    processes = bookies.start_serving(3, zk_timeout_ms=SHORT_MS)
+    bk, manager = cluster
+    for _ in range(3):
+        write_ledger(bk, 2, 2, entries=2)
+    manager.disable()
+    victim = kill_non_auditor(manager, processes)
+    expected = expected_marks(bk, victim.bookie_id)
+    assert expected
+    assert marks(manager) == {}  # lost, and seen lost, but marking is off
+    manager.enable()
+    wait_until(lambda: set(marks(manager)) == expected, "marked once enabled")
