@@ -214,3 +214,74 @@ def test_the_disable_flag_holds_marking_until_enabled(bookies, cluster):
     assert marks(manager) == {}  # lost, and seen lost, but marking is off
     manager.enable()
     wait_until(lambda: set(marks(manager)) == expected, "marked once enabled")
+
+
+def test_two_bookies_lost_together_are_audited_at_once_whatever_the_delay(bookies,
+                                                                          cluster):
+    processes = bookies.start_serving(5, zk_timeout_ms=SHORT_MS)
+    bk, manager = cluster
+    for _ in range(5):
+        write_ledger(bk, 3, 2, entries=3)
+    manager.set_lost_bookie_recovery_delay(3600)
+    auditor = auditor_process(manager, processes)
+    victims = [p for p in processes if p is not auditor][:2]
+    for victim in victims:
+        victim.kill()
+    expected = expected_marks(bk, victims[0].bookie_id) | expected_marks(
+        bk, victims[1].bookie_id)
+    found = wait_until(lambda: (m := marks(manager)) and set(m) == expected and m,
+                       "the ledgers of both marked")
+    for ledger_id, replicas in found.items():
+        metadata = bk.ledger_manager.read(ledger_id).metadata
+        assert set(replicas) == {v.bookie_id for v in victims
+                                 if holds_entries(metadata, v.bookie_id)}
+
+
+# -- the periodic checks -------------------------------------------------------------------------
+
+def test_bookies_that_died_while_no_auditor_ran_are_found(bookies, cluster, tmp_path):
+    processes = [bookies.start(f"bookie{i}", "--set", "autoRecoveryDaemonEnabled=false",
+                               zk_timeout_ms=SHORT_MS) for i in range(1, 4)]
+    processes = [p.wait_serving() for p in processes]
+    bk, manager = cluster
+    for _ in range(3):
+        write_ledger(bk, 2, 2, entries=2)
+    victim = processes[0]
+    expected = expected_marks(bk, victim.bookie_id)
+    victim.kill()
+    wait_until(lambda: victim.bookie_id not in bk.metadata.bookies(), "its session ends")
+    assert manager.votes() == [] and marks(manager) == {}  # nobody audits
+    log_path = tmp_path / "autorecovery.log"
+    with open(log_path, "ab") as out:
+        process = subprocess.Popen(
+            pybk_command("autorecovery", "--zk", bookies.address, "--id", "late"),
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=child_env())
+    late = BookieProcess("late", process, log_path, 0)
+    bookies.started.append(late)
+    wait_until(lambda: set(marks(manager)) == expected, "its ledgers marked")
+    assert late.terminate() == 0
+    assert manager.votes() == []
+
+
+def test_the_ledger_check_marks_entries_a_live_bookie_lacks(bookies, cluster):
+    processes = [bookies.start(f"bookie{i}", "--set", "auditorPeriodicCheckInterval=1")
+                 for i in range(1, 4)]
+    processes = [p.wait_serving() for p in processes]
+    bk, manager = cluster
+    wiped, kept = [write_ledger(bk, 3, 3, entries=4) for _ in range(2)]
+    auditor = auditor_process(manager, processes)
+    wait_until(lambda: "ledger check of 2 ledgers marked 0" in full_log(auditor),
+               "a ledger check finds both ledgers whole")
+    # The bookie loses the ledger (as with a lost disk) while staying registered.
+    bookie_id = wiped.metadata.fragments[0].ensemble[1]
+    bk.bookie_client(bookie_id).delete_ledger(wiped.id).result(10)
+    found = wait_until(lambda: marks(manager), "the ledger check marks it")
+    assert found == {wiped.id: (bookie_id,)}
+    assert bk.metadata.bookies() == sorted(p.bookie_id for p in processes)  # all live
+
+
+def test_pybk_autorecovery_without_a_cluster_fails_clearly():
+    done = subprocess.run(pybk_command("autorecovery"), env=child_env(), capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1
+    assert "no cluster given" in done.stderr and "Traceback" not in done.stderr
