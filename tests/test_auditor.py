@@ -21,10 +21,11 @@ import zkutil
 from clusterutil import (PASSWORD, BookieProcess, BookieProcesses, address,  # noqa: F401
                          bookies, child_env, payload, pybk_command)
 from pybk.client import BookKeeper
+from pybk.cluster.autorecovery import AutoRecovery
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
-from pybk.settings import ClientSettings
+from pybk.settings import ClientSettings, ServerSettings
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -161,6 +162,24 @@ def test_auditor_failover_keeps_exactly_one_auditor(bookies, cluster, tmp_path, 
         assert [p.bookie_id for p in alive if auditing_now(p)] == [successor]
         assert {v.bookie_id for v in manager.votes()} == {p.bookie_id for p in alive}
     assert [v.bookie_id for v in manager.votes()] == [alive[0].bookie_id]
+
+
+def test_an_auditor_whose_session_expires_stops_and_another_takes_over(address, closing):
+    stores = [closing.enter_context(ZooKeeperMetadataStore(address, zkutil.settings()))
+              for _ in range(2)]
+    services = [closing.enter_context(AutoRecovery(store, ServerSettings(), name))
+                for store, name in zip(stores, ("a", "b"))]
+    manager = services[0].manager
+    first = wait_until(lambda: next((s for s in services if s.is_auditor), None),
+                       "an auditor")
+    second = next(s for s in services if s is not first)
+    assert manager.auditor() == first.candidate and not second.is_auditor
+    zkutil.expire_session(first.store)
+    wait_until(lambda: second.is_auditor and not first.is_auditor, "the other audits")
+    # The first stands again, in its new session, behind the new auditor.
+    wait_until(lambda: [v.bookie_id for v in manager.votes()]
+               == [second.candidate, first.candidate], "the first votes again")
+    assert second.is_auditor and not first.is_auditor
 
 
 # -- the delay and the disable flag ------------------------------------------------------------

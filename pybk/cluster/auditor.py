@@ -73,8 +73,10 @@ log = logging.getLogger(__name__)
 RETRY_S = 1.0
 #: Seconds the auditor waits for one bookie's answer (a ledger check read, a LAC).
 READ_TIMEOUT_S = 5.0
-#: How long :meth:`Auditor.close` waits for the auditor's thread to end its step.
-CLOSE_WAIT_S = 30.0
+#: How long :meth:`Auditor.close` waits for the auditor's thread to end its step.  A
+#: step may be in a store call that lasts up to ``zkOperationTimeoutMs`` while ZooKeeper
+#: is down; the thread then ends when that call does, marking nothing more.
+CLOSE_WAIT_S = 2.0
 
 
 class Auditor:
@@ -165,6 +167,8 @@ class Auditor:
                     due[name] = now + intervals[name] if intervals[name] else math.inf
                     if name != "backlog":
                         due["backlog"] = now  # measure what the check changed
+            except _Closing:
+                return
             except BookKeeperError as e:
                 log.warning("auditor %s: %s; trying again in %.0f s", self.auditor_id, e,
                             RETRY_S)
@@ -247,13 +251,19 @@ class Auditor:
         return marked
 
     def _mark(self, ledger_id: int, replicas: list[str]) -> None:
+        if self._stop:  # deposed: another auditor may run already
+            raise _Closing("the auditor is closing")
         self.manager.mark_underreplicated(
             ledger_id, replicas,
             with_time=self.settings.storeSystemtimeAsLedgerUnderreplicatedMarkTime)
 
     def _all_ledgers(self) -> list[LedgerMetadata]:
+        """Every ledger's metadata.  Raises _Closing once the auditor is closing, so that
+        a long step ends soon (and counts as not done)."""
         found = []
         for ledger_id in self._ledgers.ledger_ids():
+            if self._stop:
+                raise _Closing("the auditor is closing")
             try:
                 found.append(self._ledgers.read(ledger_id).metadata)
             except NoSuchLedger:
@@ -348,16 +358,27 @@ class Auditor:
 
     # -- life cycle -----------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Stop auditing: the step in progress ends, then the thread."""
+    def stop(self) -> None:
+        """Tell the thread to stop (it ends its step first); does not wait."""
         with self._wake:
             self._stop = True
             self._wake.notify_all()
+
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Stop auditing, waiting at most ``wait_s`` for the thread to end its step."""
+        self.stop()
         for watch in self._watches:
             watch.cancel()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(CLOSE_WAIT_S)
+            self._thread.join(wait_s)
+            if self._thread.is_alive():
+                log.warning("auditor %s: its step still waits on the metadata store; it "
+                            "ends with that call", self.auditor_id)
         log.info("auditor %s: stopped auditing", self.auditor_id)
+
+
+class _Closing(BookKeeperError):
+    """Ends the step in progress when the auditor closes."""
 
 
 def _children(store: MetadataStore, path: str) -> list[str]:

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Mapping
 
 from pybk.client.transport import BookieClient
-from pybk.cluster.auditor import Auditor
+from pybk.cluster.auditor import CLOSE_WAIT_S, Auditor
 from pybk.cluster.client import ClientLoop
 from pybk.cluster.directory import BookieDirectory
 from pybk.cluster.election import AuditorElection
@@ -45,6 +46,7 @@ class AutoRecovery:
         self.manager = UnderreplicationManager(store, owner=candidate)
         self._lock = threading.Lock()
         self._auditor: Auditor | None = None
+        self._closed = False
         self._parts: list = []  # the auditor's directory and loop, to close after it
         self._election = AuditorElection(self.manager, candidate, self._elected,
                                          self._deposed)
@@ -56,25 +58,34 @@ class AutoRecovery:
 
     def _elected(self) -> None:
         with self._lock:
+            if self._closed:
+                return
             loop = ClientLoop()
             directory = BookieDirectory(self.store, loop, local=self._local)
             self._parts = [directory, loop]
             self._auditor = Auditor(self.store, self.manager, self.settings, directory,
                                     self.candidate).start()
 
-    def _deposed(self) -> None:
+    def _deposed(self, wait_s: float = CLOSE_WAIT_S) -> None:
         with self._lock:
             auditor, self._auditor = self._auditor, None
             parts, self._parts = self._parts, []
         if auditor is not None:
-            auditor.close()
+            auditor.close(wait_s)
         for part in parts:
             part.close()
 
     def close(self) -> None:
-        """Stop auditing (if elected) and withdraw from the election."""
-        self._election.close()
-        self._deposed()
+        """Stop auditing (if elected) and withdraw from the election, in at most
+        :data:`~pybk.cluster.auditor.CLOSE_WAIT_S` while ZooKeeper is down (what still
+        waits on it then ends when the store is closed)."""
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        with self._lock:
+            self._closed = True
+            if self._auditor is not None:
+                self._auditor.stop()  # both threads stop together, not one after the other
+        self._election.close(CLOSE_WAIT_S)
+        self._deposed(max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> "AutoRecovery":
         return self

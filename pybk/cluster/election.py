@@ -35,8 +35,11 @@ log = logging.getLogger(__name__)
 
 #: Seconds before a failed election step is tried again.
 RETRY_S = 1.0
-#: How long :meth:`AuditorElection.close` waits for the election thread.
-CLOSE_WAIT_S = 30.0
+#: How long :meth:`AuditorElection.close` waits for the election thread to stop.  The
+#: thread may be in a store call that lasts up to ``zkOperationTimeoutMs`` while
+#: ZooKeeper is down; a close must not wait for that (closing the store ends the call).
+#: The thread withdraws the vote as it ends; a vote left behind ends with the session.
+CLOSE_WAIT_S = 2.0
 
 
 class AuditorElection:
@@ -104,6 +107,13 @@ class AuditorElection:
                     if not self._stop:
                         self._wake.wait(RETRY_S)
         self._depose("it is closing")
+        self._cancel_watch()
+        if self._vote is not None:
+            try:
+                self.manager.withdraw(self._vote)
+            except BookKeeperError as e:  # it ends with the session anyway
+                log.info("auditor election: withdrawing the vote of %s: %s",
+                         self.candidate, e)
 
     def _step(self) -> None:
         """Vote if needed, then audit if the vote is the lowest, else watch the one
@@ -121,7 +131,7 @@ class AuditorElection:
         mine = names.index(self._vote.name)
         if mine == 0:
             self._cancel_watch()
-            if not self._elected:
+            if not self._elected and not self._stop:
                 self.manager.record_auditor(self.candidate)
                 self._elected = True
                 log.warning("auditor election: %s is the auditor", self.candidate)
@@ -147,20 +157,17 @@ class AuditorElection:
             self._watch.cancel()
             self._watch = None
 
-    def close(self) -> None:
-        """Stop standing: stop auditing if elected, and withdraw the vote."""
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Stop standing: the thread stops auditing if elected (``on_deposed``) and
+        withdraws the vote; waits for that at most ``wait_s``."""
         with self._wake:
             if self._stop:
                 return
             self._stop = True
             self._wake.notify_all()
-        if self._thread is not threading.current_thread():
-            self._thread.join(CLOSE_WAIT_S)
         self.manager.store.remove_session_listener(self._on_session)
-        self._cancel_watch()
-        if self._vote is not None:
-            try:
-                self.manager.withdraw(self._vote)
-            except BookKeeperError as e:  # it ends with the session anyway
-                log.info("auditor election: withdrawing the vote of %s: %s",
-                         self.candidate, e)
+        if self._thread is not threading.current_thread():
+            self._thread.join(wait_s)
+            if self._thread.is_alive():
+                log.warning("auditor election of %s: still waiting on the metadata store; "
+                            "its vote ends with the session", self.candidate)
