@@ -18,7 +18,7 @@ import time
 import pytest
 import zkutil
 
-from clusterutil import (PASSWORD, BookieProcess, BookieProcesses, address,  # noqa: F401
+from clusterutil import (PASSWORD, BookieProcess, address,  # noqa: F401
                          bookies, child_env, payload, pybk_command)
 from pybk.client import BookKeeper
 from pybk.cluster.autorecovery import AutoRecovery
@@ -180,6 +180,30 @@ def test_an_auditor_whose_session_expires_stops_and_another_takes_over(address, 
     wait_until(lambda: [v.bookie_id for v in manager.votes()]
                == [second.candidate, first.candidate], "the first votes again")
     assert second.is_auditor and not first.is_auditor
+
+
+@pytest.fixture
+def own_zookeeper():
+    """A server of the test's own, to stop and start."""
+    with zkutil.server() as zk:
+        yield zk
+
+
+def test_an_auditor_cut_off_from_zookeeper_stops_auditing_until_it_is_back(
+        own_zookeeper, closing):
+    address = zkutil.formatted_cluster(own_zookeeper)
+    # Sessions longer than the outage: the votes survive it.
+    store = closing.enter_context(ZooKeeperMetadataStore(
+        address, zkutil.settings(zkTimeout=30_000)))
+    service = closing.enter_context(AutoRecovery(store, ServerSettings(), "a"))
+    wait_until(lambda: service.is_auditor, "it audits")
+    own_zookeeper.shutdown(graceful=False)
+    # Its session may expire while it cannot tell: it stops at once, so that it never
+    # audits beside an auditor elected meanwhile.
+    wait_until(lambda: not service.is_auditor, "it stops auditing")
+    own_zookeeper.start()
+    wait_until(lambda: service.is_auditor, "it audits again, in the same session")
+    assert [v.bookie_id for v in service.manager.votes()] == ["a"]
 
 
 # -- the delay and the disable flag ------------------------------------------------------------

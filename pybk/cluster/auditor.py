@@ -107,12 +107,6 @@ class Auditor:
         self._thread.start()
         return self
 
-    @property
-    def missing(self) -> dict[str, float]:
-        """The bookies missing and not yet audited, with the monotonic time since when."""
-        with self._wake:
-            return dict(self._missing)
-
     def _poke(self, registry: bool = False) -> None:
         with self._wake:
             self._registry_changed |= registry

@@ -37,9 +37,10 @@ which is pybk's own:
     What the auditor last measured of the repair work left: a sealed record
     (:mod:`pybk.meta.sealed`, magic ``PBKB``, version 1) whose body is
     ``{"auditor": str, "time_ms": int, "ledgers": int, "entries": int,
-    "min_replicas": int or null}``: how many ledgers are marked, how many of their
-    acknowledged entries lack a replica, and the fewest live replicas any of those
-    entries has (null when none lacks one).
+    "min_replicas": int or null}``: who measured it and when (ms since the epoch), how
+    many ledgers are marked, how many acknowledged entries lack a replica, and the
+    fewest live replicas any acknowledged entry of the cluster has (null when it has
+    none); see :mod:`pybk.cluster.auditor` for how they are counted.
 
 Guarantees, from the store's compare-and-set: a mark is never lost to a concurrent mark
 (they merge); of several workers claiming one ledger exactly one gets it; clearing a
@@ -234,10 +235,11 @@ class UnderreplicationManager:
         except NoNode:
             return None
         found = textformat.decode(data, {"replica": str, "ctime": int}, ("replica",), path)
-        ctime = found.get("ctime", [None])[0]
-        return UnderreplicatedLedger(ledger_id, tuple(found.get("replica", ())),  # type: ignore[arg-type]
-                                     ctime if ctime is None or ctime >= 0 else None,  # type: ignore[operator]
-                                     version)
+        replicas = tuple(str(replica) for replica in found.get("replica", ()))
+        ctimes = [int(ctime) for ctime in found.get("ctime", ())]
+        # BookKeeper writes -1 for "not recorded" (UNASSIGNED_CTIME)
+        ctime = ctimes[0] if ctimes and ctimes[0] >= 0 else None
+        return UnderreplicatedLedger(ledger_id, replicas, ctime, version)
 
     def ledger_ids(self, shuffle_last: bool = False) -> Iterator[int]:
         """The ids of the marked ledgers, ascending (``shuffle_last``: in random order
