@@ -346,3 +346,17 @@ def test_pybk_autorecovery_without_a_cluster_fails_clearly():
                           text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 1
     assert "no cluster given" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_trigger_audit_marks_a_bookie_within_its_delay_at_once(bookies, cluster):
+    processes = bookies.start_serving(3, zk_timeout_ms=SHORT_MS)
+    bk, manager = cluster
+    for _ in range(3):
+        write_ledger(bk, 2, 2, entries=2)
+    manager.set_lost_bookie_recovery_delay(3600)
+    victim = kill_non_auditor(manager, processes)
+    expected = expected_marks(bk, victim.bookie_id)
+    assert expected and marks(manager) == {}
+    manager.trigger_audit()  # the delay written again, unchanged
+    wait_until(lambda: set(marks(manager)) == expected, "marked at once")
+    assert manager.lost_bookie_recovery_delay() == 3600

@@ -193,6 +193,9 @@ def test_the_recovery_delay_is_the_clusters_once_written(store):
     assert manager.lost_bookie_recovery_delay(default=7) == 0
     with pytest.raises(MetadataError):
         manager.set_lost_bookie_recovery_delay(-1)
+    seconds, version = manager.lost_bookie_recovery_delay_record()
+    manager.trigger_audit()  # written again as it is: a new version, the same value
+    assert manager.lost_bookie_recovery_delay_record() == (seconds, version + 1)
     store.set(LOST_BOOKIE_RECOVERY_DELAY, b"soon", -1)
     with pytest.raises(MalformedMetadata):
         manager.lost_bookie_recovery_delay()

@@ -12,7 +12,10 @@ Lost bookies (BookKeeper's ``Auditor``)
     ``lostBookieRecoveryDelay`` seconds (:class:`~pybk.meta.underreplication.
     UnderreplicationManager` keeps it; the first auditor writes its own setting there),
     or at once when the delay is 0 or when two or more bookies are missing together
-    (several failures at once are urgent).  One bookie that is back before its delay is
+    (several failures at once are urgent).  A new delay counts from when it is set;
+    setting it to 0, or writing it again unchanged (``pybk triggeraudit``,
+    :meth:`~pybk.meta.underreplication.UnderreplicationManager.trigger_audit`), runs a
+    bookie check and audits every missing bookie at once.  One bookie that is back before its delay is
     over causes nothing, so a rolling restart marks nothing.  Auditing lost bookies
     reads every ledger's metadata and marks each ledger that has an entry on one of
     them (:func:`pybk.cluster.replicas.bookie_holds_entries`: a bookie of a fragment
@@ -99,6 +102,7 @@ class Auditor:
         self._known: set[str] = set()           # registered at the last look
         self._missing: dict[str, float] = {}    # bookie id -> monotonic time missing since
         self._delay_s = settings.lostBookieRecoveryDelay
+        self._delay_version: int | None = None  # of the delay's record, when last read
         self._enabled = True
         self._watches: list = []
         self._thread = threading.Thread(target=self._run, name="pybk-auditor", daemon=True)
@@ -146,12 +150,13 @@ class Auditor:
             now = time.monotonic()
             try:
                 if "setup" not in due:
-                    self._delay_s = self.manager.lost_bookie_recovery_delay(
-                        self.settings.lostBookieRecoveryDelay)
+                    trigger = self._read_delay()
+                    if trigger:
+                        self._bookie_check()
                     self._enabled = self.manager.is_enabled()
                     if registry_changed:
                         self._look_at_registry()
-                    if self._enabled and self._audit_lost_bookies(now):
+                    if self._enabled and self._audit_lost_bookies(now, trigger):
                         due["backlog"] = now
                 for name in [name for name, at in due.items() if at <= now]:
                     steps[name]()
@@ -182,11 +187,33 @@ class Auditor:
         the registry as it is now."""
         self.manager.initialize_lost_bookie_recovery_delay(
             self.settings.lostBookieRecoveryDelay)
-        self._delay_s = self.manager.lost_bookie_recovery_delay(
+        self._delay_s, self._delay_version = self.manager.lost_bookie_recovery_delay_record(
             self.settings.lostBookieRecoveryDelay)
         self._known = set(self.store.bookies())
         log.info("auditor %s: %d bookies registered, lostBookieRecoveryDelay=%d s",
                  self.auditor_id, len(self._known), self._delay_s)
+
+    def _read_delay(self) -> bool:
+        """Take the cluster's delay as BookKeeper's auditor does when it changes: a new
+        delay restarts the clock of the missing bookies, and a delay written as 0 or
+        written again with the same value (``pybk triggeraudit``) means audit now.
+        Whether it means that."""
+        delay_s, version = self.manager.lost_bookie_recovery_delay_record(
+            self.settings.lostBookieRecoveryDelay)
+        if version == self._delay_version:
+            return False
+        previous, self._delay_s, self._delay_version = self._delay_s, delay_s, version
+        if delay_s == 0 or delay_s == previous:
+            log.warning("auditor %s: lostBookieRecoveryDelay written as %d s (it was %d s): "
+                        "auditing now", self.auditor_id, delay_s, previous)
+            return True
+        now = time.monotonic()
+        with self._wake:
+            for bookie_id in self._missing:
+                self._missing[bookie_id] = now
+        log.info("auditor %s: lostBookieRecoveryDelay is now %d s, counted from now",
+                 self.auditor_id, delay_s)
+        return False
 
     def _next_deadline(self) -> float:
         """When missing bookies are to be audited (caller holds the lock): never while
@@ -215,13 +242,14 @@ class Auditor:
                          "to mark", self.auditor_id, bookie_id)
             self._known = registered
 
-    def _audit_lost_bookies(self, now: float) -> bool:
-        """Audit the missing bookies that are lost by now; whether any was."""
+    def _audit_lost_bookies(self, now: float, force: bool = False) -> bool:
+        """Audit the missing bookies that are lost by now (``force``: all of them);
+        whether any was."""
         with self._wake:
             missing = dict(self._missing)
         if not missing:
             return False
-        if self._delay_s and len(missing) == 1 \
+        if not force and self._delay_s and len(missing) == 1 \
                 and next(iter(missing.values())) + self._delay_s > now:
             return False
         lost = sorted(missing)

@@ -29,6 +29,8 @@ which is pybk's own:
     The cluster's ``lostBookieRecoveryDelay`` in seconds, as decimal text: how long a
     bookie may be gone before its ledgers are marked.  The first auditor writes its
     setting here if it is absent; from then on this record is the cluster's value.
+    Writing it again with the same value asks the auditor to audit now
+    (:meth:`UnderreplicationManager.trigger_audit`).
 ``/ledgers/underreplication/auditorelection/V_<10 digits>``
     Ephemeral sequential *votes*, ``bookieId: "<candidate>"`` (``AuditorVoteFormat``);
     the lowest number is the auditor.  The ``auditorelection`` record's own data names
@@ -388,15 +390,20 @@ class UnderreplicationManager:
 
     def lost_bookie_recovery_delay(self, default: int = 0) -> int:
         """The cluster's delay in seconds, or ``default`` if it has none."""
+        return self.lost_bookie_recovery_delay_record(default)[0]
+
+    def lost_bookie_recovery_delay_record(self, default: int = 0) -> tuple[int, int | None]:
+        """The cluster's delay and its record's version (``(default, None)`` if it has
+        none): every write makes a new version, also one of the same value."""
         try:
-            data = self.store.get(LOST_BOOKIE_RECOVERY_DELAY)[0]
+            data, version = self.store.get(LOST_BOOKIE_RECOVERY_DELAY)
         except NoNode:
-            return default
+            return default, None
         text = data.decode("utf-8", "replace").strip()
         if not text.isdigit():
             raise MalformedMetadata(f"{LOST_BOOKIE_RECOVERY_DELAY} holds {text!r}, not a "
                                     "number of seconds")
-        return int(text)
+        return int(text), version
 
     def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
         """Set the cluster's delay; running auditors take it at once."""
@@ -408,6 +415,12 @@ class UnderreplicationManager:
                 self.store.create(LOST_BOOKIE_RECOVERY_DELAY, data)
             except NodeExists:
                 self.store.set(LOST_BOOKIE_RECOVERY_DELAY, data, ANY_VERSION)
+
+    def trigger_audit(self, default: int = 0) -> None:
+        """Make the auditor audit the missing bookies now, whatever the delay: write the
+        delay again with its value (BookKeeper's ``triggerAudit``; see
+        :mod:`pybk.cluster.auditor`)."""
+        self.set_lost_bookie_recovery_delay(self.lost_bookie_recovery_delay(default))
 
     def watch_lost_bookie_recovery_delay(self, callback: Callable[[], None]) -> Watch:
         """Call ``callback()`` after every change of the delay, until cancelled."""
