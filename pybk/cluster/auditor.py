@@ -12,21 +12,22 @@ Lost bookies (BookKeeper's ``Auditor``)
     ``lostBookieRecoveryDelay`` seconds (:class:`~pybk.meta.underreplication.
     UnderreplicationManager` keeps it; the first auditor writes its own setting there),
     or at once when the delay is 0 or when two or more bookies are missing together
-    (several failures at once are urgent).  A new delay counts from when it is set;
-    setting it to 0, or writing it again unchanged (``pybk triggeraudit``,
-    :meth:`~pybk.meta.underreplication.UnderreplicationManager.trigger_audit`), runs a
-    bookie check and audits every missing bookie at once.  One bookie that is back before its delay is
-    over causes nothing, so a rolling restart marks nothing.  Auditing lost bookies
-    reads every ledger's metadata and marks each ledger that has an entry on one of
-    them (:func:`pybk.cluster.replicas.bookie_holds_entries`: a bookie of a fragment
-    that was given none of its entries costs nothing), naming the lost bookies it
-    holds.
+    (several failures at once are urgent).  One bookie that is back before its delay is
+    over causes nothing, so a rolling restart marks nothing.  A new delay counts from
+    when it is set; setting it to 0, or writing it again unchanged (``pybk
+    triggeraudit``, :meth:`~pybk.meta.underreplication.UnderreplicationManager.
+    trigger_audit`), runs a bookie check and audits every missing bookie at once.
+    Auditing lost bookies reads every ledger's metadata and marks each ledger that has
+    an entry on one of them (:func:`pybk.cluster.replicas.bookie_holds_entries`: a
+    bookie of a fragment that was given none of its entries costs nothing), naming the
+    lost bookies it holds.
 
 Bookie check (``auditorPeriodicBookieCheckInterval``, and once when elected)
-    Bookies that a cookie (``/ledgers/cookies``) or a ledger's fragment names but that
-    are not registered are missing too, from the check on: this finds the bookies that
-    died while no auditor ran (before it was elected, or between two auditors), which no
-    registry change will ever announce.
+    Bookies that hold entries of some ledger but are not registered are missing too,
+    from the check on: this finds the bookies that died while no auditor ran (before it
+    was elected, or between two auditors), which no registry change will ever announce;
+    their cookies (``/ledgers/cookies``) say they were members, and the log says when
+    one has none left.
 
 Ledger check (``auditorPeriodicCheckInterval``)
     Reads what each fragment's live bookies hold (:mod:`pybk.cluster.ledger_check`) and
