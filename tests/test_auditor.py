@@ -11,6 +11,7 @@ it saw the change.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import time
@@ -22,7 +23,8 @@ from clusterutil import (PASSWORD, BookieProcess, address,  # noqa: F401
                          bookies, child_env, payload, pybk_command)
 from pybk.client import BookKeeper
 from pybk.cluster.autorecovery import AutoRecovery
-from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
+from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
+from pybk.meta.ledgers import LedgerManager
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ClientSettings, ServerSettings
@@ -222,6 +224,34 @@ def test_an_auditor_cut_off_from_zookeeper_stops_auditing_until_it_is_back(
     own_zookeeper.start()
     wait_until(lambda: service.is_auditor, "it audits again, in the same session")
     assert [v.bookie_id for v in service.manager.votes()] == ["a"]
+
+
+def closed_ledger_on(ledgers: LedgerManager, ensemble: list[str], entries: int) -> int:
+    """A CLOSED ledger's metadata naming ``ensemble`` (Qw = E), written directly."""
+    created = ledgers.create_ledger(ensemble, len(ensemble), 1, DigestType.CRC32C, b"")
+    closed = dataclasses.replace(created.metadata, state=LedgerState.CLOSED,
+                                 last_entry_id=entries - 1, length=0)
+    ledgers.update(closed, created.version)
+    return closed.ledger_id
+
+
+def test_a_bookie_turning_read_only_is_not_lost(address, closing):
+    store = closing.enter_context(ZooKeeperMetadataStore(address, zkutil.settings()))
+    ledgers = LedgerManager(store)
+    on_one = closed_ledger_on(ledgers, ["ro:1"], entries=2)
+    on_two = closed_ledger_on(ledgers, ["gone:2"], entries=2)
+    store.register_bookie("ro:1")
+    store.register_bookie("gone:2")
+    service = closing.enter_context(AutoRecovery(store, ServerSettings(), "auditor"))
+    wait_until(lambda: service.is_auditor, "it audits")
+    wait_until(lambda: service.manager.backlog(), "its first measurement")
+    store.register_bookie("ro:1", read_only=True)  # its disks filled
+    store.unregister_bookie("gone:2")
+    # Registry changes are taken in order: once gone:2 is marked, the move of ro:1 to
+    # the read-only list was seen, and marked nothing.
+    wait_until(lambda: on_two in marks(service.manager), "the bookie that left is lost")
+    assert marks(service.manager) == {on_two: ("gone:2",)}
+    assert on_one not in marks(service.manager)
 
 
 # -- the delay and the disable flag ------------------------------------------------------------
