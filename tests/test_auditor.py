@@ -126,6 +126,7 @@ def test_a_lost_bookies_ledgers_and_only_those_are_marked(bookies, cluster):
     bk, manager = cluster
     for _ in range(4):
         write_ledger(bk, 2, 2, entries=3)
+    write_ledger(bk, 4, 2, entries=4)                    # on every bookie
     write_ledger(bk, 3, 3, entries=2)
     write_ledger(bk, 2, 2, entries=0)                    # closed empty: holds nothing
     single = write_ledger(bk, 3, 2, entries=1)           # entry 0 on ensemble[0] and [1]
@@ -273,6 +274,7 @@ def test_nothing_is_marked_within_the_delay_and_a_bookie_back_in_time_marks_noth
     bk, manager = cluster
     for _ in range(4):
         write_ledger(bk, 3, 2, entries=3)
+    write_ledger(bk, 4, 2, entries=4)  # on every bookie
     manager.set_lost_bookie_recovery_delay(3600)  # the cluster's value wins
     auditor_process(manager, processes)
     restarted = kill_non_auditor(manager, processes)
@@ -298,6 +300,7 @@ def test_the_disable_flag_holds_marking_until_enabled(bookies, cluster):
     bk, manager = cluster
     for _ in range(3):
         write_ledger(bk, 2, 2, entries=2)
+    write_ledger(bk, 3, 2, entries=3)  # on every bookie
     manager.disable()
     victim = kill_non_auditor(manager, processes)
     expected = expected_marks(bk, victim.bookie_id)
@@ -313,6 +316,7 @@ def test_two_bookies_lost_together_are_audited_at_once_whatever_the_delay(bookie
     bk, manager = cluster
     for _ in range(5):
         write_ledger(bk, 3, 2, entries=3)
+    write_ledger(bk, 5, 2, entries=5)  # on every bookie
     manager.set_lost_bookie_recovery_delay(3600)
     auditor = auditor_process(manager, processes)
     victims = [p for p in processes if p is not auditor][:2]
@@ -337,8 +341,10 @@ def test_bookies_that_died_while_no_auditor_ran_are_found(bookies, cluster, tmp_
     bk, manager = cluster
     for _ in range(3):
         write_ledger(bk, 2, 2, entries=2)
+    write_ledger(bk, 3, 2, entries=3)  # on every bookie
     victim = processes[0]
     expected = expected_marks(bk, victim.bookie_id)
+    assert expected
     victim.kill()
     wait_until(lambda: victim.bookie_id not in bk.metadata.bookies(), "its session ends")
     assert manager.votes() == [] and marks(manager) == {}  # nobody audits
@@ -383,6 +389,7 @@ def test_trigger_audit_marks_a_bookie_within_its_delay_at_once(bookies, cluster)
     bk, manager = cluster
     for _ in range(3):
         write_ledger(bk, 2, 2, entries=2)
+    write_ledger(bk, 3, 2, entries=3)  # on every bookie
     manager.set_lost_bookie_recovery_delay(3600)
     victim = kill_non_auditor(manager, processes)
     expected = expected_marks(bk, victim.bookie_id)
