@@ -234,8 +234,9 @@ class ServerSettings(_Settings):
     #: Record the time of marking in each mark (``ctime``).
     storeSystemtimeAsLedgerUnderreplicatedMarkTime: bool = True
     #: pybk's: seconds between the auditor's measurements of the backlog it publishes
-    #: (it also measures after each of its audits); 0: only after audits.
-    auditorBacklogIntervalSeconds: int = 10
+    #: (it also measures after each of its audits); 0: only after audits.  Each reads
+    #: every ledger's metadata, hence not more often.
+    auditorBacklogIntervalSeconds: int = 60
 
     def __post_init__(self) -> None:
         if isinstance(self.ledgerDirectories, (list, str)):

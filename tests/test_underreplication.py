@@ -86,6 +86,25 @@ def test_marks_hold_the_missing_replicas_and_merge(store):
         manager.mark_underreplicated(6, [])
 
 
+def test_marks_are_announced_to_their_watchers(store):
+    manager = UnderreplicationManager(store)
+    heard = threading.Semaphore(0)
+    watch = manager.watch_marks(heard.release)
+    manager.mark_underreplicated(2, ["b1:3181"])
+    assert heard.acquire(timeout=WAIT_S)
+    watch.cancel()
+    # A fresh watch, which hears nothing of the above: marks under existing levels
+    # change no child of the watched record, so only the announcement is heard.
+    heard = threading.Semaphore(0)
+    watch = manager.watch_marks(heard.release)
+    manager.mark_underreplicated(3, ["b1:3181"], announce=False)  # a batch...
+    manager.mark_underreplicated(4, ["b1:3181"], announce=False)
+    manager.announce_marks()  # ...announced once
+    assert heard.acquire(timeout=WAIT_S)
+    assert manager.get(3) is not None and manager.get(4) is not None
+    watch.cancel()
+
+
 def test_concurrent_marks_lose_no_replica(stores):
     managers = [UnderreplicationManager(stores.open()) for _ in range(1 if
                                                                        stores.single_session

@@ -266,19 +266,25 @@ class Auditor:
     def _mark_ledgers_of(self, lost: list[str]) -> int:
         """Mark every ledger with an entry on a bookie of ``lost``; how many."""
         marked = 0
-        for metadata in self._all_ledgers():
-            replicas = [b for b in lost if bookie_holds_entries(metadata, b)]
-            if replicas:
-                self._mark(metadata.ledger_id, replicas)
-                marked += 1
+        try:
+            for metadata in self._all_ledgers():
+                replicas = [b for b in lost if bookie_holds_entries(metadata, b)]
+                if replicas:
+                    self._mark(metadata.ledger_id, replicas)
+                    marked += 1
+        finally:
+            if marked:
+                self.manager.announce_marks()
         return marked
 
     def _mark(self, ledger_id: int, replicas: list[str]) -> None:
+        """Mark one ledger, unannounced (the caller announces its marks at the end)."""
         if self._stop:  # deposed: another auditor may run already
             raise _Closing("the auditor is closing")
         self.manager.mark_underreplicated(
             ledger_id, replicas,
-            with_time=self.settings.storeSystemtimeAsLedgerUnderreplicatedMarkTime)
+            with_time=self.settings.storeSystemtimeAsLedgerUnderreplicatedMarkTime,
+            announce=False)
 
     def _all_ledgers(self) -> list[LedgerMetadata]:
         """Every ledger's metadata.  Raises _Closing once the auditor is closing, so that
@@ -326,14 +332,18 @@ class Auditor:
             return
         registered = set(self.store.bookies())
         checked = marked = 0
-        for metadata in self._all_ledgers():
-            lacking = bookies_lacking_entries(
-                metadata, registered, self._client_for,
-                self.settings.auditorLedgerVerificationPercentage, READ_TIMEOUT_S)
-            checked += 1
-            if lacking:
-                self._mark(metadata.ledger_id, sorted(lacking))
-                marked += 1
+        try:
+            for metadata in self._all_ledgers():
+                lacking = bookies_lacking_entries(
+                    metadata, registered, self._client_for,
+                    self.settings.auditorLedgerVerificationPercentage, READ_TIMEOUT_S)
+                checked += 1
+                if lacking:
+                    self._mark(metadata.ledger_id, sorted(lacking))
+                    marked += 1
+        finally:
+            if marked:
+                self.manager.announce_marks()
         log.info("auditor %s: ledger check of %d ledgers marked %d", self.auditor_id,
                  checked, marked)
 

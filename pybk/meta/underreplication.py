@@ -11,7 +11,8 @@ which is pybk's own:
     Buffers' text format, :mod:`pybk.meta.textformat`).  Written by the first manager
     opened on the cluster; a manager refuses another layout with MalformedMetadata.
 ``/ledgers/underreplication/ledgers/<4 x 4 hex digits>/urL<id, 10 digits or more>``
-    A *mark*: the ledger is under-replicated.  The four levels are the ledger id's four
+    A *mark*: the ledger is under-replicated.  (The ``ledgers`` record itself, empty,
+    is written again after marks are made, so that workers can watch it.)  The four levels are the ledger id's four
     16-bit parts, high first, in lower-case hex (ledger ``0x7afebeef0000feed`` under
     ``7afe/beef/0000/feed``), so no record has more than 65,536 children.  The data is
     ``UnderreplicatedLedgerFormat``: a ``replica: "<bookie id>"`` line per missing replica
@@ -196,11 +197,22 @@ class UnderreplicationManager:
     # -- marks --------------------------------------------------------------------------
 
     def mark_underreplicated(self, ledger_id: int, replicas: Iterable[str],
-                             with_time: bool = True) -> UnderreplicatedLedger:
+                             with_time: bool = True,
+                             announce: bool = True) -> UnderreplicatedLedger:
         """Mark the ledger as missing ``replicas`` (bookie ids), or add them to its mark;
         return the mark as written (or as found, when it named them all already).
         ``with_time`` records the time of marking (BookKeeper's
-        ``storeSystemtimeAsLedgerUnderreplicatedMarkTime``)."""
+        ``storeSystemtimeAsLedgerUnderreplicatedMarkTime``).  ``announce`` tells the
+        watchers of :meth:`watch_marks` when the mark changed; one marking many ledgers
+        passes False and calls :meth:`announce_marks` once at the end."""
+        mark, changed = self._mark(ledger_id, replicas, with_time)
+        if announce and changed:
+            self.announce_marks()
+        return mark
+
+    def _mark(self, ledger_id: int, replicas: Iterable[str],
+              with_time: bool) -> tuple[UnderreplicatedLedger, bool]:
+        """The mark as written or found, and whether this call changed it."""
         wanted = tuple(dict.fromkeys(paths.check_name(r) for r in replicas))
         if not wanted:
             raise MetadataError(f"marking ledger {ledger_id} under-replicated needs at least "
@@ -214,10 +226,10 @@ class UnderreplicationManager:
                     version = self.store.create(path, _mark_bytes(wanted, ctime))
                 except NodeExists:
                     continue  # marked meanwhile: merge with it
-                return UnderreplicatedLedger(ledger_id, wanted, ctime, version)
+                return UnderreplicatedLedger(ledger_id, wanted, ctime, version), True
             added = [r for r in wanted if r not in found.replicas]
             if not added:
-                return found
+                return found, False
             replicas_now = found.replicas + tuple(added)
             if not with_time:
                 ctime = found.ctime_ms
@@ -225,9 +237,28 @@ class UnderreplicationManager:
                 version = self.store.set(path, _mark_bytes(replicas_now, ctime), found.version)
             except (BadVersion, NoNode):
                 continue  # changed or cleared meanwhile: read it again
-            return UnderreplicatedLedger(ledger_id, replicas_now, ctime, version)
+            return UnderreplicatedLedger(ledger_id, replicas_now, ctime, version), True
         raise MetadataError(f"could not mark ledger {ledger_id}: its mark changed under "
                             f"{_MARK_ATTEMPTS_MAX} attempts in a row")
+
+    def announce_marks(self) -> None:
+        """Tell the watchers of :meth:`watch_marks` that marks were made: write the
+        ``ledgers`` record again (its data stays empty, as BookKeeper has it; its version
+        moves)."""
+        try:
+            self.store.set(MARKS, b"", ANY_VERSION)
+        except NoNode:
+            try:
+                self.store.create(MARKS, b"")
+            except NodeExists:
+                pass  # made meanwhile, which its watchers hear too
+
+    def watch_marks(self, callback: Callable[[], None]) -> Watch:
+        """Call ``callback()`` after marks were made (announced, see
+        :meth:`mark_underreplicated`), until cancelled: what a replication worker waits
+        on when it finds nothing to claim.  (Marks live four levels below the
+        ``ledgers`` record, where no watch of the store reaches.)"""
+        return self.store.watch(MARKS, lambda _path: callback())
 
     def get(self, ledger_id: int) -> UnderreplicatedLedger | None:
         """The ledger's mark, or None if it is not marked."""
