@@ -7,6 +7,10 @@
     (:func:`pybk.demote`).
 ``pybk bookie``
     A bookie serving a cluster until SIGTERM or SIGINT (:class:`pybk.cluster.node.BookieNode`).
+``pybk autorecovery``
+    Stand for auditor in a cluster, and audit it while elected
+    (:mod:`pybk.cluster.autorecovery`; bookies do it too unless
+    ``autoRecoveryDaemonEnabled`` is false).
 ``pybk updatecookie``
     Accept a bookie's directories moved on purpose: rewrite its cookies and the cluster's
     copy (:func:`pybk.meta.cookies.update_cookies`, BookKeeper's ``updatecookie``).
@@ -71,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         except InvalidConfiguration as e:
             parser.error(str(e))
         return commands.run_bookie(settings, args.format, args.lifeline_fd)
+    if args.command == "autorecovery":
+        try:
+            settings = bookie_settings(args)
+        except InvalidConfiguration as e:
+            parser.error(str(e))
+        return commands.run_autorecovery(settings, args.id or "")
     if args.command == "updatecookie":
         try:
             settings = bookie_settings(args)
@@ -150,7 +160,7 @@ def bookie_settings(args: argparse.Namespace) -> ServerSettings:
     for option, key in _BOOKIE_OPTIONS.items():
         if getattr(args, option, None) is not None:  # updatecookie has no --listen
             overrides[key] = getattr(args, option)
-    if args.ledger_dir:
+    if getattr(args, "ledger_dir", None):  # autorecovery has no directories
         overrides["ledgerDirectories"] = ",".join(args.ledger_dir)
     return ServerSettings.load(args.conf, **overrides)
 
@@ -202,6 +212,21 @@ def _parser() -> argparse.ArgumentParser:
                         help="an inherited pipe's read end: stop as on SIGTERM when it "
                              "reads end-of-file, i.e. when the parent holding its write "
                              "end exits (pybk localcluster passes one)")
+
+    recovery = commands.add_parser(
+        "autorecovery", help="stand for auditor in a cluster and audit it while elected",
+        description="Autorecovery as a process of its own (bookies run it too, with "
+                    "autoRecoveryDaemonEnabled): take part in the auditor election and, "
+                    "while elected, mark the ledgers of lost bookies under-replicated. "
+                    "SIGTERM or SIGINT stops it.")
+    recovery.add_argument("--conf", help="a bk_server.conf-style key=value settings file")
+    recovery.add_argument("--zk", metavar="ADDRESS",
+                          help="the cluster, zk://host:port[,host:port...]/ledgers "
+                               "(metadataServiceUri)")
+    recovery.add_argument("--id", help="this process's name in the auditor election "
+                                       "(default: <host>-autorecovery-<pid>)")
+    recovery.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                          help="any ServerSettings name, e.g. --set lostBookieRecoveryDelay=60")
 
     update = commands.add_parser(
         "updatecookie", help="accept a bookie's directories moved on purpose",

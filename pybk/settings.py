@@ -208,6 +208,36 @@ class ServerSettings(_Settings):
     #: writes until it is registered again in a new session.
     shutdownOnSessionExpiry: bool = False
 
+    #: Autorecovery (:mod:`pybk.cluster.autorecovery`): the bookie process takes part in
+    #: the auditor election (and runs the auditor when elected).  BookKeeper's default is
+    #: false (it runs a separate autorecovery process); pybk's is true, so that a cluster
+    #: of bookies heals itself with nothing else to run.
+    autoRecoveryDaemonEnabled: bool = True
+    #: Seconds a bookie may be missing from the registry before the auditor marks its
+    #: ledgers under-replicated (0: at once).  A bookie back within it causes nothing (a
+    #: rolling restart); two or more missing at once are audited at once.  The first
+    #: auditor writes it to the cluster (``underreplication/lostBookieRecoveryDelay``),
+    #: whose value wins from then on (``pybk lostbookierecoverydelay``).
+    lostBookieRecoveryDelay: int = 0
+    #: Seconds between the auditor's bookie checks (0: never; also run when an auditor
+    #: is elected): bookies that ledgers or cookies name but that are not registered are
+    #: handled as lost.
+    auditorPeriodicBookieCheckInterval: int = 86_400
+    #: Seconds between the auditor's ledger checks (0: never): every fragment's live
+    #: bookies are asked for the first and last entry they should hold of it (and
+    #: ``auditorLedgerVerificationPercentage`` of the others); a ledger whose entries a
+    #: live bookie lacks is marked.
+    auditorPeriodicCheckInterval: int = 604_800
+    #: Percent of each fragment's entries the ledger check reads besides the first and
+    #: last, 0 to 100.
+    auditorLedgerVerificationPercentage: int = 0
+    #: Record the time of marking in each mark (``ctime``).
+    storeSystemtimeAsLedgerUnderreplicatedMarkTime: bool = True
+    #: pybk's: seconds between the auditor's measurements of the backlog it publishes
+    #: (it also measures after each of its audits); 0: only after audits.  Each reads
+    #: every ledger's metadata, hence not more often.
+    auditorBacklogIntervalSeconds: int = 60
+
     def __post_init__(self) -> None:
         if isinstance(self.ledgerDirectories, (list, str)):
             dirs = self.ledgerDirectories
@@ -353,8 +383,13 @@ def _validate(s: ServerSettings) -> None:
                 "maxAddsInProgressLimit", "maxReadsInProgressLimit", "zkTimeout"):
         _require(getattr(s, key) > 0, key, getattr(s, key), "greater than 0")
     for key in ("journalMaxBackups", "minorCompactionInterval", "majorCompactionInterval",
-                "journalMaxGroupWaitMSec", "flushEntrylogBytes"):
+                "journalMaxGroupWaitMSec", "flushEntrylogBytes", "lostBookieRecoveryDelay",
+                "auditorPeriodicBookieCheckInterval", "auditorPeriodicCheckInterval",
+                "auditorBacklogIntervalSeconds"):
         _require(getattr(s, key) >= 0, key, getattr(s, key), "0 or more")
+    _require(0 <= s.auditorLedgerVerificationPercentage <= 100,
+             "auditorLedgerVerificationPercentage", s.auditorLedgerVerificationPercentage,
+             "from 0 to 100")
     for key in ("minorCompactionThreshold", "majorCompactionThreshold"):
         _require(0.0 <= getattr(s, key) <= 1.0, key, getattr(s, key), "between 0 and 1")
     _require(s.minorCompactionThreshold <= s.majorCompactionThreshold, "minorCompactionThreshold",

@@ -322,6 +322,30 @@ def test_ephemeral_records_end_with_their_session(stores):
     assert store.children("/eph") == ["kept"]
 
 
+def test_sequential_records_are_numbered_in_creation_order(stores):
+    store = stores.open()
+    first = store.create_sequential("/seq/vote_", b"a")
+    assert first.startswith("/seq/vote_") and len(first) == len("/seq/vote_") + 10
+    made = [first] + [store.create_sequential("/seq/vote_", b"%d" % i) for i in range(3)]
+    numbers = [int(path[-10:]) for path in made]
+    assert numbers == sorted(set(numbers)), made  # increasing, never twice
+    assert store.get(made[1]) == (b"0", 0)
+    bare = store.create_sequential("/seq/", b"")  # a name of digits only
+    assert paths.split(bare)[1].isdigit() and int(bare[-10:]) > numbers[-1]
+    ephemeral = store.create_sequential("/seq/e_", b"mine", ephemeral=True)
+    with pytest.raises(MetadataError, match="ephemeral"):
+        store.create_sequential(ephemeral + "/child_", b"")
+    for bad in ("seq/x_", "/seq//x_", "/seq/x\0_", 7):
+        with pytest.raises(MetadataError):
+            store.create_sequential(bad, b"")
+    store.close()
+    store = stores.open()  # the ephemeral one ended with its session
+    assert sorted(store.children("/seq")) == sorted(paths.split(p)[1]
+                                                    for p in made + [bare])
+    later = store.create_sequential("/seq/vote_", b"")
+    assert int(later[-10:]) > int(bare[-10:])
+
+
 def test_bookie_registry(store):
     assert store.bookies() == []
     store.register_bookie("b1:3181")
@@ -606,7 +630,8 @@ def test_a_closed_store_refuses_every_call(stores):
                  lambda: store.children("/"), lambda: store.exists("/r"),
                  store.next_ledger_id, lambda: store.watch("/r", print),
                  lambda: store.register_bookie("b1"), store.bookies,
-                 lambda: store.read_cookie("b1"), lambda: store.write_cookie(cookie())):
+                 lambda: store.read_cookie("b1"), lambda: store.write_cookie(cookie()),
+                 lambda: store.create_sequential("/q_", b"")):
         with pytest.raises(MetadataError, match="closed"):
             call()
 

@@ -13,6 +13,12 @@ A cluster: :class:`pybk.cluster.node.BookieNode` serves a bookie and keeps it re
 (:mod:`pybk.cluster.directory`); :mod:`pybk.cluster.local` runs a throwaway cluster of
 bookie processes, :mod:`pybk.cluster.simpletest` checks one, and
 :mod:`pybk.cluster.commands` is what the ``pybk`` cluster commands do.
+
+Autorecovery: :mod:`pybk.cluster.autorecovery` runs in every bookie process (and in
+``pybk autorecovery``): the auditor election (:mod:`pybk.cluster.election`) and, while
+elected, the auditor (:mod:`pybk.cluster.auditor`, with :mod:`pybk.cluster.replicas`
+and :mod:`pybk.cluster.ledger_check`), which marks the ledgers of lost bookies in the
+under-replication metadata (:mod:`pybk.meta.underreplication`).
 """
 
 from pybk.cluster.client import ClientLoop, ZmqBookieClient

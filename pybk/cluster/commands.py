@@ -1,4 +1,4 @@
-"""What the cluster commands of ``pybk`` do: ``bookie``, ``updatecookie``,
+"""What the cluster commands of ``pybk`` do: ``bookie``, ``autorecovery``, ``updatecookie``,
 ``format-cluster``, ``localcluster``, ``simpletest`` and ``clean-orphans`` (:mod:`pybk.cli`
 parses their arguments).
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sys
 import threading
 from typing import Any, Callable, Iterator
@@ -155,6 +156,40 @@ def run_bookie(settings: ServerSettings, format_new: bool = False,
     return 0
 
 
+def run_autorecovery(settings: ServerSettings, candidate: str = "") -> int:
+    """Stand for auditor in the cluster at ``settings.metadataServiceUri`` (and audit it
+    while elected, :mod:`pybk.cluster.autorecovery`) until SIGTERM or SIGINT: exit 0; a
+    second signal exits at once (1).  ``candidate`` names this process in the election
+    (default: ``<host>-autorecovery-<pid>``)."""
+    from pybk.cluster.autorecovery import AutoRecovery
+    from pybk.meta.address import open_metadata_store
+    from pybk.meta.zookeeper import ZooKeeperSettings
+
+    candidate = candidate or f"{socket.gethostname()}-autorecovery-{os.getpid()}"
+    if not settings.metadataServiceUri:
+        return _failed("autorecovery", BookKeeperError(
+            "no cluster given: pass --zk zk://host:port/ledgers (metadataServiceUri)"))
+    with _StopSignals(_autorecovery_stop_now) as signals, contextlib.ExitStack() as opened:
+        try:
+            with signals.starting():
+                store = opened.enter_context(open_metadata_store(
+                    settings.metadataServiceUri,
+                    ZooKeeperSettings(zkTimeout=settings.zkTimeout)))
+                opened.enter_context(AutoRecovery(store, settings, candidate))
+        except BookKeeperError as e:
+            return _failed("autorecovery", e)
+        except _Stopped as e:
+            _say(f"pybk autorecovery: {e} while starting: stopped")
+            return 0
+        _say(f"pybk autorecovery: {candidate} standing for auditor in "
+             f"{settings.metadataServiceUri}")
+        while not signals.stop.wait(_POLL_S):
+            pass
+        _say(f"pybk autorecovery: {candidate} stopping")
+    _say(f"pybk autorecovery: {candidate} stopped")
+    return 0
+
+
 def run_updatecookie(settings: ServerSettings) -> int:
     """Accept a bookie's directories moved on purpose to where ``settings`` name them:
     rewrite their cookies and, with ``metadataServiceUri``, the cluster's copy
@@ -276,6 +311,11 @@ def _orphaned(stop: threading.Event) -> None:
 
 def _bookie_stop_now(signal_name: str) -> None:
     _exit_now(f"a second signal ({signal_name})")
+
+
+def _autorecovery_stop_now(signal_name: str) -> None:
+    os.write(2, f"pybk autorecovery: a second signal ({signal_name}): exiting now\n".encode())
+    os._exit(1)
 
 
 def _raise_stop_now(signal_name: str) -> None:

@@ -52,10 +52,16 @@ Sessions
     * ``CONNECTED``: the store has registered the bookie again (in the same or a new
       session); adds are taken again.
 
-Threads: none of its own besides the server's and the bookie's; registrations run on
-the thread that saw the change (the bookie's housekeeping thread for disks, the store's
-session thread after a reconnection), one at a time, and a timer thread runs while the
-connection is down.
+Autorecovery
+    With ``autoRecoveryDaemonEnabled`` (the default) the node stands in the auditor
+    election under its bookie id, and audits the cluster while elected
+    (:mod:`pybk.cluster.autorecovery`); it reaches its own bookie in-process.  Closing
+    the node stops that first.
+
+Threads: none of its own besides the server's, the bookie's and autorecovery's;
+registrations run on the thread that saw the change (the bookie's housekeeping thread for
+disks, the store's session thread after a reconnection), one at a time, and a timer
+thread runs while the connection is down.
 """
 
 from __future__ import annotations
@@ -68,6 +74,8 @@ from typing import Callable, TypeVar
 
 import zmq
 
+from pybk.client.transport import InProcessBookieClient
+from pybk.cluster.autorecovery import AutoRecovery
 from pybk.cluster.server import BookieServer
 from pybk.errors import BookKeeperError, InvalidConfiguration
 from pybk.meta.address import open_metadata_store
@@ -135,6 +143,13 @@ class BookieNode:
             metadata.add_session_listener(self._on_session)
             opened.callback(metadata.remove_session_listener, self._on_session)
             self._register()
+            #: The process's part in autorecovery (None with autoRecoveryDaemonEnabled
+            #: false): it stands for auditor (:mod:`pybk.cluster.autorecovery`).
+            self.autorecovery: AutoRecovery | None = None
+            if settings.autoRecoveryDaemonEnabled:
+                local = {self.bookie_id: InProcessBookieClient(self.bookie_id, bookie)}
+                self.autorecovery = opened.enter_context(
+                    AutoRecovery(metadata, settings, self.bookie_id, local))
             opened.pop_all()
         log.info("bookie %s serving at %s, registered in %s%s", self.bookie_id,
                  self.endpoint, metadata, " (read-only)" if self._registered_read_only else "")
@@ -272,6 +287,8 @@ class BookieNode:
             closing.callback(self.server.close)
             if registered:
                 closing.callback(self._unregister)
+            if self.autorecovery is not None:  # first: it reads the store and the bookie
+                closing.callback(self.autorecovery.close)
         self._closed.set()
         log.info("bookie node %s closed", self.bookie_id)
 

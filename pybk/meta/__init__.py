@@ -7,6 +7,8 @@ Stores: :class:`EmbeddedMetadataStore` (LMDB files in a directory, no server) an
 :func:`pybk.meta.zookeeper.format_cluster`); :func:`pybk.meta.address.open_metadata_store`
 opens either by address.  Typed ledger metadata: :class:`LedgerMetadata`, kept by
 :class:`LedgerManager` where the store's ledger layout (:mod:`pybk.meta.layout`) says.
+Under-replicated ledgers, replication claims and the auditor election:
+:class:`pybk.meta.underreplication.UnderreplicationManager`, in BookKeeper's layout.
 """
 
 from pybk.meta.cookies import Cookie

@@ -23,6 +23,9 @@ Files in the directory
 ``meta``
     ``format``: 2 bytes, big-endian, this layout's number (1); a store refuses others.
     ``next_ledger_id``: 8 bytes, big-endian, the next id :meth:`next_ledger_id` returns.
+    ``sequence\\x00<parent path>``: 8 bytes, big-endian, the next sequence number
+    :meth:`create_sequential` appends under that parent (from 0; never reset, so a
+    number is not handed out twice even after the parent was deleted).
     A new store starts at a random multiple of 2**20 below 2**60 (:func:`first_ledger_id`),
     not at 0: an embedded WAL promoted into a cluster brings its ledgers' metadata along
     under their ids, and those must not collide with the ids the cluster's ZooKeeper
@@ -69,7 +72,8 @@ import lmdb
 
 from pybk.errors import BadVersion, DirectoryLocked, MetadataError, NodeExists, NoNode
 from pybk.meta import paths
-from pybk.meta.interface import ANY_VERSION, MetadataStore, check_data, check_version
+from pybk.meta.interface import (ANY_VERSION, SEQUENCE_DIGITS, MetadataStore, check_data,
+                                 check_version, sequential_prefix)
 from pybk.meta.watches import Notifier, Watch, WatchCallback
 from pybk.storage.fileio import fsync_directory, lock_file
 
@@ -84,6 +88,7 @@ _FORMAT_VALUE = struct.Struct(">H")
 _FLAG_EPHEMERAL = 1
 _FORMAT_KEY = b"format"
 _NEXT_LEDGER_ID_KEY = b"next_ledger_id"
+_SEQUENCE_KEY_PREFIX = b"sequence\0"
 LOCK_FILE = "LOCK"
 
 # LMDB reserves address space, not disk: the file grows only as the records do.
@@ -225,28 +230,45 @@ class EmbeddedMetadataStore(MetadataStore):
     def create(self, path: str, data: bytes, ephemeral: bool = False) -> int:
         paths.check_path(path)
         data = check_data(data)
+        return self._write(lambda txn: (0, self._create(txn, path, data, ephemeral)))
 
-        def op(txn: lmdb.Transaction) -> tuple[int, list[str]]:
-            key = _key(path)
-            if txn.get(key, db=self._records) is not None:
-                raise NodeExists(f"a record exists at {path} already")
-            created = []
-            for ancestor in paths.ancestors(path):
-                value = txn.get(_key(ancestor), db=self._records)
-                if value is None:
-                    txn.put(_key(ancestor), _RECORD.pack(0, 0), db=self._records)
-                    created.append(ancestor)
-                elif _RECORD.unpack_from(value)[1] & _FLAG_EPHEMERAL:
-                    raise MetadataError(f"cannot create {path}: {ancestor} is ephemeral, "
-                                        "and ephemeral records have no children")
-            flags = _FLAG_EPHEMERAL if ephemeral else 0
-            txn.put(key, _RECORD.pack(0, flags) + data, db=self._records)
-            if ephemeral:
-                txn.put(key, b"", db=self._ephemerals)
-            created.append(path)
-            return 0, _with_parents(created)
+    def create_sequential(self, prefix: str, data: bytes, ephemeral: bool = False) -> str:
+        parent, name_prefix = sequential_prefix(prefix)
+        data = check_data(data)
+
+        def op(txn: lmdb.Transaction) -> tuple[str, list[str]]:
+            key = _SEQUENCE_KEY_PREFIX + parent.encode()
+            stored = txn.get(key, db=self._meta)
+            number = _U64.unpack(stored)[0] if stored is not None else 0
+            if number >= 10 ** SEQUENCE_DIGITS:
+                raise MetadataError(f"the sequence numbers of {parent} are used up")
+            txn.put(key, _U64.pack(number + 1), db=self._meta)
+            path = paths.join(parent, f"{name_prefix}{number:0{SEQUENCE_DIGITS}d}")
+            return path, self._create(txn, path, data, ephemeral)
 
         return self._write(op)
+
+    def _create(self, txn: lmdb.Transaction, path: str, data: bytes,
+                ephemeral: bool) -> list[str]:
+        """Create the record and its missing ancestors in ``txn``; the changed paths."""
+        key = _key(path)
+        if txn.get(key, db=self._records) is not None:
+            raise NodeExists(f"a record exists at {path} already")
+        created = []
+        for ancestor in paths.ancestors(path):
+            value = txn.get(_key(ancestor), db=self._records)
+            if value is None:
+                txn.put(_key(ancestor), _RECORD.pack(0, 0), db=self._records)
+                created.append(ancestor)
+            elif _RECORD.unpack_from(value)[1] & _FLAG_EPHEMERAL:
+                raise MetadataError(f"cannot create {path}: {ancestor} is ephemeral, "
+                                    "and ephemeral records have no children")
+        flags = _FLAG_EPHEMERAL if ephemeral else 0
+        txn.put(key, _RECORD.pack(0, flags) + data, db=self._records)
+        if ephemeral:
+            txn.put(key, b"", db=self._ephemerals)
+        created.append(path)
+        return _with_parents(created)
 
     def get(self, path: str) -> tuple[bytes, int]:
         paths.check_path(path)

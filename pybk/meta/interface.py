@@ -8,6 +8,14 @@ Records
     :meth:`~MetadataStore.delete` refuses a record that has children.  Data is at most
     :data:`MAX_DATA_BYTES`, so that any request fits ZooKeeper's default packet limit.
 
+Sequential records
+    :meth:`~MetadataStore.create_sequential` creates a record whose name is the given
+    prefix followed by a sequence number of :data:`SEQUENCE_DIGITS` decimal digits
+    (ZooKeeper's ``PERSISTENT_SEQUENTIAL`` and ``EPHEMERAL_SEQUENTIAL``): under one
+    parent the numbers increase with every sequential create and are never handed out
+    twice while the parent exists, so names sorted by their number are in creation
+    order.  Elections are built on ephemeral ones (the lowest live number wins).
+
 Compare-and-set
     ``create`` succeeds only if the path is free (else :class:`NodeExists`); ``set``
     and ``delete`` only if the record's version is ``expected_version`` (else
@@ -73,6 +81,9 @@ from pybk.meta.layout import FLAT, LedgerLayout
 from pybk.meta.watches import Watch, WatchCallback
 
 ANY_VERSION = -1
+#: Digits of the sequence number that :meth:`MetadataStore.create_sequential` appends
+#: (ZooKeeper's: a zero-padded signed 32-bit counter).
+SEQUENCE_DIGITS = 10
 # ZooKeeper's default jute.maxbuffer (1 MiB - 1) bounds a whole request, not the data: the
 # rest carries the path and, for a create that makes ancestors, every ancestor's create
 # (at most about 75 KiB under MAX_PATH_BYTES).  128 KiB are left for them.
@@ -87,6 +98,27 @@ def check_data(data: bytes) -> bytes:
         raise MetadataError(f"record data of {len(data)} bytes is over "
                             f"MAX_DATA_BYTES={MAX_DATA_BYTES}")
     return bytes(data)
+
+
+def sequence_number(name: str) -> int:
+    """The sequence number at the end of a sequential record's name; MalformedMetadata if
+    it has none."""
+    digits = name[-SEQUENCE_DIGITS:]
+    if len(name) < SEQUENCE_DIGITS or not digits.isdigit():
+        raise MalformedMetadata(f"{name!r} is not the name of a sequential record (it "
+                                f"must end in {SEQUENCE_DIGITS} digits)")
+    return int(digits)
+
+
+def sequential_prefix(prefix: str) -> tuple[str, str]:
+    """``(parent, name prefix)`` of a :meth:`MetadataStore.create_sequential` prefix
+    (``/a/V_`` -> ``("/a", "V_")``, ``/a/`` -> ``("/a", "")``), checked: the names it
+    makes must be valid."""
+    if not isinstance(prefix, str):
+        raise MetadataError(f"{prefix!r} is not a path prefix")
+    parent, _, name_prefix = prefix.rpartition("/")
+    paths.check_path(prefix + "0" * SEQUENCE_DIGITS)
+    return parent or paths.ROOT, name_prefix
 
 
 def check_version(version: int) -> int:
@@ -126,6 +158,12 @@ class MetadataStore(ABC):
 
         Raises NodeExists if the path holds a record, MetadataError if an ancestor is
         ephemeral."""
+
+    @abstractmethod
+    def create_sequential(self, prefix: str, data: bytes, ephemeral: bool = False) -> str:
+        """Create a record at ``prefix`` followed by the parent's next sequence number
+        (``/a/V_`` -> ``/a/V_0000000007``), with its missing ancestors; return its path.
+        Raises MetadataError if an ancestor is ephemeral."""
 
     @abstractmethod
     def get(self, path: str) -> tuple[bytes, int]:

@@ -17,6 +17,9 @@ BookKeeper's layout of a cluster under ``/ledgers``:
 ``/ledgers/idgen/ID-<10 digits>``        ZooKeeper's ledger id generator (sequential)
 ``/ledgers/INSTANCEID``                  the cluster's instance id (a UUID, text)
 ``/ledgers/LAYOUT``                      the ledger layout, in BookKeeper's text form
+``/ledgers/underreplication/...``        under-replicated ledgers, replication claims,
+                                         the auditor election
+                                         (:mod:`pybk.meta.underreplication`)
 """
 
 from __future__ import annotations

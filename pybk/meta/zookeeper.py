@@ -104,7 +104,7 @@ from pybk.meta import layout as layouts
 from pybk.meta import paths, zkclient
 from pybk.meta.address import ZooKeeperAddress, parse_zookeeper_address
 from pybk.meta.interface import (ANY_VERSION, MetadataStore, SessionListener, SessionState,
-                                 check_data, check_version)
+                                 check_data, check_version, sequential_prefix)
 from pybk.meta.watches import Notifier, Watch, WatchCallback
 
 log = logging.getLogger(__name__)
@@ -355,6 +355,43 @@ class ZooKeeperMetadataStore(MetadataStore):
             return 0
 
         return self._run("create", path, op)
+
+    def create_sequential(self, prefix: str, data: bytes, ephemeral: bool = False) -> str:
+        parent, name_prefix = sequential_prefix(prefix)
+        data = check_data(data)
+        zk_parent = self._ns.zk(parent)
+        zk_prefix = paths.join(zk_parent, name_prefix)
+
+        def op(client: KazooClient, retrying: bool) -> str:
+            if retrying and ephemeral:
+                mine = self._sequential_of_ours(client, zk_parent, name_prefix, data)
+                if mine is not None:
+                    return mine  # an earlier attempt took effect; its answer was lost
+            # (A persistent one whose answer was lost stays behind, like a lost ledger id.)
+            return self._conn.wait(client.create_async(
+                zk_prefix, data, ephemeral=ephemeral, sequence=True, makepath=True))
+
+        created = self._run("create", prefix, op)
+        return paths.join(parent, paths.split(created)[1])
+
+    def _sequential_of_ours(self, client: KazooClient, zk_parent: str, name_prefix: str,
+                            data: bytes) -> str | None:
+        """The ZooKeeper path of an ephemeral sequential record under ``zk_parent`` that
+        this session made with ``data``, if there is one."""
+        try:
+            names = self._conn.wait(client.get_children_async(zk_parent))
+        except NoNodeError:
+            return None
+        for name in names:
+            if not name.startswith(name_prefix):
+                continue
+            try:
+                found, stat = self._conn.wait(client.get_async(paths.join(zk_parent, name)))
+            except NoNodeError:
+                continue
+            if found == data and stat.ephemeralOwner == self._conn.session_id:
+                return paths.join(zk_parent, name)
+        return None
 
     def _created_by_us(self, client: KazooClient, zk: str, data: bytes,
                        ephemeral: bool) -> bool:

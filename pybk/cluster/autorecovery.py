@@ -1,0 +1,94 @@
+"""Autorecovery in one process: stand for auditor, and audit while elected.
+
+:class:`AutoRecovery` is what a bookie process runs when ``autoRecoveryDaemonEnabled``
+is true (:class:`~pybk.cluster.node.BookieNode`), and all that ``pybk autorecovery`` (a
+process of its own, BookKeeper's ``AutoRecoveryMain``) runs: an
+:class:`~pybk.cluster.election.AuditorElection` and, while it is elected, an
+:class:`~pybk.cluster.auditor.Auditor`.  The auditor reaches bookies through a
+:class:`~pybk.cluster.directory.BookieDirectory` on a :class:`~pybk.cluster.client.
+ClientLoop` made when it is elected and closed when it is deposed, so a process that
+only stands costs one thread and a vote.
+
+The replication workers, which repair what the auditor marks, will run here too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Mapping
+
+from pybk.client.transport import BookieClient
+from pybk.cluster.auditor import CLOSE_WAIT_S, Auditor
+from pybk.cluster.client import ClientLoop
+from pybk.cluster.directory import BookieDirectory
+from pybk.cluster.election import AuditorElection
+from pybk.meta.interface import MetadataStore
+from pybk.meta.underreplication import UnderreplicationManager
+from pybk.settings import ServerSettings
+
+log = logging.getLogger(__name__)
+
+
+class AutoRecovery:
+    """Autorecovery of the cluster in ``store`` on behalf of ``candidate`` (this
+    process's name in the election: a bookie's id).  ``local`` are clients of bookies
+    this process hosts, reached without the network.  Starts at once; :meth:`close`
+    stops it (not the store)."""
+
+    def __init__(self, store: MetadataStore, settings: ServerSettings, candidate: str,
+                 local: Mapping[str, BookieClient] | None = None) -> None:
+        self.store = store
+        self.settings = settings
+        self.candidate = candidate
+        self._local = dict(local or {})
+        self.manager = UnderreplicationManager(store, owner=candidate)
+        self._lock = threading.Lock()
+        self._auditor: Auditor | None = None
+        self._closed = False
+        self._parts: list = []  # the auditor's directory and loop, to close after it
+        self._election = AuditorElection(self.manager, candidate, self._elected,
+                                         self._deposed)
+
+    @property
+    def is_auditor(self) -> bool:
+        """Whether this process audits the cluster now."""
+        return self._auditor is not None
+
+    def _elected(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            loop = ClientLoop()
+            directory = BookieDirectory(self.store, loop, local=self._local)
+            self._parts = [directory, loop]
+            self._auditor = Auditor(self.store, self.manager, self.settings, directory,
+                                    self.candidate).start()
+
+    def _deposed(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        with self._lock:
+            auditor, self._auditor = self._auditor, None
+            parts, self._parts = self._parts, []
+        if auditor is not None:
+            auditor.close(wait_s)
+        for part in parts:
+            part.close()
+
+    def close(self) -> None:
+        """Stop auditing (if elected) and withdraw from the election, in at most
+        :data:`~pybk.cluster.auditor.CLOSE_WAIT_S` while ZooKeeper is down (what still
+        waits on it then ends when the store is closed)."""
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        with self._lock:
+            self._closed = True
+            if self._auditor is not None:
+                self._auditor.stop()  # both threads stop together, not one after the other
+        self._election.close(CLOSE_WAIT_S)
+        self._deposed(max(0.0, deadline - time.monotonic()))
+
+    def __enter__(self) -> "AutoRecovery":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
