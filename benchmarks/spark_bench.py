@@ -56,6 +56,7 @@ def spark_session(workdir: str):
     import pybk.spark
     spark = (SparkSession.builder.master("local[2]").appName("pybk-spark-bench")
              .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", "4g")
              .config("spark.local.dir", os.path.join(workdir, "spark"))
              .config("spark.sql.shuffle.partitions", "4")

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 import pybk
 import pybk.spark
 from pybk.cluster.local import LocalCluster
+from pybk.errors import NoSuchLog
 
 EVENTS, COUNTS = "events", "user-counts"
 USERS = ("ada", "brian", "carol", "dennis", "edsger")
@@ -32,8 +33,11 @@ USERS = ("ada", "brian", "carol", "dennis", "edsger")
 def append_events(address: str, count: int = 10_000) -> None:
     """The application side: append JSON events to the log unless it holds some."""
     with pybk.BookKeeper.connect(address) as bk:
-        if any(True for _ in pybk.LogReader(bk, EVENTS).read()):
-            return
+        try:
+            if next(pybk.LogReader(bk, EVENTS).read(), None) is not None:
+                return
+        except NoSuchLog:
+            pass  # a new log: the writer creates it
         with pybk.LogWriter.open(bk, EVENTS) as writer:
             futures = [writer.append_async(json.dumps(
                 {"user": USERS[i % len(USERS)], "n": i}).encode()) for i in range(count)]

@@ -2,7 +2,7 @@
 of every record into another log, exactly once, through a restart.
 
     pybk localcluster                      # in another terminal: prints zk://...
-    python examples/spark_streaming.py zk://127.0.0.1:PORT/ledgers [SECONDS]
+    python examples/spark_streaming.py [--seconds 10] zk://127.0.0.1:PORT/ledgers
 
 Without an address it runs on a throwaway cluster of its own.  A thread of the
 application appends to the log ``clicks`` while a streaming query reads it (at most 500
@@ -16,6 +16,7 @@ micro-batch that Spark replays after a restart commits nothing twice.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -89,12 +90,14 @@ def main(address: str, seconds: float) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 3:
-        sys.exit("usage: python examples/spark_streaming.py [zk://host:port/ledgers "
-                 "[SECONDS]]")
-    duration = float(sys.argv[2]) if len(sys.argv) == 3 else 10.0
-    if len(sys.argv) >= 2:
-        main(sys.argv[1], duration)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("address", nargs="?", help="zk://host:port/ledgers (default: a "
+                        "cluster of its own)")
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="how long the live query runs, over its two runs")
+    args = parser.parse_args()
+    if args.address:
+        main(args.address, args.seconds)
     else:
         with LocalCluster() as cluster:
-            main(cluster.address, duration)
+            main(cluster.address, args.seconds)

@@ -77,3 +77,32 @@ def test_the_demo_runs_where_a_directory_named_pybk_is(tmp_path, shadow):
                             timeout=90)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verified: all" in result.stdout
+
+
+SPARK_ENV = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+def _run_spark_example(*args: str) -> str:
+    """Run a Spark example with a cluster of its own (ZooKeeper, three bookies, Spark in
+    local mode), all stopped by the example itself."""
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True,
+                            text=True, timeout=240, stdin=subprocess.DEVNULL,
+                            env=dict(os.environ, PYTHONPATH=ROOT, **SPARK_ENV))
+    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
+    return result.stdout
+
+
+@pytest.mark.timeout(300)
+def test_the_spark_etl_example_aggregates_one_log_into_another():
+    out = _run_spark_example(os.path.join(ROOT, "examples", "spark_batch.py"))
+    assert "read 10000 events; wrote 5 counts" in out
+    for user in ("ada", "brian", "carol", "dennis", "edsger"):
+        assert f'{{"user":"{user}","count":2000}}' in out
+
+
+@pytest.mark.timeout(300)
+def test_the_spark_streaming_example_copies_a_live_log_exactly_once_through_a_restart():
+    out = _run_spark_example(os.path.join(ROOT, "examples", "spark_streaming.py"),
+                             "--seconds", "4")
+    assert "run 2: stopped the query" in out
+    assert "exactly once and in order" in out
