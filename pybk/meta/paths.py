@@ -15,6 +15,9 @@ BookKeeper's layout of a cluster under ``/ledgers``:
 ``/ledgers/hosts/<host>/<bookie id>``    a registered bookie's host (ephemeral, beside
                                          its registration; pybk's: placement finds the
                                          bookies of a writer's host in one read)
+``/ledgers/spark-bookies/<lease>/...``   bookies hosted by a Spark application's
+                                         executors: its driver's lease and what each
+                                         holding task reports (:mod:`pybk.spark.bookies`)
 ``/ledgers/cookies/<bookie id>``         a bookie's cookie (its instance and directories;
                                          :mod:`pybk.meta.cookies`)
 ``/ledgers/idgen/ID-<10 digits>``        ZooKeeper's ledger id generator (sequential)
@@ -35,6 +38,7 @@ AVAILABLE = "/ledgers/available"
 READONLY_NAME = "readonly"
 READONLY = f"{AVAILABLE}/{READONLY_NAME}"
 HOSTS = "/ledgers/hosts"
+SPARK_BOOKIES = "/ledgers/spark-bookies"
 COOKIES = "/ledgers/cookies"
 IDGEN = "/ledgers/idgen"
 INSTANCE_ID = "/ledgers/INSTANCEID"
