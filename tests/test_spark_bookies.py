@@ -21,7 +21,7 @@ import zkutil
 from clusterutil import TESTS, BookieProcesses, address  # noqa: F401 - fixture
 
 from pybk.client import BookKeeper
-from pybk.errors import InvalidConfiguration
+from pybk.errors import BookKeeperError, InvalidConfiguration
 from pybk.meta import paths
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ClientSettings
@@ -108,7 +108,11 @@ def test_bookies_start_register_take_writes_first_on_their_host_and_stop(
             others.start(f"other{number}", "--set", f"bookieHost=other-host-{number}")
         for other in others.started:
             other.wait_serving()
+        abandoned = paths.join(paths.SPARK_BOOKIES, "app-killed-earlier")
+        store.create(paths.join(abandoned, "driver"), b"")
+        store.delete(paths.join(abandoned, "driver"), 0)  # as its session's end does
         with hosted_by(spark, address, count=1) as hosted:
+            assert not store.exists(abandoned)  # removed by the next start
             [bookie] = hosted.bookies
             assert bookie.started and bookie.host == "127.0.0.1"  # SPARK_LOCAL_IP
             assert bookie.bookie_id in store.bookies(read_only=False)
@@ -151,6 +155,29 @@ def test_a_second_start_finds_the_running_bookie(spark, address, store):  # noqa
             handle.add_entry(b"still serving")
             handle.close()
             assert handle.metadata.ensemble_at(0) == (bookie.bookie_id,)
+    wait_gone(store, [bookie])
+
+
+def test_a_bookie_that_cannot_start_fails_the_start_with_its_output(
+        spark, address, store):  # noqa: F811
+    with pytest.raises(BookKeeperError, match="(?s)exited with status 2 while starting.*"
+                                              "noSuchSetting"):
+        with hosted_by(spark, address, count=1, bookie_args=("--set", "noSuchSetting=1")):
+            pass
+    assert store.bookies() == []
+    assert store.children(paths.SPARK_BOOKIES) == []  # the lease is gone
+
+
+def test_a_bookie_that_dies_fails_its_holder(spark, address, store):  # noqa: F811
+    with hosted_by(spark, address, count=1,
+                   bookie_args=("--set", "zkTimeout=2000")) as hosted:
+        [bookie] = hosted.bookies
+        os.kill(bookie.pid, signal.SIGKILL)
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while hosted.failure is None:
+            assert time.monotonic() < deadline, "the holder did not notice its bookie die"
+            time.sleep(0.1)
+        assert "exited with status -9" in str(hosted.failure)
     wait_gone(store, [bookie])
 
 

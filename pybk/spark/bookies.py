@@ -2,7 +2,7 @@
 
 ::
 
-    from pybk.spark.bookies import executor_bookies
+    from pybk.spark import executor_bookies
 
     with executor_bookies(spark, "zk://zk1:2181/ledgers") as hosted:
         print(hosted.bookies)        # HostedBookie(bookie_id, endpoint, host, ...) each
@@ -66,7 +66,9 @@ Where data goes
     (``SPARK_LOCAL_DIRS`` as Spark gives it to Python workers: the block manager's
     directories of that executor): one bookie per executor, whose data lives and dies
     with the executor (Spark deletes those directories when the executor stops), like
-    shuffle files.  Inside it: ``journal/``, ``ledgers/``, ``bookie.log`` (the bookie's
+    shuffle files.  Normally the bookie stops first; an executor that dies first (with
+    its driver, say) may delete the directory under its running bookie, which then
+    stops within its lifeline's grace (``ORPHAN_GRACE_S``).  Inside it: ``journal/``, ``ledgers/``, ``bookie.log`` (the bookie's
     output), ``HOLDER`` and ``bookie.json``.
 
 Host and placement
@@ -163,6 +165,8 @@ _POLL_S = 0.1
 _LOG_TAIL_BYTES = 4000
 #: ``pybk bookie``'s line once it serves (:func:`pybk.cluster.commands.run_bookie`).
 _SERVING = re.compile(r"pybk bookie: (\S+) serving at (\S+),")
+#: A pybk error raised in a holder task, as Spark's error text quotes it.
+_HOLDER_ERROR = re.compile(r"pybk\.errors\.\w+: (.)")
 #: What ``pybk bookie`` says when another bookie still holds the directory.
 _LOCKED = "is locked: another bookie"
 
@@ -341,7 +345,7 @@ def _wait_for_reports(store: MetadataStore, lease_path: str, count: int,
                 return reports
         if job.failure is not None:
             raise BookKeeperError(f"the bookie holders' Spark job failed: "
-                                  f"{_first_line(job.failure)}") from job.failure
+                                  f"{_cause(job.failure)}") from job.failure
         if not job.running:
             raise BookKeeperError("the bookie holders' Spark job ended before every holder "
                                   "reported (its lease ended?)")
@@ -379,9 +383,14 @@ def _stop(store: MetadataStore, driver_path: str, lease_path: str, job: "_Holder
         log.error("the bookie holders' Spark job is still running after it was cancelled")
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+def _cause(error: BaseException) -> str:
+    """What went wrong in a holder, out of the Spark error that carries it (a holder's
+    own error, with the bookie's output, is the part from pybk's exception on)."""
+    text = str(error)
+    found = _HOLDER_ERROR.search(text)
+    if found is not None:
+        return text[found.start(1):].split("\n\tat ")[0].strip()
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
 class _HolderJob:
