@@ -18,7 +18,7 @@ import time
 import pytest
 import sparkutil
 import zkutil
-from clusterutil import TESTS, BookieProcesses, address  # noqa: F401 - fixture
+from clusterutil import TESTS, address, bookies  # noqa: F401 (fixtures)
 
 from pybk.client import BookKeeper
 from pybk.errors import BookKeeperError, InvalidConfiguration
@@ -45,18 +45,18 @@ def spark(tmp_path_factory):
 
 
 @pytest.fixture
-def store(address):  # noqa: F811 - the fixture imported above
+def store(address):
     with ZooKeeperMetadataStore(address, zkutil.settings()) as opened:
         yield opened
 
 
-def hosted_by(spark, address, **options):  # noqa: F811
+def hosted_by(spark, address, **options):
     """executor_bookies with loopback bookies and a short driver session."""
     return executor_bookies(spark, address, listen_host="127.0.0.1",
                             session_timeout_ms=zkutil.SESSION_TIMEOUT_MS, **options)
 
 
-def write_ledgers(address: str, count: int, _partition) -> list[tuple[list[str], bool]]:
+def write_ledgers(address: str, count: int, _partition: object) -> list[tuple[list[str], bool]]:
     """In a Spark task: ``count`` ledgers (E=2, Qw=Qa=2) written and read back by a
     client that knows its host; each ledger's ensemble, and whether it read back."""
     settings = ClientSettings(clientHost=executor_host())
@@ -101,44 +101,40 @@ def process_gone(pid: int) -> bool:
 
 
 def test_bookies_start_register_take_writes_first_on_their_host_and_stop(
-        spark, address, tmp_path, store):  # noqa: F811
-    others = BookieProcesses(tmp_path, address)
-    try:
-        for number in (1, 2):  # bookies of two other hosts
-            others.start(f"other{number}", "--set", f"bookieHost=other-host-{number}")
-        for other in others.started:
-            other.wait_serving()
-        abandoned = paths.join(paths.SPARK_BOOKIES, "app-killed-earlier")
-        store.create(paths.join(abandoned, "driver"), b"")
-        store.delete(paths.join(abandoned, "driver"), 0)  # as its session's end does
-        with hosted_by(spark, address, count=1) as hosted:
-            assert not store.exists(abandoned)  # removed by the next start
-            [bookie] = hosted.bookies
-            assert bookie.started and bookie.host == "127.0.0.1"  # SPARK_LOCAL_IP
-            assert bookie.bookie_id in store.bookies(read_only=False)
-            assert store.bookies_on_host("127.0.0.1") == [bookie.bookie_id]
-            assert store.bookie_endpoint(bookie.bookie_id) == bookie.endpoint
-            assert not process_gone(bookie.pid)
-            # Data under the executor's local directory (Spark's, under spark.local.dir).
-            local_dir = spark.sparkContext.getConf().get("spark.local.dir")
-            assert bookie.directory.startswith(local_dir)
-            assert os.path.isdir(os.path.join(bookie.directory, "journal", "current"))
-            # A task on the bookie's host writes: the bookie is first in every ensemble.
-            made = spark.sparkContext.parallelize([0], 1).mapPartitions(
-                functools.partial(write_ledgers, address, 6)).collect()
-            assert len(made) == 6
-            for ensemble, read_back in made:
-                assert ensemble[0] == bookie.bookie_id, made
-                assert read_back
-            lease = hosted.lease
-        wait_gone(store, [bookie])
-        assert lease not in store.children(paths.SPARK_BOOKIES)
-        assert len(store.bookies()) == 2  # the other hosts' bookies are untouched
-    finally:
-        others.close()
+        spark, address, bookies, store):
+    for number in (1, 2):  # bookies of two other hosts
+        bookies.start(f"other{number}", "--set", f"bookieHost=other-host-{number}")
+    for other in bookies.started:
+        other.wait_serving()
+    abandoned = paths.join(paths.SPARK_BOOKIES, "app-killed-earlier")
+    store.create(paths.join(abandoned, "driver"), b"")
+    store.delete(paths.join(abandoned, "driver"), 0)  # as its session's end does
+    with hosted_by(spark, address, count=1) as hosted:
+        assert not store.exists(abandoned)  # removed by the next start
+        [bookie] = hosted.bookies
+        assert bookie.started and bookie.host == "127.0.0.1"  # SPARK_LOCAL_IP
+        assert bookie.bookie_id in store.bookies(read_only=False)
+        assert store.bookies_on_host("127.0.0.1") == [bookie.bookie_id]
+        assert store.bookie_endpoint(bookie.bookie_id) == bookie.endpoint
+        assert not process_gone(bookie.pid)
+        # Data under the executor's local directory (Spark's, under spark.local.dir).
+        local_dir = spark.sparkContext.getConf().get("spark.local.dir")
+        assert bookie.directory.startswith(local_dir)
+        assert os.path.isdir(os.path.join(bookie.directory, "journal", "current"))
+        # A task on the bookie's host writes: the bookie is first in every ensemble.
+        made = spark.sparkContext.parallelize([0], 1).mapPartitions(
+            functools.partial(write_ledgers, address, 6)).collect()
+        assert len(made) == 6
+        for ensemble, read_back in made:
+            assert ensemble[0] == bookie.bookie_id, made
+            assert read_back
+        lease = hosted.lease
+    wait_gone(store, [bookie])
+    assert lease not in store.children(paths.SPARK_BOOKIES)
+    assert len(store.bookies()) == 2  # the other hosts' bookies are untouched
 
 
-def test_a_second_start_finds_the_running_bookie(spark, address, store):  # noqa: F811
+def test_a_second_start_finds_the_running_bookie(spark, address, store):
     with hosted_by(spark, address, count=1) as first:
         [bookie] = first.bookies
         with hosted_by(spark, address, count=1) as second:
@@ -159,7 +155,7 @@ def test_a_second_start_finds_the_running_bookie(spark, address, store):  # noqa
 
 
 def test_a_bookie_that_cannot_start_fails_the_start_with_its_output(
-        spark, address, store):  # noqa: F811
+        spark, address, store):
     with pytest.raises(BookKeeperError, match="(?s)exited with status 2 while starting.*"
                                               "noSuchSetting"):
         with hosted_by(spark, address, count=1, bookie_args=("--set", "noSuchSetting=1")):
@@ -168,7 +164,7 @@ def test_a_bookie_that_cannot_start_fails_the_start_with_its_output(
     assert store.children(paths.SPARK_BOOKIES) == []  # the lease is gone
 
 
-def test_a_bookie_that_dies_fails_its_holder(spark, address, store):  # noqa: F811
+def test_a_bookie_that_dies_fails_its_holder(spark, address, store):
     with hosted_by(spark, address, count=1,
                    bookie_args=("--set", "zkTimeout=2000")) as hosted:
         [bookie] = hosted.bookies
@@ -181,7 +177,7 @@ def test_a_bookie_that_dies_fails_its_holder(spark, address, store):  # noqa: F8
     wait_gone(store, [bookie])
 
 
-def test_bad_arguments_are_refused_before_any_task_runs(spark, address, store):  # noqa: F811
+def test_bad_arguments_are_refused_before_any_task_runs(spark, address, store):
     slots = spark.sparkContext.defaultParallelism
     for options, message in [({"count": 0}, "count=0"), ({"count": slots + 1}, "slot"),
                              ({"directory": "relative/dir"}, "absolute"),
@@ -198,7 +194,7 @@ def test_bad_arguments_are_refused_before_any_task_runs(spark, address, store): 
 
 @pytest.mark.parametrize("master, count", [("local[2]", 1), ("local-cluster[2,1,1024]", 2)])
 def test_bookies_stop_when_the_driver_is_killed(master, count, address, tmp_path,
-                                                store):  # noqa: F811
+                                                store):
     """The driver (a child process) is SIGKILLed while its bookies serve: the bookies
     exit and their registrations disappear (lifelines, then the driver's lease)."""
     out_path = tmp_path / "driver.out"

@@ -68,8 +68,8 @@ Where data goes
     with the executor (Spark deletes those directories when the executor stops), like
     shuffle files.  Normally the bookie stops first; an executor that dies first (with
     its driver, say) may delete the directory under its running bookie, which then
-    stops within its lifeline's grace (``ORPHAN_GRACE_S``).  Inside it: ``journal/``, ``ledgers/``, ``bookie.log`` (the bookie's
-    output), ``HOLDER`` and ``bookie.json``.
+    stops within its lifeline's grace (``ORPHAN_GRACE_S``).  Inside it: ``journal/``,
+    ``ledgers/``, ``bookie.log`` (the bookie's output), ``HOLDER`` and ``bookie.json``.
 
 Host and placement
     A holder names its host with :func:`executor_host` (``SPARK_LOCAL_HOSTNAME``, else
@@ -152,6 +152,7 @@ from pybk.meta.interface import ANY_VERSION, MetadataStore
 from pybk.storage.fileio import lock_file, write_file_atomically
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -285,7 +286,7 @@ def executor_bookies(spark: "SparkSession", address: str, *, count: int | None =
             _stop(store, driver_path, lease_path, job, hosted, stop_timeout_s)
 
 
-def _check_arguments(sc, address: str, count: int | None, directory: str | None,
+def _check_arguments(sc: "SparkContext", address: str, count: int | None, directory: str | None,
                      listen_host: str, port: int) -> int:
     """The number of holders to run, once the arguments are checked."""
     if not is_zookeeper_address(address):
@@ -311,7 +312,7 @@ def _check_arguments(sc, address: str, count: int | None, directory: str | None,
     return count
 
 
-def _executor_count(sc) -> int:
+def _executor_count(sc: "SparkContext") -> int:
     """Executors registered now (the driver is one of the block managers listed, except
     in local mode, where it is the only executor)."""
     managers = sc._jsc.sc().getExecutorMemoryStatus().size()
@@ -363,22 +364,32 @@ def _stop(store: MetadataStore, driver_path: str, lease_path: str, job: "_Holder
     """End the lease, let the holders stop their bookies, cancel those that do not end,
     and wait for the started bookies' registrations to go."""
     deadline = time.monotonic() + timeout_s
-    with contextlib.suppress(NoNode):
+    try:
         store.delete(driver_path, ANY_VERSION)
+    except NoNode:
+        pass
+    except MetadataError as e:  # the holders cannot see the lease end: cancel them
+        log.warning("could not end the bookie holders' lease %s (%s): cancelling their "
+                    "job", driver_path, e)
+        job.cancel()
     if not job.join(max(0.0, deadline - time.monotonic())):
         log.warning("bookie holders did not end within %.0f s of their lease: cancelling "
                     "their job", timeout_s)
         job.cancel()
         job.join(max(10.0, deadline - time.monotonic()))
     started = {b.bookie_id for b in hosted.bookies if b.started}
-    while left := started & set(store.bookies()):
-        if time.monotonic() > deadline:
-            log.warning("executor bookies %s still registered %.0f s after their lease "
-                        "ended (their sessions end after zkTimeout)", sorted(left), timeout_s)
-            break
-        time.sleep(_POLL_S)
-    with contextlib.suppress(NoNode, MetadataError):  # a holder's report still there
-        store.delete(lease_path, ANY_VERSION)
+    try:
+        while left := started & set(store.bookies()):
+            if time.monotonic() > deadline:
+                log.warning("executor bookies %s still registered %.0f s after their lease "
+                            "ended (their sessions end after zkTimeout)", sorted(left),
+                            timeout_s)
+                break
+            time.sleep(_POLL_S)
+        with contextlib.suppress(NoNode, MetadataError):  # a holder's report still there
+            store.delete(lease_path, ANY_VERSION)
+    except MetadataError as e:
+        log.warning("could not check that the executor bookies unregistered: %s", e)
     if job.running:
         log.error("the bookie holders' Spark job is still running after it was cancelled")
 
@@ -434,7 +445,7 @@ class _HolderJob:
         self._sc.cancelJobGroup(self.group)
 
 
-def _release_jvm_connection(sc) -> None:
+def _release_jvm_connection(sc: "SparkContext") -> None:
     """Close this thread's connection to the JVM now.  PySpark's pinned-thread mode
     gives each Python thread one, closed by a thread-local finalizer as the thread ends;
     that finalizer logs from a thread ``threading`` has already forgotten, which leaves a
@@ -459,11 +470,9 @@ def _hold(config: _HolderConfig, index: int, rows: Iterator[object]) -> Iterator
         store = held.enter_context(open_metadata_store(config.address))
         if not store.exists(driver_path):
             return iter(())  # the lease ended before this task ran: nothing to hold
-        try:
-            holder_fd = lock_file(os.path.join(directory, "HOLDER"))
-        except BlockingIOError:
-            bookie = _find_running(store, directory, config.start_timeout_s)
-            process = None
+        holder_fd, found = _hold_or_find(store, directory, config.start_timeout_s)
+        if found is not None:
+            process, bookie = None, found
         else:
             held.callback(os.close, holder_fd)
             lifeline = held.enter_context(Lifeline())
@@ -554,17 +563,22 @@ def _read_from(path: str, offset: int) -> str:
         return f.read().decode("utf-8", "replace")
 
 
-def _find_running(store: MetadataStore, directory: str, timeout_s: float) -> HostedBookie:
-    """The bookie another holder runs on ``directory``, once it serves and is
-    registered with the endpoint its ``bookie.json`` names."""
+def _hold_or_find(store: MetadataStore, directory: str, timeout_s: float
+                  ) -> tuple[int, None] | tuple[None, HostedBookie]:
+    """Take the directory's HOLDER lock (its descriptor, None), or find the bookie that
+    the holder of the lock runs there (None, the bookie): once it serves and is
+    registered with the endpoint its ``bookie.json`` names.  A holder that is stopping
+    its bookie lets the lock go soon: it is tried again meanwhile."""
     info = os.path.join(directory, "bookie.json")
     deadline = time.monotonic() + timeout_s
     while True:
-        with contextlib.suppress(FileNotFoundError, ValueError, BookieUnavailable):
+        with contextlib.suppress(BlockingIOError):
+            return lock_file(os.path.join(directory, "HOLDER")), None
+        with contextlib.suppress(FileNotFoundError, ValueError, TypeError, BookieUnavailable):
             with open(info, "rb") as f:
                 bookie = HostedBookie.from_json(f.read())
             if _alive(bookie.pid) and store.bookie_endpoint(bookie.bookie_id) == bookie.endpoint:
-                return dataclasses.replace(bookie, started=False)
+                return None, dataclasses.replace(bookie, started=False)
         if time.monotonic() > deadline:
             raise BookKeeperError(f"{directory} is held by another bookie holder, but no "
                                   f"serving bookie was named in {info} within "
