@@ -26,6 +26,8 @@ from pybk.meta import paths
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ClientSettings
 from pybk.spark.bookies import HostedBookie, executor_bookies, executor_host
+from pybk.spark.connect import connect
+from pybk.spark.options import WRITE, parse
 
 #: Bound on a bookie's exit and unregistration once its holder or driver is gone
 #: (graceful close, or the lifeline's ORPHAN_GRACE_S, or a session timeout).
@@ -132,6 +134,17 @@ def test_bookies_start_register_take_writes_first_on_their_host_and_stop(
     wait_gone(store, [bookie])
     assert lease not in store.children(paths.SPARK_BOOKIES)
     assert len(store.bookies()) == 2  # the other hosts' bookies are untouched
+
+
+def test_the_data_source_clients_name_their_host(spark, address):
+    """The pybk data source's clients (built here on the driver, in Spark's environment,
+    as its tasks build them) know their host, so that their ledgers start on its
+    bookie, unless the options name another."""
+    with connect(parse({"metadataServiceUri": address, "log": "x"}, WRITE)) as bk:
+        assert bk.settings.clientHost == executor_host() == "127.0.0.1"
+    named = {"metadataServiceUri": address, "log": "x", "clientHost": "rack-7-host-2"}
+    with connect(parse(named, WRITE)) as bk:
+        assert bk.settings.clientHost == "rack-7-host-2"
 
 
 def test_a_second_start_finds_the_running_bookie(spark, address, store):

@@ -5,10 +5,10 @@ ZeroMQ contexts, ZooKeeper sessions) exists before Spark forks a worker.
 For ``metadataServiceUri`` it is a cluster client (ZooKeeper, bookies over ZeroMQ) that
 knows its host (``clientHost``, unless the options name one: :func:`executor_host`), so
 that the ledgers a task writes start on its host's bookie when one is registered there
-(:mod:`pybk.spark.bookies`); for
-``path``, the WAL directory's own bookie and metadata store opened in the task's
-process (:func:`pybk.log.wal.open_storage`), held until the task is done: the tasks of a
-job take the directory in turns, each waiting up to ``lockTimeoutSeconds``.
+(:mod:`pybk.spark.bookies`); for ``path``, the WAL directory's own bookie and metadata
+store opened in the task's process (:func:`pybk.log.wal.open_storage`), held until the
+task is done: the tasks of a job take the directory in turns, each waiting up to
+``lockTimeoutSeconds``.
 """
 
 from __future__ import annotations
