@@ -226,7 +226,8 @@ class ExecutorBookies:
 
     @property
     def failure(self) -> BaseException | None:
-        """Why the holders' job failed (a bookie kept exiting), or None while it runs."""
+        """Why the holders' job failed (a bookie kept exiting), or None (it runs, or it
+        ended as asked)."""
         return self._job.failure
 
     def __repr__(self) -> str:
@@ -286,8 +287,8 @@ def executor_bookies(spark: "SparkSession", address: str, *, count: int | None =
             _stop(store, driver_path, lease_path, job, hosted, stop_timeout_s)
 
 
-def _check_arguments(sc: "SparkContext", address: str, count: int | None, directory: str | None,
-                     listen_host: str, port: int) -> int:
+def _check_arguments(sc: "SparkContext", address: str, count: int | None,
+                     directory: str | None, listen_host: str, port: int) -> int:
     """The number of holders to run, once the arguments are checked."""
     if not is_zookeeper_address(address):
         raise InvalidConfiguration(f"executor bookies join a cluster: {address!r} is not "
