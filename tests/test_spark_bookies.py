@@ -1,6 +1,7 @@
 """Bookies hosted by Spark executors (real Spark, real ZooKeeper, real bookie processes):
-they start, register on their host, take writes, put themselves first in the ensembles
-of ledgers written on their host, are found (not started twice) by a second start on
+they start, register on their host, take writes, come first in the ensembles of
+ledgers written on their host (by a client in a task, and by the pybk data source's
+writers), are found (not started twice) by a second start on
 the same directory, and are gone after the context manager exits, also when the driver
 is killed with SIGKILL (in local mode and in local-cluster mode, whose executors are
 processes of their own)."""
@@ -22,6 +23,7 @@ from clusterutil import TESTS, address, bookies  # noqa: F401 (fixtures)
 
 from pybk.client import BookKeeper
 from pybk.errors import BookKeeperError, InvalidConfiguration
+from pybk.log.metadata import live_segments, read_log
 from pybk.meta import paths
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ClientSettings
@@ -79,6 +81,14 @@ def write_ledgers(address: str, count: int, _partition: object) -> list[tuple[li
     return made
 
 
+def log_ensembles(address: str, log_name: str) -> list[tuple[str, ...]]:
+    """The first ensemble of each ledger of the log."""
+    with BookKeeper.connect(address) as bk:
+        head = read_log(bk.metadata, log_name).metadata
+        return [bk.ledger_manager.read(segment.ledger_id).metadata.ensemble_at(0)
+                for segment in live_segments(bk.metadata, head)]
+
+
 def wait_gone(store, bookies: list[HostedBookie], timeout_s: float = GONE_WITHIN_S):
     """Wait until the bookies' processes exited and their registrations (on the lists
     and on their hosts) are gone."""
@@ -130,6 +140,15 @@ def test_bookies_start_register_take_writes_first_on_their_host_and_stop(
         for ensemble, read_back in made:
             assert ensemble[0] == bookie.bookie_id, made
             assert read_back
+        # So do the pybk data source's writers: every ledger of the log starts on it.
+        rows = spark.createDataFrame([(b"row %d" % i,) for i in range(400)], "value binary")
+        rows.repartition(4).write.format("pybk").option("metadataServiceUri", address) \
+            .option("log", "on-the-host").option("ensembleSize", "2") \
+            .option("writeQuorumSize", "2").option("ackQuorumSize", "2") \
+            .mode("append").save()
+        ensembles = log_ensembles(address, "on-the-host")
+        assert len(ensembles) >= 4  # a ledger per writing task at least
+        assert all(e[0] == bookie.bookie_id for e in ensembles), ensembles
         lease = hosted.lease
     wait_gone(store, [bookie])
     assert lease not in store.children(paths.SPARK_BOOKIES)
