@@ -1,10 +1,9 @@
 """Bookies hosted by Spark executors (real Spark, real ZooKeeper, real bookie processes):
 they start, register on their host, take writes, come first in the ensembles of
 ledgers written on their host (by a client in a task, and by the pybk data source's
-writers), are found (not started twice) by a second start on
-the same directory, and are gone after the context manager exits, also when the driver
-is killed with SIGKILL (in local mode and in local-cluster mode, whose executors are
-processes of their own)."""
+writers), are found (not started twice) by a second start on the same directory, and
+are gone after the context manager exits, also when the driver is killed with SIGKILL
+(in local mode and in local-cluster mode, whose executors are processes of their own)."""
 
 from __future__ import annotations
 
