@@ -201,6 +201,10 @@ class ServerSettings(_Settings):
     #: The host clients reach the bookie at (BookKeeper's ``advertisedAddress``).  Empty:
     #: the listen host, or this machine's name when listening on ``0.0.0.0``.
     advertisedAddress: str = ""
+    #: The host the bookie runs on, as clients name theirs (``clientHost``): the bookie
+    #: registers it (``/ledgers/hosts/<host>/<bookie id>``), and a client on that host
+    #: puts the bookie first in new ensembles.  Empty: the advertised host.
+    bookieHost: str = ""
     #: The ZooKeeper session timeout in ms (BookKeeper's ``zkTimeout``): a bookie silent
     #: for longer loses its session and its registration.
     zkTimeout: int = 10_000
@@ -407,6 +411,13 @@ def _validate(s: ServerSettings) -> None:
             "raise them too, or build the settings by name (pybk.open, a conf file, "
             "ServerSettings.from_mapping), which raises the settings not named to fit")
     split_host_port(s.listenAddress, "listenAddress")
+    _check_host(s.bookieHost, "bookieHost")
+
+
+def _check_host(value: str, key: str) -> None:
+    """A host name setting: empty, or a name that can be a metadata record's name."""
+    _require(not any(c.isspace() or c in "/\0" for c in value) and value not in (".", ".."),
+             key, value, "a host name (no '/', NUL or spaces), or empty")
 
 
 def unknown_setting(name: str, known: Iterable[str], where: str) -> str:
@@ -474,6 +485,11 @@ class ClientSettings(_Settings):
     #: placements (new ledgers and replacements) unless too few other bookies are
     #: writable; BookKeeper's quarantine, with its default.
     bookieQuarantineTimeSeconds: float = 1800.0
+    #: The host this client runs on, named as bookies register theirs (``bookieHost``):
+    #: new ensembles start with a writable bookie of that host, so that a writer's first
+    #: copy stays on its machine (:mod:`pybk.client.placement`).  Empty: no host is
+    #: preferred.  pybk's; BookKeeper's rack-aware placement prefers the client's rack.
+    clientHost: str = ""
 
     #: ZeroMQ transport: milliseconds between heartbeats (ZMTP PING) on a connection to
     #: a bookie.
@@ -499,6 +515,7 @@ class ClientSettings(_Settings):
                  self.explicitLacInterval, "0 or more")
         _require(self.bookieQuarantineTimeSeconds >= 0, "bookieQuarantineTimeSeconds",
                  self.bookieQuarantineTimeSeconds, "0 or more")
+        _check_host(self.clientHost, "clientHost")
         for key in ("maxEntrySizeBytes", "zmqHeartbeatIntervalMs", "zmqHeartbeatTimeoutMs",
                     "zmqReconnectIntervalMaxMs", "zmqAddMessagesInFlight"):
             _require(getattr(self, key) > 0, key, getattr(self, key), "greater than 0")

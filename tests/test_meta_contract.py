@@ -384,14 +384,32 @@ def test_a_registration_holds_the_bookie_endpoint(store):
         store.bookie_endpoint("never-registered")
 
 
+def test_a_registration_names_the_bookie_host(store):
+    store.register_bookie("b1", endpoint="tcp://10.0.0.5:3181", host="worker-1")
+    store.register_bookie("b2", endpoint="tcp://10.0.0.5:3182", host="worker-1")
+    store.register_bookie("b3", endpoint="tcp://10.0.0.6:3181", host="worker-2")
+    store.register_bookie("b4")                        # no host: on none
+    assert store.bookies_on_host("worker-1") == ["b1", "b2"]
+    assert store.bookies_on_host("worker-2") == ["b3"]
+    assert store.bookies_on_host("worker-3") == []
+    store.register_bookie("b2", read_only=True, endpoint="tcp://10.0.0.5:3182",
+                          host="worker-1")             # read-only: still on its host
+    assert store.bookies_on_host("worker-1") == ["b1", "b2"]
+    store.unregister_bookie("b1", "worker-1")
+    assert store.bookies_on_host("worker-1") == ["b2"]
+    with pytest.raises(MetadataError):
+        store.register_bookie("b5", host="a/b")
+
+
 def test_registrations_end_with_the_session(stores):
     store = stores.open()
-    store.register_bookie("b1:3181")
+    store.register_bookie("b1:3181", host="worker-1")
     store.register_bookie("b2:3181", read_only=True)
     store.create("/ledgers/L0000000000", b"metadata stays")
     store.close()
     store = stores.open()
     assert store.bookies() == []
+    assert store.bookies_on_host("worker-1") == []
     assert store.get("/ledgers/L0000000000") == (b"metadata stays", 0)
 
 

@@ -372,7 +372,8 @@ def test_a_stalled_unregistration_does_not_hold_the_close_up(nodes, monkeypatch)
     release = threading.Event()
     calls: list[str] = []
 
-    def stalled_unregister(bookie_id: str) -> None:  # the fault: no answer until released
+    def stalled_unregister(bookie_id: str, host: str = "") -> None:
+        # the fault: no answer until released
         calls.append(bookie_id)
         release.wait(60)
 

@@ -34,6 +34,34 @@ def test_local_bookie_first_and_exclusions():
         placement.choose(1, 3, BOOKIES[:3], exclude=[BOOKIES[0]])
 
 
+def test_a_bookie_of_the_writer_host_comes_first():
+    placement = RendezvousPlacement()
+    same_host = {BOOKIES[1], BOOKIES[3]}
+    for ledger in range(200):
+        plain = placement.choose(ledger, 3, BOOKIES)
+        chosen = placement.choose(ledger, 3, BOOKIES, same_host=same_host)
+        best_local = min(same_host, key=plain_rank(ledger))
+        assert chosen[0] == best_local  # one of the host's bookies: the best-scoring one
+        rest = [b for b in placement.choose(ledger, 5, BOOKIES) if b != best_local]
+        assert chosen[1:] == rest[:2]  # the other places keep rendezvous order
+        if best_local in plain:
+            assert sorted(chosen) == sorted(plain)  # same bookies, local one first
+    # Not a candidate (read-only) or excluded: plain rendezvous placement.
+    assert placement.choose(5, 3, BOOKIES[2:], same_host={BOOKIES[1]}) == \
+        placement.choose(5, 3, BOOKIES[2:])
+    assert placement.choose(5, 3, BOOKIES, exclude=[BOOKIES[1]], same_host={BOOKIES[1]}) \
+        == placement.choose(5, 3, BOOKIES, exclude=[BOOKIES[1]])
+    # The process's own bookie wins over the host's others.
+    assert RendezvousPlacement(local=BOOKIES[0]).choose(
+        5, 3, BOOKIES, same_host={BOOKIES[1]})[0] == BOOKIES[0]
+
+
+def plain_rank(ledger: int):
+    """A sort key giving rendezvous order for ``ledger``."""
+    order = RendezvousPlacement().choose(ledger, len(BOOKIES), BOOKIES)
+    return order.index
+
+
 def test_a_new_bookie_moves_only_the_ledgers_that_rank_it_high():
     placement = RendezvousPlacement()
     before = {ledger: placement.choose(ledger, 3, BOOKIES) for ledger in range(1000)}

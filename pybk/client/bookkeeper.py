@@ -61,9 +61,13 @@ class BookKeeper:
                  local_bookie: str | None = None) -> None:
         """``available_bookies`` lists the writable bookies (by default: every known one,
         or the registry's writable ones); ``local_bookie`` is the bookie this process
-        hosts, which placement puts first."""
+        hosts, which placement puts first (else a bookie registered on the settings'
+        ``clientHost``, if any)."""
         self.settings = settings or ClientSettings()
         self.placement = RendezvousPlacement(local_bookie)
+        host = self.settings.clientHost
+        self._same_host: Callable[[], list[str]] = (
+            (lambda: metadata.bookies_on_host(host)) if host else list)
         self.metadata = metadata
         self.ledger_manager = LedgerManager(metadata)
         if callable(bookies):
@@ -201,15 +205,16 @@ class BookKeeper:
         """Placement among the writable bookies, avoiding quarantined ones if enough
         others are writable (BookKeeper's fallback)."""
         available, exclude = self._available(), tuple(exclude)
+        same_host = set(self._same_host())  # one read of the store, with clientHost
         quarantined = self._quarantined_now()
         if quarantined:
             try:
                 return self.placement.choose(ledger_id, count, available,
-                                             exclude + tuple(quarantined))
+                                             exclude + tuple(quarantined), same_host)
             except NotEnoughBookies:
                 log.info("ledger %d: too few bookies outside quarantine %s; using them",
                          ledger_id, sorted(quarantined))
-        return self.placement.choose(ledger_id, count, available, exclude)
+        return self.placement.choose(ledger_id, count, available, exclude, same_host)
 
     def quarantine(self, bookie_ids: Iterable[str]) -> None:
         """Leave ``bookie_ids`` (replaced after failing adds) out of placements for

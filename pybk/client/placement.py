@@ -7,14 +7,25 @@ is deterministic (every client picks the same bookies for a ledger from the same
 candidates), spreads ledgers evenly, and when a bookie joins or leaves only the ledgers
 that rank it high are affected.
 
-A client running in a process that hosts a bookie puts that bookie first (its writes to
-itself cost no network), as long as it is writable and not excluded.  Read-only bookies
-are never candidates: the caller passes only writable ones.
+Locality decides only the first place, and only among candidates (writable, not
+excluded):
+
+1. A client running in a process that hosts a bookie (``local``) puts that bookie first:
+   its writes to itself cost no network.
+2. Otherwise a client that knows its host (``ClientSettings.clientHost``) puts the
+   best-scoring bookie registered on that host first (``same_host``; bookies register
+   their host, :meth:`pybk.meta.interface.MetadataStore.bookies_on_host`): a Spark task
+   writes its first copy to its own machine's bookie (:mod:`pybk.spark.bookies`).
+   Only one: the other places stay with rendezvous order, so that a ledger's copies are
+   not all on one machine because it hosts several bookies.
+3. Otherwise, and for every other place, rendezvous order.
+
+Read-only bookies are never candidates: the caller passes only writable ones.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Collection, Iterable, Sequence
 
 import mmh3
 
@@ -33,14 +44,20 @@ class RendezvousPlacement:
         self.local = local
 
     def choose(self, ledger_id: int, count: int, candidates: Iterable[str],
-               exclude: Sequence[str] = ()) -> list[str]:
+               exclude: Sequence[str] = (), same_host: Collection[str] = ()) -> list[str]:
         """``count`` bookies for ``ledger_id`` among ``candidates`` outside ``exclude``,
-        best first; NotEnoughBookies if there are fewer."""
+        best first (``same_host``: the bookies on the client's host; see the module
+        docstring); NotEnoughBookies if there are fewer."""
         excluded = set(exclude)
         eligible = sorted({b for b in candidates if b not in excluded},
-                          key=lambda b: (b != self.local, -score(ledger_id, b), b))
+                          key=lambda b: (-score(ledger_id, b), b))
         if len(eligible) < count:
             raise NotEnoughBookies(f"ledger {ledger_id} needs {count} writable bookies "
                                    f"besides {sorted(excluded)}; there are "
-                                   f"{len(eligible)}: {eligible}")
+                                   f"{len(eligible)}: {sorted(eligible)}")
+        first = next((b for b in eligible if b == self.local), None) or \
+            next((b for b in eligible if b in same_host), None)
+        if first is not None:
+            eligible.remove(first)
+            eligible.insert(0, first)
         return eligible[:count]

@@ -4,7 +4,9 @@ A node is a :class:`~pybk.storage.Bookie` (its own, or one passed in: an embedde
 bookie can be promoted without copying data), a :class:`~pybk.cluster.BookieServer` on
 the ``listenAddress``, and a session on the cluster's metadata store
 (``metadataServiceUri``) in which the bookie is registered under its id, with its
-endpoint ``tcp://<advertised host>:<port>`` as the registration's data.
+endpoint ``tcp://<advertised host>:<port>`` as the registration's data, and on its host
+(``bookieHost``, by default the advertised host), where placement finds the bookies of a
+writer's host.
 
 Bookie id
     The id belongs to the disks, as in BookKeeper: ledgers name it for the entries the
@@ -133,6 +135,8 @@ class BookieNode:
             port = int(self.server.address.rpartition(":")[2])
             #: Where clients reach the bookie, as registered.
             self.endpoint = f"tcp://{host}:{port}"
+            #: The host the bookie is registered on (placement's locality).
+            self.host = settings.bookieHost or host
             local = directory_cookie(bookie.settings)
             #: The bookie's id in the cluster.
             self.bookie_id = resolve_bookie_id(settings, local.bookie_id, f"{host}:{port}")
@@ -168,7 +172,8 @@ class BookieNode:
             read_only = self.bookie.disks_full
             if self._closing or read_only == self._registered_read_only:
                 return
-            self.metadata.register_bookie(self.bookie_id, read_only, self.endpoint)
+            self.metadata.register_bookie(self.bookie_id, read_only, self.endpoint,
+                                          self.host)
             self._registered_read_only = read_only
             log.info("bookie %s registered as %s", self.bookie_id,
                      "read-only" if read_only else "available")
@@ -295,7 +300,7 @@ class BookieNode:
     def _unregister(self) -> None:
         def unregister() -> None:
             try:
-                self.metadata.unregister_bookie(self.bookie_id)
+                self.metadata.unregister_bookie(self.bookie_id, self.host)
             except BookKeeperError as e:  # it ends with the session anyway
                 log.warning("bookie %s: could not unregister: %s", self.bookie_id, e)
 

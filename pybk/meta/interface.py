@@ -203,21 +203,32 @@ class MetadataStore(ABC):
     # -- the bookie registry ----------------------------------------------------------
 
     def register_bookie(self, bookie_id: str, read_only: bool = False,
-                        endpoint: str = "") -> None:
+                        endpoint: str = "", host: str = "") -> None:
         """Register the bookie as available (or read-only) for as long as this session
-        lasts, with its network ``endpoint`` (a bookie of this process may have none).
+        lasts, with its network ``endpoint`` (a bookie of this process may have none)
+        and the ``host`` it runs on (none if empty; see :meth:`bookies_on_host`).
         Registering again moves it between the two lists or changes its endpoint;
         BookKeeper's order is kept: the new registration exists before the old one is
         removed."""
         paths.check_name(bookie_id)
         if bookie_id == paths.READONLY_NAME:
             raise MetadataError(f"{bookie_id!r} is reserved and cannot be a bookie id")
+        if host:
+            paths.check_name(host)
         data = check_data(endpoint.encode("utf-8"))
         new, old = paths.join(paths.AVAILABLE, bookie_id), paths.join(paths.READONLY, bookie_id)
         if read_only:
             new, old = old, new
         self._create_registration(new, data)
         self._delete_if_present(old)
+        if host:
+            self._create_registration(paths.host_bookie(host, bookie_id), b"")
+
+    def bookies_on_host(self, host: str) -> list[str]:
+        """Bookies registered on ``host`` (writable or read-only), sorted.  A host record
+        lives as long as the registration's session: it is not removed when the bookie
+        turns read-only, so intersect with :meth:`bookies` for writable ones."""
+        return sorted(self._children_or_none(paths.join(paths.HOSTS, paths.check_name(host))))
 
     def bookie_endpoint(self, bookie_id: str) -> str:
         """The endpoint the bookie registered with ("" if it gave none).  Raises
@@ -231,11 +242,14 @@ class MetadataStore(ABC):
         raise BookieUnavailable(f"bookie {bookie_id} is not registered (neither available "
                                 "nor read-only): it is down or was never started")
 
-    def unregister_bookie(self, bookie_id: str) -> None:
-        """Remove the bookie's registration (either kind); harmless if there is none."""
+    def unregister_bookie(self, bookie_id: str, host: str = "") -> None:
+        """Remove the bookie's registration (either kind) and its record on ``host``;
+        harmless if there is none."""
         paths.check_name(bookie_id)
         self._delete_if_present(paths.join(paths.AVAILABLE, bookie_id))
         self._delete_if_present(paths.join(paths.READONLY, bookie_id))
+        if host:
+            self._delete_if_present(paths.host_bookie(host, bookie_id))
 
     def bookies(self, read_only: bool | None = None) -> list[str]:
         """Registered bookie ids, sorted: writable ones (``False``), read-only ones

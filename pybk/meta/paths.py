@@ -12,6 +12,12 @@ BookKeeper's layout of a cluster under ``/ledgers``:
                                          ledger layout gives (:mod:`pybk.meta.layout`)
 ``/ledgers/available/<bookie id>``       a writable bookie's registration (ephemeral)
 ``/ledgers/available/readonly/<id>``     a read-only bookie's registration (ephemeral)
+``/ledgers/hosts/<host>/<bookie id>``    a registered bookie's host (ephemeral, beside
+                                         its registration; pybk's: placement finds the
+                                         bookies of a writer's host in one read)
+``/ledgers/spark-bookies/<lease>/...``   bookies hosted by a Spark application's
+                                         executors: its driver's lease and what each
+                                         holding task reports (:mod:`pybk.spark.bookies`)
 ``/ledgers/cookies/<bookie id>``         a bookie's cookie (its instance and directories;
                                          :mod:`pybk.meta.cookies`)
 ``/ledgers/idgen/ID-<10 digits>``        ZooKeeper's ledger id generator (sequential)
@@ -31,6 +37,8 @@ LEDGERS = "/ledgers"
 AVAILABLE = "/ledgers/available"
 READONLY_NAME = "readonly"
 READONLY = f"{AVAILABLE}/{READONLY_NAME}"
+HOSTS = "/ledgers/hosts"
+SPARK_BOOKIES = "/ledgers/spark-bookies"
 COOKIES = "/ledgers/cookies"
 IDGEN = "/ledgers/idgen"
 INSTANCE_ID = "/ledgers/INSTANCEID"
@@ -87,3 +95,8 @@ def ancestors(path: str) -> list[str]:
     """The record paths above a valid non-root path, top first: ``/a/b/c`` -> ``/a, /a/b``."""
     names = path[1:].split("/")[:-1]
     return ["/" + "/".join(names[:i]) for i in range(1, len(names) + 1)]
+
+
+def host_bookie(host: str, bookie_id: str) -> str:
+    """The record saying that ``bookie_id`` is registered on ``host``."""
+    return join(join(HOSTS, host), bookie_id)

@@ -292,7 +292,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._notifier = Notifier(f"pybk-meta-watch zk {self.address.root}",
                                   on_unwatched=self._unwatched)
         self._registry_lock = threading.RLock()
-        self._registrations: dict[str, tuple[bool, str]] = {}  # id -> (read only, endpoint)
+        #: Bookie id -> (read only, endpoint, host), registered again in a new session.
+        self._registrations: dict[str, tuple[bool, str, str]] = {}
         self._listeners: list[SessionListener] = []
         self._session_events: queue.SimpleQueue[KazooState | None] = queue.SimpleQueue()
         self._conn = _Connection(self.address, self.settings, self._on_event)
@@ -547,14 +548,14 @@ class ZooKeeperMetadataStore(MetadataStore):
     # -- the bookie registry ----------------------------------------------------------
 
     def register_bookie(self, bookie_id: str, read_only: bool = False,
-                        endpoint: str = "") -> None:
+                        endpoint: str = "", host: str = "") -> None:
         with self._registry_lock:
-            super().register_bookie(bookie_id, read_only, endpoint)
-            self._registrations[bookie_id] = (read_only, endpoint)
+            super().register_bookie(bookie_id, read_only, endpoint, host)
+            self._registrations[bookie_id] = (read_only, endpoint, host)
 
-    def unregister_bookie(self, bookie_id: str) -> None:
+    def unregister_bookie(self, bookie_id: str, host: str = "") -> None:
         with self._registry_lock:
-            super().unregister_bookie(bookie_id)
+            super().unregister_bookie(bookie_id, host)
             self._registrations.pop(bookie_id, None)
 
     def _create_registration(self, path: str, data: bytes) -> None:
@@ -633,8 +634,9 @@ class ZooKeeperMetadataStore(MetadataStore):
                 log.warning("%s: ZooKeeper session %#x expired; now in session %#x, "
                             "registering again", self.address, self._session_id, session_id)
                 with self._registry_lock:
-                    for bookie_id, (read_only, endpoint) in self._registrations.items():
-                        super().register_bookie(bookie_id, read_only, endpoint)
+                    for bookie_id, (read_only, endpoint, host) in \
+                            self._registrations.items():
+                        super().register_bookie(bookie_id, read_only, endpoint, host)
                 self._session_id = session_id
             self._rewatch()
         except Exception:

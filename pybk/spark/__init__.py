@@ -2,7 +2,9 @@
 exactly-once writes) and bookies hosted by Spark executors.
 
 ``pybk.spark.register(spark)`` makes ``spark.read.format("pybk")`` (and ``readStream``,
-``write``, ``writeStream``) available in a SparkSession.  Needs ``pip install
+``write``, ``writeStream``) available in a SparkSession; ``with
+pybk.spark.executor_bookies(spark, "zk://...")`` runs bookies on the application's
+executors while it is open (:mod:`pybk.spark.bookies`).  Needs ``pip install
 "pybk[spark]"`` (pyspark 4 with pyarrow).  Options: :mod:`pybk.spark.options`; rows:
 :mod:`pybk.spark.source`.
 """
@@ -11,12 +13,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pybk.spark.bookies import ExecutorBookies, HostedBookie, executor_bookies
 from pybk.spark.source import NAME, SCHEMA, PybkDataSource
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["NAME", "SCHEMA", "PybkDataSource", "register"]
+__all__ = ["NAME", "SCHEMA", "ExecutorBookies", "HostedBookie", "PybkDataSource",
+           "executor_bookies", "register"]
 
 
 def register(spark: "SparkSession") -> None:

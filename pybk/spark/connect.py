@@ -2,18 +2,23 @@
 source's options where it runs: nothing of it is pickled, and nothing of it (threads,
 ZeroMQ contexts, ZooKeeper sessions) exists before Spark forks a worker.
 
-For ``metadataServiceUri`` it is a cluster client (ZooKeeper, bookies over ZeroMQ); for
-``path``, the WAL directory's own bookie and metadata store opened in the task's
-process (:func:`pybk.log.wal.open_storage`), held until the task is done: the tasks of a
-job take the directory in turns, each waiting up to ``lockTimeoutSeconds``.
+For ``metadataServiceUri`` it is a cluster client (ZooKeeper, bookies over ZeroMQ) that
+knows its host (``clientHost``, unless the options name one: :func:`executor_host`), so
+that the ledgers a task writes start on its host's bookie when one is registered there
+(:mod:`pybk.spark.bookies`); for ``path``, the WAL directory's own bookie and metadata
+store opened in the task's process (:func:`pybk.log.wal.open_storage`), held until the
+task is done: the tasks of a job take the directory in turns, each waiting up to
+``lockTimeoutSeconds``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Iterator
 
 from pybk.client import BookKeeper
+from pybk.spark.bookies import executor_host
 from pybk.spark.options import WRITE, STREAM_WRITE, PybkOptions
 
 
@@ -22,7 +27,10 @@ def connect(opts: PybkOptions) -> Iterator[BookKeeper]:
     """A client of the log's cluster or WAL directory, closed on exit."""
     if opts.uri is not None:
         from pybk.cluster.connect import connect as connect_cluster
-        with connect_cluster(opts.uri, opts.client_settings()) as bk:
+        settings = opts.client_settings()
+        if not settings.clientHost:
+            settings = dataclasses.replace(settings, clientHost=executor_host())
+        with connect_cluster(opts.uri, settings) as bk:
             yield bk
     else:
         from pybk.log.wal import open_storage

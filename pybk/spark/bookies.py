@@ -1,0 +1,631 @@
+"""Bookies hosted by the executors of a Spark application.
+
+::
+
+    from pybk.spark import executor_bookies
+
+    with executor_bookies(spark, "zk://zk1:2181/ledgers") as hosted:
+        print(hosted.bookies)        # HostedBookie(bookie_id, endpoint, host, ...) each
+        ...                          # jobs whose tasks write to pybk logs
+    # every bookie it started is stopped and unregistered here
+
+How it runs (Ray on Spark's design, which solved the same problem for Ray nodes)
+    :func:`executor_bookies` submits one Spark job of ``count`` tasks, in a job group of
+    its own, from a driver thread.  Each task is a *holder*: it runs in a Python worker
+    on an executor, starts a bookie there as a process of its own
+    (``python -m pybk bookie``, fork and exec; not inside the worker, which PySpark forks,
+    signals with its process group and reaps when idle), waits until it serves, reports
+    it, and then holds its task slot for as long as the bookie should run, watching it.
+    The driver returns from ``__enter__`` once every task has reported.  On exit it ends
+    its lease (below); each holder then stops its bookie gracefully (SIGTERM: the bookie
+    unregisters and finishes what is in progress; SIGKILL after ``stop_grace_s``) and
+    ends, which ends the job.  Holders that do not end within ``stop_timeout_s`` are
+    stopped by cancelling the job group (PySpark kills their workers, and their bookies
+    follow through their lifelines).  ``__exit__`` returns once the bookies it started
+    are unregistered (or ``stop_timeout_s`` passed, with a warning).
+
+A bookie never outlives the application
+    Three mechanisms, each covering what the others cannot:
+
+    * The lease: ``/ledgers/spark-bookies/<lease>/driver``, an ephemeral record of the
+      driver's ZooKeeper session.  Holders look at it every :data:`WATCH_INTERVAL_S`
+      and stop their bookie when it is gone: when the context manager exits, and when the
+      driver process dies, once its session expires (``session_timeout_ms``), even if
+      the executors live on (a client-mode driver on another machine).
+    * The lifeline (:mod:`pybk.cluster.lifeline`): each bookie watches a pipe whose write
+      end only its holder's worker holds, and stops as on SIGTERM when it breaks: the
+      task was killed (job cancelled, executor lost, the driver's death ending the
+      executors), or the worker died.  On Linux the kernel also sends the bookie SIGTERM
+      when the worker dies (``PR_SET_PDEATHSIG``; the task runs on the worker's main
+      thread, which lives as long as the worker).
+    * The watchdog: the holder checks its bookie every :data:`WATCH_INTERVAL_S`; a bookie
+      that exits by itself fails the task, so Spark retries it (a new attempt starts the
+      bookie again on the same directory, with its data) up to ``spark.task.maxFailures``
+      and then fails the job, which :attr:`ExecutorBookies.failure` reports.
+
+    Each bookie runs in a session of its own, so PySpark's SIGHUP to the worker daemon's
+    process group (when the daemon exits) does not reach it: its lifeline decides.
+
+One bookie per directory, found when running
+    A holder takes an exclusive lock on ``<directory>/HOLDER`` for as long as it holds
+    the bookie, and writes ``<directory>/bookie.json`` (id, endpoint, host, pid) once it
+    serves.  A second holder on the same host and directory (a second
+    :func:`executor_bookies` in this or another application, two tasks landing on one
+    executor) finds the lock taken, waits for ``bookie.json`` naming a registered bookie,
+    and reports that bookie as found (``started`` false) instead of failing; it holds its
+    slot until its own lease ends but never stops a bookie it did not start.  A holder
+    whose worker died released the lock with it (the kernel drops ``flock`` locks of dead
+    processes), so the next start does not wait for a stale owner; if the previous
+    bookie is still closing, the new one retries until the directory is free.
+
+Where data goes
+    ``directory`` names the bookie's directory on every host (absolute; created if
+    missing): one bookie per host, whose data and bookie id survive the application, so
+    the next application's bookie on that host comes back with them.  Without it, the
+    directory is ``pybk-bookie`` in the first of the executor's local directories
+    (``SPARK_LOCAL_DIRS`` as Spark gives it to Python workers: the block manager's
+    directories of that executor): one bookie per executor, whose data lives and dies
+    with the executor (Spark deletes those directories when the executor stops), like
+    shuffle files.  Normally the bookie stops first; an executor that dies first (with
+    its driver, say) may delete the directory under its running bookie, which then
+    stops within its lifeline's grace (``ORPHAN_GRACE_S``).  Inside it: ``journal/``,
+    ``ledgers/``, ``bookie.log`` (the bookie's output), ``HOLDER`` and ``bookie.json``.
+
+Host and placement
+    A holder names its host with :func:`executor_host` (``SPARK_LOCAL_HOSTNAME``, else
+    ``SPARK_LOCAL_IP``, else the machine's name: what Spark itself goes by), and starts
+    its bookie advertising that host and registered on it (``advertisedAddress``,
+    ``bookieHost``).  A writer in a task of the same host that sets
+    ``ClientSettings.clientHost`` to :func:`executor_host` (the ``pybk`` data source does)
+    gets that bookie first in its new ensembles (:mod:`pybk.client.placement`): a
+    Python data source cannot ask Spark for locality (its partitions have no preferred
+    locations), so co-location works through placement instead of through scheduling.
+
+On a real cluster
+    * Slots: each holder holds one task slot (``spark.task.cpus`` cores of its executor)
+      for as long as the bookies run, so choose ``count`` below the application's slots
+      (:func:`executor_bookies` refuses ``count`` above ``sc.defaultParallelism``, and
+      warns when it would take every slot: no other task could run).  Spark places tasks
+      where slots are free; it does not promise one per executor or host: with
+      ``directory`` given, holders that land on one host share its bookie (the second
+      finds the first); without, each executor gets its own.  Submit it first, while
+      executors are idle, for the widest spread.  Holders are not barrier tasks: a barrier
+      stage waits for every slot at once and hangs when they are short.
+    * ``count`` defaults to the executors registered when it is called (1 in local
+      mode); with dynamic allocation, that may be few at start: pass ``count``, and set
+      ``spark.dynamicAllocation.minExecutors`` to at least it so executors holding
+      bookies are never idle-released (a held slot keeps an executor busy anyway, so
+      dynamic allocation never removes one with a bookie; new executors get none).
+    * Standalone: executors on each worker host; give ``directory`` on a local disk
+      present on every host for one durable bookie per host.  The bookie runs with the
+      executor's user and environment (the same Python, which needs pybk).
+    * YARN: the executors' local directories are the NodeManager's per-application
+      directories, deleted when the application ends: without ``directory``, bookies
+      are scratch storage for the application's life.  The bookie's process is a child
+      of the container's process tree and counts against the container's memory
+      (``spark.executor.memoryOverhead`` / ``spark.executor.pyspark.memory`` must leave
+      room for it; pybk's bookie needs tens of MB plus its write cache).
+    * Kubernetes: one executor per pod, so per-executor and per-host are the same;
+      ``directory`` on a hostPath or persistent volume keeps the data across
+      applications.  The pod's IP is its host (``SPARK_LOCAL_IP`` is set to it), which
+      other pods reach directly.
+    * Ports: each bookie listens on ``listen_host:port``; ``port`` 0 (the default) takes
+      any free port, which is registered, so clients find it; a firewall between hosts
+      needs a fixed ``port`` (then one bookie per host: give ``directory``).  Clients
+      and bookies also need ZooKeeper's port.
+
+Records in ZooKeeper (under the cluster's root; :mod:`pybk.meta.paths`)::
+
+    /ledgers/spark-bookies/<lease>/driver       ephemeral, the driver's session: the lease
+    /ledgers/spark-bookies/<lease>/task-<N>     ephemeral, holder N's session: its report,
+                                                HostedBookie as JSON
+
+The lease's own record is removed by the driver on exit; one left by a killed driver is
+empty once its holders are gone, and the next :func:`executor_bookies` on the cluster
+removes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+from pybk import child
+from pybk.cluster.lifeline import Lifeline, death_signal_preexec
+from pybk.errors import (BookieUnavailable, BookKeeperError, InvalidConfiguration,
+                         MetadataError, MetadataUnavailable, NodeExists, NoNode)
+from pybk.meta import paths
+from pybk.meta.address import is_zookeeper_address, open_metadata_store
+from pybk.meta.interface import ANY_VERSION, MetadataStore
+from pybk.storage.fileio import lock_file, write_file_atomically
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+#: The bookie directory's name in an executor's local directory (without ``directory``).
+DIRECTORY_NAME = "pybk-bookie"
+#: How often a holder looks at its lease and its bookie, in seconds.
+WATCH_INTERVAL_S = 0.5
+#: How often the driver looks for reports and unregistrations, in seconds.
+_POLL_S = 0.1
+_LOG_TAIL_BYTES = 4000
+#: ``pybk bookie``'s line once it serves (:func:`pybk.cluster.commands.run_bookie`).
+_SERVING = re.compile(r"pybk bookie: (\S+) serving at (\S+),")
+#: A pybk error raised in a holder task, as Spark's error text quotes it.
+_HOLDER_ERROR = re.compile(r"pybk\.errors\.\w+: (.)")
+#: What ``pybk bookie`` says when another bookie still holds the directory.
+_LOCKED = "is locked: another bookie"
+
+
+@dataclasses.dataclass(frozen=True)
+class HostedBookie:
+    """A bookie a holder task reported.  ``started``: the holder started it (it stops it
+    at the end); false: it found it running, started by another holder on that
+    directory (of this or another application), which decides when it stops."""
+
+    bookie_id: str
+    endpoint: str
+    host: str
+    directory: str
+    pid: int
+    started: bool
+
+    def to_json(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "HostedBookie":
+        return cls(**json.loads(data))
+
+
+@dataclasses.dataclass(frozen=True)
+class _HolderConfig:
+    """What a holder task needs: plain values only, pickled to the executors."""
+
+    address: str
+    lease: str
+    directory: str | None
+    listen_host: str
+    port: int
+    bookie_args: tuple[str, ...]
+    start_timeout_s: float
+    stop_grace_s: float
+
+
+class ExecutorBookies:
+    """What :func:`executor_bookies` yields: the bookies its holders reported."""
+
+    def __init__(self, address: str, lease: str, job: "_HolderJob") -> None:
+        #: The cluster's metadata address.
+        self.address = address
+        #: This start's lease (a name under ``/ledgers/spark-bookies``).
+        self.lease = lease
+        #: One per holder task, in task order (several may name one bookie).
+        self.bookies: list[HostedBookie] = []
+        self._job = job
+
+    @property
+    def bookie_ids(self) -> list[str]:
+        """The distinct bookie ids, sorted."""
+        return sorted({b.bookie_id for b in self.bookies})
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the holders' job failed (a bookie kept exiting), or None (it runs, or it
+        ended as asked)."""
+        return self._job.failure
+
+    def __repr__(self) -> str:
+        return f"ExecutorBookies({self.address!r}, {self.bookies!r})"
+
+
+def executor_host() -> str:
+    """The name of the host this process runs on, as Spark names it:
+    ``SPARK_LOCAL_HOSTNAME``, else ``SPARK_LOCAL_IP``, else the machine's name.  The same
+    on the driver and in every task of one host, which is what placement compares."""
+    return (os.environ.get("SPARK_LOCAL_HOSTNAME") or os.environ.get("SPARK_LOCAL_IP")
+            or socket.gethostname())
+
+
+@contextlib.contextmanager
+def executor_bookies(spark: "SparkSession", address: str, *, count: int | None = None,
+                     directory: str | None = None, listen_host: str = "0.0.0.0",
+                     port: int = 0, bookie_args: Sequence[str] = (),
+                     session_timeout_ms: int = 10_000, start_timeout_s: float = 120.0,
+                     stop_timeout_s: float = 60.0, stop_grace_s: float = 15.0
+                     ) -> Iterator[ExecutorBookies]:
+    """Run ``count`` bookie holders on the executors of ``spark``'s application for the
+    cluster at ``address`` (``zk://...``, formatted); see the module docstring.  Yields
+    once every holder reported its bookie (started, or found running), registered and
+    serving; stops the bookies it started on exit.
+
+    ``directory``: the bookie directory on every host (absolute), or None for one in
+    each executor's local directories.  ``listen_host``/``port``: where bookies listen
+    (port 0: any free one).  ``bookie_args``: more ``pybk bookie`` options (``--set
+    KEY=VALUE``).  ``session_timeout_ms``: the driver's ZooKeeper session, whose end
+    after a driver's death stops the bookies.
+
+    Raises InvalidConfiguration for bad arguments (before any task runs),
+    MetadataUnavailable / MetadataError if the cluster cannot be reached or is not
+    formatted, BookKeeperError if the holders fail or do not all report within
+    ``start_timeout_s`` (then everything started is stopped)."""
+    sc = spark.sparkContext
+    count = _check_arguments(sc, address, count, directory, listen_host, port)
+    from pybk.meta.zookeeper import ZooKeeperSettings
+    with open_metadata_store(address, ZooKeeperSettings(zkTimeout=session_timeout_ms)) as store:
+        _remove_abandoned_leases(store)
+        lease = f"{sc.applicationId}-{uuid.uuid4().hex[:12]}"
+        lease_path = paths.join(paths.SPARK_BOOKIES, lease)
+        driver_path = paths.join(lease_path, "driver")
+        store.create(driver_path, sc.applicationId.encode("utf-8"), ephemeral=True)
+        config = _HolderConfig(address, lease, directory, listen_host, port,
+                               tuple(bookie_args), start_timeout_s, stop_grace_s)
+        job = _HolderJob(spark, config, count)
+        hosted = ExecutorBookies(address, lease, job)
+        try:
+            job.start()
+            hosted.bookies = _wait_for_reports(store, lease_path, count, job,
+                                               start_timeout_s)
+            log.info("%d Spark executor bookie holders reported: %s", count, hosted.bookies)
+            yield hosted
+        finally:
+            _stop(store, driver_path, lease_path, job, hosted, stop_timeout_s)
+
+
+def _check_arguments(sc: "SparkContext", address: str, count: int | None,
+                     directory: str | None, listen_host: str, port: int) -> int:
+    """The number of holders to run, once the arguments are checked."""
+    if not is_zookeeper_address(address):
+        raise InvalidConfiguration(f"executor bookies join a cluster: {address!r} is not "
+                                   "a zk://host:port[,host:port...]/ledgers address")
+    slots = sc.defaultParallelism
+    if count is None:
+        count = _executor_count(sc)
+    if not isinstance(count, int) or not 1 <= count <= slots:
+        raise InvalidConfiguration(f"count={count!r}: each bookie holder holds a task slot "
+                                   f"and the application has {slots}; give 1 to {slots}")
+    if count == slots:
+        log.warning("%d bookie holders take every task slot of the application: no other "
+                    "task can run while they do", count)
+    if directory is not None and not os.path.isabs(directory):
+        raise InvalidConfiguration(f"directory={directory!r}: give an absolute path, the "
+                                   "same on every host")
+    if not 0 <= port < 65536:
+        raise InvalidConfiguration(f"port={port!r}: 0 (any free port) to 65535")
+    if not listen_host or any(c.isspace() or c in "/[]" for c in listen_host):
+        raise InvalidConfiguration(f"listen_host={listen_host!r} is not a host name or "
+                                   "address")
+    return count
+
+
+def _executor_count(sc: "SparkContext") -> int:
+    """Executors registered now (the driver is one of the block managers listed, except
+    in local mode, where it is the only executor)."""
+    managers = sc._jsc.sc().getExecutorMemoryStatus().size()
+    return 1 if sc.master.startswith("local[") or sc.master == "local" else max(1, managers - 1)
+
+
+def _remove_abandoned_leases(store: MetadataStore) -> None:
+    """Remove the records of leases that have no driver and no holder left (a killed
+    driver's).  A live lease is never empty: its driver record is created with it."""
+    try:
+        leases = store.children(paths.SPARK_BOOKIES)
+    except NoNode:
+        return
+    for name in leases:
+        with contextlib.suppress(NoNode, MetadataError):  # not empty (alive): kept
+            store.delete(paths.join(paths.SPARK_BOOKIES, name), ANY_VERSION)
+
+
+def _wait_for_reports(store: MetadataStore, lease_path: str, count: int,
+                      job: "_HolderJob", timeout_s: float) -> list[HostedBookie]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        names = [n for n in store.children(lease_path) if n.startswith("task-")]
+        if len(names) >= count:
+            reports = []
+            for name in sorted(names, key=lambda n: int(n.partition("-")[2])):
+                with contextlib.suppress(NoNode):  # its holder ended meanwhile: failure
+                    reports.append(HostedBookie.from_json(
+                        store.get(paths.join(lease_path, name))[0]))
+            if len(reports) >= count:
+                return reports
+        if job.failure is not None:
+            raise BookKeeperError(f"the bookie holders' Spark job failed: "
+                                  f"{_cause(job.failure)}") from job.failure
+        if not job.running:
+            raise BookKeeperError("the bookie holders' Spark job ended before every holder "
+                                  "reported (its lease ended?)")
+        if time.monotonic() > deadline:
+            raise BookKeeperError(
+                f"{len(names)} of {count} bookie holders reported within {timeout_s:.0f} s: "
+                "the application may have fewer free task slots than holders, or bookies "
+                "failed to start (see bookie.log in their directories and the executors' "
+                "logs)")
+        time.sleep(_POLL_S)
+
+
+def _stop(store: MetadataStore, driver_path: str, lease_path: str, job: "_HolderJob",
+          hosted: ExecutorBookies, timeout_s: float) -> None:
+    """End the lease, let the holders stop their bookies, cancel those that do not end,
+    and wait for the started bookies' registrations to go."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        store.delete(driver_path, ANY_VERSION)
+    except NoNode:
+        pass
+    except MetadataError as e:  # the holders cannot see the lease end: cancel them
+        log.warning("could not end the bookie holders' lease %s (%s): cancelling their "
+                    "job", driver_path, e)
+        job.cancel()
+    if not job.join(max(0.0, deadline - time.monotonic())):
+        log.warning("bookie holders did not end within %.0f s of their lease: cancelling "
+                    "their job", timeout_s)
+        job.cancel()
+        job.join(max(10.0, deadline - time.monotonic()))
+    started = {b.bookie_id for b in hosted.bookies if b.started}
+    try:
+        while left := started & set(store.bookies()):
+            if time.monotonic() > deadline:
+                log.warning("executor bookies %s still registered %.0f s after their lease "
+                            "ended (their sessions end after zkTimeout)", sorted(left),
+                            timeout_s)
+                break
+            time.sleep(_POLL_S)
+        with contextlib.suppress(NoNode, MetadataError):  # a holder's report still there
+            store.delete(lease_path, ANY_VERSION)
+    except MetadataError as e:
+        log.warning("could not check that the executor bookies unregistered: %s", e)
+    if job.running:
+        log.error("the bookie holders' Spark job is still running after it was cancelled")
+
+
+def _cause(error: BaseException) -> str:
+    """What went wrong in a holder, out of the Spark error that carries it (a holder's
+    own error, with the bookie's output, is the part from pybk's exception on)."""
+    text = str(error)
+    found = _HOLDER_ERROR.search(text)
+    if found is not None:
+        return text[found.start(1):].split("\n\tat ")[0].strip()
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+class _HolderJob:
+    """The Spark job of holder tasks, run from a driver thread in a job group of its
+    own (cancelling the group kills the tasks)."""
+
+    def __init__(self, spark: "SparkSession", config: _HolderConfig, count: int) -> None:
+        self._sc = spark.sparkContext
+        self._config = config
+        self._count = count
+        self.group = f"pybk-bookies-{config.lease}"
+        self.failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="pybk-spark-bookies",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        sc = self._sc
+        try:
+            sc.setJobGroup(self.group, f"pybk bookies ({self._count} holders)",
+                           interruptOnCancel=True)
+            holders = sc.parallelize(range(self._count), self._count)
+            holders.mapPartitionsWithIndex(functools.partial(_hold, self._config)).collect()
+        except BaseException as e:  # noqa: BLE001 - reported through .failure
+            self.failure = e
+        finally:
+            _release_jvm_connection(sc)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait until the job ended; False if ``timeout_s`` passed first."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def cancel(self) -> None:
+        self._sc.cancelJobGroup(self.group)
+
+
+def _release_jvm_connection(sc: "SparkContext") -> None:
+    """Close this thread's connection to the JVM now.  PySpark's pinned-thread mode
+    gives each Python thread one, closed by a thread-local finalizer as the thread ends;
+    that finalizer logs from a thread ``threading`` has already forgotten, which leaves a
+    phantom ``Dummy`` thread behind in ``threading.enumerate()``."""
+    client = getattr(getattr(sc, "_gateway", None), "_gateway_client", None)
+    connection = getattr(client, "thread_connection", None)
+    if connection is not None:
+        connection.__dict__.clear()  # runs the finalizer here, on the living thread
+
+
+# -- in the holder task (a Python worker on an executor) ----------------------------------
+
+def _hold(config: _HolderConfig, index: int, rows: Iterator[object]) -> Iterator[str]:
+    """The holder task ``index``: start or find the bookie, report it, hold until the
+    lease ends.  Yields nothing."""
+    host = executor_host()
+    directory = config.directory or os.path.join(_local_directory(), DIRECTORY_NAME)
+    os.makedirs(directory, exist_ok=True)
+    lease_path = paths.join(paths.SPARK_BOOKIES, config.lease)
+    driver_path = paths.join(lease_path, "driver")
+    with contextlib.ExitStack() as held:
+        store = held.enter_context(open_metadata_store(config.address))
+        if not store.exists(driver_path):
+            return iter(())  # the lease ended before this task ran: nothing to hold
+        holder_fd, found = _hold_or_find(store, directory, config.start_timeout_s)
+        if found is not None:
+            process, bookie = None, found
+        else:
+            held.callback(os.close, holder_fd)
+            lifeline = held.enter_context(Lifeline())
+            process, bookie = _start_bookie(config, directory, host, lifeline)
+            held.callback(_stop_bookie, process, directory, config.stop_grace_s)
+        _report(store, paths.join(lease_path, f"task-{index}"), bookie)
+        _watch(store, driver_path, bookie, process)
+    return iter(())
+
+
+def _report(store: MetadataStore, path: str, bookie: HostedBookie) -> None:
+    """Create the holder's report; one a killed earlier attempt of the task left (its
+    session not expired yet) is replaced."""
+    try:
+        store.create(path, bookie.to_json(), ephemeral=True)
+    except NodeExists:
+        with contextlib.suppress(NoNode):
+            store.delete(path, ANY_VERSION)
+        store.create(path, bookie.to_json(), ephemeral=True)
+
+
+def _local_directory() -> str:
+    """The first of this executor's local directories (given to Python workers)."""
+    local = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d]
+    if not local:
+        raise InvalidConfiguration("SPARK_LOCAL_DIRS is not set in this Spark task: give "
+                                   "executor_bookies a directory")
+    return local[0]
+
+
+def _start_bookie(config: _HolderConfig, directory: str, host: str,
+                  lifeline: Lifeline) -> tuple[subprocess.Popen, HostedBookie]:
+    """Start the bookie of ``directory`` and wait until it serves; retry while a previous
+    bookie of the directory is still closing."""
+    info = os.path.join(directory, "bookie.json")
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(info)  # a previous holder's; this one names the new bookie
+    command = child.command(
+        "--log-level", "INFO", "bookie", "--zk", config.address,
+        "--listen", f"{config.listen_host}:{config.port}", "--format",
+        "--journal-dir", os.path.join(directory, "journal"),
+        "--ledger-dir", os.path.join(directory, "ledgers"),
+        "--set", f"advertisedAddress={host}", "--set", f"bookieHost={host}",
+        "--lifeline-fd", str(lifeline.child_fd), *config.bookie_args)
+    log_path = os.path.join(directory, "bookie.log")
+    deadline = time.monotonic() + config.start_timeout_s
+    while True:
+        with open(log_path, "ab") as out:
+            start = out.tell()
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
+                                       stderr=subprocess.STDOUT, env=child.environment(),
+                                       pass_fds=(lifeline.child_fd,), start_new_session=True,
+                                       preexec_fn=death_signal_preexec(signal.SIGTERM))
+        try:
+            serving = _wait_serving(process, log_path, start, deadline)
+        except BaseException:
+            _stop_bookie(process, directory, config.stop_grace_s)
+            raise
+        if serving is not None:
+            bookie = HostedBookie(serving[0], serving[1], host, directory, process.pid, True)
+            write_file_atomically(info, bookie.to_json())
+            return process, bookie
+        output = _read_from(log_path, start)
+        if _LOCKED not in output or time.monotonic() > deadline:
+            raise BookKeeperError(f"the bookie in {directory} exited with status "
+                                  f"{process.returncode} while starting; its output ends:\n"
+                                  f"{output[-_LOG_TAIL_BYTES:]}")
+        time.sleep(WATCH_INTERVAL_S)  # the previous bookie is still closing
+
+
+def _wait_serving(process: subprocess.Popen, log_path: str, start: int,
+                  deadline: float) -> tuple[str, str] | None:
+    """(id, endpoint) once the bookie says it serves; None if it exited first."""
+    while not (found := _SERVING.search(_read_from(log_path, start))):
+        if process.poll() is not None:
+            return None
+        if time.monotonic() > deadline:
+            raise BookKeeperError(f"the bookie in {os.path.dirname(log_path)} did not serve "
+                                  "in time; its output ends:\n"
+                                  f"{_read_from(log_path, start)[-_LOG_TAIL_BYTES:]}")
+        time.sleep(_POLL_S)
+    return found.group(1), found.group(2)
+
+
+def _read_from(path: str, offset: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode("utf-8", "replace")
+
+
+def _hold_or_find(store: MetadataStore, directory: str, timeout_s: float
+                  ) -> tuple[int, None] | tuple[None, HostedBookie]:
+    """Take the directory's HOLDER lock (its descriptor, None), or find the bookie that
+    the holder of the lock runs there (None, the bookie): once it serves and is
+    registered with the endpoint its ``bookie.json`` names.  A holder that is stopping
+    its bookie lets the lock go soon: it is tried again meanwhile."""
+    info = os.path.join(directory, "bookie.json")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(BlockingIOError):
+            return lock_file(os.path.join(directory, "HOLDER")), None
+        with contextlib.suppress(FileNotFoundError, ValueError, TypeError, BookieUnavailable):
+            with open(info, "rb") as f:
+                bookie = HostedBookie.from_json(f.read())
+            if _alive(bookie.pid) and store.bookie_endpoint(bookie.bookie_id) == bookie.endpoint:
+                return None, dataclasses.replace(bookie, started=False)
+        if time.monotonic() > deadline:
+            raise BookKeeperError(f"{directory} is held by another bookie holder, but no "
+                                  f"serving bookie was named in {info} within "
+                                  f"{timeout_s:.0f} s")
+        time.sleep(WATCH_INTERVAL_S)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
+
+
+def _watch(store: MetadataStore, driver_path: str, bookie: HostedBookie,
+           process: subprocess.Popen | None) -> None:
+    """Hold until the lease ends; raise if the bookie this holder started exits."""
+    while True:
+        if process is not None and process.poll() is not None:
+            output = _read_from(os.path.join(bookie.directory, "bookie.log"), 0)
+            raise BookKeeperError(f"bookie {bookie.bookie_id} exited with status "
+                                  f"{process.returncode}; its output ends:\n"
+                                  f"{output[-_LOG_TAIL_BYTES:]}")
+        if process is None and not _alive(bookie.pid):
+            return  # the bookie found running was stopped by its own holder
+        try:
+            if not store.exists(driver_path):
+                return
+        except MetadataUnavailable as e:  # the lifeline still covers the driver's death
+            log.warning("cannot read the lease %s: %s", driver_path, e)
+        time.sleep(WATCH_INTERVAL_S)
+
+
+def _stop_bookie(process: subprocess.Popen, directory: str, grace_s: float) -> None:
+    """SIGTERM (a graceful close: it unregisters), SIGKILL after ``grace_s``."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            log.warning("bookie pid %d ignored SIGTERM for %.0f s; killing it", process.pid,
+                        grace_s)
+            process.kill()
+            process.wait()
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(directory, "bookie.json"))

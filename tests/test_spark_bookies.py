@@ -1,0 +1,279 @@
+"""Bookies hosted by Spark executors (real Spark, real ZooKeeper, real bookie processes):
+they start, register on their host, take writes, come first in the ensembles of
+ledgers written on their host (by a client in a task, and by the pybk data source's
+writers), are found (not started twice) by a second start on the same directory, and
+are gone after the context manager exits, also when the driver is killed with SIGKILL
+(in local mode and in local-cluster mode, whose executors are processes of their own)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import sparkutil
+import zkutil
+from clusterutil import TESTS, address, bookies  # noqa: F401 (fixtures)
+
+from pybk.client import BookKeeper
+from pybk.errors import BookKeeperError, InvalidConfiguration
+from pybk.log.metadata import live_segments, read_log
+from pybk.meta import paths
+from pybk.meta.zookeeper import ZooKeeperMetadataStore
+from pybk.settings import ClientSettings
+from pybk.spark.bookies import HostedBookie, executor_bookies, executor_host
+from pybk.spark.connect import connect
+from pybk.spark.options import WRITE, parse
+
+#: Bound on a bookie's exit and unregistration once its holder or driver is gone
+#: (graceful close, or the lifeline's ORPHAN_GRACE_S, or a session timeout).
+GONE_WITHIN_S = 60.0
+PASSWORD = b"spark-bookies"
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    from pyspark import cloudpickle
+    # Tasks run this module's functions; its workers cannot import it (tests/ is not on
+    # their path), so they travel by value.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    local_dir = tmp_path_factory.mktemp("spark-local")
+    with sparkutil.spark_session("local[2]", **{"spark.local.dir": str(local_dir)}) as session:
+        yield session
+
+
+@pytest.fixture
+def store(address):
+    with ZooKeeperMetadataStore(address, zkutil.settings()) as opened:
+        yield opened
+
+
+def hosted_by(spark, address, **options):
+    """executor_bookies with loopback bookies and a short driver session."""
+    return executor_bookies(spark, address, listen_host="127.0.0.1",
+                            session_timeout_ms=zkutil.SESSION_TIMEOUT_MS, **options)
+
+
+def write_ledgers(address: str, count: int, _partition: object) -> list[tuple[list[str], bool]]:
+    """In a Spark task: ``count`` ledgers (E=2, Qw=Qa=2) written and read back by a
+    client that knows its host; each ledger's ensemble, and whether it read back."""
+    settings = ClientSettings(clientHost=executor_host())
+    made = []
+    with BookKeeper.connect(address, settings) as bk:
+        for number in range(count):
+            handle = bk.create_ledger(ensemble=2, write_quorum=2, ack_quorum=2,
+                                      password=PASSWORD)
+            entries = [b"ledger %d entry %d" % (number, i) for i in range(10)]
+            for data in entries:
+                handle.add_entry(data)
+            ensemble = list(handle.metadata.ensemble_at(0))
+            handle.close()
+            reader = bk.open_ledger(handle.id, password=PASSWORD)
+            read = [e.data for e in reader.read_entries(0, reader.last_add_confirmed)]
+            reader.close()
+            made.append((ensemble, read == entries))
+    return made
+
+
+def log_ensembles(address: str, log_name: str) -> list[tuple[str, ...]]:
+    """The first ensemble of each ledger of the log."""
+    with BookKeeper.connect(address) as bk:
+        head = read_log(bk.metadata, log_name).metadata
+        return [bk.ledger_manager.read(segment.ledger_id).metadata.ensemble_at(0)
+                for segment in live_segments(bk.metadata, head)]
+
+
+def wait_gone(store, bookies: list[HostedBookie], timeout_s: float = GONE_WITHIN_S):
+    """Wait until the bookies' processes exited and their registrations (on the lists
+    and on their hosts) are gone."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = [b for b in bookies if not process_gone(b.pid)
+                or b.bookie_id in store.bookies()
+                or b.bookie_id in store.bookies_on_host(b.host)]
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"still running or registered: {left}"
+        time.sleep(0.1)
+
+
+def process_gone(pid: int) -> bool:
+    """The process exited (a zombie not reaped yet counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_bookies_start_register_take_writes_first_on_their_host_and_stop(
+        spark, address, bookies, store):
+    for number in (1, 2):  # bookies of two other hosts
+        bookies.start(f"other{number}", "--set", f"bookieHost=other-host-{number}")
+    for other in bookies.started:
+        other.wait_serving()
+    abandoned = paths.join(paths.SPARK_BOOKIES, "app-killed-earlier")
+    store.create(paths.join(abandoned, "driver"), b"")
+    store.delete(paths.join(abandoned, "driver"), 0)  # as its session's end does
+    with hosted_by(spark, address, count=1) as hosted:
+        assert not store.exists(abandoned)  # removed by the next start
+        [bookie] = hosted.bookies
+        assert bookie.started and bookie.host == "127.0.0.1"  # SPARK_LOCAL_IP
+        assert bookie.bookie_id in store.bookies(read_only=False)
+        assert store.bookies_on_host("127.0.0.1") == [bookie.bookie_id]
+        assert store.bookie_endpoint(bookie.bookie_id) == bookie.endpoint
+        assert not process_gone(bookie.pid)
+        # Data under the executor's local directory (Spark's, under spark.local.dir).
+        local_dir = spark.sparkContext.getConf().get("spark.local.dir")
+        assert bookie.directory.startswith(local_dir)
+        assert os.path.isdir(os.path.join(bookie.directory, "journal", "current"))
+        # A task on the bookie's host writes: the bookie is first in every ensemble.
+        made = spark.sparkContext.parallelize([0], 1).mapPartitions(
+            functools.partial(write_ledgers, address, 6)).collect()
+        assert len(made) == 6
+        for ensemble, read_back in made:
+            assert ensemble[0] == bookie.bookie_id, made
+            assert read_back
+        # So do the pybk data source's writers: every ledger of the log starts on it.
+        rows = spark.createDataFrame([(b"row %d" % i,) for i in range(400)], "value binary")
+        rows.repartition(4).write.format("pybk").option("metadataServiceUri", address) \
+            .option("log", "on-the-host").option("ensembleSize", "2") \
+            .option("writeQuorumSize", "2").option("ackQuorumSize", "2") \
+            .mode("append").save()
+        ensembles = log_ensembles(address, "on-the-host")
+        assert len(ensembles) >= 4  # a ledger per writing task at least
+        assert all(e[0] == bookie.bookie_id for e in ensembles), ensembles
+        lease = hosted.lease
+    wait_gone(store, [bookie])
+    assert lease not in store.children(paths.SPARK_BOOKIES)
+    assert len(store.bookies()) == 2  # the other hosts' bookies are untouched
+
+
+def test_the_data_source_clients_name_their_host(spark, address):
+    """The pybk data source's clients (built here on the driver, in Spark's environment,
+    as its tasks build them) know their host, so that their ledgers start on its
+    bookie, unless the options name another."""
+    with connect(parse({"metadataServiceUri": address, "log": "x"}, WRITE)) as bk:
+        assert bk.settings.clientHost == executor_host() == "127.0.0.1"
+    named = {"metadataServiceUri": address, "log": "x", "clientHost": "rack-7-host-2"}
+    with connect(parse(named, WRITE)) as bk:
+        assert bk.settings.clientHost == "rack-7-host-2"
+
+
+def test_a_second_start_finds_the_running_bookie(spark, address, store):
+    with hosted_by(spark, address, count=1) as first:
+        [bookie] = first.bookies
+        with hosted_by(spark, address, count=1) as second:
+            [found] = second.bookies
+            assert not found.started
+            assert (found.bookie_id, found.endpoint, found.pid, found.directory) == \
+                (bookie.bookie_id, bookie.endpoint, bookie.pid, bookie.directory)
+        # The second start ended; the bookie it found runs on and takes writes.
+        assert store.bookies(read_only=False) == [bookie.bookie_id]
+        assert not process_gone(bookie.pid)
+        with BookKeeper.connect(address) as bk:
+            handle = bk.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1,
+                                      password=PASSWORD)
+            handle.add_entry(b"still serving")
+            handle.close()
+            assert handle.metadata.ensemble_at(0) == (bookie.bookie_id,)
+    wait_gone(store, [bookie])
+
+
+def test_a_bookie_that_cannot_start_fails_the_start_with_its_output(
+        spark, address, store):
+    with pytest.raises(BookKeeperError, match="(?s)exited with status 2 while starting.*"
+                                              "noSuchSetting"):
+        with hosted_by(spark, address, count=1, bookie_args=("--set", "noSuchSetting=1")):
+            pass
+    assert store.bookies() == []
+    assert store.children(paths.SPARK_BOOKIES) == []  # the lease is gone
+
+
+def test_a_bookie_that_dies_fails_its_holder(spark, address, store):
+    with hosted_by(spark, address, count=1,
+                   bookie_args=("--set", "zkTimeout=2000")) as hosted:
+        [bookie] = hosted.bookies
+        os.kill(bookie.pid, signal.SIGKILL)
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while hosted.failure is None:
+            assert time.monotonic() < deadline, "the holder did not notice its bookie die"
+            time.sleep(0.1)
+        assert "exited with status -9" in str(hosted.failure)
+    wait_gone(store, [bookie])
+
+
+def test_bad_arguments_are_refused_before_any_task_runs(spark, address, store):
+    slots = spark.sparkContext.defaultParallelism
+    for options, message in [({"count": 0}, "count=0"), ({"count": slots + 1}, "slot"),
+                             ({"directory": "relative/dir"}, "absolute"),
+                             ({"port": 70000}, "port=70000")]:
+        with pytest.raises(InvalidConfiguration, match=message):
+            with hosted_by(spark, address, **options):
+                pass
+    with pytest.raises(InvalidConfiguration, match="zk://"):
+        with executor_bookies(spark, "/not/a/cluster"):
+            pass
+    assert store.bookies() == []
+    assert not store.exists(paths.SPARK_BOOKIES)  # no lease was taken
+
+
+@pytest.mark.parametrize("master, count", [("local[2]", 1), ("local-cluster[2,1,1024]", 2)])
+def test_bookies_stop_when_the_driver_is_killed(master, count, address, tmp_path,
+                                                store):
+    """The driver (a child process) is SIGKILLed while its bookies serve: the bookies
+    exit and their registrations disappear (lifelines, then the driver's lease)."""
+    out_path = tmp_path / "driver.out"
+    with open(out_path, "wb") as out:
+        driver = subprocess.Popen(
+            [sys.executable, os.path.join(TESTS, "spark_bookies_driver.py"), address,
+             master, str(count), str(tmp_path / "spark-local")],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            env=dict(os.environ, **sparkutil.spark_env()), cwd=TESTS,
+            start_new_session=True)  # its JVMs join its session: all killed at the end
+    bookies: list[HostedBookie] = []
+    try:
+        bookies = read_bookies(driver, out_path)
+        assert len({b.bookie_id for b in bookies}) == count
+        assert all(b.started for b in bookies)
+        assert set(store.bookies(read_only=False)) == {b.bookie_id for b in bookies}
+        driver.kill()
+        driver.wait(30)
+        wait_gone(store, bookies)
+    finally:
+        with_everything_killed(driver, bookies)
+
+
+def read_bookies(driver: subprocess.Popen, out_path, timeout_s: float = 180.0
+                 ) -> list[HostedBookie]:
+    """The bookies the driver prints, once it has."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for line in out_path.read_text(errors="replace").splitlines():
+            if line.startswith("[{"):
+                return [HostedBookie(**fields) for fields in json.loads(line)]
+        assert driver.poll() is None, \
+            f"the driver exited with {driver.returncode}:\n{out_path.read_text()[-6000:]}"
+        assert time.monotonic() < deadline, \
+            f"no bookies within {timeout_s} s:\n{out_path.read_text()[-6000:]}"
+        time.sleep(0.2)
+
+
+def with_everything_killed(driver: subprocess.Popen, bookies: list[HostedBookie]) -> None:
+    """Kill what the test started and may have left: the driver's session (its JVMs and
+    Python workers) and the bookies (sessions of their own)."""
+    if driver.poll() is None:
+        driver.kill()
+    driver.wait(30)
+    try:
+        os.killpg(driver.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for bookie in bookies:
+        if not process_gone(bookie.pid):
+            os.kill(bookie.pid, signal.SIGKILL)
