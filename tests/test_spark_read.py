@@ -171,6 +171,24 @@ def test_a_wal_directory_is_read_by_path(spark, tmp_path):
     assert {r.log for r in rows} == {"wal"}
 
 
+def test_a_wal_directory_its_application_has_open_is_refused_naming_the_lock(spark,
+                                                                           tmp_path):
+    directory = str(tmp_path / "wal")
+    with contextlib.closing(pybk.open(directory)) as wal:
+        wal.append(b"the application is running")
+        reader = spark.read.format("pybk").option("lockTimeoutSeconds", 0.5)
+        with pytest.raises(Exception, match=r"(?s)DirectoryLocked.*is open in another "
+                                            r"process.*LOCK is locked"):
+            reader.load(directory).collect()
+
+
+def test_registering_the_source_again_changes_nothing(spark, address, written):
+    import pybk.spark
+    pybk.spark.register(spark)
+    pybk.spark.register(spark)
+    assert _read(spark, address, log="events").count() == len(written)
+
+
 def test_pushed_filters_narrow_the_bounds_and_spark_keeps_the_inexact_ones():
     from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan
     opts = parse({"metadataServiceUri": "zk://127.0.0.1:2181/ledgers", "log": "x"}, READ)
