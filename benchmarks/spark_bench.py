@@ -19,7 +19,10 @@ that both writes start from the same rows in memory.  In order:
   the sum of the values' lengths, so that every value is read: a Parquet ``count()``
   alone reads only the footers).
 
-Each phase reports seconds, records/s and MB/s (MiB of values); ``ratios`` divides
+Each phase reports seconds, records/s and MB/s (MiB of values), and the CPU it used
+(``cpu``: seconds of CPU of the bookie processes, and of everything else this process
+started, which is Spark: its JVM and Python workers; with microseconds per record), which
+shows what bounds a rate on a machine whose cores they all share.  ``ratios`` divides
 pybk's rates by Parquet's.  The targets (the issue's): reading at least 0.5 of Parquet's
 rate, writing at least 0.3.  ``--quick`` moves 256 MiB (under two minutes); the full run
 1 GiB.  Progress goes to stderr; stdout gets one JSON line.
@@ -66,13 +69,48 @@ def spark_session(workdir: str):
     return spark
 
 
-def timed(name: str, records: int, action) -> dict:
+def descendants_cpu_s() -> dict[int, float]:
+    """CPU seconds (user + system, with reaped children's) of every live descendant of
+    this process, by pid (from /proc)."""
+    parents, used = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+                fields = f.read().rpartition(")")[2].split()  # from the 3rd (state) on
+        except OSError:
+            continue  # gone meanwhile
+        parents[int(entry)] = int(fields[1])
+        used[int(entry)] = sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    mine, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - mine
+        mine |= frontier
+    return {pid: used[pid] for pid in mine}
+
+
+def cpu_split(before: dict[int, float], after: dict[int, float], bookies: set[int],
+              records: int) -> dict:
+    """CPU used between two samples by the bookies and by the rest (Spark)."""
+    def spent(pids) -> float:
+        return sum(after[pid] - before.get(pid, 0.0) for pid in pids)
+    bookie_s = spent(p for p in after if p in bookies)
+    spark_s = spent(p for p in after if p not in bookies)
+    return {"bookies_s": round(bookie_s, 2), "spark_s": round(spark_s, 2),
+            "bookies_us_per_record": round(bookie_s * 1e6 / records, 1),
+            "spark_us_per_record": round(spark_s * 1e6 / records, 1)}
+
+
+def timed(name: str, records: int, action, bookies: set[int] = frozenset()) -> dict:
     say(f"{name} ...")
+    cpu_before = descendants_cpu_s()
     start = time.perf_counter()
     result = action()
     seconds = time.perf_counter() - start
+    cpu = cpu_split(cpu_before, descendants_cpu_s(), bookies, records)
     figures = {"seconds": round(seconds, 2), "records_per_s": round(records / seconds),
-               "mb_per_s": round(records * RECORD_BYTES / MIB / seconds, 1)}
+               "mb_per_s": round(records * RECORD_BYTES / MIB / seconds, 1), "cpu": cpu}
     say(f"{name}: {figures}")
     return {**figures, "result": result}
 
@@ -99,19 +137,20 @@ def run(args: argparse.Namespace, workdir: str) -> dict:
                                       "ackQuorumSize": "1"}
         pybk_options = {"metadataServiceUri": cluster.address, "log": "bench", **copies}
         parquet = os.path.join(workdir, "parquet")
+        bookies = {process.pid for process in cluster.processes}
         phases = {
             "write.parquet": timed("write.parquet", records,
                                    lambda: rows.write.mode("overwrite").parquet(parquet)),
             "write.pybk": timed("write.pybk", records,
                                 lambda: rows.write.format("pybk").options(**pybk_options)
-                                .mode("append").save()),
+                                .mode("append").save(), bookies),
         }
         expected = (records, records * RECORD_BYTES)
         reader_options = {"metadataServiceUri": cluster.address, "log": "bench"}
         phases["read.parquet"] = timed("read.parquet", records,
                                        lambda: aggregate(spark.read.parquet(parquet)))
         phases["read.pybk"] = timed("read.pybk", records, lambda: aggregate(
-            spark.read.format("pybk").options(**reader_options).load()))
+            spark.read.format("pybk").options(**reader_options).load()), bookies)
         for name in ("read.parquet", "read.pybk"):
             got = tuple(phases[name].pop("result"))
             if got != expected:
