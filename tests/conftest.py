@@ -11,8 +11,11 @@ import time
 
 import pytest
 import zkutil
+from clusterutil import serving_cluster
+from sparkutil import spark_session
 from zmq.utils.garbage import GarbageCollectorThread
 
+from pybk.client import BookKeeper
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie, make_entry
 
@@ -96,3 +99,27 @@ def no_threads_left_behind():
             and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not left, f"threads still running after the test: {[t.name for t in left]}"
+
+
+# -- a module's cluster of bookie processes and its SparkSession (the Spark tests) ---------
+
+
+@pytest.fixture(scope="module")
+def address(zookeeper, tmp_path_factory):
+    """A cluster of three ``pybk bookie`` processes for the module: its address."""
+    with serving_cluster(zookeeper, tmp_path_factory.mktemp("bookies")) as found:
+        yield found
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """The module's SparkSession (``local[2]``; tests/sparkutil.py)."""
+    with spark_session() as session:
+        yield session
+
+
+@pytest.fixture(scope="module")
+def bk(address):
+    """A client of the module's cluster."""
+    with BookKeeper.connect(address) as client:
+        yield client

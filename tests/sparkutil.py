@@ -1,4 +1,5 @@
-"""A real SparkSession in local mode for tests, stopped when the test module is done.
+"""A real SparkSession in local mode for tests, stopped when the test module is done (the
+module fixtures ``spark``, ``address`` and ``bk`` in conftest.py use it).
 
 PySpark workers run this interpreter (PYSPARK_PYTHON) with this source tree on their
 path, bind to loopback, and Spark's UI and event logs stay off; the session is small
@@ -11,7 +12,10 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 REPOSITORY = str(Path(__file__).resolve().parent.parent)
 
@@ -48,3 +52,4 @@ def spark_session(master: str = "local[2]", **conf: str) -> Iterator["SparkSessi
         yield spark
     finally:
         spark.stop()
+

@@ -172,20 +172,6 @@ def release_until(faults: FaultyMetadataStore, stop, timeout_s: float = 30.0):
     raise AssertionError(f"no held write matched within {timeout_s} s")
 
 
-def release_others(faults, keep, until: threading.Thread, timeout_s: float = 30.0) -> None:
-    """Let every held write but ``keep`` land until ``until`` ends."""
-    deadline = time.monotonic() + timeout_s
-    while until.is_alive() and time.monotonic() < deadline:
-        for write in faults.held():
-            if write is not keep:
-                faults.release(write)
-        until.join(timeout=0.01)
-    assert not until.is_alive(), "the other party did not finish"
-
-
-# -- commits --------------------------------------------------------------------------------
-
-
 def test_a_commit_of_more_ledgers_than_the_tail_holds_reads_back_in_partition_order(
         parties, writers):
     """After records a writer appended, a job of 7 partitions (one of them in 3 ledgers,

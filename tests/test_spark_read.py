@@ -14,32 +14,17 @@ import pytest
 
 import pybk
 import zkutil
-from clusterutil import serving_cluster
 from pybk.client import BookKeeper
 from pybk.log import LogWriter, Position
 from pybk.settings import LogSettings
 from pybk.spark.batch_read import Bounds, FilteringBatchReader
 from pybk.spark.options import READ, parse
-from sparkutil import spark_session
 
 pytestmark = pytest.mark.timeout(300)
 
 SETTINGS = LogSettings(ensembleSize=3, writeQuorumSize=2, ackQuorumSize=2,
                        segmentMaxBytes=16 * 1024, batchMaxBytes=2048, maxOutstandingBatches=2)
 RECORDS = 1500
-
-
-@pytest.fixture(scope="module")
-def address(zookeeper, tmp_path_factory):
-    """A cluster of three bookie processes for the module."""
-    with serving_cluster(zookeeper, tmp_path_factory.mktemp("bookies")) as address:
-        yield address
-
-
-@pytest.fixture(scope="module")
-def spark():
-    with spark_session() as session:
-        yield session
 
 
 @pytest.fixture(scope="module")

@@ -21,15 +21,12 @@ from pyspark import cloudpickle
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 import zkutil
-from clusterutil import serving_cluster
-from pybk.client import BookKeeper
 from pybk.errors import NoSuchLedger
 from pybk.log import LogWriter, Position, consumers
 from pybk.log.metadata import read_log
 from pybk.settings import LogSettings
 from pybk.spark.options import STREAM_READ, parse
 from pybk.spark.stream_read import StreamReader, from_offset
-from sparkutil import spark_session
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -39,24 +36,6 @@ WAIT_S = 90.0
 
 # Spark's Python workers cannot import this module: FileSink goes to them by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-@pytest.fixture(scope="module")
-def address(zookeeper, tmp_path_factory):
-    with serving_cluster(zookeeper, tmp_path_factory.mktemp("bookies")) as address:
-        yield address
-
-
-@pytest.fixture(scope="module")
-def spark():
-    with spark_session() as session:
-        yield session
-
-
-@pytest.fixture
-def bk(address):
-    with BookKeeper.connect(address) as client:
-        yield client
 
 
 def _write(writer: LogWriter, count: int, first: int = 0) -> list[tuple[Position, bytes]]:

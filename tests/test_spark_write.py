@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 
 import zkutil
-from clusterutil import TESTS, BookieProcesses, child_env
-from pybk.client import BookKeeper
+from clusterutil import TESTS, child_env
 from pybk.log import LogReader
 from pybk.log.metadata import jobs_path, read_log
 from pybk.log.writer import LOG_NAME_KEY
@@ -35,27 +34,9 @@ WAIT_S = 60.0
 
 
 @pytest.fixture(scope="module")
-def address(zookeeper, tmp_path_factory):
-    """A cluster of three bookie processes, for the whole module."""
-    address = zkutil.formatted_cluster(zookeeper)
-    processes = BookieProcesses(tmp_path_factory.mktemp("bookies"), address)
-    try:
-        processes.start_serving(3)
-        yield address
-    finally:
-        processes.close()
-
-
-@pytest.fixture(scope="module")
 def spark(address):
     with spark_session(MASTER) as session:
         yield session
-
-
-@pytest.fixture(scope="module")
-def bk(address):
-    with BookKeeper.connect(address) as client:
-        yield client
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from pyspark.sql.datasource import (DataSourceReader, EqualTo, Filter, GreaterThan,
                                     GreaterThanOrEqual, In, InputPartition, LessThan,
@@ -42,10 +42,14 @@ from pyspark.sql.datasource import (DataSourceReader, EqualTo, Filter, GreaterTh
 
 from pybk.errors import InvalidConfiguration
 from pybk.log.position import Position
-from pybk.log.ranges import EARLIEST, LATEST, ReadRange, plan, read_entries, split_ranges
+from pybk.log.ranges import (EARLIEST, LATEST, Plan, ReadRange, plan, read_entries,
+                             split_ranges)
 from pybk.spark.arrow import record_batches
 from pybk.spark.connect import connect
 from pybk.spark.options import PybkOptions
+
+if TYPE_CHECKING:
+    from pybk.client import BookKeeper
 
 #: The module of PySpark's planner step that calls ``pushFilters`` (see :func:`reader`).
 _PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
@@ -109,11 +113,7 @@ class BatchReader(DataSourceReader):
             ceiling = Position(bounds.segment_high, 0, 0)
             end = ceiling if end == LATEST else min(Position.parse(end), ceiling)
         with connect(opts) as bk:
-            try:
-                found = plan(bk, opts.log, start, end, password=opts.password)
-            except ValueError as e:
-                raise InvalidConfiguration(f"{opts.describe()}: option startingPosition="
-                                           f"{start}: {e}") from None
+            found = plan_from_start(bk, opts, start, end)
         ranges = [c for c in map(bounds.clip, found.ranges) if c is not None]
         return [RangePartition(r)
                 for r in split_ranges(ranges, opts.get("minPartitions") or 1)]
@@ -160,6 +160,17 @@ class FilteringBatchReader(BatchReader):
             b.segment_high = b.segment_low
         if b.entry_high < b.entry_low:
             b.entry_high = b.entry_low
+
+
+def plan_from_start(bk: "BookKeeper", opts: PybkOptions, start: str,
+                    end: "Position | str") -> Plan:
+    """:func:`pybk.log.ranges.plan` from the option ``startingPosition``'s ``start``; a
+    start the log cannot have (past its end) raises InvalidConfiguration naming it."""
+    try:
+        return plan(bk, opts.log, start, end, password=opts.password)
+    except ValueError as e:
+        raise InvalidConfiguration(f"{opts.describe()}: option startingPosition={start}: "
+                                   f"{e}") from None
 
 
 def read_partition(opts: PybkOptions, partition: InputPartition) -> Iterator:

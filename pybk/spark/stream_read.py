@@ -61,12 +61,12 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes,
                                               ReadMaxRows, SupportsTriggerAvailableNow)
 
-from pybk.errors import InvalidConfiguration, MalformedMetadata, RecordsTruncated
+from pybk.errors import MalformedMetadata, RecordsTruncated
 from pybk.log import consumers
 from pybk.log.batch import batch_lengths
 from pybk.log.position import Position
 from pybk.log.ranges import EARLIEST, LATEST, Plan, plan, read_entries, slots
-from pybk.spark.batch_read import RangePartition, read_partition
+from pybk.spark.batch_read import RangePartition, plan_from_start, read_partition
 from pybk.spark.connect import connect
 from pybk.spark.options import PybkOptions
 
@@ -104,11 +104,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self._opts
         start = opts.get("startingPosition") or LATEST
         with connect(opts) as bk:
-            try:
-                found = plan(bk, opts.log, start, start, password=opts.password)
-            except ValueError as e:
-                raise InvalidConfiguration(f"{opts.describe()}: option startingPosition="
-                                           f"{start}: {e}") from None
+            found = plan_from_start(bk, opts, start, start)
             if start not in (EARLIEST, LATEST) and found.start > Position.parse(start):
                 self._lost(f"{opts.describe()} was truncated before {found.start}: the "
                            f"records from startingPosition={start} up to there are gone")
