@@ -26,7 +26,8 @@ from pybk.log.metadata import live_segments, read_log
 from pybk.meta import paths
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ClientSettings
-from pybk.spark.bookies import HostedBookie, executor_bookies, executor_host
+from pybk.spark.bookies import HostedBookie, executor_bookies
+from pybk.spark.holder import executor_host
 from pybk.spark.connect import connect
 from pybk.spark.options import WRITE, parse
 

@@ -18,7 +18,7 @@ import dataclasses
 from typing import Iterator
 
 from pybk.client import BookKeeper
-from pybk.spark.bookies import executor_host
+from pybk.spark.holder import executor_host
 from pybk.spark.options import WRITE, STREAM_WRITE, PybkOptions
 
 
