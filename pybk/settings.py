@@ -241,6 +241,30 @@ class ServerSettings(_Settings):
     #: (it also measures after each of its audits); 0: only after audits.  Each reads
     #: every ledger's metadata, hence not more often.
     auditorBacklogIntervalSeconds: int = 60
+    #: pybk's: the process runs a replication worker beside its part in the auditor
+    #: election (:mod:`pybk.cluster.replication_worker`), which repairs the ledgers the
+    #: auditor marks.  BookKeeper always runs one with autorecovery; false leaves repair
+    #: to other processes.
+    replicationWorkerEnabled: bool = True
+    #: Milliseconds a worker waits for the writer of an OPEN ledger whose last fragment
+    #: lost a bookie to replace that bookie itself (an ensemble change) before it fences
+    #: and closes the ledger (recovery) and re-replicates it.
+    openLedgerRereplicationGracePeriod: int = 30_000
+    #: Milliseconds, at most, a worker waits before trying again a ledger it could not
+    #: re-replicate yet (its replicas unreadable, too few bookies): it holds the claim,
+    #: waiting 1/32 of this after the first failure and twice as long after each next.
+    #: A bookie joining the cluster ends the waits at once.
+    lockReleaseOfFailedLedgerGracePeriod: int = 300_000
+    #: Bytes per second a worker copies at most (-1: no limit): entries are written to
+    #: replacement bookies no faster, so that repair leaves room for the writers.
+    replicationRateByBytes: int = -1
+    #: Entries a worker copies at once (read from replicas, then written together).
+    rereplicationEntryBatchSize: int = 10
+    #: The password a worker opens ledgers with (BookKeeper's ``bookieRecoveryPasswd``):
+    #: pybk keeps no ledger's password, only a salted hash of it, and the copies need
+    #: the bookies' master key, derived from it.  A ledger created with another password
+    #: cannot be repaired by the workers (their log says so).
+    bookieRecoveryPasswd: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.ledgerDirectories, (list, str)):
@@ -384,13 +408,17 @@ def _validate(s: ServerSettings) -> None:
     for key in ("journalMaxSizeMB", "journalPreAllocSizeMB", "journalQueueSize",
                 "journalBufferedWritesThreshold", "logSizeLimit", "flushInterval",
                 "writeCacheMaxSizeMb", "maxEntrySizeBytes", "gcWaitTime", "diskCheckInterval",
-                "maxAddsInProgressLimit", "maxReadsInProgressLimit", "zkTimeout"):
+                "maxAddsInProgressLimit", "maxReadsInProgressLimit", "zkTimeout",
+                "lockReleaseOfFailedLedgerGracePeriod", "rereplicationEntryBatchSize"):
         _require(getattr(s, key) > 0, key, getattr(s, key), "greater than 0")
     for key in ("journalMaxBackups", "minorCompactionInterval", "majorCompactionInterval",
                 "journalMaxGroupWaitMSec", "flushEntrylogBytes", "lostBookieRecoveryDelay",
                 "auditorPeriodicBookieCheckInterval", "auditorPeriodicCheckInterval",
-                "auditorBacklogIntervalSeconds"):
+                "auditorBacklogIntervalSeconds", "openLedgerRereplicationGracePeriod"):
         _require(getattr(s, key) >= 0, key, getattr(s, key), "0 or more")
+    _require(s.replicationRateByBytes == -1 or s.replicationRateByBytes > 0,
+             "replicationRateByBytes", s.replicationRateByBytes,
+             "-1 (no limit) or greater than 0")
     _require(0 <= s.auditorLedgerVerificationPercentage <= 100,
              "auditorLedgerVerificationPercentage", s.auditorLedgerVerificationPercentage,
              "from 0 to 100")

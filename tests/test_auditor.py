@@ -37,6 +37,13 @@ WAIT_S = 60.0
 SHORT_MS = zkutil.SHORT_SESSION_TIMEOUT_MS
 
 
+@pytest.fixture(autouse=True)
+def no_replication_workers(monkeypatch):
+    """Bookie and autorecovery processes run no replication worker here, so that the
+    marks stay for the tests to see (tests/test_replication_worker.py repairs them)."""
+    monkeypatch.setenv("PYBK_replicationWorkerEnabled", "false")
+
+
 @pytest.fixture
 def cluster(closing, address):
     """A client of the test's cluster and an under-replication manager on it."""

@@ -9,7 +9,11 @@ process of its own, BookKeeper's ``AutoRecoveryMain``) runs: an
 ClientLoop` made when it is elected and closed when it is deposed, so a process that
 only stands costs one thread and a vote.
 
-The replication workers, which repair what the auditor marks, will run here too.
+With ``replicationWorkerEnabled`` (the default) it also runs a
+:class:`~pybk.cluster.replication_worker.ReplicationWorker` for as long as it is open,
+elected or not: every autorecovery process repairs what the auditor marks.  The worker
+has a ledger client of its own (a :class:`~pybk.cluster.connect.ClusterBookKeeper` on
+this process's store, reaching the local bookies in-process).
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ from typing import Mapping
 from pybk.client.transport import BookieClient
 from pybk.cluster.auditor import CLOSE_WAIT_S, Auditor
 from pybk.cluster.client import ClientLoop
+from pybk.cluster.connect import ClusterBookKeeper
 from pybk.cluster.directory import BookieDirectory
 from pybk.cluster.election import AuditorElection
+from pybk.cluster.replication_worker import ReplicationWorker
 from pybk.meta.interface import MetadataStore
 from pybk.meta.underreplication import UnderreplicationManager
-from pybk.settings import ServerSettings
+from pybk.settings import ClientSettings, ServerSettings
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +54,22 @@ class AutoRecovery:
         self._auditor: Auditor | None = None
         self._closed = False
         self._parts: list = []  # the auditor's directory and loop, to close after it
+        #: The replication worker (None with replicationWorkerEnabled false).
+        self.worker: ReplicationWorker | None = None
+        self._worker_client: ClusterBookKeeper | None = None
+        if settings.replicationWorkerEnabled:
+            self._start_worker()
         self._election = AuditorElection(self.manager, candidate, self._elected,
                                          self._deposed)
+
+    def _start_worker(self) -> None:
+        loop = ClientLoop()
+        client_settings = ClientSettings(maxEntrySizeBytes=self.settings.maxEntrySizeBytes)
+        directory = BookieDirectory(self.store, loop, client_settings, local=self._local)
+        self._worker_client = ClusterBookKeeper(self.store, loop, directory, client_settings,
+                                                own_store=False)
+        self.worker = ReplicationWorker(self.store, self.manager, self.settings,
+                                        self._worker_client).start()
 
     @property
     def is_auditor(self) -> bool:
@@ -83,9 +103,15 @@ class AutoRecovery:
         with self._lock:
             self._closed = True
             if self._auditor is not None:
-                self._auditor.stop()  # both threads stop together, not one after the other
+                self._auditor.stop()  # the threads stop together, not one after the other
+            if self.worker is not None:
+                self.worker.stop()
         self._election.close(CLOSE_WAIT_S)
         self._deposed(max(0.0, deadline - time.monotonic()))
+        if self.worker is not None:
+            self.worker.close()
+        if self._worker_client is not None:
+            self._worker_client.close()
 
     def __enter__(self) -> "AutoRecovery":
         return self

@@ -27,6 +27,7 @@ from pybk.cluster.client import ClientLoop
 from pybk.cluster.directory import BookieDirectory
 from pybk.errors import InvalidConfiguration
 from pybk.meta.address import is_zookeeper_address
+from pybk.meta.interface import MetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings
 from pybk.settings import ClientSettings
 from pybk.storage import Bookie
@@ -34,7 +35,8 @@ from pybk.storage import Bookie
 
 class ClusterBookKeeper(BookKeeper):
     """A :class:`~pybk.client.BookKeeper` that owns its metadata store, ZeroMQ loop and
-    bookie directory (made by :func:`connect`)."""
+    bookie directory (made by :func:`connect`; ``own_store=False``: a store its maker
+    keeps, as autorecovery does)."""
 
     def __init__(self, store: "ZooKeeperMetadataStore | str", *args: object,
                  **kwargs: object) -> None:
@@ -42,12 +44,12 @@ class ClusterBookKeeper(BookKeeper):
             return  # BookKeeper("zk://...", ...) made it through connect(): set up already
         self._set_up(store, *args, **kwargs)  # type: ignore[arg-type]
 
-    def _set_up(self, store: ZooKeeperMetadataStore, loop: ClientLoop,
+    def _set_up(self, store: MetadataStore, loop: ClientLoop,
                 directory: BookieDirectory, settings: ClientSettings,
-                local_bookie: str | None = None) -> None:
+                local_bookie: str | None = None, own_store: bool = True) -> None:
         super().__init__(store, directory, settings, local_bookie=local_bookie)
         self.directory = directory
-        self._owned = (directory, loop, store)
+        self._owned: tuple = (directory, loop, store) if own_store else (directory, loop)
 
     def resolve_bookies(self, bookie_ids: Iterable[str]) -> None:
         """Look up the endpoints of those of ``bookie_ids`` not known yet (or due a

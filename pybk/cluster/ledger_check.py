@@ -35,7 +35,16 @@ def bookies_lacking_entries(metadata: LedgerMetadata, registered: Collection[str
                             timeout_s: float) -> set[str]:
     """The registered bookies of the ledger that lack an entry they should hold (see
     the module docstring).  Waits at most ``timeout_s`` for each read."""
-    reads: list[tuple[str, int, Future]] = []
+    return {bookie_id for _first, bookie_id in fragments_lacking_entries(
+        metadata, registered, client_for, percentage, timeout_s)}
+
+
+def fragments_lacking_entries(metadata: LedgerMetadata, registered: Collection[str],
+                              client_for: Callable[[str], BookieClient], percentage: int,
+                              timeout_s: float) -> set[tuple[int, str]]:
+    """Where the registered bookies of the ledger lack entries they should hold:
+    ``(first entry id of the fragment, bookie id)`` pairs."""
+    reads: list[tuple[int, str, int, Future]] = []
     for span in spans(metadata):
         if span.last is None:
             continue  # an open ledger's last fragment: its end is not known
@@ -49,15 +58,16 @@ def bookies_lacking_entries(metadata: LedgerMetadata, registered: Collection[str
             wanted = {first, last} | _sample(metadata, index, first, last, percentage)
             client = client_for(bookie_id)
             for entry_id in sorted(wanted):
-                reads.append((bookie_id, entry_id, client.read(metadata.ledger_id, entry_id)))
+                reads.append((span.first, bookie_id, entry_id,
+                              client.read(metadata.ledger_id, entry_id)))
     lacking = set()
-    for bookie_id, entry_id, read in reads:
+    for span_first, bookie_id, entry_id, read in reads:
         try:
             read.result(timeout_s)
         except (NoSuchEntry, NoSuchLedger):
             log.warning("ledger check: bookie %s lacks entry %d of ledger %d", bookie_id,
                         entry_id, metadata.ledger_id)
-            lacking.add(bookie_id)
+            lacking.add((span_first, bookie_id))
         except (BookKeeperError, TimeoutError) as e:
             log.info("ledger check: reading entry %d of ledger %d from %s failed (%s); "
                      "not counted", entry_id, metadata.ledger_id, bookie_id, e)
