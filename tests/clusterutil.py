@@ -109,11 +109,11 @@ class BookieProcesses:
         return bookie
 
     def start_serving(self, count: int, prefix: str = "bookie",
-                      zk_timeout_ms: int = zkutil.SESSION_TIMEOUT_MS
-                      ) -> list[BookieProcess]:
-        """``count`` bookies started together (``<prefix>1``...); returns once every one
-        serves."""
-        bookies = [self.start(f"{prefix}{i}", zk_timeout_ms=zk_timeout_ms)
+                      zk_timeout_ms: int = zkutil.SESSION_TIMEOUT_MS,
+                      options: tuple[str, ...] = ()) -> list[BookieProcess]:
+        """``count`` bookies started together (``<prefix>1``...), each given ``options``;
+        returns once every one serves."""
+        bookies = [self.start(f"{prefix}{i}", *options, zk_timeout_ms=zk_timeout_ms)
                    for i in range(1, count + 1)]
         return [bookie.wait_serving() for bookie in bookies]
 

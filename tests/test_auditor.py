@@ -14,16 +14,17 @@ from __future__ import annotations
 import dataclasses
 import re
 import subprocess
-import time
 
 import pytest
 import zkutil
 
-from clusterutil import (PASSWORD, BookieProcess, address,  # noqa: F401
-                         bookies, child_env, payload, pybk_command)
+from autorecoveryutil import (expected_marks, full_log, holds_entries, marks, wait_until,
+                              write_ledger)
+from clusterutil import (BookieProcess, address, bookies, child_env,  # noqa: F401
+                         pybk_command)
 from pybk.client import BookKeeper
 from pybk.cluster.autorecovery import AutoRecovery
-from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
+from pybk.meta.ledger_metadata import DigestType, LedgerState
 from pybk.meta.ledgers import LedgerManager
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
@@ -32,7 +33,6 @@ from pybk.settings import ClientSettings, ServerSettings
 pytestmark = pytest.mark.timeout(180)
 
 FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0)
-WAIT_S = 60.0
 #: Bookies to be killed end their ZooKeeper session soon after.
 SHORT_MS = zkutil.SHORT_SESSION_TIMEOUT_MS
 
@@ -53,45 +53,6 @@ def cluster(closing, address):
     return bk, UnderreplicationManager(store)
 
 
-def wait_until(condition, what: str, timeout_s: float = WAIT_S):
-    deadline = time.monotonic() + timeout_s
-    while not (found := condition()):
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.1)
-    return found
-
-
-def full_log(process: BookieProcess) -> str:
-    with open(process.log_path, "rb") as f:
-        return f.read().decode(errors="replace")
-
-
-def write_ledger(bk: BookKeeper, e: int, qw: int, entries: int, close: bool = True):
-    lh = bk.create_ledger(e, qw, min(qw, 2), password=PASSWORD)
-    for entry_id in range(entries):
-        lh.add_entry(payload(entry_id))
-    if close:
-        lh.close()
-    return lh
-
-
-def holds_entries(metadata: LedgerMetadata, bookie_id: str) -> bool:
-    """Whether the ledger gave ``bookie_id`` an entry (an open ledger's last fragment
-    may give it any later one)."""
-    if metadata.state is not LedgerState.CLOSED:
-        if bookie_id in metadata.fragments[-1].ensemble:
-            return True
-        last = metadata.fragments[-1].first_entry_id - 1
-    else:
-        last = metadata.last_entry_id
-    return any(bookie_id in metadata.write_set(e) for e in range(last + 1))
-
-
-def expected_marks(bk: BookKeeper, bookie_id: str) -> set[int]:
-    return {ledger_id for ledger_id in bk.list_ledgers()
-            if holds_entries(bk.ledger_manager.read(ledger_id).metadata, bookie_id)}
-
-
 def replicas_left(bk: BookKeeper, lost: str, open_lac: int) -> tuple[int, int]:
     """How many acknowledged entries had a replica on ``lost``, and the fewest replicas
     any acknowledged entry has left (an open ledger's entries up to ``open_lac``)."""
@@ -105,10 +66,6 @@ def replicas_left(bk: BookKeeper, lost: str, open_lac: int) -> tuple[int, int]:
             left = len(write_set) - (lost in write_set)
             fewest = left if fewest is None else min(fewest, left)
     return short, fewest
-
-
-def marks(manager: UnderreplicationManager) -> dict[int, tuple[str, ...]]:
-    return {mark.ledger_id: mark.replicas for mark in manager.underreplicated()}
 
 
 def auditor_process(manager: UnderreplicationManager, processes) -> BookieProcess:

@@ -1,0 +1,58 @@
+"""Helpers of the autorecovery tests (the auditor's and the replication workers'):
+bounded waits, a process's whole log, ledgers written for them, and what the marks and
+the ledgers' metadata say."""
+
+from __future__ import annotations
+
+import time
+
+from clusterutil import PASSWORD, BookieProcess, payload
+from pybk.client import BookKeeper
+from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
+from pybk.meta.underreplication import UnderreplicationManager
+
+WAIT_S = 60.0
+
+
+def wait_until(condition, what: str, timeout_s: float = WAIT_S):
+    """Wait until ``condition()`` is true (returned), at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := condition()):
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.1)
+    return found
+
+
+def full_log(process: BookieProcess) -> str:
+    with open(process.log_path, "rb") as f:
+        return f.read().decode(errors="replace")
+
+
+def write_ledger(bk: BookKeeper, e: int, qw: int, entries: int, close: bool = True):
+    lh = bk.create_ledger(e, qw, min(qw, 2), password=PASSWORD)
+    for entry_id in range(entries):
+        lh.add_entry(payload(entry_id))
+    if close:
+        lh.close()
+    return lh
+
+
+def holds_entries(metadata: LedgerMetadata, bookie_id: str) -> bool:
+    """Whether the ledger gave ``bookie_id`` an entry (an open ledger's last fragment
+    may give it any later one)."""
+    if metadata.state is not LedgerState.CLOSED:
+        if bookie_id in metadata.fragments[-1].ensemble:
+            return True
+        last = metadata.fragments[-1].first_entry_id - 1
+    else:
+        last = metadata.last_entry_id
+    return any(bookie_id in metadata.write_set(e) for e in range(last + 1))
+
+
+def expected_marks(bk: BookKeeper, bookie_id: str) -> set[int]:
+    return {ledger_id for ledger_id in bk.list_ledgers()
+            if holds_entries(bk.ledger_manager.read(ledger_id).metadata, bookie_id)}
+
+
+def marks(manager: UnderreplicationManager) -> dict[int, tuple[str, ...]]:
+    return {mark.ledger_id: mark.replicas for mark in manager.underreplicated()}

@@ -1,0 +1,211 @@
+"""Replication workers on a real cluster: ``pybk bookie`` processes on the session's
+real ZooKeeper, bookies killed with SIGKILL, and workers in the bookie processes or in
+this process (:class:`AutoRecovery`, whose :attr:`~AutoRecovery.worker` counts what it
+copied).
+
+A repair is checked on the bookies themselves: every entry of every ledger is read from
+every bookie of its write set in the new metadata, one bookie at a time, its digest
+verified and its payload compared with what was written.  Waits are bounded; where "not
+yet" is checked, the test first waits for the worker to have looked (its log, or its
+loop's passes).
+"""
+
+from __future__ import annotations
+
+import pytest
+import zkutil
+
+from autorecoveryutil import expected_marks, full_log, marks, wait_until, write_ledger
+from clusterutil import (PASSWORD, Writer, address, bookies,  # noqa: F401
+                         payload)
+from pybk.client import BookKeeper
+from pybk.client.digest import DigestManager
+from pybk.cluster.autorecovery import AutoRecovery
+from pybk.cluster.replicas import bookie_holds_entries, holds
+from pybk.errors import NoSuchEntry, NoSuchLedger
+from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
+from pybk.meta.underreplication import UnderreplicationManager
+from pybk.meta.zookeeper import ZooKeeperMetadataStore
+from pybk.settings import ClientSettings, ServerSettings
+
+pytestmark = pytest.mark.timeout(240)
+
+FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0)
+SHORT_MS = zkutil.SHORT_SESSION_TIMEOUT_MS
+#: What the workers of these tests are set to: the tests' ledger password, a writer's
+#: grace long enough for an ensemble change on a busy machine, short back-offs.
+WORKER_SETTINGS = {"bookieRecoveryPasswd": PASSWORD.decode(),
+                   "openLedgerRereplicationGracePeriod": 10_000,
+                   "lockReleaseOfFailedLedgerGracePeriod": 3_200}
+WORKER_OPTIONS = tuple(option for key, value in WORKER_SETTINGS.items()
+                       for option in ("--set", f"{key}={value}"))
+#: Bookies that leave repair to the workers of this process.
+NO_AUTORECOVERY = ("--set", "autoRecoveryDaemonEnabled=false")
+
+
+@pytest.fixture
+def cluster(closing, address):
+    """A client of the test's cluster and an under-replication manager on it."""
+    bk = closing.enter_context(BookKeeper.connect(address, FAST,
+                                                  zk_settings=zkutil.settings()))
+    store = closing.enter_context(ZooKeeperMetadataStore(address, zkutil.settings()))
+    return bk, UnderreplicationManager(store)
+
+
+def workers(closing, address: str, names: list[str]) -> list[AutoRecovery]:
+    """Autorecovery (auditor candidate and worker) in this process, one per name, each on
+    a ZooKeeper session of its own."""
+    settings = ServerSettings(**WORKER_SETTINGS)
+    return [closing.enter_context(AutoRecovery(
+        closing.enter_context(ZooKeeperMetadataStore(address, zkutil.settings())),
+        settings, name)) for name in names]
+
+
+def repaired(bk: BookKeeper, manager: UnderreplicationManager, lost: str) -> bool:
+    """Whether no ledger is marked and none gives ``lost`` an entry any more."""
+    return not marks(manager) and not any(
+        bookie_holds_entries(bk.ledger_manager.read(ledger_id).metadata, lost)
+        for ledger_id in bk.list_ledgers())
+
+
+def check_replicas(bk: BookKeeper, metadata: LedgerMetadata, last: int) -> None:
+    """Every entry up to ``last`` is on every bookie of its write set, as written."""
+    digest = DigestManager(metadata.ledger_id, metadata.digest_type, PASSWORD)
+    for entry_id in range(last + 1):
+        for bookie_id in metadata.write_set(entry_id):
+            data = bk.bookie_client(bookie_id).read(metadata.ledger_id, entry_id).result(10)
+            assert digest.decode(entry_id, data).data == payload(entry_id), \
+                (metadata.ledger_id, entry_id, bookie_id)
+
+
+def entries_on(bk: BookKeeper, bookie_id: str, metadata: LedgerMetadata) -> dict[int, int]:
+    """The entries of the closed ledger that ``bookie_id`` holds, with their sizes."""
+    held = {}
+    for entry_id in range(metadata.last_entry_id + 1):
+        try:
+            held[entry_id] = len(bk.bookie_client(bookie_id).read(
+                metadata.ledger_id, entry_id).result(10))
+        except (NoSuchEntry, NoSuchLedger):
+            pass
+    return held
+
+
+# -- a bookie lost for good --------------------------------------------------------------------
+
+def test_every_ledger_is_fully_replicated_again_after_a_bookie_is_lost(bookies, cluster):
+    processes = bookies.start_serving(5, zk_timeout_ms=SHORT_MS, options=WORKER_OPTIONS)
+    bk, manager = cluster
+    closed = [write_ledger(bk, 3, qw, entries=12) for qw in (2, 2, 3, 3)]
+    handle = bk.create_ledger(3, 2, 2, password=PASSWORD)
+    writer = Writer(handle, window=8)
+    try:
+        writer.wait_for(20)
+        # The victim holds entries of the open ledger's last fragment: its writer must
+        # replace it, and the workers copy what it held before.
+        victim_id = handle.metadata.fragments[-1].ensemble[0]
+        expected = expected_marks(bk, victim_id)
+        assert handle.id in expected
+        next(p for p in processes if p.bookie_id == victim_id).kill()
+        wait_until(lambda: repaired(bk, manager, victim_id),
+                   f"every ledger of {victim_id} repaired", timeout_s=120)
+        writer.wait_for(20)  # the writer went on writing
+    finally:
+        acked = writer.stop()
+    handle.close()
+    assert acked == list(range(len(acked)))
+    assert handle.metadata.last_entry_id >= acked[-1]
+    for ledger in closed + [handle]:
+        metadata = bk.ledger_manager.read(ledger.id).metadata
+        assert metadata.state is LedgerState.CLOSED
+        assert not bookie_holds_entries(metadata, victim_id)
+        check_replicas(bk, metadata, metadata.last_entry_id)
+
+
+def test_two_workers_share_the_work_and_copy_only_the_lost_bookies_entries(
+        bookies, cluster, closing, address):
+    processes = bookies.start_serving(4, zk_timeout_ms=SHORT_MS, options=NO_AUTORECOVERY)
+    bk, manager = cluster
+    ledgers = [write_ledger(bk, 3, 2, entries=9) for _ in range(6)]
+    pair = workers(closing, address, ["worker-a", "worker-b"])
+    victim_id = ledgers[0].metadata.fragments[0].ensemble[0]
+    before = {lh.id: lh.metadata for lh in ledgers}
+    expected = expected_marks(bk, victim_id)
+    next(p for p in processes if p.bookie_id == victim_id).kill()
+    wait_until(lambda: repaired(bk, manager, victim_id), f"the ledgers of {victim_id} "
+               "repaired")
+    copied = 0
+    for ledger_id, old in before.items():
+        new = bk.ledger_manager.read(ledger_id).metadata
+        check_replicas(bk, new, new.last_entry_id)
+        if ledger_id not in expected:
+            assert new.fragments == old.fragments
+            continue
+        index = old.fragments[0].ensemble.index(victim_id)
+        replacement = new.fragments[0].ensemble[index]
+        assert replacement not in old.fragments[0].ensemble
+        # The replacement holds exactly the entries the lost bookie held: E=3, Qw=2, so
+        # two thirds of them, not the whole fragment.
+        held = entries_on(bk, replacement, new)
+        assert set(held) == {e for e in range(new.last_entry_id + 1) if holds(new, index, e)}
+        assert len(held) < new.last_entry_id + 1
+        copied += sum(held.values())
+    stats = [service.worker.stats for service in pair]
+    assert sum(s.ledgers_replicated for s in stats) == len(expected)  # each one once
+    assert sum(s.bytes_copied for s in stats) == copied
+
+
+def test_a_ledger_stays_marked_while_too_few_bookies_and_completes_when_one_joins(
+        bookies, cluster):
+    processes = bookies.start_serving(3, zk_timeout_ms=SHORT_MS, options=WORKER_OPTIONS)
+    bk, manager = cluster
+    ledger = write_ledger(bk, 3, 3, entries=6)
+    victim = processes[0]
+    victim.kill()
+    # Every live bookie's worker may have tried it; one of them says it could not.
+    wait_until(lambda: any(f"ledger {ledger.id} cannot be re-replicated yet" in full_log(p)
+                           for p in processes[1:]), "a worker finds too few bookies")
+    assert ledger.id in marks(manager)
+    assert bk.ledger_manager.read(ledger.id).metadata.fragments == ledger.metadata.fragments
+    joined = bookies.start("bookie4", *WORKER_OPTIONS, zk_timeout_ms=SHORT_MS).wait_serving()
+    wait_until(lambda: repaired(bk, manager, victim.bookie_id), "repaired once one joins")
+    metadata = bk.ledger_manager.read(ledger.id).metadata
+    assert joined.bookie_id in metadata.fragments[0].ensemble
+    check_replicas(bk, metadata, metadata.last_entry_id)
+
+
+# -- marks without repair --------------------------------------------------------------------
+
+def deleted_ledger(bk: BookKeeper) -> int:
+    """The id of a ledger that was created (its metadata only) and deleted."""
+    ledger_id = bk.ledger_manager.create_ledger(["gone:1"], 1, 1, DigestType.CRC32C,
+                                                PASSWORD).metadata.ledger_id
+    bk.ledger_manager.delete(ledger_id)
+    return ledger_id
+
+
+def test_the_mark_of_a_deleted_ledger_is_cleared(cluster, closing, address):
+    bk, manager = cluster
+    (service,) = workers(closing, address, ["worker"])
+    ledger_id = deleted_ledger(bk)
+    manager.mark_underreplicated(ledger_id, ["gone:1"])
+    wait_until(lambda: not marks(manager), "the mark cleared")
+    assert service.worker.stats.ledgers_deleted == 1
+    assert service.worker.stats.ledgers_replicated == 0
+
+
+def test_the_disable_flag_holds_repair_until_enabled(cluster, closing, address):
+    bk, manager = cluster
+    manager.disable()
+    (service,) = workers(closing, address, ["worker"])
+    worker = service.worker
+    ledger_id = deleted_ledger(bk)
+    manager.mark_underreplicated(ledger_id, ["gone:1"])
+    # A pass of its loop that starts after the mark was made sees it, and the mark
+    # announced again wakes the worker for one.
+    passes = worker.stats.passes
+    manager.announce_marks()
+    assert worker.wait_passes(passes + 1, timeout_s=30)
+    assert ledger_id in marks(manager) and manager.claimed() == {}
+    manager.enable()
+    wait_until(lambda: not marks(manager), "repaired once enabled")
+    assert worker.stats.ledgers_deleted == 1
