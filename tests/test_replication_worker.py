@@ -52,10 +52,10 @@ def cluster(closing, address):
     return bk, UnderreplicationManager(store)
 
 
-def workers(closing, address: str, names: list[str]) -> list[AutoRecovery]:
+def workers(closing, address: str, names: list[str], **settings_given) -> list[AutoRecovery]:
     """Autorecovery (auditor candidate and worker) in this process, one per name, each on
-    a ZooKeeper session of its own."""
-    settings = ServerSettings(**WORKER_SETTINGS)
+    a ZooKeeper session of its own, with WORKER_SETTINGS and ``settings_given``."""
+    settings = ServerSettings(**{**WORKER_SETTINGS, **settings_given})
     return [closing.enter_context(AutoRecovery(
         closing.enter_context(ZooKeeperMetadataStore(address, zkutil.settings())),
         settings, name)) for name in names]
@@ -171,6 +171,24 @@ def test_a_ledger_stays_marked_while_too_few_bookies_and_completes_when_one_join
     metadata = bk.ledger_manager.read(ledger.id).metadata
     assert joined.bookie_id in metadata.fragments[0].ensemble
     check_replicas(bk, metadata, metadata.last_entry_id)
+
+
+def test_an_open_ledger_whose_writer_is_gone_is_fenced_closed_and_replicated(
+        bookies, cluster, closing, address):
+    processes = bookies.start_serving(4, zk_timeout_ms=SHORT_MS, options=NO_AUTORECOVERY)
+    bk, manager = cluster
+    # Its writer's client ends without closing it, as a writer that died would.
+    with BookKeeper.connect(address, FAST, zk_settings=zkutil.settings()) as gone:
+        abandoned = write_ledger(gone, 3, 2, entries=7, close=False)
+    (service,) = workers(closing, address, ["worker"],
+                         openLedgerRereplicationGracePeriod=500)
+    victim_id = abandoned.metadata.fragments[0].ensemble[1]
+    next(p for p in processes if p.bookie_id == victim_id).kill()
+    wait_until(lambda: repaired(bk, manager, victim_id), "the open ledger repaired")
+    metadata = bk.ledger_manager.read(abandoned.id).metadata
+    assert metadata.state is LedgerState.CLOSED and metadata.last_entry_id == 6
+    check_replicas(bk, metadata, metadata.last_entry_id)
+    assert service.worker.stats.ledgers_replicated == 1
 
 
 # -- marks without repair --------------------------------------------------------------------
