@@ -8,8 +8,8 @@
 ``pybk bookie``
     A bookie serving a cluster until SIGTERM or SIGINT (:class:`pybk.cluster.node.BookieNode`).
 ``pybk autorecovery``
-    Stand for auditor in a cluster, and audit it while elected
-    (:mod:`pybk.cluster.autorecovery`; bookies do it too unless
+    Stand for auditor in a cluster, audit it while elected, and re-replicate the ledgers
+    marked (:mod:`pybk.cluster.autorecovery`; bookies do it too unless
     ``autoRecoveryDaemonEnabled`` is false).
 ``pybk updatecookie``
     Accept a bookie's directories moved on purpose: rewrite its cookies and the cluster's
@@ -214,11 +214,12 @@ def _parser() -> argparse.ArgumentParser:
                              "end exits (pybk localcluster passes one)")
 
     recovery = commands.add_parser(
-        "autorecovery", help="stand for auditor in a cluster and audit it while elected",
+        "autorecovery", help="stand for auditor in a cluster and repair what is marked",
         description="Autorecovery as a process of its own (bookies run it too, with "
                     "autoRecoveryDaemonEnabled): take part in the auditor election and, "
-                    "while elected, mark the ledgers of lost bookies under-replicated. "
-                    "SIGTERM or SIGINT stops it.")
+                    "while elected, mark the ledgers of lost bookies under-replicated; "
+                    "run a replication worker that re-replicates the marked ledgers "
+                    "(unless replicationWorkerEnabled=false). SIGTERM or SIGINT stops it.")
     recovery.add_argument("--conf", help="a bk_server.conf-style key=value settings file")
     recovery.add_argument("--zk", metavar="ADDRESS",
                           help="the cluster, zk://host:port[,host:port...]/ledgers "

@@ -18,7 +18,9 @@ Autorecovery: :mod:`pybk.cluster.autorecovery` runs in every bookie process (and
 ``pybk autorecovery``): the auditor election (:mod:`pybk.cluster.election`) and, while
 elected, the auditor (:mod:`pybk.cluster.auditor`, with :mod:`pybk.cluster.replicas`
 and :mod:`pybk.cluster.ledger_check`), which marks the ledgers of lost bookies in the
-under-replication metadata (:mod:`pybk.meta.underreplication`).
+under-replication metadata (:mod:`pybk.meta.underreplication`); and a replication worker
+(:mod:`pybk.cluster.replication_worker`) that claims marked ledgers and repairs them
+(:mod:`pybk.cluster.rereplication`, at a rate kept by :mod:`pybk.cluster.throttle`).
 """
 
 from pybk.cluster.client import ClientLoop, ZmqBookieClient

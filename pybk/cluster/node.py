@@ -56,9 +56,9 @@ Sessions
 
 Autorecovery
     With ``autoRecoveryDaemonEnabled`` (the default) the node stands in the auditor
-    election under its bookie id, and audits the cluster while elected
-    (:mod:`pybk.cluster.autorecovery`); it reaches its own bookie in-process.  Closing
-    the node stops that first.
+    election under its bookie id, audits the cluster while elected, and runs a
+    replication worker (:mod:`pybk.cluster.autorecovery`); both reach its own bookie
+    in-process.  Closing the node stops that first.
 
 Threads: none of its own besides the server's, the bookie's and autorecovery's;
 registrations run on the thread that saw the change (the bookie's housekeeping thread for
