@@ -96,9 +96,9 @@ class AutoRecovery:
             part.close()
 
     def close(self) -> None:
-        """Stop auditing (if elected) and withdraw from the election, in at most
-        :data:`~pybk.cluster.auditor.CLOSE_WAIT_S` while ZooKeeper is down (what still
-        waits on it then ends when the store is closed)."""
+        """Stop auditing (if elected) and repairing, and withdraw from the election, in at
+        most :data:`~pybk.cluster.auditor.CLOSE_WAIT_S` while ZooKeeper is down (what
+        still waits on it then ends when the store is closed)."""
         deadline = time.monotonic() + CLOSE_WAIT_S
         with self._lock:
             self._closed = True
@@ -109,7 +109,7 @@ class AutoRecovery:
         self._election.close(CLOSE_WAIT_S)
         self._deposed(max(0.0, deadline - time.monotonic()))
         if self.worker is not None:
-            self.worker.close()
+            self.worker.close(max(0.0, deadline - time.monotonic()))
         if self._worker_client is not None:
             self._worker_client.close()
 

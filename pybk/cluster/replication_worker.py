@@ -62,9 +62,11 @@ RETRY_S = 1.0
 #: Failures after which the back-off of a ledger stops doubling (BookKeeper's
 #: ``NUM_OF_EXPONENTIAL_BACKOFF_RETRIALS``).
 BACKOFF_DOUBLINGS = 5
-#: How long :meth:`ReplicationWorker.close` waits for the ledger in progress (a copy
-#: ends between batches; a batch waits at most ``addEntryTimeout``).
-CLOSE_WAIT_S = 15.0
+#: How long :meth:`ReplicationWorker.close` waits by default for the thread to end its
+#: step.  A copy ends between two batches; a step in a store call lasts up to
+#: ``zkOperationTimeoutMs`` while ZooKeeper is down, and a batch waits on its bookies up
+#: to ``addEntryTimeout``: closing the store and the worker's client ends those sooner.
+CLOSE_WAIT_S = 2.0
 
 
 @dataclass

@@ -287,6 +287,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._closed = False
         # Reentrant: a watch that fails to be set is cancelled under it (see watch()).
         self._watch_lock = threading.RLock()
+        self._close_lock = threading.Lock()
         self._watched: dict[str, str] = {}  # ZooKeeper path -> contract path
         self._last_zxid: dict[str, int] = {}  # ZooKeeper path -> zxid of its last event
         self._notifier = Notifier(f"pybk-meta-watch zk {self.address.root}",
@@ -657,7 +658,10 @@ class ZooKeeperMetadataStore(MetadataStore):
     # -- life cycle --------------------------------------------------------------------------
 
     def close(self) -> None:
-        with self._watch_lock:
+        # Not under the watch lock: a watch being set holds it for as long as ZooKeeper
+        # does not answer (up to zkOperationTimeoutMs), and closing the connection below
+        # is what ends that wait.  A watch set after this fails on the closed store.
+        with self._close_lock:
             if self._closed:
                 return
             self._closed = True
