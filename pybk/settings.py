@@ -258,7 +258,8 @@ class ServerSettings(_Settings):
     #: Bytes per second a worker copies at most (-1: no limit): entries are written to
     #: replacement bookies no faster, so that repair leaves room for the writers.
     replicationRateByBytes: int = -1
-    #: Entries a worker copies at once (read from replicas, then written together).
+    #: Entries a worker copies in one batch (read from replicas together, then written
+    #: together while the next batch is read).
     rereplicationEntryBatchSize: int = 10
     #: The password a worker opens ledgers with (BookKeeper's ``bookieRecoveryPasswd``):
     #: pybk keeps no ledger's password, only a salted hash of it, and the copies need

@@ -174,11 +174,13 @@ class LedgerRepair:
     def _copy(self, metadata: LedgerMetadata, entry_ids: list[int], lost: set[str],
               target: str) -> int:
         """Copy ``entry_ids`` from their surviving replicas (not ``lost``) to ``target``;
-        the bytes written."""
+        the bytes written.  A batch is read while the writes of the one before are in
+        flight (so at most two batches' writes are)."""
         ledger_id = metadata.ledger_id
         digest = DigestManager(ledger_id, metadata.digest_type, self._password)
         batch = self._settings.rereplicationEntryBatchSize
         written = 0
+        in_flight: list[tuple[int, Future]] = []
         for start in range(0, len(entry_ids), batch):
             if self._stop.is_set():
                 raise Stopped(f"ledger {ledger_id}: the replication worker is closing")
@@ -194,14 +196,20 @@ class LedgerRepair:
                 adds.append((entry_id, self._bk.bookie_client(target).add(
                     ledger_id, entry_id, data, self._key, recovery=True)))
                 written += len(data)
-            for entry_id, add in adds:
-                try:
-                    add.result(timeout=self._bk.settings.addEntryTimeout)
-                except FutureTimeout:
-                    raise Timeout(f"ledger {ledger_id}: bookie {target} did not store entry "
-                                  f"{entry_id} within {self._bk.settings.addEntryTimeout} "
-                                  "s") from None
+            self._wait_written(ledger_id, target, in_flight)
+            in_flight = adds
+        self._wait_written(ledger_id, target, in_flight)
         return written
+
+    def _wait_written(self, ledger_id: int, target: str,
+                      adds: list[tuple[int, Future]]) -> None:
+        for entry_id, add in adds:
+            try:
+                add.result(timeout=self._bk.settings.addEntryTimeout)
+            except FutureTimeout:
+                raise Timeout(f"ledger {ledger_id}: bookie {target} did not store entry "
+                              f"{entry_id} within {self._bk.settings.addEntryTimeout} "
+                              "s") from None
 
     def _read(self, ledger_id: int, entry_id: int, bookie_id: str) -> Future:
         return self._bk.bookie_client(bookie_id).read(ledger_id, entry_id)
