@@ -24,9 +24,10 @@ made exact.  For a marked ledger, :meth:`LedgerRepair.run`:
    the whole fragment (BookKeeper copies whole fragments when ``Qw < E``, and so
    over-replicates).  Each entry is read from a surviving replica of its write set (the
    next one after a failure), its digest checked with the ledger's password, and written
-   to the replacement as a recovery add (a fenced ledger's bookie takes it), at most
-   ``rereplicationEntryBatchSize`` entries at once and at most
-   ``replicationRateByBytes`` bytes a second.
+   to the replacement as a recovery add (a fenced ledger's bookie takes it).  Entries go
+   in batches of ``rereplicationEntryBatchSize``: a batch is asked of each source bookie
+   in one batch read, and read while the batch before is being written (so at most two
+   batches are held); at most ``replicationRateByBytes`` bytes are written a second.
 6. Records the replacement with a compare-and-set of the fragment's ensemble, only if
    the lost bookie is still at its place there (another worker, or the writer, may have
    moved on); a lost race re-reads the metadata and tries again.
@@ -43,12 +44,13 @@ import dataclasses
 import enum
 import logging
 import threading
+import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Collection, NamedTuple
 
 from pybk.client.digest import DigestManager
-from pybk.client.reads import read_error
+from pybk.client.reads import READ_BATCH_MAX_BYTES, read_error
 from pybk.client.recovery import recover
 from pybk.cluster.ledger_check import fragments_lacking_entries
 from pybk.cluster.replicas import Span, first_held, holds, spans
@@ -186,12 +188,11 @@ class LedgerRepair:
                 raise Stopped(f"ledger {ledger_id}: the replication worker is closing")
             chunk = entry_ids[start:start + batch]
             sources = {e: [b for b in metadata.write_set(e) if b not in lost] for e in chunk}
-            first_reads = {e: self._read(ledger_id, e, sources[e][0]) for e in chunk
-                           if sources[e]}
+            first_answers = self._read_batches(ledger_id, sources)
             adds: list[tuple[int, Future]] = []
             for entry_id in chunk:
                 data = self._read_verified(digest, entry_id, sources[entry_id],
-                                           first_reads.get(entry_id))
+                                           first_answers.get(entry_id))
                 self._rate.take(len(data))
                 adds.append((entry_id, self._bk.bookie_client(target).add(
                     ledger_id, entry_id, data, self._key, recovery=True)))
@@ -211,19 +212,37 @@ class LedgerRepair:
                               f"{entry_id} within {self._bk.settings.addEntryTimeout} "
                               "s") from None
 
-    def _read(self, ledger_id: int, entry_id: int, bookie_id: str) -> Future:
-        return self._bk.bookie_client(bookie_id).read(ledger_id, entry_id)
+    def _read_batches(self, ledger_id: int, sources: dict[int, list[str]]
+                      ) -> dict[int, "bytes | BaseException"]:
+        """Ask each entry's first source for it, one batch read per bookie; the answers
+        that came (an entry's bytes or the error reading it), by entry id."""
+        by_bookie: dict[str, list[int]] = {}
+        for entry_id, bookies in sources.items():
+            if bookies:
+                by_bookie.setdefault(bookies[0], []).append(entry_id)
+        reads = [(ids, self._bk.bookie_client(bookie_id).read_batch(
+            ledger_id, ids, READ_BATCH_MAX_BYTES)) for bookie_id, ids in by_bookie.items()]
+        answers: dict[int, bytes | BaseException] = {}
+        deadline = time.monotonic() + self._bk.settings.readTimeout
+        for ids, read in reads:
+            try:
+                answers.update(zip(ids, read.result(max(0.0, deadline - time.monotonic()))))
+            except (BookKeeperError, FutureTimeout):
+                continue  # each of them is read again on its own
+        return answers
 
     def _read_verified(self, digest: DigestManager, entry_id: int, sources: list[str],
-                       first: Future | None) -> bytes:
+                       first: "bytes | BaseException | None") -> bytes:
         """The entry as stored, from the first of ``sources`` with a copy whose digest
-        is valid (``first`` is the read of ``sources[0]`` already sent)."""
+        is valid (``first``: what ``sources[0]`` answered already, if it did)."""
         errors: list[BaseException] = []
         for index, bookie_id in enumerate(sources):
-            read = first if index == 0 and first is not None else \
-                self._read(digest.ledger_id, entry_id, bookie_id)
             try:
-                data = read.result(timeout=self._bk.settings.readTimeout)
+                if index == 0 and isinstance(first, BaseException):
+                    raise first
+                data = first if index == 0 and first is not None else \
+                    self._bk.bookie_client(bookie_id).read(digest.ledger_id, entry_id).result(
+                        timeout=self._bk.settings.readTimeout)
                 digest.decode(entry_id, data)
                 return data
             except DigestMismatch as e:
