@@ -1,6 +1,7 @@
 """A repair's metadata update racing other updates, made deterministic: in-process
 bookies and the metadata writes held and released in the order a test needs
-(``FaultyMetadataStore.hold_writes``, as in tests/test_ledger_races.py).
+(``FaultyMetadataStore.hold_writes``, as in tests/test_ledger_races.py); and copies
+taken from another replica when one fails to read or holds a bad copy.
 
 The ledger: E=3, Qw=2 on three of four bookies; a bookie of it fails, its writer
 replaces it by the fourth (an ensemble change at entry 6) and goes on, and the bookie
@@ -116,3 +117,38 @@ def test_of_two_repairs_racing_only_one_is_recorded(changed_ledger):
     assert lost not in metadata.fragments[0].ensemble
     assert faults.held() == []
     check_copies(cluster, metadata, index)
+
+
+def test_copies_come_from_another_replica_when_one_fails_or_holds_a_bad_copy(tmp_path,
+                                                                             caplog):
+    with clusters(tmp_path) as make:
+        cluster = make(4)
+        bk = cluster.client(FAST)
+        for bookie_id in cluster.bookie_ids:
+            cluster.store.register_bookie(bookie_id)
+        handle = bk.create_ledger(3, 3, 2, password=PASSWORD)  # two survivors per entry
+        for entry_id in range(4):
+            handle.add_entry(payload(entry_id))
+        handle.close()
+        metadata = handle.metadata
+        lost = metadata.fragments[0].ensemble[0]
+        cluster.faults[lost].unreachable = True
+        cluster.store.unregister_bookie(lost)
+        first_source = [b for b in metadata.write_set(1) if b != lost][0]
+        cluster.faults[first_source].fail = {"read"}    # entry 1: its first source fails
+        cluster.faults[first_source].only_entries = {1}
+        bad_source = [b for b in metadata.write_set(2) if b != lost][0]
+        good = cluster.stored_entry(bad_source, handle.id, 2)
+        cluster.put_entry(bad_source, handle.id, 2, good[:-1] + bytes([good[-1] ^ 1]),
+                          bk.master_key(PASSWORD))      # entry 2: a bad copy first
+        assert cluster.stored_entry(bad_source, handle.id, 2) != good
+        repair = LedgerRepair(bk, SETTINGS, threading.Event())
+        result = repair.run(handle.id, (lost,), writer_grace_over=False)
+        assert result.outcome is Outcome.REPLICATED and result.entries == 4
+        assert f"ledger {handle.id} entry 2: bad copy on {bad_source}" in caplog.text
+        repaired = bk.ledger_manager.read(handle.id).metadata
+        replacement = repaired.fragments[0].ensemble[0]
+        digest = DigestManager(handle.id, metadata.digest_type, PASSWORD)
+        for entry_id in range(4):
+            data = cluster.stored_entry(replacement, handle.id, entry_id)
+            assert digest.decode(entry_id, data).data == payload(entry_id)
