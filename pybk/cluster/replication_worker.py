@@ -34,7 +34,10 @@ Waiting, with the claim held
     the claims held (the marks stay) until it is enabled again.
 
 Failures of the metadata store (ZooKeeper unavailable) are logged and the step is tried
-again after :data:`RETRY_S`.
+again after :data:`RETRY_S`; a ledger whose mark could not be cleared is tried again
+like one that could not be repaired (finding nothing left to copy), and a claim whose
+release failed is released again before anything else (a claim standing in a live
+session would keep every worker off its ledger).
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ class ReplicationWorker:
         self._poked = False
         self._bookies_changed = False
         self._held: dict[int, _Held] = {}
+        self._unreleased: list[Claim] = []  # claims whose release failed
         self._watches: list = []
         self._thread = threading.Thread(target=self._run, name="pybk-replication-worker",
                                         daemon=True)
@@ -167,6 +171,11 @@ class ReplicationWorker:
 
     def _step(self, bookies_changed: bool) -> float:
         """Do one ledger, if one is due; how long to wait for the next (0: at once)."""
+        unreleased, self._unreleased = self._unreleased, []
+        for claim in unreleased:
+            self._release(claim)
+        if self._unreleased:
+            return RETRY_S
         if not self.manager.is_enabled():
             self._release_all("re-replication is disabled")
             return POLL_S
@@ -195,10 +204,12 @@ class ReplicationWorker:
             and now >= held.writer_wait_since + grace_s
         try:
             result = self._repair.run(ledger_id, held.claim.mark.replicas, grace_over)
+            cleared = result.outcome is not Outcome.WAIT_FOR_WRITER \
+                and self.manager.mark_replicated(held.claim)
         except Stopped:
             self._release(held.claim)
             return
-        except BookKeeperError as e:
+        except BookKeeperError as e:  # tried again later (what was recorded stays done)
             held.failures += 1
             self.stats.failures += 1
             cap_s = self.settings.lockReleaseOfFailedLedgerGracePeriod / 1000
@@ -217,7 +228,6 @@ class ReplicationWorker:
             held.due = held.writer_wait_since + grace_s
             self._held[ledger_id] = held
             return
-        cleared = self.manager.mark_replicated(held.claim)
         if result.outcome is Outcome.DELETED:
             self.stats.ledgers_deleted += 1
             log.info("replication worker %s: ledger %d was deleted: its mark is cleared",
@@ -231,19 +241,24 @@ class ReplicationWorker:
                  "" if cleared else "; it was marked again meanwhile and stays marked")
 
     def _release(self, claim: Claim) -> None:
+        """Give the claim up; if the store fails, try again at the next step (a claim
+        left standing in a live session would keep every worker off the ledger)."""
         try:
             self.manager.release(claim)
-        except BookKeeperError as e:  # its session's end releases it anyway
-            log.info("replication worker %s: releasing ledger %d failed: %s", self.name,
-                     claim.ledger_id, e)
+        except BookKeeperError as e:
+            log.info("replication worker %s: releasing ledger %d failed (%s); trying "
+                     "again", self.name, claim.ledger_id, e)
+            self._unreleased.append(claim)
 
     def _release_all(self, why: str) -> None:
         if self._held:
             log.info("replication worker %s: %s: releasing ledgers %s", self.name, why,
                      sorted(self._held))
-        for held in list(self._held.values()):
-            self._release(held.claim)
+        claims = [held.claim for held in self._held.values()] + self._unreleased
         self._held.clear()
+        self._unreleased = []
+        for claim in claims:
+            self._release(claim)
 
     # -- life cycle ---------------------------------------------------------------------
 
