@@ -52,6 +52,10 @@ def test_conf_file_then_environment_then_overrides(tmp_path):
     ("diskUsageThreshold", "1.5"),
     ("minorCompactionThreshold", "0.9"),  # above the major threshold
     ("readOnlyModeEnabled", "maybe"),
+    ("replicationRateByBytes", "0"),  # -1 (no limit) or a rate
+    ("rereplicationEntryBatchSize", "0"),
+    ("openLedgerRereplicationGracePeriod", "-1"),
+    ("lockReleaseOfFailedLedgerGracePeriod", "0"),
     ("logSizeLimit", str(1 << 20)),  # under twice maxEntrySizeBytes
 ])
 def test_invalid_value_names_the_key(key, value):
