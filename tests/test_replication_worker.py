@@ -12,6 +12,8 @@ loop's passes).
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import zkutil
 
@@ -189,6 +191,27 @@ def test_an_open_ledger_whose_writer_is_gone_is_fenced_closed_and_replicated(
     assert metadata.state is LedgerState.CLOSED and metadata.last_entry_id == 6
     check_replicas(bk, metadata, metadata.last_entry_id)
     assert service.worker.stats.ledgers_replicated == 1
+
+
+def test_a_writer_that_replaces_the_lost_bookie_within_its_grace_keeps_its_ledger(
+        bookies, cluster, closing, address, caplog):
+    caplog.set_level(logging.INFO, logger="pybk.cluster.replication_worker")
+    processes = bookies.start_serving(4, zk_timeout_ms=SHORT_MS, options=NO_AUTORECOVERY)
+    bk, manager = cluster
+    handle = write_ledger(bk, 3, 2, entries=5, close=False)  # its writer idles
+    # A grace longer than the test's waits: only the writer's change can end it.
+    workers(closing, address, ["worker"], openLedgerRereplicationGracePeriod=600_000)
+    victim_id = handle.metadata.fragments[0].ensemble[0]
+    next(p for p in processes if p.bookie_id == victim_id).kill()
+    wait_until(lambda: f"ledger {handle.id} is open and its last fragment lost a bookie"
+               in caplog.text, "the worker waits for the writer")
+    handle.add_entry(payload(5))  # fails on the lost bookie: an ensemble change
+    wait_until(lambda: repaired(bk, manager, victim_id), "repaired after the writer's change")
+    handle.add_entry(payload(6))  # neither fenced nor closed
+    handle.close()
+    metadata = bk.ledger_manager.read(handle.id).metadata
+    assert metadata.last_entry_id == 6
+    check_replicas(bk, metadata, 6)
 
 
 # -- marks without repair --------------------------------------------------------------------

@@ -22,8 +22,9 @@ Repairing
 
 Waiting, with the claim held
     * An OPEN ledger whose last fragment lost a bookie: the worker waits
-      ``openLedgerRereplicationGracePeriod`` for its writer to replace the bookie, then
-      fences and closes it (recovery) and repairs it.
+      ``openLedgerRereplicationGracePeriod`` for its writer to replace the bookie
+      (watching its metadata: the writer's ensemble change ends the wait), then fences
+      and closes it (recovery) and repairs it.
     * A ledger that cannot be repaired yet (no readable copy, too few bookies for a
       replacement, a copy that failed) is tried again later, with exponential back-off:
       ``lockReleaseOfFailedLedgerGracePeriod`` / 32 after the first failure, twice as
@@ -54,6 +55,7 @@ from pybk.errors import BookKeeperError
 from pybk.meta import paths
 from pybk.meta.interface import MetadataStore
 from pybk.meta.underreplication import Claim, UnderreplicationManager
+from pybk.meta.watches import Watch
 from pybk.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,7 @@ class _Held:
     due: float                       #: monotonic time of the next attempt
     failures: int = 0
     writer_wait_since: float | None = None  #: when its writer's grace period began
+    watch: Watch | None = None  #: on its metadata, while its writer has its grace period
 
 
 class ReplicationWorker:
@@ -107,9 +110,11 @@ class ReplicationWorker:
         self.stats = WorkerStats()
         self._stop = threading.Event()
         self._repair = LedgerRepair(bk, settings, self._stop)
+        self._ledgers = bk.ledger_manager
         self._wake = threading.Condition()
         self._poked = False
         self._bookies_changed = False
+        self._ledgers_changed: set[int] = set()  # waiting for their writers, changed
         self._held: dict[int, _Held] = {}
         self._unreleased: list[Claim] = []  # claims whose release failed
         self._watches: list = []
@@ -124,10 +129,12 @@ class ReplicationWorker:
         self._thread.start()
         return self
 
-    def _poke(self, bookies: bool = False) -> None:
+    def _poke(self, bookies: bool = False, ledger_id: int | None = None) -> None:
         with self._wake:
             self._poked = True
             self._bookies_changed |= bookies
+            if ledger_id is not None:
+                self._ledgers_changed.add(ledger_id)
             self._wake.notify_all()
 
     def wait_passes(self, passes: int, timeout_s: float) -> bool:
@@ -153,10 +160,11 @@ class ReplicationWorker:
                 with self._wake:
                     self._poked = False
                     bookies_changed, self._bookies_changed = self._bookies_changed, False
+                    ledgers_changed, self._ledgers_changed = self._ledgers_changed, set()
                     self.stats.passes += 1
                     self._wake.notify_all()
                 try:
-                    wait_s = self._step(bookies_changed)
+                    wait_s = self._step(bookies_changed, ledgers_changed)
                 except BookKeeperError as e:
                     log.warning("replication worker %s: %s; trying again in %.0f s",
                                 self.name, e, RETRY_S)
@@ -169,7 +177,7 @@ class ReplicationWorker:
             self._release_all("closing")
             log.info("replication worker %s: stopped", self.name)
 
-    def _step(self, bookies_changed: bool) -> float:
+    def _step(self, bookies_changed: bool, ledgers_changed: set[int]) -> float:
         """Do one ledger, if one is due; how long to wait for the next (0: at once)."""
         unreleased, self._unreleased = self._unreleased, []
         for claim in unreleased:
@@ -184,6 +192,9 @@ class ReplicationWorker:
             for held in self._held.values():
                 if held.failures:
                     held.due = now  # the bookie that joined may be the one lacking
+        for ledger_id in ledgers_changed:
+            if ledger_id in self._held:
+                self._held[ledger_id].due = now  # its writer may have replaced the bookie
         due = min(self._held.values(), key=lambda h: h.due, default=None)
         if due is not None and due.due <= now:
             del self._held[due.claim.ledger_id]
@@ -198,6 +209,9 @@ class ReplicationWorker:
 
     def _attempt(self, held: _Held) -> None:
         ledger_id = held.claim.ledger_id
+        if held.watch is not None:
+            held.watch.cancel()
+            held.watch = None
         grace_s = self.settings.openLedgerRereplicationGracePeriod / 1000
         now = time.monotonic()
         grace_over = held.writer_wait_since is not None \
@@ -227,6 +241,12 @@ class ReplicationWorker:
                          ledger_id, grace_s)
             held.due = held.writer_wait_since + grace_s
             self._held[ledger_id] = held
+            try:  # its writer's ensemble change ends the wait
+                held.watch = self._ledgers.watch(
+                    ledger_id, lambda changed: self._poke(ledger_id=changed))
+            except BookKeeperError as e:
+                log.info("replication worker %s: cannot watch ledger %d (%s); waiting out "
+                         "its writer's grace period", self.name, ledger_id, e)
             return
         if result.outcome is Outcome.DELETED:
             self.stats.ledgers_deleted += 1
@@ -254,6 +274,9 @@ class ReplicationWorker:
         if self._held:
             log.info("replication worker %s: %s: releasing ledgers %s", self.name, why,
                      sorted(self._held))
+        for held in self._held.values():
+            if held.watch is not None:
+                held.watch.cancel()
         claims = [held.claim for held in self._held.values()] + self._unreleased
         self._held.clear()
         self._unreleased = []
