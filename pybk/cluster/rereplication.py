@@ -277,8 +277,12 @@ class LedgerRepair:
                          ledger_id, first_entry_id)
                 return
             ensemble = list(metadata.fragments[position].ensemble)
-            applied = {i: new for i, (old, new) in replaced.items() if ensemble[i] == old
-                       and new not in ensemble}
+            applied = {i: new for i, (old, new) in replaced.items() if ensemble[i] == old}
+            taken = sorted(new for new in applied.values() if new in ensemble)
+            if taken:  # the copies count for nothing there: the ledger is tried again
+                raise BookKeeperError(f"ledger {ledger_id}: bookies {taken} joined the "
+                                      f"fragment from entry {first_entry_id} meanwhile; "
+                                      "its lost replicas get other replacements")
             if not applied:
                 log.info("ledger %d: the fragment from entry %d no longer names the lost "
                          "bookies; not recorded", ledger_id, first_entry_id)
