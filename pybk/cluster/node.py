@@ -146,14 +146,16 @@ class BookieNode:
             opened.callback(bookie.remove_state_listener, self._on_bookie_state)
             metadata.add_session_listener(self._on_session)
             opened.callback(metadata.remove_session_listener, self._on_session)
-            self._register()
             #: The process's part in autorecovery (None with autoRecoveryDaemonEnabled
-            #: false): it stands for auditor (:mod:`pybk.cluster.autorecovery`).
+            #: false): it stands for auditor and repairs (:mod:`pybk.cluster.autorecovery`).
+            #: Started before the bookie registers, so that a registered bookie's process
+            #: is wholly started (``pybk localcluster`` waits for the registrations).
             self.autorecovery: AutoRecovery | None = None
             if settings.autoRecoveryDaemonEnabled:
                 local = {self.bookie_id: InProcessBookieClient(self.bookie_id, bookie)}
                 self.autorecovery = opened.enter_context(
                     AutoRecovery(metadata, settings, self.bookie_id, local))
+            self._register()
             opened.pop_all()
         log.info("bookie %s serving at %s, registered in %s%s", self.bookie_id,
                  self.endpoint, metadata, " (read-only)" if self._registered_read_only else "")
