@@ -175,6 +175,10 @@ class ReplicationWorker:
                             self._wake.wait(wait_s)
         finally:
             self._release_all("closing")
+            # Cancelled here, not by close(): a cancel may wait behind another thread
+            # setting a watch on the same store while ZooKeeper is down.
+            for watch in self._watches:
+                watch.cancel()
             log.info("replication worker %s: stopped", self.name)
 
     def _step(self, bookies_changed: bool, ledgers_changed: set[int]) -> float:
@@ -295,8 +299,6 @@ class ReplicationWorker:
         """Stop repairing and release the claims held, waiting at most ``wait_s`` for
         the ledger in progress."""
         self.stop()
-        for watch in self._watches:
-            watch.cancel()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(wait_s)
             if self._thread.is_alive():
