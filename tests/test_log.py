@@ -292,3 +292,18 @@ def test_formats_refuse_foreign_bytes():
     assert Position.parse(str(Position(1, 2, 3))) == Position(1, 2, 3)
     with pytest.raises(ValueError):
         Position.parse("1:2")
+
+
+def test_a_log_with_no_segment_reads_nothing_then_the_first_record_appended(cluster):
+    """A log whose head exists but which has no segment yet (a job that began on it
+    wrote nothing) reads nothing from its start, and a reader tailing from there gets
+    the first record a writer appends."""
+    bk = cluster.client()
+    read_log(bk.metadata, "new", create=True)
+    assert _read_all(bk, "new") == []
+    with pytest.raises(ValueError, match="past the end"):
+        LogReader(bk, "new", Position(0, 0, 1)).read()
+    reader = LogReader(bk, "new")
+    with _open(bk, "new") as writer:
+        position = writer.append(b"first")
+        assert reader.read_next(timeout=10) == (position, b"first")

@@ -123,8 +123,6 @@ def partition_records(partition: int, count: int) -> list[bytes]:
 
 
 def read_all(bk, writer=None) -> list[tuple[Position, bytes]]:
-    if head(bk).next_segment == 0:
-        return []  # no segment ever: a reader refuses to start "past the end"
     return list(LogReader(bk, LOG, writer=writer).read())
 
 

@@ -17,7 +17,8 @@ The start may be a :class:`Position`, its text or three integers.  A start past 
 of the log raises ValueError at the first read: in a segment the log has not reached yet,
 or (read in the writer's process, which knows the last acknowledged entry) beyond the
 entry after the last acknowledged one.  Reading from where the next record will go is not
-past the end: it gives nothing until a record is appended.  Once the client the reader
+past the end (in a log with no segment yet, the start of its next segment): it gives
+nothing until a record is appended.  Once the client the reader
 reads through is closed (or the WAL it came from), every read raises LogClosed.
 
 Entries are read ahead: a reader asks for every entry from its position to the last
@@ -129,7 +130,10 @@ class LogReader:
         if self._start_checked:
             return
         start, metadata = self._next, self._log_metadata()
-        if start.segment >= metadata.next_segment:
+        # In a log with no segment (made by a job that wrote nothing, say), the first
+        # record will go at the start of the next segment: not past the end.
+        first_to_come = not metadata.tail and start == Position(metadata.next_segment, 0, 0)
+        if start.segment >= metadata.next_segment and not first_to_come:
             raise ValueError(f"start {start} is past the end of the log {self.name!r}: it "
                              f"has no segment {start.segment} yet (its newest is "
                              f"{metadata.next_segment - 1})")
