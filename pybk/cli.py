@@ -23,6 +23,10 @@
 ``pybk consumers list|remove``
     A log's consumers and their committed positions, which hold back truncation; remove
     one that stopped for good (:mod:`pybk.log.consumers`).
+``pybk autorecovery enable|disable|status``, ``listunderreplicated``, ``whoisauditor``,
+``triggeraudit``, ``lostbookierecoverydelay [N]``, ``listbookies``, ``listledgers``,
+``ledgermetadata ID``, ``deleteledger ID``
+    The admin shell (:mod:`pybk.cluster.admin_commands`).
 ``pybk clean-orphans LOG``
     Delete the ledgers of jobs on a log whose driver died before their commit
     (:func:`pybk.log.commit.clean_orphans`).
@@ -52,6 +56,20 @@ _BOOKIE_OPTIONS = {"zk": "metadataServiceUri", "listen": "listenAddress",
                    "journal_dir": "journalDirectory", "bookie_id": "bookieId"}
 #: What ``--log-level`` takes (in any case).
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+#: The admin shell's commands (:mod:`pybk.cluster.admin_commands`), with their help;
+#: ``autorecovery`` with an action is one too.
+ADMIN_COMMANDS = {
+    "listunderreplicated": "the under-replicated ledgers: missing replicas, who repairs them",
+    "whoisauditor": "the elected auditor",
+    "triggeraudit": "make the auditor audit the missing bookies now",
+    "lostbookierecoverydelay": "show or set how long a bookie may be gone before its "
+                               "ledgers are marked under-replicated",
+    "listbookies": "the registered bookies",
+    "listledgers": "the ledgers, or those on one bookie",
+    "ledgermetadata": "one ledger's metadata",
+    "deleteledger": "delete a ledger: its metadata, then its entries on its bookies",
+}
+AUTORECOVERY_ACTIONS = ("enable", "disable", "status")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         except InvalidConfiguration as e:
             parser.error(str(e))
         return commands.run_bookie(settings, args.format, args.lifeline_fd)
+    if args.command in ADMIN_COMMANDS or (args.command == "autorecovery" and args.action):
+        return run_admin(parser, args)
     if args.command == "autorecovery":
         try:
             settings = bookie_settings(args)
@@ -97,6 +117,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "clean-orphans":
         return commands.run_clean_orphans(args.zk, args.log, args.older_than)
     return 2
+
+
+def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """An admin shell command (:mod:`pybk.cluster.admin_commands`)."""
+    from pybk.cluster import admin_commands as admin
+    try:
+        target = admin.target(args.command, bookie_settings(args), args.json)
+    except InvalidConfiguration as e:
+        parser.error(str(e))
+    if args.command == "autorecovery":
+        return admin.run(target, admin.autorecovery(args.action), admin.show_autorecovery)
+    if args.command == "deleteledger":
+        return admin.run_delete_ledger(target, args.ledger)
+    work, show = {  # each command's work on the store, made from its arguments
+        "listunderreplicated": (lambda a: admin.list_underreplicated,
+                                admin.show_underreplicated),
+        "whoisauditor": (lambda a: admin.who_is_auditor, admin.show_auditor),
+        "triggeraudit": (lambda a: admin.trigger_audit, admin.show_trigger),
+        "lostbookierecoverydelay": (lambda a: admin.lost_bookie_recovery_delay(a.seconds),
+                                    admin.show_delay),
+        "listbookies": (lambda a: admin.list_bookies(a.read_only), admin.show_bookies),
+        "listledgers": (lambda a: admin.list_ledgers(a.meta, a.bookie), admin.show_ledgers),
+        "ledgermetadata": (lambda a: admin.ledger_metadata(a.ledger), admin.show_metadata),
+    }[args.command]
+    return admin.run(target, work(args), show)
 
 
 def run_demote(directory: str) -> int:
@@ -228,6 +273,13 @@ def _parser() -> argparse.ArgumentParser:
                                        "(default: <host>-autorecovery-<pid>)")
     recovery.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                           help="any ServerSettings name, e.g. --set lostBookieRecoveryDelay=60")
+    recovery.add_argument("action", nargs="?", choices=AUTORECOVERY_ACTIONS,
+                          help="instead of running: turn automatic re-replication on "
+                               "(enable) or off (disable) cluster-wide, or show which "
+                               "(status)")
+    recovery.add_argument("--json", action="store_true",
+                          help="with an action: answer in JSON")
+    _add_admin_commands(commands)
 
     update = commands.add_parser(
         "updatecookie", help="accept a bookie's directories moved on purpose",
@@ -300,6 +352,44 @@ def _parser() -> argparse.ArgumentParser:
                          metavar="SECONDS", help="give up jobs nothing wrote for this long "
                          "(default 600, the orphanTimeoutSeconds default)")
     return parser
+
+
+def _add_admin_commands(commands: Any) -> None:
+    """The admin shell's commands, each with ``--zk``, ``--conf``, ``--set`` and
+    ``--json``."""
+    for name, text in ADMIN_COMMANDS.items():
+        sub = commands.add_parser(name, help=text, description=text[0].upper() + text[1:]
+                                  + " (BookKeeper's command of that name).")
+        sub.add_argument("--zk", metavar="ADDRESS",
+                         help="the cluster, zk://host:port[,host:port...]/ledgers")
+        sub.add_argument("--conf", help="a settings file naming the cluster "
+                                        "(metadataServiceUri) and zkTimeout")
+        sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="any ServerSettings name, e.g. --set zkTimeout=5000")
+        sub.add_argument("--json", action="store_true",
+                         help="one JSON document for scripts instead of a table")
+        if name in ("ledgermetadata", "deleteledger"):
+            sub.add_argument("ledger", type=_whole_number, metavar="ID", help="the ledger's id")
+        elif name == "lostbookierecoverydelay":
+            sub.add_argument("seconds", type=_whole_number, nargs="?", metavar="N",
+                             help="set it to N seconds (default: show it)")
+        elif name == "listbookies":
+            which = sub.add_mutually_exclusive_group()
+            which.add_argument("--rw", dest="read_only", action="store_false", default=None,
+                               help="writable bookies only")
+            which.add_argument("--ro", dest="read_only", action="store_true",
+                               help="read-only bookies only")
+        elif name == "listledgers":
+            sub.add_argument("--meta", action="store_true", help="with their metadata")
+            sub.add_argument("--bookie", metavar="ID",
+                             help="only ledgers with a fragment on this bookie")
+
+
+def _whole_number(text: str) -> int:
+    """An argument type: a whole number 0 or over (a ledger id, a number of seconds)."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number 0 or over")
+    return int(text)
 
 
 class _CommandParser(argparse.ArgumentParser):

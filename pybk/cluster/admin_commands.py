@@ -1,0 +1,288 @@
+"""The admin shell: an operator's everyday ``pybk`` commands on a running cluster, with
+BookKeeper's names (:mod:`pybk.cli` parses their arguments).
+
+``autorecovery enable|disable|status``, ``listunderreplicated``, ``whoisauditor``,
+``triggeraudit``, ``lostbookierecoverydelay [N]``
+    Automatic re-replication's switches and state
+    (:class:`~pybk.meta.underreplication.UnderreplicationManager`).
+``listbookies [--rw|--ro]``, ``listledgers [--meta] [--bookie ID]``,
+``ledgermetadata ID``, ``deleteledger ID``
+    The bookie registry and the ledgers.
+
+Every command finds the cluster by ``--zk ADDRESS`` or by ``metadataServiceUri`` of a
+``--conf`` file (whose ``zkTimeout`` bounds the wait for ZooKeeper).  Output: an aligned
+table (or one line) for people on standard output by default; with ``--json``, exactly
+one JSON document on standard output, described with each command.  Exit status 0 on
+success, 1 with one line ``pybk COMMAND: reason`` on standard error if the cluster
+cannot be reached, the ledger or bookie is unknown, or the metadata is malformed; never
+a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+from pybk.errors import BookKeeperError, InvalidConfiguration, NoSuchLedger
+from pybk.meta.interface import MetadataStore
+from pybk.meta.ledger_metadata import LedgerMetadata
+from pybk.meta.underreplication import UnderreplicationManager
+from pybk.settings import ServerSettings
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where an admin command goes, and how it answers: ``address`` is the cluster's
+    ``zk://`` address, ``zk_timeout_ms`` bounds the wait for its ZooKeeper, ``as_json``
+    asks for one JSON document instead of a table."""
+
+    command: str
+    address: str
+    zk_timeout_ms: int
+    as_json: bool
+
+
+def target(command: str, settings: ServerSettings, as_json: bool) -> Target:
+    """The :class:`Target` of ``settings`` (``--zk`` or ``--conf`` made them);
+    InvalidConfiguration if they name no cluster."""
+    if not settings.metadataServiceUri:
+        raise InvalidConfiguration("no cluster given: pass --zk zk://host:port/ledgers, or "
+                                   "--conf with metadataServiceUri")
+    return Target(command, settings.metadataServiceUri, settings.zkTimeout, as_json)
+
+
+def run(target_: Target, work: Callable[[MetadataStore], Any],
+        show: Callable[[Any], Sequence[str]]) -> int:
+    """Open the cluster's store, ``work`` on it, and print the result: ``show(result)``'s
+    lines, or the result as JSON.  0, or 1 with the reason on standard error."""
+    try:
+        with _store(target_) as store:
+            result = work(store)
+    except BookKeeperError as e:
+        print(f"pybk {target_.command}: {e}", file=sys.stderr, flush=True)
+        return 1
+    if target_.as_json:
+        print(json.dumps(result, sort_keys=True), flush=True)
+    else:
+        for line in show(result):
+            print(line, flush=True)
+    return 0
+
+
+@contextlib.contextmanager
+def _store(target_: Target) -> Iterator[MetadataStore]:
+    from pybk.meta.address import open_metadata_store
+    from pybk.meta.zookeeper import ZooKeeperSettings
+
+    with open_metadata_store(target_.address,
+                             ZooKeeperSettings(zkTimeout=target_.zk_timeout_ms)) as store:
+        yield store
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """Rows under a header, columns left-aligned and two spaces apart; ``(none)`` under
+    the header when there are no rows."""
+    cells = [[str(c) for c in header]] + [["-" if c is None else str(c) for c in row]
+                                          for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    return lines if rows else [lines[0], "(none)"]
+
+
+# -- autorecovery ---------------------------------------------------------------------------
+
+def autorecovery(action: str) -> Callable[[MetadataStore], dict]:
+    """``autorecovery enable|disable|status``.  JSON: ``{"enabled": bool}``, after the
+    change."""
+    def work(store: MetadataStore) -> dict:
+        manager = UnderreplicationManager(store)
+        if action == "enable":
+            manager.enable()
+        elif action == "disable":
+            manager.disable()
+        return {"enabled": manager.is_enabled()}
+    return work
+
+
+def show_autorecovery(result: dict) -> list[str]:
+    return [f"autorecovery is {'enabled' if result['enabled'] else 'disabled'}"]
+
+
+def list_underreplicated(store: MetadataStore) -> list[dict]:
+    """``listunderreplicated``.  JSON: ``[{"ledger": id, "missing": [bookie id, ...],
+    "marked_ms": ms since the epoch or null, "claimed_by": owner or null}, ...]`` by
+    ledger id."""
+    manager = UnderreplicationManager(store)
+    claims = manager.claimed()
+    found = []
+    for ledger_id in sorted(manager.ledger_ids()):
+        mark = manager.get(ledger_id)
+        if mark is not None:  # else repaired meanwhile
+            found.append({"ledger": ledger_id, "missing": list(mark.replicas),
+                          "marked_ms": mark.ctime_ms, "claimed_by": claims.get(ledger_id)})
+    return found
+
+
+def show_underreplicated(found: list[dict]) -> list[str]:
+    return table(("LEDGER", "MISSING REPLICAS", "MARKED (ms)", "CLAIMED BY"),
+                 [(m["ledger"], ",".join(m["missing"]), m["marked_ms"], m["claimed_by"])
+                  for m in found])
+
+
+def who_is_auditor(store: MetadataStore) -> dict:
+    """``whoisauditor``.  JSON: ``{"auditor": candidate or null}``."""
+    return {"auditor": UnderreplicationManager(store).auditor()}
+
+
+def show_auditor(result: dict) -> list[str]:
+    return [f"auditor: {result['auditor'] or '(none: no autorecovery process is running)'}"]
+
+
+def trigger_audit(store: MetadataStore) -> dict:
+    """``triggeraudit``: the auditor audits the missing bookies now, whatever the delay.
+    JSON: ``{"triggered": true, "auditor": candidate or null}``."""
+    manager = UnderreplicationManager(store)
+    manager.trigger_audit()
+    return {"triggered": True, "auditor": manager.auditor()}
+
+
+def show_trigger(result: dict) -> list[str]:
+    if result["auditor"] is None:
+        return ["audit requested; no auditor runs now: the next one elected audits"]
+    return [f"audit requested from auditor {result['auditor']}"]
+
+
+def lost_bookie_recovery_delay(seconds: int | None) -> Callable[[MetadataStore], dict]:
+    """``lostbookierecoverydelay [N]``: show the delay, or set it to ``N`` seconds.
+    JSON: ``{"seconds": int, "set": bool}`` (the cluster's value: 0, the default, if no
+    auditor or operator wrote one yet)."""
+    def work(store: MetadataStore) -> dict:
+        manager = UnderreplicationManager(store)
+        if seconds is not None:
+            manager.set_lost_bookie_recovery_delay(seconds)
+        return {"seconds": manager.lost_bookie_recovery_delay(), "set": seconds is not None}
+    return work
+
+
+def show_delay(result: dict) -> list[str]:
+    verb = "set to" if result["set"] else "is"
+    return [f"lostBookieRecoveryDelay {verb} {result['seconds']} s"]
+
+
+# -- bookies and ledgers ----------------------------------------------------------------------
+
+def list_bookies(read_only: bool | None) -> Callable[[MetadataStore], list[dict]]:
+    """``listbookies [--rw|--ro]``: registered bookies, writable ones (False), read-only
+    ones (True) or both (None).  JSON: ``[{"bookie": id, "endpoint": str or null,
+    "state": "rw"|"ro"}, ...]`` by id."""
+    def work(store: MetadataStore) -> list[dict]:
+        read_only_ids = set(store.bookies(read_only=True))
+        found = []
+        for bookie_id in store.bookies(read_only):
+            try:
+                endpoint: str | None = store.bookie_endpoint(bookie_id)
+            except BookKeeperError:
+                endpoint = None  # unregistered meanwhile, or an older registration
+            found.append({"bookie": bookie_id, "endpoint": endpoint,
+                          "state": "ro" if bookie_id in read_only_ids else "rw"})
+        return found
+    return work
+
+
+def show_bookies(found: list[dict]) -> list[str]:
+    return table(("BOOKIE", "STATE", "ENDPOINT"),
+                 [(b["bookie"], b["state"], b["endpoint"]) for b in found])
+
+
+def describe(metadata: LedgerMetadata) -> dict:
+    """A ledger's metadata for people and scripts (the password hash left out)."""
+    return {"ledger": metadata.ledger_id, "state": metadata.state.name,
+            "ensemble_size": metadata.ensemble_size,
+            "write_quorum_size": metadata.write_quorum_size,
+            "ack_quorum_size": metadata.ack_quorum_size,
+            "last_entry_id": metadata.last_entry_id, "length": metadata.length,
+            "digest_type": metadata.digest_type.name,
+            "creation_time_ms": metadata.creation_time_ms,
+            "custom_metadata": sorted(metadata.custom_metadata),
+            "fragments": [{"first_entry": f.first_entry_id, "ensemble": list(f.ensemble)}
+                          for f in metadata.fragments]}
+
+
+def list_ledgers(with_metadata: bool, bookie: str | None
+                 ) -> Callable[[MetadataStore], list[dict]]:
+    """``listledgers [--meta] [--bookie ID]``: every ledger, or those with a fragment on
+    ``bookie``.  JSON: ``[{"ledger": id}, ...]``, or with ``--meta`` (or ``--bookie``,
+    which reads it anyway) :func:`describe` of each, by id.  A bookie that neither is
+    registered nor appears in any ledger is refused as unknown."""
+    def work(store: MetadataStore) -> list[dict]:
+        from pybk.meta.ledgers import LedgerManager
+        ledgers = LedgerManager(store)
+        found = []
+        for ledger_id in ledgers.ledger_ids():
+            if not (with_metadata or bookie):
+                found.append({"ledger": ledger_id})
+                continue
+            try:
+                metadata = ledgers.read(ledger_id).metadata
+            except NoSuchLedger:
+                continue  # deleted meanwhile
+            if bookie is None or any(bookie in f.ensemble for f in metadata.fragments):
+                found.append(describe(metadata) if with_metadata else {"ledger": ledger_id})
+        if bookie is not None and not found and bookie not in store.bookies():
+            raise BookKeeperError(f"bookie {bookie} is unknown: it is not registered and "
+                                  "no ledger names it")
+        return found
+    return work
+
+
+def show_ledgers(found: list[dict]) -> list[str]:
+    if found and "state" in found[0]:
+        return table(("LEDGER", "STATE", "E/Qw/Qa", "LAST ENTRY", "BYTES", "ENSEMBLES"),
+                     [(m["ledger"], m["state"], f"{m['ensemble_size']}/"
+                       f"{m['write_quorum_size']}/{m['ack_quorum_size']}",
+                       m["last_entry_id"], m["length"], _ensembles(m)) for m in found])
+    return table(("LEDGER",), [(m["ledger"],) for m in found])
+
+
+def ledger_metadata(ledger_id: int) -> Callable[[MetadataStore], dict]:
+    """``ledgermetadata ID``.  JSON: :func:`describe`; NoSuchLedger (exit 1) if absent."""
+    def work(store: MetadataStore) -> dict:
+        from pybk.meta.ledgers import LedgerManager
+        return describe(LedgerManager(store).read(ledger_id).metadata)
+    return work
+
+
+def show_metadata(m: dict) -> list[str]:
+    lines = [f"ledger {m['ledger']}: {m['state']}, E={m['ensemble_size']} "
+             f"Qw={m['write_quorum_size']} Qa={m['ack_quorum_size']}, digest "
+             f"{m['digest_type']}, created {m['creation_time_ms']} ms"]
+    if m["state"] == "CLOSED":
+        lines.append(f"  last entry {m['last_entry_id']}, {m['length']} bytes")
+    if m["custom_metadata"]:
+        lines.append(f"  custom metadata: {', '.join(m['custom_metadata'])}")
+    lines += [f"  from entry {f['first_entry']}: {', '.join(f['ensemble'])}"
+              for f in m["fragments"]]
+    return lines
+
+
+def _ensembles(m: dict) -> str:
+    return " ".join(f"{f['first_entry']}:[{','.join(f['ensemble'])}]" for f in m["fragments"])
+
+
+def run_delete_ledger(target_: Target, ledger_id: int) -> int:
+    """``deleteledger ID``: its metadata, then its entries on its bookies (as
+    :meth:`pybk.client.BookKeeper.delete_ledger`).  JSON: ``{"deleted": id}``."""
+    from pybk.client import BookKeeper
+
+    try:
+        with BookKeeper.connect(target_.address) as bk:
+            bk.delete_ledger(ledger_id)
+    except BookKeeperError as e:
+        print(f"pybk {target_.command}: {e}", file=sys.stderr, flush=True)
+        return 1
+    print(json.dumps({"deleted": ledger_id}) if target_.as_json
+          else f"deleted ledger {ledger_id}", flush=True)
+    return 0
