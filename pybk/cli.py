@@ -24,8 +24,8 @@
     A log's consumers and their committed positions, which hold back truncation; remove
     one that stopped for good (:mod:`pybk.log.consumers`).
 ``pybk autorecovery enable|disable|status``, ``listunderreplicated``, ``whoisauditor``,
-``triggeraudit``, ``lostbookierecoverydelay [N]``, ``listbookies``, ``listledgers``,
-``ledgermetadata ID``, ``deleteledger ID``
+``triggeraudit``, ``lostbookierecoverydelay [N]``, ``listbookies``, ``clusterinfo``,
+``listledgers``, ``ledgermetadata ID``, ``deleteledger ID``
     The admin shell (:mod:`pybk.cluster.admin_commands`).
 ``pybk clean-orphans LOG``
     Delete the ledgers of jobs on a log whose driver died before their commit
@@ -65,6 +65,9 @@ ADMIN_COMMANDS = {
     "lostbookierecoverydelay": "show or set how long a bookie may be gone before its "
                                "ledgers are marked under-replicated",
     "listbookies": "the registered bookies",
+    "clusterinfo": "bookies writable, read-only and lost; the auditor; autorecovery; the "
+                   "under-replicated backlog; whether one more bookie stopping would lose "
+                   "an entry",
     "listledgers": "the ledgers, or those on one bookie",
     "ledgermetadata": "one ledger's metadata",
     "deleteledger": "delete a ledger: its metadata, then its entries on its bookies",
@@ -134,6 +137,7 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         "listunderreplicated": (lambda a: admin.list_underreplicated,
                                 admin.show_underreplicated),
         "whoisauditor": (lambda a: admin.who_is_auditor, admin.show_auditor),
+        "clusterinfo": (lambda a: admin.cluster_info, admin.show_cluster),
         "triggeraudit": (lambda a: admin.trigger_audit, admin.show_trigger),
         "lostbookierecoverydelay": (lambda a: admin.lost_bookie_recovery_delay(a.seconds),
                                     admin.show_delay),

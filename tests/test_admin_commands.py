@@ -135,6 +135,20 @@ def test_listbookies_lists_the_writable_bookies_with_endpoints(address, bk):
     assert [line.split()[0] for line in table[1:]] == registered
 
 
+def test_clusterinfo_reports_bookies_auditor_backlog_and_no_entry_at_risk(address, bk,
+                                                                          ledgers):
+    registered = sorted(bk.ledger_manager.store.bookies())
+    info = as_json("clusterinfo", "--zk", address)
+    assert (info["writable"], info["read_only"], info["lost"]) == (registered, [], [])
+    assert info["auditor"] in registered and info["autorecovery"] is True
+    assert info["underreplicated"] == 0
+    # every entry has Qw = 2 replicas on live bookies: one more stopping loses none
+    assert (info["fewest_live_replicas"], info["at_risk_ledgers"]) == (2, [])
+    text = ok("clusterinfo", "--zk", address)
+    assert f"bookies writable (3): {', '.join(registered)}" in text
+    assert "no entry would lose its last replica if one more bookie stopped" in text
+
+
 def test_listledgers_and_ledgermetadata_show_the_ledgers(address, bk, ledgers):
     closed, open_ = ledgers
     ids = [m["ledger"] for m in as_json("listledgers", "--zk", address)]
@@ -193,3 +207,24 @@ def test_bad_arguments_get_usage_and_status_2():
                         "not allowed with argument")):
         result = pybk(*args)
         assert result.returncode == 2 and says in result.stderr, result
+
+
+def test_an_entry_on_one_live_bookie_is_at_risk_and_a_closed_empty_ledger_never():
+    from pybk.cluster.admin_commands import _fewest_live_replicas
+    from pybk.meta.ledger_metadata import (DigestType, Fragment, LedgerMetadata,
+                                           LedgerState, hash_password)
+
+    def ledger(**closed) -> LedgerMetadata:
+        return LedgerMetadata(ledger_id=1, ensemble_size=3, write_quorum_size=2,
+                              ack_quorum_size=2, fragments=(Fragment(0, ("a", "b", "c")),),
+                              digest_type=DigestType.CRC32C,
+                              password_hash=hash_password(b""), **closed)
+
+    # write sets (a, b), (b, c), (c, a): with c gone, entries 1 and 2 have one replica
+    assert _fewest_live_replicas(ledger(), {"a", "b", "c"}) == 2
+    assert _fewest_live_replicas(ledger(), {"a", "b"}) == 1
+    # only entry 0 exists, on (a, b): c's loss leaves it two
+    one = ledger(state=LedgerState.CLOSED, last_entry_id=0, length=1)
+    assert _fewest_live_replicas(one, {"a", "b"}) == 2
+    empty = ledger(state=LedgerState.CLOSED, last_entry_id=-1, length=0)
+    assert _fewest_live_replicas(empty, set()) is None

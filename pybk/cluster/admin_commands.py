@@ -5,7 +5,7 @@ BookKeeper's names (:mod:`pybk.cli` parses their arguments).
 ``triggeraudit``, ``lostbookierecoverydelay [N]``
     Automatic re-replication's switches and state
     (:class:`~pybk.meta.underreplication.UnderreplicationManager`).
-``listbookies [--rw|--ro]``, ``listledgers [--meta] [--bookie ID]``,
+``listbookies [--rw|--ro]``, ``clusterinfo``, ``listledgers [--meta] [--bookie ID]``,
 ``ledgermetadata ID``, ``deleteledger ID``
     The bookie registry and the ledgers.
 
@@ -286,3 +286,92 @@ def run_delete_ledger(target_: Target, ledger_id: int) -> int:
     print(json.dumps({"deleted": ledger_id}) if target_.as_json
           else f"deleted ledger {ledger_id}", flush=True)
     return 0
+
+
+# -- clusterinfo ------------------------------------------------------------------------------
+
+def cluster_info(store: MetadataStore) -> dict:
+    """``clusterinfo``.  JSON: ``{"writable": [id...], "read_only": [id...], "lost": [id...]
+    (bookies with a cookie in the cluster but not registered), "auditor": candidate or
+    null, "autorecovery": bool, "lost_bookie_recovery_delay_s": int, "underreplicated":
+    marked ledgers now, "backlog": the auditor's last measure {"auditor", "time_ms",
+    "ledgers", "entries", "min_replicas"} or null, "fewest_live_replicas": the fewest
+    registered bookies holding any entry of any ledger (null without entries),
+    "at_risk_ledgers": [id...] (ledgers with an entry on one registered bookie or none:
+    one more bookie stopping would lose it)}``.  The last two are worked out from the
+    ledgers' metadata and the registry, now."""
+    from pybk.meta import paths
+    from pybk.meta.ledgers import LedgerManager
+
+    manager = UnderreplicationManager(store)
+    live = set(store.bookies())
+    read_only = store.bookies(read_only=True)
+    try:
+        with_cookie = set(store.children(paths.COOKIES))
+    except BookKeeperError:
+        with_cookie = set()  # no bookie ever formatted on this cluster
+    ledgers = LedgerManager(store)
+    fewest: int | None = None
+    at_risk = []
+    for ledger_id in ledgers.ledger_ids():
+        try:
+            metadata = ledgers.read(ledger_id).metadata
+        except NoSuchLedger:
+            continue  # deleted meanwhile
+        least = _fewest_live_replicas(metadata, live)
+        if least is not None:
+            fewest = least if fewest is None else min(fewest, least)
+            if least <= 1:
+                at_risk.append(ledger_id)
+    backlog = manager.backlog()
+    return {"writable": sorted(live - set(read_only)), "read_only": read_only,
+            "lost": sorted(with_cookie - live), "auditor": manager.auditor(),
+            "autorecovery": manager.is_enabled(),
+            "lost_bookie_recovery_delay_s": manager.lost_bookie_recovery_delay(),
+            "underreplicated": sum(1 for _ in manager.ledger_ids()),
+            "backlog": None if backlog is None else {
+                "auditor": backlog.auditor, "time_ms": backlog.time_ms,
+                "ledgers": backlog.ledgers, "entries": backlog.entries,
+                "min_replicas": backlog.min_replicas},
+            "fewest_live_replicas": fewest, "at_risk_ledgers": at_risk}
+
+
+def _fewest_live_replicas(metadata: LedgerMetadata, live: set[str]) -> int | None:
+    """The fewest bookies of ``live`` in the write set of any entry the ledger may have
+    (an open ledger's last fragment counts as full), or None if it has no entries."""
+    fragments = metadata.fragments
+    fewest = None
+    for i, fragment in enumerate(fragments):
+        if i + 1 < len(fragments):
+            count = fragments[i + 1].first_entry_id - fragment.first_entry_id
+        elif metadata.last_entry_id is not None:  # closed
+            count = metadata.last_entry_id + 1 - fragment.first_entry_id
+        else:
+            count = metadata.ensemble_size
+        for entry_id in range(fragment.first_entry_id,
+                              fragment.first_entry_id + min(count, metadata.ensemble_size)):
+            alive = sum(1 for b in metadata.write_set(entry_id) if b in live)
+            fewest = alive if fewest is None else min(fewest, alive)
+    return fewest
+
+
+def show_cluster(info: dict) -> list[str]:
+    backlog = info["backlog"]
+    risk = info["at_risk_ledgers"]
+    return [
+        f"bookies writable ({len(info['writable'])}): {', '.join(info['writable']) or '-'}",
+        f"bookies read-only ({len(info['read_only'])}): "
+        f"{', '.join(info['read_only']) or '-'}",
+        f"bookies lost ({len(info['lost'])}): {', '.join(info['lost']) or '-'}",
+        f"auditor: {info['auditor'] or '(none)'}",
+        f"autorecovery: {'enabled' if info['autorecovery'] else 'disabled'}, "
+        f"lostBookieRecoveryDelay {info['lost_bookie_recovery_delay_s']} s",
+        f"under-replicated ledgers: {info['underreplicated']}"
+        + ("" if backlog is None else
+           f" (auditor's last measure: {backlog['ledgers']} ledgers, {backlog['entries']} "
+           f"entries, fewest replicas {backlog['min_replicas']})"),
+        f"fewest live replicas of any entry: {info['fewest_live_replicas']}",
+        "one more bookie stopping would lose entries of ledgers "
+        + ", ".join(map(str, risk)) if risk else
+        "no entry would lose its last replica if one more bookie stopped",
+    ]
