@@ -1,17 +1,33 @@
 """Helpers of the autorecovery tests (the auditor's and the replication workers'):
-bounded waits, a process's whole log, ledgers written for them, and what the marks and
-the ledgers' metadata say."""
+a client and an under-replication manager on the test's cluster (the ``cluster``
+fixture), bounded waits, a process's whole log, ledgers written for them, and what the
+marks and the ledgers' metadata say."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
+import zkutil
 from clusterutil import PASSWORD, BookieProcess, payload
 from pybk.client import BookKeeper
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
+from pybk.meta.zookeeper import ZooKeeperMetadataStore
+from pybk.settings import ClientSettings
 
 WAIT_S = 60.0
+#: Clients that replace a silent bookie and give up on a read quickly.
+FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0)
+
+
+@pytest.fixture
+def cluster(closing, address):
+    """A client of the test's cluster and an under-replication manager on it."""
+    bk = closing.enter_context(BookKeeper.connect(address, FAST,
+                                                  zk_settings=zkutil.settings()))
+    store = closing.enter_context(ZooKeeperMetadataStore(address, zkutil.settings()))
+    return bk, UnderreplicationManager(store)
 
 
 def wait_until(condition, what: str, timeout_s: float = WAIT_S):

@@ -18,7 +18,8 @@ import subprocess
 import pytest
 import zkutil
 
-from autorecoveryutil import (expected_marks, full_log, holds_entries, marks, wait_until,
+from autorecoveryutil import (cluster,  # noqa: F401 (a fixture)
+                              expected_marks, full_log, holds_entries, marks, wait_until,
                               write_ledger)
 from clusterutil import (BookieProcess, address, bookies, child_env,  # noqa: F401
                          pybk_command)
@@ -28,11 +29,10 @@ from pybk.meta.ledger_metadata import DigestType, LedgerState
 from pybk.meta.ledgers import LedgerManager
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
-from pybk.settings import ClientSettings, ServerSettings
+from pybk.settings import ServerSettings
 
 pytestmark = pytest.mark.timeout(180)
 
-FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0)
 #: Bookies to be killed end their ZooKeeper session soon after.
 SHORT_MS = zkutil.SHORT_SESSION_TIMEOUT_MS
 
@@ -42,15 +42,6 @@ def no_replication_workers(monkeypatch):
     """Bookie and autorecovery processes run no replication worker here, so that the
     marks stay for the tests to see (tests/test_replication_worker.py repairs them)."""
     monkeypatch.setenv("PYBK_replicationWorkerEnabled", "false")
-
-
-@pytest.fixture
-def cluster(closing, address):
-    """A client of the test's cluster and an under-replication manager on it."""
-    bk = closing.enter_context(BookKeeper.connect(address, FAST,
-                                                  zk_settings=zkutil.settings()))
-    store = closing.enter_context(ZooKeeperMetadataStore(address, zkutil.settings()))
-    return bk, UnderreplicationManager(store)
 
 
 def replicas_left(bk: BookKeeper, lost: str, open_lac: int) -> tuple[int, int]:

@@ -17,7 +17,8 @@ import logging
 import pytest
 import zkutil
 
-from autorecoveryutil import expected_marks, full_log, marks, wait_until, write_ledger
+from autorecoveryutil import (FAST, cluster, expected_marks,  # noqa: F401 (a fixture)
+                              full_log, marks, wait_until, write_ledger)
 from clusterutil import (PASSWORD, Writer, address, bookies,  # noqa: F401
                          payload)
 from pybk.client import BookKeeper
@@ -28,11 +29,10 @@ from pybk.errors import NoSuchEntry, NoSuchLedger
 from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
-from pybk.settings import ClientSettings, ServerSettings
+from pybk.settings import ServerSettings
 
 pytestmark = pytest.mark.timeout(240)
 
-FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0)
 SHORT_MS = zkutil.SHORT_SESSION_TIMEOUT_MS
 #: What the workers of these tests are set to: the tests' ledger password, a writer's
 #: grace long enough for an ensemble change on a busy machine, short back-offs.
@@ -43,15 +43,6 @@ WORKER_OPTIONS = tuple(option for key, value in WORKER_SETTINGS.items()
                        for option in ("--set", f"{key}={value}"))
 #: Bookies that leave repair to the workers of this process.
 NO_AUTORECOVERY = ("--set", "autoRecoveryDaemonEnabled=false")
-
-
-@pytest.fixture
-def cluster(closing, address):
-    """A client of the test's cluster and an under-replication manager on it."""
-    bk = closing.enter_context(BookKeeper.connect(address, FAST,
-                                                  zk_settings=zkutil.settings()))
-    store = closing.enter_context(ZooKeeperMetadataStore(address, zkutil.settings()))
-    return bk, UnderreplicationManager(store)
 
 
 def workers(closing, address: str, names: list[str], **settings_given) -> list[AutoRecovery]:
