@@ -168,6 +168,36 @@ def test_an_entry_on_one_bookie_of_its_write_set_is_recovered_or_absent_for_all(
         assert first.read_entry(5).data == second.read_entry(5).data == payload(5)
 
 
+def test_faults_reach_the_batched_adds_a_ledger_really_sends(cluster_of):
+    """The fault hooks wrap the path a ledger's adds take (the transport's batched
+    sender, answers with a status per add): one held add among many in flight holds
+    the LAC before it while the others are answered, and its release completes them; one
+    failed add among many replaces its bookie, and nothing is lost."""
+    cluster = cluster_of(4)
+    bk = cluster.client()
+    lh = bk.create_ledger(3, 3, 3, password=PASSWORD)
+    first = lh.metadata.fragments[0].ensemble[0]
+    assert bk.bookie_client(first).ledger_adds(lh.id, b"", lambda *_: None) is not None
+    faults = cluster.faults[first]
+    faults.hold, faults.only_entries = {"add"}, {20}
+    futures = [lh.add_entry_async(payload(i)) for i in range(50)]
+    faults.wait_held(1)
+    assert [f.result(timeout=30) for f in futures[:20]] == list(range(20))
+    assert faults.held() == [("add", 20)] and not futures[20].done()
+    assert sorted(cluster.holders(lh.id, 49)) == sorted(lh.metadata.write_set(49))
+    faults.hold = set()
+    assert faults.release() == 1
+    assert [f.result(timeout=30) for f in futures] == list(range(50))
+
+    faults.fail = {"add"}
+    faults.only_entries = {75}
+    futures = [lh.add_entry_async(payload(i)) for i in range(50, 100)]
+    assert [f.result(timeout=30) for f in futures] == list(range(50, 100))
+    assert len(lh.metadata.fragments) == 2 and first not in lh.metadata.fragments[1].ensemble
+    assert first not in cluster.holders(lh.id, 75)
+    assert [e.data for e in lh.read_entries(0, 99)] == [payload(i) for i in range(100)]
+
+
 def test_concurrent_recoverers_converge_on_one_last_entry(cluster_of):
     cluster = cluster_of(4)
     lh = cluster.client().create_ledger(4, 3, 2, password=PASSWORD)

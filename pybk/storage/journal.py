@@ -519,7 +519,7 @@ class Journal:
 
     def _zero_fill(self, length: int) -> None:
         """Write zeros over the next ``length`` bytes past the zeroed part, and sync them."""
-        _zero_fill(self._fd, self._allocated, length)
+        _zero_fill(self._io, self._fd, self._allocated, length)
         self._allocated += length
 
     def _fail(self, error: OSError) -> BaseException:
@@ -551,7 +551,7 @@ class Journal:
         path = os.path.join(self._dir, journal_file_name(self._journal_id))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            _zero_fill(fd, 0, ZERO_FILL_STEP)  # the rest follows a step after each group
+            _zero_fill(self._io, fd, 0, ZERO_FILL_STEP)  # the rest follows a step after each group
             header = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, self._journal_id, 0)
             self._io.write_all(fd, [header, struct.pack(">I", crc32c(header))])
             self._io.fdatasync(fd)
@@ -628,9 +628,11 @@ def replay(directory: str, mark: LogMark,
 ZERO_FILL_STEP = 1024 * 1024
 
 
-def _zero_fill(fd: int, start: int, length: int) -> None:
-    """Write zeros over ``[start, start + length)`` and sync them (preallocation)."""
+def _zero_fill(io: FileIO, fd: int, start: int, length: int) -> None:
+    """Write zeros over ``[start, start + length)`` and sync them (preallocation), through
+    ``io`` like every other journal write (so that injected faults reach it too)."""
     end = start + length
-    while start < end:
-        start += os.pwrite(fd, memoryview(_ZEROS)[:min(len(_ZEROS), end - start)], start)
-    os.fdatasync(fd)
+    zeros = memoryview(_ZEROS)
+    for chunk_start in range(start, end, len(_ZEROS)):
+        io.pwrite_all(fd, zeros[:min(len(_ZEROS), end - chunk_start)], chunk_start)
+    io.fdatasync(fd)
