@@ -198,6 +198,13 @@ class ClientClosed(BookKeeperError):
     code = -19  # BKClientClosedException; never sent over the wire
 
 
+class TooManyRequests(BookKeeperError):
+    """The client has ``throttle`` adds outstanding and this one could not wait for one
+    of them to finish (``throttleBlocking``): slow down, or raise the setting."""
+
+    code = -108  # TooManyRequestsException; never sent over the wire
+
+
 class ReadOnlyLedger(BookKeeperError):
     """The handle was opened for reading and refuses writes."""
 

@@ -522,6 +522,15 @@ class ClientSettings(_Settings):
     #: copy stays on its machine (:mod:`pybk.client.placement`).  Empty: no host is
     #: preferred.  pybk's; BookKeeper's rack-aware placement prefers the client's rack.
     clientHost: str = ""
+    #: At most this many adds of this client (all its ledgers together) are outstanding
+    #: (sent, not yet acknowledged or failed); 0: no limit.  BookKeeper's ``throttle``,
+    #: with its default.  An add beyond it waits for one to finish (see
+    #: ``throttleBlocking``), so that a fast producer meets back-pressure instead of
+    #: queueing without bound.
+    throttle: int = 5000
+    #: With ``throttle`` adds outstanding, an add waits up to ``addEntryTimeout`` for one
+    #: to finish, then fails with ClientThrottled; false: it fails at once.  pybk's.
+    throttleBlocking: bool = True
 
     #: ZeroMQ transport: milliseconds between heartbeats (ZMTP PING) on a connection to
     #: a bookie.
@@ -547,6 +556,7 @@ class ClientSettings(_Settings):
                  self.explicitLacInterval, "0 or more")
         _require(self.bookieQuarantineTimeSeconds >= 0, "bookieQuarantineTimeSeconds",
                  self.bookieQuarantineTimeSeconds, "0 or more")
+        _require(self.throttle >= 0, "throttle", self.throttle, "0 (no limit) or more")
         _check_host(self.clientHost, "clientHost")
         for key in ("maxEntrySizeBytes", "zmqHeartbeatIntervalMs", "zmqHeartbeatTimeoutMs",
                     "zmqReconnectIntervalMaxMs", "zmqAddMessagesInFlight"):

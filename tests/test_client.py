@@ -12,9 +12,9 @@ import time
 import pytest
 
 from clientutil import FAST, PROCESSES, TRANSPORTS, BookiePool, clusters
-from pybk.errors import (DigestMismatch, EntryTooLarge, InvalidLedgerMetadata, LedgerClosed,
-                         LedgerFenced, NoSuchEntry, NotEnoughBookies, ReadOnlyLedger,
-                         Unauthorized)
+from pybk.errors import (DigestMismatch, EntryTooLarge, InvalidConfiguration,
+                         InvalidLedgerMetadata, LedgerClosed, LedgerFenced, NoSuchEntry,
+                         NotEnoughBookies, ReadOnlyLedger, TooManyRequests, Unauthorized)
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.storage import make_entry
 
@@ -364,3 +364,58 @@ def test_an_entry_over_the_maximum_is_refused_at_once_and_the_ledger_goes_on(clu
     assert lh.add_entry(payload(2)) == 2
     assert lh.metadata.fragments[-1].ensemble == ensemble
     assert [e.data for e in lh.read_entries(0, 2)] == [payload(0), largest, payload(2)]
+
+
+def test_the_throttle_bounds_outstanding_adds_and_gives_permits_back(cluster_of):
+    """At most ``throttle`` adds of a client are outstanding: with every reply held, the
+    next add waits until a reply comes (blocking), or fails at once with TooManyRequests
+    (not blocking); answered adds give their permits back."""
+    cluster = cluster_of(3)
+    settings = dataclasses.replace(FAST, throttle=4, addEntryTimeout=10.0)
+    for blocking in (True, False):
+        bk = cluster.client(dataclasses.replace(settings, throttleBlocking=blocking))
+        lh = bk.create_ledger(3, 3, 3, password=PASSWORD)
+        for faults in cluster.faults.values():
+            faults.hold = {"add"}
+        futures = [lh.add_entry_async(payload(i)) for i in range(4)]
+        if blocking:
+            fifth: list = []
+            waiting = threading.Thread(target=lambda: fifth.append(
+                lh.add_entry_async(payload(4))))
+            waiting.start()
+            waiting.join(0.3)
+            assert waiting.is_alive() and not fifth  # no permit: the caller waits
+        else:
+            with pytest.raises(TooManyRequests, match="4 adds .* outstanding"):
+                lh.add_entry_async(payload(4))
+        for faults in cluster.faults.values():
+            faults.hold = set()
+            faults.release()
+        if blocking:
+            waiting.join(30)
+            futures += fifth
+        assert [f.result(timeout=30) for f in futures] == list(range(len(futures)))
+        assert lh.add_entry_async(payload(9)).result(timeout=30) == len(futures)
+        lh.close()
+
+
+def test_a_throttled_add_waits_at_most_add_entry_timeout(cluster_of):
+    """With no permit coming back, a blocked add fails with TooManyRequests after
+    addEntryTimeout (the permits are held here directly: held replies would time out
+    and give theirs back at that same moment)."""
+    cluster = cluster_of(3)
+    bk = cluster.client(dataclasses.replace(FAST, throttle=2, addEntryTimeout=0.3))
+    lh = bk.create_ledger(3, 3, 3, password=PASSWORD)
+    for _ in range(2):
+        assert bk._add_permits.acquire(timeout=1)
+    try:
+        with pytest.raises(TooManyRequests, match="none finished for 0.3 s"):
+            lh.add_entry(payload(0))
+    finally:
+        bk._add_permits.release(2)
+    assert lh.add_entry(payload(0)) == 0
+
+
+def test_the_throttle_setting_is_checked():
+    with pytest.raises(InvalidConfiguration, match="throttle"):
+        dataclasses.replace(FAST, throttle=-1)

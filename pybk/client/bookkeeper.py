@@ -33,7 +33,8 @@ from pybk.client.ledger import LedgerHandle
 from pybk.client.placement import RendezvousPlacement
 from pybk.client.recovery import recover
 from pybk.client.transport import BookieClient, InProcessBookieClient
-from pybk.errors import BookieUnavailable, ClientClosed, NotEnoughBookies, Unauthorized
+from pybk.errors import (BookieUnavailable, ClientClosed, NotEnoughBookies, TooManyRequests,
+                         Unauthorized)
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import LedgerManager
@@ -82,6 +83,11 @@ class BookKeeper:
         self._quarantine_lock = threading.Lock()
         self._writers: set[LedgerHandle] = set()
         self._writers_lock = threading.Lock()
+        # One permit per outstanding add of this client's ledgers (ClientSettings.throttle):
+        # taken by LedgerHandle.add_entry_then, given back when the add is acknowledged or
+        # failed; bounded, so that a permit given back twice raises.
+        self._add_permits = (threading.BoundedSemaphore(self.settings.throttle)
+                             if self.settings.throttle else None)
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pybk-client")
         self._stop = threading.Event()
         self._closed = False  # read by every add of the client's ledgers: a plain flag
@@ -245,6 +251,18 @@ class BookKeeper:
         except RuntimeError:  # closed: the worker takes no more work
             return False
         return True
+
+    def _take_add_permit(self) -> None:
+        """Take a permit for one add (see ``_add_permits``): wait up to addEntryTimeout
+        for one (``throttleBlocking``) or not at all; TooManyRequests if none came."""
+        settings = self.settings
+        blocking = settings.throttleBlocking
+        if self._add_permits.acquire(blocking,  # type: ignore[union-attr]
+                                     settings.addEntryTimeout if blocking else None):
+            return
+        waited = f" for {settings.addEntryTimeout} s" if blocking else ""
+        raise TooManyRequests(f"{settings.throttle} adds of this client are outstanding "
+                              f"(throttle) and none finished{waited}")
 
     def _register_writer(self, handle: LedgerHandle) -> None:
         with self._writers_lock:

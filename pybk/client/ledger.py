@@ -71,12 +71,14 @@ class _WriteState(enum.Enum):
 
 
 class _PendingAdd:
-    __slots__ = ("entry_id", "entry", "length", "done", "write_set", "acked", "sent")
+    __slots__ = ("entry_id", "entry", "length", "done", "write_set", "acked", "sent",
+                 "finished")
 
     def __init__(self, entry_id: int, entry: bytes, length: int, done: AddDone,
                  write_set: tuple[str, ...]) -> None:
         self.entry_id = entry_id
-        self.entry: bytes | None = entry  # None once finished: late answers are ignored
+        self.entry = entry
+        self.finished = False  # acknowledged or failed: late answers are ignored
         self.length = length
         self.done = done            # called once: (entry id, None) or (None, error)
         self.write_set = write_set  # the bookies it goes to (changes with the ensemble)
@@ -134,6 +136,9 @@ class LedgerHandle:
         # call per bookie.  Dropped when it refuses, and for bookies replaced.
         self._senders: dict[str, LedgerAdds] = {}
         self._last_activity = time.monotonic()
+        # Whether this handle's adds count against the client's throttle (recovery's
+        # re-writes do not: they finish what is already there).
+        self._throttled = writable and not recovery and bk._add_permits is not None
         if writable:
             bk._register_writer(self)
 
@@ -187,14 +192,21 @@ class LedgerHandle:
                                 f"bytes an entry can carry (maxEntrySizeBytes="
                                 f"{self._bk.settings.maxEntrySizeBytes}, less the "
                                 f"{self._digest.overhead}-byte entry header)")
-        with self._lock:
-            if self._state is not _WriteState.OPEN or not self._writable or self._recovery \
-                    or self._bk._closed:
-                self._check_can_add()
-            entry_id = self._last_pushed + 1
-            self._length += len(data)
-            op, targets = self._push(entry_id, self._digest.encode(
-                entry_id, self._lac, self._length, data), done)
+        if self._throttled:
+            self._bk._take_add_permit()
+        try:
+            with self._lock:
+                if self._state is not _WriteState.OPEN or not self._writable \
+                        or self._recovery or self._bk._closed:
+                    self._check_can_add()
+                entry_id = self._last_pushed + 1
+                self._length += len(data)
+                op, targets = self._push(entry_id, self._digest.encode(
+                    entry_id, self._lac, self._length, data), done)
+        except BaseException:
+            if self._throttled:
+                self._bk._add_permits.release()  # type: ignore[union-attr]
+            raise
         self._send(op, targets)
 
     def _recovery_add(self, entry: DecodedEntry) -> Future:
@@ -246,9 +258,9 @@ class LedgerHandle:
         """Send ``op`` to ``bookie_ids`` (the hot path: one call per entry, and per
         bookie one call of the transport's :meth:`~BookieClient.ledger_adds` sender
         when it has one)."""
-        entry = op.entry
-        if entry is None:
+        if op.finished:
             return  # finished while an ensemble change was re-sending it
+        entry = op.entry
         senders = self._senders
         for bookie_id in bookie_ids:
             send = senders.get(bookie_id)
@@ -285,7 +297,7 @@ class LedgerHandle:
         with self._lock:
             for op in ops:
                 # skipped: finished already, or a late answer from a replaced bookie
-                if op.entry is not None and bookie_id in op.write_set:
+                if not op.finished and bookie_id in op.write_set:
                     op.acked.add(bookie_id)
                     op.sent.pop(bookie_id, None)
             pending = self._pending
@@ -325,9 +337,12 @@ class LedgerHandle:
         confirmed = []
         while pending and len(pending[0].acked) >= qa:
             op = pending.popleft()
-            op.entry = None
+            op.finished = True
             confirmed.append((op.done, op.entry_id, None))
         if confirmed:
+            assert op.entry_id == self._lac + len(confirmed), "adds confirmed out of order"
+            if self._throttled:
+                self._bk._add_permits.release(len(confirmed))  # type: ignore[union-attr]
             self._lac = op.entry_id
             self._confirmed_length = op.length
             self._completions.put_all(confirmed)
@@ -338,8 +353,10 @@ class LedgerHandle:
         """Fail every pending add with ``error``, in entry-id order.  Caller holds the
         lock."""
         for op in self._pending:
-            op.entry = None
+            op.finished = True
             self._completions.put(op.done, None, error)
+        if self._throttled and self._pending:
+            self._bk._add_permits.release(len(self._pending))  # type: ignore[union-attr]
         self._pending.clear()
         self._drained.notify_all()
 
