@@ -512,9 +512,11 @@ class Journal:
             self._roll()
         if self._offset + nbytes > self._allocated:  # behind: this group has to wait
             self._zero_fill(self._offset + nbytes - self._allocated)
+        start = self._offset
+        assert start >= HEADER_SIZE, "a journal group would span two files"
         written = self._io.write_all(self._fd, buffers)
         assert written == nbytes, "journal group size drifted"
-        self._offset += written
+        self._offset = start + written
         self._io.fdatasync(self._fd)
 
     def _zero_fill(self, length: int) -> None:
