@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -78,6 +79,19 @@ def zookeeper():
     """One real ZooKeeper server for the whole test session, stopped at its end."""
     with zkutil.server() as zk:
         yield zk
+
+
+@pytest.fixture
+def own_zookeeper():
+    """A ZooKeeper server of the test's own, which it may stop, restart or pause (SIGSTOP
+    to its process group): resumed, then stopped, when the test ends."""
+    with zkutil.server() as zk:
+        try:
+            yield zk
+        finally:
+            if zk.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(zk.pid, signal.SIGCONT)
 @pytest.fixture
 def closing(bookie_factory):
     """An ExitStack closed when the test ends (also when it fails), before its bookies:
@@ -99,6 +113,36 @@ def no_threads_left_behind():
             and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not left, f"threads still running after the test: {[t.name for t in left]}"
+
+
+# -- markers: what a test needs, from the fixtures it uses -----------------------------------
+
+#: Fixtures whose tests start processes of their own (bookies, crash children) and kill
+#: some: the ``processes`` marker.
+PROCESS_FIXTURES = {"bookies", "children", "bookie_pool", "address"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by what it needs (pytest.ini lists the markers): ``zookeeper`` (a
+    real ZooKeeper server), ``spark`` (a SparkSession), ``java`` (either: both run on
+    the JVM), ``processes`` (processes it starts and kills).  Tests that need one
+    without these fixtures (a ZooKeeper server of their own, Spark in a child process)
+    carry the marker themselves.  So ``pytest -m "not java"`` runs where no
+    Java is installed."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        # A parametrized fixture that picks ZooKeeper or processes by its value
+        # (``request.getfixturevalue``) shows it only in the parameters.
+        params = {value for value in getattr(getattr(item, "callspec", None), "params",
+                                             {}).values() if isinstance(value, str)}
+        if names & {"zookeeper", "own_zookeeper"} or params & {"zookeeper", "processes"}:
+            item.add_marker(pytest.mark.zookeeper)
+        if "spark" in names:
+            item.add_marker(pytest.mark.spark)
+        if names & PROCESS_FIXTURES or "processes" in params:
+            item.add_marker(pytest.mark.processes)
+        if item.get_closest_marker("zookeeper") or item.get_closest_marker("spark"):
+            item.add_marker(pytest.mark.java)
 
 
 # -- a module's cluster of bookie processes and its SparkSession (the Spark tests) ---------

@@ -158,13 +158,6 @@ def test_an_auditor_whose_session_expires_stops_and_another_takes_over(address, 
     assert second.is_auditor and not first.is_auditor
 
 
-@pytest.fixture
-def own_zookeeper():
-    """A server of the test's own, to stop and start."""
-    with zkutil.server() as zk:
-        yield zk
-
-
 def test_an_auditor_cut_off_from_zookeeper_stops_auditing_until_it_is_back(
         own_zookeeper, closing):
     address = zkutil.formatted_cluster(own_zookeeper)

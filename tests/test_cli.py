@@ -176,16 +176,6 @@ def test_sigterm_abandons_a_bookie_start_that_waits_for_zookeeper(tmp_path, left
     assert "Traceback" not in bookie.output
 
 
-@pytest.fixture
-def own_zookeeper():
-    """A ZooKeeper server of the test's own, which it may pause (SIGSTOP)."""
-    with zkutil.server() as zk:
-        try:
-            yield zk
-        finally:
-            os.killpg(zk.pid, signal.SIGCONT)
-
-
 def test_a_second_sigterm_stops_a_bookie_at_once(tmp_path, own_zookeeper, leftovers):
     """A graceful stop unregisters from ZooKeeper first; with ZooKeeper paused that waits
     (zkOperationTimeoutMs, 30 s).  The second SIGTERM does not wait for it."""
@@ -227,6 +217,8 @@ def wait_until_gone(tmp_path: Path) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.zookeeper
+@pytest.mark.processes
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_ctrl_c_stops_a_starting_localcluster_and_a_second_kills_it(tmp_path, leftovers):
     """A bookie hangs while starting (SIGSTOP): the cluster would wait for it for its
@@ -255,6 +247,8 @@ def test_ctrl_c_stops_a_starting_localcluster_and_a_second_kills_it(tmp_path, le
     assert not list(tmp_path.glob("pybk-cluster-*")), "its directory was left behind"
 
 
+@pytest.mark.zookeeper
+@pytest.mark.processes
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_ctrl_c_stops_every_bookie_of_a_localcluster_gracefully(tmp_path, leftovers):
     """A terminal's Ctrl-C reaches the localcluster only, which stops each bookie with

@@ -175,12 +175,6 @@ def _lines(path: Path) -> int:
 
 # -- ZooKeeper goes away -----------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def own_zookeeper():
-    """A server of this module's own, for tests that restart or stop it."""
-    with zkutil.server() as zk:
-        yield zk
-
 
 def test_a_zookeeper_restart_does_not_stop_writes(tmp_path, closing, own_zookeeper):
     address = zkutil.formatted_cluster(own_zookeeper)
@@ -278,6 +272,8 @@ def wait_until_serving(cluster: subprocess.Popen, out: Path) -> str:
     return out.read_text()
 
 
+@pytest.mark.zookeeper
+@pytest.mark.processes
 def test_localcluster_serves_simpletest_and_stops_everything_on_sigterm(tmp_path):
     out = tmp_path / "localcluster.out"
     cluster = start_localcluster(3, out)
@@ -355,6 +351,8 @@ def command_line(pid: int) -> str:
         return ""
 
 
+@pytest.mark.zookeeper
+@pytest.mark.processes
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_the_children_of_a_killed_localcluster_die_with_it(tmp_path):
     out = tmp_path / "localcluster.out"

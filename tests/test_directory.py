@@ -171,13 +171,6 @@ def test_a_ledgers_bookies_are_resolved_when_it_is_created_or_opened(tmp_path, z
     assert [e.data for e in handle.read_entries(0, 9)] == [b"entry %d" % i for i in range(10)]
 
 
-@pytest.fixture
-def own_zookeeper():
-    """A server of this test's own, to stop and start."""
-    with zkutil.server() as zk:
-        yield zk
-
-
 def test_lookups_never_stall_the_client_loop_while_zookeeper_is_down_and_a_moved_bookie_is_found(
         tmp_path, own_zookeeper, closing):
     address = zkutil.formatted_cluster(own_zookeeper)

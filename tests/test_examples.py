@@ -92,6 +92,7 @@ def _run_spark_example(*args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.spark
 @pytest.mark.timeout(300)
 def test_the_spark_etl_example_aggregates_one_log_into_another():
     out = _run_spark_example(os.path.join(ROOT, "examples", "spark_batch.py"))
@@ -100,6 +101,7 @@ def test_the_spark_etl_example_aggregates_one_log_into_another():
         assert f'{{"user":"{user}","count":2000}}' in out
 
 
+@pytest.mark.spark
 @pytest.mark.timeout(300)
 def test_the_spark_streaming_example_copies_a_live_log_exactly_once_through_a_restart():
     out = _run_spark_example(os.path.join(ROOT, "examples", "spark_streaming.py"),

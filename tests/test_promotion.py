@@ -168,6 +168,7 @@ def test_a_promotion_killed_before_its_commit_is_redone_from_the_directory(tmp_p
 # -- demotion -------------------------------------------------------------------------
 
 
+@pytest.mark.zookeeper
 def test_demote_turns_a_directory_whose_cluster_is_gone_into_an_embedded_wal(tmp_path):
     """Promoted, written and truncated while clustered, then the cluster's ZooKeeper is
     gone for good: ``pybk.demote`` makes the directory an embedded WAL again with every

@@ -91,7 +91,19 @@ def cluster(zookeeper, tmp_path):
             node.close()
 
 
-@pytest.mark.parametrize("name, code, not_run", BLOCKS, ids=[name for name, _, _ in BLOCKS])
+def _needs(code: str) -> list[pytest.MarkDecorator]:
+    """The markers of a block that needs a ZooKeeper server (a cluster) or Spark."""
+    marks = []
+    if README_CLUSTER in code or "ZooKeeperServer" in code:
+        marks.append(pytest.mark.zookeeper)
+    if "pyspark" in code or "SparkSession" in code:
+        marks.append(pytest.mark.spark)
+    return marks
+
+
+@pytest.mark.parametrize("name, code, not_run",
+                         [pytest.param(*block, marks=_needs(block[1]), id=block[0])
+                          for block in BLOCKS])
 def test_a_readme_block_runs_as_written(name, code, not_run, tmp_path, request):
     if not_run is not None:
         pytest.skip(f"README block {name!r} is marked not run: {not_run}")

@@ -209,12 +209,6 @@ def test_open_metadata_store_picks_the_store_by_address(address, tmp_path):
 
 # -- restarts and expiry --------------------------------------------------------------------
 
-@pytest.fixture
-def own_zookeeper():
-    """A server of this test's own, for tests that restart it."""
-    with zkutil.server() as zk:
-        yield zk
-
 
 def test_a_client_rides_out_a_zookeeper_restart(own_zookeeper):
     """A thread increments a counter with compare-and-set while ZooKeeper is killed and

@@ -31,6 +31,7 @@ def test_missing_jars_are_a_clear_error(monkeypatch, tmp_path):
         zookeeper_server.find_classpath()
 
 
+@pytest.mark.java
 def test_a_server_that_cannot_start_reports_its_log(monkeypatch):
     monkeypatch.setenv(zookeeper_server.CLASSPATH_ENV, "/nonexistent")
     server = ZooKeeperServer(start_timeout_s=30)
@@ -46,6 +47,7 @@ def test_the_session_server_answers_four_letter_words(zookeeper):
     assert "Mode: standalone" in four_letter_word(zookeeper.port, "srvr")
 
 
+@pytest.mark.zookeeper
 def test_a_three_server_ensemble_serves_through_the_loss_of_one(tmp_path):
     with ZooKeeperEnsemble(3, tmp_path / "ensemble", force_sync=False,
                            tick_time_ms=zkutil.TICK_MS) as ensemble:
@@ -62,6 +64,7 @@ def test_a_three_server_ensemble_serves_through_the_loss_of_one(tmp_path):
     assert not any(server.running for server in ensemble.servers)
 
 
+@pytest.mark.zookeeper
 def test_a_server_in_a_relative_directory_starts(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     with ZooKeeperServer("zk", force_sync=False) as server:
