@@ -38,6 +38,7 @@ from pybk.storage.checksum import crc32c
 
 HEADER = struct.Struct(">QQqq")
 HEADER_SIZE = HEADER.size
+assert HEADER_SIZE == 32, "an entry's header is documented as 32 bytes before its digest"
 _CRC32 = struct.Struct(">Q")
 _CRC32C = struct.Struct(">I")
 #: The most bytes any digest type adds to a payload (the header and an HMAC-SHA1).

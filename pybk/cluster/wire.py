@@ -157,6 +157,8 @@ MAX_LONG_POLL_MS = 60_000
 REQUEST_HEADER = struct.Struct(">2sBBHHQQqqI")
 ADD_COUNT = struct.Struct(">I")
 RUN_HEADER = struct.Struct(">QHHI")
+assert (REQUEST_HEADER.size, ADD_COUNT.size, RUN_HEADER.size) == (44, 4, 16), \
+    "request headers, ADD counts and run headers are documented as 44, 4 and 16 bytes"
 #: Bytes an add takes in a run besides its entry: its entry id and its length.
 RUN_BYTES_PER_ADD = 12
 _ADD_STATUS = struct.Struct(">i")
@@ -164,6 +166,8 @@ _ADD_STATUS = struct.Struct(">i")
 MAX_ADDS_PER_MESSAGE = 65_535
 READ_BATCH_HEADER = struct.Struct(">II")
 READ_ANSWERS_COUNT = struct.Struct(">I")
+assert (READ_BATCH_HEADER.size, READ_ANSWERS_COUNT.size) == (8, 4), \
+    "READ_BATCH bodies are documented with an 8-byte header, replies with a 4-byte count"
 #: Bytes an entry id takes in a READ_BATCH body; an answer's status and length in a reply.
 READ_BATCH_BYTES_PER_ID = 8
 READ_ANSWER_BYTES = 8
@@ -171,6 +175,8 @@ READ_ANSWER_BYTES = 8
 MAX_READS_PER_MESSAGE = 65_535
 REPLY_HEADER = struct.Struct(">2sBBiQqH")
 _INFO = struct.Struct(">QQB")
+assert (REPLY_HEADER.size, _INFO.size) == (26, 17), \
+    "reply headers and INFO bodies are documented as 26 and 17 bytes"
 _REQUEST_ID = struct.Struct(">Q")
 _REQUEST_ID_OFFSET = 8
 

@@ -23,6 +23,7 @@ from pybk.errors import CorruptData
 VERSION = 1
 _HEADER = struct.Struct(">BI")
 _LENGTH = struct.Struct(">I")
+assert _HEADER.size == 5, "a batch header is documented as 5 bytes"
 
 #: Bytes a batch adds to its records: the header, then one length per record.
 BATCH_HEADER_BYTES = _HEADER.size

@@ -83,6 +83,7 @@ T = TypeVar("T")
 
 FORMAT = 1
 _RECORD = struct.Struct(">QB")
+assert _RECORD.size == 9, "a record value is documented as version (8), flags (1), data"
 _U64 = struct.Struct(">Q")
 _FORMAT_VALUE = struct.Struct(">H")
 _FLAG_EPHEMERAL = 1

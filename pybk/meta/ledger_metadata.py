@@ -82,9 +82,13 @@ class Fragment(NamedTuple):
     ensemble: tuple[str, ...]
 
 
-def hash_password(password: bytes) -> bytes:
-    """A fresh salted hash of ``password`` for :attr:`LedgerMetadata.password_hash`."""
-    salt = os.urandom(SALT_BYTES)
+def hash_password(password: bytes, salt: bytes | None = None) -> bytes:
+    """A salted hash of ``password`` for :attr:`LedgerMetadata.password_hash`, with a fresh
+    random salt unless ``salt`` (SALT_BYTES) is given (a reproducible record: tests)."""
+    if salt is None:
+        salt = os.urandom(SALT_BYTES)
+    elif len(salt) != SALT_BYTES:
+        raise ValueError(f"a salt is {SALT_BYTES} bytes, not {len(salt)}")
     return salt + _digest(salt, password)
 
 

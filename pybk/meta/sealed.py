@@ -28,6 +28,7 @@ from pybk.errors import MalformedMetadata
 from pybk.storage.checksum import crc32c
 
 HEADER = struct.Struct(">4sHII")
+assert HEADER.size == 14, "a sealed record's header is documented as 14 bytes"
 
 
 def seal(magic: bytes, version: int, body: dict[str, Any]) -> bytes:

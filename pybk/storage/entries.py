@@ -13,6 +13,7 @@ import struct
 
 ENTRY_HEADER = struct.Struct(">QQq")
 ENTRY_HEADER_SIZE = ENTRY_HEADER.size
+assert ENTRY_HEADER_SIZE == 24, "an entry's header is documented as 24 bytes"
 
 #: Entry id meaning "the last entry this bookie holds for the ledger" (BookKeeper: -1).
 LAST_ENTRY = -1

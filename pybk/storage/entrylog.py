@@ -70,11 +70,14 @@ MAGIC = b"PYBKELOG"
 VERSION = 1
 HEADER = struct.Struct(">8sIIQQI24x")
 HEADER_SIZE = HEADER.size + 4
+assert HEADER_SIZE == 64, "the entry log header is documented as 64 bytes"
 RECORD_HEADER_SIZE = RECORD.size  # entry length, checksum, type
 ENTRY_IDS = struct.Struct(">QQ")
 MAP_MAGIC = b"LMAP"
 MAP_HEAD = struct.Struct(">4sI")
 MAP_ITEM = struct.Struct(">QQ")
+assert (MAP_HEAD.size, MAP_ITEM.size) == (8, 16), \
+    "the ledger map is documented as 8 + 16M + 4 bytes"
 SUFFIX = ".log"
 NEW_SUFFIX = ".new"
 CURRENT = "current"

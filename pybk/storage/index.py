@@ -36,6 +36,8 @@ ENTRY_KEY = struct.Struct(">QQ")
 LEDGER_KEY = struct.Struct(">Q")
 LOCATION = struct.Struct(">QQI")
 LEDGER_STATE = struct.Struct(">Bqq")
+assert (ENTRY_KEY.size, LOCATION.size, LEDGER_STATE.size) == (16, 20, 17), \
+    "index keys and values are documented as 16, 20 and 17 (+ key) bytes"
 LAST_LOG_ID_KEY = b"last_entry_log_id"
 #: Index items a checkpoint writes per LMDB call (a millisecond or two of work).
 PUT_SLICE_ITEMS = 1024

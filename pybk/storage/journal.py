@@ -78,7 +78,9 @@ MAGIC = b"PYBKJNL1"
 VERSION = 1
 HEADER = struct.Struct(">8sIIQI")  # magic, version, header length, journal id, zero
 HEADER_SIZE = HEADER.size + 4  # + CRC
+assert HEADER_SIZE == 32, "the journal header is documented as 32 bytes"
 RECORD = struct.Struct(">IIB")  # payload length, checksum, type
+assert RECORD.size == 9, "a journal record header is documented as 9 bytes"
 SUFFIX = ".txn"
 
 ADD, MASTER_KEY, FENCE, EXPLICIT_LAC, DELETE = 1, 2, 3, 4, 5

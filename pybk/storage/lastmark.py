@@ -24,6 +24,7 @@ from pybk.storage.journal import LogMark
 log = logging.getLogger(__name__)
 
 MARK = struct.Struct(">QQ")
+assert MARK.size + 4 == 20, "lastMark is documented as 20 bytes"
 FILE_NAME = "lastMark"
 
 
