@@ -156,6 +156,15 @@ def test_password_is_stored_only_as_a_salted_hash():
     assert metadata(password_hash=hash_password(b"")).check_password(b"")
 
 
+def test_password_hash_with_a_given_salt_is_reproducible():
+    salt = bytes(range(16))
+    hashed = hash_password(b"secret", salt=salt)
+    assert hashed == hash_password(b"secret", salt=salt) and hashed[:16] == salt
+    assert metadata(password_hash=hashed).check_password(b"secret")
+    with pytest.raises(ValueError, match="16 bytes"):
+        hash_password(b"secret", salt=b"short")
+
+
 # -- serialization ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("md", [
