@@ -1,9 +1,10 @@
 """Golden files: pybk's on-disk and wire formats, pinned by files this version wrote.
 
-``tests/golden/`` holds a journal, an entry log, a lastMark, a directory cookie, a closed
-ledger's metadata, a log's head and segment records, and the frames of wire ADD and READ
+``tests/golden/`` holds a journal, an entry log, a lastMark and the index's items as a
+bookie leaves them, a directory cookie, a closed ledger's metadata, a bookie's cookie in
+the cluster, a log's head and segment records, and the frames of wire ADD and READ
 requests and replies, all written from the fixed inputs below (ids, keys, payloads,
-salts, times, instance id).  Its README.md says which code writes each file and what a
+salts, times, instance ids).  Its README.md says which code writes each file and what a
 change of format must do.  Each format has two tests:
 
 * ``test_writes_*``: the code writes exactly the golden bytes today, byte for byte (the
@@ -26,6 +27,7 @@ import os
 import shutil
 from typing import NamedTuple
 
+import lmdb
 import pytest
 
 from pybk.client import BookKeeper
@@ -36,6 +38,7 @@ from pybk.errors import Unauthorized
 from pybk.log.batch import decode_batch, encode_batch
 from pybk.log.metadata import Dropped, LogMetadata, Segment, SegmentRecord
 from pybk.log.position import Position
+from pybk.meta.cookies import Cookie
 from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState, hash_password
 from pybk.settings import ServerSettings
 from pybk.storage import LAST_ENTRY, Bookie, format_bookie
@@ -53,8 +56,9 @@ MAX_ENTRY_BYTES = ServerSettings().maxEntrySizeBytes
 
 #: Every golden file, by its path under tests/golden (README.md aside).
 GOLDEN_FILES = frozenset({
-    "storage/journal.txn", "storage/entrylog.log", "storage/lastMark", "storage/COOKIE",
-    "meta/ledger-closed.bin", "log/head.bin", "log/segment-3.bin", "log/segment-4.bin",
+    "storage/journal.txn", "storage/entrylog.log", "storage/lastMark", "storage/index.txt",
+    "storage/COOKIE",
+    "meta/ledger-closed.bin", "meta/bookie-cookie.bin", "log/head.bin", "log/segment-3.bin", "log/segment-4.bin",
     "wire/add-request.0.bin", "wire/add-request.1.bin", "wire/add-reply.0.bin",
     "wire/add-reply.1.bin", "wire/read-request.0.bin", "wire/read-reply.0.bin",
     "wire/read-reply.1.bin",
@@ -124,6 +128,9 @@ COOKIE = BookieCookie(instance_id="0123456789abcdef0123456789abcdef",
                       bookie_id="10.0.0.1:3181", ledger_directory_count=1,
                       journal_directory=None, ledger_directories=None)
 COOKIE_ROLES = ("journal", "ledgers/0")
+#: The cluster's copy of a bookie server's cookie: bound to its directories' paths.
+CLUSTER_COOKIE = Cookie("10.0.0.2:3181", "fedcba9876543210fedcba9876543210",
+                        "/srv/pybk/journal", ("/srv/pybk/ledgers0", "/srv/pybk/ledgers1"))
 
 ADD_RUNS = (wire.AddRun(LOG_LEDGER.ledger_id, [0, 1, 2], LOG_LEDGER.entries(),
                         LOG_LEDGER.master_key),
@@ -193,6 +200,39 @@ class Written(NamedTuple):
     mark: jr.LogMark  # of the checkpoint after the script: the end of the records
     entry_log: bytes
     last_mark: bytes
+    index: bytes  # its items (dump_index)
+
+
+#: The index's LMDB tables (pybk/storage/index.py).
+INDEX_TABLES = ("entries", "ledgers", "meta")
+
+
+def dump_index(directory: str) -> bytes:
+    """The items of the index in ``directory`` as text: a line ``<table> <key in hex>
+    <value in hex>`` per item, tables in INDEX_TABLES order, keys in LMDB's order.  (An
+    LMDB file's bytes depend on its page allocation; its items are the format.)"""
+    env = lmdb.open(directory, readonly=True, lock=False, max_dbs=len(INDEX_TABLES))
+    try:
+        lines = []
+        for table in INDEX_TABLES:
+            with env.begin(db=env.open_db(table.encode(), create=False)) as txn:
+                lines += [f"{table} {key.hex()} {value.hex()}\n" for key, value in txn.cursor()]
+    finally:
+        env.close()
+    return "".join(lines).encode()
+
+
+def load_index(directory: str, dump: bytes) -> None:
+    """Create the index in ``directory`` holding the items of ``dump`` (dump_index)."""
+    env = lmdb.open(directory, max_dbs=len(INDEX_TABLES))
+    try:
+        with env.begin(write=True) as txn:
+            tables = {t: env.open_db(t.encode(), txn=txn) for t in INDEX_TABLES}
+            for line in dump.decode().splitlines():
+                table, key, value = line.split(" ")
+                txn.put(bytes.fromhex(key), bytes.fromhex(value), db=tables[table])
+    finally:
+        env.close()
 
 
 def bookie_settings(root: str) -> ServerSettings:
@@ -257,7 +297,8 @@ def written(tmp_path_factory) -> Written:
             return f.read()
 
     return Written(read(settings.journalDirectory, "current", jr.journal_file_name(1)), mark,
-                   read(ledgers, log_file_name(1)), read(ledgers, "lastMark"))
+                   read(ledgers, log_file_name(1)), read(ledgers, "lastMark"),
+                   dump_index(os.path.join(ledgers, "index")))
 
 
 def test_writes_journal(written):
@@ -276,6 +317,10 @@ def test_writes_entry_log(written):
 
 def test_writes_last_mark(written):
     pinned("storage/lastMark", written.last_mark)
+
+
+def test_writes_index(written):
+    pinned("storage/index.txt", written.index)
 
 
 def preallocated_journal(path: str) -> None:
@@ -311,21 +356,44 @@ def test_bookie_replays_golden_journal(tmp_path):
                                       jr.journal_file_name(1)))
     with Bookie(settings, start_background_threads=False) as bookie:
         assert bookie.replayed_records == len(journal_records())
-        log = LOG_LEDGER
-        stored = [bookie.read_entry(log.ledger_id, e) for e in range(len(log.payloads))]
-        assert stored == log.entries()
-        assert [decode_batch(log.decode(e, entry)) for e, entry in enumerate(stored)] == \
-            [list(batch) for batch in LOG_BATCHES]
-        fenced = FENCED_LEDGER
-        assert [fenced.decode(e, bookie.read_entry(fenced.ledger_id, e))
-                for e in range(3)] == list(fenced.payloads)
-        assert bookie.read_explicit_lac(fenced.ledger_id) == FENCED_EXPLICIT_LAC
-        assert bookie.read_lac(fenced.ledger_id) == FENCED_EXPLICIT_LAC
-        assert bookie.is_fenced(fenced.ledger_id) and not bookie.is_fenced(log.ledger_id)
-        assert not bookie.ledger_exists(DELETED_LEDGER.ledger_id)
-        with pytest.raises(Unauthorized):  # the replayed master key is checked
-            bookie.add_entry(log.ledger_id, 3, _next_entry(log), b"another key")
-        bookie.add_entry(log.ledger_id, 3, _next_entry(log), log.master_key)
+        check_script_state(bookie)
+
+
+def test_bookie_reads_golden_checkpoint(tmp_path):
+    """A bookie whose directories hold the golden journal, entry log, lastMark and index
+    (a checkpoint after the last record) replays nothing and reads every entry from the
+    entry log through the index, with the ledgers' states."""
+    settings = bookie_settings(str(tmp_path))
+    format_bookie(settings)
+    preallocated_journal(os.path.join(settings.journalDirectory, "current",
+                                      jr.journal_file_name(1)))
+    ledgers = os.path.join(settings.ledgerDirectories[0], "current")
+    for name, target in (("entrylog.log", log_file_name(1)), ("lastMark", "lastMark")):
+        shutil.copyfile(os.path.join(GOLDEN, "storage", name), os.path.join(ledgers, target))
+    load_index(os.path.join(ledgers, "index"), golden("storage/index.txt"))
+    with Bookie(settings, start_background_threads=False) as bookie:
+        assert bookie.replayed_records == 0
+        check_script_state(bookie)
+
+
+def check_script_state(bookie: Bookie) -> None:
+    """The bookie holds what the script wrote: entries, explicit LAC, fence, master keys
+    and the delete."""
+    log = LOG_LEDGER
+    stored = [bookie.read_entry(log.ledger_id, e) for e in range(len(log.payloads))]
+    assert stored == log.entries()
+    assert [decode_batch(log.decode(e, entry)) for e, entry in enumerate(stored)] == \
+        [list(batch) for batch in LOG_BATCHES]
+    fenced = FENCED_LEDGER
+    assert [fenced.decode(e, bookie.read_entry(fenced.ledger_id, e))
+            for e in range(3)] == list(fenced.payloads)
+    assert bookie.read_explicit_lac(fenced.ledger_id) == FENCED_EXPLICIT_LAC
+    assert bookie.read_lac(fenced.ledger_id) == FENCED_EXPLICIT_LAC
+    assert bookie.is_fenced(fenced.ledger_id) and not bookie.is_fenced(log.ledger_id)
+    assert not bookie.ledger_exists(DELETED_LEDGER.ledger_id)
+    with pytest.raises(Unauthorized):  # the stored master key is checked
+        bookie.add_entry(log.ledger_id, 3, _next_entry(log), b"another key")
+    bookie.add_entry(log.ledger_id, 3, _next_entry(log), log.master_key)
 
 
 def _next_entry(ledger: GoldenLedger) -> bytes:
@@ -405,6 +473,14 @@ def test_reads_ledger_metadata():
     assert metadata.check_password(LOG_LEDGER.password)
     assert not metadata.check_password(b"another password")
     assert metadata.write_set(2) == (BOOKIES[2], BOOKIES[0])
+
+
+def test_writes_cluster_cookie():
+    pinned("meta/bookie-cookie.bin", CLUSTER_COOKIE.to_bytes())
+
+
+def test_reads_cluster_cookie():
+    assert Cookie.from_bytes(golden("meta/bookie-cookie.bin")) == CLUSTER_COOKIE
 
 
 def test_writes_log_records():
