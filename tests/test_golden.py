@@ -57,11 +57,10 @@ MAX_ENTRY_BYTES = ServerSettings().maxEntrySizeBytes
 #: Every golden file, by its path under tests/golden (README.md aside).
 GOLDEN_FILES = frozenset({
     "storage/journal.txn", "storage/entrylog.log", "storage/lastMark", "storage/index.txt",
-    "storage/COOKIE",
-    "meta/ledger-closed.bin", "meta/bookie-cookie.bin", "log/head.bin", "log/segment-3.bin", "log/segment-4.bin",
-    "wire/add-request.0.bin", "wire/add-request.1.bin", "wire/add-reply.0.bin",
-    "wire/add-reply.1.bin", "wire/read-request.0.bin", "wire/read-reply.0.bin",
-    "wire/read-reply.1.bin",
+    "storage/COOKIE", "meta/ledger-closed.bin", "meta/bookie-cookie.bin", "log/head.bin",
+    "log/segment-3.bin", "log/segment-4.bin", "wire/add-request.0.bin",
+    "wire/add-request.1.bin", "wire/add-reply.0.bin", "wire/add-reply.1.bin",
+    "wire/read-request.0.bin", "wire/read-reply.0.bin", "wire/read-reply.1.bin",
 })
 
 
