@@ -54,7 +54,7 @@ REGENERATE = os.environ.get("PYBK_REGENERATE_GOLDEN") == "1"
 WAIT_S = 10
 MAX_ENTRY_BYTES = ServerSettings().maxEntrySizeBytes
 
-#: Every golden file, by its path under tests/golden (README.md aside).
+#: Every golden file, by its path under tests/golden (README.md and .gitattributes aside).
 GOLDEN_FILES = frozenset({
     "storage/journal.txn", "storage/entrylog.log", "storage/lastMark", "storage/index.txt",
     "storage/COOKIE", "meta/ledger-closed.bin", "meta/bookie-cookie.bin", "log/head.bin",
@@ -523,6 +523,6 @@ def test_reads_wire_messages():
 def test_golden_directory_holds_the_listed_files():
     found = {os.path.relpath(os.path.join(d, f), GOLDEN)
              for d, _, files in os.walk(GOLDEN) for f in files}
-    assert found == GOLDEN_FILES | {"README.md"}
+    assert found == GOLDEN_FILES | {"README.md", ".gitattributes"}
     total = sum(os.path.getsize(os.path.join(GOLDEN, name)) for name in found)
     assert total < 200 * 1024
