@@ -32,7 +32,7 @@ if ROOT not in sys.path:
 from pybk.settings import ServerSettings  # noqa: E402
 from pybk.storage.bookie import Bookie, format_bookie  # noqa: E402
 from pybk.storage.entries import ENTRY_HEADER_SIZE, make_entry  # noqa: E402
-from pybk.storage.fileio import FileIO  # noqa: E402
+from pybk.fileio import FileIO  # noqa: E402
 from rawdisk import (MIB, RAW_VARIANTS, latency_summary, mb_per_s, measure_raw,  # noqa: E402
                      ratio, run_and_report)
 

@@ -32,7 +32,7 @@ USERS = ("ada", "brian", "carol", "dennis", "edsger")
 
 def append_events(address: str, count: int = 10_000) -> None:
     """The application side: append JSON events to the log unless it holds some."""
-    with pybk.BookKeeper.connect(address) as bk:
+    with pybk.connect(address) as bk:
         try:
             if next(pybk.LogReader(bk, EVENTS).read(), None) is not None:
                 return
@@ -60,7 +60,7 @@ def run_job(spark: SparkSession, address: str) -> None:
 
 
 def show_counts(address: str) -> None:
-    with pybk.BookKeeper.connect(address) as bk:
+    with pybk.connect(address) as bk:
         for position, data in pybk.LogReader(bk, COUNTS).read():
             print(f"  {position}: {data.decode()}")
 

@@ -36,7 +36,7 @@ SOURCE, SINK = "clicks", "clicks-upper"
 def appender(address: str, stop: threading.Event) -> threading.Thread:
     """The application: appends a record every millisecond or so until told to stop."""
     def run() -> None:
-        with pybk.BookKeeper.connect(address) as bk, pybk.LogWriter.open(bk, SOURCE) as w:
+        with pybk.connect(address) as bk, pybk.LogWriter.open(bk, SOURCE) as w:
             i = 0
             while not stop.is_set():
                 w.append_async(b"click %06d" % i)
@@ -58,7 +58,7 @@ def start_query(spark: SparkSession, address: str, checkpoint: str, **trigger: o
 
 
 def check(address: str) -> None:
-    with pybk.BookKeeper.connect(address) as bk:
+    with pybk.connect(address) as bk:
         source = [data for _, data in pybk.LogReader(bk, SOURCE).read()]
         sink = [data for _, data in pybk.LogReader(bk, SINK).read()]
     assert sink == [data.upper() for data in source], "the copy differs from the source"

@@ -4,8 +4,12 @@ Layers, bottom up: :mod:`pybk.storage` (the bookie storage engine), :mod:`pybk.m
 (metadata stores), :mod:`pybk.client` (the ledger protocol), :mod:`pybk.cluster`
 (bookies over ZeroMQ, ZooKeeper servers), :mod:`pybk.log` (logs and the embedded WAL).
 ``pybk.open(path)`` opens an embedded WAL; ``pybk.demote(path)`` turns a promoted one
-whose cluster is gone back into an embedded WAL.
+whose cluster is gone back into an embedded WAL; ``pybk.connect(address)`` is a ledger
+client of a cluster.  No layer imports one above it: connecting by address, which needs
+both the ledger protocol and the network, lives here and in :mod:`pybk.cluster`.
 """
+
+from typing import Any
 
 from pybk.client import BookKeeper
 from pybk.errors import BookKeeperError
@@ -15,6 +19,18 @@ from pybk.settings import ClientSettings, LogSettings, ServerSettings
 
 __version__ = "0.1.0"
 
+
+def connect(address: str, settings: ClientSettings | None = None,
+            **options: Any) -> BookKeeper:
+    """A :class:`BookKeeper` client of the cluster whose metadata is at ``address``
+    (``zk://host:port[,host:port...]/ledgers``): bookies are found in its registry and
+    reached over ZeroMQ; closing it closes the session and connections.  See
+    :func:`pybk.cluster.connect.connect` for ``options`` and errors."""
+    # ZeroMQ and kazoo are imported only when a cluster is wanted: `import pybk` stays light.
+    from pybk.cluster.connect import connect as connect_cluster
+    return connect_cluster(address, settings, **options)
+
+
 __all__ = ["BookKeeper", "BookKeeperError", "ClientSettings", "LogReader", "LogSettings",
-           "LogWriter", "Position", "ServerSettings", "WAL", "__version__", "demote",
-           "open"]
+           "LogWriter", "Position", "ServerSettings", "WAL", "__version__", "connect",
+           "demote", "open"]

@@ -13,7 +13,7 @@
     ``autoRecoveryDaemonEnabled`` is false).
 ``pybk updatecookie``
     Accept a bookie's directories moved on purpose: rewrite its cookies and the cluster's
-    copy (:func:`pybk.meta.cookies.update_cookies`, BookKeeper's ``updatecookie``).
+    copy (:func:`pybk.cluster.cookies.update_cookies`, BookKeeper's ``updatecookie``).
 ``pybk format-cluster``
     Format a cluster's metadata on ZooKeeper, once per cluster.
 ``pybk localcluster N``

@@ -1,22 +1,20 @@
 """Helpers of the autorecovery tests (the auditor's and the replication workers'):
 a client and an under-replication manager on the test's cluster (the ``cluster``
-fixture), bounded waits, a process's whole log, ledgers written for them, and what the
+fixture), a process's whole log, ledgers written for them, and what the
 marks and the ledgers' metadata say."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import zkutil
 from clusterutil import PASSWORD, BookieProcess, payload
+import pybk
 from pybk.client import BookKeeper
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ClientSettings
 
-WAIT_S = 60.0
 #: Clients that replace a silent bookie and give up on a read quickly.
 FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0)
 
@@ -24,19 +22,10 @@ FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0)
 @pytest.fixture
 def cluster(closing, address):
     """A client of the test's cluster and an under-replication manager on it."""
-    bk = closing.enter_context(BookKeeper.connect(address, FAST,
+    bk = closing.enter_context(pybk.connect(address, FAST,
                                                   zk_settings=zkutil.settings()))
     store = closing.enter_context(ZooKeeperMetadataStore(address, zkutil.settings()))
     return bk, UnderreplicationManager(store)
-
-
-def wait_until(condition, what: str, timeout_s: float = WAIT_S):
-    """Wait until ``condition()`` is true (returned), at most ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not (found := condition()):
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.1)
-    return found
 
 
 def full_log(process: BookieProcess) -> str:

@@ -19,15 +19,15 @@ from typing import Callable, Iterator
 import zkutil
 from clusterutil import BookieProcesses
 from pybk.client import BookKeeper
-from pybk.client.transport import (BookieClient, Faults, FaultyBookieClient,
-                                   InProcessBookieClient)
+from pybk.client.transport import BookieClient, InProcessBookieClient
 from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient
 from pybk.errors import NoSuchEntry, NoSuchLedger
 from pybk.meta.embedded import EmbeddedMetadataStore
-from pybk.meta.faulty import FaultyMetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import Bookie, format_bookie
+from pybk.testing.faults import Faults, FaultyBookieClient
+from pybk.testing.faulty_metadata import FaultyMetadataStore
 from zmqutil import LOOPBACK
 
 FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0, explicitLacInterval=20)

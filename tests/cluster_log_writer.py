@@ -19,7 +19,7 @@ import traceback
 from concurrent.futures import Future
 
 from clusterutil import payload
-from pybk.client import BookKeeper
+import pybk
 from pybk.log import LogWriter
 from pybk.settings import ClientSettings, LogSettings
 
@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--acks", required=True)
     args = parser.parse_args()
     fd = os.open(args.acks, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    bk = BookKeeper.connect(args.zk, ClientSettings(addEntryTimeout=2.0, readTimeout=1.0))
+    bk = pybk.connect(args.zk, ClientSettings(addEntryTimeout=2.0, readTimeout=1.0))
     writer = LogWriter.open(bk, args.log, SETTINGS)
     os.write(fd, b"ledger %d\n" % writer.metadata.tail[-1].ledger_id)
     slots = threading.Semaphore(RECORDS_IN_FLIGHT)

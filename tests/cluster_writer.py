@@ -16,7 +16,7 @@ import threading
 import traceback
 
 from clusterutil import PASSWORD, Writer
-from pybk.client import BookKeeper
+import pybk
 from pybk.settings import ClientSettings
 
 
@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--acks", required=True)
     args = parser.parse_args()
     fd = os.open(args.acks, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    bk = BookKeeper.connect(args.zk, ClientSettings(addEntryTimeout=2.0, readTimeout=1.0))
+    bk = pybk.connect(args.zk, ClientSettings(addEntryTimeout=2.0, readTimeout=1.0))
     lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
     os.write(fd, b"ledger %d\n" % lh.id)
     failed = threading.Event()

@@ -16,7 +16,7 @@ from clusterutil import serving_cluster
 from sparkutil import spark_session
 from zmq.utils.garbage import GarbageCollectorThread
 
-from pybk.client import BookKeeper
+import pybk
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie, make_entry
 
@@ -165,5 +165,5 @@ def spark():
 @pytest.fixture(scope="module")
 def bk(address):
     """A client of the module's cluster."""
-    with BookKeeper.connect(address) as client:
+    with pybk.connect(address) as client:
         yield client

@@ -10,7 +10,7 @@ blocking and asynchronous adds of ``crashutil.expected_entry`` bytes, now and th
 explicit LAC.  Each acknowledged add or LAC is appended to the ``--acks`` file.  It runs
 until killed (or ``--max-seconds``).  Any error exits with status 2 and a traceback.
 
-``--faulty-log`` puts a :class:`faultyio.FaultyFileIO` under the bookie that logs its
+``--faulty-log`` puts a :class:`pybk.testing.faultyio.FaultyFileIO` under the bookie that logs its
 unsynced writes there; with ``--kill-before-sync N`` the child SIGKILLs itself just before
 its N-th sync (of a file whose name ends with ``--kill-sync-of``), with
 ``--kill-before-log-header`` just before it writes the header of a new entry log.
@@ -26,12 +26,12 @@ import threading
 import traceback
 
 from crashutil import KEY, LEDGERS, AckLog, expected_entry
-from faultyio import FaultyFileIO
+from pybk.testing.faultyio import FaultyFileIO
 from pybk.errors import NoSuchLedger
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie
 from pybk.storage.cookie import is_formatted
-from pybk.storage.fileio import DEFAULT_IO
+from pybk.fileio import DEFAULT_IO
 
 ASYNC_WINDOW = 16     # asynchronous adds in flight per thread
 LAC_EVERY = 41        # a thread sets an explicit LAC after every 41st add

@@ -7,7 +7,7 @@ import shutil
 
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie
-from pybk.storage.fileio import FileIO
+from pybk.fileio import FileIO
 
 
 def directories(settings: ServerSettings) -> list[str]:

@@ -19,7 +19,7 @@ import pytest
 import zkutil
 
 from autorecoveryutil import (cluster,  # noqa: F401 (a fixture)
-                              expected_marks, full_log, holds_entries, marks, wait_until,
+                              expected_marks, full_log, holds_entries, marks,
                               write_ledger)
 from clusterutil import (BookieProcess, address, bookies, child_env,  # noqa: F401
                          pybk_command)
@@ -30,6 +30,7 @@ from pybk.meta.ledgers import LedgerManager
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ServerSettings
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 

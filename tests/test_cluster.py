@@ -22,6 +22,7 @@ import zkutil
 from clusterutil import (PASSWORD, TESTS, BookieProcess, BookieProcesses,  # noqa: F401
                          Writer, address, bookies, child_env, payload, pybk_command)
 from conftest import KEY, entry
+import pybk
 from pybk.client import BookKeeper
 from pybk.cluster.lifeline import Lifeline, death_signal_preexec
 from pybk.cluster.node import BookieNode
@@ -38,7 +39,7 @@ COMMAND_TIMEOUT_S = 60
 
 
 def client(closing, address: str) -> BookKeeper:
-    return closing.enter_context(BookKeeper.connect(address, FAST,
+    return closing.enter_context(pybk.connect(address, FAST,
                                                     zk_settings=zkutil.settings()))
 
 

@@ -14,7 +14,7 @@ import pybk
 from clusterutil import address  # noqa: F401 (fixture)
 from conftest import KEY, entry
 from pybk.errors import BookKeeperError, InvalidCookie
-from pybk.meta.cookies import update_cookies
+from pybk.cluster.cookies import update_cookies
 from pybk.storage import Bookie, format_bookie
 from pybk.storage.cookie import directory_cookie, format_directories
 

@@ -25,6 +25,7 @@ from pybk.errors import BookieUnavailable
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import format_bookie
 from pybk.storage.cookie import is_formatted
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,13 +34,6 @@ PASSWORD = b"directory-test"
 #: What "promptly" means for a lookup that must not wait for the store.
 PROMPT_S = 0.2
 WAIT_S = 20.0
-
-
-def wait_for(condition, what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s} s"
-        time.sleep(0.02)
 
 
 class GatedRegistry:
@@ -186,7 +180,7 @@ def test_lookups_never_stall_the_client_loop_while_zookeeper_is_down_and_a_moved
     assert old_b1.add(1, 0, entry(1, 0), KEY).result(timeout=10) is None
     old_endpoint = b1.endpoint
     b1.close()  # unregistered while ZooKeeper is up; the client's connection drops
-    wait_for(lambda: old_b1.is_down, "the client seeing b1 go")
+    wait_until(lambda: old_b1.is_down, "the client seeing b1 go")
     own_zookeeper.shutdown(graceful=False)
 
     # On the ZeroMQ loop's thread, in an add's completion (as the log writer sends its
@@ -221,7 +215,7 @@ def test_lookups_never_stall_the_client_loop_while_zookeeper_is_down_and_a_moved
     own_zookeeper.start()
     moved = nodes.start("b1", zkTimeout=30_000)  # same disks and id, another port
     assert moved.endpoint != old_endpoint
-    wait_for(lambda: _endpoint_or_none(bk.metadata, "b1") == moved.endpoint,
+    wait_until(lambda: _endpoint_or_none(bk.metadata, "b1") == moved.endpoint,
              "the client's session seeing b1 again")
     time.sleep(directory_module.REFRESH_INTERVAL_S)  # the last lookup's interval passes
     # The next request starts a refresh and waits for it: it reaches the new address.

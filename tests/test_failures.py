@@ -13,7 +13,7 @@ import pytest
 from conftest import KEY, entry
 from storageutil import JournalWriteFailure
 from pybk.errors import BookKeeperError, CorruptData, NoSuchEntry
-from pybk.storage.fileio import FileIO
+from pybk.fileio import FileIO
 from pybk.storage.entrylog import Location
 from pybk.storage.index import Index
 

@@ -19,7 +19,7 @@ from pybk.meta import (DigestType, EmbeddedMetadataStore, Fragment, LedgerManage
 from pybk.meta.layout import FLAT
 from pybk.meta.ledger_metadata import MAGIC, PASSWORD_HASH_BYTES
 from pybk.meta.sealed import HEADER
-from pybk.storage.checksum import crc32c
+from pybk.checksum import crc32c
 
 pytestmark = pytest.mark.timeout(60)
 

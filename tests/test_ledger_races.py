@@ -21,6 +21,7 @@ from pybk.errors import (BookKeeperError, ClientClosed, LedgerClosed, LedgerReco
                          NotEnoughBookies)
 from pybk.meta.ledger_metadata import Fragment, LedgerState
 from pybk.meta.ledgers import LedgerManager, Versioned
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 PASSWORD = b"race"
@@ -110,14 +111,6 @@ def in_background(started):
 def stored_metadata(cluster: Cluster, ledger_id: int) -> Versioned:
     """The ledger's metadata as the store holds it (not as any handle believes it is)."""
     return LedgerManager(cluster.store).read(ledger_id)
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.01)
 
 
 def outcome(future, timeout: float = WAIT_S) -> BaseException | None:

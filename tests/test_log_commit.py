@@ -21,6 +21,7 @@ import pytest
 import zkutil
 from clientutil import FAST
 from clusterutil import address, bookies, child_env  # noqa: F401 (fixtures)
+import pybk
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import (BookKeeperError, InvalidConfiguration, JobFinished, LogFenced,
@@ -33,7 +34,7 @@ from pybk.log.metadata import (COMMIT_LEDGERS_MAX, FORMAT_VERSION, MAGIC, TAIL_S
                                LogMetadata, jobs_path, live_segments, log_path, read_log,
                                read_segment, segments_path)
 from pybk.meta.embedded import EmbeddedMetadataStore
-from pybk.meta.faulty import FaultyMetadataStore
+from pybk.testing.faulty_metadata import FaultyMetadataStore
 from pybk.meta.sealed import seal
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import LogSettings
@@ -468,7 +469,7 @@ def test_pybk_clean_orphans_gives_up_a_logs_old_jobs(address, bookies):  # noqa:
     """The command on a cluster of one bookie process: the job nothing wrote for the
     given time goes, ledgers and records; the log's records stay."""
     bookies.start_serving(1)
-    with BookKeeper.connect(address) as bk:
+    with pybk.connect(address) as bk:
         with LogWriter.open(bk, LOG, ONE_COPY) as writer:
             kept = writer.append(b"kept")
         orphan = jobs.begin_job(bk.metadata, LOG)

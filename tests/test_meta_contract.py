@@ -29,6 +29,7 @@ from pybk.meta import ANY_VERSION, MAX_DATA_BYTES, EmbeddedMetadataStore, Metada
 from pybk.meta import paths
 from pybk.meta.cookies import Cookie, check_cluster_cookie
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -132,16 +133,6 @@ class Events:
     def assert_quiet(self, seconds: float = 0.2) -> None:
         time.sleep(seconds)
         assert self._queue.empty(), f"unexpected watch call on {self._queue.get()}"
-
-
-def wait_until(condition, timeout_s: float) -> bool:
-    """Whether ``condition()`` held within ``timeout_s`` (checked at once, then every 50 ms)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def run_threads(count: int, target, barrier: threading.Barrier | None = None) -> None:
@@ -753,7 +744,8 @@ def test_kill_minus_nine_during_compare_and_set_leaves_a_consistent_record(store
             assert last_version <= version <= last_version + 1
             assert data == payload(version)
             assert store.next_ledger_id() > max(ledger_id for _v, ledger_id in acks)
-            assert wait_until(lambda: store.bookies() == [], stores.dead_session_end_s)
+            wait_until(lambda: store.bookies() == [], "the dead session's bookie is gone",
+                       stores.dead_session_end_s)
         finally:
             store.close()
     versions = [v for v, _id in read_acks(acks_path)]

@@ -1,5 +1,5 @@
 """Bookie nodes in this process (pybk.cluster.node) on a real ZooKeeper, and cluster
-clients (BookKeeper.connect) reaching them over ZeroMQ: registration with endpoints,
+clients (pybk.connect) reaching them over ZeroMQ: registration with endpoints,
 session expiry, disk state changes, placement on writable bookies only, a bookie that
 comes back on another port under the id its disks recorded, and cookies (also of
 ``pybk bookie`` and ``pybk updatecookie`` processes)."""
@@ -19,13 +19,14 @@ import zkutil
 
 from clusterutil import address, bookies, child_env, pybk_command  # noqa: F401 (fixtures)
 from conftest import KEY, entry
+import pybk
 from pybk.client import BookKeeper
 from pybk.cluster.connect import ClusterBookKeeper
 import pybk.cluster.node as node_module
 from pybk.cluster.node import BookieNode
 from pybk.errors import (BookieReadOnly, InvalidConfiguration, InvalidCookie,
                          MetadataUnavailable, NotEnoughBookies)
-from pybk.meta.cookies import Cookie, update_cookies
+from pybk.cluster.cookies import cluster_cookie, update_cookies
 from pybk.meta.zookeeper import SessionState, ZooKeeperMetadataStore, format_cluster
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import Bookie, format_bookie
@@ -46,13 +47,6 @@ class Usage:
 
     def __call__(self, _path: str) -> float:
         return self.fraction
-
-
-def wait_for(condition, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {WAIT_S} s"
-        time.sleep(0.02)
 
 
 class Nodes:
@@ -89,8 +83,8 @@ class Nodes:
                                                                  zkutil.settings()))
 
     def client(self) -> BookKeeper:
-        """A cluster client, made the way users write it: ``pybk.BookKeeper("zk://...")``."""
-        bk = BookKeeper(self.address, FAST, zk_settings=zkutil.settings())
+        """A cluster client, made the way users write it: ``pybk.connect("zk://...")``."""
+        bk = pybk.connect(self.address, FAST, zk_settings=zkutil.settings())
         assert isinstance(bk, ClusterBookKeeper)
         return self.closing.enter_context(bk)
 
@@ -200,7 +194,7 @@ def test_the_first_start_writes_the_cookie_and_a_restart_on_the_same_disks_finds
     node = nodes.start("b1", bookieId="b1")
     local = directory_cookie(nodes.settings("b1"))
     assert (local.instance_id, local.bookie_id) == (node.bookie.instance_id, "b1")
-    expected = Cookie.of_bookie("b1", local)
+    expected = cluster_cookie("b1", local)
     observer = nodes.observer()
     assert observer.read_cookie("b1") == (expected, 0)
     assert expected.journal_directory == str(nodes.tmp_path / "b1" / "journal")
@@ -260,11 +254,11 @@ def test_connect_fails_clearly(tmp_path):
         port = sock.getsockname()[1]
     started = time.monotonic()
     with pytest.raises(MetadataUnavailable, match="within 1 s"):
-        BookKeeper.connect(f"zk://127.0.0.1:{port}/ledgers",
+        pybk.connect(f"zk://127.0.0.1:{port}/ledgers",
                            zk_settings=zkutil.settings(zkTimeout=1000))
     assert time.monotonic() - started < 5
     with pytest.raises(InvalidConfiguration, match="zk://"):
-        BookKeeper.connect(str(tmp_path / "meta"))
+        pybk.connect(str(tmp_path / "meta"))
 
 
 def test_a_node_needs_the_cluster_address(nodes):

@@ -1,4 +1,4 @@
-"""Power loss, simulated with tests/faultyio.py: what was written but not synced is undone,
+"""Power loss, simulated with pybk.testing.faultyio: what was written but not synced is undone,
 zeroed or garbled, then the bookie restarts."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from crashutil import (check_bookie, children, crash_settings, read_acks,  # noqa: F401
                        settings_of)
-from faultyio import MODES, FaultyFileIO, lose_unsynced, read_unsynced
+from pybk.testing.faultyio import MODES, FaultyFileIO, lose_unsynced, read_unsynced
 from pybk.storage import Bookie
 
 log = logging.getLogger(__name__)

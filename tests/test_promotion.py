@@ -239,7 +239,7 @@ def test_a_demoted_directory_is_not_promoted_again_over_its_clustered_log(tmp_pa
 
 
 def test_a_closed_cluster_client_refuses_every_call(address):
-    bk = pybk.BookKeeper(address)
+    bk = pybk.connect(address)
     bk.close()
     for call in (lambda: bk.create_ledger(1, 1, 1), lambda: bk.open_ledger(0),
                  lambda: bk.delete_ledger(0), bk.list_ledgers):

@@ -28,6 +28,7 @@ import zkutil
 from clientutil import FAST, Cluster, clusters
 from clusterutil import (PASSWORD, TESTS, address, bookies, child_env,  # noqa: F401
                          payload)
+import pybk
 from pybk.client import BookKeeper
 from pybk.errors import BookKeeperError, LedgerRecoveryError
 from pybk.log import LogReader, LogWriter, Position
@@ -35,6 +36,7 @@ from pybk.log.metadata import read_log
 from pybk.meta.ledger_metadata import Fragment, LedgerMetadata, LedgerState
 from pybk.settings import LogSettings
 from pybk.storage import LAST_ENTRY
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,13 +58,6 @@ WAIT_S = 10.0
 def cluster_of(tmp_path):
     with clusters(tmp_path) as make:
         yield make
-
-
-def wait_until(condition, what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
-        time.sleep(0.01)
 
 
 def write_with_unconfirmed_tail(cluster: Cluster, first_acked: int = ACKED_FIRST):
@@ -278,7 +273,7 @@ def children(tmp_path):
 
 
 def client(closing, address: str) -> BookKeeper:
-    return closing.enter_context(BookKeeper.connect(address, FAST,
+    return closing.enter_context(pybk.connect(address, FAST,
                                                     zk_settings=zkutil.settings()))
 
 

@@ -18,9 +18,10 @@ import pytest
 import zkutil
 
 from autorecoveryutil import (FAST, cluster, expected_marks,  # noqa: F401 (a fixture)
-                              full_log, marks, wait_until, write_ledger)
+                              full_log, marks, write_ledger)
 from clusterutil import (PASSWORD, Writer, address, bookies,  # noqa: F401
                          payload)
+import pybk
 from pybk.client import BookKeeper
 from pybk.client.digest import DigestManager
 from pybk.cluster.autorecovery import AutoRecovery
@@ -30,6 +31,7 @@ from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ServerSettings
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -171,7 +173,7 @@ def test_an_open_ledger_whose_writer_is_gone_is_fenced_closed_and_replicated(
     processes = bookies.start_serving(4, zk_timeout_ms=SHORT_MS, options=NO_AUTORECOVERY)
     bk, manager = cluster
     # Its writer's client ends without closing it, as a writer that died would.
-    with BookKeeper.connect(address, FAST, zk_settings=zkutil.settings()) as gone:
+    with pybk.connect(address, FAST, zk_settings=zkutil.settings()) as gone:
         abandoned = write_ledger(gone, 3, 2, entries=7, close=False)
     (service,) = workers(closing, address, ["worker"],
                          openLedgerRereplicationGracePeriod=500)

@@ -20,7 +20,7 @@ import sparkutil
 import zkutil
 from clusterutil import TESTS, address, bookies  # noqa: F401 (fixtures)
 
-from pybk.client import BookKeeper
+import pybk
 from pybk.errors import BookKeeperError, InvalidConfiguration
 from pybk.log.metadata import live_segments, read_log
 from pybk.meta import paths
@@ -65,7 +65,7 @@ def write_ledgers(address: str, count: int, _partition: object) -> list[tuple[li
     client that knows its host; each ledger's ensemble, and whether it read back."""
     settings = ClientSettings(clientHost=executor_host())
     made = []
-    with BookKeeper.connect(address, settings) as bk:
+    with pybk.connect(address, settings) as bk:
         for number in range(count):
             handle = bk.create_ledger(ensemble=2, write_quorum=2, ack_quorum=2,
                                       password=PASSWORD)
@@ -83,7 +83,7 @@ def write_ledgers(address: str, count: int, _partition: object) -> list[tuple[li
 
 def log_ensembles(address: str, log_name: str) -> list[tuple[str, ...]]:
     """The first ensemble of each ledger of the log."""
-    with BookKeeper.connect(address) as bk:
+    with pybk.connect(address) as bk:
         head = read_log(bk.metadata, log_name).metadata
         return [bk.ledger_manager.read(segment.ledger_id).metadata.ensemble_at(0)
                 for segment in live_segments(bk.metadata, head)]
@@ -177,7 +177,7 @@ def test_a_second_start_finds_the_running_bookie(spark, address, store):
         # The second start ended; the bookie it found runs on and takes writes.
         assert store.bookies(read_only=False) == [bookie.bookie_id]
         assert not process_gone(bookie.pid)
-        with BookKeeper.connect(address) as bk:
+        with pybk.connect(address) as bk:
             handle = bk.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1,
                                       password=PASSWORD)
             handle.add_entry(b"still serving")

@@ -14,7 +14,6 @@ import pytest
 
 import pybk
 import zkutil
-from pybk.client import BookKeeper
 from pybk.log import LogWriter, Position
 from pybk.settings import LogSettings
 from pybk.spark.batch_read import Bounds, FilteringBatchReader
@@ -30,7 +29,7 @@ RECORDS = 1500
 @pytest.fixture(scope="module")
 def written(address):
     """RECORDS records of the log ``events`` over several segments, several per entry."""
-    with BookKeeper.connect(address) as bk, LogWriter.open(bk, "events", SETTINGS) as w:
+    with pybk.connect(address) as bk, LogWriter.open(bk, "events", SETTINGS) as w:
         values = [b"event %05d " % i + bytes(60) for i in range(RECORDS)]
         futures = [w.append_async(v) for v in values]
         records = [(f.result(timeout=30), v) for f, v in zip(futures, values)]
@@ -98,7 +97,7 @@ def test_segment_and_entry_filters_are_pushed_down_when_spark_allows_it(
 
 
 def test_a_live_writer_is_read_up_to_its_lac_and_goes_on_undisturbed(spark, address):
-    with BookKeeper.connect(address) as bk, LogWriter.open(bk, "live", SETTINGS) as w:
+    with pybk.connect(address) as bk, LogWriter.open(bk, "live", SETTINGS) as w:
         first = [w.append(b"before %d" % i) for i in range(300)]
         rows = _read(spark, address, log="live", minPartitions=3).collect()
         positions = [Position(r.segment, r.entry, r.slot) for r in rows]

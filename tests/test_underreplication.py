@@ -10,13 +10,14 @@ import queue
 import threading
 
 import pytest
-from test_meta_contract import WAIT_S, run_threads, stores, store, wait_until  # noqa: F401
+from test_meta_contract import WAIT_S, run_threads, stores, store  # noqa: F401
 
 from pybk.errors import MalformedMetadata, MetadataError, NoNode
 from pybk.meta import textformat
 from pybk.meta.underreplication import (BACKLOG, DISABLE, ELECTION, LAYOUT,
                                         LOST_BOOKIE_RECOVERY_DELAY, Backlog,
                                         UnderreplicationManager, lock_path, mark_path)
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -241,7 +242,7 @@ def test_the_lowest_live_vote_is_the_auditor(stores):
         first.withdraw(mine)
     else:
         first_store.close()  # the auditor's session ends: its vote goes with it
-    assert wait_until(lambda: other.auditor() == "b2:3181", WAIT_S)
+    wait_until(lambda: other.auditor() == "b2:3181", "b2 is the auditor", WAIT_S)
     other.withdraw(theirs)
     other.withdraw(theirs)  # harmless
     assert other.auditor() is None

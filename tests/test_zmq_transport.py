@@ -18,20 +18,13 @@ from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient, wire
 from pybk.errors import (BookieUnavailable, EntryTooLarge, LedgerFenced, MalformedMessage,
                          Timeout)
 from pybk.settings import ClientSettings
+from pybk.testing import wait_until
 from zmqutil import LOOPBACK, RawRouter
 
 pytestmark = pytest.mark.timeout(60)
 
 #: Time limits far longer than any test step: a prompt failure cannot be a timeout.
 PATIENT = ClientSettings(addEntryTimeout=30, readTimeout=30)
-
-
-def wait_until(condition, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout_s} s")
-        time.sleep(0.01)
 
 
 def serve_with_read_limit(limit: int, bookie_factory, settings_factory, closing):
@@ -71,7 +64,7 @@ def test_a_closed_server_fails_outstanding_requests_promptly_and_clients_reconne
         client.read_lac(1).result(timeout=5)
 
     closing.enter_context(BookieServer(bookie, server.address))  # back, same address
-    wait_until(lambda: client.read_lac(1).exception(timeout=5) is None)
+    wait_until(lambda: client.read_lac(1).exception(timeout=5) is None, "the client reaches the bookie")
     assert client.read(1, 0).result(timeout=5) == entry(1, 0, lac=-1)
 
 
@@ -352,8 +345,8 @@ def test_a_ledger_sender_queues_runs_and_refuses_once_the_connection_is_down(clo
     assert reported == [(["t0"], None)]
 
     router.close()  # the bookie goes away: the outstanding message fails
-    wait_until(lambda: client.is_down)
+    wait_until(lambda: client.is_down, "the client sees the bookie down")
     assert not send(3, entry(9, 3), "t3")
-    wait_until(lambda: len(reported) == 2)
+    wait_until(lambda: len(reported) == 2, "both failures reported")
     assert reported[1][0] == ["t1", "t2"]
     assert [type(e) for e in reported[1][1]] == [BookieUnavailable] * 2

@@ -21,6 +21,7 @@ from pybk.meta.address import open_metadata_store
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.layout import FLAT, HIERARCHICAL
 from pybk.meta.zookeeper import SessionState, ZooKeeperMetadataStore, format_cluster
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -48,13 +49,6 @@ def address(zookeeper) -> str:
 
 def create_ledger(manager: LedgerManager):
     return manager.create_ledger(ENSEMBLE, 2, 2, DigestType.CRC32C, b"pw")
-
-
-def wait_for(condition, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {WAIT_S} s"
-        time.sleep(0.02)
 
 
 def next_state(states: queue.Queue) -> SessionState:
@@ -163,7 +157,7 @@ def test_an_unreachable_zookeeper_fails_within_the_timeout_saying_why_quietly(ca
                                                       r"dropped: .*Connection refused\)"):
             attempt()
         assert time.monotonic() - started < 5
-    wait_for(lambda: threading.active_count() <= threads_before, "kazoo's threads ending")
+    wait_until(lambda: threading.active_count() <= threads_before, "kazoo's threads ending")
     # kazoo's retries are there for whoever asks for DEBUG, and only then
     assert any(r.name == "pybk.meta.kazoo" and "Connection refused" in r.getMessage()
                for r in caplog.records)
@@ -241,7 +235,7 @@ def test_a_client_rides_out_a_zookeeper_restart(own_zookeeper):
         worker = threading.Thread(target=work, daemon=True)
         worker.start()
         try:
-            wait_for(lambda: increments[0] >= 20, "progress before the restart")
+            wait_until(lambda: increments[0] >= 20, "progress before the restart")
             own_zookeeper.shutdown(graceful=False)
             started = time.monotonic()
             with pytest.raises(MetadataUnavailable):
@@ -249,7 +243,7 @@ def test_a_client_rides_out_a_zookeeper_restart(own_zookeeper):
             assert time.monotonic() - started < 5
             own_zookeeper.start()
             before = increments[0]
-            wait_for(lambda: increments[0] >= before + 20 or errors, "progress after it")
+            wait_until(lambda: increments[0] >= before + 20 or errors, "progress after it")
         finally:
             stop.set()
             worker.join(WAIT_S)

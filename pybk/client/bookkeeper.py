@@ -3,7 +3,7 @@
 A client needs a metadata store (:mod:`pybk.meta`) and a way to reach bookies (a
 ``bookie id -> BookieClient`` mapping, :mod:`pybk.client.transport`).
 :meth:`BookKeeper.in_process` builds one over bookies of this process;
-:meth:`BookKeeper.connect` one of a cluster (ZooKeeper and bookies over ZeroMQ).
+:func:`pybk.connect` one of a cluster (ZooKeeper and bookies over ZeroMQ).
 
 Bookies are resolved off the data path: whenever a ledger's bookies become known to the
 client (a new ledger's ensemble, replacements in an ensemble change, the fragments of an
@@ -48,13 +48,6 @@ _TICK_S = 0.05
 
 class BookKeeper:
     """A ledger client.  Use as a context manager, or call :meth:`close`."""
-
-    def __new__(cls, metadata: "MetadataStore | str", *args: object,
-                **kwargs: object) -> "BookKeeper":
-        """``BookKeeper("zk://host:port/ledgers", settings)`` is :meth:`connect`."""
-        if cls is BookKeeper and isinstance(metadata, str):
-            return cls.connect(metadata, *args, **kwargs)  # type: ignore[arg-type]
-        return super().__new__(cls)
 
     def __init__(self, metadata: MetadataStore, bookies: Mapping[str, BookieClient]
                  | Callable[[str], BookieClient], settings: ClientSettings | None = None,
@@ -101,17 +94,6 @@ class BookKeeper:
         """A client over bookies of this process (called directly, no serialization)."""
         return cls(metadata, {bookie_id: InProcessBookieClient(bookie_id, bookie)
                               for bookie_id, bookie in bookies.items()}, settings)
-
-    @classmethod
-    def connect(cls, address: str, settings: ClientSettings | None = None,
-                **options) -> "BookKeeper":
-        """A client of the cluster whose metadata is at ``address``
-        (``zk://host:port[,host:port...]/ledgers``): bookies are found in its registry
-        and reached over ZeroMQ; :meth:`close` closes the session and connections.  See
-        :func:`pybk.cluster.connect.connect` for ``options`` and errors."""
-        # The cluster layer sits above this one: imported only when a cluster is wanted.
-        from pybk.cluster.connect import connect
-        return connect(address, settings, **options)
 
     def __enter__(self) -> "BookKeeper":
         return self

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 from pybk.errors import DigestMismatch
 from pybk.meta.ledger_metadata import DigestType
-from pybk.storage.checksum import crc32c
+from pybk.checksum import crc32c
 
 HEADER = struct.Struct(">QQqq")
 HEADER_SIZE = HEADER.size

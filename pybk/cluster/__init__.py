@@ -9,7 +9,7 @@ ensemble on loopback) for tests, local clusters and benchmarks.
 
 A cluster: :class:`pybk.cluster.node.BookieNode` serves a bookie and keeps it registered
 (with its endpoint) in ZooKeeper; :func:`pybk.cluster.connect.connect` (also
-``pybk.BookKeeper.connect``) makes a client that finds bookies through the registry
+``pybk.connect``) makes a client that finds bookies through the registry
 (:mod:`pybk.cluster.directory`); :mod:`pybk.cluster.local` runs a throwaway cluster of
 bookie processes, :mod:`pybk.cluster.simpletest` checks one, and
 :mod:`pybk.cluster.commands` is what the ``pybk`` cluster commands do.

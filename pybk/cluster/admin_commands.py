@@ -275,10 +275,10 @@ def _ensembles(m: dict) -> str:
 def run_delete_ledger(target_: Target, ledger_id: int) -> int:
     """``deleteledger ID``: its metadata, then its entries on its bookies (as
     :meth:`pybk.client.BookKeeper.delete_ledger`).  JSON: ``{"deleted": id}``."""
-    from pybk.client import BookKeeper
+    from pybk.cluster.connect import connect
 
     try:
-        with BookKeeper.connect(target_.address) as bk:
+        with connect(target_.address) as bk:
             bk.delete_ledger(ledger_id)
     except BookKeeperError as e:
         print(f"pybk {target_.command}: {e}", file=sys.stderr, flush=True)

@@ -193,9 +193,9 @@ def run_autorecovery(settings: ServerSettings, candidate: str = "") -> int:
 def run_updatecookie(settings: ServerSettings) -> int:
     """Accept a bookie's directories moved on purpose to where ``settings`` name them:
     rewrite their cookies and, with ``metadataServiceUri``, the cluster's copy
-    (:func:`pybk.meta.cookies.update_cookies`)."""
+    (:func:`pybk.cluster.cookies.update_cookies`)."""
     from pybk.meta.address import open_metadata_store
-    from pybk.meta.cookies import update_cookies
+    from pybk.cluster.cookies import update_cookies
     from pybk.meta.zookeeper import ZooKeeperSettings
 
     try:
@@ -245,7 +245,7 @@ def run_localcluster(bookies: int, directory: str | None) -> int:
                     _say(f"pybk localcluster: bookie {bookie_id} at {endpoint}")
                 _say(f"pybk localcluster: data in {cluster.directory}\n"
                      f"  try:     pybk simpletest --zk {cluster.address}\n"
-                     f"  Python:  pybk.BookKeeper.connect({cluster.address!r})\n"
+                     f"  Python:  pybk.connect({cluster.address!r})\n"
                      "  Ctrl-C (or SIGTERM) stops the cluster")
                 while not signals.stop.wait(_POLL_S):
                     pass
@@ -282,11 +282,11 @@ def run_simpletest(address: str, ensemble: int, write_quorum: int, ack_quorum: i
 def run_clean_orphans(address: str, log_name: str, older_than_s: float) -> int:
     """Give up the jobs of a log on the cluster at ``address`` that nothing wrote for
     ``older_than_s`` seconds (:func:`pybk.log.commit.clean_orphans`)."""
-    from pybk.client import BookKeeper
+    from pybk.cluster.connect import connect
     from pybk.log.commit import clean_orphans
 
     try:
-        with BookKeeper.connect(address) as bk:
+        with connect(address) as bk:
             given_up = clean_orphans(bk, log_name, older_than_s)
     except BookKeeperError as e:
         return _failed("clean-orphans", e)

@@ -1,6 +1,6 @@
 """A ledger client of a cluster: metadata on ZooKeeper, bookies over ZeroMQ.
 
-:func:`connect` (also :meth:`pybk.BookKeeper.connect`) opens a session on the cluster's
+:func:`connect` (also :func:`pybk.connect`) opens a session on the cluster's
 ZooKeeper, one :class:`~pybk.cluster.client.ClientLoop` and a
 :class:`~pybk.cluster.directory.BookieDirectory`, and returns a
 :class:`~pybk.client.BookKeeper` over them whose :meth:`~ClusterBookKeeper.close` closes
@@ -38,15 +38,9 @@ class ClusterBookKeeper(BookKeeper):
     bookie directory (made by :func:`connect`; ``own_store=False``: a store its maker
     keeps, as autorecovery does)."""
 
-    def __init__(self, store: "ZooKeeperMetadataStore | str", *args: object,
-                 **kwargs: object) -> None:
-        if isinstance(store, str):
-            return  # BookKeeper("zk://...", ...) made it through connect(): set up already
-        self._set_up(store, *args, **kwargs)  # type: ignore[arg-type]
-
-    def _set_up(self, store: MetadataStore, loop: ClientLoop,
-                directory: BookieDirectory, settings: ClientSettings,
-                local_bookie: str | None = None, own_store: bool = True) -> None:
+    def __init__(self, store: MetadataStore, loop: ClientLoop,
+                 directory: BookieDirectory, settings: ClientSettings,
+                 local_bookie: str | None = None, own_store: bool = True) -> None:
         super().__init__(store, directory, settings, local_bookie=local_bookie)
         self.directory = directory
         self._owned: tuple = (directory, loop, store) if own_store else (directory, loop)

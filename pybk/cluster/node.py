@@ -81,7 +81,8 @@ from pybk.cluster.autorecovery import AutoRecovery
 from pybk.cluster.server import BookieServer
 from pybk.errors import BookKeeperError, InvalidConfiguration
 from pybk.meta.address import open_metadata_store
-from pybk.meta.cookies import Cookie, check_cluster_cookie
+from pybk.cluster.cookies import cluster_cookie
+from pybk.meta.cookies import check_cluster_cookie
 from pybk.meta.interface import MetadataStore, SessionState
 from pybk.meta.zookeeper import ZooKeeperSettings
 from pybk.settings import ServerSettings, split_host_port
@@ -140,7 +141,7 @@ class BookieNode:
             local = directory_cookie(bookie.settings)
             #: The bookie's id in the cluster.
             self.bookie_id = resolve_bookie_id(settings, local.bookie_id, f"{host}:{port}")
-            check_cluster_cookie(metadata, Cookie.of_bookie(self.bookie_id, local))
+            check_cluster_cookie(metadata, cluster_cookie(self.bookie_id, local))
             record_bookie_id(bookie.settings, self.bookie_id)
             bookie.add_state_listener(self._on_bookie_state)
             opened.callback(bookie.remove_state_listener, self._on_bookie_state)

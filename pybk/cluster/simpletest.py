@@ -15,7 +15,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from pybk.client.bookkeeper import BookKeeper
+from pybk.cluster.connect import connect
 from pybk.errors import BookKeeperError
 from pybk.settings import ClientSettings
 
@@ -53,7 +53,7 @@ def simple_test(address: str, ensemble: int = 3, write_quorum: int = 2, ack_quor
                 entries: int = 1000, entry_bytes: int = 1024,
                 settings: ClientSettings | None = None) -> SimpleTestReport:
     """Run the test against the cluster at ``address`` (see the module docstring)."""
-    with BookKeeper.connect(address, settings) as bk:
+    with connect(address, settings) as bk:
         lh = bk.create_ledger(ensemble, write_quorum, ack_quorum, password=PASSWORD)
         started = time.monotonic()
         in_flight: deque = deque()

@@ -1,7 +1,7 @@
 """Bookie cookies in the metadata store: the cluster's memory of which disks each bookie
 id stands for.
 
-A bookie's directories carry a cookie (:mod:`pybk.storage.cookie`): its instance id,
+A bookie's directories carry a cookie (``pybk.storage.cookie``): its instance id,
 drawn when they were formatted, its bookie id once it joined a cluster, and their paths
 (unless they are not bound to paths, as an embedded WAL's).  That stops a bookie from
 starting on swapped or half-wiped disks, or under another id, but not from starting on
@@ -18,9 +18,11 @@ bookie node checks it at every start (:func:`check_cluster_cookie`, called by
 * any other cookie: it refuses to start with :class:`~pybk.errors.InvalidCookie`
   naming the bookie id and what differs.
 
-Directories moved on purpose get both copies rewritten by :func:`update_cookies`
-(``pybk updatecookie``, BookKeeper's command of that name), which first checks that the
-directories are one bookie's and that the cluster knows that bookie's instance.
+Directories moved on purpose get both copies rewritten by
+:func:`pybk.cluster.cookies.update_cookies` (``pybk updatecookie``, BookKeeper's command
+of that name), which first checks that the directories are one bookie's and that the
+cluster knows that bookie's instance.  This module knows only the cluster's copy; where
+the directories meet the cluster is :mod:`pybk.cluster.cookies`.
 
 Record format: a sealed record (:mod:`pybk.meta.sealed`) with magic b"PBKC" and format
 version 1, whose body has exactly these keys::
@@ -44,12 +46,9 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from pybk.errors import (InvalidConfiguration, InvalidCookie, MalformedMetadata,
-                         MetadataError, NodeExists)
+from pybk.errors import InvalidCookie, MalformedMetadata, MetadataError, NodeExists
 from pybk.meta import paths
 from pybk.meta.sealed import seal, typed, unseal
-from pybk.storage.cookie import (BookieCookie, locked_directories, rebind_directories,
-                                 resolve_bookie_id, write_cookies)
 
 if TYPE_CHECKING:
     from pybk.meta.interface import MetadataStore
@@ -92,13 +91,6 @@ class Cookie:
                 isinstance(d, str) and d for d in self.ledger_directories):
             raise ValueError(f"cookie of {self.bookie_id}: ledger_directories must be "
                              f"non-empty strings, at least one: {self.ledger_directories!r}")
-
-    @classmethod
-    def of_bookie(cls, bookie_id: str, local: BookieCookie) -> "Cookie":
-        """The cluster's cookie of a bookie serving as ``bookie_id`` whose directories
-        hold ``local`` (:func:`pybk.storage.cookie.directory_cookie`)."""
-        return cls(bookie_id, local.instance_id, local.journal_directory,
-                   local.ledger_directories)
 
     def differences(self, other: "Cookie") -> list[str]:
         """What differs from ``other``, one phrase per field; this cookie is called the
@@ -151,12 +143,12 @@ def check_cluster_cookie(store: "MetadataStore", cookie: Cookie) -> bool:
     cluster's matched.  Raises InvalidCookie if the cluster knows the id with another
     cookie (or an unreadable one), MetadataError if the store fails."""
     path = cookie_path(cookie.bookie_id)
-    found = _read(store, cookie.bookie_id)
+    found = known_cookie(store, cookie.bookie_id)
     if found is None:
         try:
             store.write_cookie(cookie)
         except NodeExists:  # another bookie with this id wrote one first
-            found = _read(store, cookie.bookie_id)
+            found = known_cookie(store, cookie.bookie_id)
             if found is None:
                 raise InvalidCookie(f"bookie {cookie.bookie_id}: its cookie {path} in "
                                     f"{store} was created and removed again while it "
@@ -179,56 +171,15 @@ def check_cluster_cookie(store: "MetadataStore", cookie: Cookie) -> bool:
         advice = ("the same bookie instance now names other directories than when it "
                   "joined the cluster: correct journalDirectory and ledgerDirectories, or, "
                   "if the directories were moved on purpose, run pybk updatecookie with "
-                  "the new settings (update_cookies)")
+                  "the new settings (pybk.cluster.cookies.update_cookies)")
     raise InvalidCookie(f"bookie {cookie.bookie_id} refuses to start: its cookie {path} in "
                         f"{store} does not match its directories ({'; '.join(differences)})"
                         f": {advice}")
 
 
-def update_cookies(settings, store: "MetadataStore | None" = None) -> BookieCookie:
-    """Accept a bookie's directories moved on purpose to where ``settings`` name them
-    (BookKeeper's ``updatecookie``): rewrite their cookies bound to the new paths, and
-    the cluster's copy in ``store``.  Returns the cookie they now hold.
-
-    Checked before anything is written: no bookie runs on the directories (their lock),
-    they are one bookie's (:func:`pybk.storage.cookie.rebind_directories`), and, if the
-    bookie has an id (recorded in its cookies, or ``bookieId`` for directories that
-    recorded none, as format 1 cookies), ``store`` is given and does not know the id
-    for another instance.  The directories are rewritten first, then the cluster's copy
-    (compare-and-set); after a crash in between, running it again finishes the job.
-    Raises InvalidCookie, InvalidConfiguration (a bookie of a cluster and no ``store``),
-    BookKeeperError (the directories are in use), MetadataError (the store failed)."""
-    with locked_directories(settings):
-        local = rebind_directories(settings)
-        bookie_id = resolve_bookie_id(settings, local.bookie_id)
-        found = None
-        if bookie_id is not None:
-            if store is None:
-                raise InvalidConfiguration(
-                    f"the directories of {settings.journalDirectory} serve as bookie "
-                    f"{bookie_id} in a cluster: give the cluster (metadataServiceUri, pybk "
-                    "updatecookie --zk) so that its copy of the cookie is updated too")
-            found = _read(store, bookie_id)
-        if found is not None:
-            if found[0].instance_id != local.instance_id:
-                raise InvalidCookie(
-                    f"bookie {bookie_id}: its cookie {cookie_path(found[0].bookie_id)} in "
-                    f"{store} is of instance {found[0].instance_id}, but these directories "
-                    f"are of instance {local.instance_id}: they are not the disks the "
-                    "cluster knows under this id; nothing was changed")
-            # Known to the cluster under this id: the directories keep it.
-            local = dataclasses.replace(local, bookie_id=found[0].bookie_id)
-        write_cookies(settings, local)
-        if found is not None and store is not None:
-            wanted = Cookie.of_bookie(found[0].bookie_id, local)
-            if found[0] != wanted:
-                store.write_cookie(wanted, found[1])
-                log.info("bookie %s: its cookie %s in %s now names %s", wanted.bookie_id,
-                         cookie_path(wanted.bookie_id), store, local.describe_paths())
-    return local
-
-
-def _read(store: "MetadataStore", bookie_id: str) -> tuple[Cookie, int] | None:
+def known_cookie(store: "MetadataStore", bookie_id: str) -> tuple[Cookie, int] | None:
+    """The cluster's cookie of ``bookie_id`` and its version, None if it has none;
+    InvalidCookie if the record is not a cookie, MetadataError if the store fails."""
     try:
         return store.read_cookie(bookie_id)
     except MalformedMetadata as e:

@@ -75,7 +75,7 @@ from pybk.meta import paths
 from pybk.meta.interface import (ANY_VERSION, SEQUENCE_DIGITS, MetadataStore, check_data,
                                  check_version, sequential_prefix)
 from pybk.meta.watches import Notifier, Watch, WatchCallback
-from pybk.storage.fileio import fsync_directory, lock_file
+from pybk.fileio import fsync_directory, lock_file
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import struct
 from typing import Any
 
 from pybk.errors import MalformedMetadata
-from pybk.storage.checksum import crc32c
+from pybk.checksum import crc32c
 
 HEADER = struct.Struct(">4sHII")
 assert HEADER.size == 14, "a sealed record's header is documented as 14 bytes"

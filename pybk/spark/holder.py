@@ -28,7 +28,7 @@ from pybk.errors import (BookieUnavailable, BookKeeperError, InvalidConfiguratio
 from pybk.meta import paths
 from pybk.meta.address import open_metadata_store
 from pybk.meta.interface import ANY_VERSION, MetadataStore
-from pybk.storage.fileio import lock_file, write_file_atomically
+from pybk.fileio import lock_file, write_file_atomically
 
 log = logging.getLogger(__name__)
 

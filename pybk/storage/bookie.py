@@ -46,13 +46,13 @@ from pybk.errors import (BookieClosed, BookieReadOnly, BookKeeperError, CorruptD
                          NoSuchEntry, NoSuchLedger, Unauthorized)
 from pybk.settings import ServerSettings
 from pybk.storage import journal as jr
-from pybk.storage.checksum import crc32c
+from pybk.checksum import crc32c
 from pybk.storage.cookie import format_directories, verify_cookies
 from pybk.storage.diskcheck import (DiskMonitor, UsageFunction, free_and_total_bytes,
                                     used_fraction)
 from pybk.storage.entries import ENTRY_HEADER, ENTRY_HEADER_SIZE, LAST_ENTRY
 from pybk.storage.entrylog import EntryLogger, Location
-from pybk.storage.fileio import DEFAULT_IO, FileIO, lock_file
+from pybk.fileio import DEFAULT_IO, FileIO, lock_file
 from pybk.storage.gc import GarbageCollector, GcStats
 from pybk.storage.index import Index, StoredLedgerState
 from pybk.storage.lastmark import read_mark, write_mark

@@ -32,7 +32,7 @@ longer names the formatted directories.  Each stops the start with
 :class:`pybk.errors.InvalidCookie` naming the directory, because serving from such a disk
 would silently lose or mix entries.  Directories moved on purpose are accepted again by
 :func:`rebind_directories` (``pybk updatecookie``,
-:func:`pybk.meta.cookies.update_cookies`).
+:func:`pybk.cluster.cookies.update_cookies`).
 
 Cookies are rewritten atomically one directory at a time, so a crash while the bookie id
 is recorded, or while ``pybk updatecookie`` runs, can leave the directories disagreeing:
@@ -60,7 +60,7 @@ import uuid
 from typing import Iterator
 
 from pybk.errors import BookKeeperError, InvalidCookie
-from pybk.storage.fileio import lock_file, write_file_atomically
+from pybk.fileio import lock_file, write_file_atomically
 
 COOKIE_FILE = "COOKIE"
 CURRENT = "current"

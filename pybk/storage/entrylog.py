@@ -59,8 +59,8 @@ import threading
 from typing import Callable, Iterator, NamedTuple
 
 from pybk.errors import BookKeeperError, CorruptData
-from pybk.storage.checksum import crc32c
-from pybk.storage.fileio import DEFAULT_IO, FileIO, fsync_directory
+from pybk.checksum import crc32c
+from pybk.fileio import DEFAULT_IO, FileIO, fsync_directory
 from pybk.storage.journal import ADD, ENTRY_CRC_SEED
 from pybk.storage.journal import RECORD
 

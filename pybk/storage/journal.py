@@ -69,8 +69,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, NamedTuple, Sequence
 
 from pybk.errors import BookieClosed, BookKeeperError, DiskFull
-from pybk.storage.checksum import crc32c
-from pybk.storage.fileio import DEFAULT_IO, FileIO, fsync_directory
+from pybk.checksum import crc32c
+from pybk.fileio import DEFAULT_IO, FileIO, fsync_directory
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ import logging
 import os
 import struct
 
-from pybk.storage.checksum import crc32c
-from pybk.storage.fileio import DEFAULT_IO, FileIO, write_file_atomically
+from pybk.checksum import crc32c
+from pybk.fileio import DEFAULT_IO, FileIO, write_file_atomically
 from pybk.storage.journal import LogMark
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from pybk.storage.fileio import FileIO
+from pybk.fileio import FileIO
 
 BLOCK = 4096
 MODES = ("drop", "zero", "garble", "mixed")

@@ -1,7 +1,10 @@
-"""The few file system calls the storage engine's durable writes go through.
+"""The few file system calls pybk's durable writes go through.
+
+A bottom module (it imports nothing of pybk): the storage engine and the embedded
+metadata store both write durably through it.
 
 The journal, the entry logs and the LastLogMark write through a :class:`FileIO`, so that a
-test can put a fault-injecting layer underneath (see ``tests/faultyio.py``): drop, truncate
+test can put a fault-injecting layer underneath (:mod:`pybk.testing.faultyio`): drop, truncate
 or garble what was written since the last sync, as a power cut would.
 """
 

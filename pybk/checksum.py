@@ -1,4 +1,7 @@
-"""The checksum of every storage file format: CRC-32C (Castagnoli).
+"""The checksum of every pybk format: CRC-32C (Castagnoli).
+
+A bottom module (it imports nothing of pybk): the storage engine's files, the client's
+entry digests and the metadata records all checksum with it.
 
 CRC-32C is what BookKeeper uses for entry digests, and CPUs compute it in hardware
 (SSE 4.2, ARMv8): the ``crc32c`` package does so at about 10 GB/s where ``zlib.crc32``

@@ -1,0 +1,23 @@
+"""What tests of pybk, and of applications built on it, need beyond the library.
+
+:mod:`pybk.testing.faults`
+    :class:`~pybk.testing.faults.FaultyBookieClient`: a bookie client that fails, drops,
+    delays or holds back replies, on the single and the batched add paths.
+:mod:`pybk.testing.faulty_metadata`
+    :class:`~pybk.testing.faulty_metadata.FaultyMetadataStore`: metadata writes held until
+    the test releases them, to decide the order of racing updates.
+:mod:`pybk.testing.faultyio`
+    :class:`~pybk.testing.faultyio.FaultyFileIO`: a file layer that acts out power loss
+    (unsynced writes undone, zeroed or garbled) and crashes at a chosen operation.
+:func:`wait_until`
+    A bounded wait for something another thread or process does.
+
+A throwaway ZooKeeper is :class:`pybk.cluster.zookeeper_server.ZooKeeperServer` and a
+local cluster of bookie processes :class:`pybk.cluster.local.LocalCluster`; both serve
+``pybk localcluster`` too, so they live with the cluster.  Nothing in the library imports
+this package.
+"""
+
+from pybk.testing.waiting import wait_until
+
+__all__ = ["wait_until"]
