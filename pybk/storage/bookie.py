@@ -7,7 +7,7 @@ A :class:`Bookie` ties the parts together:
   journal record is fdatasync'd;
 * a checkpoint (every ``flushInterval``, when the write cache is half full, and at close)
   takes a journal mark, writes the cache to an entry log, fsyncs it, commits the index,
-  and persists LastLogMark; older journals may then go;
+  and persists LastLogMark; older journals may then go (:mod:`pybk.storage.checkpoint`);
 * at start the journal is replayed from LastLogMark;
 * a housekeeping thread collects garbage, compacts entry logs and watches disk usage;
   a deletion asks for a checkpoint at once, and the checkpoint that makes deletions
@@ -39,23 +39,24 @@ import struct
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable, ContextManager, Iterator, Sequence
+from typing import Callable, ContextManager, Sequence
 
+from pybk.checksum import crc32c
 from pybk.errors import (BookieClosed, BookieReadOnly, BookKeeperError, CorruptData,
                          DirectoryLocked, DiskFull, EntryTooLarge, LedgerFenced, MalformedEntry,
                          NoSuchEntry, NoSuchLedger, Unauthorized)
+from pybk.fileio import DEFAULT_IO, FileIO, lock_file
 from pybk.settings import ServerSettings
 from pybk.storage import journal as jr
-from pybk.checksum import crc32c
+from pybk.storage.checkpoint import Checkpointer, Generation, flush_generation
 from pybk.storage.cookie import format_directories, verify_cookies
 from pybk.storage.diskcheck import (DiskMonitor, UsageFunction, free_and_total_bytes,
                                     used_fraction)
 from pybk.storage.entries import ENTRY_HEADER, ENTRY_HEADER_SIZE, LAST_ENTRY
 from pybk.storage.entrylog import EntryLogger, Location
-from pybk.fileio import DEFAULT_IO, FileIO, lock_file
 from pybk.storage.gc import GarbageCollector, GcStats
 from pybk.storage.index import Index, StoredLedgerState
-from pybk.storage.lastmark import read_mark, write_mark
+from pybk.storage.lastmark import read_mark
 from pybk.storage.writecache import WriteCache
 
 log = logging.getLogger(__name__)
@@ -100,13 +101,10 @@ class Bookie:
                  disk_usage: UsageFunction = used_fraction,
                  start_background_threads: bool = True) -> None:
         self.settings = settings
-        self._io = io
         self.instance_id = verify_cookies(settings)
         self._ledger_dirs = list(settings.ledgerDirectories)
         self.journal_dir = os.path.join(settings.journalDirectory, "current")
         self._lock = threading.Lock()            # ledger states, caches, journal order
-        self._checkpoint_lock = threading.Lock()  # one checkpoint at a time
-        self._persisted_mark: jr.LogMark | None = None  # the LastLogMark written last
         self._entrylog_lock = threading.Lock()    # appends to entry logs
         self._cache_space = threading.Condition(threading.Lock())
         self._states: dict[int, LedgerState] = {}
@@ -124,7 +122,6 @@ class Bookie:
         self._state_listeners: list[StateListener] = []
         self._closed = False
         self._stop = threading.Event()
-        self._checkpoint_wanted = threading.Event()
         self._gc_wanted = threading.Event()  # deletions became durable; also: at start
         self._gc_wanted.set()
         self._disks = DiskMonitor([settings.journalDirectory, *self._ledger_dirs],
@@ -135,7 +132,7 @@ class Bookie:
             raise DiskFull(f"disk usage over diskUsageThreshold={settings.diskUsageThreshold} "
                            f"in {self._disks.full_directories()} and readOnlyModeEnabled is "
                            "false: not starting")
-        self._threads: list[threading.Thread] = []
+        self._housekeeping: threading.Thread | None = None
         lock_path = os.path.join(settings.journalDirectory, "current", "LOCK")
         try:
             self._dir_lock = lock_file(lock_path)
@@ -161,6 +158,9 @@ class Bookie:
             self._journal = jr.Journal(self.journal_dir, settings, io,
                                        first_journal_id=last_journal_id + 1,
                                        queue_lock=self._lock)
+            self._checkpointer = Checkpointer(settings, self._journal, self._lock,
+                                              self._cut_generation, self._flush,
+                                              self._restore_generation, io)
             self.checkpoint()
         except BaseException:
             self._release_resources()
@@ -169,11 +169,10 @@ class Bookie:
         if self._disks.should_become_read_only():
             self._on_disk_full()
         if start_background_threads:
-            for target, name in ((self._sync_loop, "pybk-sync"),
-                                 (self._housekeeping_loop, "pybk-housekeeping")):
-                thread = threading.Thread(target=target, name=name, daemon=True)
-                thread.start()
-                self._threads.append(thread)
+            self._checkpointer.start()
+            self._housekeeping = threading.Thread(target=self._housekeeping_loop,
+                                                  name="pybk-housekeeping", daemon=True)
+            self._housekeeping.start()
 
     # -- context manager ---------------------------------------------------------
 
@@ -480,10 +479,10 @@ class Bookie:
         """Block while both write cache halves are full (bounded memory)."""
         if self._journal.is_committer_thread():
             return  # a completion callback must not wait for the checkpoint it blocks
-        if not self._threads:
+        if not self._checkpointer.threaded:
             self.checkpoint()  # no sync thread (start_background_threads=False)
             return
-        self._checkpoint_wanted.set()
+        self._checkpointer.request()
         with self._cache_space:
             while self._active.size_bytes >= self._cache_half_bytes and not self._closed:
                 self._cache_space.wait(0.1)
@@ -542,7 +541,7 @@ class Bookie:
             self._pending_deletes.add(ledger_id)
             self._active.drop_ledger(ledger_id)
         self._journal.wait(waiter)
-        self._checkpoint_wanted.set()  # the space can be collected once this is durable
+        self._checkpointer.request()  # the space can be collected once this is durable
 
     def force(self, ledger_id: int) -> Future:
         """A Future that completes once everything added to the ledger so far is durable."""
@@ -668,88 +667,53 @@ class Bookie:
     # -- checkpoint --------------------------------------------------------------
 
     def checkpoint(self) -> jr.LogMark | None:
-        """Flush the write cache to entry logs and index, then persist LastLogMark.
+        """Flush the write cache to entry logs and index, then persist LastLogMark
+        (:meth:`pybk.storage.checkpoint.Checkpointer.checkpoint`).
 
         Returns the new mark (None if the journal has failed and no mark could be taken).
         """
         self._refuse_on_journal_thread("checkpoint()")
-        with self._checkpoint_lock:
-            waiter = jr.Waiter()
-            with self._lock:
-                flushing = self._active
-                self._flushing = flushing
-                self._active = WriteCache()
-                states = {lid: self._states[lid].stored() for lid in self._dirty}
-                self._dirty = set()
-                deletes = self._pending_deletes
-                self._pending_deletes = set()
-                try:
-                    self._journal.mark_locked(waiter)
-                except BookKeeperError:
-                    waiter(None)
-            mark = waiter.wait()
-            try:
-                self._flush(flushing, states, deletes)
-            except BaseException:
-                self._restore(flushing, states, deletes)
-                raise
-            self._flushing = None
-            with self._cache_space:
-                self._cache_space.notify_all()
-            if not isinstance(mark, jr.LogMark):
-                return None
-            if mark != self._persisted_mark:  # else the journal did not move: no sync needed
-                write_mark(self._ledger_dirs, mark, self._io)
-                self._persisted_mark = mark
-                self._journal.remove_old_files(mark, self.settings.journalMaxBackups)
-            return mark
+        return self._checkpointer.checkpoint()
 
-    def _restore(self, cache: WriteCache, states: dict[int, StoredLedgerState],
-                 deletes: set[int]) -> None:
-        """A checkpoint failed: put its generation back so that the next one retries it
-        (and no mark moves past records that are in neither an entry log nor the index)."""
-        with self._lock:
-            cache.absorb(self._active)  # newer records after older ones
-            for ledger_id in cache.ledger_ids():
-                state = self._states.get(ledger_id)
-                if state is not None and state.deleted:
-                    cache.drop_ledger(ledger_id)
-            self._active = cache
-            self._flushing = None
-            self._dirty |= states.keys()
-            self._pending_deletes |= deletes
-        log.warning("checkpoint failed; its %d bytes of entries stay in the write cache",
-                    cache.size_bytes)
+    def _cut_generation(self) -> Generation:
+        """Hand what was acknowledged since the last cut to a checkpoint; reads go on
+        finding its entries in ``_flushing`` until :meth:`_flush` is done.  Caller holds
+        the lock."""
+        generation = Generation(self._active,
+                                {lid: self._states[lid].stored() for lid in self._dirty},
+                                self._pending_deletes)
+        self._flushing = self._active
+        self._active = WriteCache()
+        self._dirty = set()
+        self._pending_deletes = set()
+        return generation
 
-    def _flush(self, cache: WriteCache, states: dict[int, StoredLedgerState],
-               deletes: set[int]) -> None:
-        """Write a cache generation to entry logs (synced), then commit the index."""
-        gone = deletes | {lid for lid, st in states.items() if st.deleted}
-        items: list[Iterator[tuple[bytes, bytes]]] = []  # lazy: LMDB packs them in C
-        touched: set[int] = set()
-        try:
-            with self._entrylog_lock:
-                try:
-                    for ledger_id, entry_ids, buffers in cache.runs(gone):
-                        for log_id, first, offsets in self._entry_logs.append_run(ledger_id,
-                                                                                  buffers):
-                            touched.add(log_id)
-                            last = first + len(offsets)
-                            items.append(Index.location_items(
-                                ledger_id, entry_ids[first:last], log_id, offsets,
-                                map(len, buffers[2 * first + 1:2 * last:2])))
-                finally:
-                    self._gc.hold(touched)  # until the index points at what was appended
-                self._entry_logs.sync()
-                last_log_id = self._entry_logs.last_log_id
-            self._index.commit_checkpoint(itertools.chain.from_iterable(items), states,
-                                          deletes, last_log_id)
-        finally:
-            with self._entrylog_lock:
-                self._gc.release(touched)
+    def _flush(self, generation: Generation) -> None:
+        """Make a generation durable in entry logs and the index, then let go of it: its
+        cache half frees up, and its deletions go to GC."""
+        gone = flush_generation(generation, self._entry_logs, self._index, self._gc,
+                                self._entrylog_lock)
         self._durably_deleted |= gone
         if gone:
             self._gc_wanted.set()
+        self._flushing = None
+        with self._cache_space:
+            self._cache_space.notify_all()
+
+    def _restore_generation(self, generation: Generation) -> None:
+        """A checkpoint failed: put its generation back so that the next one retries it
+        (and no mark moves past records that are in neither an entry log nor the index).
+        Caller holds the lock."""
+        cache = generation.cache
+        cache.absorb(self._active)  # newer records after older ones
+        for ledger_id in cache.ledger_ids():
+            state = self._states.get(ledger_id)
+            if state is not None and state.deleted:
+                cache.drop_ledger(ledger_id)
+        self._active = cache
+        self._flushing = None
+        self._dirty |= generation.states.keys()
+        self._pending_deletes |= generation.deletes
 
     # -- replay ------------------------------------------------------------------
 
@@ -804,9 +768,7 @@ class Bookie:
     def _flush_replayed(self) -> None:
         """During replay: move what was replayed so far into entry logs and the index (the
         mark stays where it is until the first checkpoint)."""
-        states = {lid: self._states[lid].stored() for lid in self._dirty}
-        self._flush(self._active, states, self._pending_deletes)
-        self._active, self._dirty, self._pending_deletes = WriteCache(), set(), set()
+        self._flush(self._cut_generation())
 
     # -- housekeeping --------------------------------------------------------------
 
@@ -854,18 +816,6 @@ class Bookie:
         candidates = [d for d in self._ledger_dirs if d not in full] or self._ledger_dirs
         return self._disks.least_used(candidates)
 
-    def _sync_loop(self) -> None:
-        interval = self.settings.flushInterval / 1000.0
-        while not self._stop.is_set():
-            self._checkpoint_wanted.wait(interval)
-            if self._stop.is_set():
-                return
-            self._checkpoint_wanted.clear()
-            try:
-                self.checkpoint()
-            except Exception:  # keep checkpointing; the next attempt may succeed
-                log.exception("checkpoint failed")
-
     def _housekeeping_loop(self) -> None:
         gc_interval = self.settings.gcWaitTime / 1000.0
         disk_interval = self.settings.diskCheckInterval / 1000.0
@@ -908,12 +858,12 @@ class Bookie:
                 return
             self._closed = True
         self._stop.set()
-        self._checkpoint_wanted.set()
         self._gc_wanted.set()
         try:
-            for thread in self._threads:
-                if thread is not threading.current_thread():
-                    thread.join()
+            self._checkpointer.stop()
+            housekeeping = self._housekeeping
+            if housekeeping is not None and housekeeping is not threading.current_thread():
+                housekeeping.join()
             try:
                 self._journal.sync()
             except BookKeeperError:
