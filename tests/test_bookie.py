@@ -12,7 +12,7 @@ from conftest import KEY, entry
 from pybk.errors import (BookieClosed, EntryTooLarge, LedgerFenced, MalformedEntry,
                          NoSuchEntry, NoSuchLedger, Unauthorized)
 from pybk.storage import LAST_ENTRY, Bookie, entrylog
-from pybk.storage.journal import RECORD
+from pybk.storage.journal_codec import RECORD
 from storageutil import CountingIO, EntryLogWriteOutRecorder, close_as_if_crashed
 
 pytestmark = pytest.mark.timeout(60)

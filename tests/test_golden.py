@@ -42,9 +42,10 @@ from pybk.meta.cookies import Cookie
 from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState, hash_password
 from pybk.settings import ServerSettings
 from pybk.storage import LAST_ENTRY, Bookie, format_bookie
-from pybk.storage import journal as jr
+from pybk.storage import journal_codec as codec
 from pybk.storage.cookie import BookieCookie, directory_cookie, read_cookie, write_cookies
 from pybk.storage.entrylog import EntryLogger, log_file_name
+from pybk.storage.journal import ZERO_FILL_STEP
 from pybk.storage.lastmark import read_mark
 
 pytestmark = pytest.mark.timeout(60)
@@ -196,7 +197,7 @@ class Written(NamedTuple):
     """What the storage script left in a bookie's directories."""
 
     journal: bytes
-    mark: jr.LogMark  # of the checkpoint after the script: the end of the records
+    mark: codec.LogMark  # of the checkpoint after the script: the end of the records
     entry_log: bytes
     last_mark: bytes
     index: bytes  # its items (dump_index)
@@ -264,17 +265,17 @@ def journal_records() -> list[tuple[int, bytes]]:
 
     log, fenced, deleted = LOG_LEDGER, FENCED_LEDGER, DELETED_LEDGER
     return [
-        (jr.MASTER_KEY, ledger_id(log) + log.master_key),
-        (jr.ADD, log.entries()[0]), (jr.ADD, log.entries()[1]),
-        (jr.MASTER_KEY, ledger_id(fenced) + fenced.master_key),
-        (jr.ADD, fenced.entries()[0]), (jr.ADD, fenced.entries()[1]),
-        (jr.ADD, log.entries()[2]),
-        (jr.EXPLICIT_LAC, ledger_id(fenced) + FENCED_EXPLICIT_LAC.to_bytes(8, "big")),
-        (jr.FENCE, ledger_id(fenced)),
-        (jr.ADD, fenced.entries()[2]),
-        (jr.MASTER_KEY, ledger_id(deleted) + deleted.master_key),
-        (jr.ADD, deleted.entries()[0]),
-        (jr.DELETE, ledger_id(deleted)),
+        (codec.MASTER_KEY, ledger_id(log) + log.master_key),
+        (codec.ADD, log.entries()[0]), (codec.ADD, log.entries()[1]),
+        (codec.MASTER_KEY, ledger_id(fenced) + fenced.master_key),
+        (codec.ADD, fenced.entries()[0]), (codec.ADD, fenced.entries()[1]),
+        (codec.ADD, log.entries()[2]),
+        (codec.EXPLICIT_LAC, ledger_id(fenced) + FENCED_EXPLICIT_LAC.to_bytes(8, "big")),
+        (codec.FENCE, ledger_id(fenced)),
+        (codec.ADD, fenced.entries()[2]),
+        (codec.MASTER_KEY, ledger_id(deleted) + deleted.master_key),
+        (codec.ADD, deleted.entries()[0]),
+        (codec.DELETE, ledger_id(deleted)),
     ]
 
 
@@ -289,13 +290,13 @@ def written(tmp_path_factory) -> Written:
         mark = bookie.checkpoint()
     ledgers = os.path.join(settings.ledgerDirectories[0], "current")
     assert [n for n in os.listdir(ledgers) if n.endswith(".log")] == [log_file_name(1)]
-    assert jr.list_journal_ids(os.path.join(settings.journalDirectory, "current")) == [1]
+    assert codec.list_journal_ids(os.path.join(settings.journalDirectory, "current")) == [1]
 
     def read(*parts: str) -> bytes:
         with open(os.path.join(*parts), "rb") as f:
             return f.read()
 
-    return Written(read(settings.journalDirectory, "current", jr.journal_file_name(1)), mark,
+    return Written(read(settings.journalDirectory, "current", codec.journal_file_name(1)), mark,
                    read(ledgers, log_file_name(1)), read(ledgers, "lastMark"),
                    dump_index(os.path.join(ledgers, "index")))
 
@@ -307,7 +308,7 @@ def test_writes_journal(written):
     records_end = written.mark.offset
     pinned("storage/journal.txn", written.journal[:records_end])
     assert written.journal[records_end:] == bytes(len(written.journal) - records_end)
-    assert len(written.journal) % jr.ZERO_FILL_STEP == 0
+    assert len(written.journal) % ZERO_FILL_STEP == 0
 
 
 def test_writes_entry_log(written):
@@ -325,21 +326,21 @@ def test_writes_index(written):
 def preallocated_journal(path: str) -> None:
     """Write the golden journal to ``path`` as a bookie leaves it: zeros after it."""
     with open(path, "wb") as f:
-        f.write(golden("storage/journal.txn") + bytes(jr.ZERO_FILL_STEP))
+        f.write(golden("storage/journal.txn") + bytes(ZERO_FILL_STEP))
 
 
 def test_reads_journal_records(tmp_path):
     """A scan of the golden journal (with preallocated zeros after it, as on disk) yields
     every record the script journaled, and ends cleanly at the zeros."""
-    path = str(tmp_path / jr.journal_file_name(1))
+    path = str(tmp_path / codec.journal_file_name(1))
     preallocated_journal(path)
     records = []
-    scanner = jr.scan_journal(path)
+    scanner = codec.scan_journal(path)
     while True:
         try:
             rtype, payload, _end, _crc = next(scanner)
         except StopIteration as stop:
-            report: jr.ScanReport = stop.value
+            report: codec.ScanReport = stop.value
             break
         records.append((rtype, bytes(payload)))
     assert records == journal_records()
@@ -352,7 +353,7 @@ def test_bookie_replays_golden_journal(tmp_path):
     settings = bookie_settings(str(tmp_path))
     format_bookie(settings)
     preallocated_journal(os.path.join(settings.journalDirectory, "current",
-                                      jr.journal_file_name(1)))
+                                      codec.journal_file_name(1)))
     with Bookie(settings, start_background_threads=False) as bookie:
         assert bookie.replayed_records == len(journal_records())
         check_script_state(bookie)
@@ -365,7 +366,7 @@ def test_bookie_reads_golden_checkpoint(tmp_path):
     settings = bookie_settings(str(tmp_path))
     format_bookie(settings)
     preallocated_journal(os.path.join(settings.journalDirectory, "current",
-                                      jr.journal_file_name(1)))
+                                      codec.journal_file_name(1)))
     ledgers = os.path.join(settings.ledgerDirectories[0], "current")
     for name, target in (("entrylog.log", log_file_name(1)), ("lastMark", "lastMark")):
         shutil.copyfile(os.path.join(GOLDEN, "storage", name), os.path.join(ledgers, target))
@@ -416,7 +417,7 @@ def test_reads_entry_log(tmp_path):
                    for ledger in (LOG_LEDGER, FENCED_LEDGER)
                    for e, entry in enumerate(ledger.entries())}
         assert logs.ledger_maps == {1: {
-            ledger.ledger_id: sum(jr.RECORD.size + len(e) for e in ledger.entries())
+            ledger.ledger_id: sum(codec.RECORD.size + len(e) for e in ledger.entries())
             for ledger in (LOG_LEDGER, FENCED_LEDGER)}}
         scanned = list(logs.scan(1, strict=True))
         assert [(ledger, entry) for _loc, ledger, entry, _len, _crc in scanned] == \
@@ -436,7 +437,7 @@ def test_reads_last_mark(tmp_path):
     current.mkdir()
     shutil.copyfile(os.path.join(GOLDEN, "storage/lastMark"), current / "lastMark")
     assert read_mark([str(tmp_path)]) == \
-        jr.LogMark(1, len(golden("storage/journal.txn")))
+        codec.LogMark(1, len(golden("storage/journal.txn")))
 
 
 # -- the directory cookie -------------------------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 from crashutil import expected_entry, files, restore_image, take_image
 from pybk.errors import NoSuchEntry
 from pybk.storage import Bookie, format_bookie
-from pybk.storage import journal as jr
+from pybk.storage import journal_codec as codec
 from pybk.storage.entries import ENTRY_HEADER
 
 LEDGERS = (7, 8)
@@ -62,7 +62,7 @@ def cut_in_header(f, start, end, rng):
 
 
 def cut_in_payload(f, start, end, rng):
-    f.truncate((start + jr.RECORD.size + end) // 2)
+    f.truncate((start + codec.RECORD.size + end) // 2)
     return start
 
 
@@ -73,19 +73,19 @@ def cut_at_boundary(f, start, end, rng):
 
 def cut_after_last_record(f, start, end, rng):
     """Nothing lost: only the preallocated zeros after the last record go."""
-    last_end = list(jr.scan_journal(f.name))[-1][2]
+    last_end = list(codec.scan_journal(f.name))[-1][2]
     f.truncate(last_end)
     return last_end
 
 
 def garble_header(f, start, end, rng):
     f.seek(start)
-    f.write(rng.randbytes(jr.RECORD.size))
+    f.write(rng.randbytes(codec.RECORD.size))
     return start
 
 
 def garble_payload(f, start, end, rng):
-    f.seek(start + jr.RECORD.size + ENTRY_HEADER.size // 2)
+    f.seek(start + codec.RECORD.size + ENTRY_HEADER.size // 2)
     f.write(rng.randbytes(8))
     return start
 
@@ -120,12 +120,12 @@ def test_torn_journal_tail_loses_only_what_follows_the_damage(journal_image, tmp
     restore_image(image, settings)
     assert not files(settings, ".log"), "the entries should be in the journal only"
     [journal] = files(settings, ".txn")
-    records = list(jr.scan_journal(journal))
+    records = list(codec.scan_journal(journal))
     adds = [(ENTRY_HEADER.unpack_from(payload)[:2], end)
-            for rtype, payload, end, _crc in records if rtype == jr.ADD]
+            for rtype, payload, end, _crc in records if rtype == codec.ADD]
     assert len(adds) == 80
     starts = {end: previous for previous, (_t, _p, end, _c) in
-              zip([jr.HEADER_SIZE] + [r[2] for r in records], records)}
+              zip([codec.HEADER_SIZE] + [r[2] for r in records], records)}
     target_end = adds[55][1]  # entry 27 of the second ledger
     with open(journal, "r+b") as f:
         damaged_at = damage(f, starts[target_end], target_end, random.Random(7))

@@ -48,6 +48,7 @@ from pybk.errors import (BookieClosed, BookieReadOnly, BookKeeperError, CorruptD
 from pybk.fileio import DEFAULT_IO, FileIO, lock_file
 from pybk.settings import ServerSettings
 from pybk.storage import journal as jr
+from pybk.storage import journal_codec as codec
 from pybk.storage.checkpoint import Checkpointer, Generation, flush_generation
 from pybk.storage.cookie import format_directories, verify_cookies
 from pybk.storage.diskcheck import (DiskMonitor, UsageFunction, free_and_total_bytes,
@@ -274,7 +275,7 @@ class Bookie:
         state = self._state(ledger_id)
         if state is None:
             payload = _LEDGER_ID.pack(ledger_id) + master_key
-            self._journal.submit_locked(jr.record_header(jr.MASTER_KEY, payload), payload,
+            self._journal.submit_locked(codec.record_header(codec.MASTER_KEY, payload), payload,
                                         _ignore)
             state = LedgerState(master_key)
             self._states[ledger_id] = state
@@ -500,7 +501,7 @@ class Bookie:
             if state is not None and state.deleted:  # recovering it finds nothing
                 raise NoSuchLedger(f"ledger {ledger_id} was deleted")
             state = self._writable_state(ledger_id, master_key)
-            self._journal.submit_locked(jr.record_header(jr.FENCE, payload), payload,
+            self._journal.submit_locked(codec.record_header(codec.FENCE, payload), payload,
                                         _future_setter(future))
             state.fenced = True
             self._dirty.add(ledger_id)
@@ -514,7 +515,7 @@ class Bookie:
         due: list[LacWatcher] = []
         with self._lock:
             state = self._writable_state(ledger_id, master_key)
-            self._journal.submit_locked(jr.record_header(jr.EXPLICIT_LAC, payload),
+            self._journal.submit_locked(codec.record_header(codec.EXPLICIT_LAC, payload),
                                         payload, _future_setter(future))
             if state.explicit_lac is None or lac > state.explicit_lac:
                 state.explicit_lac = lac
@@ -531,7 +532,7 @@ class Bookie:
         payload = _LEDGER_ID.pack(ledger_id)
         waiter = jr.Waiter()
         with self._lock:
-            self._journal.submit_locked(jr.record_header(jr.DELETE, payload), payload,
+            self._journal.submit_locked(codec.record_header(codec.DELETE, payload), payload,
                                         waiter, wake=False)
             state = self._state(ledger_id)
             if state is None:
@@ -666,7 +667,7 @@ class Bookie:
 
     # -- checkpoint --------------------------------------------------------------
 
-    def checkpoint(self) -> jr.LogMark | None:
+    def checkpoint(self) -> codec.LogMark | None:
         """Flush the write cache to entry logs and index, then persist LastLogMark
         (:meth:`pybk.storage.checkpoint.Checkpointer.checkpoint`).
 
@@ -725,14 +726,14 @@ class Bookie:
         def apply(rtype: int, payload: bytes, crc: int) -> None:
             nonlocal replayed_bytes
             replayed_bytes += len(payload)
-            if rtype == jr.ADD:
+            if rtype == codec.ADD:
                 ledger_id, entry_id, lac = ENTRY_HEADER.unpack_from(payload)
                 state = self._state(ledger_id)
                 if state is None:
                     state = self._states[ledger_id] = LedgerState(b"")
                 if state.deleted:
                     return
-                self._active.put(ledger_id, entry_id, jr.RECORD.pack(len(payload), crc, jr.ADD),
+                self._active.put(ledger_id, entry_id, codec.RECORD.pack(len(payload), crc, codec.ADD),
                                  payload)
                 state.lac = max(state.lac, lac)
                 self._dirty.add(ledger_id)
@@ -743,21 +744,21 @@ class Bookie:
             state = self._state(ledger_id)
             if state is None:
                 state = self._states[ledger_id] = LedgerState(b"")
-            if rtype == jr.MASTER_KEY:
+            if rtype == codec.MASTER_KEY:
                 state.master_key = payload[_LEDGER_ID.size:]
-            elif rtype == jr.FENCE:
+            elif rtype == codec.FENCE:
                 state.fenced = True
-            elif rtype == jr.EXPLICIT_LAC:
+            elif rtype == codec.EXPLICIT_LAC:
                 lac = _LEDGER_LAC.unpack_from(payload)[1]
                 state.explicit_lac = max(lac, state.explicit_lac if state.explicit_lac
                                          is not None else lac)
-            elif rtype == jr.DELETE:
+            elif rtype == codec.DELETE:
                 state.deleted = True
                 self._active.drop_ledger(ledger_id)
                 self._pending_deletes.add(ledger_id)
             self._dirty.add(ledger_id)
 
-        records, last_id = jr.replay(self.journal_dir, mark, apply)
+        records, last_id = codec.replay(self.journal_dir, mark, apply)
         self._flush_replayed()
         elapsed = time.monotonic() - started
         self.replay_stats = {"records": records, "bytes": replayed_bytes, "seconds": elapsed}
@@ -910,9 +911,9 @@ def _notify(watchers: list[LacWatcher]) -> None:
 
 def _record_headers(entries: Sequence[bytes]) -> list[bytes]:
     """The journal record headers of ADD records of ``entries`` (built in C)."""
-    return list(map(jr.RECORD.pack, map(len, entries),
-                    map(crc32c, entries, itertools.repeat(jr.ENTRY_CRC_SEED)),
-                    itertools.repeat(jr.ADD)))
+    return list(map(codec.RECORD.pack, map(len, entries),
+                    map(crc32c, entries, itertools.repeat(codec.ENTRY_CRC_SEED)),
+                    itertools.repeat(codec.ADD)))
 
 
 def _ignore(_result: object) -> None:

@@ -53,7 +53,8 @@ from pybk.storage.entrylog import EntryLogger
 from pybk.fileio import DEFAULT_IO, FileIO
 from pybk.storage.gc import GarbageCollector
 from pybk.storage.index import Index, StoredLedgerState
-from pybk.storage.journal import Journal, LogMark, Waiter
+from pybk.storage.journal import Journal, Waiter
+from pybk.storage.journal_codec import LogMark
 from pybk.storage.lastmark import write_mark
 from pybk.storage.writecache import WriteCache
 

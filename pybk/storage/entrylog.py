@@ -24,7 +24,7 @@ Header, 64 bytes::
     60  4  CRC-32C of bytes 0..59
 
 Records follow back to back from offset 64.  A record is exactly the entry's journal
-ADD record (see :mod:`pybk.storage.journal`), so the bytes the journal wrote are reused::
+ADD record (see :mod:`pybk.storage.journal_codec`), so the bytes the journal wrote are reused::
 
     0   4  entry length N
     4   4  checksum: CRC-32C of the type byte followed by the entry
@@ -61,8 +61,7 @@ from typing import Callable, Iterator, NamedTuple
 from pybk.errors import BookKeeperError, CorruptData
 from pybk.checksum import crc32c
 from pybk.fileio import DEFAULT_IO, FileIO, fsync_directory
-from pybk.storage.journal import ADD, ENTRY_CRC_SEED
-from pybk.storage.journal import RECORD
+from pybk.storage.journal_codec import ADD, ENTRY_CRC_SEED, RECORD
 
 log = logging.getLogger(__name__)
 

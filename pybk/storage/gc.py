@@ -46,7 +46,8 @@ from pybk.errors import CorruptData
 from pybk.settings import ServerSettings
 from pybk.storage.entrylog import EntryLogger
 from pybk.storage.index import Index, LocationUpdate
-from pybk.storage.journal import ADD, RECORD, ZERO_FILL_STEP
+from pybk.storage.journal import ZERO_FILL_STEP
+from pybk.storage.journal_codec import ADD, RECORD
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import struct
 
 from pybk.checksum import crc32c
 from pybk.fileio import DEFAULT_IO, FileIO, write_file_atomically
-from pybk.storage.journal import LogMark
+from pybk.storage.journal_codec import LogMark
 
 log = logging.getLogger(__name__)
 
