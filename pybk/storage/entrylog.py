@@ -56,7 +56,7 @@ import operator
 import os
 import struct
 import threading
-from typing import Callable, Iterator, NamedTuple
+from typing import BinaryIO, Callable, Generator, Iterator, NamedTuple
 
 from pybk.errors import BookKeeperError, CorruptData
 from pybk.checksum import crc32c
@@ -109,6 +109,100 @@ def entry_crc(entry: bytes) -> int:
 def _header_bytes(log_id: int, map_offset: int, map_count: int) -> bytes:
     head = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, log_id, map_offset, map_count)
     return head + struct.pack(">I", crc32c(head))
+
+
+# -- decoding (shared by the bookie and the offline tools, which read without a bookie) --
+
+class LogHeader(NamedTuple):
+    """A log's header: its id, and where its ledger map lies (0 and 0 if not sealed)."""
+
+    log_id: int
+    map_offset: int
+    map_count: int
+
+
+class ScanEnd(NamedTuple):
+    """Where a scan of a log's records stopped: ``reason`` is empty when the records end
+    cleanly (at the ledger map or the end of the file), else what is wrong at
+    ``offset``."""
+
+    offset: int
+    reason: str
+
+
+def read_header(f: BinaryIO, path: str) -> LogHeader:
+    """The header of the log open as ``f`` (read from offset 0); BookKeeperError if it is
+    damaged or of another format version."""
+    f.seek(0)
+    head = f.read(HEADER_SIZE)
+    if len(head) < HEADER_SIZE or head[:8] != MAGIC or \
+            struct.unpack_from(">I", head, HEADER.size)[0] != crc32c(head[:HEADER.size]):
+        raise BookKeeperError(f"entry log {path} has a damaged header; move it aside "
+                              "if its ledgers are safe elsewhere")
+    _m, version, _h, log_id, map_offset, count = HEADER.unpack_from(head)
+    if version != VERSION:
+        raise BookKeeperError(f"entry log {path} has format version {version}, this pybk "
+                              f"reads version {VERSION}")
+    return LogHeader(log_id, map_offset, count)
+
+
+def read_ledger_map(f: BinaryIO, header: LogHeader) -> dict[int, int] | None:
+    """A sealed log's ledger map, ``{ledger id: bytes}``; None if it is damaged."""
+    f.seek(header.map_offset)
+    expected = MAP_HEAD.size + MAP_ITEM.size * header.map_count + 4
+    body = f.read(expected)
+    if len(body) != expected or struct.unpack_from(">I", body, len(body) - 4)[0] != \
+            crc32c(body[:-4]) or MAP_HEAD.unpack_from(body) != (MAP_MAGIC, header.map_count):
+        return None
+    return dict(MAP_ITEM.unpack_from(body, MAP_HEAD.size + i * MAP_ITEM.size)
+                for i in range(header.map_count))
+
+
+def scan_records(f: BinaryIO, header: LogHeader
+                 ) -> Generator[tuple[Location, int, int, int, int], None, ScanEnd]:
+    """Yield ``(location, ledger id, entry id, length, crc)`` of each valid record of the
+    log open as ``f``, up to its ledger map (or the end of the file if not sealed); stop
+    at the first damaged record.  The generator's return value is a :class:`ScanEnd`."""
+    end = header.map_offset or os.fstat(f.fileno()).st_size
+    offset = HEADER_SIZE
+    while offset < end:
+        if offset + RECORD_HEADER_SIZE + ENTRY_IDS.size > end:
+            return ScanEnd(offset, "truncated record header")
+        f.seek(offset)
+        length, crc, rtype = RECORD.unpack(f.read(RECORD_HEADER_SIZE))
+        if rtype != ADD:
+            return ScanEnd(offset, f"record type {rtype}, not an entry")
+        if length < ENTRY_IDS.size:
+            return ScanEnd(offset, f"record of {length} bytes, too short for an entry")
+        if offset + RECORD_HEADER_SIZE + length > end:
+            return ScanEnd(offset, "truncated record")
+        data = f.read(length)
+        if entry_crc(data) != crc:
+            return ScanEnd(offset, "checksum mismatch")
+        ledger_id, entry_id = ENTRY_IDS.unpack_from(data)
+        yield Location(header.log_id, offset), ledger_id, entry_id, length, crc
+        offset += RECORD_HEADER_SIZE + length
+    return ScanEnd(offset, "")
+
+
+def entry_of_record(record: bytes, length: int, ledger_id: int, entry_id: int) -> bytes:
+    """The entry in ``record`` (bytes read at an index location: record header, then the
+    entry), checked to be entry ``(ledger_id, entry_id)`` of ``length`` bytes with a good
+    checksum; CorruptData saying what differs otherwise."""
+    if len(record) < RECORD_HEADER_SIZE + length:
+        raise CorruptData(f"the file ends {len(record)} bytes into the record")
+    stored_length, crc, rtype = RECORD.unpack_from(record)
+    if rtype != ADD:
+        raise CorruptData(f"record type {rtype}, not an entry")
+    if stored_length != length:
+        raise CorruptData(f"a record of {stored_length} bytes, not {length}")
+    data = record[RECORD_HEADER_SIZE:]
+    if entry_crc(data) != crc:
+        raise CorruptData("checksum mismatch")
+    found = ENTRY_IDS.unpack_from(data)
+    if found != (ledger_id, entry_id):
+        raise CorruptData(f"the record holds ledger {found[0]} entry {found[1]}")
+    return data
 
 
 class EntryLogger:
@@ -296,17 +390,16 @@ class EntryLogger:
                 if self._read_fds.get(location.log_id) == fd:
                     raise
                 continue  # closed to make room while this read ran
-            if len(record) == RECORD_HEADER_SIZE + length:
-                stored_length, crc, rtype = RECORD.unpack_from(record)
-                data = record[RECORD_HEADER_SIZE:]
-                if (stored_length == length and rtype == ADD and entry_crc(data) == crc
-                        and ENTRY_IDS.unpack_from(data) == (ledger_id, entry_id)):
-                    return data
+            try:
+                return entry_of_record(record, length, ledger_id, entry_id)
+            except CorruptData as e:
+                problem = e
             if self._read_fds.get(location.log_id) == fd:
                 break  # the descriptor was the log's own: the record is bad
             # else: closed to make room while this read ran; read through a new one
         raise CorruptData(f"entry log {self._paths.get(location.log_id)} holds no valid "
-                          f"record of {length} bytes at offset {location.offset}")
+                          f"record of {length} bytes at offset {location.offset} "
+                          f"({problem})")
 
     def _read_fd(self, log_id: int) -> int:
         fd = self._read_fds.get(log_id)
@@ -334,54 +427,27 @@ class EntryLogger:
         """
         path = self._paths[log_id]
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(HEADER_SIZE)
-            _magic, _v, _h, _id, map_offset, _count = HEADER.unpack_from(head)
-            end = map_offset if map_offset else size
-            offset = HEADER_SIZE
-            while offset + RECORD_HEADER_SIZE + ENTRY_IDS.size <= end:
-                f.seek(offset)
-                length, crc, rtype = RECORD.unpack(f.read(RECORD_HEADER_SIZE))
-                if (rtype != ADD or length < ENTRY_IDS.size
-                        or offset + RECORD_HEADER_SIZE + length > end):
-                    break
-                data = f.read(length)
-                if entry_crc(data) != crc:
-                    break
-                ledger_id, entry_id = ENTRY_IDS.unpack_from(data)
-                yield Location(log_id, offset), ledger_id, entry_id, length, crc
-                offset += RECORD_HEADER_SIZE + length
-            # The ledger map counts every record the log was given (for a log sealed after
-            # a crash: the valid ones before its torn tail), so stopping short of it means
-            # damage in the middle.
-            if strict and offset - HEADER_SIZE < sum(self.ledger_maps.get(log_id, {}).values()):
-                raise CorruptData(f"entry log {path}: damaged record at offset {offset}")
+            stop = yield from scan_records(f, read_header(f, path))
+        # The ledger map counts every record the log was given (for a log sealed after a
+        # crash: the valid ones before its torn tail), so stopping short of it means
+        # damage in the middle.
+        if strict and stop.offset - HEADER_SIZE < sum(self.ledger_maps.get(log_id, {}).values()):
+            raise CorruptData(f"entry log {path}: damaged record at offset {stop.offset}")
 
     # -- metadata and deletion ---------------------------------------------------
 
     def _load_map(self, log_id: int) -> None:
         path = self._paths[log_id]
         with open(path, "rb") as f:
-            head = f.read(HEADER_SIZE)
-            if len(head) < HEADER_SIZE or head[:8] != MAGIC or \
-                    struct.unpack_from(">I", head, HEADER.size)[0] != crc32c(head[:HEADER.size]):
-                raise BookKeeperError(f"entry log {path} has a damaged header; move it aside "
-                                      "if its ledgers are safe elsewhere")
-            _m, version, _h, stored_id, map_offset, count = HEADER.unpack_from(head)
-            if version != VERSION or stored_id != log_id:
-                raise BookKeeperError(f"entry log {path}: version {version}, id {stored_id:x}; "
-                                      f"expected version {VERSION}, id {log_id:x}")
-            if map_offset:
-                f.seek(map_offset)
-                body = f.read(MAP_HEAD.size + MAP_ITEM.size * count + 4)
-                magic, stored_count = MAP_HEAD.unpack_from(body)
-                crc_ok = len(body) == MAP_HEAD.size + MAP_ITEM.size * count + 4 and \
-                    struct.unpack_from(">I", body, len(body) - 4)[0] == crc32c(body[:-4])
-                if magic == MAP_MAGIC and stored_count == count and crc_ok:
-                    items = (MAP_ITEM.unpack_from(body, MAP_HEAD.size + i * MAP_ITEM.size)
-                             for i in range(count))
-                    self.ledger_maps[log_id] = dict(items)
-                    self.log_sizes[log_id] = map_offset - HEADER_SIZE
+            header = read_header(f, path)
+            if header.log_id != log_id:
+                raise BookKeeperError(f"entry log {path} holds log id {header.log_id:x}, "
+                                      f"expected {log_id:x}")
+            if header.map_offset:
+                stored = read_ledger_map(f, header)
+                if stored is not None:
+                    self.ledger_maps[log_id] = stored
+                    self.log_sizes[log_id] = header.map_offset - HEADER_SIZE
                     return
                 log.warning("entry log %s: damaged ledger map, rebuilding it", path)
         ledger_map: dict[int, int] = {}

@@ -91,13 +91,28 @@ class LocationUpdate(NamedTuple):
 class Index:
     """Entry locations and ledger states of one bookie."""
 
-    def __init__(self, directory: str) -> None:
-        os.makedirs(directory, exist_ok=True)
-        self._env = lmdb.open(directory, map_size=_MAP_SIZE_BYTES, max_dbs=3,
-                              max_readers=256, readahead=False)
-        self._entries = self._env.open_db(b"entries")
-        self._ledgers = self._env.open_db(b"ledgers")
-        self._meta = self._env.open_db(b"meta")
+    def __init__(self, directory: str, read_only: bool = False) -> None:
+        """Open (creating if missing) the index in ``directory``.
+
+        ``read_only`` opens an existing index for reading only, without LMDB's reader
+        lock table: for a caller that holds the bookie's directory lock (so no writer can
+        run) and must not change the files (the offline tools).  lmdb.Error if the index
+        or one of its tables is missing.
+        """
+        if read_only:
+            self._env = lmdb.open(directory, max_dbs=3, readonly=True, lock=False,
+                                  create=False, readahead=False)
+        else:
+            os.makedirs(directory, exist_ok=True)
+            self._env = lmdb.open(directory, map_size=_MAP_SIZE_BYTES, max_dbs=3,
+                                  max_readers=256, readahead=False)
+        try:
+            self._entries, self._ledgers, self._meta = (
+                self._env.open_db(name, create=not read_only)
+                for name in (b"entries", b"ledgers", b"meta"))
+        except BaseException:
+            self._env.close()
+            raise
 
     # -- reads -------------------------------------------------------------------
 
@@ -130,6 +145,13 @@ class Index:
                         break
                     ids.append(key_entry)
         return ids
+
+    def locations(self) -> Iterator[tuple[int, int, StoredLocation]]:
+        """Every indexed entry as ``(ledger id, entry id, location)``, by ledger, then
+        entry."""
+        with self._env.begin(db=self._entries) as txn:
+            for key, value in txn.cursor():
+                yield (*ENTRY_KEY.unpack(key), StoredLocation._make(LOCATION.unpack(value)))
 
     def ledger_state(self, ledger_id: int) -> StoredLedgerState | None:
         with self._env.begin(db=self._ledgers, buffers=True) as txn:

@@ -17,6 +17,7 @@ import logging
 import os
 import struct
 
+from pybk.errors import CorruptData
 from pybk.checksum import crc32c
 from pybk.fileio import DEFAULT_IO, FileIO, write_file_atomically
 from pybk.storage.journal_codec import LogMark
@@ -39,19 +40,32 @@ def write_mark(ledger_dirs: list[str], mark: LogMark, io: FileIO = DEFAULT_IO) -
         write_file_atomically(_path(directory), data, io)
 
 
+def read_directory_mark(ledger_dir: str) -> LogMark | None:
+    """The mark in one ledger directory; None if it has none; CorruptData if it is
+    damaged."""
+    try:
+        with open(_path(ledger_dir), "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    if len(data) != MARK.size + 4 or struct.unpack_from(">I", data, MARK.size)[0] != \
+            crc32c(data[:MARK.size]):
+        raise CorruptData(f"{_path(ledger_dir)} is damaged ({len(data)} bytes, or a bad "
+                          "checksum)")
+    return LogMark(*MARK.unpack_from(data))
+
+
 def read_mark(ledger_dirs: list[str]) -> LogMark:
     """The oldest valid mark among the directories, or (0, 0): replay everything."""
     marks = []
     for directory in ledger_dirs:
         try:
-            with open(_path(directory), "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return LogMark(0, 0)
-        if len(data) != MARK.size + 4 or struct.unpack_from(">I", data, MARK.size)[0] != \
-                crc32c(data[:MARK.size]):
+            mark = read_directory_mark(directory)
+        except CorruptData:
             log.warning("ignoring damaged %s; replaying the journal from its start",
                         _path(directory))
             return LogMark(0, 0)
-        marks.append(LogMark(*MARK.unpack_from(data)))
+        if mark is None:
+            return LogMark(0, 0)
+        marks.append(mark)
     return min(marks) if marks else LogMark(0, 0)
