@@ -27,6 +27,9 @@
 ``triggeraudit``, ``lostbookierecoverydelay [N]``, ``listbookies``, ``clusterinfo``,
 ``listledgers``, ``ledgermetadata ID``, ``deleteledger ID``
     The admin shell (:mod:`pybk.cluster.admin_commands`).
+``pybk readjournal [FILE|ID]``, ``readlog [LOGID|FILE]``, ``lastmark``,
+``localconsistencycheck``
+    The offline tools, on a stopped bookie's directories (:mod:`pybk.offline_commands`).
 ``pybk clean-orphans LOG``
     Delete the ledgers of jobs on a log whose driver died before their commit
     (:func:`pybk.log.commit.clean_orphans`).
@@ -73,6 +76,14 @@ ADMIN_COMMANDS = {
     "deleteledger": "delete a ledger: its metadata, then its entries on its bookies",
 }
 AUTORECOVERY_ACTIONS = ("enable", "disable", "status")
+#: The offline tools' commands (:mod:`pybk.offline_commands`), with their help.
+OFFLINE_COMMANDS = {
+    "readjournal": "the journal files, or one file's records; says where a torn tail starts",
+    "readlog": "the entry logs, or one log's entries",
+    "lastmark": "the journal position each ledger directory's LastLogMark holds",
+    "localconsistencycheck": "check that every index entry points at a matching, intact "
+                             "entry in an entry log",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_demote(args.dir)
     if args.command == "consumers":
         return run_consumers(args)
+    if args.command in OFFLINE_COMMANDS:
+        return run_offline(parser, args)
     from pybk.cluster import commands  # ZeroMQ, kazoo: only for the cluster commands
     if args.command == "bookie":
         try:
@@ -146,6 +159,29 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         "ledgermetadata": (lambda a: admin.ledger_metadata(a.ledger), admin.show_metadata),
     }[args.command]
     return admin.run(target, work(args), show)
+
+
+def run_offline(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """An offline tool (:mod:`pybk.offline_commands`)."""
+    from pybk import offline_commands as offline
+    failed = None
+    if args.command == "readjournal":
+        work, show = ((offline.journal_records(args.which, args.msg),
+                       offline.show_journal_records) if args.which else
+                      (offline.journal_listing, offline.show_journal_listing))
+    elif args.command == "readlog":
+        work, show = ((offline.log_entries(args.which, args.ledger, args.msg),
+                       offline.show_log_entries) if args.which else
+                      (offline.log_listing, offline.show_log_listing))
+    elif args.command == "lastmark":
+        work, show = offline.last_mark, offline.show_last_mark
+    else:
+        work, show, failed = offline.consistency, offline.show_consistency, offline.inconsistent
+    if not getattr(args, "which", True) and (args.msg or getattr(args, "ledger", None)):
+        parser.error(f"{args.command}: --msg and --ledger apply to one file's records: "
+                     "name the file")
+    return offline.run(args.command, lambda: bookie_settings(args), work, show, args.json,
+                       failed)
 
 
 def run_demote(directory: str) -> int:
@@ -284,6 +320,7 @@ def _parser() -> argparse.ArgumentParser:
     recovery.add_argument("--json", action="store_true",
                           help="with an action: answer in JSON")
     _add_admin_commands(commands)
+    _add_offline_commands(commands)
 
     update = commands.add_parser(
         "updatecookie", help="accept a bookie's directories moved on purpose",
@@ -387,6 +424,38 @@ def _add_admin_commands(commands: Any) -> None:
             sub.add_argument("--meta", action="store_true", help="with their metadata")
             sub.add_argument("--bookie", metavar="ID",
                              help="only ledgers with a fragment on this bookie")
+
+
+def _add_offline_commands(commands: Any) -> None:
+    """The offline tools' commands, each with the directory options of ``pybk bookie``
+    and ``--json``."""
+    for name, text in OFFLINE_COMMANDS.items():
+        sub = commands.add_parser(
+            name, help=text + " (on a stopped bookie's directories)",
+            description=text[0].upper() + text[1:] + ", on a stopped bookie's directories "
+            "(BookKeeper's command of that name).  Reads only; refuses directories a "
+            "running bookie holds.")
+        sub.add_argument("--conf", help="a settings file naming the directories "
+                                        "(journalDirectory, ledgerDirectories)")
+        sub.add_argument("--journal-dir", help="the journal directory (journalDirectory)")
+        sub.add_argument("--ledger-dir", action="append", default=[],
+                         help="a ledger directory; repeat for several, in the bookie's "
+                              "order (ledgerDirectories)")
+        sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="any ServerSettings name")
+        sub.add_argument("--json", action="store_true",
+                         help="one JSON document for scripts instead of a table")
+        if name == "readjournal":
+            sub.add_argument("which", nargs="?", metavar="FILE|ID",
+                             help="a journal file (name or path) or id: show its records")
+        elif name == "readlog":
+            sub.add_argument("which", nargs="?", metavar="LOGID|FILE",
+                             help="an entry log id or file (name or path): show its entries")
+            sub.add_argument("--ledger", type=_whole_number, metavar="ID",
+                             help="only this ledger's entries")
+        if name in ("readjournal", "readlog"):
+            sub.add_argument("--msg", action="store_true",
+                             help="show payloads (text or hex, cut)")
 
 
 def _whole_number(text: str) -> int:

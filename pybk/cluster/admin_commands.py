@@ -31,6 +31,7 @@ from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.settings import ServerSettings
+from pybk.tables import table
 
 
 @dataclass(frozen=True)
@@ -80,16 +81,6 @@ def _store(target_: Target) -> Iterator[MetadataStore]:
     with open_metadata_store(target_.address,
                              ZooKeeperSettings(zkTimeout=target_.zk_timeout_ms)) as store:
         yield store
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    """Rows under a header, columns left-aligned and two spaces apart; ``(none)`` under
-    the header when there are no rows."""
-    cells = [[str(c) for c in header]] + [["-" if c is None else str(c) for c in row]
-                                          for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-    return lines if rows else [lines[0], "(none)"]
 
 
 # -- autorecovery ---------------------------------------------------------------------------

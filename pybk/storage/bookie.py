@@ -35,7 +35,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import struct
 import threading
 import time
 from concurrent.futures import Future
@@ -68,8 +67,6 @@ BatchCallback = Callable[[list[BaseException | None]], None]
 AddRun = tuple[int, Sequence[int], Sequence[bytes], bytes, bool]
 LacWatcher = Callable[[], None]
 StateListener = Callable[[], None]
-_LEDGER_ID = struct.Struct(">Q")
-_LEDGER_LAC = struct.Struct(">Qq")
 
 
 class LedgerState:
@@ -274,9 +271,9 @@ class Bookie:
         """
         state = self._state(ledger_id)
         if state is None:
-            payload = _LEDGER_ID.pack(ledger_id) + master_key
-            self._journal.submit_locked(codec.record_header(codec.MASTER_KEY, payload), payload,
-                                        _ignore)
+            payload = codec.LEDGER_ID.pack(ledger_id) + master_key
+            self._journal.submit_locked(codec.record_header(codec.MASTER_KEY, payload),
+                                        payload, _ignore)
             state = LedgerState(master_key)
             self._states[ledger_id] = state
             self._dirty.add(ledger_id)
@@ -495,7 +492,7 @@ class Bookie:
         restart).  The Future completes once the fence is journaled."""
         self._check_journal()
         future: Future = Future()
-        payload = _LEDGER_ID.pack(ledger_id)
+        payload = codec.LEDGER_ID.pack(ledger_id)
         with self._lock:
             state = self._state(ledger_id)
             if state is not None and state.deleted:  # recovering it finds nothing
@@ -511,7 +508,7 @@ class Bookie:
         """Record an explicit LAC (sent by an idle writer); durable when the Future is done."""
         self._check_journal()
         future: Future = Future()
-        payload = _LEDGER_LAC.pack(ledger_id, lac)
+        payload = codec.LEDGER_LAC.pack(ledger_id, lac)
         due: list[LacWatcher] = []
         with self._lock:
             state = self._writable_state(ledger_id, master_key)
@@ -529,7 +526,7 @@ class Bookie:
         is reclaimed by garbage collection."""
         self._refuse_on_journal_thread("delete_ledger()")
         self._check_journal()
-        payload = _LEDGER_ID.pack(ledger_id)
+        payload = codec.LEDGER_ID.pack(ledger_id)
         waiter = jr.Waiter()
         with self._lock:
             self._journal.submit_locked(codec.record_header(codec.DELETE, payload), payload,
@@ -740,16 +737,16 @@ class Bookie:
                 if self._active.size_bytes >= self._cache_half_bytes:
                     self._flush_replayed()
                 return
-            ledger_id = _LEDGER_ID.unpack_from(payload)[0]
+            ledger_id = codec.LEDGER_ID.unpack_from(payload)[0]
             state = self._state(ledger_id)
             if state is None:
                 state = self._states[ledger_id] = LedgerState(b"")
             if rtype == codec.MASTER_KEY:
-                state.master_key = payload[_LEDGER_ID.size:]
+                state.master_key = payload[codec.LEDGER_ID.size:]
             elif rtype == codec.FENCE:
                 state.fenced = True
             elif rtype == codec.EXPLICIT_LAC:
-                lac = _LEDGER_LAC.unpack_from(payload)[1]
+                lac = codec.LEDGER_LAC.unpack_from(payload)[1]
                 state.explicit_lac = max(lac, state.explicit_lac if state.explicit_lac
                                          is not None else lac)
             elif rtype == codec.DELETE:

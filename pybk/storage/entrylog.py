@@ -111,6 +111,13 @@ def _header_bytes(log_id: int, map_offset: int, map_count: int) -> bytes:
     return head + struct.pack(">I", crc32c(head))
 
 
+def list_log_files(directory: str) -> dict[int, str]:
+    """The entry logs in ``directory`` (a ledger directory's ``current``): id -> path."""
+    return {int(name[:16], 16): os.path.join(directory, name)
+            for name in os.listdir(directory)
+            if name.endswith(SUFFIX) and len(name) == 16 + len(SUFFIX)}
+
+
 # -- decoding (shared by the bookie and the offline tools, which read without a bookie) --
 
 class LogHeader(NamedTuple):
@@ -238,8 +245,7 @@ class EntryLogger:
                 if name.endswith(SUFFIX + NEW_SUFFIX):
                     log.info("removing %s: a crash interrupted its creation", name)
                     os.unlink(os.path.join(directory, name))
-                elif name.endswith(SUFFIX) and len(name) == 16 + len(SUFFIX):
-                    self._paths[int(name[:16], 16)] = os.path.join(directory, name)
+            self._paths.update(list_log_files(directory))
         self.last_log_id = max([last_log_id, *self._paths])
         for log_id in sorted(self._paths):
             self._load_map(log_id)

@@ -58,8 +58,9 @@ import struct
 from dataclasses import dataclass
 from typing import Callable, Generator, NamedTuple
 
-from pybk.errors import BookKeeperError
+from pybk.errors import BookKeeperError, MalformedEntry
 from pybk.checksum import crc32c
+from pybk.storage.entries import ENTRY_HEADER, ENTRY_HEADER_SIZE
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,10 @@ _TYPE_SEED = {t: crc32c(bytes([t])) for t in RECORD_TYPES}
 #: Seed of an ADD record's checksum; entry logs store entries with the same checksum.
 ENTRY_CRC_SEED = _TYPE_SEED[ADD]
 
+#: The payloads of records other than ADD start with these.
+LEDGER_ID = struct.Struct(">Q")
+LEDGER_LAC = struct.Struct(">Qq")  # EXPLICIT_LAC: ledger id, LAC
+
 #: One record read back: ``(type, payload, offset just after it, checksum)``.
 Record = tuple[int, bytes, int, int]
 
@@ -94,6 +99,32 @@ def file_header(journal_id: int) -> bytes:
     """The 32 bytes a journal file starts with."""
     header = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, journal_id, 0)
     return header + struct.pack(">I", crc32c(header))
+
+
+class RecordFields(NamedTuple):
+    """What a record says, decoded from its payload (by :func:`decode_payload`)."""
+
+    ledger_id: int
+    entry_id: int | None  # ADD only
+    lac: int | None  # ADD: the writer's LAC carried by the entry; EXPLICIT_LAC: the LAC
+    data: bytes  # ADD: the entry after its header; MASTER_KEY: the key; else empty
+
+
+def decode_payload(record_type: int, payload: bytes) -> RecordFields:
+    """The fields of a record's payload; MalformedEntry for an ADD whose entry is shorter
+    than an entry header (the bookie never journals one)."""
+    if record_type == ADD:
+        if len(payload) < ENTRY_HEADER_SIZE:
+            raise MalformedEntry(f"an entry of {len(payload)} bytes, shorter than its "
+                                 "header")
+        ledger_id, entry_id, lac = ENTRY_HEADER.unpack_from(payload)
+        return RecordFields(ledger_id, entry_id, lac, payload[ENTRY_HEADER_SIZE:])
+    if record_type == EXPLICIT_LAC:
+        ledger_id, lac = LEDGER_LAC.unpack_from(payload)
+        return RecordFields(ledger_id, None, lac, b"")
+    ledger_id = LEDGER_ID.unpack_from(payload)[0]
+    data = payload[LEDGER_ID.size:] if record_type == MASTER_KEY else b""
+    return RecordFields(ledger_id, None, None, data)
 
 
 class LogMark(NamedTuple):
