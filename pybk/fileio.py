@@ -114,15 +114,17 @@ def write_file_atomically(path: str, data: bytes, io: FileIO | None = None) -> N
     fsync_directory(os.path.dirname(os.path.abspath(path)))
 
 
-def lock_file(path: str) -> int:
+def lock_file(path: str, shared: bool = False) -> int:
     """Take an exclusive lock on ``path`` (created if missing); returns its descriptor.
 
     Raises BlockingIOError at once if another process (or another open of the file in this
     process) holds it.  The kernel releases the lock when the process dies, even by kill -9.
+    ``shared`` takes a shared lock instead, for readers: several may hold one at once, and
+    none while an exclusive one is held (nor an exclusive one while they hold theirs).
     """
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BaseException:
         os.close(fd)
         raise

@@ -16,8 +16,9 @@ parses their arguments; :mod:`pybk.storage.inspect` reads the files).
 
 The directories come from ``--conf`` (``journalDirectory``, ``ledgerDirectories``) or
 ``--journal-dir`` / ``--ledger-dir``, as for ``pybk bookie``.  Every command first takes
-the bookie's directory lock (``<journalDirectory>/current/LOCK``, an ``flock`` a running
-bookie holds) and refuses to run if a bookie holds it; it changes nothing: the index is
+the bookie's directory lock (``<journalDirectory>/current/LOCK``, the ``flock`` a running
+bookie holds) as a shared lock, and refuses to run if a bookie holds it (several tools
+may run at once; a bookie does not start while one runs); it changes nothing: the index is
 opened read-only, journals are not replayed, unsealed entry logs are not sealed.
 
 ``--msg`` shows payloads: an entry's bytes after its 24-byte header (a master key for a
@@ -42,7 +43,7 @@ from pybk.storage import inspect
 from pybk.storage.cookie import locked_directories
 from pybk.storage.entries import ENTRY_HEADER_SIZE
 from pybk.storage.journal_codec import journal_file_name
-from pybk.storage.lastmark import read_mark
+from pybk.storage.lastmark import replay_start
 from pybk.tables import table
 
 #: The most payload bytes ``--msg`` shows per record.
@@ -61,7 +62,7 @@ def run(command: str, load_settings: Callable[[], ServerSettings], work: Work, s
     standard error if the work cannot be done (bad settings included)."""
     try:
         settings = load_settings()
-        with locked_directories(settings):
+        with locked_directories(settings, shared=True):
             result = work(settings)
     except (BookKeeperError, OSError, lmdb.Error) as e:
         print(f"pybk {command}: {_reason(e)}", file=sys.stderr, flush=True)
@@ -227,14 +228,13 @@ def last_mark(settings: ServerSettings) -> dict:
     "problem": why there is no mark, or null}, ...], "replay_from": {"journal_id",
     "offset"}}``: a bookie replays from the oldest mark, from the start if a directory
     has none."""
-    ledger_dirs = list(settings.ledgerDirectories)
+    marks = inspect.last_marks(list(settings.ledgerDirectories))
     rows = [{"directory": m.directory,
              "journal_id": m.mark.journal_id if m.mark else None,
              "offset": m.mark.offset if m.mark else None,
              "file": journal_file_name(m.mark.journal_id) if m.mark else None,
-             "problem": m.problem or None} for m in inspect.last_marks(ledger_dirs)]
-    start = read_mark(ledger_dirs)
-    return {"marks": rows, "replay_from": start._asdict()}
+             "problem": m.problem or None} for m in marks]
+    return {"marks": rows, "replay_from": replay_start([m.mark for m in marks])._asdict()}
 
 
 def show_last_mark(result: dict) -> list[str]:

@@ -369,15 +369,16 @@ def rebind_directories(settings) -> BookieCookie:
 
 
 @contextlib.contextmanager
-def locked_directories(settings) -> Iterator[None]:
+def locked_directories(settings, shared: bool = False) -> Iterator[None]:
     """Hold the bookie's directory lock (the one a running Bookie holds) for the block;
-    BookKeeperError at once if a bookie is using the directories."""
+    BookKeeperError at once if a bookie is using the directories.  ``shared``: only to
+    read them (several readers may hold it at once; no bookie starts meanwhile)."""
     path = os.path.join(settings.journalDirectory, CURRENT, LOCK_FILE)
     if not os.path.isdir(os.path.dirname(path)):
         raise InvalidCookie(f"directory {settings.journalDirectory} holds no bookie "
                             f"({os.path.dirname(path)} does not exist)")
     try:
-        fd = lock_file(path)
+        fd = lock_file(path, shared)
     except BlockingIOError:
         raise BookKeeperError(f"{path} is locked: a bookie is using these directories; "
                               "stop it first") from None

@@ -56,16 +56,22 @@ def read_directory_mark(ledger_dir: str) -> LogMark | None:
 
 
 def read_mark(ledger_dirs: list[str]) -> LogMark:
-    """The oldest valid mark among the directories, or (0, 0): replay everything."""
+    """Where a bookie replays its journal from: :func:`replay_start` of the directories'
+    marks (a damaged one is logged and counts as none)."""
     marks = []
     for directory in ledger_dirs:
         try:
-            mark = read_directory_mark(directory)
+            marks.append(read_directory_mark(directory))
         except CorruptData:
             log.warning("ignoring damaged %s; replaying the journal from its start",
                         _path(directory))
-            return LogMark(0, 0)
-        if mark is None:
-            return LogMark(0, 0)
-        marks.append(mark)
-    return min(marks) if marks else LogMark(0, 0)
+            marks.append(None)
+    return replay_start(marks)
+
+
+def replay_start(marks: list[LogMark | None]) -> LogMark:
+    """The oldest of the ledger directories' marks, or (0, 0), replay everything, if a
+    directory has none."""
+    if not marks or None in marks:
+        return LogMark(0, 0)
+    return min(mark for mark in marks if mark is not None)
