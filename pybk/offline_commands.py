@@ -42,7 +42,7 @@ from pybk.settings import ServerSettings
 from pybk.storage import inspect
 from pybk.storage.cookie import locked_directories
 from pybk.storage.entries import ENTRY_HEADER_SIZE
-from pybk.storage.journal_codec import journal_file_name
+from pybk.storage.journal_codec import ScanReport, journal_file_name
 from pybk.storage.lastmark import replay_start
 from pybk.tables import table
 
@@ -104,7 +104,7 @@ def journal_listing(settings: ServerSettings) -> dict:
                       for f in inspect.journal_files(settings.journalDirectory)]}
 
 
-def _scan_end(report) -> dict:
+def _scan_end(report: ScanReport) -> dict:
     return {"records": report.records, "end_offset": report.end_offset,
             "torn": report.reason or None, "discarded_bytes": report.discarded_bytes}
 
@@ -129,21 +129,17 @@ def journal_records(which: str, with_msg: bool) -> Work:
     def work(settings: ServerSettings) -> dict:
         path = inspect.journal_path(settings.journalDirectory, which)
         records = []
-        scanner = inspect.scan_journal_file(path)
-        while True:
-            try:
-                record = next(scanner)
-            except StopIteration as stop:
-                report = stop.value
-                break
+        scan = inspect.Scan(inspect.scan_journal_file(path))
+        for record in scan:
             fields = record.fields
-            row = {"offset": record.offset, "type": record.type_name,
-                   "ledger": fields.ledger_id, "entry": fields.entry_id, "lac": fields.lac,
-                   "size": record.size_bytes}
+            row: dict[str, Any] = {"offset": record.offset, "type": record.type_name,
+                                   "ledger": fields.ledger_id, "entry": fields.entry_id,
+                                   "lac": fields.lac, "size": record.size_bytes}
             if with_msg:
                 row["message"] = show_payload(fields.data)
             records.append(row)
-        ends = _scan_end(report)
+        assert scan.result is not None
+        ends = _scan_end(scan.result)
         ends["records_count"] = ends.pop("records")
         return {"file": path, "records": records, **ends}
     return work
@@ -189,23 +185,20 @@ def log_entries(which: str, ledger_id: int | None, with_msg: bool) -> Work:
     def work(settings: ServerSettings) -> dict:
         path = inspect.entry_log_path(list(settings.ledgerDirectories), which)
         entries = []
-        scanner = inspect.scan_entry_log(path)
-        while True:
-            try:
-                record = next(scanner)
-            except StopIteration as stop:
-                end = stop.value
-                break
+        scan = inspect.Scan(inspect.scan_entry_log(path))
+        for record in scan:
             if ledger_id is not None and record.ledger_id != ledger_id:
                 continue
-            row = {"ledger": record.ledger_id, "entry": record.entry_id,
-                   "offset": record.location.offset, "size": record.size_bytes}
+            row: dict[str, Any] = {"ledger": record.ledger_id, "entry": record.entry_id,
+                                   "offset": record.location.offset,
+                                   "size": record.size_bytes}
             if with_msg:
                 row["message"] = show_payload(inspect.read_entry_body(path, record, MSG_BYTES),
                                               record.size_bytes - ENTRY_HEADER_SIZE)
             entries.append(row)
+        assert scan.result is not None
         return {"file": path, "entries": entries, "entries_count": len(entries),
-                "end_offset": end.offset, "damaged": end.reason or None}
+                "end_offset": scan.result.offset, "damaged": scan.result.reason or None}
     return work
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import BinaryIO, Generator, TypeVar
+from typing import BinaryIO, Generator, Generic, Iterator, TypeVar
 
 from pybk.errors import BookKeeperError, CorruptData
 from pybk.storage import journal_codec as codec
@@ -75,11 +75,14 @@ def journal_files(journal_dir: str) -> list[JournalFile]:
     found = []
     for journal_id in codec.list_journal_ids(current):
         path = os.path.join(current, codec.journal_file_name(journal_id))
+        scan = Scan(codec.scan_journal(path))
         try:
-            report = _drain(codec.scan_journal(path))
+            for _record in scan:
+                pass
         except OSError as e:
             raise BookKeeperError(f"cannot read journal {path}: {e.strerror}") from None
-        found.append(JournalFile(journal_id, path, os.path.getsize(path), report))
+        assert scan.result is not None
+        found.append(JournalFile(journal_id, path, os.path.getsize(path), scan.result))
     return found
 
 
@@ -101,19 +104,17 @@ def scan_journal_file(path: str) -> Generator[JournalRecord, None, codec.ScanRep
     """Yield each valid record of a journal file; the generator's return value is the
     scan's :class:`journal_codec.ScanReport` (where the valid records end, and why).
     BookKeeperError if the file cannot be opened or is of another format version."""
+    scan = Scan(codec.scan_journal(path))
+    offset = codec.HEADER_SIZE
     try:
-        scanner = codec.scan_journal(path)
-        offset = codec.HEADER_SIZE
-        while True:
-            try:
-                rtype, payload, end, _crc = next(scanner)
-            except StopIteration as stop:
-                return stop.value
+        for rtype, payload, end, _crc in scan:
             yield JournalRecord(offset, rtype, len(payload),
                                 codec.decode_payload(rtype, payload))
             offset = end
     except OSError as e:
         raise BookKeeperError(f"cannot read journal {path}: {e.strerror}") from None
+    assert scan.result is not None
+    return scan.result
 
 
 # -- entry logs -----------------------------------------------------------------------------
@@ -182,13 +183,11 @@ def scan_entry_log(path: str) -> Generator[EntryLogRecord, None, ScanEnd]:
     """Yield each valid record of an entry log, up to its ledger map (or its end if not
     sealed); the generator's return value says where the valid records end, and why."""
     with _open_log(path) as f:
-        scanner = scan_records(f, read_header(f, path))
-        while True:
-            try:
-                location, ledger_id, entry_id, length, _crc = next(scanner)
-            except StopIteration as stop:
-                return stop.value
+        scan = Scan(scan_records(f, read_header(f, path)))
+        for location, ledger_id, entry_id, length, _crc in scan:
             yield EntryLogRecord(location, ledger_id, entry_id, length)
+    assert scan.result is not None
+    return scan.result
 
 
 def read_entry_body(path: str, record: EntryLogRecord, max_bytes: int) -> bytes:
@@ -339,16 +338,20 @@ class _LogReader:
 
 # -- helpers ---------------------------------------------------------------------------------
 
+T = TypeVar("T")
 R = TypeVar("R")
 
 
-def _drain(generator: Generator[object, None, R]) -> R:
-    """Run a generator to its end; its return value."""
-    while True:
-        try:
-            next(generator)
-        except StopIteration as stop:
-            return stop.value
+class Scan(Generic[T, R]):
+    """A generator's items to iterate over once; :attr:`result` is its return value
+    once the iteration ended (the scans here return where the valid records end)."""
+
+    def __init__(self, generator: Generator[T, None, R]) -> None:
+        self._generator = generator
+        self.result: R | None = None
+
+    def __iter__(self) -> Iterator[T]:
+        self.result = yield from self._generator
 
 
 def _named_file(which: str, directory: str | None, what: str) -> str:
