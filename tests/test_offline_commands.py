@@ -240,10 +240,14 @@ def test_readlog_shows_the_entries_in_the_entry_logs(written):
 
 # -- lastmark ---------------------------------------------------------------------------------
 
-def test_lastmark_shows_each_ledger_directory_mark(written):
+def test_lastmark_shows_each_ledger_directory_mark(written, tmp_path):
     """After a clean close every ledger directory's mark is the end of the journal's
-    records; a damaged one is named, and a bookie would replay from the start."""
-    marks, records = run_all(["lastmark", "--json", *written.options],
+    records (directories named by a ``--conf`` file); a damaged one is named, and a
+    bookie would replay from the start."""
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text(f"journalDirectory={written.settings.journalDirectory}\n"
+                    f"ledgerDirectories={','.join(written.settings.ledgerDirectories)}\n")
+    marks, records = run_all(["lastmark", "--json", "--conf", str(conf)],
                              ["readjournal", "1", "--json", *written.options])
     end = json.loads(records.stdout)["end_offset"]
     result = json.loads(marks.stdout)
