@@ -19,7 +19,7 @@ class BookKeeperError(Exception):
 class InvalidConfiguration(BookKeeperError, ValueError):
     """A setting has a value pybk cannot use; the message names the setting."""
 
-    code = -1000  # pybk's own: never sent over the wire
+    code = -1000  # pybk's own; raised on the caller's side, never sent over the wire
 
 
 class NoSuchLedger(BookKeeperError):
@@ -249,6 +249,10 @@ class TooManyLedgers(BookKeeperError, ValueError):
     (:data:`pybk.log.metadata.COMMIT_LEDGERS_MAX`)."""
 
 
+#: The errors a status code rebuilds (:func:`error_for_code`): those a bookie's reply may
+#: carry.  Errors raised only on the client's or the caller's side (InvalidConfiguration,
+#: ClientClosed, TooManyRequests, DirectoryLocked and the logs') are not among them: their
+#: codes never come back from a bookie.
 _WIRE_ERRORS = (
     NoSuchLedger,
     NoSuchEntry,
@@ -262,7 +266,6 @@ _WIRE_ERRORS = (
     BookieClosed,
     CorruptData,
     Timeout,
-    InvalidConfiguration,
     InvalidLedgerMetadata,
     BadVersion,
     MetadataError,

@@ -15,8 +15,10 @@ from pybk.cluster import BookieServer, ZmqBookieClient, wire
 from pybk.cluster.frames import ZERO_COPY_MIN_BYTES
 from pybk.cluster.wire import (MAGIC, REPLY_HEADER, REQUEST_HEADER, VERSION, BookieInfo,
                                Op, Reply, Request)
-from pybk.errors import (EntryTooLarge, LedgerFenced, MalformedMessage, NoSuchEntry,
-                         NoSuchLedger, Unauthorized)
+from pybk import errors
+from pybk.errors import (BookKeeperError, ClientClosed, EntryTooLarge, InvalidConfiguration,
+                         LedgerFenced, MalformedMessage, NoSuchEntry, NoSuchLedger,
+                         TooManyRequests, Unauthorized, error_for_code)
 from pybk.settings import ClientSettings
 from pybk.storage import LAST_ENTRY
 from zmqutil import LOOPBACK, RawDealer
@@ -501,6 +503,17 @@ def test_bookie_errors_come_back_as_the_same_exceptions(server, client):
         client.add(8, 1, entry(8, 1, body=bytes(MAX)), KEY).result(timeout=10)
     with pytest.raises(MalformedMessage):  # refused before sending
         client.read_lac_long_poll(8, 0, 1, wire.MAX_LONG_POLL_MS + 1).result(timeout=10)
+
+
+def test_a_status_rebuilds_the_errors_a_bookie_may_send_and_no_caller_side_error():
+    """A reply's status comes back as the class the bookie raised; the codes of errors
+    raised only on the caller's side never come from a bookie, so a status carrying one
+    is a stranger's (the base class), not a misleading configuration error."""
+    for cls in errors._WIRE_ERRORS:
+        rebuilt = error_for_code(cls.code, "from a bookie")
+        assert type(rebuilt) is cls and str(rebuilt) == "from a bookie"
+    for cls in (InvalidConfiguration, ClientClosed, TooManyRequests):
+        assert type(error_for_code(cls.code, "x")) is BookKeeperError
 
 
 def test_server_answers_or_drops_malformed_requests_and_keeps_serving(server, closing):
