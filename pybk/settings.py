@@ -529,7 +529,7 @@ class ClientSettings(_Settings):
     #: queueing without bound.
     throttle: int = 5000
     #: With ``throttle`` adds outstanding, an add waits up to ``addEntryTimeout`` for one
-    #: to finish, then fails with ClientThrottled; false: it fails at once.  pybk's.
+    #: to finish, then fails with TooManyRequests; false: it fails at once.  pybk's.
     throttleBlocking: bool = True
 
     #: ZeroMQ transport: milliseconds between heartbeats (ZMTP PING) on a connection to
