@@ -1,7 +1,8 @@
 """The ledger protocol with several bookies: quorums, striping, ensemble changes, fencing
-and recovery (DESIGN.md), driven by fault hooks.  Every test runs over each transport:
-bookies called in-process, bookies served over ZeroMQ on loopback TCP, and ``pybk
-bookie`` processes (a pool shared by the module's tests, its metadata on ZooKeeper)."""
+and recovery (docs/DESIGN.md, "The ledger protocol"), driven by fault hooks.  Every test
+runs over each transport: bookies called in-process, bookies served over ZeroMQ on
+loopback TCP, and ``pybk bookie`` processes (a pool shared by the module's tests, its
+metadata on ZooKeeper)."""
 
 from __future__ import annotations
 

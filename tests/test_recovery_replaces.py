@@ -172,8 +172,8 @@ def test_recovery_replaces_a_dead_bookie_of_the_last_fragment(cluster_of, failur
 def test_recovery_from_entry_zero_replaces_the_only_fragment_in_place(cluster_of):
     """Nothing was acknowledged: recovery starts at entry 0, whose write set (A, B)
     needs the dead A, so the replacement fragment starts where the only fragment does
-    and replaces it (DESIGN.md: a new fragment at LAC + 1 replaces the last one in
-    place if that is where it starts)."""
+    and replaces it (docs/DESIGN.md, "Ensemble changes": a new fragment at LAC + 1
+    replaces the last one in place if that is where it starts)."""
     cluster = cluster_of(4)
     lh, ensemble, tail = write_with_unconfirmed_tail(cluster, first_acked=0)
     victim, spare = ensemble[0], spare_of(cluster, ensemble)

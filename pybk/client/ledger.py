@@ -1,6 +1,6 @@
 """A ledger handle: the writer's quorum protocol and the reader's failover.
 
-Writing (DESIGN.md, "The model"): entry *e* goes to its write set (the Qw bookies of the
+Writing (docs/DESIGN.md, "Writing"): entry *e* goes to its write set (the Qw bookies of the
 ensemble from index ``e % E``); it succeeds once Qa of them acknowledged it durably, and
 is confirmed to the caller only after every lower entry was, so the LAC (carried on every
 entry) only moves forward.  Completions reach the application in entry-id order, one at

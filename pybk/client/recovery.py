@@ -1,6 +1,6 @@
 """Fencing and recovery: how a reader takes a ledger from a writer that may be dead.
 
-Exactly DESIGN.md's procedure:
+Exactly the procedure of docs/DESIGN.md, "Fencing and recovery":
 
 1. CAS the metadata to IN_RECOVERY (already IN_RECOVERY: another recoverer is at work;
    go on as well; CLOSED: nothing to do).

@@ -1,6 +1,6 @@
 """The writer of a log: batching, rolling, truncation, and taking over from a writer.
 
-Opening (DESIGN.md, "Logs from ledgers"): read the log's head, finish what a writer
+Opening (docs/DESIGN.md, "Logs from ledgers"): read the log's head, finish what a writer
 that died left undone (:mod:`pybk.log.metadata`: dropped segments, a truncation, segment
 records), fence and recover its last two segments (the last one may still have a writer;
 the one before may still be closing after a roll), create a new ledger, and
