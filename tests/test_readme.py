@@ -1,4 +1,5 @@
-"""Every Python block of the README runs as written.
+"""Every Python block of the README runs as written, and every link of the README and
+of ``docs/*.md`` leads to a file (and heading) of the repository.
 
 Each block runs as a script of its own (a fresh process: ``python block.py``) in a fresh
 directory, where its relative paths (``data/wal``, ...) land.  One substitution: the
@@ -12,6 +13,7 @@ the test skips it, giving that reason.  Keep such blocks few.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import subprocess
@@ -117,3 +119,74 @@ def test_a_readme_block_runs_as_written(name, code, not_run, tmp_path, request):
                             env=dict(os.environ, PYTHONPATH=ROOT, **SPARK_ENV))
     assert result.returncode == 0, f"README block {name!r} failed:\n{code}\n" \
                                    f"{result.stdout}{result.stderr}"
+
+
+# -- links ---------------------------------------------------------------------------------
+
+#: The Markdown files whose links must lead somewhere.
+MARKDOWN = [README, *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
+_FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+_EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)  # http:, https:, mailto:
+
+
+def prose(text: str) -> str:
+    """``text`` without code blocks and code spans, where brackets are not links."""
+    return _CODE_SPAN.sub("", _FENCE.sub("", text))
+
+
+def anchors(path: str) -> set[str]:
+    """The anchors of a Markdown file's headings, as GitHub makes them."""
+    with open(path, encoding="utf-8") as f:
+        headings = re.findall(r"^#+\s+(.*?)\s*$", _FENCE.sub("", f.read()), re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+            for heading in headings}
+
+
+def broken_links(path: str) -> list[str]:
+    """Each link of the Markdown file ``path`` that does not lead to a file of the
+    repository, or to a heading of it, with the reason."""
+    with open(path, encoding="utf-8") as f:
+        targets = _LINK.findall(prose(f.read()))
+    broken = []
+    for target in targets:
+        if _EXTERNAL.match(target):
+            continue
+        file_part, _, anchor = target.partition("#")
+        resolved = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) \
+            if file_part else path
+        if os.path.commonpath([resolved, ROOT]) != ROOT:
+            broken.append(f"{target}: outside the repository")
+        elif not os.path.exists(resolved):
+            broken.append(f"{target}: no such file")
+        elif anchor and resolved.endswith(".md") and anchor not in anchors(resolved):
+            broken.append(f"{target}: no heading #{anchor} in {os.path.relpath(resolved, ROOT)}")
+    return broken
+
+
+@pytest.mark.parametrize("path", MARKDOWN, ids=[os.path.relpath(p, ROOT) for p in MARKDOWN])
+def test_every_link_leads_to_a_file_of_the_repository(path):
+    assert broken_links(path) == []
+
+
+def test_the_readme_links_the_design_and_the_threads():
+    with open(README, encoding="utf-8") as f:
+        targets = _LINK.findall(prose(f.read()))
+    assert {"docs/DESIGN.md", "docs/THREADS.md"} <= set(targets)
+
+
+def test_a_broken_link_is_found(tmp_path, monkeypatch):
+    """The check itself: a missing file, a missing heading and a path outside the
+    repository are each reported; links in code and external ones are not checked."""
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "A.md").write_text("# A title\n\n## Some part: here\n")
+    page = tmp_path / "README.md"
+    page.write_text("[ok](docs/A.md) [ok](docs/A.md#some-part-here) [ok](#top) "
+                    "[web](https://example.org/x) `[code](missing.md)`\n"
+                    "```\n[block](missing.md)\n```\n# Top\n"
+                    "[gone](docs/B.md) [no heading](docs/A.md#nowhere) [out](../x.md)\n")
+    assert broken_links(str(page)) == [
+        "docs/B.md: no such file", "docs/A.md#nowhere: no heading #nowhere in docs/A.md",
+        "../x.md: outside the repository"]
