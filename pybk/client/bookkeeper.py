@@ -15,8 +15,9 @@ After :meth:`BookKeeper.close` every call to create, open, delete or list ledger
 ClientClosed (handles opened before are not closed with the client).
 
 Threads: one timer thread per client times out adds and sends explicit LACs for idle
-writers; one worker thread runs ensemble changes (they block on the metadata store and
-must not run on a bookie's completion thread).
+writers; one worker thread runs ensemble changes and the metadata close after an error a
+writer cannot recover from (they block on the metadata store and must not run on a
+bookie's completion thread).  All of pybk's threads: docs/THREADS.md.
 """
 
 from __future__ import annotations

@@ -62,8 +62,9 @@ Autorecovery
 
 Threads: none of its own besides the server's, the bookie's and autorecovery's;
 registrations run on the thread that saw the change (the bookie's housekeeping thread for
-disks, the store's session thread after a reconnection), one at a time, and a timer
-thread runs while the connection is down.
+disks, the store's session thread after a reconnection), one at a time; a timer
+thread runs while the connection is down, and :meth:`BookieNode.close` unregisters on a
+thread of its own so that a stalled ZooKeeper cannot hold the close up.
 """
 
 from __future__ import annotations
