@@ -258,5 +258,6 @@ class FaultyBookieClient(BookieClient):
 
 def _after(seconds: float, fn: Callable[[], None]) -> None:
     timer = threading.Timer(seconds, fn)
+    timer.name = "pybk-fault-delay"
     timer.daemon = True
     timer.start()
