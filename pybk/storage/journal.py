@@ -29,6 +29,7 @@ needed; ``journalMaxBackups`` of them are kept, older ones are removed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -372,7 +373,7 @@ class Journal:
         on the same file could acknowledge data that is not on disk.  Every later request
         fails with the same error until the bookie restarts (and replays what is valid).
         """
-        if error.errno == 28:  # ENOSPC
+        if error.errno == errno.ENOSPC:
             failure: BaseException = DiskFull(f"journal {self._dir} is full: {error}")
         else:
             failure = BookKeeperError(f"journal write to {self._dir} failed: {error}")
