@@ -25,8 +25,10 @@
     one that stopped for good (:mod:`pybk.log.consumers`).
 ``pybk autorecovery enable|disable|status``, ``listunderreplicated``, ``whoisauditor``,
 ``triggeraudit``, ``lostbookierecoverydelay [N]``, ``listbookies``, ``clusterinfo``,
-``listledgers``, ``ledgermetadata ID``, ``deleteledger ID``
-    The admin shell (:mod:`pybk.cluster.admin_commands`).
+``listledgers``, ``ledgermetadata ID``, ``deleteledger ID``, ``bookieinfo``,
+``readledger ID [--first N] [--last M] [--bookie ID]``
+    The admin shell (:mod:`pybk.cluster.admin_commands`; the two last ask the bookies:
+    :mod:`pybk.cluster.admin_inspect`).
 ``pybk readjournal [FILE|ID]``, ``readlog [LOGID|FILE]``, ``lastmark``,
 ``localconsistencycheck``
     The offline tools, on a stopped bookie's directories (:mod:`pybk.offline_commands`).
@@ -74,6 +76,10 @@ ADMIN_COMMANDS = {
     "listledgers": "the ledgers, or those on one bookie",
     "ledgermetadata": "one ledger's metadata",
     "deleteledger": "delete a ledger: its metadata, then its entries on its bookies",
+    "bookieinfo": "each registered bookie's state, free and total disk space, as it "
+                  "answers itself (unreachable if it does not)",
+    "readledger": "a ledger's entries, read through the client without recovery, or "
+                  "one bookie's copies of them",
 }
 AUTORECOVERY_ACTIONS = ("enable", "disable", "status")
 #: The offline tools' commands (:mod:`pybk.offline_commands`), with their help.
@@ -138,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """An admin shell command (:mod:`pybk.cluster.admin_commands`)."""
     from pybk.cluster import admin_commands as admin
+    from pybk.cluster import admin_inspect
     try:
         target = admin.target(args.command, bookie_settings(args), args.json)
     except InvalidConfiguration as e:
@@ -145,7 +152,12 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "autorecovery":
         return admin.run(target, admin.autorecovery(args.action), admin.show_autorecovery)
     if args.command == "deleteledger":
-        return admin.run_delete_ledger(target, args.ledger)
+        return admin.run(target, admin.delete_ledger(args.ledger), admin.show_deleted,
+                         admin.client)
+    if args.command == "readledger":
+        return admin.run(target, admin_inspect.read_ledger(
+            args.ledger, args.first, args.last, args.bookie, target.password),
+            admin_inspect.show_ledger_entries, admin.client)
     work, show = {  # each command's work on the store, made from its arguments
         "listunderreplicated": (lambda a: admin.list_underreplicated,
                                 admin.show_underreplicated),
@@ -157,6 +169,8 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         "listbookies": (lambda a: admin.list_bookies(a.read_only), admin.show_bookies),
         "listledgers": (lambda a: admin.list_ledgers(a.meta, a.bookie), admin.show_ledgers),
         "ledgermetadata": (lambda a: admin.ledger_metadata(a.ledger), admin.show_metadata),
+        "bookieinfo": (lambda a: admin_inspect.bookie_info(a.timeout),
+                       admin_inspect.show_bookie_info),
     }[args.command]
     return admin.run(target, work(args), show)
 
@@ -409,8 +423,21 @@ def _add_admin_commands(commands: Any) -> None:
                          help="any ServerSettings name, e.g. --set zkTimeout=5000")
         sub.add_argument("--json", action="store_true",
                          help="one JSON document for scripts instead of a table")
-        if name in ("ledgermetadata", "deleteledger"):
+        if name in ("ledgermetadata", "deleteledger", "readledger"):
             sub.add_argument("ledger", type=_whole_number, metavar="ID", help="the ledger's id")
+        if name == "readledger":
+            sub.add_argument("--first", type=_whole_number, default=0, metavar="N",
+                             help="the first entry to show (default 0)")
+            sub.add_argument("--last", type=_whole_number, metavar="M",
+                             help="the last entry to show (default, and at most: the last "
+                                  "entry of a closed ledger, the LAC of an open one)")
+            sub.add_argument("--bookie", metavar="ID",
+                             help="read only this bookie's copies of the entries its "
+                                  "write sets give it, to check one replica")
+        elif name == "bookieinfo":
+            sub.add_argument("--timeout", type=_positive(float), metavar="SECONDS",
+                             default=5.0, help="how long to wait for the bookies' answers, "
+                                               "all together (default 5)")
         elif name == "lostbookierecoverydelay":
             sub.add_argument("seconds", type=_whole_number, nargs="?", metavar="N",
                              help="set it to N seconds (default: show it)")

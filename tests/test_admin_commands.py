@@ -6,15 +6,22 @@ answered in one line with exit status 1, never a traceback.
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
 import zkutil
-from clusterutil import child_env
+from autorecoveryutil import wait_until
+from clusterutil import BookieProcesses, child_env
+from pybk.client import BookKeeper
+from pybk.client.digest import DigestManager
+from pybk.cluster.admin_commands import show_cluster
+from pybk.cluster.admin_inspect import PAYLOAD_WIDTH
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 
@@ -228,3 +235,202 @@ def test_an_entry_on_one_live_bookie_is_at_risk_and_a_closed_empty_ledger_never(
     assert _fewest_live_replicas(one, {"a", "b"}) == 2
     empty = ledger(state=LedgerState.CLOSED, last_entry_id=-1, length=0)
     assert _fewest_live_replicas(empty, set()) is None
+
+
+# -- bookieinfo -------------------------------------------------------------------------------
+
+def test_bookieinfo_shows_each_bookie_state_and_disk_space(address, bk):
+    registered = sorted(bk.ledger_manager.store.bookies())
+    info = as_json("bookieinfo", "--zk", address)
+    assert [b["bookie"] for b in info["bookies"]] == registered
+    for b in info["bookies"]:
+        assert (b["state"], b["error"]) == ("writable", None), b
+        assert 0 < b["free_bytes"] <= b["total_bytes"], b
+        used = 100 * (b["total_bytes"] - b["free_bytes"]) / b["total_bytes"]
+        assert abs(b["used_percent"] - used) < 1, b  # the disk moves between the answers
+    assert info["unreachable"] == 0
+    assert info["total_bytes"] == sum(b["total_bytes"] for b in info["bookies"])
+    table = ok("bookieinfo", "--zk", address).splitlines()
+    assert table[0].split() == ["BOOKIE", "STATE", "FREE", "TOTAL", "USED"]
+    rows = [line.split() for line in table[1:-1]]
+    assert [(r[0], r[1]) for r in rows] == [(b, "writable") for b in registered]
+    assert all(r[3] in ("KiB", "MiB", "GiB", "TiB") and r[6].endswith("%") for r in rows)
+    assert table[-1].endswith("on 3 bookies; 0 unreachable"), table
+
+
+def test_bookieinfo_shows_a_registered_bookie_that_does_not_answer_as_unreachable(address):
+    # a registration whose endpoint accepts connections and never speaks: a hung bookie
+    # (read-only, so that no ensemble of the module's other tests picks it meanwhile)
+    with socket.socket() as silent, \
+            ZooKeeperMetadataStore(address, zkutil.settings()) as store:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        store.register_bookie("hung-bookie:1", read_only=True,
+                              endpoint=f"tcp://127.0.0.1:{silent.getsockname()[1]}")
+        started = time.monotonic()
+        info = as_json("bookieinfo", "--timeout", "1", "--zk", address)
+        took_s = time.monotonic() - started
+        table = ok("bookieinfo", "--timeout", "1", "--zk", address).splitlines()
+    hung = [b for b in info["bookies"] if b["bookie"] == "hung-bookie:1"]
+    assert len(hung) == 1 and hung[0]["state"] == "unreachable", info
+    assert "did not answer" in hung[0]["error"] and hung[0]["free_bytes"] is None
+    assert info["unreachable"] == 1
+    assert {b["state"] for b in info["bookies"] if b is not hung[0]} == {"writable"}
+    assert took_s < 20, took_s  # the command's 1 s limit, plus the process's start
+    assert ["hung-bookie:1", "unreachable", "-", "-", "-"] in [r.split() for r in table]
+    assert table[-1].endswith("on 3 bookies; 1 unreachable"), table
+
+
+# -- readledger -------------------------------------------------------------------------------
+
+def test_readledger_reads_a_closed_ledger_through_the_client(address, ledgers):
+    closed, _ = ledgers
+    read = as_json("readledger", str(closed), "--zk", address)
+    assert (read["state"], read["last_readable"], read["bookie"]) == ("CLOSED", 2, None)
+    assert [(e["entry"], e["status"], e["size"], base64.b64decode(e["payload_base64"]))
+            for e in read["entries"]] == [(i, "ok", 7, b"entry %d" % i) for i in range(3)]
+    lines = ok("readledger", str(closed), "--zk", address).splitlines()
+    assert lines[0] == (f"ledger {closed}: CLOSED, last readable entry 2; 3 entries, read "
+                        "through the client")
+    assert lines[1].split() == ["ENTRY", "SIZE", "PAYLOAD"]
+    assert [line.split(None, 2) for line in lines[2:]] == [
+        [str(i), "7", f'"entry {i}"'] for i in range(3)]
+    # a range past the end is cut at the last entry
+    tail = as_json("readledger", str(closed), "--first", "1", "--last", "99", "--zk", address)
+    assert [e["entry"] for e in tail["entries"]] == [1, 2]
+
+
+def test_readledger_reads_an_open_ledger_to_its_lac_without_fencing_it(address, bk):
+    handle = bk.create_ledger(2, 2, 2)
+    try:
+        binary = bytes(range(256)) * 2
+        handle.add_entry(binary)
+        handle.add_entry(b"second")
+        # the idle writer sends its LAC (explicitLacInterval): wait until readers see 1
+        deadline = time.monotonic() + 30
+        while bk.open_ledger(handle.id, recovery=False).last_add_confirmed < 1:
+            assert time.monotonic() < deadline, "the LAC did not reach 1 in 30 s"
+            time.sleep(0.05)
+        read = as_json("readledger", str(handle.id), "--zk", address)
+        assert (read["state"], read["last_readable"]) == ("OPEN", 1)
+        assert [base64.b64decode(e["payload_base64"]) for e in read["entries"]] == [
+            binary, b"second"]
+        lines = ok("readledger", str(handle.id), "--zk", address).splitlines()
+        payload = lines[2].split()[2]
+        assert payload.startswith("0x000102") and payload.endswith("...") \
+            and len(payload) == PAYLOAD_WIDTH, payload
+        assert lines[3].split() == ["1", "6", '"second"']
+        # not fenced, not recovered: the writer goes on and the ledger stays open
+        assert handle.add_entry(b"third") == 2
+        assert bk.ledger_manager.read(handle.id).metadata.state.name == "OPEN"
+    finally:
+        handle.close()
+
+
+def test_readledger_bookie_shows_one_replica_held_missing_or_with_a_bad_digest(address,
+                                                                              bk):
+    handle = bk.create_ledger(3, 2, 2)
+    for i in range(4):
+        handle.add_entry(b"replica %d" % i)
+    handle.close()
+    ensemble = handle.metadata.fragments[0].ensemble
+    first = ensemble[0]  # write sets: e0 (0, 1), e1 (1, 2), e2 (2, 0), e3 (0, 1)
+    # a garbled copy of entry 0 on the first bookie, sent over the wire as any add
+    digest = DigestManager(handle.id, handle.metadata.digest_type, b"")
+    good = digest.encode(0, -1, len(b"replica 0"), b"replica 0")
+    bk.bookie_client(first).add(handle.id, 0, good[:-1] + b"X", bk.master_key(b"")) \
+        .result(timeout=30)
+    read = as_json("readledger", str(handle.id), "--bookie", first, "--zk", address)
+    assert read["bookie"] == first
+    assert [(e["entry"], e["status"]) for e in read["entries"]] == [
+        (0, "bad digest"), (2, "ok"), (3, "ok")]
+    assert base64.b64decode(read["entries"][2]["payload_base64"]) == b"replica 3"
+    lines = ok("readledger", str(handle.id), "--bookie", first, "--zk", address).splitlines()
+    assert lines[0].endswith(f"3 entries, bookie {first}'s copies, 1 missing or "
+                             "unreadable there"), lines
+    assert lines[2].split() == ["0", "-", "(bad", "digest)"]
+    # the client skips the bad copy: every entry reads, from the other replica
+    assert [base64.b64decode(e["payload_base64"]) for e in as_json(
+        "readledger", str(handle.id), "--zk", address)["entries"]] == [
+        b"replica %d" % i for i in range(4)]
+    # the second bookie loses its copies (as with a wiped disk): all reported missing
+    second = ensemble[1]
+    bk.bookie_client(second).delete_ledger(handle.id).result(timeout=30)
+    lost = as_json("readledger", str(handle.id), "--bookie", second, "--zk", address)
+    assert [(e["entry"], e["status"]) for e in lost["entries"]] == [
+        (0, "missing"), (1, "missing"), (3, "missing")]
+
+
+def test_readledger_bad_input_fails_in_one_line(address, bk, ledgers):
+    closed, open_ = ledgers
+    registered = bk.ledger_manager.store.bookies()
+    outsider = next(b for b in registered
+                    if b not in bk.ledger_manager.read(open_).metadata.fragments[0].ensemble)
+    for args, says in (
+            (["999999"], "pybk readledger: ledger 999999 has no metadata"),
+            ([str(closed), "--first", "2", "--last", "1"],
+             "pybk readledger: --first 2 is after --last 1"),
+            ([str(closed), "--bookie", "nobody:1"], "pybk readledger: bookie nobody:1 is "
+                                                    "unknown"),
+            ([str(open_), "--bookie", outsider], f"pybk readledger: bookie {outsider} is "
+                                                 f"not in any ensemble of ledger {open_}"),
+            ([str(closed), "--set", "bookieRecoveryPasswd=wrong"],
+             f"pybk readledger: wrong password for ledger {closed}")):
+        assert failed("readledger", *args, "--zk", address).startswith(says), args
+
+
+# -- a lost bookie ----------------------------------------------------------------------------
+
+def test_clusterinfo_reports_a_killed_bookie_lost_the_backlog_and_the_ledgers_at_risk(
+        zookeeper, tmp_path):
+    address = zkutil.formatted_cluster(zookeeper)
+    group = BookieProcesses(tmp_path, address)
+    try:
+        bookies = group.start_serving(3, zk_timeout_ms=zkutil.SHORT_SESSION_TIMEOUT_MS)
+        with BookKeeper.connect(address, zk_settings=zkutil.settings()) as client:
+            # E=3 Qw=2: with one bookie gone two of its entries keep one replica, and no
+            # bookie outside its ensemble is left to re-replicate them to
+            striped = client.create_ledger(3, 2, 2)
+            for i in range(3):
+                striped.add_entry(b"striped %d" % i)
+            striped.close()
+        victim = bookies[2]
+        victim.kill()
+        with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
+            manager = UnderreplicationManager(store)
+            wait_until(lambda: victim.bookie_id not in store.bookies()
+                       and (backlog := manager.backlog()) is not None
+                       and backlog.ledgers == 1,
+                       "the auditor measured the lost bookie's backlog")
+        info = as_json("clusterinfo", "--zk", address)
+        survivors = sorted(b.bookie_id for b in bookies[:2])
+        assert (info["writable"], info["lost"]) == (survivors, [victim.bookie_id])
+        assert info["underreplicated"] == 1
+        assert {k: info["backlog"][k] for k in ("ledgers", "entries", "min_replicas")} == \
+            {"ledgers": 1, "entries": 2, "min_replicas": 1}
+        assert (info["fewest_live_replicas"], info["at_risk_ledgers"],
+                info["unreadable_ledgers"]) == (1, [striped.id], [])
+        text = ok("clusterinfo", "--zk", address)
+        assert f"bookies lost (1): {victim.bookie_id}" in text
+        assert "under-replicated ledgers: 1 (auditor's last measure: 1 ledgers, 2 " \
+               "entries, fewest replicas 1)" in text
+        assert f"one more bookie stopping would lose entries of ledgers {striped.id}" in text
+        # its entries still read through the client; the lost replica cannot be read
+        assert len(as_json("readledger", str(striped.id), "--zk", address)["entries"]) == 3
+        assert f"cannot read bookie {victim.bookie_id}" in failed(
+            "readledger", str(striped.id), "--bookie", victim.bookie_id, "--zk", address)
+        assert [b["bookie"] for b in as_json("bookieinfo", "--zk", address)["bookies"]] \
+            == survivors
+    finally:
+        group.close()
+
+
+def test_clusterinfo_tells_entries_with_no_live_replica_from_those_at_risk():
+    info = {"writable": ["a"], "read_only": [], "lost": ["b", "c"], "auditor": None,
+            "autorecovery": True, "lost_bookie_recovery_delay_s": 0, "underreplicated": 2,
+            "backlog": None, "fewest_live_replicas": 0, "at_risk_ledgers": [7],
+            "unreadable_ledgers": [9]}
+    lines = show_cluster(info)
+    assert "one more bookie stopping would lose entries of ledgers 7" in lines
+    assert lines[-1] == ("entries with no live replica (unreadable until a bookie "
+                         "returns) in ledgers 9")

@@ -24,26 +24,35 @@ import contextlib
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Sequence
 
 from pybk.errors import BookKeeperError, InvalidConfiguration, NoSuchLedger
 from pybk.meta.interface import MetadataStore
-from pybk.meta.ledger_metadata import LedgerMetadata
+from pybk.cluster.replicas import coverage
+from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.settings import ServerSettings
 from pybk.tables import table
+
+if TYPE_CHECKING:
+    from pybk.client import BookKeeper
+    from pybk.cluster.connect import ClusterBookKeeper
 
 
 @dataclass(frozen=True)
 class Target:
     """Where an admin command goes, and how it answers: ``address`` is the cluster's
     ``zk://`` address, ``zk_timeout_ms`` bounds the wait for its ZooKeeper, ``as_json``
-    asks for one JSON document instead of a table."""
+    asks for one JSON document instead of a table; ``password`` opens ledgers to read
+    them (``bookieRecoveryPasswd``, as BookKeeper's admin does) and ``max_entry_bytes``
+    is the largest entry a bookie may answer (``maxEntrySizeBytes``)."""
 
     command: str
     address: str
     zk_timeout_ms: int
     as_json: bool
+    password: bytes = b""
+    max_entry_bytes: int = ServerSettings.maxEntrySizeBytes
 
 
 def target(command: str, settings: ServerSettings, as_json: bool) -> Target:
@@ -52,16 +61,18 @@ def target(command: str, settings: ServerSettings, as_json: bool) -> Target:
     if not settings.metadataServiceUri:
         raise InvalidConfiguration("no cluster given: pass --zk zk://host:port/ledgers, or "
                                    "--conf with metadataServiceUri")
-    return Target(command, settings.metadataServiceUri, settings.zkTimeout, as_json)
+    return Target(command, settings.metadataServiceUri, settings.zkTimeout, as_json,
+                  settings.bookieRecoveryPasswd.encode("utf-8"), settings.maxEntrySizeBytes)
 
 
-def run(target_: Target, work: Callable[[MetadataStore], Any],
-        show: Callable[[Any], Sequence[str]]) -> int:
-    """Open the cluster's store, ``work`` on it, and print the result: ``show(result)``'s
-    lines, or the result as JSON.  0, or 1 with the reason on standard error."""
+def run(target_: Target, work: Callable[[Any], Any], show: Callable[[Any], Sequence[str]],
+        opener: Callable[[Target], ContextManager[Any]] | None = None) -> int:
+    """Open the cluster's store (or what ``opener`` opens: :func:`client`), ``work`` on
+    it, and print the result: ``show(result)``'s lines, or the result as JSON.  0, or 1
+    with the reason on standard error."""
     try:
-        with _store(target_) as store:
-            result = work(store)
+        with (opener or _store)(target_) as opened:
+            result = work(opened)
     except BookKeeperError as e:
         print(f"pybk {target_.command}: {e}", file=sys.stderr, flush=True)
         return 1
@@ -81,6 +92,17 @@ def _store(target_: Target) -> Iterator[MetadataStore]:
     with open_metadata_store(target_.address,
                              ZooKeeperSettings(zkTimeout=target_.zk_timeout_ms)) as store:
         yield store
+
+
+def client(target_: Target) -> "ClusterBookKeeper":
+    """A ledger client of the cluster (for :func:`run`), reading with ``readTimeout``'s
+    default and opening ledgers without recovery only."""
+    from pybk.cluster.connect import connect
+    from pybk.meta.zookeeper import ZooKeeperSettings
+    from pybk.settings import ClientSettings
+
+    return connect(target_.address, ClientSettings(maxEntrySizeBytes=target_.max_entry_bytes),
+                   zk_settings=ZooKeeperSettings(zkTimeout=target_.zk_timeout_ms))
 
 
 # -- autorecovery ---------------------------------------------------------------------------
@@ -263,20 +285,18 @@ def _ensembles(m: dict) -> str:
     return " ".join(f"{f['first_entry']}:[{','.join(f['ensemble'])}]" for f in m["fragments"])
 
 
-def run_delete_ledger(target_: Target, ledger_id: int) -> int:
-    """``deleteledger ID``: its metadata, then its entries on its bookies (as
-    :meth:`pybk.client.BookKeeper.delete_ledger`).  JSON: ``{"deleted": id}``."""
-    from pybk.cluster.connect import connect
+def delete_ledger(ledger_id: int) -> Callable[["BookKeeper"], dict]:
+    """``deleteledger ID`` (through :func:`client`): its metadata, then its entries on its
+    bookies (as :meth:`pybk.client.BookKeeper.delete_ledger`).  JSON: ``{"deleted":
+    id}``."""
+    def work(bk: "BookKeeper") -> dict:
+        bk.delete_ledger(ledger_id)
+        return {"deleted": ledger_id}
+    return work
 
-    try:
-        with connect(target_.address) as bk:
-            bk.delete_ledger(ledger_id)
-    except BookKeeperError as e:
-        print(f"pybk {target_.command}: {e}", file=sys.stderr, flush=True)
-        return 1
-    print(json.dumps({"deleted": ledger_id}) if target_.as_json
-          else f"deleted ledger {ledger_id}", flush=True)
-    return 0
+
+def show_deleted(result: dict) -> list[str]:
+    return [f"deleted ledger {result['deleted']}"]
 
 
 # -- clusterinfo ------------------------------------------------------------------------------
@@ -288,9 +308,10 @@ def cluster_info(store: MetadataStore) -> dict:
     marked ledgers now, "backlog": the auditor's last measure {"auditor", "time_ms",
     "ledgers", "entries", "min_replicas"} or null, "fewest_live_replicas": the fewest
     registered bookies holding any entry of any ledger (null without entries),
-    "at_risk_ledgers": [id...] (ledgers with an entry on one registered bookie or none:
-    one more bookie stopping would lose it)}``.  The last two are worked out from the
-    ledgers' metadata and the registry, now."""
+    "at_risk_ledgers": [id...] (ledgers with an entry on one registered bookie only: one
+    more bookie stopping would make it unreadable), "unreadable_ledgers": [id...]
+    (ledgers with an entry on no registered bookie: unreadable until one comes back)}``.
+    The last three are worked out from the ledgers' metadata and the registry, now."""
     from pybk.meta import paths
     from pybk.meta.ledgers import LedgerManager
 
@@ -303,7 +324,7 @@ def cluster_info(store: MetadataStore) -> dict:
         with_cookie = set()  # no bookie ever formatted on this cluster
     ledgers = LedgerManager(store)
     fewest: int | None = None
-    at_risk = []
+    at_risk, unreadable = [], []
     for ledger_id in ledgers.ledger_ids():
         try:
             metadata = ledgers.read(ledger_id).metadata
@@ -312,8 +333,10 @@ def cluster_info(store: MetadataStore) -> dict:
         least = _fewest_live_replicas(metadata, live)
         if least is not None:
             fewest = least if fewest is None else min(fewest, least)
-            if least <= 1:
+            if least == 1:
                 at_risk.append(ledger_id)
+            elif least == 0:
+                unreadable.append(ledger_id)
     backlog = manager.backlog()
     return {"writable": sorted(live - set(read_only)), "read_only": read_only,
             "lost": sorted(with_cookie - live), "auditor": manager.auditor(),
@@ -324,31 +347,25 @@ def cluster_info(store: MetadataStore) -> dict:
                 "auditor": backlog.auditor, "time_ms": backlog.time_ms,
                 "ledgers": backlog.ledgers, "entries": backlog.entries,
                 "min_replicas": backlog.min_replicas},
-            "fewest_live_replicas": fewest, "at_risk_ledgers": at_risk}
+            "fewest_live_replicas": fewest, "at_risk_ledgers": at_risk,
+            "unreadable_ledgers": unreadable}
 
 
 def _fewest_live_replicas(metadata: LedgerMetadata, live: set[str]) -> int | None:
-    """The fewest bookies of ``live`` in the write set of any entry the ledger may have
-    (an open ledger's last fragment counts as full), or None if it has no entries."""
-    fragments = metadata.fragments
-    fewest = None
-    for i, fragment in enumerate(fragments):
-        if i + 1 < len(fragments):
-            count = fragments[i + 1].first_entry_id - fragment.first_entry_id
-        elif metadata.last_entry_id is not None:  # closed
-            count = metadata.last_entry_id + 1 - fragment.first_entry_id
-        else:
-            count = metadata.ensemble_size
-        for entry_id in range(fragment.first_entry_id,
-                              fragment.first_entry_id + min(count, metadata.ensemble_size)):
-            alive = sum(1 for b in metadata.write_set(entry_id) if b in live)
-            fewest = alive if fewest is None else min(fewest, alive)
-    return fewest
+    """The fewest bookies of ``live`` in the write set of any entry the ledger may have,
+    or None if it has no entries.  An open ledger's last fragment counts as holding an
+    entry on each of its write sets (its end is not in the metadata): it is given an end
+    E - 1 entries after its start."""
+    end = None
+    if metadata.state is not LedgerState.CLOSED:
+        end = metadata.fragments[-1].first_entry_id + metadata.ensemble_size - 1
+    missing = {b for f in metadata.fragments for b in f.ensemble if b not in live}
+    return coverage(metadata, missing, end).min_replicas
 
 
 def show_cluster(info: dict) -> list[str]:
     backlog = info["backlog"]
-    risk = info["at_risk_ledgers"]
+    risk, unreadable = info["at_risk_ledgers"], info["unreadable_ledgers"]
     return [
         f"bookies writable ({len(info['writable'])}): {', '.join(info['writable']) or '-'}",
         f"bookies read-only ({len(info['read_only'])}): "
@@ -365,4 +382,5 @@ def show_cluster(info: dict) -> list[str]:
         "one more bookie stopping would lose entries of ledgers "
         + ", ".join(map(str, risk)) if risk else
         "no entry would lose its last replica if one more bookie stopped",
-    ]
+    ] + ([f"entries with no live replica (unreadable until a bookie returns) in ledgers "
+          f"{', '.join(map(str, unreadable))}"] if unreadable else [])

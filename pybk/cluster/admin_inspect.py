@@ -1,0 +1,259 @@
+"""The admin shell's commands that ask the bookies themselves, over the wire
+(:mod:`pybk.cluster.admin_commands` holds those that read the metadata only, and the
+conventions they share: ``--zk``/``--conf``, tables or ``--json``, one line on standard
+error and exit status 1 on failure).
+
+``bookieinfo``
+    Each registered bookie's own answer to an INFO request: writable or read-only, free
+    and total bytes of its ledger directories.  The bookies are asked in parallel and
+    given ``--timeout`` seconds together; one that does not answer (down, stopped,
+    unreachable) is shown as unreachable, which is not a failure of the command.
+``readledger ID [--first N] [--last M] [--bookie ID]``
+    A ledger's entries, as BookKeeper's ``readledger``.  Through the client by default:
+    each entry from a bookie of its write set, its digest checked, up to the last entry
+    of a closed ledger or the LAC of an open one.  An open ledger is read without
+    recovery (BookKeeper's ``openLedgerNoRecovery``): nothing is fenced, its writer goes
+    on.  With ``--bookie`` only that bookie is read, for the entries of the range its
+    write sets give it, so an operator can check one replica: each is shown as held
+    (digest checked), missing, or with a bad digest.  Ledgers are opened with
+    ``bookieRecoveryPasswd`` (``--set bookieRecoveryPasswd=...``), as BookKeeper's admin
+    opens them.
+
+Payloads in a table: printable text between double quotes, anything else as ``0x`` and
+its hex digits, cut to :data:`PAYLOAD_WIDTH` characters (a cut one ends with ``...``).
+With ``--json`` payloads are whole and base64-encoded (``payload_base64``): JSON has no
+bytes, and base64 is compact and what every language decodes.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from pybk.client.digest import DigestManager
+from pybk.client.reads import READ_BATCH_MAX_BYTES
+from pybk.cluster.admin_commands import table
+from pybk.errors import (BookieUnavailable, BookKeeperError, DigestMismatch, NoSuchEntry,
+                         NoSuchLedger, Timeout)
+from pybk.meta.interface import MetadataStore
+from pybk.meta.ledger_metadata import LedgerMetadata
+
+if TYPE_CHECKING:
+    from pybk.client import BookKeeper
+    from pybk.client.ledger import LedgerHandle
+
+#: Characters of a payload a table shows (the quotes or ``0x`` included).
+PAYLOAD_WIDTH = 60
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+# -- bookieinfo -------------------------------------------------------------------------------
+
+def bookie_info(timeout_s: float) -> Callable[[MetadataStore], dict]:
+    """``bookieinfo``: ask every registered bookie for its disk space and state, all at
+    once, waiting ``timeout_s`` for them together.  JSON: ``{"bookies": [{"bookie": id,
+    "state": "writable"|"read-only"|"unreachable", "free_bytes": int or null,
+    "total_bytes": int or null, "used_percent": float or null, "error": why it is
+    unreachable, or null}, ...] by id, "free_bytes": sum over the bookies that answered,
+    "total_bytes": likewise, "unreachable": how many did not answer}``.  The state is
+    the bookie's own (a bookie turns read-only before the registry says so)."""
+    def work(store: MetadataStore) -> dict:
+        from pybk.cluster.client import ClientLoop, ZmqBookieClient
+        from pybk.settings import ClientSettings
+
+        settings = ClientSettings(readTimeout=timeout_s)
+        bookies = []
+        with contextlib.ExitStack() as opened:
+            loop = opened.enter_context(ClientLoop())
+            asked: dict[str, Future | BaseException] = {}
+            for bookie_id in store.bookies():
+                try:
+                    endpoint = store.bookie_endpoint(bookie_id)
+                except BookKeeperError as e:  # unregistered meanwhile
+                    asked[bookie_id] = e
+                    continue
+                if not endpoint:
+                    asked[bookie_id] = BookKeeperError("it registered no endpoint")
+                    continue
+                client = opened.enter_context(ZmqBookieClient(bookie_id, endpoint, settings,
+                                                              loop=loop))
+                asked[bookie_id] = client.bookie_info()
+            deadline = time.monotonic() + timeout_s
+            for bookie_id, asking in asked.items():
+                bookies.append(_info_row(bookie_id, asking, deadline))
+        answered = [b for b in bookies if b["error"] is None]
+        return {"bookies": bookies,
+                "free_bytes": sum(b["free_bytes"] for b in answered),
+                "total_bytes": sum(b["total_bytes"] for b in answered),
+                "unreachable": len(bookies) - len(answered)}
+    return work
+
+
+def _info_row(bookie_id: str, asking: "Future | BaseException", deadline: float) -> dict:
+    """One bookie's line of :func:`bookie_info` from its INFO future (or the error that
+    kept it from being asked)."""
+    try:
+        if isinstance(asking, BaseException):
+            raise asking
+        # the request fails by itself after readTimeout; the margin is for its thread
+        info = asking.result(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+    except (BookKeeperError, FutureTimeout) as e:
+        return {"bookie": bookie_id, "state": "unreachable", "free_bytes": None,
+                "total_bytes": None, "used_percent": None,
+                "error": str(e) or "no answer in time"}
+    used = (round(100.0 * (info.total_bytes - info.free_bytes) / info.total_bytes, 1)
+            if info.total_bytes else None)
+    return {"bookie": bookie_id, "state": "read-only" if info.read_only else "writable",
+            "free_bytes": info.free_bytes, "total_bytes": info.total_bytes,
+            "used_percent": used, "error": None}
+
+
+def show_bookie_info(result: dict) -> list[str]:
+    rows = [(b["bookie"], b["state"], human_bytes(b["free_bytes"]),
+             human_bytes(b["total_bytes"]),
+             None if b["used_percent"] is None else f"{b['used_percent']:.1f}%")
+            for b in result["bookies"]]
+    lines = table(("BOOKIE", "STATE", "FREE", "TOTAL", "USED"), rows)
+    total = result["total_bytes"]
+    used = f" ({100.0 * (total - result['free_bytes']) / total:.1f}% used)" if total else ""
+    lines.append(f"total: {human_bytes(result['free_bytes'])} free of {human_bytes(total)}"
+                 f"{used} on {len(rows) - result['unreachable']} bookies; "
+                 f"{result['unreachable']} unreachable")
+    return lines
+
+
+def human_bytes(count: int | None) -> str | None:
+    """``count`` bytes in binary units, 3 significant digits or more: ``512 B``, ``1.50
+    KiB``, ``20.0 GiB`` (None stays None: a table shows ``-``)."""
+    if count is None:
+        return None
+    value, unit = float(count), 0
+    while value >= 1024 and unit + 1 < len(_UNITS):
+        value, unit = value / 1024, unit + 1
+    if unit == 0:
+        return f"{count} B"
+    return f"{value:.3g} {_UNITS[unit]}" if value < 100 else f"{value:.0f} {_UNITS[unit]}"
+
+
+# -- readledger -------------------------------------------------------------------------------
+
+def read_ledger(ledger_id: int, first: int, last: int | None, bookie: str | None,
+                password: bytes) -> Callable[["BookKeeper"], dict]:
+    """``readledger`` (through :func:`pybk.cluster.admin_commands.client`): entries
+    ``first`` .. ``last`` (None: to the end), clipped to the readable ones.  JSON:
+    ``{"ledger": id, "state": "OPEN"|"IN_RECOVERY"|"CLOSED", "last_readable": the last
+    entry of a closed ledger or the LAC of an open one (-1: none), "bookie": id or null,
+    "entries": [{"entry": id, "status": "ok", "size": payload bytes, "payload_base64":
+    str} or, with ``--bookie``, {"entry": id, "status": "missing"|"bad digest"|"error",
+    "error": str}, ...] by entry id}``.  BookKeeperError (exit 1): ``first`` over
+    ``last``, no such ledger, a wrong password, an entry the client cannot read, or with
+    ``bookie``: a bookie not in the ledger's ensembles, or one that does not answer."""
+    def work(bk: "BookKeeper") -> dict:
+        if last is not None and first > last:
+            raise BookKeeperError(f"--first {first} is after --last {last}")
+        if bookie is not None:
+            _check_in_ensembles(bk, bk.ledger_manager.read(ledger_id).metadata, bookie)
+        handle = bk.open_ledger(ledger_id, password, recovery=False)
+        try:
+            limit = handle.last_add_confirmed
+            end = limit if last is None else min(last, limit)
+            entries = (_read_replica(bk, handle.metadata, bookie, first, end, password)
+                       if bookie is not None else _read_through_client(handle, first, end))
+        finally:
+            handle.close()
+        return {"ledger": ledger_id, "state": handle.metadata.state.name,
+                "last_readable": limit, "bookie": bookie, "entries": entries}
+    return work
+
+
+def _check_in_ensembles(bk: "BookKeeper", metadata: LedgerMetadata, bookie: str) -> None:
+    if any(bookie in f.ensemble for f in metadata.fragments):
+        return
+    if bookie in bk.metadata.bookies():
+        raise BookKeeperError(f"bookie {bookie} is not in any ensemble of ledger "
+                              f"{metadata.ledger_id}: it holds none of its entries")
+    raise BookKeeperError(f"bookie {bookie} is unknown: it is not registered and ledger "
+                          f"{metadata.ledger_id} does not name it")
+
+
+def _read_through_client(handle: "LedgerHandle", first: int, last: int) -> list[dict]:
+    if first > last:
+        return []
+    return [_held(entry.entry_id, entry.data) for entry in handle.read_entries(first, last)]
+
+
+def _read_replica(bk: "BookKeeper", metadata: LedgerMetadata, bookie: str, first: int,
+                  last: int, password: bytes) -> list[dict]:
+    """What ``bookie`` answers for the entries of ``first .. last`` its write sets give
+    it, many per request (:meth:`~pybk.client.transport.BookieClient.read_batch`)."""
+    wanted = [e for e in range(first, last + 1) if bookie in metadata.write_set(e)]
+    digest = DigestManager(metadata.ledger_id, metadata.digest_type, password)
+    client = bk.bookie_client(bookie)
+    found: list[dict] = []
+    while len(found) < len(wanted):
+        asked = wanted[len(found):]
+        try:
+            answers = client.read_batch(metadata.ledger_id, asked, READ_BATCH_MAX_BYTES) \
+                .result(timeout=bk.settings.readTimeout + 1.0)
+        except FutureTimeout:
+            raise BookKeeperError(f"bookie {bookie} did not answer within "
+                                  f"{bk.settings.readTimeout} s") from None
+        except BookKeeperError as e:
+            raise BookKeeperError(f"cannot read bookie {bookie}: {e}") from None
+        for entry_id, answer in zip(asked, answers):
+            if isinstance(answer, (BookieUnavailable, Timeout)):  # the bookie, not an entry
+                raise BookKeeperError(f"cannot read bookie {bookie}: {answer}")
+            found.append(_replica_row(digest, entry_id, answer))
+    return found
+
+
+def _replica_row(digest: DigestManager, entry_id: int, answer: bytes | BaseException
+                 ) -> dict:
+    if isinstance(answer, (NoSuchEntry, NoSuchLedger)):
+        return {"entry": entry_id, "status": "missing", "error": str(answer)}
+    if isinstance(answer, BaseException):
+        return {"entry": entry_id, "status": "error", "error": str(answer)}
+    try:
+        return _held(entry_id, digest.decode(entry_id, answer).data)
+    except DigestMismatch as e:
+        return {"entry": entry_id, "status": "bad digest", "error": str(e)}
+
+
+def _held(entry_id: int, payload: bytes) -> dict:
+    return {"entry": entry_id, "status": "ok", "size": len(payload),
+            "payload_base64": base64.b64encode(payload).decode("ascii")}
+
+
+def show_ledger_entries(result: dict) -> list[str]:
+    entries = result["entries"]
+    where = (f"bookie {result['bookie']}'s copies" if result["bookie"] else
+             "read through the client")
+    bad = sum(1 for e in entries if e["status"] != "ok")
+    lines = [f"ledger {result['ledger']}: {result['state']}, last readable entry "
+             f"{result['last_readable']}; {len(entries)} entries, {where}"
+             + (f", {bad} missing or unreadable there" if result["bookie"] else "")]
+    return lines + table(("ENTRY", "SIZE", "PAYLOAD"), list(_entry_rows(entries)))
+
+
+def _entry_rows(entries: list[dict]) -> Iterator[tuple]:
+    for e in entries:
+        if e["status"] == "ok":
+            yield e["entry"], e["size"], payload_text(base64.b64decode(e["payload_base64"]))
+        else:
+            yield e["entry"], None, f"({e['status']})"
+
+
+def payload_text(payload: bytes, width: int = PAYLOAD_WIDTH) -> str:
+    """A payload for a table: printable text between double quotes, else ``0x`` and hex;
+    at most ``width`` characters, ending with ``...`` when cut."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    shown = (f'"{text}"' if text is not None and text.isprintable()
+             else "0x" + payload[:width // 2].hex())
+    return shown if len(shown) <= width else shown[:width - 3] + "..."
