@@ -61,8 +61,9 @@ _BOOKIE_OPTIONS = {"zk": "metadataServiceUri", "listen": "listenAddress",
                    "journal_dir": "journalDirectory", "bookie_id": "bookieId"}
 #: What ``--log-level`` takes (in any case).
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-#: The admin shell's commands (:mod:`pybk.cluster.admin_commands`), with their help;
-#: ``autorecovery`` with an action is one too.
+#: The admin shell's commands (:mod:`pybk.cluster.admin_commands`,
+#: :mod:`pybk.cluster.admin_inspect`), with their help; ``autorecovery`` with an action is
+#: one too.
 ADMIN_COMMANDS = {
     "listunderreplicated": "the under-replicated ledgers: missing replicas, who repairs them",
     "whoisauditor": "the elected auditor",

@@ -8,6 +8,9 @@ BookKeeper's names (:mod:`pybk.cli` parses their arguments).
 ``listbookies [--rw|--ro]``, ``clusterinfo``, ``listledgers [--meta] [--bookie ID]``,
 ``ledgermetadata ID``, ``deleteledger ID``
     The bookie registry and the ledgers.
+``bookieinfo``, ``readledger ID [--first N] [--last M] [--bookie ID]``
+    What the bookies answer themselves: their disk space and state, a ledger's entries
+    (:mod:`pybk.cluster.admin_inspect`).
 
 Every command finds the cluster by ``--zk ADDRESS`` or by ``metadataServiceUri`` of a
 ``--conf`` file (whose ``zkTimeout`` bounds the wait for ZooKeeper).  Output: an aligned
@@ -15,7 +18,8 @@ table (or one line) for people on standard output by default; with ``--json``, e
 one JSON document on standard output, described with each command.  Exit status 0 on
 success, 1 with one line ``pybk COMMAND: reason`` on standard error if the cluster
 cannot be reached, the ledger or bookie is unknown, or the metadata is malformed; never
-a traceback.
+a traceback.  :func:`run` does this for every command, on the metadata store or, for
+those that read or delete ledgers, on a ledger client (:func:`client`).
 """
 
 from __future__ import annotations
@@ -95,8 +99,8 @@ def _store(target_: Target) -> Iterator[MetadataStore]:
 
 
 def client(target_: Target) -> "ClusterBookKeeper":
-    """A ledger client of the cluster (for :func:`run`), reading with ``readTimeout``'s
-    default and opening ledgers without recovery only."""
+    """A ledger client of the cluster (an opener for :func:`run`): its ZooKeeper waited
+    for up to ``zk_timeout_ms``, bookies' replies taken up to ``max_entry_bytes``."""
     from pybk.cluster.connect import connect
     from pybk.meta.zookeeper import ZooKeeperSettings
     from pybk.settings import ClientSettings
@@ -377,10 +381,14 @@ def show_cluster(info: dict) -> list[str]:
         f"under-replicated ledgers: {info['underreplicated']}"
         + ("" if backlog is None else
            f" (auditor's last measure: {backlog['ledgers']} ledgers, {backlog['entries']} "
-           f"entries, fewest replicas {backlog['min_replicas']})"),
-        f"fewest live replicas of any entry: {info['fewest_live_replicas']}",
+           f"entries, fewest replicas {_or_dash(backlog['min_replicas'])})"),
+        f"fewest live replicas of any entry: {_or_dash(info['fewest_live_replicas'])}",
         "one more bookie stopping would lose entries of ledgers "
         + ", ".join(map(str, risk)) if risk else
         "no entry would lose its last replica if one more bookie stopped",
     ] + ([f"entries with no live replica (unreadable until a bookie returns) in ledgers "
           f"{', '.join(map(str, unreadable))}"] if unreadable else [])
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)

@@ -38,7 +38,7 @@ from pybk.client.digest import DigestManager
 from pybk.client.reads import READ_BATCH_MAX_BYTES
 from pybk.cluster.admin_commands import table
 from pybk.errors import (BookieUnavailable, BookKeeperError, DigestMismatch, NoSuchEntry,
-                         NoSuchLedger, Timeout)
+                         NoSuchLedger, Timeout, Unauthorized)
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata
 
@@ -127,8 +127,8 @@ def show_bookie_info(result: dict) -> list[str]:
 
 
 def human_bytes(count: int | None) -> str | None:
-    """``count`` bytes in binary units, 3 significant digits or more: ``512 B``, ``1.50
-    KiB``, ``20.0 GiB`` (None stays None: a table shows ``-``)."""
+    """``count`` bytes in binary units, 3 significant digits or more: ``512 B``, ``1.5
+    KiB``, ``20.0 GiB``, ``252 GiB`` (None stays None: a table shows ``-``)."""
     if count is None:
         return None
     value, unit = float(count), 0
@@ -157,7 +157,11 @@ def read_ledger(ledger_id: int, first: int, last: int | None, bookie: str | None
             raise BookKeeperError(f"--first {first} is after --last {last}")
         if bookie is not None:
             _check_in_ensembles(bk, bk.ledger_manager.read(ledger_id).metadata, bookie)
-        handle = bk.open_ledger(ledger_id, password, recovery=False)
+        try:
+            handle = bk.open_ledger(ledger_id, password, recovery=False)
+        except Unauthorized as e:
+            raise Unauthorized(f"{e} (readledger opens ledgers with bookieRecoveryPasswd: "
+                               "--set bookieRecoveryPasswd=...)") from None
         try:
             limit = handle.last_add_confirmed
             end = limit if last is None else min(last, limit)
