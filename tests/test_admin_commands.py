@@ -201,7 +201,8 @@ def test_an_unreachable_zookeeper_fails_in_one_line(tmp_path):
         port = sock.getsockname()[1]
     conf = tmp_path / "bk_server.conf"
     conf.write_text(f"metadataServiceUri=zk://127.0.0.1:{port}/ledgers\nzkTimeout=1000\n")
-    for command in (["whoisauditor"], ["autorecovery", "status"], ["listbookies"]):
+    for command in (["whoisauditor"], ["autorecovery", "status"], ["listbookies"],
+                    ["bookieinfo"], ["readledger", "1"]):
         says = failed(*command, "--conf", str(conf))
         assert says.startswith(f"pybk {command[0]}: ") and "within 1 s" in says, says
 
