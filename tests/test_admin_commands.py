@@ -382,6 +382,7 @@ def test_readledger_bad_input_fails_in_one_line(address, bk, ledgers):
 
 # -- a lost bookie ----------------------------------------------------------------------------
 
+@pytest.mark.processes
 def test_clusterinfo_reports_a_killed_bookie_lost_the_backlog_and_the_ledgers_at_risk(
         zookeeper, tmp_path):
     address = zkutil.formatted_cluster(zookeeper)
