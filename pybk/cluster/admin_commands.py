@@ -30,9 +30,9 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Sequence
 
+from pybk.cluster.replicas import coverage
 from pybk.errors import BookKeeperError, InvalidConfiguration, NoSuchLedger
 from pybk.meta.interface import MetadataStore
-from pybk.cluster.replicas import coverage
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.settings import ServerSettings
