@@ -17,7 +17,8 @@ error and exit status 1 on failure).
     write sets give it, so an operator can check one replica: each is shown as held
     (digest checked), missing, or with a bad digest.  Ledgers are opened with
     ``bookieRecoveryPasswd`` (``--set bookieRecoveryPasswd=...``), as BookKeeper's admin
-    opens them.
+    opens them.  The entries are gathered before anything is printed (the JSON document
+    is one value): for a long ledger, ask for a range with ``--first`` and ``--last``.
 
 Payloads in a table: printable text between double quotes, anything else as ``0x`` and
 its hex digits, cut to :data:`PAYLOAD_WIDTH` characters (a cut one ends with ``...``).
