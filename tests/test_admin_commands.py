@@ -16,14 +16,14 @@ import time
 import pytest
 
 import zkutil
-from autorecoveryutil import wait_until
 from clusterutil import BookieProcesses, child_env
-from pybk.client import BookKeeper
+from pybk import connect
 from pybk.client.digest import DigestManager
 from pybk.cluster.admin_commands import show_cluster
 from pybk.cluster.admin_inspect import PAYLOAD_WIDTH
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -385,7 +385,7 @@ def test_clusterinfo_reports_a_killed_bookie_lost_the_backlog_and_the_ledgers_at
     group = BookieProcesses(tmp_path, address)
     try:
         bookies = group.start_serving(3, zk_timeout_ms=zkutil.SHORT_SESSION_TIMEOUT_MS)
-        with BookKeeper.connect(address, zk_settings=zkutil.settings()) as client:
+        with connect(address, zk_settings=zkutil.settings()) as client:
             # E=3 Qw=2: with one bookie gone two of its entries keep one replica, and no
             # bookie outside its ensemble is left to re-replicate them to
             striped = client.create_ledger(3, 2, 2)

@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from pybk.client.digest import DigestManager
 from pybk.client.reads import READ_BATCH_MAX_BYTES
-from pybk.cluster.admin_commands import table
 from pybk.errors import (BookieUnavailable, BookKeeperError, DigestMismatch, NoSuchEntry,
                          NoSuchLedger, Timeout, Unauthorized)
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata
+from pybk.tables import table
 
 if TYPE_CHECKING:
     from pybk.client import BookKeeper
