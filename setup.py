@@ -17,6 +17,7 @@ setup(
         "kazoo>=2.9",
         "pyzmq>=25.0",
         "crc32c>=2.4",
+        "tqdm>=4.60",
     ],
     extras_require={
         # pyspark's wheel ships ZooKeeper 3.9's jars: the tests run a real ZooKeeper.

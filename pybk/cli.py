@@ -32,6 +32,9 @@
 ``pybk readjournal [FILE|ID]``, ``readlog [LOGID|FILE]``, ``lastmark``,
 ``localconsistencycheck``
     The offline tools, on a stopped bookie's directories (:mod:`pybk.offline_commands`).
+``pybk recover BOOKIE[,BOOKIE...]``, ``pybk decommission BOOKIE``
+    Re-replicate stopped bookies' ledgers from here, or retire a stopped bookie through
+    autorecovery, with progress on standard error (:mod:`pybk.cluster.recover_commands`).
 ``pybk clean-orphans LOG``
     Delete the ledgers of jobs on a log whose driver died before their commit
     (:func:`pybk.log.commit.clean_orphans`).
@@ -81,6 +84,10 @@ ADMIN_COMMANDS = {
                   "answers itself (unreachable if it does not)",
     "readledger": "a ledger's entries, read through the client without recovery, or "
                   "one bookie's copies of them",
+    "recover": "re-replicate the ledgers of stopped bookies from here, or list them "
+               "(--query), or say what would be copied (--dry-run)",
+    "decommission": "retire a stopped bookie: autorecovery re-replicates its ledgers, "
+                    "then its cookie is removed",
 }
 AUTORECOVERY_ACTIONS = ("enable", "disable", "status")
 #: The offline tools' commands (:mod:`pybk.offline_commands`), with their help.
@@ -159,6 +166,14 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return admin.run(target, admin_inspect.read_ledger(
             args.ledger, args.first, args.last, args.bookie, target.password),
             admin_inspect.show_ledger_entries, admin.client)
+    if args.command in ("recover", "decommission"):
+        from pybk.cluster import recover_commands
+        if args.command == "decommission":
+            return recover_commands.run_decommission(target, args.bookie, args.timeout)
+        return recover_commands.run_recover(
+            target, bookie_settings(args), args.bookies, query=args.query,
+            dry_run=args.dry_run, skip_open=args.skip_open, ledger_id=args.ledger,
+            delete_cookie=args.delete_cookie)
     work, show = {  # each command's work on the store, made from its arguments
         "listunderreplicated": (lambda a: admin.list_underreplicated,
                                 admin.show_underreplicated),
@@ -448,6 +463,26 @@ def _add_admin_commands(commands: Any) -> None:
                                help="writable bookies only")
             which.add_argument("--ro", dest="read_only", action="store_true",
                                help="read-only bookies only")
+        elif name == "recover":
+            sub.add_argument("bookies", type=_bookie_list, metavar="BOOKIE[,BOOKIE...]",
+                             help="the stopped bookies' ids")
+            what = sub.add_mutually_exclusive_group()
+            what.add_argument("--query", action="store_true",
+                              help="only list the ledgers with a fragment on them")
+            what.add_argument("--dry-run", action="store_true",
+                              help="only say what would be copied where")
+            sub.add_argument("--skip-open", action="store_true",
+                             help="leave the ledgers that are not closed as they are "
+                                  "(else they are fenced and closed first)")
+            sub.add_argument("--ledger", type=_whole_number, metavar="ID",
+                             help="recover this ledger only")
+            sub.add_argument("--delete-cookie", action="store_true",
+                             help="then remove the bookies' cookies from the cluster")
+        elif name == "decommission":
+            sub.add_argument("bookie", metavar="BOOKIE", help="the stopped bookie's id")
+            sub.add_argument("--timeout", type=_positive(float), default=600.0,
+                             metavar="SECONDS", help="give up waiting for autorecovery "
+                             "after this long (default 600)")
         elif name == "listledgers":
             sub.add_argument("--meta", action="store_true", help="with their metadata")
             sub.add_argument("--bookie", metavar="ID",
@@ -484,6 +519,15 @@ def _add_offline_commands(commands: Any) -> None:
         if name in ("readjournal", "readlog"):
             sub.add_argument("--msg", action="store_true",
                              help="show payloads (text or hex, cut)")
+
+
+def _bookie_list(text: str) -> list[str]:
+    """An argument type: ``BOOKIE[,BOOKIE...]``."""
+    from pybk.cluster.recover_commands import parse_bookies
+    try:
+        return parse_bookies(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _whole_number(text: str) -> int:

@@ -75,21 +75,33 @@ def run(target_: Target, work: Callable[[Any], Any], show: Callable[[Any], Seque
     it, and print the result: ``show(result)``'s lines, or the result as JSON.  0, or 1
     with the reason on standard error."""
     try:
-        with (opener or _store)(target_) as opened:
+        with (opener or open_store)(target_) as opened:
             result = work(opened)
     except BookKeeperError as e:
-        print(f"pybk {target_.command}: {e}", file=sys.stderr, flush=True)
-        return 1
+        return fail(target_, e)
+    answer(target_, result, show)
+    return 0
+
+
+def answer(target_: Target, result: Any, show: Callable[[Any], Sequence[str]]) -> None:
+    """Print a command's result on standard output: ``show(result)``'s lines, or the
+    result as one JSON document."""
     if target_.as_json:
         print(json.dumps(result, sort_keys=True), flush=True)
     else:
         for line in show(result):
             print(line, flush=True)
-    return 0
+
+
+def fail(target_: Target, error: BaseException) -> int:
+    """Say why the command failed, in one line on standard error; its exit status, 1."""
+    print(f"pybk {target_.command}: {error}", file=sys.stderr, flush=True)
+    return 1
 
 
 @contextlib.contextmanager
-def _store(target_: Target) -> Iterator[MetadataStore]:
+def open_store(target_: Target) -> Iterator[MetadataStore]:
+    """The metadata store of the target's cluster, open until the block ends."""
     from pybk.meta.address import open_metadata_store
     from pybk.meta.zookeeper import ZooKeeperSettings
 

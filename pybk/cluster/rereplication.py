@@ -47,7 +47,7 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Collection, NamedTuple
+from typing import TYPE_CHECKING, Collection, Iterator, NamedTuple
 
 from pybk.client.digest import DigestManager
 from pybk.client.reads import READ_BATCH_MAX_BYTES, read_error
@@ -81,6 +81,24 @@ class Result(NamedTuple):
     bytes: int = 0     #: bytes of entries written to replacements
 
 
+class Copy(NamedTuple):
+    """One lost replica of a fragment, and what repairing it copies where."""
+
+    first_entry: int              #: the fragment's first entry
+    index: int                    #: the lost replica's place in the fragment's ensemble
+    lost: str                     #: the lost bookie
+    replacement: str              #: the bookie the entries go to
+    entry_ids: tuple[int, ...]    #: exactly the entries the lost bookie held there
+
+
+def writer_lost_bookies(metadata: LedgerMetadata, registered: set[str]) -> bool:
+    """Whether the ledger is not closed and its last fragment names a bookie not in
+    ``registered``: that fragment has no known end, so a repair fences and closes the
+    ledger first (once its writer had its grace period)."""
+    return metadata.state is not LedgerState.CLOSED and \
+        not registered.issuperset(metadata.fragments[-1].ensemble)
+
+
 class Stopped(BookKeeperError):
     """The repair was given up because its worker is closing."""
 
@@ -112,8 +130,7 @@ class LedgerRepair:
             raise Unauthorized(f"ledger {ledger_id} was created with another password than "
                                "bookieRecoveryPasswd: replication workers cannot open it")
         registered = set(self._bk.metadata.bookies())
-        if metadata.state is not LedgerState.CLOSED and \
-                not registered.issuperset(metadata.fragments[-1].ensemble):
+        if writer_lost_bookies(metadata, registered):
             if not writer_grace_over:
                 return Result(Outcome.WAIT_FOR_WRITER)
             log.warning("ledger %d: its writer did not replace the lost bookies of its last "
@@ -125,11 +142,34 @@ class LedgerRepair:
                 return Result(Outcome.DELETED)
             registered = set(self._bk.metadata.bookies())
         entries = written = 0
-        for span, lost in self._lost_replicas(metadata, registered, marked):
-            copied, size = self._repair_fragment(metadata, span, lost)
+        for span, copies in self._planned(metadata, registered, marked):
+            copied, size = self._repair_fragment(metadata, span, copies)
             entries += copied
             written += size
         return Result(Outcome.REPLICATED, entries, written)
+
+    def plan(self, metadata: LedgerMetadata, marked: Collection[str]) -> list[Copy]:
+        """What :meth:`run` would copy for the ledger as ``metadata`` stands, changing
+        nothing: one :class:`Copy` per lost replica of a fragment with a known end, with
+        the replacement placement chooses now (a later run may choose another).  An open
+        ledger's last fragment is not planned: see :func:`writer_lost_bookies`."""
+        registered = set(self._bk.metadata.bookies())
+        return [copy for _span, copies in self._planned(metadata, registered, marked)
+                for copy in copies]
+
+    def _planned(self, metadata: LedgerMetadata, registered: set[str],
+                 marked: Collection[str]) -> Iterator[tuple[Span, list[Copy]]]:
+        """The fragments that lost replicas, each with its copies; replacements are
+        chosen fragment by fragment, as the caller comes to it (a long repair sees the
+        bookies as they are then)."""
+        for span, lost in self._lost_replicas(metadata, registered, marked):
+            replacements = self._bk.choose_replacements(metadata.ledger_id, len(lost),
+                                                        exclude=set(span.ensemble))
+            yield span, [
+                Copy(span.first, index, lost[index], target,
+                     tuple(e for e in range(span.first, span.last + 1)  # type: ignore[operator]
+                           if holds(metadata, index, e)))
+                for index, target in zip(sorted(lost), replacements)]
 
     # -- what is lost -------------------------------------------------------------------
 
@@ -154,23 +194,20 @@ class LedgerRepair:
     # -- copying ------------------------------------------------------------------------
 
     def _repair_fragment(self, metadata: LedgerMetadata, span: Span,
-                         lost: dict[int, str]) -> tuple[int, int]:
-        """Replace the ``lost`` replicas of ``span``: copy, then record.  Returns the
+                         copies: list[Copy]) -> tuple[int, int]:
+        """Replace the lost replicas of ``span``: copy, then record.  Returns the
         entries copied and their bytes."""
         ledger_id = metadata.ledger_id
-        replacements = self._bk.choose_replacements(ledger_id, len(lost),
-                                                    exclude=set(span.ensemble))
-        chosen = dict(zip(sorted(lost), replacements))
+        lost = {copy.lost for copy in copies}
         entries = written = 0
-        for index, target in chosen.items():
-            held = [e for e in range(span.first, span.last + 1)  # type: ignore[operator]
-                    if holds(metadata, index, e)]
-            written += self._copy(metadata, held, set(lost.values()), target)
-            entries += len(held)
+        for copy in copies:
+            written += self._copy(metadata, list(copy.entry_ids), lost, copy.replacement)
+            entries += len(copy.entry_ids)
             log.info("ledger %d: copied %d entries of bookie %s in the fragment from entry "
-                     "%d to bookie %s", ledger_id, len(held), lost[index], span.first, target)
+                     "%d to bookie %s", ledger_id, len(copy.entry_ids), copy.lost,
+                     span.first, copy.replacement)
         self._record(ledger_id, span.first,
-                     {index: (lost[index], target) for index, target in chosen.items()})
+                     {copy.index: (copy.lost, copy.replacement) for copy in copies})
         return entries, written
 
     def _copy(self, metadata: LedgerMetadata, entry_ids: list[int], lost: set[str],
