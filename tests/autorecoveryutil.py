@@ -1,7 +1,7 @@
 """Helpers of the autorecovery tests (the auditor's and the replication workers'):
 a client and an under-replication manager on the test's cluster (the ``cluster``
-fixture), a process's whole log, ledgers written for them, and what the
-marks and the ledgers' metadata say."""
+fixture), a process's whole log, ledgers written for them, what the marks and the
+ledgers' metadata say, and what the bookies hold (read from each one)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import zkutil
 from clusterutil import PASSWORD, BookieProcess, payload
 import pybk
 from pybk.client import BookKeeper
+from pybk.client.digest import DigestManager
+from pybk.errors import NoSuchEntry, NoSuchLedger
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
@@ -33,8 +35,9 @@ def full_log(process: BookieProcess) -> str:
         return f.read().decode(errors="replace")
 
 
-def write_ledger(bk: BookKeeper, e: int, qw: int, entries: int, close: bool = True):
-    lh = bk.create_ledger(e, qw, min(qw, 2), password=PASSWORD)
+def write_ledger(bk: BookKeeper, e: int, qw: int, entries: int, close: bool = True,
+                 password: bytes = PASSWORD):
+    lh = bk.create_ledger(e, qw, min(qw, 2), password=password)
     for entry_id in range(entries):
         lh.add_entry(payload(entry_id))
     if close:
@@ -61,3 +64,25 @@ def expected_marks(bk: BookKeeper, bookie_id: str) -> set[int]:
 
 def marks(manager: UnderreplicationManager) -> dict[int, tuple[str, ...]]:
     return {mark.ledger_id: mark.replicas for mark in manager.underreplicated()}
+
+
+def check_replicas(bk: BookKeeper, metadata: LedgerMetadata, last: int) -> None:
+    """Every entry up to ``last`` is on every bookie of its write set, as written."""
+    digest = DigestManager(metadata.ledger_id, metadata.digest_type, PASSWORD)
+    for entry_id in range(last + 1):
+        for bookie_id in metadata.write_set(entry_id):
+            data = bk.bookie_client(bookie_id).read(metadata.ledger_id, entry_id).result(10)
+            assert digest.decode(entry_id, data).data == payload(entry_id), \
+                (metadata.ledger_id, entry_id, bookie_id)
+
+
+def entries_on(bk: BookKeeper, bookie_id: str, metadata: LedgerMetadata) -> dict[int, int]:
+    """The entries of the closed ledger that ``bookie_id`` holds, with their sizes."""
+    held = {}
+    for entry_id in range(metadata.last_entry_id + 1):
+        try:
+            held[entry_id] = len(bk.bookie_client(bookie_id).read(
+                metadata.ledger_id, entry_id).result(10))
+        except (NoSuchEntry, NoSuchLedger):
+            pass
+    return held

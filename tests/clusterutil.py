@@ -5,6 +5,9 @@ and test settings (a short ZooKeeper session, small journal preallocation).  Its
 (stdout and stderr) goes to ``<name>.log``; the ``pybk bookie: <id> serving at
 <endpoint>`` line there says it is registered.  :meth:`BookieProcesses.close` SIGKILLs and
 reaps every child still running, so a failing test leaves none behind.
+
+Also the admin shell's commands run as an operator runs them (:func:`pybk`, :func:`ok`,
+:func:`failed`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -35,6 +39,40 @@ def pybk_command(*args: str) -> list[str]:
 
 def child_env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=ROOT)
+
+
+# -- pybk commands run as an operator runs them --------------------------------------------
+
+def pybk(*args: str) -> subprocess.CompletedProcess:
+    """``pybk ARGS`` run to its end (at most 60 s), its output captured; it never
+    prints a traceback."""
+    result = subprocess.run([sys.executable, "-m", "pybk", *args], env=child_env(),
+                            capture_output=True, text=True, timeout=60,
+                            stdin=subprocess.DEVNULL)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def ok(*args: str) -> str:
+    """What a command that succeeds prints on standard output."""
+    result = pybk(*args)
+    assert result.returncode == 0, result
+    return result.stdout
+
+
+def failed(*args: str) -> str:
+    """The one line a failed command says on standard error (exit status 1)."""
+    result = pybk(*args)
+    assert result.returncode == 1, result
+    assert result.stderr.count("\n") == 1 and not result.stdout, result
+    return result.stderr
+
+
+def unused_port() -> int:
+    """A loopback port with nothing listening on it (a ZooKeeper that is not there)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 class BookieProcess:

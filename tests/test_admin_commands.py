@@ -9,14 +9,12 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
 import zkutil
-from clusterutil import BookieProcesses, child_env
+from clusterutil import BookieProcesses, failed, ok, pybk, unused_port
 from pybk import connect
 from pybk.client.digest import DigestManager
 from pybk.cluster.admin_commands import show_cluster
@@ -28,30 +26,8 @@ from pybk.testing import wait_until
 pytestmark = pytest.mark.timeout(180)
 
 
-def pybk(*args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "pybk", *args], env=child_env(),
-                            capture_output=True, text=True, timeout=60,
-                            stdin=subprocess.DEVNULL)
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
-
-
-def ok(*args: str) -> str:
-    result = pybk(*args)
-    assert result.returncode == 0, result
-    return result.stdout
-
-
 def as_json(*args: str):
     return json.loads(ok(*args, "--json"))
-
-
-def failed(*args: str) -> str:
-    """The one line a failed command says on standard error (exit status 1)."""
-    result = pybk(*args)
-    assert result.returncode == 1, result
-    assert result.stderr.count("\n") == 1 and not result.stdout, result
-    return result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -196,11 +172,9 @@ def test_a_missing_ledger_or_unknown_bookie_fails_in_one_line(address, args, say
 
 
 def test_an_unreachable_zookeeper_fails_in_one_line(tmp_path):
-    with socket.socket() as sock:  # a port with nothing listening
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     conf = tmp_path / "bk_server.conf"
-    conf.write_text(f"metadataServiceUri=zk://127.0.0.1:{port}/ledgers\nzkTimeout=1000\n")
+    conf.write_text(f"metadataServiceUri=zk://127.0.0.1:{unused_port()}/ledgers\n"
+                    "zkTimeout=1000\n")
     for command in (["whoisauditor"], ["autorecovery", "status"], ["listbookies"],
                     ["bookieinfo"], ["readledger", "1"]):
         says = failed(*command, "--conf", str(conf))

@@ -17,17 +17,15 @@ import logging
 import pytest
 import zkutil
 
-from autorecoveryutil import (FAST, cluster, expected_marks,  # noqa: F401 (a fixture)
-                              full_log, marks, write_ledger)
+from autorecoveryutil import (FAST, check_replicas, cluster,  # noqa: F401 (a fixture)
+                              entries_on, expected_marks, full_log, marks, write_ledger)
 from clusterutil import (PASSWORD, Writer, address, bookies,  # noqa: F401
                          payload)
 import pybk
 from pybk.client import BookKeeper
-from pybk.client.digest import DigestManager
 from pybk.cluster.autorecovery import AutoRecovery
 from pybk.cluster.replicas import bookie_holds_entries, holds
-from pybk.errors import NoSuchEntry, NoSuchLedger
-from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
+from pybk.meta.ledger_metadata import DigestType, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ServerSettings
@@ -61,28 +59,6 @@ def repaired(bk: BookKeeper, manager: UnderreplicationManager, lost: str) -> boo
     return not marks(manager) and not any(
         bookie_holds_entries(bk.ledger_manager.read(ledger_id).metadata, lost)
         for ledger_id in bk.list_ledgers())
-
-
-def check_replicas(bk: BookKeeper, metadata: LedgerMetadata, last: int) -> None:
-    """Every entry up to ``last`` is on every bookie of its write set, as written."""
-    digest = DigestManager(metadata.ledger_id, metadata.digest_type, PASSWORD)
-    for entry_id in range(last + 1):
-        for bookie_id in metadata.write_set(entry_id):
-            data = bk.bookie_client(bookie_id).read(metadata.ledger_id, entry_id).result(10)
-            assert digest.decode(entry_id, data).data == payload(entry_id), \
-                (metadata.ledger_id, entry_id, bookie_id)
-
-
-def entries_on(bk: BookKeeper, bookie_id: str, metadata: LedgerMetadata) -> dict[int, int]:
-    """The entries of the closed ledger that ``bookie_id`` holds, with their sizes."""
-    held = {}
-    for entry_id in range(metadata.last_entry_id + 1):
-        try:
-            held[entry_id] = len(bk.bookie_client(bookie_id).read(
-                metadata.ledger_id, entry_id).result(10))
-        except (NoSuchEntry, NoSuchLedger):
-            pass
-    return held
 
 
 # -- a bookie lost for good --------------------------------------------------------------------
