@@ -90,6 +90,8 @@ ADMIN_COMMANDS = {
                     "then its cookie is removed",
 }
 AUTORECOVERY_ACTIONS = ("enable", "disable", "status")
+#: BookKeeper's name of an admin command where pybk's is shorter.
+_BOOKKEEPER_NAMES = {"decommission": "decommissionbookie"}
 #: The offline tools' commands (:mod:`pybk.offline_commands`), with their help.
 OFFLINE_COMMANDS = {
     "readjournal": "the journal files, or one file's records; says where a torn tail starts",
@@ -430,7 +432,7 @@ def _add_admin_commands(commands: Any) -> None:
     ``--json``."""
     for name, text in ADMIN_COMMANDS.items():
         sub = commands.add_parser(name, help=text, description=text[0].upper() + text[1:]
-                                  + " (BookKeeper's command of that name).")
+                                  + f" (BookKeeper's {_BOOKKEEPER_NAMES.get(name, name)}).")
         sub.add_argument("--zk", metavar="ADDRESS",
                          help="the cluster, zk://host:port[,host:port...]/ledgers")
         sub.add_argument("--conf", help="a settings file naming the cluster "

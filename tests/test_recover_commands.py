@@ -209,6 +209,7 @@ def test_progress_lines_say_ledgers_bytes_rate_and_time_left():
     import io
 
     from pybk.cluster.progress import Progress
+
     out = io.StringIO()
     with Progress("recover", 2, 4096, out) as progress:
         progress.done(7, "replicated", 10, 2048)
@@ -218,3 +219,20 @@ def test_progress_lines_say_ledgers_bytes_rate_and_time_left():
                             "1/2 ledgers, 2.0 KiB of about 4.0 KiB, "), first
     assert first.endswith(" s left") and "/s" in first, first
     assert second.startswith("pybk recover: ledger 8 skipped; 2/2 ledgers"), second
+
+
+def test_progress_on_a_terminal_is_a_bar_with_ledgers_bytes_and_rate():
+    import io
+
+    from pybk.cluster.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Terminal()
+    with Progress("recover", 2, 4096, out) as progress:
+        progress.done(7, "replicated", 10, 4096)
+        progress.done(8, "skipped")
+    last = out.getvalue().split("\r")[-1]
+    assert last.startswith("recover: 100%") and "B/s" in last and "2/2 ledgers" in last, last

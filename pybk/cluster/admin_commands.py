@@ -11,6 +11,9 @@ BookKeeper's names (:mod:`pybk.cli` parses their arguments).
 ``bookieinfo``, ``readledger ID [--first N] [--last M] [--bookie ID]``
     What the bookies answer themselves: their disk space and state, a ledger's entries
     (:mod:`pybk.cluster.admin_inspect`).
+``recover BOOKIE[,BOOKIE...]``, ``decommission BOOKIE``
+    A stopped bookie's data moved to the others (:mod:`pybk.cluster.recover_commands`,
+    which uses this module's :func:`answer`, :func:`fail` and :func:`run`).
 
 Every command finds the cluster by ``--zk ADDRESS`` or by ``metadataServiceUri`` of a
 ``--conf`` file (whose ``zkTimeout`` bounds the wait for ZooKeeper).  Output: an aligned

@@ -24,6 +24,13 @@ from tqdm import tqdm
 NOTE_INTERVAL_S = 5.0
 
 
+class _Bar(tqdm):
+    """tqdm without its monitor thread (which only tunes how often a fast loop redraws:
+    ours advances once per ledger), so that a command leaves no thread behind."""
+
+    monitor_interval = 0
+
+
 class Progress:
     """``ledgers`` to do, of about ``total_bytes`` (None: unknown), for ``command``,
     shown on ``stream`` (standard error by default).  :meth:`close` ends it."""
@@ -38,10 +45,10 @@ class Progress:
         self._stream = stream if stream is not None else sys.stderr
         self._started = time.monotonic()
         self._last_note = -NOTE_INTERVAL_S
-        self._bar: tqdm | None = None
+        self._bar: _Bar | None = None
         if self._stream.isatty():
             by_bytes = total_bytes is not None
-            self._bar = tqdm(total=total_bytes if by_bytes else ledgers, file=self._stream,
+            self._bar = _Bar(total=total_bytes if by_bytes else ledgers, file=self._stream,
                              desc=command, unit="B" if by_bytes else " ledgers",
                              unit_scale=by_bytes, unit_divisor=1024, dynamic_ncols=True)
             self._bar.set_postfix_str(self._ledgers_text(), refresh=False)
