@@ -145,12 +145,21 @@ def test_recover_one_ledger_then_every_ledger_and_the_cookie(cluster, lost):
     metadata = bk.ledger_manager.read(one).metadata
     check_replicas(bk, metadata, metadata.last_entry_id)
 
+    done = pybk("recover", victim, "--skip-open", "--json", "--zk", address,
+                *RECOVERY_PASSWORD)
+    assert done.returncode == 0, done
+    outcomes = {r["ledger"]: r["outcome"] for r in json.loads(done.stdout)["ledgers"]}
+    assert outcomes == {i: "skipped" if i == open_id else "replicated"
+                        for i in before if i != one}
+    assert holding(bk, victim) == [open_id]
+    assert bk.ledger_manager.read(open_id).metadata.state is LedgerState.OPEN
+
     done = pybk("recover", victim, "--delete-cookie", "--json", "--zk", address,
                 *RECOVERY_PASSWORD)
     assert done.returncode == 0, done
     result = json.loads(done.stdout)
-    assert sorted(r["ledger"] for r in result["ledgers"]) == sorted(set(before) - {one})
-    assert {r["outcome"] for r in result["ledgers"]} == {"replicated"}
+    assert [(r["ledger"], r["outcome"]) for r in result["ledgers"]] == \
+        [(open_id, "replicated")]
     assert result["cookies_deleted"] == [victim]
     assert bk.metadata.read_cookie(victim) is None
     assert holding(bk, victim) == []
@@ -181,7 +190,7 @@ def test_decommission_waits_for_autorecovery_then_removes_the_cookie(cluster, lo
     finally:
         manager.enable()
 
-    timed_out = pybk("decommission", gone, "--timeout", "8", "--zk", address)
+    timed_out = pybk("decommission", gone, "--timeout", "5", "--zk", address)
     assert timed_out.returncode == 1 and not timed_out.stdout, timed_out
     *progress, says = timed_out.stderr.splitlines()
     assert progress and all(line.startswith("pybk decommission: ") for line in progress)
@@ -190,6 +199,14 @@ def test_decommission_waits_for_autorecovery_then_removes_the_cookie(cluster, lo
     assert says.startswith(f"pybk decommission: bookie {gone}: ledgers ") and \
         str(stuck) in says.split(" still hold entries")[0] and "cookie is kept" in says, says
     assert bk.metadata.read_cookie(gone) is not None
+    # recover fails on it too, in one line after its answer, and says why
+    refused = pybk("recover", gone, "--ledger", str(stuck), "--zk", address,
+                   *RECOVERY_PASSWORD)
+    assert refused.returncode == 1 and refused.stdout.split()[4:6] == [str(stuck),
+                                                                       "failed"], refused
+    says = refused.stderr.splitlines()[-1]
+    assert says.startswith(f"pybk recover: 1 ledgers not recovered (ledger {stuck}: ") \
+        and "another password" in says and says.endswith("run it again"), says
 
     bk.delete_ledger(stuck)
     done = pybk("decommission", gone, "--timeout", "50", "--json", "--zk", address)
