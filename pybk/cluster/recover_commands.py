@@ -194,7 +194,7 @@ def _plan(repair: LedgerRepair, store: MetadataStore, metadata: LedgerMetadata,
                         "replacement": c.replacement, "entries": list(c.entry_ids)}
                        for c in copies],
             "entries": entries,
-            "bytes_estimate": _bytes_estimate(metadata, entries) if closed else None}
+            "bytes_estimate": _bytes_estimate(metadata, entries)}
 
 
 def _bytes_estimate(metadata: LedgerMetadata, entries: int) -> int | None:
@@ -223,9 +223,9 @@ def _held(metadata: LedgerMetadata, bookies: Sequence[str]) -> int:
 def _recover(command: str, repair: LedgerRepair, ledgers: list[LedgerMetadata],
              bookies: Sequence[str], skip_open: bool) -> dict:
     """Re-replicate ``ledgers`` one by one, showing progress; what became of each."""
-    estimates = [_bytes_estimate(m, _held(m, bookies)) for m in ledgers]
+    estimate = sum(_bytes_estimate(m, _held(m, bookies)) or 0 for m in ledgers) or None
     done = []
-    with Progress(command, len(ledgers), sum(e or 0 for e in estimates)) as progress:
+    with Progress(command, len(ledgers), estimate) as progress:
         for metadata in ledgers:
             found = {"ledger": metadata.ledger_id, "outcome": "skipped", "entries": 0,
                      "bytes": 0, "error": None}
