@@ -15,12 +15,14 @@ import json
 import pytest
 import zkutil
 
-from autorecoveryutil import FAST, check_replicas, entries_on, wait_until, write_ledger
+from autorecoveryutil import FAST, check_replicas, entries_on, write_ledger
 from clusterutil import PASSWORD, BookieProcesses, failed, ok, pybk, unused_port
+from pybk import connect
 from pybk.client import BookKeeper
 from pybk.cluster.replicas import bookie_holds_entries
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -40,7 +42,7 @@ def cluster(zookeeper, tmp_path_factory):
     try:
         processes = group.start_serving(5, zk_timeout_ms=zkutil.SHORT_SESSION_TIMEOUT_MS,
                                         options=BOOKIE_OPTIONS)
-        with BookKeeper.connect(address, FAST, zk_settings=zkutil.settings()) as bk:
+        with connect(address, FAST, zk_settings=zkutil.settings()) as bk:
             yield address, processes, bk
     finally:
         group.close()

@@ -41,13 +41,11 @@ their progress goes to standard error (:mod:`pybk.cluster.progress`).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
-from pybk.client.bookkeeper import BookKeeper
-from pybk.cluster.admin_commands import Target, answer, fail, run, table
+from pybk.cluster.admin_commands import Target, answer, client, fail, run
 from pybk.cluster.progress import Progress
 from pybk.cluster.replicas import bookie_holds_entries, holds, spans
 from pybk.cluster.rereplication import LedgerRepair, Outcome, writer_lost_bookies
@@ -56,7 +54,8 @@ from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.ledgers import LedgerManager
 from pybk.meta.underreplication import UnderreplicationManager
-from pybk.settings import ClientSettings, ServerSettings
+from pybk.settings import ServerSettings
+from pybk.tables import table
 
 #: Seconds between two looks at the ledgers while ``decommission`` waits.
 POLL_S = 1.0
@@ -87,7 +86,7 @@ def run_recover(target_: Target, settings: ServerSettings, bookies: Sequence[str
     "replicated"|"deleted"|"skipped"|"failed", "entries": int, "bytes": int,
     "error": str or null}, ...], "cookies_deleted": [bookie, ...]}``."""
     try:
-        with _client(target_, settings) as bk:
+        with client(target_) as bk:
             ledgers = _ledgers_naming(bk.ledger_manager, bookies, ledger_id)
             _check_known(bk.metadata, bookies, ledgers, ledger_id, live_ok=query)
             if query:
@@ -120,16 +119,6 @@ def run_recover(target_: Target, settings: ServerSettings, bookies: Sequence[str
                 + "; ".join(f"ledger {r['ledger']}: {r['error']}" for r in failed)
                 + "): run it again" + ("; the cookies are kept" if delete_cookie else "")))
     return 0
-
-
-@contextlib.contextmanager
-def _client(target_: Target, settings: ServerSettings) -> Iterator[BookKeeper]:
-    from pybk.meta.zookeeper import ZooKeeperSettings
-    with BookKeeper.connect(target_.address,
-                            ClientSettings(maxEntrySizeBytes=settings.maxEntrySizeBytes),
-                            zk_settings=ZooKeeperSettings(zkTimeout=target_.zk_timeout_ms)
-                            ) as bk:
-        yield bk
 
 
 def _ledgers_naming(ledgers: LedgerManager, bookies: Sequence[str],
