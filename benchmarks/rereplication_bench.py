@@ -1,0 +1,418 @@
+#!/usr/bin/env python3
+"""Benchmark of re-replication: a bookie holding a share of 1 GiB is killed, and the
+cluster's own autorecovery copies its share back, beside the raw disk of the same run.
+
+Usage::
+
+    python benchmarks/rereplication_bench.py [--quick] [--dir DIR] [--config NAME]...
+                                            [--mib N] [--bookie-set KEY=VALUE]...
+
+For each configuration (``e3_qw2_qa2`` by default; ``e3_qw3_qa2`` too), on a fresh
+:class:`~pybk.cluster.local.LocalCluster` (a real ZooKeeper and five ``pybk bookie``
+processes with default settings: each takes part in autorecovery, i.e. the auditor
+election and a replication worker):
+
+1. a client here writes ``--mib`` MiB (1,024 full, 128 quick) of 1 KiB entries spread
+   evenly over 100 ledgers, round-robin, pipelined (the client's ``throttle`` of
+   outstanding adds is the window), and closes them;
+2. the bookie holding the most entries (from the write sets) is killed with SIGKILL;
+3. the metadata store is polled until the ledgers are fully replicated: no mark of
+   under-replication is left and no ledger gives the dead bookie an entry.  Stages,
+   in seconds from the kill: its registration gone (its ZooKeeper session expired,
+   ``zkTimeout``), the first mark, every mark (the latest ``ctime`` of the marks of the
+   ledgers it held), fully replicated;
+4. a sample of every ledger (its first and last entry and random ones, most of them
+   entries the dead bookie held) is read from each bookie of its write set in the new
+   metadata, directly: the copies must be byte-identical and decode (digest) to what
+   was written, or the run fails.
+
+Bytes copied are the dead bookie's share: the entries its write sets gave it, at their
+stored size (1 KiB of payload plus the entry header and digest), cross-checked with
+what the workers log.  Progress goes to stderr; stdout gets one JSON line (see
+``benchmarks/README.md``).  Targets are reported, never asserted: the exit code is
+non-zero only if the benchmark itself fails (an add refused, replication not done
+within ``REPLICATION_TIMEOUT_S``, a copy read back wrong).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import random
+import re
+import signal
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from cluster_bench import process_cpu_s  # noqa: E402
+from pybk.client.bookkeeper import BookKeeper  # noqa: E402
+from pybk.client.digest import DigestManager  # noqa: E402
+from pybk.client.ledger import LedgerHandle  # noqa: E402
+from pybk.cluster.local import LocalCluster  # noqa: E402
+from pybk.cluster.replicas import bookie_holds_entries, coverage  # noqa: E402
+from pybk.meta.ledger_metadata import LedgerMetadata  # noqa: E402
+from pybk.meta.ledgers import LedgerManager  # noqa: E402
+from pybk.meta.underreplication import UnderreplicationManager  # noqa: E402
+from pybk.meta.zookeeper import ZooKeeperMetadataStore  # noqa: E402
+from pybk.storage.cookie import read_cookie  # noqa: E402
+from rawdisk import MIB, mb_per_s, raw_durable_bandwidth, ratio, run_and_report  # noqa: E402
+
+ENTRY_BYTES = 1024                 # payload of each entry
+LEDGERS = 100
+BOOKIES = 5
+#: name in the JSON -> (ensemble size, write quorum, ack quorum)
+CONFIGS = {"e3_qw2_qa2": (3, 2, 2), "e3_qw3_qa2": (3, 3, 2)}
+#: Entries added to one ledger before the writer moves to the next (round-robin), so
+#: that every bookie is busy and many entries of a ledger travel in one ADD message.
+WRITE_RUN_ENTRIES = 200
+#: Entries read back from every bookie of their write set, per ledger, besides the first
+#: and the last (drawn from those the dead bookie held, when it held some).
+SAMPLE_ENTRIES = 20
+SAMPLE_SEED = 17
+#: What the raw bandwidth test writes, MiB (full, quick).
+RAW_BANDWIDTH_MB = (512, 128)
+
+# Bounds on every wait.
+CLUSTER_START_TIMEOUT_S = 120.0
+WRITE_TIMEOUT_S = 1800.0           # every add acknowledged and every ledger closed
+REPLICATION_TIMEOUT_S = 1800.0     # from the kill to full replication
+READ_TIMEOUT_S = 30.0              # one sampled read
+POLL_S = 0.1                       # between looks at the metadata store
+
+TARGET_COPY_TO_RAW = 0.5           # copying at half the disk's durable bandwidth or more
+
+#: What a replication worker logs per ledger it repaired
+#: (:mod:`pybk.cluster.replication_worker`); summed to cross-check the bytes copied.
+_REPLICATED_LOG = re.compile(r"ledger \d+ re-replicated \((\d+) entries, (\d+) bytes copied\)")
+_FILL = bytes((i * 131 + 7) % 256 for i in range(ENTRY_BYTES))
+
+
+def say(message: str) -> None:
+    """A progress line (stderr, so that stdout holds only the JSON result)."""
+    print(f"[rereplication_bench] {message}", file=sys.stderr, flush=True)
+
+
+def payload(ledger_id: int, entry_id: int) -> bytes:
+    """The 1 KiB payload of an entry: its ledger and entry id, then fixed filler, so that
+    an entry copied to the wrong place is told apart."""
+    return struct.pack(">QQ", ledger_id, entry_id) + _FILL[16:]
+
+
+# -- writing ----------------------------------------------------------------------------
+
+class Acks:
+    """Counts acknowledged adds and keeps the failures (callbacks come on the client's
+    threads, one at a time per ledger)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.acked = 0
+        self.errors: list[BaseException] = []
+
+    def __call__(self, entry_id: int | None, error: BaseException | None) -> None:
+        with self._lock:
+            if error is not None:
+                self.errors.append(error)
+            else:
+                self.acked += 1
+
+
+def write_ledgers(bk: BookKeeper, quorums: tuple[int, int, int], entries_per_ledger: int
+                  ) -> tuple[list[int], dict]:
+    """Create :data:`LEDGERS` ledgers, add ``entries_per_ledger`` entries to each (runs of
+    :data:`WRITE_RUN_ENTRIES`, round-robin, all pipelined), close them; their ids and the
+    write's figures."""
+    started = time.perf_counter()
+    ledgers: list[LedgerHandle] = [bk.create_ledger(*quorums) for _ in range(LEDGERS)]
+    acks = Acks()
+    for first in range(0, entries_per_ledger, WRITE_RUN_ENTRIES):
+        for ledger in ledgers:
+            for entry_id in range(first, min(first + WRITE_RUN_ENTRIES, entries_per_ledger)):
+                ledger.add_entry_then(payload(ledger.id, entry_id), acks)
+        if acks.errors:
+            break
+    for ledger in ledgers:
+        ledger.close()  # waits for its adds (bounded by addEntryTimeout)
+    seconds = time.perf_counter() - started
+    if acks.errors:
+        raise RuntimeError(f"{len(acks.errors)} adds failed; first: {acks.errors[0]!r}")
+    total = entries_per_ledger * LEDGERS
+    for ledger in ledgers:
+        if ledger.metadata.last_entry_id != entries_per_ledger - 1:
+            raise RuntimeError(f"ledger {ledger.id} closed at entry "
+                               f"{ledger.metadata.last_entry_id}, not {entries_per_ledger - 1}")
+    if acks.acked != total:
+        raise RuntimeError(f"{acks.acked} adds acknowledged, not {total}")
+    return [ledger.id for ledger in ledgers], {
+        "entries": total, "seconds": round(seconds, 2),
+        "entries_per_s": round(total / seconds, 1),
+        "mb_per_s": mb_per_s(total * ENTRY_BYTES, seconds)}
+
+
+def entries_held(metadata: dict[int, LedgerMetadata], bookie_id: str) -> int:
+    """How many entries of these (closed) ledgers the write sets give ``bookie_id``."""
+    return sum(coverage(m, {bookie_id}).short_entries for m in metadata.values())
+
+
+# -- watching the repair ----------------------------------------------------------------
+
+@dataclass
+class Stages:
+    """Seconds from the kill to each stage (None: not seen)."""
+
+    unregistered_s: float | None = None
+    first_mark_s: float | None = None
+    all_marked_s: float | None = None
+    replicated_s: float | None = None
+    marks_seen: int = 0
+    marks_expected: int = 0
+    other_marks: int = 0          # marks of ledgers the dead bookie held nothing of
+
+
+def watch_repair(store: ZooKeeperMetadataStore, victim: str, affected: set[int],
+                 killed_mono: float, killed_wall: float) -> Stages:
+    """Poll the store every :data:`POLL_S` until no mark is left and no ledger of
+    ``affected`` gives ``victim`` an entry (TimeoutError after
+    :data:`REPLICATION_TIMEOUT_S`)."""
+    manager = UnderreplicationManager(store)
+    ledgers = LedgerManager(store)
+    stages = Stages(marks_expected=len(affected))
+    ctimes_ms: dict[int, int | None] = {}
+    pending = set(affected)  # ledgers whose metadata may still give the victim entries
+    while True:
+        now = time.monotonic() - killed_mono
+        if now > REPLICATION_TIMEOUT_S:
+            raise TimeoutError(f"not fully replicated within {REPLICATION_TIMEOUT_S:.0f} s: "
+                               f"{len(pending)} ledgers still name {victim}, "
+                               f"{len(ctimes_ms)} of {len(affected)} marks seen")
+        if stages.unregistered_s is None and victim not in store.bookies():
+            stages.unregistered_s = round(now, 2)
+        marked = set(manager.ledger_ids())
+        for ledger_id in marked.difference(ctimes_ms):
+            mark = manager.get(ledger_id)
+            if mark is not None:
+                ctimes_ms[ledger_id] = mark.ctime_ms
+        if marked and stages.first_mark_s is None:
+            stages.first_mark_s = round(now, 2)
+        if not marked and stages.unregistered_s is not None:
+            pending = {ledger_id for ledger_id in pending
+                       if bookie_holds_entries(ledgers.read(ledger_id).metadata, victim)}
+            if not pending:
+                stages.replicated_s = round(time.monotonic() - killed_mono, 2)
+                break
+        time.sleep(POLL_S)
+    seen = {ledger_id: ctime for ledger_id, ctime in ctimes_ms.items() if ledger_id in affected}
+    stages.marks_seen = len(seen)
+    stages.other_marks = len(ctimes_ms) - len(seen)
+    if seen and all(ctime is not None for ctime in seen.values()):
+        stages.all_marked_s = round(max(seen.values()) / 1000 - killed_wall, 2)  # type: ignore
+    return stages
+
+
+def logged_copies(cluster: LocalCluster) -> dict:
+    """What the replication workers logged: ledgers, entries and bytes, per bookie log."""
+    per_bookie = {}
+    for path in sorted(glob.glob(os.path.join(cluster.directory, "bookie*", "bookie.log"))):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            found = [tuple(map(int, m.groups())) for m in _REPLICATED_LOG.finditer(f.read())]
+        per_bookie[os.path.basename(os.path.dirname(path))] = {
+            "ledgers": len(found), "entries": sum(e for e, _ in found),
+            "bytes": sum(b for _, b in found)}
+    return per_bookie
+
+
+# -- verifying --------------------------------------------------------------------------
+
+def verify_copies(bk: BookKeeper, before: dict[int, LedgerMetadata], victim: str) -> dict:
+    """Read a sample of every ledger from each bookie of its write set in the current
+    metadata; every copy must be byte-identical and hold the entry written.  Raises
+    RuntimeError on the first difference; returns what was checked."""
+    rng = random.Random(SAMPLE_SEED)
+    reads = copies = 0
+    for ledger_id, old in before.items():
+        metadata = bk.ledger_manager.read(ledger_id).metadata
+        if bookie_holds_entries(metadata, victim):
+            raise RuntimeError(f"ledger {ledger_id} still gives {victim} entries")
+        last = metadata.last_entry_id
+        victims_entries = [e for e in range(last + 1) if victim in old.write_set(e)]
+        sample = {0, last, *rng.sample(victims_entries or range(last + 1),
+                                       min(SAMPLE_ENTRIES, len(victims_entries) or last + 1))}
+        digest = DigestManager(ledger_id, metadata.digest_type, b"")
+        asked = [(entry_id, bookie_id, bk.bookie_client(bookie_id).read(ledger_id, entry_id))
+                 for entry_id in sorted(sample) for bookie_id in metadata.write_set(entry_id)]
+        stored: dict[int, bytes] = {}
+        for entry_id, bookie_id, future in asked:
+            data = future.result(timeout=READ_TIMEOUT_S)
+            reads += 1
+            copies += victim in old.write_set(entry_id) \
+                and bookie_id not in old.write_set(entry_id)
+            if stored.setdefault(entry_id, data) != data:
+                raise RuntimeError(f"ledger {ledger_id} entry {entry_id}: bookie {bookie_id} "
+                                   "holds other bytes than the rest of its write set")
+            if digest.decode(entry_id, data).data != payload(ledger_id, entry_id):
+                raise RuntimeError(f"ledger {ledger_id} entry {entry_id} on bookie "
+                                   f"{bookie_id} is not the entry written")
+    if not copies:
+        raise RuntimeError("the sample read no copy made by re-replication")
+    return {"reads": reads, "copies_read": copies, "ledgers": len(before)}
+
+
+# -- one configuration ------------------------------------------------------------------
+
+def bookie_ids(cluster: LocalCluster) -> list[str]:
+    """The id of each bookie process of the cluster, in ``cluster.processes``' order: the
+    id its cookie recorded when it joined."""
+    ids = []
+    for number in range(1, len(cluster.processes) + 1):
+        found = read_cookie(os.path.join(cluster.directory, f"bookie{number}", "ledgers"))
+        if found is None or found[0].bookie_id is None:
+            raise RuntimeError(f"bookie {number} has no cookie naming its id")
+        ids.append(found[0].bookie_id)
+    return ids
+
+
+def cpu_of(pids: list[int]) -> float:
+    return sum(process_cpu_s(pid) for pid in pids)
+
+
+def measure_config(workdir: str, name: str, quorums: tuple[int, int, int], mib: int,
+                   bookie_args: list[str], raw_mb_s: float) -> dict:
+    """Write, kill, wait for the repair, verify: one configuration on a fresh cluster."""
+    entries_per_ledger = max(1, mib * MIB // ENTRY_BYTES // LEDGERS)
+    started = time.perf_counter()
+    with LocalCluster(BOOKIES, os.path.join(workdir, name), bookie_args=bookie_args,
+                      start_timeout_s=CLUSTER_START_TIMEOUT_S) as cluster:
+        say(f"{name}: cluster of {BOOKIES} bookies up ({time.perf_counter() - started:.1f} s)")
+        with BookKeeper.connect(cluster.address) as bk, \
+                ZooKeeperMetadataStore(cluster.address) as store:
+            ledger_ids, written = write_ledgers(bk, quorums, entries_per_ledger)
+            say(f"{name}: wrote {written['entries']:,} entries in {written['seconds']} s "
+                f"({written['entries_per_s']:,.0f} entries/s, {written['mb_per_s']} MiB/s)")
+            before = {ledger_id: bk.ledger_manager.read(ledger_id).metadata
+                      for ledger_id in ledger_ids}
+            held = {bookie_id: entries_held(before, bookie_id) for bookie_id in cluster.endpoints}
+            victim = max(sorted(held), key=held.__getitem__)
+            affected = {ledger_id for ledger_id, m in before.items()
+                        if bookie_holds_entries(m, victim)}
+            entry_size = ENTRY_BYTES + DigestManager(0, before[ledger_ids[0]].digest_type,
+                                                     b"").overhead
+            copied_bytes = held[victim] * entry_size
+            process = cluster.processes[bookie_ids(cluster).index(victim)]
+            survivors = [p.pid for p in cluster.processes if p is not process]
+            auditor = UnderreplicationManager(store).auditor()
+            say(f"{name}: killing {victim} (pid {process.pid}), which holds "
+                f"{held[victim]:,} entries ({copied_bytes / MIB:.1f} MiB) of "
+                f"{len(affected)} ledgers; auditor: {auditor}")
+            cpu_before, own_before = cpu_of(survivors), time.process_time()
+            killed_wall, killed_mono = time.time(), time.monotonic()
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+            stages = watch_repair(store, victim, affected, killed_mono, killed_wall)
+            cpu_bookies = cpu_of(survivors) - cpu_before
+            cpu_here = time.process_time() - own_before
+            say(f"{name}: fully replicated {stages.replicated_s} s after the kill "
+                f"(unregistered at {stages.unregistered_s} s, first mark at "
+                f"{stages.first_mark_s} s, all marked at {stages.all_marked_s} s)")
+            checked = verify_copies(bk, before, victim)
+            say(f"{name}: {checked['reads']} sampled reads identical, "
+                f"{checked['copies_read']} of them of copies")
+        logged = logged_copies(cluster)
+    assert stages.replicated_s is not None and stages.first_mark_s is not None
+    copy_s = stages.replicated_s - stages.first_mark_s
+    copy_mb_s = mb_per_s(copied_bytes, copy_s) if copy_s > 0 else None
+    overall_mb_s = mb_per_s(copied_bytes, stages.replicated_s)
+    say(f"{name}: copied {copied_bytes / MIB:.1f} MiB in {copy_s:.2f} s from the first mark: "
+        f"{copy_mb_s} MiB/s ({ratio(copy_mb_s or 0, raw_mb_s)} of the raw disk's "
+        f"{raw_mb_s} MiB/s); bookies' CPU {cpu_bookies:.1f} s")
+    ensemble, write_quorum, ack_quorum = quorums
+    return {
+        "ensemble": ensemble, "write_quorum": write_quorum, "ack_quorum": ack_quorum,
+        "ledgers": LEDGERS, "entries_per_ledger": entries_per_ledger,
+        "written": written, "victim": victim, "victim_was_auditor": victim == auditor,
+        "entries_held": held, "ledgers_affected": len(affected),
+        "copied": {"entries": held[victim], "entry_bytes": entry_size,
+                   "bytes": copied_bytes, "mb": round(copied_bytes / MIB, 1),
+                   "logged_by_workers": logged,
+                   "logged_bytes": sum(w["bytes"] for w in logged.values())},
+        "stages_s": {"unregistered": stages.unregistered_s,
+                     "first_mark": stages.first_mark_s, "all_marked": stages.all_marked_s,
+                     "replicated": stages.replicated_s},
+        "marks": {"expected": stages.marks_expected, "seen": stages.marks_seen,
+                  "others": stages.other_marks},
+        "copy_seconds": round(copy_s, 2), "copy_mb_per_s": copy_mb_s,
+        "overall_mb_per_s": overall_mb_s,
+        "copy_to_raw_bandwidth": ratio(copy_mb_s or 0, raw_mb_s),
+        "cpu_s": {"survivors": round(cpu_bookies, 2), "this_process": round(cpu_here, 2),
+                  "survivors_per_mb": round(cpu_bookies / (copied_bytes / MIB), 4),
+                  "survivors_cores_busy": round(cpu_bookies / stages.replicated_s, 2)},
+        "verified": checked,
+        "elapsed_s": round(time.perf_counter() - started, 1)}
+
+
+# -- the run ----------------------------------------------------------------------------
+
+def run(args: argparse.Namespace, workdir: str) -> dict:
+    """The raw disk, then every configuration asked for; the JSON-ready result."""
+    started = time.perf_counter()
+    load_1m = os.getloadavg()[0]
+    mib = args.mib or (128 if args.quick else 1024)
+    say(f"{'quick' if args.quick else 'full'} run in {workdir}: {mib} MiB per configuration; "
+        f"load average {load_1m:.2f} on {os.cpu_count()} CPUs (other work on the machine "
+        "skews every figure)")
+    raw_mb_s = raw_durable_bandwidth(workdir, RAW_BANDWIDTH_MB[bool(args.quick)])
+    say(f"raw durable sequential write: {raw_mb_s} MiB/s")
+    bookie_args = [option for setting in args.bookie_set for option in ("--set", setting)]
+    results = {name: measure_config(workdir, name, CONFIGS[name], mib, bookie_args, raw_mb_s)
+               for name in args.config}
+    reference = results[args.config[0]]
+    value = reference["copy_to_raw_bandwidth"]
+    targets = {"copy_to_raw_bandwidth": {
+        "value": value, "target": f">= {TARGET_COPY_TO_RAW:g} ({args.config[0]})",
+        "pass": value >= TARGET_COPY_TO_RAW}}
+    say(f"target copy_to_raw_bandwidth: {value} (want >= {TARGET_COPY_TO_RAW:g}): "
+        f"{'pass' if targets['copy_to_raw_bandwidth']['pass'] else 'MISSED'}")
+    return {"mode": "quick" if args.quick else "full", "dir": workdir,
+            "python": sys.version.split()[0], "cpus": os.cpu_count(),
+            "load_average_1m_at_start": round(load_1m, 2), "mib_written": mib,
+            "entry_bytes": ENTRY_BYTES, "bookies": BOOKIES, "bookie_settings": args.bookie_set,
+            "raw": {"durable_write_mb_s": raw_mb_s}, "configs": results, "targets": targets,
+            "elapsed_s": round(time.perf_counter() - started, 1)}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="128 MiB instead of 1 GiB")
+    parser.add_argument("--mib", type=int, help="MiB of entries to write (overrides the "
+                        "profile's 1,024 or 128)")
+    parser.add_argument("--config", action="append", choices=sorted(CONFIGS),
+                        help="a configuration to measure (repeatable; default: e3_qw2_qa2)")
+    parser.add_argument("--bookie-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting for every bookie (pybk bookie --set; repeatable)")
+    parser.add_argument("--dir", default=os.getcwd(),
+                        help="where the fresh temporary directory is made (default: the "
+                             "current directory, i.e. its disk is the one under test)")
+    args = parser.parse_args(argv)
+    if args.mib is not None and args.mib < 1:
+        parser.error(f"--mib must be at least 1, not {args.mib}")
+    args.config = args.config or ["e3_qw2_qa2"]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the cluster is stopped and the directory removed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    return run_and_report("pybk-rereplication-bench-", args.dir,
+                          lambda workdir: run(args, workdir))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
