@@ -37,7 +37,6 @@ within ``REPLICATION_TIMEOUT_S``, a copy read back wrong).
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import random
 import re
@@ -46,7 +45,9 @@ import struct
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -87,11 +88,19 @@ REPLICATION_TIMEOUT_S = 1800.0     # from the kill to full replication
 READ_TIMEOUT_S = 30.0              # one sampled read
 POLL_S = 0.1                       # between looks at the metadata store
 
-TARGET_COPY_TO_RAW = 0.5           # copying at half the disk's durable bandwidth or more
+#: Re-replication copies at least as fast as the cluster took the same entries from a
+#: writer (bytes per second, in the same run): lost copies are restored as fast as the
+#: writers make new ones.
+TARGET_COPY_TO_WRITE = 1.0
 
 #: What a replication worker logs per ledger it repaired
 #: (:mod:`pybk.cluster.replication_worker`); summed to cross-check the bytes copied.
 _REPLICATED_LOG = re.compile(r"ledger \d+ re-replicated \((\d+) entries, (\d+) bytes copied\)")
+#: What the auditor logs once it marked the ledgers of lost bookies
+#: (:mod:`pybk.cluster.auditor`), after ``pybk``'s log format (time, level, logger).
+_AUDIT_LOG = re.compile(r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) WARNING "
+                        r"pybk\.cluster\.auditor: auditor \S+: bookies (?P<lost>.+) lost: "
+                        r"marked (?P<marked>\d+) ledgers under-replicated$", re.MULTILINE)
 _FILL = bytes((i * 131 + 7) % 256 for i in range(ENTRY_BYTES))
 
 
@@ -165,95 +174,122 @@ def entries_held(metadata: dict[int, LedgerMetadata], bookie_id: str) -> int:
 # -- watching the repair ----------------------------------------------------------------
 
 @dataclass
-class Stages:
-    """Seconds from the kill to each stage (None: not seen)."""
+class Repair:
+    """What :func:`watch_repair` saw: seconds from the kill to each stage (None: not
+    seen), marks of other ledgers, and the survivors' CPU seconds at the first mark and
+    at the end."""
 
     unregistered_s: float | None = None
     first_mark_s: float | None = None
-    all_marked_s: float | None = None
-    replicated_s: float | None = None
-    marks_seen: int = 0
-    marks_expected: int = 0
-    other_marks: int = 0          # marks of ledgers the dead bookie held nothing of
+    replicated_s: float = 0.0
+    other_marks: set[int] = field(default_factory=set)  # ledgers the dead bookie held none of
+    cpu_at_first_mark_s: float = 0.0
+    cpu_at_end_s: float = 0.0
 
 
 def watch_repair(store: ZooKeeperMetadataStore, victim: str, affected: set[int],
-                 killed_mono: float, killed_wall: float) -> Stages:
+                 killed_mono: float, survivors_cpu_s: Callable[[], float]) -> Repair:
     """Poll the store every :data:`POLL_S` until no mark is left and no ledger of
     ``affected`` gives ``victim`` an entry (TimeoutError after
-    :data:`REPLICATION_TIMEOUT_S`)."""
+    :data:`REPLICATION_TIMEOUT_S`).  A ledger's metadata is read only while no mark is
+    left, and no longer once it gives ``victim`` nothing (the dead bookie does not come
+    back), so the looks cost the machine little while the copies run."""
     manager = UnderreplicationManager(store)
     ledgers = LedgerManager(store)
-    stages = Stages(marks_expected=len(affected))
-    ctimes_ms: dict[int, int | None] = {}
+    repair = Repair()
     pending = set(affected)  # ledgers whose metadata may still give the victim entries
-    while True:
+    while pending:
         now = time.monotonic() - killed_mono
         if now > REPLICATION_TIMEOUT_S:
             raise TimeoutError(f"not fully replicated within {REPLICATION_TIMEOUT_S:.0f} s: "
-                               f"{len(pending)} ledgers still name {victim}, "
-                               f"{len(ctimes_ms)} of {len(affected)} marks seen")
-        if stages.unregistered_s is None and victim not in store.bookies():
-            stages.unregistered_s = round(now, 2)
+                               f"{len(pending)} ledgers still give {victim} entries")
+        if repair.unregistered_s is None and victim not in store.bookies():
+            repair.unregistered_s = round(now, 2)
         marked = set(manager.ledger_ids())
-        for ledger_id in marked.difference(ctimes_ms):
-            mark = manager.get(ledger_id)
-            if mark is not None:
-                ctimes_ms[ledger_id] = mark.ctime_ms
-        if marked and stages.first_mark_s is None:
-            stages.first_mark_s = round(now, 2)
-        if not marked and stages.unregistered_s is not None:
+        repair.other_marks |= marked - affected
+        if marked and repair.first_mark_s is None:
+            repair.first_mark_s = round(now, 2)
+            repair.cpu_at_first_mark_s = survivors_cpu_s()
+        if not marked and repair.unregistered_s is not None:
             pending = {ledger_id for ledger_id in pending
                        if bookie_holds_entries(ledgers.read(ledger_id).metadata, victim)}
-            if not pending:
-                stages.replicated_s = round(time.monotonic() - killed_mono, 2)
-                break
-        time.sleep(POLL_S)
-    seen = {ledger_id: ctime for ledger_id, ctime in ctimes_ms.items() if ledger_id in affected}
-    stages.marks_seen = len(seen)
-    stages.other_marks = len(ctimes_ms) - len(seen)
-    if seen and all(ctime is not None for ctime in seen.values()):
-        stages.all_marked_s = round(max(seen.values()) / 1000 - killed_wall, 2)  # type: ignore
-    return stages
+        if pending:
+            time.sleep(POLL_S)
+    repair.replicated_s = round(time.monotonic() - killed_mono, 2)
+    repair.cpu_at_end_s = survivors_cpu_s()
+    return repair
 
 
-def logged_copies(cluster: LocalCluster) -> dict:
-    """What the replication workers logged: ledgers, entries and bytes, per bookie log."""
+# -- what the bookies logged ------------------------------------------------------------
+
+def bookie_logs(cluster: LocalCluster, ids: list[str]) -> dict[str, str]:
+    """Each bookie's log (``bookie<N>/bookie.log``), by bookie id."""
+    logs = {}
+    for number, bookie_id in enumerate(ids, 1):
+        with open(os.path.join(cluster.directory, f"bookie{number}", "bookie.log"),
+                  encoding="utf-8", errors="replace") as f:
+            logs[bookie_id] = f.read()
+    return logs
+
+
+def logged_copies(logs: dict[str, str]) -> dict:
+    """What each bookie's replication worker logged it copied: ledgers, entries, bytes."""
     per_bookie = {}
-    for path in sorted(glob.glob(os.path.join(cluster.directory, "bookie*", "bookie.log"))):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            found = [tuple(map(int, m.groups())) for m in _REPLICATED_LOG.finditer(f.read())]
-        per_bookie[os.path.basename(os.path.dirname(path))] = {
-            "ledgers": len(found), "entries": sum(e for e, _ in found),
-            "bytes": sum(b for _, b in found)}
+    for bookie_id, text in logs.items():
+        found = [tuple(map(int, m.groups())) for m in _REPLICATED_LOG.finditer(text)]
+        per_bookie[bookie_id] = {"ledgers": len(found), "entries": sum(e for e, _ in found),
+                                 "bytes": sum(b for _, b in found)}
     return per_bookie
+
+
+def logged_audit(logs: dict[str, str], victim: str) -> tuple[float, int] | None:
+    """When the auditor had marked every ledger of ``victim`` (the wall-clock time of its
+    log line, which it writes once the audit's marks are made) and how many it marked;
+    None if no auditor logged it."""
+    for text in logs.values():
+        for m in _AUDIT_LOG.finditer(text):
+            if victim in m.group("lost").split(", "):
+                when = datetime.strptime(m.group("time"), "%Y-%m-%d %H:%M:%S,%f")
+                return when.timestamp(), int(m.group("marked"))
+    return None
 
 
 # -- verifying --------------------------------------------------------------------------
 
+def sample(rng: random.Random, metadata: LedgerMetadata, victim: str) -> set[int]:
+    """The first and last entry of a closed ledger and up to :data:`SAMPLE_ENTRIES`
+    random ones, all of them among those ``victim`` held if it held any."""
+    last = metadata.last_entry_id
+    held = bookie_holds_entries(metadata, victim)
+    chosen = {0, last}
+    for _ in range(SAMPLE_ENTRIES * 10):  # bounded: most draws qualify
+        if len(chosen) >= SAMPLE_ENTRIES + 2:
+            break
+        entry_id = rng.randint(0, last)
+        if not held or victim in metadata.write_set(entry_id):
+            chosen.add(entry_id)
+    return chosen
+
+
 def verify_copies(bk: BookKeeper, before: dict[int, LedgerMetadata], victim: str) -> dict:
     """Read a sample of every ledger from each bookie of its write set in the current
-    metadata; every copy must be byte-identical and hold the entry written.  Raises
-    RuntimeError on the first difference; returns what was checked."""
+    metadata, directly; every copy must be byte-identical and decode to the entry
+    written.  Raises RuntimeError at the first difference; returns what was read."""
     rng = random.Random(SAMPLE_SEED)
     reads = copies = 0
     for ledger_id, old in before.items():
         metadata = bk.ledger_manager.read(ledger_id).metadata
         if bookie_holds_entries(metadata, victim):
             raise RuntimeError(f"ledger {ledger_id} still gives {victim} entries")
-        last = metadata.last_entry_id
-        victims_entries = [e for e in range(last + 1) if victim in old.write_set(e)]
-        sample = {0, last, *rng.sample(victims_entries or range(last + 1),
-                                       min(SAMPLE_ENTRIES, len(victims_entries) or last + 1))}
         digest = DigestManager(ledger_id, metadata.digest_type, b"")
         asked = [(entry_id, bookie_id, bk.bookie_client(bookie_id).read(ledger_id, entry_id))
-                 for entry_id in sorted(sample) for bookie_id in metadata.write_set(entry_id)]
+                 for entry_id in sorted(sample(rng, old, victim))
+                 for bookie_id in metadata.write_set(entry_id)]
         stored: dict[int, bytes] = {}
         for entry_id, bookie_id, future in asked:
             data = future.result(timeout=READ_TIMEOUT_S)
             reads += 1
-            copies += victim in old.write_set(entry_id) \
-                and bookie_id not in old.write_set(entry_id)
+            copies += bookie_id not in old.write_set(entry_id)
             if stored.setdefault(entry_id, data) != data:
                 raise RuntimeError(f"ledger {ledger_id} entry {entry_id}: bookie {bookie_id} "
                                    "holds other bytes than the rest of its write set")
@@ -262,7 +298,7 @@ def verify_copies(bk: BookKeeper, before: dict[int, LedgerMetadata], victim: str
                                    f"{bookie_id} is not the entry written")
     if not copies:
         raise RuntimeError("the sample read no copy made by re-replication")
-    return {"reads": reads, "copies_read": copies, "ledgers": len(before)}
+    return {"ledgers": len(before), "reads": reads, "copies_read": copies}
 
 
 # -- one configuration ------------------------------------------------------------------
@@ -280,6 +316,7 @@ def bookie_ids(cluster: LocalCluster) -> list[str]:
 
 
 def cpu_of(pids: list[int]) -> float:
+    """CPU seconds used so far by the processes ``pids``."""
     return sum(process_cpu_s(pid) for pid in pids)
 
 
@@ -291,6 +328,7 @@ def measure_config(workdir: str, name: str, quorums: tuple[int, int, int], mib: 
     with LocalCluster(BOOKIES, os.path.join(workdir, name), bookie_args=bookie_args,
                       start_timeout_s=CLUSTER_START_TIMEOUT_S) as cluster:
         say(f"{name}: cluster of {BOOKIES} bookies up ({time.perf_counter() - started:.1f} s)")
+        ids = bookie_ids(cluster)
         with BookKeeper.connect(cluster.address) as bk, \
                 ZooKeeperMetadataStore(cluster.address) as store:
             ledger_ids, written = write_ledgers(bk, quorums, entries_per_ledger)
@@ -298,63 +336,74 @@ def measure_config(workdir: str, name: str, quorums: tuple[int, int, int], mib: 
                 f"({written['entries_per_s']:,.0f} entries/s, {written['mb_per_s']} MiB/s)")
             before = {ledger_id: bk.ledger_manager.read(ledger_id).metadata
                       for ledger_id in ledger_ids}
-            held = {bookie_id: entries_held(before, bookie_id) for bookie_id in cluster.endpoints}
-            victim = max(sorted(held), key=held.__getitem__)
+            held = {bookie_id: entries_held(before, bookie_id) for bookie_id in ids}
+            victim = max(ids, key=held.__getitem__)
             affected = {ledger_id for ledger_id, m in before.items()
                         if bookie_holds_entries(m, victim)}
-            entry_size = ENTRY_BYTES + DigestManager(0, before[ledger_ids[0]].digest_type,
-                                                     b"").overhead
-            copied_bytes = held[victim] * entry_size
-            process = cluster.processes[bookie_ids(cluster).index(victim)]
+            entry_bytes = ENTRY_BYTES + DigestManager(0, before[ledger_ids[0]].digest_type,
+                                                      b"").overhead
+            copied_bytes = held[victim] * entry_bytes
+            process = cluster.processes[ids.index(victim)]
             survivors = [p.pid for p in cluster.processes if p is not process]
             auditor = UnderreplicationManager(store).auditor()
             say(f"{name}: killing {victim} (pid {process.pid}), which holds "
                 f"{held[victim]:,} entries ({copied_bytes / MIB:.1f} MiB) of "
-                f"{len(affected)} ledgers; auditor: {auditor}")
-            cpu_before, own_before = cpu_of(survivors), time.process_time()
+                f"{len(affected)} ledgers; the auditor is {auditor}")
+            cpu_at_kill, own_cpu_at_kill = cpu_of(survivors), time.process_time()
             killed_wall, killed_mono = time.time(), time.monotonic()
             process.send_signal(signal.SIGKILL)
             process.wait(30)
-            stages = watch_repair(store, victim, affected, killed_mono, killed_wall)
-            cpu_bookies = cpu_of(survivors) - cpu_before
-            cpu_here = time.process_time() - own_before
-            say(f"{name}: fully replicated {stages.replicated_s} s after the kill "
-                f"(unregistered at {stages.unregistered_s} s, first mark at "
-                f"{stages.first_mark_s} s, all marked at {stages.all_marked_s} s)")
+            repair = watch_repair(store, victim, affected, killed_mono,
+                                  lambda: cpu_of(survivors))
+            own_cpu = time.process_time() - own_cpu_at_kill
+            say(f"{name}: fully replicated {repair.replicated_s} s after the kill "
+                f"(unregistered at {repair.unregistered_s} s, first mark at "
+                f"{repair.first_mark_s} s)")
             checked = verify_copies(bk, before, victim)
-            say(f"{name}: {checked['reads']} sampled reads identical, "
-                f"{checked['copies_read']} of them of copies")
-        logged = logged_copies(cluster)
-    assert stages.replicated_s is not None and stages.first_mark_s is not None
-    copy_s = stages.replicated_s - stages.first_mark_s
-    copy_mb_s = mb_per_s(copied_bytes, copy_s) if copy_s > 0 else None
-    overall_mb_s = mb_per_s(copied_bytes, stages.replicated_s)
-    say(f"{name}: copied {copied_bytes / MIB:.1f} MiB in {copy_s:.2f} s from the first mark: "
-        f"{copy_mb_s} MiB/s ({ratio(copy_mb_s or 0, raw_mb_s)} of the raw disk's "
-        f"{raw_mb_s} MiB/s); bookies' CPU {cpu_bookies:.1f} s")
-    ensemble, write_quorum, ack_quorum = quorums
-    return {
-        "ensemble": ensemble, "write_quorum": write_quorum, "ack_quorum": ack_quorum,
-        "ledgers": LEDGERS, "entries_per_ledger": entries_per_ledger,
-        "written": written, "victim": victim, "victim_was_auditor": victim == auditor,
-        "entries_held": held, "ledgers_affected": len(affected),
-        "copied": {"entries": held[victim], "entry_bytes": entry_size,
+            say(f"{name}: {checked['reads']:,} sampled reads identical, "
+                f"{checked['copies_read']:,} of them of copies")
+        logs = bookie_logs(cluster, ids)
+    logged = logged_copies(logs)
+    audit = logged_audit(logs, victim)
+    all_marked_s = round(audit[0] - killed_wall, 2) if audit else None
+    assert repair.first_mark_s is not None  # nothing is repaired unmarked
+    copy_s = repair.replicated_s - repair.first_mark_s
+    copy_mb_s = mb_per_s(copied_bytes, copy_s)
+    copy_cpu_s = repair.cpu_at_end_s - repair.cpu_at_first_mark_s
+    figures = {
+        "ensemble": quorums[0], "write_quorum": quorums[1], "ack_quorum": quorums[2],
+        "ledgers": LEDGERS, "entries_per_ledger": entries_per_ledger, "written": written,
+        "entries_held": held, "victim": victim, "victim_was_auditor": victim == auditor,
+        "ledgers_affected": len(affected),
+        "copied": {"entries": held[victim], "entry_bytes": entry_bytes,
                    "bytes": copied_bytes, "mb": round(copied_bytes / MIB, 1),
                    "logged_by_workers": logged,
                    "logged_bytes": sum(w["bytes"] for w in logged.values())},
-        "stages_s": {"unregistered": stages.unregistered_s,
-                     "first_mark": stages.first_mark_s, "all_marked": stages.all_marked_s,
-                     "replicated": stages.replicated_s},
-        "marks": {"expected": stages.marks_expected, "seen": stages.marks_seen,
-                  "others": stages.other_marks},
+        "stages_s": {"unregistered": repair.unregistered_s,
+                     "first_mark": repair.first_mark_s, "all_marked": all_marked_s,
+                     "replicated": repair.replicated_s},
+        "marks": {"expected": len(affected), "auditor_marked": audit[1] if audit else None,
+                  "others_seen": len(repair.other_marks)},
         "copy_seconds": round(copy_s, 2), "copy_mb_per_s": copy_mb_s,
-        "overall_mb_per_s": overall_mb_s,
-        "copy_to_raw_bandwidth": ratio(copy_mb_s or 0, raw_mb_s),
-        "cpu_s": {"survivors": round(cpu_bookies, 2), "this_process": round(cpu_here, 2),
-                  "survivors_per_mb": round(cpu_bookies / (copied_bytes / MIB), 4),
-                  "survivors_cores_busy": round(cpu_bookies / stages.replicated_s, 2)},
+        "copy_entries_per_s": round(held[victim] / copy_s, 1),
+        "kill_to_replicated_mb_per_s": mb_per_s(copied_bytes, repair.replicated_s),
+        "copy_to_raw_bandwidth": ratio(copy_mb_s, raw_mb_s),
+        "copy_to_write": ratio(copy_mb_s, mb_per_s(written["entries"] * entry_bytes,
+                                                   written["seconds"])),
+        "cpu": {"survivors_s": round(repair.cpu_at_end_s - cpu_at_kill, 2),
+                "survivors_while_copying_s": round(copy_cpu_s, 2),
+                "survivors_us_per_entry": round(copy_cpu_s / held[victim] * 1e6, 1),
+                "survivors_cores_busy": round(copy_cpu_s / copy_s, 2),
+                "this_process_s": round(own_cpu, 2)},
         "verified": checked,
         "elapsed_s": round(time.perf_counter() - started, 1)}
+    say(f"{name}: every ledger marked {all_marked_s} s after the kill; copied "
+        f"{figures['copied']['mb']} MiB in {copy_s:.2f} s from the first mark: "
+        f"{copy_mb_s} MiB/s, {figures['copy_to_raw_bandwidth']} of the raw disk's "
+        f"{raw_mb_s} MiB/s and {figures['copy_to_write']} of the write rate; survivors' CPU "
+        f"{figures['cpu']['survivors_us_per_entry']} µs per entry, "
+        f"{figures['cpu']['survivors_cores_busy']} cores busy")
+    return figures
 
 
 # -- the run ----------------------------------------------------------------------------
@@ -373,12 +422,12 @@ def run(args: argparse.Namespace, workdir: str) -> dict:
     results = {name: measure_config(workdir, name, CONFIGS[name], mib, bookie_args, raw_mb_s)
                for name in args.config}
     reference = results[args.config[0]]
-    value = reference["copy_to_raw_bandwidth"]
-    targets = {"copy_to_raw_bandwidth": {
-        "value": value, "target": f">= {TARGET_COPY_TO_RAW:g} ({args.config[0]})",
-        "pass": value >= TARGET_COPY_TO_RAW}}
-    say(f"target copy_to_raw_bandwidth: {value} (want >= {TARGET_COPY_TO_RAW:g}): "
-        f"{'pass' if targets['copy_to_raw_bandwidth']['pass'] else 'MISSED'}")
+    value = reference["copy_to_write"]
+    targets = {"copy_to_write": {
+        "value": value, "target": f">= {TARGET_COPY_TO_WRITE:g} ({args.config[0]})",
+        "pass": value >= TARGET_COPY_TO_WRITE}}
+    say(f"target copy_to_write: {value} (want >= {TARGET_COPY_TO_WRITE:g}): "
+        f"{'pass' if targets['copy_to_write']['pass'] else 'MISSED'}")
     return {"mode": "quick" if args.quick else "full", "dir": workdir,
             "python": sys.version.split()[0], "cpus": os.cpu_count(),
             "load_average_1m_at_start": round(load_1m, 2), "mib_written": mib,
