@@ -21,6 +21,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/storage_bench.py --quick
 	$(PY) benchmarks/wal_bench.py --quick
 	$(PY) benchmarks/cluster_bench.py --quick
+	$(PY) benchmarks/rereplication_bench.py --quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -19,8 +19,8 @@ election and a replication worker):
 3. the metadata store is polled until the ledgers are fully replicated: no mark of
    under-replication is left and no ledger gives the dead bookie an entry.  Stages,
    in seconds from the kill: its registration gone (its ZooKeeper session expired,
-   ``zkTimeout``), the first mark, every mark (the latest ``ctime`` of the marks of the
-   ledgers it held), fully replicated;
+   ``zkTimeout``), the first mark seen, every ledger marked (the time of the auditor's
+   log line that ends its audit), fully replicated;
 4. a sample of every ledger (its first and last entry and random ones, most of them
    entries the dead bookie held) is read from each bookie of its write set in the new
    metadata, directly: the copies must be byte-identical and decode (digest) to what
@@ -28,7 +28,9 @@ election and a replication worker):
 
 Bytes copied are the dead bookie's share: the entries its write sets gave it, at their
 stored size (1 KiB of payload plus the entry header and digest), cross-checked with
-what the workers log.  Progress goes to stderr; stdout gets one JSON line (see
+what the workers log.  The copy rate counts from the first mark (before it, the cluster
+waits for the dead bookie's session to expire); the survivors' CPU while copying says
+whether the machine's cores were the bound.  Progress goes to stderr; stdout gets one JSON line (see
 ``benchmarks/README.md``).  Targets are reported, never asserted: the exit code is
 non-zero only if the benchmark itself fails (an add refused, replication not done
 within ``REPLICATION_TIMEOUT_S``, a copy read back wrong).
