@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 
 import pytest
 
@@ -234,12 +235,23 @@ def test_adds_gather_while_the_bookies_answers_are_outstanding(closing):
         waiting[50].result(timeout=10)
 
 
+class NotIterable(deque):
+    """An add queue that fails if iterated: other threads append to it while the loop
+    takes from it, and an append between making an iterator and using it fails the
+    iterator ("deque mutated during iteration"), which once stopped a client's loop."""
+
+    def __iter__(self):
+        raise AssertionError("the add queue was iterated")
+
+
 def test_queued_adds_are_cut_into_messages_within_the_body_limit(closing):
-    """Adds that do not fit one ADD body wait for the next message, in order."""
+    """Adds that do not fit one ADD body wait for the next message, in order; the loop
+    takes them from the queue without iterating it."""
     router = closing.enter_context(RawRouter())
     settings = ClientSettings(addEntryTimeout=30, zmqAddMessagesInFlight=1,
                               maxEntrySizeBytes=4096)
     client = closing.enter_context(ZmqBookieClient("B1", router.address, settings))
+    client._connection.adds = NotIterable()
     limit = wire.max_add_body_bytes(4096)
     futures = [client.add(5, 0, entry(5, 0), KEY)]
     received = []

@@ -539,7 +539,13 @@ class _Connection:
         tokens)`` groups in message order (failing entries over the maximum alone, at
         once)."""
         adds = self.adds
-        items = list(itertools.islice(adds, wire.MAX_ADDS_PER_MESSAGE))
+        # Taken with popleft, never through an iterator of the deque: other threads
+        # append to it, and an append after an iterator was made fails the iterator's
+        # next step ("deque mutated during iteration"); the interpreter lock can pass to
+        # another thread between the two.  Only this thread takes from the left, so the
+        # adds that do not fit go back there, in order, ahead of any appended meanwhile.
+        popleft = adds.popleft
+        items = [popleft() for _ in range(min(len(adds), wire.MAX_ADDS_PER_MESSAGE))]
         # The most bytes each add takes in the body: its entry, and a run of its own.
         costs = [len(add.entry) + add.ledger_adds.overhead for add in items]
         max_entry = self._settings.maxEntrySizeBytes
@@ -552,9 +558,8 @@ class _Connection:
         # takes inside a run); a legal add fits an empty message.
         ends = list(itertools.accumulate(costs, initial=0))
         cut = bisect.bisect_right(ends, self._max_add_body - wire.ADD_COUNT.size) - 1
+        adds.extendleft(reversed(items[cut:]))
         del items[cut:]
-        for _ in range(cut):
-            adds.popleft()  # other threads only append: the first ``cut`` are ``items``
         if oversized:
             legal = []
             for add in items:
