@@ -56,6 +56,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from cluster_bench import process_cpu_s  # noqa: E402
+import pybk  # noqa: E402
 from pybk.client.bookkeeper import BookKeeper  # noqa: E402
 from pybk.client.digest import DigestManager  # noqa: E402
 from pybk.client.ledger import LedgerHandle  # noqa: E402
@@ -331,7 +332,7 @@ def measure_config(workdir: str, name: str, quorums: tuple[int, int, int], mib: 
                       start_timeout_s=CLUSTER_START_TIMEOUT_S) as cluster:
         say(f"{name}: cluster of {BOOKIES} bookies up ({time.perf_counter() - started:.1f} s)")
         ids = bookie_ids(cluster)
-        with BookKeeper.connect(cluster.address) as bk, \
+        with pybk.connect(cluster.address) as bk, \
                 ZooKeeperMetadataStore(cluster.address) as store:
             ledger_ids, written = write_ledgers(bk, quorums, entries_per_ledger)
             say(f"{name}: wrote {written['entries']:,} entries in {written['seconds']} s "
