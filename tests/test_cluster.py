@@ -5,6 +5,8 @@ writer, ZooKeeper gone for longer than a session; and the commands around them
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import shutil
@@ -31,6 +33,7 @@ from pybk.meta.ledger_metadata import LedgerState
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import format_bookie
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -275,7 +278,8 @@ def wait_until_serving(cluster: subprocess.Popen, out: Path) -> str:
 
 @pytest.mark.zookeeper
 @pytest.mark.processes
-def test_localcluster_serves_simpletest_and_stops_everything_on_sigterm(tmp_path):
+def test_localcluster_serves_simpletest_and_the_admin_shell_and_stops_everything_on_sigterm(
+        tmp_path):
     out = tmp_path / "localcluster.out"
     cluster = start_localcluster(3, out)
     try:
@@ -286,6 +290,7 @@ def test_localcluster_serves_simpletest_and_stops_everything_on_sigterm(tmp_path
         result = run_pybk("simpletest", "--zk", address, "--entries", "300")
         assert result.returncode == 0, result.stdout + result.stderr
         assert "wrote 300 entries" in result.stdout and "every entry matched" in result.stdout
+        check_admin_shell(address)
         cluster.send_signal(signal.SIGTERM)
         assert cluster.wait(60) == 0, out.read_text()
     finally:
@@ -303,6 +308,40 @@ def test_localcluster_serves_simpletest_and_stops_everything_on_sigterm(tmp_path
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     assert not os.path.exists(data)
     assert "pybk localcluster: stopped" in out.read_text()
+
+
+def admin(address: str, *args: str):
+    """An admin shell command's JSON answer about the cluster at ``address``."""
+    result = run_pybk(*args, "--zk", address, "--json")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result
+    return json.loads(result.stdout)
+
+
+def check_admin_shell(address: str) -> None:
+    """The admin shell's commands answer about a ``pybk localcluster`` as it is: three
+    writable bookies, an auditor, one ledger of three entries, nothing under-replicated."""
+    with pybk.connect(address) as bk:
+        ledger = bk.create_ledger(3, 2, 2)
+        for i in range(3):
+            ledger.add_entry(b"entry %d" % i)
+        ledger.close()
+    bookies = admin(address, "listbookies")
+    assert [b["state"] for b in bookies] == ["rw"] * 3, bookies
+    info = admin(address, "bookieinfo")["bookies"]
+    assert sorted(b["bookie"] for b in info) == sorted(b["bookie"] for b in bookies)
+    assert all(b["state"] == "writable" and 0 < b["free_bytes"] <= b["total_bytes"]
+               for b in info), info
+    cluster = admin(address, "clusterinfo")
+    assert len(cluster["writable"]) == 3 and not cluster["lost"], cluster
+    wait_until(lambda: admin(address, "whoisauditor")["auditor"], "the bookies elect an auditor")
+    assert admin(address, "autorecovery", "status") == {"enabled": True}
+    assert admin(address, "listunderreplicated") == []
+    assert [m["ledger"] for m in admin(address, "listledgers")] == [ledger.id]
+    assert admin(address, "ledgermetadata", str(ledger.id))["state"] == "CLOSED"
+    entries = admin(address, "readledger", str(ledger.id))["entries"]
+    assert [base64.b64decode(e["payload_base64"]) for e in entries] == \
+        [b"entry %d" % i for i in range(3)]
+    assert admin(address, "deleteledger", str(ledger.id)) == {"deleted": ledger.id}
 
 
 # -- children die with their parent --------------------------------------------------------
