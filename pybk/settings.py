@@ -270,6 +270,29 @@ class ServerSettings(_Settings):
     #: cannot be repaired by the workers (their log says so).
     bookieRecoveryPasswd: str = ""
 
+    #: Security (README "Security"; BookKeeper's ``tlsEnabled``): serve with ZeroMQ CURVE,
+    #: encrypting every message and accepting only the clients whose public keys are in
+    #: ``zmqCurveAllowedClientKeysDirectory`` (:mod:`pybk.cluster.curve`).  Off by
+    #: default, for local use; turn it on in every networked deployment.  The bookie
+    #: registers its public key with its endpoint; clients pin it.
+    zmqCurveEnabled: bool = False
+    #: This process's CURVE key pair: a ``.key_secret`` file of ``pybk keygen``.  Its
+    #: key is the bookie's (server) key and, towards other bookies, its client key.
+    zmqCurveSecretKeyFile: str = ""
+    #: The ``*.key`` files of the clients (and other bookies) this bookie accepts.
+    zmqCurveAllowedClientKeysDirectory: str = ""
+    #: BookKeeper's ``zkEnableSecurity``: authenticate to ZooKeeper with the digest
+    #: ``user:password`` in ``zkDigestAuthFile`` and create every znode with ACLs that
+    #: let only that user change it (:mod:`pybk.meta.zkclient`).
+    zkEnableSecurity: bool = False
+    #: A file holding ``user:password`` (one line), read by the ZooKeeper clients of
+    #: this process when ``zkEnableSecurity`` is on.
+    zkDigestAuthFile: str = ""
+    #: With ``zkEnableSecurity``: whether everyone may read pybk's znodes (true, the
+    #: default, lets tools without credentials list bookies and ledgers) or only the
+    #: ``zkDigestAuthFile`` user.
+    zkWorldReadable: bool = True
+
     def __post_init__(self) -> None:
         if isinstance(self.ledgerDirectories, (list, str)):
             dirs = self.ledgerDirectories
@@ -444,6 +467,21 @@ def _validate(s: ServerSettings) -> None:
             "ServerSettings.from_mapping), which raises the settings not named to fit")
     split_host_port(s.listenAddress, "listenAddress")
     _check_host(s.bookieHost, "bookieHost")
+    _check_curve(s)
+    _require(not s.zkEnableSecurity or bool(s.zkDigestAuthFile), "zkDigestAuthFile",
+             s.zkDigestAuthFile, "a file holding user:password when zkEnableSecurity is on")
+
+
+def _check_curve(s: "ServerSettings | ClientSettings") -> None:
+    """With CURVE on, the files it needs are named (they are read when used)."""
+    if not s.zmqCurveEnabled:
+        return
+    _require(bool(s.zmqCurveSecretKeyFile), "zmqCurveSecretKeyFile", s.zmqCurveSecretKeyFile,
+             "a .key_secret file (pybk keygen) when zmqCurveEnabled is on")
+    if isinstance(s, ServerSettings):
+        _require(bool(s.zmqCurveAllowedClientKeysDirectory),
+                 "zmqCurveAllowedClientKeysDirectory", s.zmqCurveAllowedClientKeysDirectory,
+                 "a directory of client .key files when zmqCurveEnabled is on")
 
 
 def _check_host(value: str, key: str) -> None:
@@ -546,6 +584,13 @@ class ClientSettings(_Settings):
     #: adds made meanwhile gather into the next message (more adds per message under
     #: load, fewer messages and system calls per add).
     zmqAddMessagesInFlight: int = 2
+    #: Security: reach bookies over ZeroMQ CURVE (encrypted, authenticated both ways),
+    #: pinning the public key each bookie registered (:mod:`pybk.cluster.curve`).  Must
+    #: match the bookies' ``zmqCurveEnabled``.  Off by default, for local use.
+    zmqCurveEnabled: bool = False
+    #: This client's CURVE key pair (a ``.key_secret`` file of ``pybk keygen``); its
+    #: public key must be among the bookies' allowed client keys.
+    zmqCurveSecretKeyFile: str = ""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -564,6 +609,7 @@ class ClientSettings(_Settings):
         _require(self.zmqHeartbeatTimeoutMs > self.zmqHeartbeatIntervalMs,
                  "zmqHeartbeatTimeoutMs", self.zmqHeartbeatTimeoutMs,
                  "longer than zmqHeartbeatIntervalMs")
+        _check_curve(self)
 
 
 @_refuse_unknown_names

@@ -64,12 +64,19 @@ class AutoRecovery:
 
     def _start_worker(self) -> None:
         loop = ClientLoop()
-        client_settings = ClientSettings(maxEntrySizeBytes=self.settings.maxEntrySizeBytes)
+        client_settings = self._client_settings()
         directory = BookieDirectory(self.store, loop, client_settings, local=self._local)
         self._worker_client = ClusterBookKeeper(self.store, loop, directory, client_settings,
                                                 own_store=False)
         self.worker = ReplicationWorker(self.store, self.manager, self.settings,
                                         self._worker_client).start()
+
+    def _client_settings(self) -> ClientSettings:
+        """How this process reaches other bookies: as a client, with CURVE and its own
+        key pair when the bookies serve CURVE (they must allow its public key)."""
+        return ClientSettings(maxEntrySizeBytes=self.settings.maxEntrySizeBytes,
+                              zmqCurveEnabled=self.settings.zmqCurveEnabled,
+                              zmqCurveSecretKeyFile=self.settings.zmqCurveSecretKeyFile)
 
     @property
     def is_auditor(self) -> bool:
@@ -81,7 +88,8 @@ class AutoRecovery:
             if self._closed:
                 return
             loop = ClientLoop()
-            directory = BookieDirectory(self.store, loop, local=self._local)
+            directory = BookieDirectory(self.store, loop, self._client_settings(),
+                                        local=self._local)
             self._parts = [directory, loop]
             self._auditor = Auditor(self.store, self.manager, self.settings, directory,
                                     self.candidate).start()

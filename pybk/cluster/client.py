@@ -68,7 +68,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from pybk.client.transport import AddCallback, AddsDone, BookieClient
-from pybk.cluster import wire
+from pybk.cluster import curve, wire
 from pybk.cluster.deadlines import Deadlines
 from pybk.cluster.frames import received, send_message
 from pybk.cluster.mailbox import Mailbox
@@ -432,11 +432,13 @@ class _Connection:
     except for the constructor)."""
 
     def __init__(self, loop: ClientLoop, bookie_id: str, address: str,
-                 settings: ClientSettings) -> None:
+                 settings: ClientSettings,
+                 curve_keys: tuple[curve.KeyPair, bytes] | None = None) -> None:
         self.loop = loop
         self.bookie_id = bookie_id
         self.address = address
         self._settings = settings
+        self._curve_keys = curve_keys  # this client's pair and the bookie's public key
         self._state = _State.CONNECTING
         self._down_reason = ""
         self._pending: dict[int, _Pending] = {}
@@ -480,6 +482,8 @@ class _Connection:
                 (zmq.RECONNECT_IVL, _RECONNECT_MS),
                 (zmq.RECONNECT_IVL_MAX, s.zmqReconnectIntervalMaxMs)):
             socket.setsockopt(option, value)
+        if self._curve_keys is not None:
+            curve.connect_as_client(socket, *self._curve_keys)
         monitor = socket.get_monitor_socket(_MONITORED)
         if not self.loop.attach(self, {socket: self._on_socket, monitor: self._on_monitor}):
             _close_sockets(socket, monitor)
@@ -743,16 +747,26 @@ class ZmqBookieClient(BookieClient):
     """Reaches the bookie ``bookie_id`` served at ``address`` (a ZeroMQ endpoint such as
     ``tcp://10.0.0.5:3181``).  Runs on ``loop`` if given, else on a loop of its own.
     Every method returns a Future (see the module docstring for time limits and
-    failures); call :meth:`close` when done."""
+    failures); call :meth:`close` when done.
+
+    ``server_key`` is the bookie's CURVE public key (the one it registered), which the
+    connection pins when the settings' ``zmqCurveEnabled`` is on (:mod:`pybk.cluster.curve`);
+    a handshake the bookie refuses (this client's key not allowed, another key than
+    pinned) fails requests like a refused connection, with BookieUnavailable.  Raises
+    BookieUnavailable if only one of the two has CURVE, InvalidConfiguration if the
+    key file cannot be read."""
 
     def __init__(self, bookie_id: str, address: str, settings: ClientSettings | None = None,
-                 *, loop: ClientLoop | None = None) -> None:
+                 *, loop: ClientLoop | None = None, server_key: bytes | None = None) -> None:
         self.bookie_id = bookie_id
         self.address = address
         self._settings = settings or ClientSettings()
+        keys = curve.client_keys(self._settings.zmqCurveEnabled,
+                                 self._settings.zmqCurveSecretKeyFile, bookie_id, server_key)
         self._own_loop = loop is None
         self._loop = loop or ClientLoop()
-        self._connection = _Connection(self._loop, bookie_id, address, self._settings)
+        self._connection = _Connection(self._loop, bookie_id, address, self._settings,
+                                       None if keys is None else (keys, server_key))
         self._loop.post(self._connection.open)
 
     def __enter__(self) -> "ZmqBookieClient":

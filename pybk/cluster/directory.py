@@ -1,7 +1,8 @@
 """``BookieDirectory``: bookie ids to bookie clients, through the bookie registry.
 
-A bookie registers its endpoint (``tcp://host:port``) as the data of its registration
-record (:meth:`pybk.meta.interface.MetadataStore.bookie_endpoint`).  The directory makes
+A bookie registers its endpoint (``tcp://host:port``, with its CURVE public key when it
+serves CURVE: :mod:`pybk.cluster.curve`) as the data of its registration record
+(:meth:`pybk.meta.interface.MetadataStore.bookie_endpoint`).  The directory makes
 one :class:`~pybk.cluster.client.ZmqBookieClient` per bookie on the shared
 :class:`~pybk.cluster.client.ClientLoop` and hands out that client from then on: the data
 path does not touch the metadata store.
@@ -58,6 +59,7 @@ from concurrent.futures import Future
 from typing import Callable, Iterable, Mapping
 
 from pybk.client.transport import BookieClient, UnavailableBookieClient, chain
+from pybk.cluster import curve
 from pybk.cluster.client import ClientLoop, ZmqBookieClient
 from pybk.errors import BookieUnavailable, BookKeeperError
 from pybk.meta.interface import MetadataStore
@@ -273,8 +275,7 @@ class BookieDirectory:
                     log.info("bookie %s moved from %s to %s", bookie_id, known.endpoint,
                              endpoint)
                 stale = known.client
-                known.client = ZmqBookieClient(bookie_id, endpoint, self._settings,
-                                               loop=self._loop)
+                known.client = _connect(bookie_id, endpoint, self._settings, self._loop)
                 known.endpoint = endpoint
                 known.checked_at = -math.inf  # its first failure reads the store at once
             waiting, done = known.end_lookup()
@@ -397,6 +398,20 @@ class _Waiting(BookieClient):
 
     def delete_ledger(self, ledger_id):
         return self._future(lambda c: c.delete_ledger(ledger_id))
+
+
+def _connect(bookie_id: str, registered: str, settings: ClientSettings,
+             loop: ClientLoop) -> BookieClient:
+    """The client of a bookie with that registration data (endpoint and, with CURVE,
+    the public key it pins), or one that fails every request with the reason it cannot
+    be reached (CURVE on one side only, a malformed key, an unreadable key file)."""
+    try:
+        address, server_key = curve.split_registered(registered)
+        return ZmqBookieClient(bookie_id, address, settings, loop=loop,
+                               server_key=server_key)
+    except BookKeeperError as e:
+        log.warning("bookie %s cannot be reached: %s", bookie_id, e)
+        return UnavailableBookieClient(bookie_id, str(e))
 
 
 def _send_safely(send: Send, client: BookieClient) -> None:

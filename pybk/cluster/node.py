@@ -4,7 +4,8 @@ A node is a :class:`~pybk.storage.Bookie` (its own, or one passed in: an embedde
 bookie can be promoted without copying data), a :class:`~pybk.cluster.BookieServer` on
 the ``listenAddress``, and a session on the cluster's metadata store
 (``metadataServiceUri``) in which the bookie is registered under its id, with its
-endpoint ``tcp://<advertised host>:<port>`` as the registration's data, and on its host
+endpoint ``tcp://<advertised host>:<port>`` (and its CURVE public key with
+``zmqCurveEnabled``: :mod:`pybk.cluster.curve`) as the registration's data, and on its host
 (``bookieHost``, by default the advertised host), where placement finds the bookies of a
 writer's host.
 
@@ -78,6 +79,7 @@ from typing import Callable, TypeVar
 import zmq
 
 from pybk.client.transport import InProcessBookieClient
+from pybk.cluster import curve
 from pybk.cluster.autorecovery import AutoRecovery
 from pybk.cluster.server import BookieServer
 from pybk.errors import BookKeeperError, InvalidConfiguration
@@ -176,8 +178,9 @@ class BookieNode:
             read_only = self.bookie.disks_full
             if self._closing or read_only == self._registered_read_only:
                 return
-            self.metadata.register_bookie(self.bookie_id, read_only, self.endpoint,
-                                          self.host)
+            self.metadata.register_bookie(
+                self.bookie_id, read_only,
+                curve.registered_endpoint(self.endpoint, self.server.public_key), self.host)
             self._registered_read_only = read_only
             log.info("bookie %s registered as %s", self.bookie_id,
                      "read-only" if read_only else "available")

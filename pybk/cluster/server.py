@@ -29,6 +29,9 @@ Guarantees:
   (:meth:`pybk.storage.Bookie.watch_lac`) and a deadline.
 * ``ROUTER_MANDATORY`` is set, so a reply to a client that went away is an error the
   server sees (it drops the reply) instead of a silent loss.
+* With ``zmqCurveEnabled`` the socket is a CURVE server: only clients whose public key
+  is in ``zmqCurveAllowedClientKeysDirectory`` complete the handshake
+  (:mod:`pybk.cluster.curve`); the others never get a request in.
 * :meth:`BookieServer.close` stops reading requests, answers parked long polls with the
   current LAC, waits (up to a time limit) for requests in progress to complete and their
   replies to leave, then closes the socket, lingering a moment so the last replies go out.
@@ -50,8 +53,9 @@ from functools import partial
 from typing import Callable
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
-from pybk.cluster import wire
+from pybk.cluster import curve, wire
 from pybk.cluster.deadlines import Deadlines
 from pybk.cluster.frames import received, send_message
 from pybk.cluster.mailbox import Mailbox
@@ -96,7 +100,14 @@ class BookieServer:
         self._max_reads = settings.maxReadsInProgressLimit
         self._context = zmq.Context(io_threads=1)
         self._socket = self._context.socket(zmq.ROUTER)
+        self._authenticator: ThreadAuthenticator | None = None
+        #: The CURVE public key clients must pin (None: CURVE is off).
+        self.public_key: bytes | None = None
         try:
+            if settings.zmqCurveEnabled:
+                self._authenticator, self.public_key = curve.serve(
+                    self._context, self._socket, settings.zmqCurveSecretKeyFile,
+                    settings.zmqCurveAllowedClientKeysDirectory)
             self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self._socket.setsockopt(zmq.MAXMSGSIZE,
                                     wire.zmq_max_message_bytes(self._max_entry))
@@ -106,6 +117,7 @@ class BookieServer:
             self.address: str = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
         except BaseException:
             self._socket.close(linger=0)
+            self._stop_authenticator()
             self._context.term()
             raise
         self._mailbox = Mailbox()
@@ -145,8 +157,13 @@ class BookieServer:
         self._thread.join()
         self._deleter.shutdown(wait=True)
         self._mailbox.close()
+        self._stop_authenticator()
         self._context.term()  # returns once the socket is gone: the address is free
         log.info("bookie server on %s closed", self.address)
+
+    def _stop_authenticator(self) -> None:
+        if self._authenticator is not None:
+            self._authenticator.stop()  # its ZAP socket lives on the context
 
     # -- the server thread ----------------------------------------------------------
 
