@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         return commands.run_format_cluster(args.zk, args.layout)
     if args.command == "localcluster":
         return commands.run_localcluster(args.bookies, args.dir)
+    if args.command == "keygen":
+        return commands.run_keygen(args.dir, args.name)
     if args.command == "simpletest":
         return commands.run_simpletest(args.zk, args.ensemble, args.write_quorum,
                                        args.ack_quorum, args.entries, args.entry_size)
@@ -384,6 +386,15 @@ def _parser() -> argparse.ArgumentParser:
     local.add_argument("bookies", type=_positive(int), metavar="N", help="how many bookies")
     local.add_argument("--dir", help="where their data goes (default: a temporary "
                                      "directory, removed at the end)")
+
+    keygen = commands.add_parser(
+        "keygen", help="write a ZeroMQ CURVE key pair for a bookie or a client",
+        description="Write NAME.key (the public key: give it to the bookies that should "
+                    "accept this process, in their zmqCurveAllowedClientKeysDirectory) and "
+                    "NAME.key_secret (the key pair, readable by its owner only: this "
+                    "process's zmqCurveSecretKeyFile) into DIR.  Refuses to overwrite.")
+    keygen.add_argument("dir", metavar="DIR", help="where the files go (made if missing)")
+    keygen.add_argument("name", metavar="NAME", help="the files' name, e.g. bookie1")
 
     consumers = commands.add_parser(
         "consumers", help="list or remove a log's consumers (they hold back truncation)",

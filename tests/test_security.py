@@ -3,14 +3,20 @@ znodes, and what a ledger password guards (README "Security")."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
 
+import zkutil
 from conftest import KEY, entry
 from curveutil import make_keys
 from pybk.cluster import BookieServer, ZmqBookieClient
-from pybk.errors import BookieUnavailable
+from pybk.cluster.curve import load_key_pair
+from pybk.errors import BookieUnavailable, InvalidConfiguration, MetadataError
+from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, format_cluster
 from pybk.settings import ClientSettings
 
 pytestmark = pytest.mark.timeout(60)
@@ -72,7 +78,6 @@ def test_a_client_with_a_key_the_bookie_does_not_allow_is_refused_promptly(
 def test_a_client_pinning_another_bookie_key_is_refused_promptly(keys, curve_server,
                                                                  closing):
     # The stranger's public key stands for a process that took the bookie's address.
-    from pybk.cluster.curve import load_key_pair
     other = load_key_pair(keys.stranger_secret).public
     client = closing.enter_context(ZmqBookieClient(
         "B1", curve_server.address, keys.client(PATIENT), server_key=other))
@@ -84,3 +89,90 @@ def test_curve_on_one_side_only_is_refused_when_the_client_is_made(keys):
         ZmqBookieClient("B1", "tcp://127.0.0.1:1", keys.client(PATIENT))
     with pytest.raises(BookieUnavailable, match="requires CURVE"):
         ZmqBookieClient("B1", "tcp://127.0.0.1:1", PATIENT, server_key=keys.bookie_public)
+
+
+# -- ZooKeeper: digest authentication and ACLs ------------------------------------------
+
+
+def secure_settings(tmp_path, world_readable: bool = True):
+    auth = tmp_path / "zk-auth"
+    auth.write_text("pybk:s3cret-pw\n")
+    return dataclasses.replace(zkutil.settings(), zkEnableSecurity=True,
+                               zkDigestAuthFile=str(auth), zkWorldReadable=world_readable)
+
+
+def every_znode(client: KazooClient, path: str) -> list[str]:
+    found = [path]
+    for child in client.get_children(path):
+        found += every_znode(client, f"{path.rstrip('/')}/{child}")
+    return found
+
+
+@pytest.fixture
+def outsider(zookeeper):
+    """A kazoo client without credentials."""
+    client = KazooClient(hosts=zookeeper.connect_string)
+    client.start(timeout=10)
+    yield client
+    client.stop()
+    client.close()
+
+
+def secured_cluster(zookeeper, settings) -> tuple[str, str]:
+    """A fresh cluster formatted with ``settings``: its address and ZooKeeper root."""
+    root = zkutil.fresh_root()
+    address = zookeeper.address(root)
+    format_cluster(address, settings=settings)
+    return address, root
+
+
+def test_without_credentials_no_client_can_change_pybk_znodes(zookeeper, outsider,
+                                                              tmp_path):
+    settings = secure_settings(tmp_path)
+    address, root = secured_cluster(zookeeper, settings)
+    with ZooKeeperMetadataStore(address, settings) as store:
+        store.register_bookie("b1", False, "tcp://127.0.0.1:3181", "host1")
+        store.create("/ledgers/00/0000/L0001", b"metadata")
+        znodes = every_znode(outsider, root)
+        assert len(znodes) > 8, znodes  # layout, instance id, available/b1, ledgers...
+        for znode in znodes:
+            outsider.get(znode)  # world-readable (the default)
+            with pytest.raises(NoAuthError):
+                outsider.set(znode, b"changed")
+            with pytest.raises(NoAuthError):
+                outsider.create(f"{znode}/intruder", b"")
+            if not outsider.get_children(znode):
+                with pytest.raises(NoAuthError):
+                    outsider.delete(znode)
+        # pybk itself, with the credentials, still changes what it created.
+        store.set("/ledgers/00/0000/L0001", b"changed", 0)
+        store.unregister_bookie("b1", "host1")
+    # A pybk store without credentials reads the cluster, and cannot change it.
+    with ZooKeeperMetadataStore(address, zkutil.settings()) as plain:
+        assert plain.get("/ledgers/00/0000/L0001")[0] == b"changed"
+        with pytest.raises(MetadataError, match="(?i)auth"):
+            plain.register_bookie("b2", False, "tcp://127.0.0.1:3182")
+
+
+def test_a_cluster_not_world_readable_hides_its_znodes_from_clients_without_credentials(
+        zookeeper, outsider, tmp_path):
+    settings = secure_settings(tmp_path, world_readable=False)
+    address, root = secured_cluster(zookeeper, settings)
+    with pytest.raises(NoAuthError):
+        outsider.get(f"{root}/LAYOUT")
+    with ZooKeeperMetadataStore(address, settings) as store:  # pybk reads it
+        assert store.bookies() == []
+
+
+def test_bad_zookeeper_credentials_settings_are_one_clear_error(zookeeper, tmp_path):
+    address = zookeeper.address(zkutil.fresh_root())
+    with pytest.raises(InvalidConfiguration, match="zkDigestAuthFile"):
+        ZooKeeperSettings(zkEnableSecurity=True)
+    missing = dataclasses.replace(zkutil.settings(), zkEnableSecurity=True,
+                                  zkDigestAuthFile=str(tmp_path / "missing"))
+    with pytest.raises(InvalidConfiguration, match="zkDigestAuthFile=.*missing"):
+        ZooKeeperMetadataStore(address, missing)
+    (tmp_path / "bad").write_text("no-colon-here\n")
+    with pytest.raises(InvalidConfiguration, match="user:password"):
+        ZooKeeperMetadataStore(address, dataclasses.replace(
+            missing, zkDigestAuthFile=str(tmp_path / "bad")))

@@ -174,7 +174,7 @@ def run_autorecovery(settings: ServerSettings, candidate: str = "") -> int:
             with signals.starting():
                 store = opened.enter_context(open_metadata_store(
                     settings.metadataServiceUri,
-                    ZooKeeperSettings(zkTimeout=settings.zkTimeout)))
+                    ZooKeeperSettings.of(settings)))
                 opened.enter_context(AutoRecovery(store, settings, candidate))
         except BookKeeperError as e:
             return _failed("autorecovery", e)
@@ -204,7 +204,7 @@ def run_updatecookie(settings: ServerSettings) -> int:
             if settings.metadataServiceUri:
                 store = opened.enter_context(open_metadata_store(
                     settings.metadataServiceUri,
-                    ZooKeeperSettings(zkTimeout=settings.zkTimeout)))
+                    ZooKeeperSettings.of(settings)))
             cookie = update_cookies(settings, store)
     except BookKeeperError as e:
         return _failed("updatecookie", e)
@@ -226,6 +226,21 @@ def run_format_cluster(address: str, layout: str) -> int:
         return _failed("format-cluster", e)
     _say(f"pybk format-cluster: {address} is formatted ({layout} layout, instance id "
          f"{instance_id})")
+    return 0
+
+
+def run_keygen(directory: str, name: str) -> int:
+    """Write a CURVE key pair, ``NAME.key`` and ``NAME.key_secret``, into ``directory``
+    (:func:`pybk.cluster.curve.create_key_pair`); never overwrites one."""
+    from pybk.cluster.curve import create_key_pair
+
+    try:
+        public, secret = create_key_pair(directory, name)
+    except (BookKeeperError, OSError) as e:
+        return _failed("keygen", e)
+    _say(f"pybk keygen: public key {public} (copy it into the bookies' "
+         f"zmqCurveAllowedClientKeysDirectory), key pair {secret} (zmqCurveSecretKeyFile; "
+         "keep it private)")
     return 0
 
 

@@ -339,7 +339,7 @@ def _open_store(settings: ServerSettings) -> MetadataStore:
         raise InvalidConfiguration("setting metadataServiceUri is empty: a bookie node "
                                    "needs the cluster's address, zk://host:port/ledgers")
     return open_metadata_store(settings.metadataServiceUri,
-                               ZooKeeperSettings(zkTimeout=settings.zkTimeout))
+                               ZooKeeperSettings.of(settings))
 
 
 def _serve(bookie: Bookie, listen_address: str) -> BookieServer:

@@ -24,6 +24,9 @@ naming the last connection failure), at once if no host name resolves; and :func
 runs one operation under a deadline, retrying through connection loss and session expiry
 with kazoo's :class:`~kazoo.retry.KazooRetry`.
 
+Security: :func:`connect` takes the digest credentials to authenticate with and the ACL
+of the znodes the client creates (:func:`digest_security`, for ``zkEnableSecurity``).
+
 Logging: kazoo logs every failed connection attempt and state change as a warning (a
 dozen lines while ZooKeeper is unreachable for ten seconds).  pybk's clients log through
 :class:`_KazooLog` instead, under ``pybk.meta.kazoo``, which passes kazoo's errors on
@@ -36,9 +39,10 @@ from __future__ import annotations
 import logging
 import socket
 from collections import namedtuple
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from kazoo.client import KazooClient
+from kazoo.security import ACL, make_acl, make_digest_acl
 from kazoo.exceptions import ConnectionLoss, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol import connection as _kazoo_connection
@@ -46,7 +50,7 @@ from kazoo.protocol.serialization import ReplyHeader, Watch, int_struct, write_s
 from kazoo.protocol.states import EVENT_TYPE_MAP
 from kazoo.retry import KazooRetry, RetryFailedError
 
-from pybk.errors import MetadataUnavailable
+from pybk.errors import InvalidConfiguration, MetadataUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +122,40 @@ class _KazooLog(logging.LoggerAdapter):
     warn = logging.LoggerAdapter.warning  # kazoo still calls the deprecated name
 
 
+class Security(NamedTuple):
+    """How a client authenticates (kazoo's ``auth_data``) and the ACL of what it creates."""
+
+    auth_data: list[tuple[str, str]]
+    default_acl: list[ACL]
+
+
+def digest_security(auth_file: str, world_readable: bool) -> Security:
+    """ZooKeeper digest authentication as the ``user:password`` in ``auth_file``, and
+    ACLs giving that user every right on what it creates (ZooKeeper stores only a salted
+    hash of the password in them) and everyone else the right to read if
+    ``world_readable``, none otherwise.  InvalidConfiguration naming
+    ``zkDigestAuthFile`` if the file cannot be read or holds no ``user:password``."""
+    try:
+        with open(auth_file, encoding="utf-8") as f:
+            credentials = f.read().strip()
+    except OSError as e:
+        raise InvalidConfiguration(f"setting zkDigestAuthFile={auth_file!r}: "
+                                   f"{e.strerror or e}") from None
+    user, colon, password = credentials.partition(":")
+    if not user or not colon or not password or "\n" in credentials:
+        raise InvalidConfiguration(f"setting zkDigestAuthFile={auth_file!r}: the file must "
+                                   "hold one line, user:password")
+    acl = [make_digest_acl(user, password, all=True)]
+    if world_readable:
+        acl.append(make_acl("world", "anyone", read=True))
+    return Security([("digest", credentials)], acl)
+
+
 def connect(connect_string: str, session_timeout_s: float, connect_timeout_s: float,
-            on_event: EventCallback) -> KazooClient:
-    """A started kazoo client whose watch notifications go to ``on_event`` too.
+            on_event: EventCallback, security: Security | None = None) -> KazooClient:
+    """A started kazoo client whose watch notifications go to ``on_event`` too, and that
+    authenticates and sets ACLs as ``security`` says (None: neither, ZooKeeper's open
+    ACL).
 
     Raises MetadataUnavailable, with nothing left running, at once if no host of
     ``connect_string`` resolves, or if no server accepted a session within
@@ -129,7 +164,11 @@ def connect(connect_string: str, session_timeout_s: float, connect_timeout_s: fl
     kazoo_log = _KazooLog()
     client = KazooClient(hosts=connect_string, timeout=session_timeout_s,
                          connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
-                         logger=kazoo_log)
+                         logger=kazoo_log,
+                         # kazoo authenticates every new connection with these, and
+                         # gives every create without an ACL of its own this one.
+                         auth_data=security.auth_data if security else None,
+                         default_acl=security.default_acl if security else None)
     handler = _ConnectionHandler(client, client._conn_retry.copy(), logger=client.logger)
     handler.on_event = on_event
     client._connection = handler

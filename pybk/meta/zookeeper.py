@@ -137,9 +137,31 @@ class ZooKeeperSettings:
     #: pybk at 100 so that a client resumes soon after ZooKeeper is back.
     zkRetryBackoffStartMs: int = 100
     zkRetryBackoffMaxMs: int = 2_000
+    #: BookKeeper's ``zkEnableSecurity``: authenticate with the digest ``user:password``
+    #: of ``zkDigestAuthFile`` and create every znode with an ACL that lets only that
+    #: user change it (:func:`pybk.meta.zkclient.digest_security`).
+    zkEnableSecurity: bool = False
+    #: A file holding ``user:password`` (one line), for ``zkEnableSecurity``.
+    zkDigestAuthFile: str = ""
+    #: With ``zkEnableSecurity``: everyone may read the znodes created (true), or only
+    #: the ``zkDigestAuthFile`` user (false).
+    zkWorldReadable: bool = True
+
+    @classmethod
+    def of(cls, settings: Any) -> "ZooKeeperSettings":
+        """The ZooKeeper settings among a process's settings (a ServerSettings: its
+        ``zkTimeout`` and the ``zk*`` security settings)."""
+        return cls(zkTimeout=settings.zkTimeout, zkEnableSecurity=settings.zkEnableSecurity,
+                   zkDigestAuthFile=settings.zkDigestAuthFile,
+                   zkWorldReadable=settings.zkWorldReadable)
 
     def __post_init__(self) -> None:
+        if self.zkEnableSecurity and not self.zkDigestAuthFile:
+            raise InvalidConfiguration("setting zkDigestAuthFile is empty: "
+                                       "zkEnableSecurity needs a file holding user:password")
         for f in fields(self):
+            if f.type != "int":
+                continue
             value = getattr(self, f.name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise InvalidConfiguration(f"setting {f.name}={value!r} is invalid: it must "
@@ -191,9 +213,13 @@ class _Connection:
                                 backoff=2, max_delay=settings.zkRetryBackoffMaxMs / 1000,
                                 deadline=settings.zkOperationTimeoutMs / 1000,
                                 ignore_expire=True)
+        security = (zkclient.digest_security(settings.zkDigestAuthFile,
+                                             settings.zkWorldReadable)
+                    if settings.zkEnableSecurity else None)
         self.client: KazooClient = zkclient.connect(address.connect_string,
                                                     self.attempt_timeout_s,
-                                                    self.attempt_timeout_s, on_event)
+                                                    self.attempt_timeout_s, on_event,
+                                                    security)
 
     @property
     def session_id(self) -> int | None:
