@@ -140,7 +140,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(e))
         return commands.run_updatecookie(settings)
     if args.command == "format-cluster":
-        return commands.run_format_cluster(args.zk, args.layout)
+        try:
+            settings = bookie_settings(args)
+        except InvalidConfiguration as e:
+            parser.error(str(e))
+        return commands.run_format_cluster(args.zk, args.layout, settings)
     if args.command == "localcluster":
         return commands.run_localcluster(args.bookies, args.dir)
     if args.command == "keygen":
@@ -380,6 +384,10 @@ def _parser() -> argparse.ArgumentParser:
                             help="zk://host:port[,host:port...]/ledgers")
     format_cmd.add_argument("--layout", choices=("hierarchical", "flat"),
                             default="hierarchical", help="the ledger layout")
+    format_cmd.add_argument("--conf", help="a bk_server.conf-style key=value settings "
+                                           "file (zkEnableSecurity: its znodes get ACLs)")
+    format_cmd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                            help="any ServerSettings name, e.g. --set zkEnableSecurity=true")
 
     local = commands.add_parser(
         "localcluster", help="a throwaway ZooKeeper and N bookies on loopback")

@@ -4,7 +4,8 @@ between the client and each bookie.
 Transports: ``"inprocess"`` calls each bookie directly; ``"zmq"`` serves each bookie
 through a :class:`~pybk.cluster.BookieServer` on a loopback TCP port and reaches it with
 a :class:`~pybk.cluster.ZmqBookieClient` (one :class:`~pybk.cluster.ClientLoop` per
-BookKeeper client); ``"processes"`` reaches ``pybk bookie`` processes of a
+BookKeeper client); ``"zmq-curve"`` is ``"zmq"`` with CURVE on both sides (keys of
+:mod:`curveutil`, the bookies' public keys pinned); ``"processes"`` reaches ``pybk bookie`` processes of a
 :class:`BookiePool` the same way, with the metadata on the pool's ZooKeeper.  Either way
 the fault hooks wrap the transport, and the ``stored_*``/``holders`` helpers look at
 what a bookie holds without them (directly, or over the network for processes)."""
@@ -18,6 +19,7 @@ from typing import Callable, Iterator
 
 import zkutil
 from clusterutil import BookieProcesses
+from curveutil import make_keys
 from pybk.client import BookKeeper
 from pybk.client.transport import BookieClient, InProcessBookieClient
 from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient
@@ -31,7 +33,8 @@ from pybk.testing.faulty_metadata import FaultyMetadataStore
 from zmqutil import LOOPBACK
 
 FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0, explicitLacInterval=20)
-TRANSPORTS = ("inprocess", "zmq")
+CURVE = "zmq-curve"
+TRANSPORTS = ("inprocess", "zmq", CURVE)
 PROCESSES = "processes"
 
 
@@ -78,6 +81,7 @@ class Cluster:
         # that restart_bookie() can point them at the restarted bookie.
         self._in_process: dict[str, list[InProcessBookieClient]] = {}
         self._stack = contextlib.ExitStack()
+        self._keys = make_keys(os.path.join(root, "keys")) if transport == CURVE else None
         try:
             if transport == PROCESSES:
                 assert pool is not None and n <= len(pool.endpoints), "a pool big enough"
@@ -100,12 +104,13 @@ class Cluster:
         base = os.path.join(self.root, bookie_id)
         settings = ServerSettings(journalDirectory=os.path.join(base, "journal"),
                                   ledgerDirectories=(os.path.join(base, "ledgers"),),
-                                  journalPreAllocSizeMB=1)
+                                  journalPreAllocSizeMB=1,
+                                  **(self._keys.server() if self._keys else {}))
         if not os.path.exists(os.path.join(settings.journalDirectory, "current", "COOKIE")):
             format_bookie(settings)
         bookie = self._stack.enter_context(Bookie(settings))
         self.bookies[bookie_id] = bookie
-        if self.transport == "zmq":
+        if self.transport in ("zmq", CURVE):
             server = self._stack.enter_context(BookieServer(bookie, LOOPBACK))
             self.servers[bookie_id] = server
             self._endpoints[bookie_id] = server.address
@@ -129,8 +134,12 @@ class Cluster:
             for bookie_id, client in made.items():
                 self._in_process.setdefault(bookie_id, []).append(client)
             return made
+        server_key = None
+        if self._keys is not None:
+            settings, server_key = self._keys.client(settings), self._keys.bookie_public
         # Closed with their loop, which fails whatever is still outstanding.
-        return {b: ZmqBookieClient(b, self._endpoints[b], settings, loop=loop)
+        return {b: ZmqBookieClient(b, self._endpoints[b], settings, loop=loop,
+                                   server_key=server_key)
                 for b in self.bookie_ids}
 
     def stop_bookie(self, bookie_id: str) -> None:

@@ -216,12 +216,16 @@ def run_updatecookie(settings: ServerSettings) -> int:
     return 0
 
 
-def run_format_cluster(address: str, layout: str) -> int:
-    """Format the cluster at ``address`` (harmless if it is, with the same layout)."""
-    from pybk.meta.zookeeper import format_cluster
+def run_format_cluster(address: str, layout: str,
+                       settings: ServerSettings | None = None) -> int:
+    """Format the cluster at ``address`` (harmless if it is, with the same layout), as
+    the ZooKeeper settings among ``settings`` say (with ``zkEnableSecurity`` its znodes
+    get pybk's ACLs)."""
+    from pybk.meta.zookeeper import ZooKeeperSettings, format_cluster
 
     try:
-        instance_id = format_cluster(address, layout)
+        instance_id = format_cluster(address, layout,
+                                     ZooKeeperSettings.of(settings or ServerSettings()))
     except BookKeeperError as e:
         return _failed("format-cluster", e)
     _say(f"pybk format-cluster: {address} is formatted ({layout} layout, instance id "
