@@ -167,6 +167,11 @@ class Cluster:
 
     # -- what the bookies hold, seen without the fault hooks ---------------------------
 
+    def bookie_client(self, bookie_id: str) -> BookieClient:
+        """A client of the bookie over this cluster's transport, without the fault hooks:
+        for requests no ledger client would send."""
+        return self._inspectors[bookie_id]
+
     def stored_entry(self, bookie_id: str, ledger_id: int, entry_id: int) -> bytes:
         """The entry's bytes as the bookie holds them (NoSuchEntry, NoSuchLedger)."""
         return self._inspectors[bookie_id].read(ledger_id, entry_id).result(timeout=10)

@@ -11,11 +11,16 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 import zkutil
+from clientutil import CURVE, clusters
 from conftest import KEY, entry
 from curveutil import make_keys
+from pybk.client import BookKeeper
+from pybk.client.digest import DigestManager
 from pybk.cluster import BookieServer, ZmqBookieClient
 from pybk.cluster.curve import load_key_pair
-from pybk.errors import BookieUnavailable, InvalidConfiguration, MetadataError
+from pybk.errors import (BookieUnavailable, DigestMismatch, InvalidConfiguration,
+                         MetadataError, Unauthorized)
+from pybk.meta.ledger_metadata import DigestType
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, format_cluster
 from pybk.settings import ClientSettings
 
@@ -176,3 +181,76 @@ def test_bad_zookeeper_credentials_settings_are_one_clear_error(zookeeper, tmp_p
     with pytest.raises(InvalidConfiguration, match="user:password"):
         ZooKeeperMetadataStore(address, dataclasses.replace(
             missing, zkDigestAuthFile=str(tmp_path / "bad")))
+
+
+# -- ledger passwords ---------------------------------------------------------------------
+
+PASSWORD = b"the ledger's password"
+WRONG = b"not the password"
+
+
+@pytest.fixture
+def curve_cluster(tmp_path):
+    """Three bookies served with CURVE, reached with CURVE (clientutil's transport)."""
+    with clusters(tmp_path, CURVE) as make:
+        yield make(3)
+
+
+def test_the_password_is_not_stored_in_the_metadata(curve_cluster):
+    bk = curve_cluster.client()
+    lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
+    manager = bk.ledger_manager
+    record, _version = manager.store.get(manager.layout.ledger_path(lh.id))
+    assert PASSWORD not in record
+    assert BookKeeper.master_key(PASSWORD) not in record  # nor the bookies' key
+    assert lh.metadata.check_password(PASSWORD)
+    assert not lh.metadata.check_password(WRONG)
+    # Salted: the same password makes another hash in another ledger.
+    other = bk.create_ledger(3, 2, 2, password=PASSWORD)
+    assert other.metadata.password_hash != lh.metadata.password_hash
+
+
+def test_a_wrong_password_is_refused_at_every_step(curve_cluster):
+    bk = curve_cluster.client()
+    lh = bk.create_ledger(3, 3, 3, password=PASSWORD)
+    lh.add_entry(b"first")
+    reader = curve_cluster.client()
+    for recovery in (False, True):  # opening to read, and to recover (fence, close)
+        with pytest.raises(Unauthorized, match="wrong password"):
+            reader.open_ledger(lh.id, password=WRONG, recovery=recovery)
+    wrong_key = BookKeeper.master_key(WRONG)
+    forged = entry(lh.id, 1, lac=0)
+    for bookie_id in lh.metadata.fragments[0].ensemble:
+        bookie = curve_cluster.bookie_client(bookie_id)
+        with pytest.raises(Unauthorized):  # an add
+            bookie.add(lh.id, 1, forged, wrong_key).result(timeout=10)
+        with pytest.raises(Unauthorized):  # a recovery add
+            bookie.add(lh.id, 1, forged, wrong_key, recovery=True).result(timeout=10)
+        with pytest.raises(Unauthorized):  # a fencing read
+            bookie.read(lh.id, 0, fence=True, master_key=wrong_key).result(timeout=10)
+        with pytest.raises(Unauthorized):  # an explicit LAC
+            bookie.write_lac(lh.id, 5, wrong_key).result(timeout=10)
+    # None of it fenced the ledger or added anything: the writer goes on.
+    assert lh.add_entry(b"second") == 1
+    entries = reader.open_ledger(lh.id, password=PASSWORD, recovery=True).read_entries(0, 1)
+    assert [e.data for e in entries] == [b"first", b"second"]
+
+
+def test_mac_digests_reveal_entries_altered_or_forged_without_the_password(curve_cluster):
+    bk = curve_cluster.client()
+    lh = bk.create_ledger(3, 3, 3, password=PASSWORD, digest="MAC")
+    lh.add_entry(b"genuine")
+    lh.close()
+    bookie_id = lh.metadata.fragments[0].ensemble[0]
+    stored = curve_cluster.stored_entry(bookie_id, lh.id, 0)
+    digests = DigestManager(lh.id, DigestType.MAC, PASSWORD)
+    assert digests.decode(0, stored).data == b"genuine"
+    altered = stored[:-7] + b"forged!"
+    with pytest.raises(DigestMismatch):
+        digests.decode(0, altered)
+    forged = DigestManager(lh.id, DigestType.MAC, WRONG).encode(0, -1, 7, b"forged!")
+    with pytest.raises(DigestMismatch):
+        digests.decode(0, forged)
+    # A reader with the password reads the genuine entry.
+    reader = curve_cluster.client().open_ledger(lh.id, password=PASSWORD, recovery=False)
+    assert reader.read_entry(0).data == b"genuine"
