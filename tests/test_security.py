@@ -11,15 +11,17 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 import zkutil
-from clientutil import CURVE, clusters
+from clientutil import CURVE, FAST, clusters
+from clusterutil import PASSWORD as CLUSTER_PASSWORD, BookieProcesses, failed, ok
 from conftest import KEY, entry
 from curveutil import make_keys
+from pybk import connect
 from pybk.client import BookKeeper
 from pybk.client.digest import DigestManager
 from pybk.cluster import BookieServer, ZmqBookieClient
 from pybk.cluster.curve import load_key_pair
-from pybk.errors import (BookieUnavailable, DigestMismatch, InvalidConfiguration,
-                         MetadataError, Unauthorized)
+from pybk.errors import (BookieUnavailable, BookKeeperError, DigestMismatch,
+                         InvalidConfiguration, MetadataError, Unauthorized)
 from pybk.meta.ledger_metadata import DigestType
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, format_cluster
 from pybk.settings import ClientSettings
@@ -254,3 +256,65 @@ def test_mac_digests_reveal_entries_altered_or_forged_without_the_password(curve
     # A reader with the password reads the genuine entry.
     reader = curve_cluster.client().open_ledger(lh.id, password=PASSWORD, recovery=False)
     assert reader.read_entry(0).data == b"genuine"
+
+
+# -- a secured cluster of bookie processes ------------------------------------------------
+
+
+def test_keygen_writes_a_key_pair_and_never_overwrites_one(tmp_path):
+    said = ok("keygen", str(tmp_path / "keys"), "client1")
+    public, secret = tmp_path / "keys" / "client1.key", tmp_path / "keys" / "client1.key_secret"
+    assert str(public) in said and str(secret) in said
+    keys = load_key_pair(str(secret))
+    assert load_key_pair(str(secret)).public in public.read_bytes()
+    assert keys.secret not in public.read_bytes()
+    assert secret.stat().st_mode & 0o077 == 0, "the secret key is readable by others"
+    assert "exists" in failed("keygen", str(tmp_path / "keys"), "client1")
+
+
+def test_a_secured_cluster_of_bookie_processes_serves_only_clients_with_keys(zookeeper,
+                                                                            tmp_path):
+    keys = make_keys(str(tmp_path / "keys"))
+    zk_settings = secure_settings(tmp_path)
+    security = ("--set", "zkEnableSecurity=true",
+                "--set", f"zkDigestAuthFile={zk_settings.zkDigestAuthFile}")
+    address = zookeeper.address(zkutil.fresh_root())
+    ok("format-cluster", "--zk", address, *security)
+    group = BookieProcesses(tmp_path, address)
+    try:
+        started = group.start_serving(3, options=(
+            *security, "--set", "zmqCurveEnabled=true",
+            "--set", f"zmqCurveSecretKeyFile={keys.bookie_secret}",
+            "--set", f"zmqCurveAllowedClientKeysDirectory={keys.allowed}"))
+        with connect(address, keys.client(FAST), zk_settings=zk_settings) as bk:
+            for bookie in started:  # the key is registered with the endpoint, and pinned
+                assert bk.metadata.bookie_endpoint(bookie.bookie_id) == \
+                    f"{bookie.endpoint}#curve={keys.bookie_public.decode()}"
+            lh = bk.create_ledger(3, 2, 2, password=CLUSTER_PASSWORD)
+            for i in range(20):
+                lh.add_entry(b"secret %d" % i)
+            lh.close()
+            reread = bk.open_ledger(lh.id, password=CLUSTER_PASSWORD, recovery=False)
+            assert [e.data for e in reread.read_entries(0, 19)] == \
+                [b"secret %d" % i for i in range(20)]
+
+        # Without keys (and without ZooKeeper credentials): the metadata reads, nothing
+        # else does, and every refusal is prompt and says why.
+        with connect(address, PATIENT, zk_settings=zkutil.settings()) as plain:
+            handle = plain.open_ledger(lh.id, password=CLUSTER_PASSWORD, recovery=False)
+            started_at = time.monotonic()
+            with pytest.raises(BookKeeperError, match="requires CURVE"):
+                handle.read_entry(0)
+            assert time.monotonic() - started_at < PROMPT_S
+            with pytest.raises(MetadataError, match="(?i)auth"):
+                plain.create_ledger(3, 2, 2, password=CLUSTER_PASSWORD)
+        # With a key the bookies do not allow.
+        with connect(address, keys.client(PATIENT, keys.stranger_secret),
+                     zk_settings=zk_settings) as stranger:
+            handle = stranger.open_ledger(lh.id, password=CLUSTER_PASSWORD, recovery=False)
+            started_at = time.monotonic()
+            with pytest.raises(BookKeeperError, match="handshake|connection"):
+                handle.read_entry(0)
+            assert time.monotonic() - started_at < PROMPT_S
+    finally:
+        group.close()
