@@ -193,7 +193,7 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         "listbookies": (lambda a: admin.list_bookies(a.read_only), admin.show_bookies),
         "listledgers": (lambda a: admin.list_ledgers(a.meta, a.bookie), admin.show_ledgers),
         "ledgermetadata": (lambda a: admin.ledger_metadata(a.ledger), admin.show_metadata),
-        "bookieinfo": (lambda a: admin_inspect.bookie_info(a.timeout),
+        "bookieinfo": (lambda a: admin_inspect.bookie_info(a.timeout, target.settings),
                        admin_inspect.show_bookie_info),
     }[args.command]
     return admin.run(target, work(args), show)

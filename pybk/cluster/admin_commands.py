@@ -28,6 +28,7 @@ those that read or delete ledgers, on a ledger client (:func:`client`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from pybk.tables import table
 
 if TYPE_CHECKING:
     from pybk.client import BookKeeper
+    from pybk.meta.zookeeper import ZooKeeperSettings
     from pybk.cluster.connect import ClusterBookKeeper
 
 
@@ -52,7 +54,8 @@ class Target:
     ``zk://`` address, ``zk_timeout_ms`` bounds the wait for its ZooKeeper, ``as_json``
     asks for one JSON document instead of a table; ``password`` opens ledgers to read
     them (``bookieRecoveryPasswd``, as BookKeeper's admin does) and ``max_entry_bytes``
-    is the largest entry a bookie may answer (``maxEntrySizeBytes``)."""
+    is the largest entry a bookie may answer (``maxEntrySizeBytes``); ``settings`` are
+    the shell's, for its ZooKeeper credentials (``zkEnableSecurity``) and CURVE keys."""
 
     command: str
     address: str
@@ -60,6 +63,7 @@ class Target:
     as_json: bool
     password: bytes = b""
     max_entry_bytes: int = ServerSettings.maxEntrySizeBytes
+    settings: ServerSettings = ServerSettings()
 
 
 def target(command: str, settings: ServerSettings, as_json: bool) -> Target:
@@ -69,7 +73,8 @@ def target(command: str, settings: ServerSettings, as_json: bool) -> Target:
         raise InvalidConfiguration("no cluster given: pass --zk zk://host:port/ledgers, or "
                                    "--conf with metadataServiceUri")
     return Target(command, settings.metadataServiceUri, settings.zkTimeout, as_json,
-                  settings.bookieRecoveryPasswd.encode("utf-8"), settings.maxEntrySizeBytes)
+                  settings.bookieRecoveryPasswd.encode("utf-8"), settings.maxEntrySizeBytes,
+                  settings)
 
 
 def run(target_: Target, work: Callable[[Any], Any], show: Callable[[Any], Sequence[str]],
@@ -106,10 +111,8 @@ def fail(target_: Target, error: BaseException) -> int:
 def open_store(target_: Target) -> Iterator[MetadataStore]:
     """The metadata store of the target's cluster, open until the block ends."""
     from pybk.meta.address import open_metadata_store
-    from pybk.meta.zookeeper import ZooKeeperSettings
 
-    with open_metadata_store(target_.address,
-                             ZooKeeperSettings(zkTimeout=target_.zk_timeout_ms)) as store:
+    with open_metadata_store(target_.address, _zookeeper_settings(target_)) as store:
         yield store
 
 
@@ -117,11 +120,20 @@ def client(target_: Target) -> "ClusterBookKeeper":
     """A ledger client of the cluster (an opener for :func:`run`): its ZooKeeper waited
     for up to ``zk_timeout_ms``, bookies' replies taken up to ``max_entry_bytes``."""
     from pybk.cluster.connect import connect
-    from pybk.meta.zookeeper import ZooKeeperSettings
+    from pybk.cluster.curve import client_settings_of
     from pybk.settings import ClientSettings
 
-    return connect(target_.address, ClientSettings(maxEntrySizeBytes=target_.max_entry_bytes),
-                   zk_settings=ZooKeeperSettings(zkTimeout=target_.zk_timeout_ms))
+    return connect(target_.address,
+                   ClientSettings(maxEntrySizeBytes=target_.max_entry_bytes,
+                                  **client_settings_of(target_.settings)),
+                   zk_settings=_zookeeper_settings(target_))
+
+
+def _zookeeper_settings(target_: Target) -> "ZooKeeperSettings":
+    from pybk.meta.zookeeper import ZooKeeperSettings
+
+    return dataclasses.replace(ZooKeeperSettings.of(target_.settings),
+                               zkTimeout=target_.zk_timeout_ms)
 
 
 # -- autorecovery ---------------------------------------------------------------------------

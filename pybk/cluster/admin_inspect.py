@@ -41,6 +41,7 @@ from pybk.errors import (BookieUnavailable, BookKeeperError, DigestMismatch, NoS
                          NoSuchLedger, Timeout, Unauthorized)
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata
+from pybk.settings import ServerSettings
 from pybk.tables import table
 
 if TYPE_CHECKING:
@@ -54,34 +55,37 @@ _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 # -- bookieinfo -------------------------------------------------------------------------------
 
-def bookie_info(timeout_s: float) -> Callable[[MetadataStore], dict]:
+def bookie_info(timeout_s: float,
+                settings: ServerSettings | None = None) -> Callable[[MetadataStore], dict]:
     """``bookieinfo``: ask every registered bookie for its disk space and state, all at
     once, waiting ``timeout_s`` for them together.  JSON: ``{"bookies": [{"bookie": id,
     "state": "writable"|"read-only"|"unreachable", "free_bytes": int or null,
     "total_bytes": int or null, "used_percent": float or null, "error": why it is
     unreachable, or null}, ...] by id, "free_bytes": sum over the bookies that answered,
     "total_bytes": likewise, "unreachable": how many did not answer}``.  The state is
-    the bookie's own (a bookie turns read-only before the registry says so)."""
+    the bookie's own (a bookie turns read-only before the registry says so).  The
+    shell reaches bookies that serve CURVE with the key pair of its ``settings``."""
     def work(store: MetadataStore) -> dict:
+        from pybk.cluster import curve
         from pybk.cluster.client import ClientLoop, ZmqBookieClient
         from pybk.settings import ClientSettings
 
-        settings = ClientSettings(readTimeout=timeout_s)
+        client_settings = ClientSettings(
+            readTimeout=timeout_s, **curve.client_settings_of(settings or ServerSettings()))
         bookies = []
         with contextlib.ExitStack() as opened:
             loop = opened.enter_context(ClientLoop())
             asked: dict[str, Future | BaseException] = {}
             for bookie_id in store.bookies():
                 try:
-                    endpoint = store.bookie_endpoint(bookie_id)
-                except BookKeeperError as e:  # unregistered meanwhile
+                    endpoint, key = curve.split_registered(store.bookie_endpoint(bookie_id))
+                    if not endpoint:
+                        raise BookKeeperError("it registered no endpoint")
+                    client = opened.enter_context(ZmqBookieClient(
+                        bookie_id, endpoint, client_settings, loop=loop, server_key=key))
+                except BookKeeperError as e:  # unregistered meanwhile, CURVE on one side
                     asked[bookie_id] = e
                     continue
-                if not endpoint:
-                    asked[bookie_id] = BookKeeperError("it registered no endpoint")
-                    continue
-                client = opened.enter_context(ZmqBookieClient(bookie_id, endpoint, settings,
-                                                              loop=loop))
                 asked[bookie_id] = client.bookie_info()
             deadline = time.monotonic() + timeout_s
             for bookie_id, asking in asked.items():

@@ -32,6 +32,7 @@ from pybk.cluster.election import AuditorElection
 from pybk.cluster.replication_worker import ReplicationWorker
 from pybk.meta.interface import MetadataStore
 from pybk.meta.underreplication import UnderreplicationManager
+from pybk.cluster import curve
 from pybk.settings import ClientSettings, ServerSettings
 
 log = logging.getLogger(__name__)
@@ -75,8 +76,7 @@ class AutoRecovery:
         """How this process reaches other bookies: as a client, with CURVE and its own
         key pair when the bookies serve CURVE (they must allow its public key)."""
         return ClientSettings(maxEntrySizeBytes=self.settings.maxEntrySizeBytes,
-                              zmqCurveEnabled=self.settings.zmqCurveEnabled,
-                              zmqCurveSecretKeyFile=self.settings.zmqCurveSecretKeyFile)
+                              **curve.client_settings_of(self.settings))
 
     @property
     def is_auditor(self) -> bool:

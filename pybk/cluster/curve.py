@@ -36,13 +36,16 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
 from pybk.errors import BookieUnavailable, InvalidConfiguration
+
+if TYPE_CHECKING:
+    from pybk.settings import ServerSettings
 
 #: Separates the endpoint from the bookie's public key in a registration.
 _KEY_MARK = "#curve="
@@ -126,6 +129,13 @@ def client_keys(curve_enabled: bool, secret_key_file: str, bookie_id: str,
     return load_key_pair(secret_key_file) if curve_enabled else None
 
 
+def client_settings_of(settings: "ServerSettings") -> dict[str, object]:
+    """The CURVE settings of a ClientSettings for a process configured by ``settings``
+    (a bookie reaching other bookies, the admin shell): its own key pair."""
+    return {"zmqCurveEnabled": settings.zmqCurveEnabled,
+            "zmqCurveSecretKeyFile": settings.zmqCurveSecretKeyFile}
+
+
 def connect_as_client(socket: zmq.Socket, keys: KeyPair, server_key: bytes) -> None:
     """Make ``socket`` (not connected yet) a CURVE client of the server ``server_key``."""
     socket.curve_secretkey = keys.secret
@@ -151,5 +161,5 @@ def split_registered(data: str) -> tuple[str, bytes | None]:
     return endpoint, key.encode("ascii")
 
 
-__all__ = ["KeyPair", "client_keys", "connect_as_client", "create_key_pair",
+__all__ = ["KeyPair", "client_keys", "client_settings_of", "connect_as_client", "create_key_pair",
            "load_key_pair", "registered_endpoint", "serve", "split_registered"]
