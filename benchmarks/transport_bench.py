@@ -14,9 +14,10 @@ so that client and server do not share one interpreter lock.  Measured, in order
 * ``pipelined_adds_per_s``: durable 1 KiB adds with ``WINDOW`` in flight (journal
   fdatasync included; compare with ``storage_bench.py``'s in-process figure).
 
-Then the same again with ZeroMQ CURVE on (``curve_*``: a second bookie process serving
-CURVE, keys made by :func:`pybk.cluster.curve.create_key_pair`), and ``curve_cost_*``,
-each CURVE figure as a fraction of the plain one of the same run (0.9: CURVE costs 10%).
+The same with ZeroMQ CURVE on (``curve_*``: a second bookie process serving CURVE, keys
+made by :func:`pybk.cluster.curve.create_key_pair`), in the order plain, CURVE, CURVE,
+plain, each figure the better of its two rounds; and ``curve_cost_*``, each CURVE figure
+as a fraction of the plain one (0.9: CURVE costs 10%).
 
 Progress goes to stderr; stdout gets one JSON line with every figure.
 """
@@ -45,7 +46,7 @@ from pybk.storage import Bookie, format_bookie, make_entry  # noqa: E402
 KEY = b"transport-bench"
 ENTRY_BYTES = 1024
 WINDOW = 1000
-LEDGER_READS, LEDGER_ADDS = 1, 2
+LEDGER_READS, LEDGER_ADDS = 1, 2  # adds: one ledger per round, from 2
 
 
 def serve(directory: str, keys: str | None) -> None:
@@ -89,9 +90,9 @@ def make_keys(directory: str) -> tuple[ClientSettings, bytes]:
     return settings, load_key_pair(bookie_secret).public
 
 
-def measure(address: str, scale: int, settings: ClientSettings | None = None,
-            server_key: bytes | None = None, prefix: str = "") -> dict[str, int]:
-    """The three figures against the bookie at ``address``."""
+def measure(address: str, scale: int, settings: ClientSettings | None,
+            server_key: bytes | None, prefix: str, adds_ledger: int) -> dict[str, int]:
+    """The three figures against the bookie at ``address`` (adds to ``adds_ledger``)."""
     results = {}
     with ZmqBookieClient("bench", address, settings, server_key=server_key) as client:
         client.read_lac(LEDGER_READS).result(timeout=10)  # connected
@@ -105,7 +106,7 @@ def measure(address: str, scale: int, settings: ClientSettings | None = None,
         body = b"a" * (ENTRY_BYTES - 24)
         results["pipelined_adds_per_s"] = round(pipelined(
             20_000 * scale, lambda i: client.add(
-                LEDGER_ADDS, i, make_entry(LEDGER_ADDS, i, i - 1, body), KEY)))
+                adds_ledger, i, make_entry(adds_ledger, i, i - 1, body), KEY)))
     for name, value in results.items():
         print(f"{prefix}{name}: {value}", file=sys.stderr)
     return {prefix + name: value for name, value in results.items()}
@@ -137,7 +138,7 @@ def main() -> None:
     client_settings, server_key = make_keys(keys)
     children: list[subprocess.Popen] = []
     try:
-        results: dict[str, float] = {}
+        modes = {}
         for name, server_keys, settings, pinned in (
                 ("", None, None, None), ("curve_", keys, client_settings, server_key)):
             child, address = start_server(os.path.join(directory, name + "bookie"),
@@ -145,7 +146,15 @@ def main() -> None:
             children.append(child)
             print(f"bookie server at {address}{' (CURVE)' if server_keys else ''}",
                   file=sys.stderr)
-            results.update(measure(address, scale, settings, pinned, name))
+            modes[name] = (address, settings, pinned)
+        # Plain, CURVE, CURVE, plain, keeping each figure's best: a load that comes and
+        # goes on the machine weighs on both alike.
+        results: dict[str, float] = {}
+        for round_number, name in enumerate(("", "curve_", "curve_", "")):
+            address, settings, pinned = modes[name]
+            for key, value in measure(address, scale, settings, pinned, name,
+                                      LEDGER_ADDS + round_number).items():
+                results[key] = max(value, results.get(key, 0))
         for name in ("sequential_rtt_per_s", "pipelined_reads_per_s",
                      "pipelined_adds_per_s"):
             results[f"curve_cost_{name}"] = round(results[f"curve_{name}"] / results[name],
@@ -156,6 +165,7 @@ def main() -> None:
             child.stdin.close()
             child.wait(timeout=60)
         shutil.rmtree(directory, ignore_errors=True)
+
 
 if __name__ == "__main__":
     main()
