@@ -473,15 +473,12 @@ def _validate(s: ServerSettings) -> None:
 
 
 def _check_curve(s: "ServerSettings | ClientSettings") -> None:
-    """With CURVE on, the files it needs are named (they are read when used)."""
-    if not s.zmqCurveEnabled:
-        return
-    _require(bool(s.zmqCurveSecretKeyFile), "zmqCurveSecretKeyFile", s.zmqCurveSecretKeyFile,
+    """With CURVE on, the key pair is named (files are read when used; a bookie server's
+    ``zmqCurveAllowedClientKeysDirectory`` is checked when it starts, since the admin
+    shell and ``pybk autorecovery`` take ServerSettings too and serve nothing)."""
+    _require(not s.zmqCurveEnabled or bool(s.zmqCurveSecretKeyFile), "zmqCurveSecretKeyFile",
+             s.zmqCurveSecretKeyFile,
              "a .key_secret file (pybk keygen) when zmqCurveEnabled is on")
-    if isinstance(s, ServerSettings):
-        _require(bool(s.zmqCurveAllowedClientKeysDirectory),
-                 "zmqCurveAllowedClientKeysDirectory", s.zmqCurveAllowedClientKeysDirectory,
-                 "a directory of client .key files when zmqCurveEnabled is on")
 
 
 def _check_host(value: str, key: str) -> None:

@@ -4,6 +4,7 @@ znodes, and what a ledger password guards (README "Security")."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 
 import pytest
@@ -12,7 +13,7 @@ from kazoo.exceptions import NoAuthError
 
 import zkutil
 from clientutil import CURVE, FAST, clusters
-from clusterutil import PASSWORD as CLUSTER_PASSWORD, BookieProcesses, failed, ok
+from clusterutil import PASSWORD as CLUSTER_PASSWORD, BookieProcesses, failed, ok, pybk
 from conftest import KEY, entry
 from curveutil import make_keys
 from pybk import connect
@@ -308,6 +309,17 @@ def test_a_secured_cluster_of_bookie_processes_serves_only_clients_with_keys(zoo
             assert time.monotonic() - started_at < PROMPT_S
             with pytest.raises(MetadataError, match="(?i)auth"):
                 plain.create_ledger(3, 2, 2, password=CLUSTER_PASSWORD)
+        # The admin shell, with the cluster's credentials and a client key: bookieinfo
+        # reaches every bookie over CURVE, and a change to the metadata goes through.
+        curve_client = ("--set", "zmqCurveEnabled=true",
+                        "--set", f"zmqCurveSecretKeyFile={keys.client_secret}")
+        info = json.loads(ok("bookieinfo", "--zk", address, *security, *curve_client,
+                             "--json"))
+        assert info["unreachable"] == 0 and len(info["bookies"]) == 3, info
+        assert "requires CURVE" in json.loads(ok(
+            "bookieinfo", "--zk", address, "--json"))["bookies"][0]["error"]
+        ok("lostbookierecoverydelay", "--zk", address, *security, "7")
+        assert "auth" in failed("lostbookierecoverydelay", "--zk", address, "9").lower()
         # With a key the bookies do not allow.
         with connect(address, keys.client(PATIENT, keys.stranger_secret),
                      zk_settings=zk_settings) as stranger:
@@ -318,3 +330,22 @@ def test_a_secured_cluster_of_bookie_processes_serves_only_clients_with_keys(zoo
             assert time.monotonic() - started_at < PROMPT_S
     finally:
         group.close()
+
+
+def test_a_bookie_with_unusable_curve_settings_says_why_in_one_line(zookeeper, tmp_path):
+    keys = make_keys(str(tmp_path / "keys"))
+    address = zkutil.formatted_cluster(zookeeper)
+    base = ("bookie", "--zk", address, "--listen", "127.0.0.1:0", "--format",
+            "--journal-dir", str(tmp_path / "journal"), "--ledger-dir", str(tmp_path / "l"),
+            "--set", "zmqCurveEnabled=true")
+    for options, reason in (
+            ((f"zmqCurveSecretKeyFile={tmp_path / 'missing'}",
+              f"zmqCurveAllowedClientKeysDirectory={keys.allowed}"), "zmqCurveSecretKeyFile"),
+            ((f"zmqCurveSecretKeyFile={tmp_path / 'keys' / 'bookie' / 'bookie.key'}",
+              f"zmqCurveAllowedClientKeysDirectory={keys.allowed}"), "no secret key"),
+            ((f"zmqCurveSecretKeyFile={keys.bookie_secret}",),
+             "zmqCurveAllowedClientKeysDirectory")):
+        result = pybk(*base, *(arg for option in options for arg in ("--set", option)))
+        said = result.stderr
+        assert result.returncode == 1 and said.count("\n") == 1, result
+        assert said.startswith("pybk bookie: ") and reason in said, said

@@ -83,6 +83,9 @@ def load_key_pair(path: str) -> KeyPair:
     """The key pair in a ``.key_secret`` file (cached: one read per process and path).
     InvalidConfiguration naming ``zmqCurveSecretKeyFile`` if it is missing or holds no
     secret key."""
+    if not os.path.isfile(path):
+        raise InvalidConfiguration(f"setting zmqCurveSecretKeyFile={path!r}: no such file "
+                                   "(pybk keygen DIR NAME writes NAME.key_secret)")
     try:
         public, secret = zmq.auth.load_certificate(path)
     except (OSError, ValueError) as e:
@@ -101,8 +104,9 @@ def serve(context: zmq.Context, socket: zmq.Socket, secret_key_file: str,
     keys = load_key_pair(secret_key_file)
     if not os.path.isdir(allowed_client_keys_directory):
         raise InvalidConfiguration(
-            f"setting zmqCurveAllowedClientKeysDirectory={allowed_client_keys_directory!r}: "
-            "not a directory (it holds the .key files of the clients to accept)")
+            f"setting zmqCurveAllowedClientKeysDirectory={allowed_client_keys_directory!r} "
+            "is not a directory: a bookie serving CURVE needs one holding the .key files of "
+            "the clients to accept")
     authenticator = ThreadAuthenticator(context)
     authenticator.start()
     try:
