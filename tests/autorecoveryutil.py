@@ -11,6 +11,7 @@ from clusterutil import PASSWORD, BookieProcess, payload
 import pybk
 from pybk.client import BookKeeper
 from pybk.client.digest import DigestManager
+from pybk.cluster.replicas import bookie_holds_entries
 from pybk.errors import NoSuchEntry, NoSuchLedger
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
@@ -64,6 +65,13 @@ def expected_marks(bk: BookKeeper, bookie_id: str) -> set[int]:
 
 def marks(manager: UnderreplicationManager) -> dict[int, tuple[str, ...]]:
     return {mark.ledger_id: mark.replicas for mark in manager.underreplicated()}
+
+
+def repaired(bk: BookKeeper, manager: UnderreplicationManager, lost: str) -> bool:
+    """Whether no ledger is marked and none gives ``lost`` an entry any more."""
+    return not marks(manager) and not any(
+        bookie_holds_entries(bk.ledger_manager.read(ledger_id).metadata, lost)
+        for ledger_id in bk.list_ledgers())
 
 
 def check_replicas(bk: BookKeeper, metadata: LedgerMetadata, last: int) -> None:

@@ -18,7 +18,8 @@ import pytest
 import zkutil
 
 from autorecoveryutil import (FAST, check_replicas, cluster,  # noqa: F401 (a fixture)
-                              entries_on, expected_marks, full_log, marks, write_ledger)
+                              entries_on, expected_marks, full_log, marks, repaired,
+                              write_ledger)
 from clusterutil import (PASSWORD, Writer, address, bookies,  # noqa: F401
                          payload)
 import pybk
@@ -26,7 +27,6 @@ from pybk.client import BookKeeper
 from pybk.cluster.autorecovery import AutoRecovery
 from pybk.cluster.replicas import bookie_holds_entries, holds
 from pybk.meta.ledger_metadata import DigestType, LedgerState
-from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ServerSettings
 from pybk.testing import wait_until
@@ -52,13 +52,6 @@ def workers(closing, address: str, names: list[str], **settings_given) -> list[A
     return [closing.enter_context(AutoRecovery(
         closing.enter_context(ZooKeeperMetadataStore(address, zkutil.settings())),
         settings, name)) for name in names]
-
-
-def repaired(bk: BookKeeper, manager: UnderreplicationManager, lost: str) -> bool:
-    """Whether no ledger is marked and none gives ``lost`` an entry any more."""
-    return not marks(manager) and not any(
-        bookie_holds_entries(bk.ledger_manager.read(ledger_id).metadata, lost)
-        for ledger_id in bk.list_ledgers())
 
 
 # -- a bookie lost for good --------------------------------------------------------------------

@@ -3,19 +3,23 @@ znodes, and what a ledger password guards (README "Security")."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
+from typing import Iterator, NamedTuple
 
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 import zkutil
+from autorecoveryutil import FAST as AUTORECOVERY_FAST
+from autorecoveryutil import check_replicas, repaired, write_ledger
 from clientutil import CURVE, FAST, clusters
 from clusterutil import PASSWORD as CLUSTER_PASSWORD, BookieProcesses, failed, ok, pybk
 from conftest import KEY, entry
-from curveutil import make_keys
+from curveutil import CurveKeys, make_keys
 from pybk import connect
 from pybk.client import BookKeeper
 from pybk.client.digest import DigestManager
@@ -24,8 +28,10 @@ from pybk.cluster.curve import load_key_pair
 from pybk.errors import (BookieUnavailable, BookKeeperError, DigestMismatch,
                          InvalidConfiguration, MetadataError, Unauthorized)
 from pybk.meta.ledger_metadata import DigestType
+from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, format_cluster
 from pybk.settings import ClientSettings
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -273,8 +279,22 @@ def test_keygen_writes_a_key_pair_and_never_overwrites_one(tmp_path):
     assert "exists" in failed("keygen", str(tmp_path / "keys"), "client1")
 
 
-def test_a_secured_cluster_of_bookie_processes_serves_only_clients_with_keys(zookeeper,
-                                                                            tmp_path):
+class SecuredCluster(NamedTuple):
+    address: str
+    keys: CurveKeys
+    zk_settings: ZooKeeperSettings
+    #: The ``pybk`` options that give a command the cluster's ZooKeeper credentials.
+    security: tuple[str, ...]
+    bookies: BookieProcesses
+
+
+@contextlib.contextmanager
+def secured_cluster_of_bookies(zookeeper, tmp_path, count: int, *options: str,
+                               zk_timeout_ms: int = zkutil.SESSION_TIMEOUT_MS
+                               ) -> Iterator[SecuredCluster]:
+    """A cluster formatted by ``pybk format-cluster`` with ZooKeeper ACLs, and ``count``
+    ``pybk bookie`` processes serving CURVE (the same key pair; each allows the others'
+    key and the client's), given ``options`` too; killed at the end."""
     keys = make_keys(str(tmp_path / "keys"))
     zk_settings = secure_settings(tmp_path)
     security = ("--set", "zkEnableSecurity=true",
@@ -283,10 +303,21 @@ def test_a_secured_cluster_of_bookie_processes_serves_only_clients_with_keys(zoo
     ok("format-cluster", "--zk", address, *security)
     group = BookieProcesses(tmp_path, address)
     try:
-        started = group.start_serving(3, options=(
+        group.start_serving(count, zk_timeout_ms=zk_timeout_ms, options=(
             *security, "--set", "zmqCurveEnabled=true",
             "--set", f"zmqCurveSecretKeyFile={keys.bookie_secret}",
-            "--set", f"zmqCurveAllowedClientKeysDirectory={keys.allowed}"))
+            "--set", f"zmqCurveAllowedClientKeysDirectory={keys.allowed}", *options))
+        yield SecuredCluster(address, keys, zk_settings, security, group)
+    finally:
+        group.close()
+
+
+@pytest.mark.processes
+def test_a_secured_cluster_of_bookie_processes_serves_only_clients_with_keys(zookeeper,
+                                                                            tmp_path):
+    with secured_cluster_of_bookies(zookeeper, tmp_path, 3) as secured:
+        address, keys, zk_settings, security = secured[:4]
+        started = secured.bookies.started
         with connect(address, keys.client(FAST), zk_settings=zk_settings) as bk:
             for bookie in started:  # the key is registered with the endpoint, and pinned
                 assert bk.metadata.bookie_endpoint(bookie.bookie_id) == \
@@ -328,10 +359,30 @@ def test_a_secured_cluster_of_bookie_processes_serves_only_clients_with_keys(zoo
             with pytest.raises(BookKeeperError, match="handshake|connection"):
                 handle.read_entry(0)
             assert time.monotonic() - started_at < PROMPT_S
-    finally:
-        group.close()
 
 
+@pytest.mark.processes
+def test_bookies_of_a_secured_cluster_re_replicate_to_each_other_over_curve(zookeeper,
+                                                                           tmp_path):
+    with secured_cluster_of_bookies(
+            zookeeper, tmp_path, 4, "--set", f"bookieRecoveryPasswd={CLUSTER_PASSWORD.decode()}",
+            zk_timeout_ms=zkutil.SHORT_SESSION_TIMEOUT_MS) as secured, \
+            connect(secured.address, secured.keys.client(AUTORECOVERY_FAST),
+                    zk_settings=secured.zk_settings) as bk, \
+            ZooKeeperMetadataStore(secured.address, secured.zk_settings) as store:
+        ledgers = [write_ledger(bk, 3, 2, entries=12) for _ in range(3)]
+        victim_id = ledgers[0].metadata.fragments[0].ensemble[0]
+        next(p for p in secured.bookies.started if p.bookie_id == victim_id).kill()
+        manager = UnderreplicationManager(store)
+        wait_until(lambda: repaired(bk, manager, victim_id),
+                   f"the ledgers of {victim_id} repaired by the other bookies",
+                   timeout_s=120)
+        for ledger in ledgers:
+            metadata = bk.ledger_manager.read(ledger.id).metadata
+            check_replicas(bk, metadata, metadata.last_entry_id)
+
+
+@pytest.mark.processes
 def test_a_bookie_with_unusable_curve_settings_says_why_in_one_line(zookeeper, tmp_path):
     keys = make_keys(str(tmp_path / "keys"))
     address = zkutil.formatted_cluster(zookeeper)
