@@ -44,8 +44,8 @@ from pybk.tables import table
 
 if TYPE_CHECKING:
     from pybk.client import BookKeeper
-    from pybk.meta.zookeeper import ZooKeeperSettings
     from pybk.cluster.connect import ClusterBookKeeper
+    from pybk.meta.zookeeper import ZooKeeperSettings
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,13 @@ Watches
     connection is down no event arrives; once connected again the store re-sets its
     watches and calls every watch once, since changes may have been missed.
 
+Security
+    With ``zkEnableSecurity`` (:class:`ZooKeeperSettings`) the store authenticates with
+    ZooKeeper's digest scheme and creates every node (ancestors and ephemeral
+    registrations included) with an ACL that lets only its user change it, readable by
+    everyone unless ``zkWorldReadable`` is false.  A store without the credentials gets
+    MetadataError (``NoAuthError``) for a change.  Nodes made before keep their ACL.
+
 Threads
     kazoo's three (connection and two callback threads), the notifier thread (from the
     first watch) and the session thread.  Any thread may call any method.
@@ -91,7 +98,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (BadVersionError, ConnectionClosedError, KazooException,
@@ -106,6 +113,9 @@ from pybk.meta.address import ZooKeeperAddress, parse_zookeeper_address
 from pybk.meta.interface import (ANY_VERSION, MetadataStore, SessionListener, SessionState,
                                  check_data, check_version, sequential_prefix)
 from pybk.meta.watches import Notifier, Watch, WatchCallback
+
+if TYPE_CHECKING:
+    from pybk.settings import ServerSettings
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +158,7 @@ class ZooKeeperSettings:
     zkWorldReadable: bool = True
 
     @classmethod
-    def of(cls, settings: Any) -> "ZooKeeperSettings":
+    def of(cls, settings: "ServerSettings") -> "ZooKeeperSettings":
         """The ZooKeeper settings among a process's settings (a ServerSettings: its
         ``zkTimeout`` and the ``zk*`` security settings)."""
         return cls(zkTimeout=settings.zkTimeout, zkEnableSecurity=settings.zkEnableSecurity,
