@@ -61,21 +61,42 @@ class KeyPair(NamedTuple):
 
 
 def create_key_pair(directory: str | os.PathLike[str], name: str) -> tuple[str, str]:
-    """Write ``NAME.key`` (public) and ``NAME.key_secret`` (both keys, readable by the
-    owner only) into ``directory`` (made if missing); their paths.  Refuses (OSError)
-    to overwrite a pair: a bookie's key is pinned by its clients."""
+    """Write ``NAME.key`` (public) and ``NAME.key_secret`` (both keys, created readable
+    by the owner only) into ``directory`` (made if missing), in the format of
+    :func:`zmq.auth.create_certificates`; their paths.  Refuses (FileExistsError) to
+    overwrite either file: a bookie's key is pinned by its clients."""
     if not name or os.sep in name or name.startswith("."):
         raise InvalidConfiguration(f"key name {name!r} is invalid: it must be a plain "
                                    "file name such as bookie1 or client")
     os.makedirs(directory, exist_ok=True)
-    public = os.path.join(directory, f"{name}.key")
-    secret = public + "_secret"
-    for path in (public, secret):
-        if os.path.exists(path):
-            raise FileExistsError(f"{path} exists: remove it first to make a new key pair")
-    public, secret = zmq.auth.create_certificates(directory, name)
-    os.chmod(secret, 0o600)
-    return public, secret
+    public_path = os.path.join(directory, f"{name}.key")
+    secret_path = public_path + "_secret"
+    public, secret = zmq.curve_keypair()
+    _write_certificate(secret_path, 0o600, public, secret)
+    try:
+        _write_certificate(public_path, 0o644, public, None)
+    except BaseException:
+        os.remove(secret_path)
+        raise
+    return public_path, secret_path
+
+
+def _write_certificate(path: str, mode: int, public: bytes, secret: bytes | None) -> None:
+    """A ZeroMQ certificate file, created with ``mode`` (never over an existing file)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        raise FileExistsError(f"{path} exists: remove it first to make a new key "
+                              "pair") from None
+    lines = ["#   ZeroMQ CURVE " + ("**Secret** " if secret else "Public ")
+             + "Certificate, written by pybk keygen", "", "metadata", "curve",
+             f'    public-key = "{public.decode("ascii")}"']
+    if secret is not None:
+        lines.append(f'    secret-key = "{secret.decode("ascii")}"')
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write("\n".join(lines) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 @functools.lru_cache(maxsize=16)
