@@ -15,7 +15,11 @@
     Accept a bookie's directories moved on purpose: rewrite its cookies and the cluster's
     copy (:func:`pybk.cluster.cookies.update_cookies`, BookKeeper's ``updatecookie``).
 ``pybk format-cluster``
-    Format a cluster's metadata on ZooKeeper, once per cluster.
+    Format a cluster's metadata on ZooKeeper, once per cluster (with
+    ``zkEnableSecurity``, its znodes get pybk's ACLs: :mod:`pybk.meta.zkclient`).
+``pybk keygen DIR NAME``
+    Write a ZeroMQ CURVE key pair, ``NAME.key`` and ``NAME.key_secret``
+    (:mod:`pybk.cluster.curve`).
 ``pybk localcluster N``
     A throwaway ZooKeeper and N bookie processes on loopback (:mod:`pybk.cluster.local`).
 ``pybk simpletest``
