@@ -21,6 +21,7 @@ from clusterutil import PASSWORD as CLUSTER_PASSWORD, BookieProcesses, failed, o
 from conftest import KEY, entry
 from curveutil import CurveKeys, make_keys
 from pybk import connect
+from pybk import open as pybk_open
 from pybk.client import BookKeeper
 from pybk.client.digest import DigestManager
 from pybk.cluster import BookieServer, ZmqBookieClient
@@ -400,3 +401,26 @@ def test_a_bookie_with_unusable_curve_settings_says_why_in_one_line(zookeeper, t
         said = result.stderr
         assert result.returncode == 1 and said.count("\n") == 1, result
         assert said.startswith("pybk bookie: ") and reason in said, said
+
+
+@pytest.mark.processes
+def test_a_wal_promoted_to_a_secured_cluster_replicates_over_curve(zookeeper, tmp_path):
+    with secured_cluster_of_bookies(zookeeper, tmp_path, 2) as secured:
+        keys, zk = secured.keys, secured.zk_settings
+        directory = tmp_path / "wal"
+        with pybk_open(directory, cluster=secured.address, ensemble=3, write_quorum=3,
+                       ack_quorum=3, listenAddress="127.0.0.1:0", addEntryTimeout=5.0,
+                       zmqCurveEnabled=True, zmqCurveSecretKeyFile=keys.bookie_secret,
+                       zmqCurveAllowedClientKeysDirectory=keys.allowed,
+                       zkEnableSecurity=True, zkDigestAuthFile=zk.zkDigestAuthFile) as wal:
+            written = [(wal.append(b"record %d" % i), b"record %d" % i) for i in range(30)]
+            ledger_id = wal._writer.metadata.tail[-1].ledger_id
+            wal_bookie = wal.bookie_id
+            # Every bookie, the WAL's own too (its CURVE server), holds every entry.
+            with connect(secured.address, keys.client(FAST), zk_settings=zk) as bk:
+                assert "#curve=" in bk.metadata.bookie_endpoint(wal_bookie)
+                metadata = bk.ledger_manager.read(ledger_id).metadata
+                assert wal_bookie in metadata.fragments[0].ensemble
+                for bookie_id in metadata.fragments[0].ensemble:
+                    bk.bookie_client(bookie_id).read(ledger_id, 0).result(timeout=10)
+            assert list(wal.read()) == written

@@ -146,8 +146,12 @@ class WAL:
         (all or nothing: see :mod:`pybk.log.promotion`)."""
         from pybk.cluster.connect import connect  # the cluster layer, only when wanted
         from pybk.cluster.node import BookieNode
-        # The WAL writes to its own bookie in-process; peers reach it through the node.
-        bk = connect(address, client, local_bookies={self.bookie_id: self.bookie})
+        from pybk.meta.zookeeper import ZooKeeperSettings
+        # The WAL writes to its own bookie in-process; peers reach it through the node,
+        # which registers on this client's session (with the server's ZooKeeper
+        # credentials: zkEnableSecurity).
+        bk = connect(address, client, zk_settings=ZooKeeperSettings.of(server),
+                     local_bookies={self.bookie_id: self.bookie})
         resources.callback(bk.close)
         promoting = promotion.promoted_to(self._store) != address
         with ExitStack() as undo:  # what a failed promotion takes back, in reverse order
