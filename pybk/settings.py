@@ -292,6 +292,15 @@ class ServerSettings(_Settings):
     #: default, lets tools without credentials list bookies and ledgers) or only the
     #: ``zkDigestAuthFile`` user.
     zkWorldReadable: bool = True
+    #: Port of the bookie's Prometheus endpoint, ``http://<address>:<port>/metrics``
+    #: (:mod:`pybk.metrics`); 0: none.  BookKeeper's name; its default is 8000 once its
+    #: Prometheus provider is chosen, and pybk has no provider switch, so the port is
+    #: the switch: off by default, since several bookies of one machine (``pybk
+    #: localcluster``, Spark's co-located bookies) cannot share a fixed port.
+    prometheusStatsHttpPort: int = 0
+    #: Address the Prometheus endpoint binds.  BookKeeper binds ``0.0.0.0``; pybk binds
+    #: loopback unless told otherwise, so nothing is exposed unasked.
+    prometheusStatsHttpAddress: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         if isinstance(self.ledgerDirectories, (list, str)):
@@ -443,6 +452,8 @@ def _validate(s: ServerSettings) -> None:
                 "auditorPeriodicBookieCheckInterval", "auditorPeriodicCheckInterval",
                 "auditorBacklogIntervalSeconds", "openLedgerRereplicationGracePeriod"):
         _require(getattr(s, key) >= 0, key, getattr(s, key), "0 or more")
+    _require(0 <= s.prometheusStatsHttpPort <= 65535, "prometheusStatsHttpPort",
+             s.prometheusStatsHttpPort, "a port from 0 (no endpoint) to 65535")
     _require(s.replicationRateByBytes == -1 or s.replicationRateByBytes > 0,
              "replicationRateByBytes", s.replicationRateByBytes,
              "-1 (no limit) or greater than 0")

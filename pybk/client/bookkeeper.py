@@ -28,9 +28,10 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from pybk.client.ledger import LedgerHandle
+from pybk.client.metrics import ClientMetrics
 from pybk.client.placement import RendezvousPlacement
 from pybk.client.recovery import recover
 from pybk.client.transport import BookieClient, InProcessBookieClient
@@ -41,6 +42,9 @@ from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import LedgerManager
 from pybk.settings import ClientSettings
 from pybk.storage import Bookie
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +57,18 @@ class BookKeeper:
     def __init__(self, metadata: MetadataStore, bookies: Mapping[str, BookieClient]
                  | Callable[[str], BookieClient], settings: ClientSettings | None = None,
                  available_bookies: Callable[[], list[str]] | None = None,
-                 local_bookie: str | None = None) -> None:
+                 local_bookie: str | None = None,
+                 metrics_registry: CollectorRegistry | None = None) -> None:
         """``available_bookies`` lists the writable bookies (by default: every known one,
         or the registry's writable ones); ``local_bookie`` is the bookie this process
         hosts, which placement puts first (else a bookie registered on the settings'
-        ``clientHost``, if any)."""
+        ``clientHost``, if any).  With ``metrics_registry`` (a prometheus_client
+        registry) the client reports its metrics there (:mod:`pybk.client.metrics`)."""
         self.settings = settings or ClientSettings()
+        #: The client's metrics (None: it keeps none).
+        self.metrics: ClientMetrics | None = (
+            ClientMetrics.on(metrics_registry, self) if metrics_registry is not None
+            else None)
         self.placement = RendezvousPlacement(local_bookie)
         host = self.settings.clientHost
         self._same_host: Callable[[], list[str]] = (
@@ -254,6 +264,12 @@ class BookKeeper:
     def _unregister_writer(self, handle: LedgerHandle) -> None:
         with self._writers_lock:
             self._writers.discard(handle)
+
+    def pending_adds(self) -> int:
+        """Adds sent and not yet acknowledged, over the client's writable ledgers."""
+        with self._writers_lock:
+            writers = list(self._writers)
+        return sum(writer.pending_adds for writer in writers)
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(_TICK_S):

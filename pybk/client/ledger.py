@@ -159,6 +159,11 @@ class LedgerHandle:
         return self._confirmed_length
 
     @property
+    def pending_adds(self) -> int:
+        """Adds sent and not yet acknowledged or failed."""
+        return len(self._pending)
+
+    @property
     def is_closed(self) -> bool:
         return self._reader_closed or self._state is not _WriteState.OPEN \
             or self._metadata.state is LedgerState.CLOSED
@@ -192,6 +197,8 @@ class LedgerHandle:
                                 f"bytes an entry can carry (maxEntrySizeBytes="
                                 f"{self._bk.settings.maxEntrySizeBytes}, less the "
                                 f"{self._digest.overhead}-byte entry header)")
+        if self._bk.metrics is not None:
+            done = self._bk.metrics.timed_add(done)
         if self._throttled:
             self._bk._take_add_permit()
         try:
@@ -318,6 +325,8 @@ class LedgerHandle:
                     or bookie_id not in self._metadata.fragments[-1].ensemble:
                 return  # closed, reported already, or a bookie replaced before
             self._failed_bookies.add(bookie_id)
+            if self._bk.metrics is not None:
+                self._bk.metrics.bookie_errors.labels(bookie_id).inc()
             log.warning("ledger %d: bookie %s failed an add (%s); changing the ensemble",
                         self.id, bookie_id, error)
             if self._changing_ensemble:
@@ -414,6 +423,8 @@ class LedgerHandle:
                      first_entry, list(metadata.fragments[-1].ensemble),
                      list(changed.fragments[-1].ensemble))
             self._bk.quarantine(failed)
+            if self._bk.metrics is not None:
+                self._bk.metrics.ensemble_changes.inc()
             with self._lock:
                 self._adopt(changed, new_version)
                 self._failed_bookies -= failed
@@ -637,8 +648,10 @@ class LedgerHandle:
         if last > limit:
             raise NoSuchEntry(f"ledger {self.id}: entry {last} is past the last readable "
                               f"entry {limit}")
-        return iter(RangeRead(self._metadata, self._digest, self._bk.bookie_client,
-                              self._bk.settings.readTimeout, first, last))
+        entries = iter(RangeRead(self._metadata, self._digest, self._bk.bookie_client,
+                                 self._bk.settings.readTimeout, first, last))
+        metrics = self._bk.metrics
+        return entries if metrics is None else metrics.timed_reads(entries)
 
     def _readable_limit(self) -> int:
         metadata = self._metadata

@@ -101,6 +101,8 @@ class Auditor:
         self._stop = False
         self._registry_changed = True
         self._known: set[str] = set()           # registered at the last look
+        #: The backlog this auditor last published (None before its first), for metrics.
+        self.last_backlog: Backlog | None = None
         self._missing: dict[str, float] = {}    # bookie id -> monotonic time missing since
         self._delay_s = settings.lostBookieRecoveryDelay
         self._delay_version: int | None = None  # of the delay's record, when last read
@@ -369,6 +371,7 @@ class Auditor:
         backlog = Backlog(self.auditor_id, time.time_ns() // 1_000_000, ledgers, entries,
                           fewest)
         self.manager.publish_backlog(backlog)
+        self.last_backlog = backlog
         log.info("auditor %s: backlog: %d ledgers under-replicated, %d entries lacking a "
                  "replica, fewest replicas of an entry %s", self.auditor_id, ledgers,
                  entries, "-" if fewest is None else fewest)

@@ -25,14 +25,14 @@ from typing import Mapping
 
 from pybk.client.transport import BookieClient
 from pybk.cluster.auditor import CLOSE_WAIT_S, Auditor
+from pybk.cluster import curve
 from pybk.cluster.client import ClientLoop
 from pybk.cluster.connect import ClusterBookKeeper
 from pybk.cluster.directory import BookieDirectory
 from pybk.cluster.election import AuditorElection
 from pybk.cluster.replication_worker import ReplicationWorker
 from pybk.meta.interface import MetadataStore
-from pybk.meta.underreplication import UnderreplicationManager
-from pybk.cluster import curve
+from pybk.meta.underreplication import Backlog, UnderreplicationManager
 from pybk.settings import ClientSettings, ServerSettings
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,13 @@ class AutoRecovery:
     def is_auditor(self) -> bool:
         """Whether this process audits the cluster now."""
         return self._auditor is not None
+
+    @property
+    def backlog(self) -> Backlog | None:
+        """The backlog this process last measured as auditor (None unless it audits
+        now and has measured once), read without a metadata call."""
+        auditor = self._auditor
+        return auditor.last_backlog if auditor is not None else None
 
     def _elected(self) -> None:
         with self._lock:

@@ -19,7 +19,7 @@ to the others over ZeroMQ.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from pybk.client.bookkeeper import BookKeeper
 from pybk.client.transport import InProcessBookieClient
@@ -32,6 +32,9 @@ from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings
 from pybk.settings import ClientSettings
 from pybk.storage import Bookie
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
 
 class ClusterBookKeeper(BookKeeper):
     """A :class:`~pybk.client.BookKeeper` that owns its metadata store, ZeroMQ loop and
@@ -40,8 +43,10 @@ class ClusterBookKeeper(BookKeeper):
 
     def __init__(self, store: MetadataStore, loop: ClientLoop,
                  directory: BookieDirectory, settings: ClientSettings,
-                 local_bookie: str | None = None, own_store: bool = True) -> None:
-        super().__init__(store, directory, settings, local_bookie=local_bookie)
+                 local_bookie: str | None = None, own_store: bool = True,
+                 metrics_registry: CollectorRegistry | None = None) -> None:
+        super().__init__(store, directory, settings, local_bookie=local_bookie,
+                         metrics_registry=metrics_registry)
         self.directory = directory
         self._owned: tuple = (directory, loop, store) if own_store else (directory, loop)
 
@@ -61,7 +66,8 @@ class ClusterBookKeeper(BookKeeper):
 def connect(address: str, settings: ClientSettings | None = None, *,
             zk_settings: ZooKeeperSettings | None = None,
             local_bookie: str | None = None,
-            local_bookies: Mapping[str, Bookie] | None = None) -> ClusterBookKeeper:
+            local_bookies: Mapping[str, Bookie] | None = None,
+            metrics_registry: CollectorRegistry | None = None) -> ClusterBookKeeper:
     """A client of the cluster whose metadata is at ``address``
     (``zk://host:port[,host:port...]/ledgers``).  Raises MetadataUnavailable if ZooKeeper
     does not answer within ``zkTimeout``, MetadataError if the cluster is not formatted,
@@ -70,7 +76,8 @@ def connect(address: str, settings: ClientSettings | None = None, *,
     ``local_bookies`` are bookies of this process by id (they must also serve the
     cluster, e.g. through a BookieNode, for other clients to reach them): this client
     calls them directly.  ``local_bookie`` is the one placement puts first in new
-    ensembles; by default the only one of ``local_bookies``, if there is one."""
+    ensembles; by default the only one of ``local_bookies``, if there is one.  With
+    ``metrics_registry`` the client reports its metrics there (:mod:`pybk.client.metrics`)."""
     if not is_zookeeper_address(address):
         raise InvalidConfiguration(f"cannot connect to {address!r}: a cluster's address is "
                                    "zk://host:port[,host:port...]/root (an embedded store "
@@ -85,6 +92,7 @@ def connect(address: str, settings: ClientSettings | None = None, *,
         loop = opened.enter_context(ClientLoop())
         directory = BookieDirectory(store, loop, settings, local)
         opened.callback(directory.close)
-        client = ClusterBookKeeper(store, loop, directory, settings, local_bookie)
+        client = ClusterBookKeeper(store, loop, directory, settings, local_bookie,
+                                   metrics_registry=metrics_registry)
         opened.pop_all()
         return client

@@ -88,6 +88,7 @@ from pybk.cluster.cookies import cluster_cookie
 from pybk.meta.cookies import check_cluster_cookie
 from pybk.meta.interface import MetadataStore, SessionState
 from pybk.meta.zookeeper import ZooKeeperSettings
+from pybk.metrics import MetricsServer, bookie_registry
 from pybk.settings import ServerSettings, split_host_port
 from pybk.storage import Bookie
 from pybk.storage.cookie import directory_cookie, record_bookie_id, resolve_bookie_id
@@ -159,6 +160,14 @@ class BookieNode:
                 local = {self.bookie_id: InProcessBookieClient(self.bookie_id, bookie)}
                 self.autorecovery = opened.enter_context(
                     AutoRecovery(metadata, settings, self.bookie_id, local))
+            #: The bookie's metrics (:mod:`pybk.metrics`), served on
+            #: ``prometheusStatsHttpPort`` if set (:attr:`metrics_server`).
+            self.metrics_registry = bookie_registry(bookie, self.server, self.autorecovery)
+            self.metrics_server: MetricsServer | None = None
+            if settings.prometheusStatsHttpPort:
+                self.metrics_server = opened.enter_context(MetricsServer(
+                    self.metrics_registry, settings.prometheusStatsHttpAddress,
+                    settings.prometheusStatsHttpPort))
             self._register()
             opened.pop_all()
         log.info("bookie %s serving at %s, registered in %s%s", self.bookie_id,
@@ -301,6 +310,8 @@ class BookieNode:
                 closing.callback(self._unregister)
             if self.autorecovery is not None:  # first: it reads the store and the bookie
                 closing.callback(self.autorecovery.close)
+            if self.metrics_server is not None:
+                closing.callback(self.metrics_server.close)
         self._closed.set()
         log.info("bookie node %s closed", self.bookie_id)
 

@@ -61,6 +61,7 @@ from pybk.cluster.frames import received, send_message
 from pybk.cluster.mailbox import Mailbox
 from pybk.cluster.wire import Op, Reply, Request
 from pybk.errors import BookKeeperError, NoSuchEntry
+from pybk.stats import ServerStats
 from pybk.storage import Bookie
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,9 @@ _READ_BATCH = 256
 _CLOSE_LINGER_MS = 1000
 #: While ZeroMQ refuses replies (a client's queue is full), retry this often.
 _RETRY_SEND_MS = 1
+#: Requests timed as reads (BookKeeper's READ_ENTRY_REQUEST); fencing reads, which wait
+#: for the fence, are not.
+_TIMED_READS = (Op.READ, Op.READ_BATCH)
 
 
 class _LongPoll:
@@ -135,6 +139,8 @@ class BookieServer:
         self._polls: Deadlines[_LongPoll] = Deadlines(lambda poll: not poll.done)
         self._stop_deadline: float | None = None
         self._closed = False
+        #: Figures for :mod:`pybk.metrics`, updated by the server thread.
+        self.stats = ServerStats()
         self._thread = threading.Thread(target=self._run, name="pybk-bookie-server",
                                         daemon=True)
         self._thread.start()
@@ -229,9 +235,12 @@ class BookieServer:
             for frames in received(self._socket, _READ_BATCH):
                 self._handle(frames[0], frames[1:])
                 if not self._may_read():
+                    self.stats.paused += 1
                     return
 
     def _handle(self, identity: bytes, frames: list[bytes]) -> None:
+        self.stats.messages_in += 1
+        self.stats.bytes_in += sum(map(len, frames))
         try:
             request = wire.decode_request(frames, self._max_entry)
         except BookKeeperError as e:
@@ -242,13 +251,16 @@ class BookieServer:
             if request_id is not None:
                 self._send(identity, wire.error_reply(wire.UNKNOWN_OP, request_id, e))
             return
-        self._answer(identity, request, partial(self._handlers[request.op], identity,
-                                                request))
+        started = time.monotonic()
+        answered = self._answer(identity, request,
+                                partial(self._handlers[request.op], identity, request))
+        if request.op in _TIMED_READS and not request.flags & wire.FENCE:
+            self.stats.read_request.observe_since(started, answered)
 
     def _answer(self, identity: bytes, request: Request,
-                compute: Callable[[], Reply | None]) -> None:
+                compute: Callable[[], Reply | None]) -> bool:
         """Send what ``compute`` returns (None: the answer comes later), or the error
-        it raises."""
+        it raises; False if it raised."""
         try:
             reply = compute()
         except Exception as e:
@@ -257,6 +269,7 @@ class BookieServer:
             reply = wire.error_reply(request.op, request.request_id, e)
         if reply is not None:
             self._send(identity, reply)
+        return reply is None or reply.status == 0
 
     # -- sending ----------------------------------------------------------------------
 
@@ -279,6 +292,9 @@ class BookieServer:
         except zmq.ZMQError as e:
             # EHOSTUNREACH: the client disconnected; its requests' outcome is its problem
             log.debug("reply to client %s dropped: %s", message[0].hex(), e)
+            return True
+        self.stats.messages_out += 1
+        self.stats.bytes_out += sum(map(len, message))
         return True
 
     def _retry_unsent(self) -> None:
@@ -290,27 +306,34 @@ class BookieServer:
     def _add(self, identity: bytes, r: Request) -> None:
         runs = wire.decode_adds(r.entry, self._max_entry)
         self._adds_in_progress += sum(len(run.entry_ids) for run in runs)
-        self._bookie.add_entries_async(runs, partial(self._adds_done, identity, r))
+        self._bookie.add_entries_async(runs, partial(self._adds_done, identity, r,
+                                                     time.monotonic()))
 
-    def _adds_done(self, identity: bytes, r: Request,
+    def _adds_done(self, identity: bytes, r: Request, started: float,
                    errors: list[BaseException | None]) -> None:
         """An ADD message's adds are durable or failed.  When this server's thread led
         the journal group (see :meth:`_read_requests`) the reply leaves at once; from
         the journal's thread it goes through the mailbox."""
         if threading.get_ident() == self._thread.ident:
-            self._finish_adds(identity, r, errors)
+            self._finish_adds(identity, r, started, errors)
         else:
-            self._mailbox.post(partial(self._finish_adds, identity, r, errors))
+            self._mailbox.post(partial(self._finish_adds, identity, r, started, errors))
 
-    def _finish_adds(self, identity: bytes, r: Request,
+    def _finish_adds(self, identity: bytes, r: Request, started: float,
                      errors: list[BaseException | None]) -> None:
         self._adds_in_progress -= len(errors)
         statuses = [0] * len(errors)
         message = ""
+        failed = 0
         for i, error in enumerate(errors):
             if error is not None:
                 statuses[i] = wire.error_code(error)
                 message = message or f"{type(error).__name__}: {error}"
+                failed += 1
+        if failed:
+            self.stats.add_request.observe_since(started, False, failed)
+        if failed < len(statuses):
+            self.stats.add_request.observe_since(started, True, len(statuses) - failed)
         self._send(identity, Reply(r.op, r.request_id, message=message,
                                    body=wire.encode_add_statuses(statuses)))
 

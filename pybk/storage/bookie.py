@@ -46,6 +46,7 @@ from pybk.errors import (BookieClosed, BookieReadOnly, BookKeeperError, CorruptD
                          NoSuchEntry, NoSuchLedger, Unauthorized)
 from pybk.fileio import DEFAULT_IO, FileIO, lock_file
 from pybk.settings import ServerSettings
+from pybk.stats import JournalStats, StorageGauges, StorageStats
 from pybk.storage import journal as jr
 from pybk.storage import journal_codec as codec
 from pybk.storage.checkpoint import Checkpointer, Generation, flush_generation
@@ -118,6 +119,8 @@ class Bookie:
         self._read_only_reason: str | None = None  # set_read_only()'s
         self._read_only = False  # either of the two: the one flag the add path reads
         self._state_listeners: list[StateListener] = []
+        #: Checkpoint and garbage collection figures for :mod:`pybk.metrics`.
+        self.stats = StorageStats()
         self._closed = False
         self._stop = threading.Event()
         self._gc_wanted = threading.Event()  # deletions became durable; also: at start
@@ -231,6 +234,28 @@ class Bookie:
     def disk_space(self) -> tuple[int, int]:
         """Free and total bytes of the disks holding the ledger directories."""
         return free_and_total_bytes(self._ledger_dirs)
+
+    @property
+    def journal_stats(self) -> JournalStats:
+        """The journal's figures, for :mod:`pybk.metrics`."""
+        return self._journal.stats  # type: ignore[union-attr]
+
+    def gauges(self) -> StorageGauges | None:
+        """What the bookie holds now, for :mod:`pybk.metrics` (None once closed).  Read
+        without the bookie's locks, so that a scrape never waits for a checkpoint: each
+        figure is one read of a field that another thread replaces whole."""
+        if self._closed:
+            return None
+        flushing = self._flushing
+        log_sizes = list(self._entry_logs.log_sizes.values())
+        index_bytes, ledgers = self._index.sizes()
+        return StorageGauges(
+            journal_queue=self._journal.queued_records,
+            write_cache_bytes=self._active.size_bytes + (flushing.size_bytes if flushing
+                                                         else 0),
+            entry_logs=len(log_sizes), entry_log_bytes=sum(log_sizes),
+            index_bytes=index_bytes, ledgers=max(0, ledgers - len(self._durably_deleted)),
+            read_only=self._read_only)
 
     def _state(self, ledger_id: int) -> LedgerState | None:
         """The ledger's state, loaded from the index on first use.  Caller holds the lock."""
@@ -689,8 +714,11 @@ class Bookie:
     def _flush(self, generation: Generation) -> None:
         """Make a generation durable in entry logs and the index, then let go of it: its
         cache half frees up, and its deletions go to GC."""
+        started = time.monotonic()
         gone = flush_generation(generation, self._entry_logs, self._index, self._gc,
                                 self._entrylog_lock)
+        self.stats.flush.observe_since(started)
+        self.stats.flush_bytes.observe(generation.cache.size_bytes)
         self._durably_deleted |= gone
         if gone:
             self._gc_wanted.set()
@@ -772,13 +800,19 @@ class Bookie:
 
     def collect_garbage(self) -> GcStats:
         """Remove entry logs that hold only deleted ledgers (deletions already checkpointed)."""
-        return self._gc.collect(set(self._durably_deleted))
+        stats = self._gc.collect(set(self._durably_deleted))
+        self.stats.gc_runs += 1
+        self.stats.reclaimed_deletion_bytes += stats.bytes_reclaimed
+        return stats
 
     def compact(self, threshold: float) -> GcStats:
         """Copy the live entries of logs under ``threshold`` live fraction, then drop them."""
         deleted = set(self._durably_deleted)
         stats = self._gc.collect(deleted)
         compacted = self._gc.compact(deleted, threshold)
+        self.stats.gc_runs += 1
+        self.stats.reclaimed_deletion_bytes += stats.bytes_reclaimed
+        self.stats.reclaimed_compaction_bytes += compacted.bytes_reclaimed
         stats.logs_compacted = compacted.logs_compacted
         stats.entries_moved = compacted.entries_moved
         stats.bytes_reclaimed += compacted.bytes_reclaimed
@@ -837,9 +871,11 @@ class Bookie:
         if s.majorCompactionInterval and now - self._last_major >= s.majorCompactionInterval:
             self._last_major = self._last_minor = now
             self.compact(s.majorCompactionThreshold)
+            self.stats.major_compactions += 1
         elif s.minorCompactionInterval and now - self._last_minor >= s.minorCompactionInterval:
             self._last_minor = now
             self.compact(s.minorCompactionThreshold)
+            self.stats.minor_compactions += 1
         else:
             self.collect_garbage()
 

@@ -164,6 +164,14 @@ class Index:
             for key, value in txn.cursor():
                 yield LEDGER_KEY.unpack(key)[0], decode_ledger_state(value)
 
+    def sizes(self) -> tuple[int, int]:
+        """``(bytes used by the index's pages, ledger records)``; the ledger records
+        include deleted ledgers' until garbage collection drops them."""
+        with self._env.begin(db=self._ledgers) as txn:
+            ledgers = txn.stat(self._ledgers)["entries"]
+        used_pages = self._env.info()["last_pgno"] + 1
+        return used_pages * self._env.stat()["psize"], ledgers
+
     def last_log_id(self) -> int:
         with self._env.begin(db=self._meta) as txn:
             value = txn.get(LAST_LOG_ID_KEY)

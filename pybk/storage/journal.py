@@ -38,6 +38,7 @@ from typing import Callable, Iterator, Sequence
 
 from pybk.errors import BookieClosed, BookKeeperError, DiskFull
 from pybk.fileio import DEFAULT_IO, FileIO, fsync_directory
+from pybk.stats import JournalStats
 from pybk.storage.journal_codec import (HEADER_SIZE, LogMark, file_header,
                                         journal_file_name, list_journal_ids)
 
@@ -117,6 +118,10 @@ class Journal:
         self._callbacks: list[Callable[[object], None]] = []  # one per record
         self._markers: list[tuple[int, Callable[[object], None]]] = []  # (bytes before, cb)
         self._queued_bytes = 0
+        self._first_queued_at = 0.0  # monotonic time the queue's first record came
+        self._group_queued_at = 0.0  # the same, for the group being committed
+        #: Figures for :mod:`pybk.metrics`, updated by the committing thread.
+        self.stats = JournalStats()
         self._wakeup = threading.Lock()
         self._wakeup.acquire()
         self._sleeping = False
@@ -160,6 +165,8 @@ class Journal:
         count as one against ``journalQueueSize``.  Caller holds ``queue_lock``."""
         if self._failure is not None or self._closed:
             raise self._failure or BookieClosed("the journal is closed")
+        if not self._callbacks:
+            self._first_queued_at = time.monotonic()
         self._buffers += buffers
         self._callbacks.append(callback)
         self._queued_bytes += nbytes
@@ -260,6 +267,11 @@ class Journal:
         return self._committer == threading.get_ident()
 
     @property
+    def queued_records(self) -> int:
+        """Records (or groups of records queued together) waiting to be written."""
+        return len(self._callbacks)
+
+    @property
     def failure(self) -> BaseException | None:
         """The error that stopped this journal, if one did."""
         return self._failure
@@ -316,6 +328,7 @@ class Journal:
     def _swap_queue(self) -> tuple[list[bytes], list, list, int]:
         with self._queue_lock:
             group = self._buffers, self._callbacks, self._markers, self._queued_bytes
+            self._group_queued_at = self._first_queued_at
             self._buffers, self._callbacks, self._markers = [], [], []
             self._queued_bytes = 0
         if self._producers_waiting:
@@ -339,6 +352,12 @@ class Journal:
             _complete_all([callback for _before, callback in markers], error)
             return True
         _complete_all(callbacks, None)
+        if buffers:
+            stats = self.stats
+            stats.add_entry.observe_since(self._group_queued_at, len(buffers) // 2)
+            stats.group_records.observe(len(buffers) // 2)
+            stats.group_bytes.observe(nbytes)
+            stats.bytes_written += nbytes
         start = self._offset - nbytes  # a group never spans two files
         for before, callback in markers:
             _complete_all((callback,), LogMark(self._journal_id, start + before))
@@ -359,7 +378,9 @@ class Journal:
         written = self._io.write_all(self._fd, buffers)
         assert written == nbytes, "journal group size drifted"
         self._offset = start + written
+        synced_from = time.monotonic()
         self._io.fdatasync(self._fd)
+        self.stats.sync.observe_since(synced_from)
 
     def _zero_fill(self, length: int) -> None:
         """Write zeros over the next ``length`` bytes past the zeroed part, and sync them."""

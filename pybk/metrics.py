@@ -1,0 +1,262 @@
+"""A bookie's Prometheus metrics, and the HTTP endpoint that serves them.
+
+Everything is read when Prometheus scrapes: :class:`BookieCollector` turns the plain
+figures the bookie's parts keep (:mod:`pybk.stats`) and what the bookie holds
+(:meth:`pybk.storage.Bookie.gauges`) into metric families, so the data path pays for no
+metrics object, lock or label lookup.  Names are BookKeeper's where it has one (its
+Prometheus provider's: scope, then the stat's name), so that dashboards made for
+BookKeeper find them; latencies are histograms in milliseconds with a ``success`` label,
+as BookKeeper's OpStatsLogger reports them (BookKeeper writes quantiles, pybk buckets:
+``histogram_quantile`` gives the quantiles).  Counters carry the ``_total`` suffix that
+Prometheus' text format gives every counter.  pybk's own figures are named ``pybk_...``.
+
+Bookie (``bookie_*``, BookKeeper's scope ``bookie``)
+    ``bookie_SERVER_STATUS`` (1 writable, 0 read-only); ``bookie_journal_JOURNAL_ADD_ENTRY``
+    (from a record's group being first queued to the group durable, per record);
+    ``bookie_journal_JOURNAL_SYNC`` (each fdatasync); ``bookie_journal_JOURNAL_QUEUE_SIZE``;
+    ``bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES`` and ``..._BATCH_BYTES`` (per group
+    commit); ``bookie_journal_JOURNAL_WRITE_BYTES_total``; ``bookie_write_cache_size``
+    (bytes); ``bookie_flush`` and ``bookie_flush_size`` (each checkpoint's latency and
+    bytes); ``bookie_ledgers_count``; ``bookie_gc_MINOR_COMPACTION_COUNT_total``,
+    ``bookie_gc_MAJOR_COMPACTION_COUNT_total``,
+    ``bookie_gc_RECLAIMED_DELETION_SPACE_BYTES_total``,
+    ``bookie_gc_RECLAIMED_COMPACTION_SPACE_BYTES_total``; pybk's ``pybk_bookie_gc_runs_total``,
+    ``pybk_bookie_entry_logs``, ``pybk_bookie_entry_log_bytes``, ``pybk_bookie_index_bytes``.
+Server (``bookkeeper_server_*``)
+    ``bookkeeper_server_ADD_ENTRY_REQUEST`` (per entry, from the request being read to its
+    reply), ``bookkeeper_server_READ_ENTRY_REQUEST`` (READ and READ_BATCH requests, not
+    fencing reads); pybk's ``pybk_server_messages_received_total``,
+    ``pybk_server_bytes_received_total``, ``pybk_server_messages_sent_total``,
+    ``pybk_server_bytes_sent_total`` (ZeroMQ messages and bytes) and
+    ``pybk_server_backpressure_pauses_total`` (times the server stopped reading requests at
+    its in-progress limits or with replies ZeroMQ could not take).
+Autorecovery (pybk's)
+    ``pybk_auditor_elected`` (1 in the process that audits now) and, from that process,
+    the backlog it last measured: ``pybk_auditor_underreplicated_ledgers``,
+    ``pybk_auditor_underreplicated_entries``, ``pybk_auditor_fewest_replicas`` (the
+    fewest live copies of any entry; absent when no entry is short).
+
+Serving: :class:`MetricsServer` answers ``GET /metrics`` on one thread
+(``pybk-metrics-http``), one request at a time, each bounded by a socket timeout.
+:func:`render` gives the page for another server to mount (an admin HTTP server serves
+``/metrics`` on its own port, as BookKeeper's does when enabled).
+"""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import threading
+from typing import Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import ProcessCollector
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
+                                    HistogramMetricFamily, Metric)
+
+from pybk.cluster.autorecovery import AutoRecovery
+from pybk.cluster.server import BookieServer
+from pybk.errors import BookKeeperError
+from pybk.stats import Histogram, OpStats
+from pybk.storage import Bookie
+
+log = logging.getLogger(__name__)
+
+#: Seconds a scrape's connection may stay silent before the server drops it (one
+#: request at a time: a stalled client must not hold the endpoint).
+REQUEST_TIMEOUT_S = 5.0
+
+
+class BookieCollector:
+    """Collects a bookie's metrics (and its server's and autorecovery's, if given) when
+    scraped.  Register it on a ``CollectorRegistry``."""
+
+    def __init__(self, bookie: Bookie, server: BookieServer | None = None,
+                 autorecovery: AutoRecovery | None = None) -> None:
+        self._bookie = bookie
+        self._server = server
+        self._autorecovery = autorecovery
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._bookie_metrics()
+        if self._server is not None:
+            yield from self._server_metrics()
+        if self._autorecovery is not None:
+            yield from self._autorecovery_metrics()
+
+    def _bookie_metrics(self) -> Iterator[Metric]:
+        journal, storage = self._bookie.journal_stats, self._bookie.stats
+        yield _op_histogram("bookie_journal_JOURNAL_ADD_ENTRY",
+                            "Journal add latency in ms, per record", journal.add_entry)
+        yield _op_histogram("bookie_journal_JOURNAL_SYNC", "Journal fdatasync latency in ms",
+                            journal.sync)
+        yield _histogram("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
+                         "Records per journal group commit", journal.group_records)
+        yield _histogram("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES",
+                         "Bytes per journal group commit", journal.group_bytes)
+        yield CounterMetricFamily("bookie_journal_JOURNAL_WRITE_BYTES",
+                                  "Bytes written to the journal", journal.bytes_written)
+        yield _histogram("bookie_flush", "Checkpoint (write cache flush) latency in ms",
+                         storage.flush)
+        yield _histogram("bookie_flush_size", "Bytes of entries each checkpoint wrote",
+                         storage.flush_bytes)
+        for name, doc, value in (
+                ("pybk_bookie_gc_runs", "Garbage collection runs", storage.gc_runs),
+                ("bookie_gc_MINOR_COMPACTION_COUNT", "Minor compactions",
+                 storage.minor_compactions),
+                ("bookie_gc_MAJOR_COMPACTION_COUNT", "Major compactions",
+                 storage.major_compactions),
+                ("bookie_gc_RECLAIMED_DELETION_SPACE_BYTES",
+                 "Entry-log bytes freed by deleting logs of deleted ledgers",
+                 storage.reclaimed_deletion_bytes),
+                ("bookie_gc_RECLAIMED_COMPACTION_SPACE_BYTES",
+                 "Entry-log bytes freed by compaction", storage.reclaimed_compaction_bytes)):
+            yield CounterMetricFamily(name, doc, value)
+        try:
+            gauges = self._bookie.gauges()
+        except Exception as e:  # closing meanwhile: its index may be gone under the read
+            log.debug("bookie gauges not read: %s", e)
+            gauges = None
+        if gauges is None:
+            return
+        for name, doc, value in (
+                ("bookie_SERVER_STATUS", "1 if the bookie takes adds, 0 if read-only",
+                 0 if gauges.read_only else 1),
+                ("bookie_journal_JOURNAL_QUEUE_SIZE", "Records waiting for the journal",
+                 gauges.journal_queue),
+                ("bookie_write_cache_size", "Bytes of entries in the write cache",
+                 gauges.write_cache_bytes),
+                ("bookie_ledgers_count", "Ledgers in the index", gauges.ledgers),
+                ("pybk_bookie_entry_logs", "Entry log files", gauges.entry_logs),
+                ("pybk_bookie_entry_log_bytes", "Bytes of entry log files",
+                 gauges.entry_log_bytes),
+                ("pybk_bookie_index_bytes", "Bytes of the index's pages",
+                 gauges.index_bytes)):
+            yield GaugeMetricFamily(name, doc, value=value)
+
+    def _server_metrics(self) -> Iterator[Metric]:
+        stats = self._server.stats  # type: ignore[union-attr]
+        yield _op_histogram("bookkeeper_server_ADD_ENTRY_REQUEST",
+                            "Add request latency in ms, per entry", stats.add_request)
+        yield _op_histogram("bookkeeper_server_READ_ENTRY_REQUEST",
+                            "Read request latency in ms", stats.read_request)
+        for name, doc, value in (
+                ("pybk_server_messages_received", "ZeroMQ messages received",
+                 stats.messages_in),
+                ("pybk_server_bytes_received", "Bytes of ZeroMQ messages received",
+                 stats.bytes_in),
+                ("pybk_server_messages_sent", "ZeroMQ messages sent", stats.messages_out),
+                ("pybk_server_bytes_sent", "Bytes of ZeroMQ messages sent", stats.bytes_out),
+                ("pybk_server_backpressure_pauses",
+                 "Times the server stopped reading requests (back-pressure)", stats.paused)):
+            yield CounterMetricFamily(name, doc, value)
+
+    def _autorecovery_metrics(self) -> Iterator[Metric]:
+        recovery = self._autorecovery
+        assert recovery is not None
+        yield GaugeMetricFamily("pybk_auditor_elected", "1 if this process is the auditor",
+                                value=1 if recovery.is_auditor else 0)
+        backlog = recovery.backlog
+        if backlog is None:
+            return
+        yield GaugeMetricFamily("pybk_auditor_underreplicated_ledgers",
+                                "Ledgers marked under-replicated", value=backlog.ledgers)
+        yield GaugeMetricFamily("pybk_auditor_underreplicated_entries",
+                                "Entries lacking a replica", value=backlog.entries)
+        if backlog.min_replicas is not None:
+            yield GaugeMetricFamily("pybk_auditor_fewest_replicas",
+                                    "Fewest live replicas of an entry short of its quorum",
+                                    value=backlog.min_replicas)
+
+
+def _buckets(histogram: Histogram) -> tuple[list[tuple[str, float]], float]:
+    """Cumulative buckets, +Inf last, and the sum."""
+    buckets, total = [], 0
+    for bound, count in zip((*histogram.bounds, float("inf")), list(histogram.counts)):
+        total += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), total))
+    return buckets, histogram.sum
+
+
+def _histogram(name: str, doc: str, histogram: Histogram) -> HistogramMetricFamily:
+    buckets, total = _buckets(histogram)
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
+
+
+def _op_histogram(name: str, doc: str, stats: OpStats | Histogram) -> HistogramMetricFamily:
+    """A latency histogram with BookKeeper's ``success`` label (a plain histogram counts
+    only successes)."""
+    family = HistogramMetricFamily(name, doc, labels=["success"])
+    parts = ((("true", stats.success), ("false", stats.failure))
+             if isinstance(stats, OpStats) else (("true", stats),))
+    for label, histogram in parts:
+        buckets, total = _buckets(histogram)
+        family.add_metric([label], buckets, total)
+    return family
+
+
+def bookie_registry(bookie: Bookie, server: BookieServer | None = None,
+                    autorecovery: AutoRecovery | None = None) -> CollectorRegistry:
+    """A registry with the bookie's metrics and the process's (CPU, memory, open files:
+    ``process_*``)."""
+    registry = CollectorRegistry()
+    registry.register(BookieCollector(bookie, server, autorecovery))
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def render(registry: CollectorRegistry) -> tuple[bytes, str]:
+    """The ``/metrics`` page of ``registry``: its body and content type (Prometheus' text
+    format)."""
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+class MetricsServer:
+    """Serves ``GET /metrics`` of ``registry`` on ``host:port`` (port 0: a free one, see
+    :attr:`port`) until :meth:`close`.  Raises BookKeeperError if it cannot bind."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        handler = type("_Handler", (_MetricsHandler,), {"registry": registry})
+        try:
+            self._httpd = http.server.HTTPServer((host, port), handler)
+        except OSError as e:
+            raise BookKeeperError(f"cannot serve metrics on {host}:{port}: "
+                                  f"{e.strerror or e}") from None
+        #: The port it listens on.
+        self.port: int = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        kwargs={"poll_interval": 0.1},
+                                        name="pybk-metrics-http", daemon=True)
+        self._thread.start()
+        log.info("metrics served at http://%s:%d/metrics", host, self.port)
+
+    def close(self) -> None:
+        """Stop serving (a scrape in progress finishes first) and free the port."""
+        self._httpd.shutdown()
+        self._thread.join()
+        self._httpd.server_close()
+
+    def __enter__(self) -> "MetricsServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _MetricsHandler(http.server.BaseHTTPRequestHandler):
+    registry: CollectorRegistry
+    timeout = REQUEST_TIMEOUT_S
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path.partition("?")[0] != "/metrics":
+            self.send_error(404, "only /metrics is served here")
+            return
+        body, content_type = render(self.registry)
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        log.debug("metrics request from %s: " + format, self.client_address[0], *args)
