@@ -12,7 +12,7 @@ dashboards made for BookKeeper read pybk's figures in the same unit.
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_left
 import time
 from typing import NamedTuple
 
@@ -41,7 +41,7 @@ class Histogram:
 
     def observe(self, value: float, times: int = 1) -> None:
         """Count ``value`` ``times`` times (a group commit's records share its wait)."""
-        self.counts[bisect.bisect_left(self.bounds, value)] += times
+        self.counts[bisect_left(self.bounds, value)] += times
         self.sum += value * times
 
     def observe_since(self, start: float, times: int = 1) -> None:

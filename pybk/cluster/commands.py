@@ -142,6 +142,9 @@ def run_bookie(settings: ServerSettings, format_new: bool = False,
                 node.close()
             _say(f"pybk bookie: {e} while starting: stopped")
             return 0
+        if node.metrics_server is not None:
+            _say(f"pybk bookie: metrics at http://{settings.prometheusStatsHttpAddress}:"
+                 f"{node.metrics_server.port}/metrics")
         _say(f"pybk bookie: {node.bookie_id} serving at {node.endpoint}, registered in "
              f"{settings.metadataServiceUri}")
         _wait(signals.stop, node.wait)

@@ -61,7 +61,14 @@ Autorecovery
     replication worker (:mod:`pybk.cluster.autorecovery`); both reach its own bookie
     in-process.  Closing the node stops that first.
 
-Threads: none of its own besides the server's, the bookie's and autorecovery's;
+Metrics
+    :attr:`BookieNode.metrics_registry` holds the bookie's, its server's and
+    autorecovery's metrics (:mod:`pybk.metrics`); with ``prometheusStatsHttpPort`` set
+    they are served at ``http://<prometheusStatsHttpAddress>:<port>/metrics`` until the
+    node closes.
+
+Threads: none of its own besides the server's, the bookie's, autorecovery's and the
+metrics endpoint's;
 registrations run on the thread that saw the change (the bookie's housekeeping thread for
 disks, the store's session thread after a reconnection), one at a time; a timer
 thread runs while the connection is down, and :meth:`BookieNode.close` unregisters on a

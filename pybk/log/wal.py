@@ -33,7 +33,7 @@ import warnings
 import weakref
 from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
-from typing import Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
@@ -49,6 +49,9 @@ from pybk.settings import (WAL_LOG_DEFAULTS, WAL_SERVER_DEFAULTS, ClientSettings
 from pybk.storage import Bookie
 from pybk.storage.cookie import format_directories
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
 log = logging.getLogger(__name__)
 
 LOG_NAME = "wal"
@@ -59,7 +62,7 @@ _Opened = TypeVar("_Opened")
 
 def open(path: str | os.PathLike[str], cluster: str | None = None,  # noqa: A001
          ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
-         **settings: Any) -> "WAL":
+         metrics_registry: CollectorRegistry | None = None, **settings: Any) -> "WAL":
     """Open (creating it if new) the embedded WAL in directory ``path``.
 
     ``settings`` are any of :class:`~pybk.settings.ServerSettings` (the bookie),
@@ -75,8 +78,13 @@ def open(path: str | os.PathLike[str], cluster: str | None = None,  # noqa: A001
     (NotEnoughBookies when the cluster has fewer than ``ensemble`` writable bookies with
     this one), the directory is still an embedded WAL.  Once promoted, it opens only
     with ``cluster``, until :func:`demote`.
+
+    With ``metrics_registry`` (a prometheus_client registry) the WAL reports there its
+    client's metrics (:mod:`pybk.client.metrics`) and its bookie's (:mod:`pybk.metrics`),
+    until it is closed; one WAL per registry.
     """
-    return WAL(path, cluster, ensemble, write_quorum, ack_quorum, **settings)
+    return WAL(path, cluster, ensemble, write_quorum, ack_quorum, metrics_registry,
+               **settings)
 
 
 def demote(path: str | os.PathLike[str], **settings: Any) -> promotion.Demotion:
@@ -103,6 +111,7 @@ class WAL:
 
     def __init__(self, path: str | os.PathLike[str], cluster: str | None = None,
                  ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
+                 metrics_registry: CollectorRegistry | None = None,
                  **settings: Any) -> None:
         self.path = os.path.abspath(os.fspath(path))
         server, client, log_settings = _split_settings(self.path, settings,
@@ -123,15 +132,22 @@ class WAL:
             self._store = EmbeddedMetadataStore(os.path.join(self.path, "metadata"))
             resources.callback(self._store.close)
             self.bookie_id = f"bookie-{self.bookie.instance_id}"
+            if metrics_registry is not None:
+                from pybk.metrics import BookieCollector  # prometheus_client, when wanted
+                collector = BookieCollector(self.bookie)
+                metrics_registry.register(collector)
+                resources.callback(metrics_registry.unregister, collector)
             if cluster is None:
                 self.log_name = LOG_NAME
-                self._bk = _embedded_client(self.path, self._store, self.bookie, client)
+                self._bk = _embedded_client(self.path, self._store, self.bookie, client,
+                                            metrics_registry)
                 resources.callback(self._bk.close)
                 self._writer = LogWriter.open(self._bk, self.log_name, log_settings)
             else:
                 self.log_name = f"wal-{self.bookie.instance_id}"
                 self._bk, self._writer = self._clustered(cluster, server, client,
-                                                         log_settings, resources)
+                                                         log_settings, resources,
+                                                         metrics_registry)
             resources.callback(self._writer.close)
         except BaseException:
             resources.close()
@@ -140,7 +156,8 @@ class WAL:
         self._finalizer = weakref.finalize(self, _close_dropped, self.path, resources)
 
     def _clustered(self, address: str, server: ServerSettings, client: ClientSettings,
-                   log_settings: LogSettings, resources: ExitStack
+                   log_settings: LogSettings, resources: ExitStack,
+                   metrics_registry: CollectorRegistry | None
                    ) -> tuple[BookKeeper, LogWriter]:
         """Join the cluster, promoting the directory first if it is not yet a member
         (all or nothing: see :mod:`pybk.log.promotion`)."""
@@ -151,7 +168,8 @@ class WAL:
         # which registers on this client's session (with the server's ZooKeeper
         # credentials: zkEnableSecurity).
         bk = connect(address, client, zk_settings=ZooKeeperSettings.of(server),
-                     local_bookies={self.bookie_id: self.bookie})
+                     local_bookies={self.bookie_id: self.bookie},
+                     metrics_registry=metrics_registry)
         resources.callback(bk.close)
         promoting = promotion.promoted_to(self._store) != address
         with ExitStack() as undo:  # what a failed promotion takes back, in reverse order
@@ -285,7 +303,8 @@ def _wait_for_lock(path: str, timeout: float, opener: Callable[[], _Opened]) -> 
 
 
 def _embedded_client(path: str, store: EmbeddedMetadataStore, bookie: Bookie,
-                     client: ClientSettings) -> BookKeeper:
+                     client: ClientSettings,
+                     metrics_registry: CollectorRegistry | None = None) -> BookKeeper:
     """The ledger client of an embedded (not promoted) WAL directory over its own
     bookie, in-process."""
     cluster = promotion.promoted_to(store)
@@ -300,7 +319,7 @@ def _embedded_client(path: str, store: EmbeddedMetadataStore, bookie: Bookie,
                  "embedded WAL", path, unfinished)
     bookie_id = f"bookie-{bookie.instance_id}"
     return BookKeeper(store, {bookie_id: InProcessBookieClient(bookie_id, bookie)}, client,
-                      local_bookie=bookie_id)
+                      local_bookie=bookie_id, metrics_registry=metrics_registry)
 
 
 def _abandon(bk: BookKeeper, writer: LogWriter) -> None:
