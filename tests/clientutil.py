@@ -116,10 +116,11 @@ class Cluster:
             self._endpoints[bookie_id] = server.address
         return bookie
 
-    def client(self, settings: ClientSettings = FAST) -> BookKeeper:
+    def client(self, settings: ClientSettings = FAST, metrics_registry=None) -> BookKeeper:
         wrapped = {b: FaultyBookieClient(client, self.faults[b])
                    for b, client in self._clients(settings, self._loop()).items()}
-        bk = self._stack.enter_context(BookKeeper(self.metadata_faults, wrapped, settings))
+        bk = self._stack.enter_context(BookKeeper(self.metadata_faults, wrapped, settings,
+                                                  metrics_registry=metrics_registry))
         self.clients.append(bk)
         return bk
 
