@@ -18,6 +18,7 @@ setup(
         "pyzmq>=25.0",
         "crc32c>=2.4",
         "tqdm>=4.60",
+        "prometheus_client>=0.17",
     ],
     extras_require={
         # pyspark's wheel ships ZooKeeper 3.9's jars: the tests run a real ZooKeeper.

@@ -9,7 +9,10 @@ Every figure is for durable 1 KiB appends (acknowledged only once fdatasync'd):
 
 * the WAL with ``append_async`` pipelined (many records in flight from one thread);
 * the WAL, SQLite and LMDB with 1, 8 and 64 threads each calling a blocking append;
-* the raw write(4 KiB)+fdatasync loops of :mod:`rawdisk`, on the same disk.
+* the raw write(4 KiB)+fdatasync loops of :mod:`rawdisk`, on the same disk;
+* the cost of metrics: the WAL pipelined and with one thread, with and without a
+  Prometheus registry (``pybk.open(..., metrics_registry=)``), alternating, three times each
+  (``--metrics-only`` runs just this).
 
 SQLite runs in WAL journal mode with ``synchronous=FULL``, one record per transaction,
 one connection per thread; LMDB commits one synced write transaction per record.
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import lmdb
+from prometheus_client import CollectorRegistry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -71,8 +75,9 @@ def say(message: str) -> None:
 class WalSystem:
     name = "pybk WAL"
 
-    def __init__(self, workdir: str) -> None:
-        self.wal = pybk.open(os.path.join(workdir, "wal"))
+    def __init__(self, workdir: str, metrics: bool = False) -> None:
+        self.wal = pybk.open(os.path.join(workdir, "wal"),
+                             metrics_registry=CollectorRegistry() if metrics else None)
 
     def append(self) -> Callable[[bytes], object]:
         return self.wal.append
@@ -179,9 +184,37 @@ def pipelined(wal, count: int, window: int) -> dict:
             "mb_per_s": round(count * RECORD / MIB / elapsed, 1), "last_position": str(last)}
 
 
-def run(workdir: str, profile: Profile) -> dict:
+def metrics_cost(workdir: str, profile: Profile) -> dict:
+    """The WAL without and with metrics, alternating (off, on, three times) so that drift of
+    the disk or the machine weighs on both; the best of each, and their ratios."""
+    best: dict[str, dict[str, float]] = {"off": {}, "on": {}}
+    for round_number in range(3):
+        for variant in ("off", "on"):
+            directory = os.path.join(workdir, f"metrics-{variant}-{round_number}")
+            os.makedirs(directory)
+            system = WalSystem(directory, metrics=variant == "on")
+            try:
+                figures = {"pipelined_per_s": pipelined(system.wal, profile.pipelined // 2,
+                                                        profile.window)["per_s"],
+                           "threads_1_per_s": threaded(system, 1, profile.seconds)["per_s"]}
+            finally:
+                system.close()
+            shutil.rmtree(directory, ignore_errors=True)
+            say(f"WAL metrics {variant}: {figures['pipelined_per_s']:,.0f}/s pipelined, "
+                f"{figures['threads_1_per_s']:,.0f}/s with one thread")
+            for key, value in figures.items():
+                best[variant][key] = max(best[variant].get(key, 0.0), value)
+    return {**best, "on_to_off": {key: ratio(best["on"][key], best["off"][key])
+                                  for key in best["off"]}}
+
+
+def run(workdir: str, profile: Profile, metrics_only: bool = False) -> dict:
     say(f"{profile.name} run in {workdir}")
     results: dict = {"profile": profile.name, "record_bytes": RECORD}
+    results["metrics"] = metrics = metrics_cost(workdir, profile)
+    say(f"ratio metrics on/off: {metrics['on_to_off']}")
+    if metrics_only:
+        return results
     raw = measure_raw(workdir, profile.raw_seconds, profile.raw_max_ops, 0, say)
     results["raw"] = raw
     systems = {"wal": WalSystem, "sqlite": SqliteSystem, "lmdb": LmdbSystem}
@@ -239,11 +272,14 @@ def run(workdir: str, profile: Profile) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short run (under a minute)")
+    parser.add_argument("--metrics-only", action="store_true",
+                        help="only the WAL with and without metrics")
     parser.add_argument("--dir", default=os.getcwd(),
                         help="where to make the temporary work directory (the disk tested)")
     args = parser.parse_args(argv)
     profile = QUICK if args.quick else FULL
-    return run_and_report("pybk-wal-bench-", args.dir, lambda workdir: run(workdir, profile))
+    return run_and_report("pybk-wal-bench-", args.dir,
+                          lambda workdir: run(workdir, profile, args.metrics_only))
 
 
 if __name__ == "__main__":
