@@ -26,14 +26,14 @@ from pybk.cluster.node import BookieNode
 from pybk.settings import ServerSettings
 from pybk.storage import format_bookie
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(300)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 #: The cluster address the README's examples use.
 README_CLUSTER = "zk://zk1:2181,zk2:2181,zk3:2181/ledgers"
 _NOT_RUN = re.compile(r"<!-- not run: (.+?) -->")
-RUN_TIMEOUT_S = 120
+RUN_TIMEOUT_S = 240  # a Spark block on a busy 2-core machine
 #: Spark's Python workers run this interpreter (a user's would be their environment's
 #: ``python3``), on loopback.
 SPARK_ENV = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
