@@ -49,7 +49,7 @@ from pybk.cluster.admin_commands import Target, answer, client, fail, run
 from pybk.cluster.progress import Progress
 from pybk.cluster.replicas import bookie_holds_entries, holds, spans
 from pybk.cluster.rereplication import LedgerRepair, Outcome, writer_lost_bookies
-from pybk.errors import BookKeeperError, NoSuchLedger
+from pybk.errors import BookKeeperError, NoSuchBookie, NoSuchLedger
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.ledgers import LedgerManager
@@ -163,7 +163,7 @@ def _check_known(store: MetadataStore, bookies: Sequence[str],
         if bookie not in named and store.read_cookie(bookie) is None:
             scope = "no ledger names it" if ledger_id is None else \
                 f"ledger {ledger_id} does not name it"
-            raise BookKeeperError(f"bookie {bookie} is unknown: it is not registered, has "
+            raise NoSuchBookie(f"bookie {bookie} is unknown: it is not registered, has "
                                   f"no cookie in the cluster, and {scope}")
 
 
@@ -317,7 +317,7 @@ def _decommission(command: str, store: MetadataStore, bookie: str,
     ledgers = LedgerManager(store)
     waiting = _waiting_for(ledgers, manager, bookie)
     if not waiting and store.read_cookie(bookie) is None:
-        raise BookKeeperError(f"bookie {bookie} is unknown: it is not registered, has no "
+        raise NoSuchBookie(f"bookie {bookie} is unknown: it is not registered, has no "
                               "cookie in the cluster, and no ledger names it")
     _check_autorecovery(manager)
     if manager.auditor() is None:
