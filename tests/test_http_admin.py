@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(180)
 
 TOKEN = "s3cret-token"
 #: Seconds any one request of these tests may take.
-REQUEST_TIMEOUT_S = 30.0
+REQUEST_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -465,6 +465,24 @@ def bookies_group(tmp_path, address):
     group = BookieProcesses(tmp_path, address)
     yield group
     group.close()
+
+
+def test_zookeeper_unreachable_is_503_in_bounded_time(own_zookeeper, tmp_path):
+    """ZooKeeper down: the endpoints that need it answer 503 once the store gives up
+    (zkOperationTimeoutMs, 30 s); those about the bookie itself still answer."""
+    group = BookieProcesses(tmp_path, zkutil.formatted_cluster(own_zookeeper))
+    try:
+        bookie = start_http_bookie(group, "alone")
+        bookie.process.wait_serving()
+        own_zookeeper.shutdown()
+        assert call(bookie.url + "/heartbeat")[0] == 200
+        assert get_json(bookie.url + "/api/v1/bookie/state")["running"] is True
+        started = time.monotonic()
+        assert "metadata is unavailable" in error(
+            bookie.url + "/api/v1/autorecovery/who_is_auditor", 503)
+        assert time.monotonic() - started < 45
+    finally:
+        group.close()
 
 
 # -- the status page ----------------------------------------------------------------------------
