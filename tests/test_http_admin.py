@@ -43,13 +43,15 @@ class HttpBookie:
         return self.process.bookie_id
 
 
-def start_http_bookie(group: BookieProcesses, name: str, *settings: str) -> HttpBookie:
+def start_http_bookie(group: BookieProcesses, name: str, *settings: str,
+                      zk_timeout_ms: int = zkutil.SESSION_TIMEOUT_MS) -> HttpBookie:
     port = unused_port()
     options: list[str] = ["--set", "httpServerEnabled=true", "--set",
                           f"httpServerPort={port}"]
     for setting in settings:
         options += ["--set", setting]
-    return HttpBookie(group.start(name, *options), f"http://127.0.0.1:{port}")
+    return HttpBookie(group.start(name, *options, zk_timeout_ms=zk_timeout_ms),
+                      f"http://127.0.0.1:{port}")
 
 
 @pytest.fixture(scope="module")
@@ -376,6 +378,57 @@ def test_decommission_and_recover_refuse_bad_bookies(admin, cluster):
                                     body={"bookie_src": [live]}, token=TOKEN)
     assert "bookie_src" in error(url + "/bookie", 400, method="PUT",
                                  body={"bookie_src": []}, token=TOKEN)
+
+
+def test_recover_then_decommission_killed_bookies(zookeeper, tmp_path):
+    """Five bookies; a ledger on three.  With autorecovery disabled, one of them is
+    killed and recovered through ``autorecovery/bookie``; with autorecovery enabled
+    again, another is killed and decommissioned through ``autorecovery/decommission``."""
+    address = zkutil.formatted_cluster(zookeeper)
+    group = BookieProcesses(tmp_path, address)
+    try:
+        admin = start_http_bookie(group, "admin", f"httpServerAdminToken={TOKEN}")
+        others = [group.start(f"b{i}", zk_timeout_ms=zkutil.SHORT_SESSION_TIMEOUT_MS)
+                  for i in range(1, 5)]
+        admin.process.wait_serving()
+        by_id = {b.wait_serving().bookie_id: b for b in others}
+        with connect(address) as bk:
+            handle = bk.create_ledger(3, 3, 2, password=b"")
+            for i in range(20):
+                handle.add_entry(b"entry %d" % i)
+            handle.close()
+        url = admin.url + "/api/v1/autorecovery"
+        metadata = admin.url + f"/api/v1/ledger/metadata?ledger_id={handle.id}"
+
+        def ensemble() -> list[str]:
+            return get_json(metadata)[str(handle.id)]["fragments"][-1]["ensemble"]
+
+        def killed() -> str:
+            victim = next(b for b in ensemble() if b in by_id)
+            by_id.pop(victim).kill()
+            wait_until(lambda: victim not in get_json(
+                admin.url + "/api/v1/bookie/list_bookies"), "its registration ends")
+            return victim
+
+        assert get_json(url + "/status?enabled=false", method="PUT", token=TOKEN) == {
+            "enabled": False}
+        first = killed()
+        recovered = get_json(url + "/bookie", method="PUT", token=TOKEN,
+                             body={"bookie_src": [first], "delete_cookie": True})
+        assert [(r["ledger"], r["outcome"], r["entries"]) for r in recovered["ledgers"]] \
+            == [(handle.id, "replicated", 20)]
+        assert recovered["cookies_deleted"] == [first]
+        assert first not in ensemble()
+
+        assert get_json(url + "/status?enabled=true", method="PUT", token=TOKEN) == {
+            "enabled": True}
+        second = killed()
+        done = get_json(url + "/decommission", method="PUT", token=TOKEN,
+                        body={"bookie_src": second, "timeout_s": 60})
+        assert done["bookie"] == second and done["cookie_removed"] is True
+        assert second not in ensemble()
+    finally:
+        group.close()
 
 
 # -- the admin token ----------------------------------------------------------------------------

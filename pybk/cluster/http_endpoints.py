@@ -18,8 +18,10 @@ GET  /api/v1/bookie/info             ``{"freeSpace", "totalSpace"}`` + pybk's
 GET  /api/v1/bookie/state            ``{"running", "readOnly", "shuttingDown",
                                      "availableForHighPriorityWrites"}``
 GET  /api/v1/bookie/is_ready         200 ``OK``, or 503
-GET  /api/v1/bookie/sanity           ``{"passed", "readOnly"}``: a ledger written to the
-                                     cluster and read back (``pybk simpletest``, E=1)
+GET  /api/v1/bookie/sanity           ``{"passed", "readOnly"}``: a ledger of 10 entries
+                                     written to this bookie (E=1; another one if it
+                                     is read-only), read back and deleted
+                                     (``pybk simpletest``)
 GET  /api/v1/bookie/last_log_mark    ``{"LastLogMark: Journal Id - <id>(<file>)":
                                      "Pos - <offset>"}``
 GET  /api/v1/bookie/list_disk_file   ``{"journal files", "entrylog files", "index
@@ -184,7 +186,8 @@ class _Endpoints:
         from pybk.cluster.simpletest import simple_test
 
         try:
-            simple_test(self.target.address, 1, 1, 1, entries=10, entry_bytes=64)
+            simple_test(self.target.address, 1, 1, 1, entries=10, entry_bytes=64,
+                        local_bookies={self.node.bookie_id: self.bookie})
             passed = True
         except BookKeeperError:
             passed = False
@@ -300,9 +303,8 @@ class _Endpoints:
 
     def read_ledger(self, r: Request) -> dict:
         ledger_id = _ledger_id(r)
-        first = r.int_param("start_entry_id", 0)
+        first = r.int_param("start_entry_id") or 0
         last = r.int_param("end_entry_id")
-        assert first is not None
         if first < 0:
             raise HttpError(400, f"start_entry_id must be 0 or more, not {first}")
         last = first + READ_ENTRIES_MAX - 1 if last is None or last < 0 else \
