@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 
 import zkutil
-from clusterutil import BookieProcess, BookieProcesses, unused_port
+from clusterutil import BookieProcess, BookieProcesses, pybk, unused_port
 from pybk import connect
 from pybk.cluster.http_admin import AdminHttpServer, Response, Routes
 from pybk.meta.underreplication import UnderreplicationManager
@@ -589,3 +589,26 @@ def test_routes_added_while_serving_are_served(tmp_path):
         routes.add("/secret", "POST", lambda r: {"got": r.json()}, privileged=True)
         assert get_json(server.url + "/secret", method="POST", body={"a": 1},
                         token=TOKEN) == {"got": {"a": 1}}
+
+
+# -- a bookie that cannot serve HTTP --------------------------------------------------------
+
+def test_bookie_with_bad_http_settings_fails_in_one_line(admin, address, tmp_path):
+    """A taken port: ``pybk bookie`` exits 1 with one line, and the cluster records
+    nothing of it (the port is bound before the bookie's cookie).  A bad setting is a
+    usage error (status 2), as every bad setting of ``pybk``."""
+    taken = admin.url.rsplit(":", 1)[1]
+    for setting, status, reason in [
+            (f"httpServerPort={taken}", 1,
+             f"pybk bookie: the HTTP admin server cannot listen on 127.0.0.1:{taken}"),
+            ("httpServerPort=70000", 2, "pybk: error: setting httpServerPort=70000"),
+            ("httpServerMaxConcurrentRequests=0", 2,
+             "pybk: error: setting httpServerMaxConcurrentRequests=0")]:
+        base = tmp_path / setting.split("=")[0]
+        result = pybk("bookie", "--zk", address, "--listen", "127.0.0.1:0", "--format",
+                      "--journal-dir", str(base / "journal"), "--ledger-dir",
+                      str(base / "ledgers"), "--set", "httpServerEnabled=true",
+                      "--set", setting)
+        assert result.returncode == status, result
+        assert result.stderr.splitlines()[-1].startswith(reason), result.stderr
+    assert get_json(admin.url + "/api/v1/bookie/cluster_info")["pybk"]["lost"] == []

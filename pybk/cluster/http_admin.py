@@ -179,9 +179,8 @@ class AdminHttpServer:
             raise BookKeeperError(f"the HTTP admin server cannot listen on "
                                   f"{settings.httpServerHost}:{settings.httpServerPort}: "
                                   f"{e.strerror or e}") from None
-        host, port = self._http.server_address[:2]
         #: ``http://host:port`` the server listens on.
-        self.url = f"http://{host}:{port}"
+        self.url = f"http://{settings.httpServerHost}:{self._http.server_port}"
         self._thread = threading.Thread(target=self._http.serve_forever, args=(0.2,),
                                          name="pybk-http", daemon=True)
         self._thread.start()

@@ -162,6 +162,8 @@ class BookieNode:
             local = directory_cookie(bookie.settings)
             #: The bookie's id in the cluster.
             self.bookie_id = resolve_bookie_id(settings, local.bookie_id, f"{host}:{port}")
+            if settings.httpServerEnabled:  # before the cluster records the bookie
+                self.http = opened.enter_context(AdminHttpServer(settings, admin_routes(self)))
             check_cluster_cookie(metadata, cluster_cookie(self.bookie_id, local))
             record_bookie_id(bookie.settings, self.bookie_id)
             bookie.add_state_listener(self._on_bookie_state)
@@ -186,8 +188,6 @@ class BookieNode:
                     self.metrics_registry, settings.prometheusStatsHttpAddress,
                     settings.prometheusStatsHttpPort))
             self._register()
-            if settings.httpServerEnabled:
-                self.http = opened.enter_context(AdminHttpServer(settings, admin_routes(self)))
             opened.pop_all()
         log.info("bookie %s serving at %s, registered in %s%s", self.bookie_id,
                  self.endpoint, metadata, " (read-only)" if self._registered_read_only else "")
