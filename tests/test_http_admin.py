@@ -7,7 +7,10 @@ bad input answered in JSON with a proper status, the bounds, and the page's cont
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -337,8 +340,9 @@ def test_under_replicated_ledgers_auditor_and_audit(admin, manager, ledgers, clu
             "clusterUnderReplicated"] is True
     finally:
         manager.enable()
-        wait_until(lambda: manager.get(closed) is None or manager.claimed() is not None,
-                   "the mark is taken up")
+        # A worker finds nothing of the ledger on that bookie and drops the mark.
+        wait_until(lambda: manager.get(closed) is None, "the mark is dropped",
+                   timeout_s=60)
     auditor = get_json(url + "/who_is_auditor")["Auditor"]
     assert auditor in {b.bookie_id for b in cluster[1].values()}
     assert get_json(url + "/trigger_audit", method="PUT", token=TOKEN) == {
@@ -566,6 +570,27 @@ def test_status_page_shows_the_cluster(admin, cluster, ledgers):
     listed = json.loads(answers["/api/v1/ledger/list?print_metadata=true&page=1"][2])
     assert {str(ledger) for ledger in ledgers} <= set(listed)
     assert json.loads(answers["/api/v1/bookie/cluster_info"][2])["auditorElected"]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js to run the page's "
+                                                            "script")
+def test_status_page_script_draws_the_cluster(admin, cluster, ledgers):
+    """The page's own script, run by Node.js against the bookie with a stand-in DOM,
+    fetches the endpoints and writes every bookie, the ledgers and the auditor."""
+    run = subprocess.run(["node", os.path.join(os.path.dirname(__file__),
+                                               "status_page_run.mjs"), admin.url],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    drawn = json.loads(run.stdout)
+    assert drawn["error"] == "" and drawn["self"] == admin.bookie_id
+    for bookie in cluster[1].values():
+        assert f"<td>{bookie.bookie_id}" in drawn["bookie-rows"]
+    assert drawn["bookie-rows"].count('class="ok">writable') == 3
+    auditor = get_json(admin.url + "/api/v1/autorecovery/who_is_auditor")["Auditor"]
+    assert f"<dt>auditor</dt><dd>{auditor}</dd>" in drawn["cluster-facts"]
+    for ledger in ledgers:
+        assert f"<tr><td>{ledger}</td>" in drawn["ledger-rows"]
+    assert "none" in drawn["underreplicated-rows"]
 
 
 # -- the route table (in process) ---------------------------------------------------------------
