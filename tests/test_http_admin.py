@@ -638,3 +638,25 @@ def test_bookie_with_bad_http_settings_fails_in_one_line(admin, address, tmp_pat
         assert result.returncode == status, result
         assert result.stderr.splitlines()[-1].startswith(reason), result.stderr
     assert get_json(admin.url + "/api/v1/bookie/cluster_info")["pybk"]["lost"] == lost
+
+
+def test_a_body_cut_short_is_refused_after_the_socket_timeout(tmp_path):
+    settings = ServerSettings(journalDirectory=str(tmp_path / "j"),
+                              ledgerDirectories=(str(tmp_path / "l"),), httpServerPort=0,
+                              httpServerSocketTimeoutMs=500)
+    routes = Routes()
+    routes.add("/echo", "POST", lambda r: {"bytes": len(r.body)})
+    with AdminHttpServer(settings, routes) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /echo HTTP/1.0\r\nContent-Length: 100\r\n\r\n{")
+            started = time.monotonic()
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+        assert time.monotonic() - started < 5
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.0 400 ")
+        assert "of its 100 bytes" in json.loads(body)["message"]
+        assert get_json(server.url + "/echo", method="POST", raw_body=b"12345") == {
+            "bytes": 5}

@@ -241,6 +241,9 @@ class AdminHttpServer:
         """The response to one request (never raises for the request's sake)."""
         parsed = urllib.parse.urlsplit(target)
         try:
+            # The body first (bounded): a connection closed with unread bytes is reset,
+            # and the client might lose the answer.
+            body = self._body(headers, read_body)
             methods = self.routes.find(parsed.path)
             if methods is None:
                 raise HttpError(404, f"no such endpoint: {parsed.path}")
@@ -253,7 +256,6 @@ class AdminHttpServer:
             if route.privileged:
                 self._check_token(headers.get("Authorization"))
             query = dict(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
-            body = self._body(headers, read_body)
             result = route.handler(Request(method, parsed.path, query, body))
             return result if isinstance(result, Response) else Response.json(result)
         except HttpError as e:
@@ -291,7 +293,14 @@ class AdminHttpServer:
         if length > self._max_body:
             raise HttpError(413, f"the body has {length} bytes; at most "
                                  f"{self._max_body} (httpServerMaxRequestBytes)")
-        return read_body(length) if length else b""
+        try:
+            body = read_body(length) if length else b""
+        except OSError:  # the socket's timeout: a client that stopped sending
+            body = b""
+        if len(body) < length:
+            raise HttpError(400, f"the body ended after {len(body)} of its {length} bytes "
+                                 "(or did not arrive within httpServerSocketTimeoutMs)")
+        return body
 
 
 class _HttpServer(http.server.HTTPServer):
@@ -339,7 +348,8 @@ class _RequestHandler(http.server.BaseHTTPRequestHandler):
 
 
 def _refuse_busy(connection: socket.socket) -> None:
-    """Answer 503 without reading the request (the accepting thread must not wait)."""
+    """Answer 503 after one short read of the request (the accepting thread must not
+    wait long; a connection closed with unread bytes is reset before the answer)."""
     body = _message("too many requests in progress (httpServerMaxConcurrentRequests): "
                     "try again shortly")
     head = (f"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
