@@ -71,6 +71,7 @@ def cluster(zookeeper, tmp_path_factory):
                                               f"httpServerAdminToken={TOKEN}")}
         for bookie in bookies.values():
             bookie.process.wait_serving()
+            assert f"; HTTP admin API at {bookie.url}" in bookie.process.output
         yield address, bookies
     finally:
         group.close()
