@@ -165,6 +165,9 @@ def test_bookie_info_state_and_config(admin):
         zkutil.SESSION_TIMEOUT_MS
     assert config["httpServerAdminToken"] == "******"  # never the token itself
     assert TOKEN not in json.dumps(config)
+    status, headers, body = call(admin.url + "/metrics")  # as on prometheusStatsHttpPort
+    assert status == 200 and headers["Content-Type"].startswith("text/plain"), headers
+    assert b"bookkeeper_server_ADD_ENTRY_REQUEST" in body and b"bookie_SERVER_STATUS" in body
 
 
 def test_request_counters_count_the_bookies_requests(admin, address, ledgers):

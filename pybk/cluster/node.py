@@ -93,7 +93,7 @@ import zmq
 from pybk.client.transport import InProcessBookieClient
 from pybk.cluster import curve
 from pybk.cluster.autorecovery import AutoRecovery
-from pybk.cluster.http_admin import AdminHttpServer
+from pybk.cluster.http_admin import AdminHttpServer, Request, Response
 from pybk.cluster.http_endpoints import admin_routes
 from pybk.cluster.server import BookieServer
 from pybk.errors import BookKeeperError, InvalidConfiguration
@@ -102,7 +102,7 @@ from pybk.cluster.cookies import cluster_cookie
 from pybk.meta.cookies import check_cluster_cookie
 from pybk.meta.interface import MetadataStore, SessionState
 from pybk.meta.zookeeper import ZooKeeperSettings
-from pybk.metrics import MetricsServer, bookie_registry
+from pybk.metrics import MetricsServer, bookie_registry, render
 from pybk.settings import ServerSettings, split_host_port
 from pybk.storage import Bookie
 from pybk.storage.cookie import directory_cookie, record_bookie_id, resolve_bookie_id
@@ -187,10 +187,17 @@ class BookieNode:
                 self.metrics_server = opened.enter_context(MetricsServer(
                     self.metrics_registry, settings.prometheusStatsHttpAddress,
                     settings.prometheusStatsHttpPort))
+            if self.http is not None:  # on the admin port too, as BookKeeper serves them
+                self.http.routes.add("/metrics", "GET", self._metrics_page)
             self._register()
             opened.pop_all()
         log.info("bookie %s serving at %s, registered in %s%s", self.bookie_id,
                  self.endpoint, metadata, " (read-only)" if self._registered_read_only else "")
+
+    def _metrics_page(self, _request: Request) -> Response:
+        """``GET /metrics`` of the admin server: :attr:`metrics_registry`'s page."""
+        body, content_type = render(self.metrics_registry)
+        return Response.text(body.decode(), content_type=content_type)
 
     def __enter__(self) -> "BookieNode":
         return self
