@@ -28,6 +28,13 @@ class NoSuchLedger(BookKeeperError):
     code = -7  # NoSuchLedgerExistsException
 
 
+class NoSuchBookie(BookKeeperError):
+    """An admin command named a bookie the cluster does not know: not registered, no
+    cookie, and no ledger names it."""
+
+    code = -1007  # pybk's own; raised on the caller's side, never sent over the wire
+
+
 class NoSuchEntry(BookKeeperError):
     """The ledger exists but does not hold the requested entry."""
 

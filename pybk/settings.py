@@ -301,6 +301,24 @@ class ServerSettings(_Settings):
     #: Address the Prometheus endpoint binds.  BookKeeper binds ``0.0.0.0``; pybk binds
     #: loopback unless told otherwise, so nothing is exposed unasked.
     prometheusStatsHttpAddress: str = "127.0.0.1"
+    #: Serve the HTTP admin API and the status page (:mod:`pybk.cluster.http_admin`) from
+    #: the bookie process.
+    httpServerEnabled: bool = False
+    #: Port of the HTTP admin server (0: any free one).
+    httpServerPort: int = 8080
+    #: Host the HTTP admin server binds.  BookKeeper binds every interface; pybk binds
+    #: loopback unless told otherwise (``0.0.0.0``), so nothing is exposed unasked.
+    httpServerHost: str = "127.0.0.1"
+    #: pybk's: the bearer token the admin API's changing endpoints (and ledger reads)
+    #: require, ``Authorization: Bearer <token>``.  Empty: they are refused (403).
+    httpServerAdminToken: str = ""
+    #: pybk's: the largest request body the admin server reads, in bytes (larger: 413).
+    httpServerMaxRequestBytes: int = 64 * 1024
+    #: pybk's: requests the admin server serves at once; more are refused (503).
+    httpServerMaxConcurrentRequests: int = 8
+    #: pybk's: ms the admin server waits on a client's socket (reading the request,
+    #: sending the answer) before it drops the connection.
+    httpServerSocketTimeoutMs: int = 10_000
 
     def __post_init__(self) -> None:
         if isinstance(self.ledgerDirectories, (list, str)):
@@ -445,7 +463,9 @@ def _validate(s: ServerSettings) -> None:
                 "journalBufferedWritesThreshold", "logSizeLimit", "flushInterval",
                 "writeCacheMaxSizeMb", "maxEntrySizeBytes", "gcWaitTime", "diskCheckInterval",
                 "maxAddsInProgressLimit", "maxReadsInProgressLimit", "zkTimeout",
-                "lockReleaseOfFailedLedgerGracePeriod", "rereplicationEntryBatchSize"):
+                "lockReleaseOfFailedLedgerGracePeriod", "rereplicationEntryBatchSize",
+                "httpServerMaxRequestBytes", "httpServerMaxConcurrentRequests",
+                "httpServerSocketTimeoutMs"):
         _require(getattr(s, key) > 0, key, getattr(s, key), "greater than 0")
     for key in ("journalMaxBackups", "minorCompactionInterval", "majorCompactionInterval",
                 "journalMaxGroupWaitMSec", "flushEntrylogBytes", "lostBookieRecoveryDelay",
@@ -481,6 +501,11 @@ def _validate(s: ServerSettings) -> None:
     _check_curve(s)
     _require(not s.zkEnableSecurity or bool(s.zkDigestAuthFile), "zkDigestAuthFile",
              s.zkDigestAuthFile, "a file holding user:password when zkEnableSecurity is on")
+    _require(0 <= s.httpServerPort < 65536, "httpServerPort", s.httpServerPort,
+             "from 0 (any free one) to 65535")
+    _require(bool(s.httpServerHost), "httpServerHost", s.httpServerHost,
+             "a host or address to bind")
+    _check_host(s.httpServerHost, "httpServerHost")
 
 
 def _check_curve(s: "ServerSettings | ClientSettings") -> None:

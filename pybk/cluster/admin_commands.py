@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Sequence
 
 from pybk.cluster.replicas import coverage
-from pybk.errors import BookKeeperError, InvalidConfiguration, NoSuchLedger
+from pybk.errors import BookKeeperError, InvalidConfiguration, NoSuchBookie, NoSuchLedger
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
@@ -276,7 +276,7 @@ def list_ledgers(with_metadata: bool, bookie: str | None
             if bookie is None or any(bookie in f.ensemble for f in metadata.fragments):
                 found.append(describe(metadata) if with_metadata else {"ledger": ledger_id})
         if bookie is not None and not found and bookie not in store.bookies():
-            raise BookKeeperError(f"bookie {bookie} is unknown: it is not registered and "
+            raise NoSuchBookie(f"bookie {bookie} is unknown: it is not registered and "
                                   "no ledger names it")
         return found
     return work

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from pybk.client.digest import DigestManager
 from pybk.client.reads import READ_BATCH_MAX_BYTES
-from pybk.errors import (BookieUnavailable, BookKeeperError, DigestMismatch, NoSuchEntry,
-                         NoSuchLedger, Timeout, Unauthorized)
+from pybk.errors import (BookieUnavailable, BookKeeperError, DigestMismatch, NoSuchBookie,
+                         NoSuchEntry, NoSuchLedger, Timeout, Unauthorized)
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata
 from pybk.settings import ServerSettings
@@ -185,7 +185,7 @@ def _check_in_ensembles(bk: "BookKeeper", metadata: LedgerMetadata, bookie: str)
     if bookie in bk.metadata.bookies():
         raise BookKeeperError(f"bookie {bookie} is not in any ensemble of ledger "
                               f"{metadata.ledger_id}: it holds none of its entries")
-    raise BookKeeperError(f"bookie {bookie} is unknown: it is not registered and ledger "
+    raise NoSuchBookie(f"bookie {bookie} is unknown: it is not registered and ledger "
                           f"{metadata.ledger_id} does not name it")
 
 

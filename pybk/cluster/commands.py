@@ -146,7 +146,8 @@ def run_bookie(settings: ServerSettings, format_new: bool = False,
             _say(f"pybk bookie: metrics at http://{settings.prometheusStatsHttpAddress}:"
                  f"{node.metrics_server.port}/metrics")
         _say(f"pybk bookie: {node.bookie_id} serving at {node.endpoint}, registered in "
-             f"{settings.metadataServiceUri}")
+             f"{settings.metadataServiceUri}"
+             + (f"; HTTP admin API at {node.http.url}" if node.http is not None else ""))
         _wait(signals.stop, node.wait)
         if signals.stop.is_set():
             _say(f"pybk bookie: {node.bookie_id} stopping (a second signal stops it at "

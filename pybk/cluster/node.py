@@ -65,10 +65,15 @@ Metrics
     :attr:`BookieNode.metrics_registry` holds the bookie's, its server's and
     autorecovery's metrics (:mod:`pybk.metrics`); with ``prometheusStatsHttpPort`` set
     they are served at ``http://<prometheusStatsHttpAddress>:<port>/metrics`` until the
-    node closes.
+    node closes, and at ``/metrics`` of the HTTP admin server when that runs.
 
-Threads: none of its own besides the server's, the bookie's, autorecovery's and the
-metrics endpoint's;
+HTTP admin API
+    With ``httpServerEnabled`` the node serves BookKeeper's admin endpoints and a status
+    page about itself and its cluster (:mod:`pybk.cluster.http_endpoints`), stopped
+    first on close.  :meth:`BookieNode.set_read_only_by_admin` is its ``state/readonly``.
+
+Threads: none of its own besides the server's, the bookie's, autorecovery's, the
+metrics endpoint's and the admin server's;
 registrations run on the thread that saw the change (the bookie's housekeeping thread for
 disks, the store's session thread after a reconnection), one at a time; a timer
 thread runs while the connection is down, and :meth:`BookieNode.close` unregisters on a
@@ -88,6 +93,8 @@ import zmq
 from pybk.client.transport import InProcessBookieClient
 from pybk.cluster import curve
 from pybk.cluster.autorecovery import AutoRecovery
+from pybk.cluster.http_admin import AdminHttpServer, Request, Response
+from pybk.cluster.http_endpoints import admin_routes
 from pybk.cluster.server import BookieServer
 from pybk.errors import BookKeeperError, InvalidConfiguration
 from pybk.meta.address import open_metadata_store
@@ -95,7 +102,7 @@ from pybk.cluster.cookies import cluster_cookie
 from pybk.meta.cookies import check_cluster_cookie
 from pybk.meta.interface import MetadataStore, SessionState
 from pybk.meta.zookeeper import ZooKeeperSettings
-from pybk.metrics import MetricsServer, bookie_registry
+from pybk.metrics import MetricsServer, bookie_registry, render
 from pybk.settings import ServerSettings, split_host_port
 from pybk.storage import Bookie
 from pybk.storage.cookie import directory_cookie, record_bookie_id, resolve_bookie_id
@@ -136,6 +143,9 @@ class BookieNode:
         self._grace: threading.Timer | None = None
         #: Why the node shut itself down (None: it did not, or not yet).
         self.shutdown_reason: str | None = None
+        self._admin_read_only = False  # set_read_only_by_admin
+        #: The HTTP admin server (None unless httpServerEnabled).
+        self.http: AdminHttpServer | None = None
         with contextlib.ExitStack() as opened:
             self.metadata, self._owned_store = _given_or_opened(
                 opened, metadata, lambda: _open_store(settings))
@@ -152,6 +162,8 @@ class BookieNode:
             local = directory_cookie(bookie.settings)
             #: The bookie's id in the cluster.
             self.bookie_id = resolve_bookie_id(settings, local.bookie_id, f"{host}:{port}")
+            if settings.httpServerEnabled:  # before the cluster records the bookie
+                self.http = opened.enter_context(AdminHttpServer(settings, admin_routes(self)))
             check_cluster_cookie(metadata, cluster_cookie(self.bookie_id, local))
             record_bookie_id(bookie.settings, self.bookie_id)
             bookie.add_state_listener(self._on_bookie_state)
@@ -175,10 +187,17 @@ class BookieNode:
                 self.metrics_server = opened.enter_context(MetricsServer(
                     self.metrics_registry, settings.prometheusStatsHttpAddress,
                     settings.prometheusStatsHttpPort))
+            if self.http is not None:  # on the admin port too, as BookKeeper serves them
+                self.http.routes.add("/metrics", "GET", self._metrics_page)
             self._register()
             opened.pop_all()
         log.info("bookie %s serving at %s, registered in %s%s", self.bookie_id,
                  self.endpoint, metadata, " (read-only)" if self._registered_read_only else "")
+
+    def _metrics_page(self, _request: Request) -> Response:
+        """``GET /metrics`` of the admin server: :attr:`metrics_registry`'s page."""
+        body, content_type = render(self.metrics_registry)
+        return Response.text(body.decode(), content_type=content_type)
 
     def __enter__(self) -> "BookieNode":
         return self
@@ -191,7 +210,7 @@ class BookieNode:
     def _register(self) -> None:
         """Register the bookie as its disks say, if that is not what is registered."""
         with self._lock:
-            read_only = self.bookie.disks_full
+            read_only = self.bookie.disks_full or self._admin_read_only
             if self._closing or read_only == self._registered_read_only:
                 return
             self.metadata.register_bookie(
@@ -216,6 +235,18 @@ class BookieNode:
         except BookKeeperError as e:  # the next change or reconnection tries again
             log.error("bookie %s: could not register again after a disk state change: %s",
                       self.bookie_id, e)
+
+    def set_read_only_by_admin(self, read_only: bool) -> None:
+        """An operator's switch (BookKeeper's ``state/readonly``): refuse adds and
+        register as read-only, or undo that (the disks and the session still decide
+        too)."""
+        with self._lock:
+            self._admin_read_only = read_only
+            if read_only:
+                self.bookie.set_read_only("set read-only by an operator")
+            elif not self._session_lost:
+                self.bookie.set_writable()
+        self._on_bookie_state()  # registers as the new state says
 
     # -- the session ------------------------------------------------------------------
 
@@ -246,7 +277,8 @@ class BookieNode:
                               self.bookie_id, e)
                 if self._session_lost:
                     self._session_lost = False
-                    self.bookie.set_writable()
+                    if not self._admin_read_only:
+                        self.bookie.set_writable()
                     log.warning("bookie %s registered again: taking adds again",
                                 self.bookie_id)
         if shut_down:
@@ -313,6 +345,8 @@ class BookieNode:
             if self._owned_bookie:
                 closing.callback(self.bookie.close)
             closing.callback(self.server.close)
+            if self.http is not None:  # before the server, bookie and store it uses
+                closing.callback(self.http.close)
             if registered:
                 closing.callback(self._unregister)
             if self.autorecovery is not None:  # first: it reads the store and the bookie

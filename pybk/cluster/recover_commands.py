@@ -43,19 +43,22 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pybk.cluster.admin_commands import Target, answer, client, fail, run
 from pybk.cluster.progress import Progress
 from pybk.cluster.replicas import bookie_holds_entries, holds, spans
 from pybk.cluster.rereplication import LedgerRepair, Outcome, writer_lost_bookies
-from pybk.errors import BookKeeperError, NoSuchLedger
+from pybk.errors import BookKeeperError, NoSuchBookie, NoSuchLedger
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.ledgers import LedgerManager
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.settings import ServerSettings
 from pybk.tables import table
+
+if TYPE_CHECKING:
+    from pybk.client import BookKeeper
 
 #: Seconds between two looks at the ledgers while ``decommission`` waits.
 POLL_S = 1.0
@@ -87,30 +90,13 @@ def run_recover(target_: Target, settings: ServerSettings, bookies: Sequence[str
     "error": str or null}, ...], "cookies_deleted": [bookie, ...]}``."""
     try:
         with client(target_) as bk:
-            ledgers = _ledgers_naming(bk.ledger_manager, bookies, ledger_id)
-            _check_known(bk.metadata, bookies, ledgers, ledger_id, live_ok=query)
-            if query:
-                result: Any = [{"ledger": m.ledger_id, "state": m.state.name,
-                                "bookies": _named(m, bookies)} for m in ledgers]
-                show = _show_query
-            else:
-                holding = [m for m in ledgers
-                           if any(bookie_holds_entries(m, b) for b in bookies)]
-                repair = LedgerRepair(bk, settings, threading.Event())
-                if dry_run:
-                    result = [_plan(repair, bk.metadata, m, bookies, skip_open)
-                              for m in holding]
-                    show = _show_plan
-                else:
-                    result = _recover(target_.command, repair, holding, bookies, skip_open)
-                    if delete_cookie and not any(r["outcome"] == "failed"
-                                                 for r in result["ledgers"]):
-                        result["cookies_deleted"] = _delete_cookies(
-                            bk.metadata, bk.ledger_manager, bookies)
-                    show = _show_recovered
+            result = recover(target_.command, bk, settings, bookies, query=query,
+                             dry_run=dry_run, skip_open=skip_open, ledger_id=ledger_id,
+                             delete_cookie=delete_cookie)
     except BookKeeperError as e:
         return fail(target_, e)
-    answer(target_, result, show)
+    answer(target_, result, _show_query if query else _show_plan if dry_run
+           else _show_recovered)
     if isinstance(result, dict):
         failed = [r for r in result["ledgers"] if r["outcome"] == "failed"]
         if failed:
@@ -119,6 +105,30 @@ def run_recover(target_: Target, settings: ServerSettings, bookies: Sequence[str
                 + "; ".join(f"ledger {r['ledger']}: {r['error']}" for r in failed)
                 + "): run it again" + ("; the cookies are kept" if delete_cookie else "")))
     return 0
+
+
+def recover(command: str, bk: "BookKeeper", settings: ServerSettings,
+            bookies: Sequence[str], *, query: bool = False, dry_run: bool = False,
+            skip_open: bool = False, ledger_id: int | None = None,
+            delete_cookie: bool = False) -> Any:
+    """What ``recover`` does with the ledger client ``bk`` (the HTTP admin API calls it
+    too): its JSON result (:func:`run_recover`); progress on standard error under
+    ``command``'s name.  BookKeeperError for a bookie that is registered (unless
+    ``query``) or unknown, or a ledger ``ledger_id`` that does not exist."""
+    ledgers = _ledgers_naming(bk.ledger_manager, bookies, ledger_id)
+    _check_known(bk.metadata, bookies, ledgers, ledger_id, live_ok=query)
+    if query:
+        return [{"ledger": m.ledger_id, "state": m.state.name,
+                 "bookies": _named(m, bookies)} for m in ledgers]
+    holding = [m for m in ledgers if any(bookie_holds_entries(m, b) for b in bookies)]
+    repair = LedgerRepair(bk, settings, threading.Event())
+    if dry_run:
+        return [_plan(repair, bk.metadata, m, bookies, skip_open) for m in holding]
+    result = _recover(command, repair, holding, bookies, skip_open)
+    if delete_cookie and not any(r["outcome"] == "failed" for r in result["ledgers"]):
+        result["cookies_deleted"] = _delete_cookies(bk.metadata, bk.ledger_manager,
+                                                    bookies)
+    return result
 
 
 def _ledgers_naming(ledgers: LedgerManager, bookies: Sequence[str],
@@ -163,7 +173,7 @@ def _check_known(store: MetadataStore, bookies: Sequence[str],
         if bookie not in named and store.read_cookie(bookie) is None:
             scope = "no ledger names it" if ledger_id is None else \
                 f"ledger {ledger_id} does not name it"
-            raise BookKeeperError(f"bookie {bookie} is unknown: it is not registered, has "
+            raise NoSuchBookie(f"bookie {bookie} is unknown: it is not registered, has "
                                   f"no cookie in the cluster, and {scope}")
 
 
@@ -297,8 +307,8 @@ def run_decommission(target_: Target, bookie: str, timeout_s: float) -> int:
     """``decommission BOOKIE`` (see the module docstring): 0, or 1 with one line on
     standard error.  JSON: ``{"bookie": id, "ledgers": [ids re-replicated meanwhile],
     "seconds": float, "cookie_removed": bool}``."""
-    return run(target_, lambda store: _decommission(target_.command, store, bookie,
-                                                    timeout_s), _show_decommissioned)
+    return run(target_, lambda store: decommission(target_.command, store, bookie,
+                                                   timeout_s), _show_decommissioned)
 
 
 def _show_decommissioned(r: dict) -> list[str]:
@@ -307,8 +317,10 @@ def _show_decommissioned(r: dict) -> list[str]:
             + ("its cookie is removed" if r["cookie_removed"] else "it had no cookie")]
 
 
-def _decommission(command: str, store: MetadataStore, bookie: str,
-                  timeout_s: float) -> dict:
+def decommission(command: str, store: MetadataStore, bookie: str,
+                 timeout_s: float) -> dict:
+    """What ``decommission`` does on ``store`` (the HTTP admin API calls it too): its
+    JSON result, after waiting at most ``timeout_s``; progress on standard error."""
     started = time.monotonic()
     if bookie in store.bookies():
         raise BookKeeperError(f"bookie {bookie} is still registered: stop it (for good) "
@@ -317,7 +329,7 @@ def _decommission(command: str, store: MetadataStore, bookie: str,
     ledgers = LedgerManager(store)
     waiting = _waiting_for(ledgers, manager, bookie)
     if not waiting and store.read_cookie(bookie) is None:
-        raise BookKeeperError(f"bookie {bookie} is unknown: it is not registered, has no "
+        raise NoSuchBookie(f"bookie {bookie} is unknown: it is not registered, has no "
                               "cookie in the cluster, and no ledger names it")
     _check_autorecovery(manager)
     if manager.auditor() is None:

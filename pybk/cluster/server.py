@@ -132,6 +132,10 @@ class BookieServer:
             Op.WRITE_LAC: self._write_lac, Op.LONG_POLL: self._long_poll,
             Op.INFO: self._info, Op.DELETE: self._delete, Op.READ_BATCH: self._read_batch,
         }
+        # Requests decoded, by operation, since the start: written by the server thread
+        # only; every key is there from the start, so a copy on another thread never sees
+        # the dict change size (docs/THREADS.md, fields that rely on the GIL).
+        self._served: dict[Op, int] = dict.fromkeys(Op, 0)
         # Owned by the server thread:
         self._adds_in_progress = 0
         self._reads_in_progress = 0
@@ -145,6 +149,11 @@ class BookieServer:
                                         daemon=True)
         self._thread.start()
         log.info("bookie server listening on %s", self.address)
+
+    def requests_served(self) -> dict[str, int]:
+        """Requests decoded since the server started, by operation (``add``, ``read``,
+        ...): a rate is the difference of two readings over their interval."""
+        return {op.name.lower(): count for op, count in self._served.copy().items()}
 
     def __enter__(self) -> "BookieServer":
         return self
@@ -251,6 +260,7 @@ class BookieServer:
             if request_id is not None:
                 self._send(identity, wire.error_reply(wire.UNKNOWN_OP, request_id, e))
             return
+        self._served[request.op] += 1
         started = time.monotonic()
         answered = self._answer(identity, request,
                                 partial(self._handlers[request.op], identity, request))

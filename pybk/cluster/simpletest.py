@@ -14,10 +14,14 @@ import hashlib
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping
 
 from pybk.cluster.connect import connect
 from pybk.errors import BookKeeperError
 from pybk.settings import ClientSettings
+
+if TYPE_CHECKING:
+    from pybk.storage import Bookie
 
 #: Most adds in flight at once.
 PIPELINE = 256
@@ -51,9 +55,12 @@ def payload(entry_id: int, size: int) -> bytes:
 
 def simple_test(address: str, ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
                 entries: int = 1000, entry_bytes: int = 1024,
-                settings: ClientSettings | None = None) -> SimpleTestReport:
-    """Run the test against the cluster at ``address`` (see the module docstring)."""
-    with connect(address, settings) as bk:
+                settings: ClientSettings | None = None,
+                local_bookies: Mapping[str, Bookie] | None = None) -> SimpleTestReport:
+    """Run the test against the cluster at ``address`` (see the module docstring).
+    ``local_bookies``: bookies of this process, called directly and placed first in the
+    ledger's ensemble (a bookie's own sanity test)."""
+    with connect(address, settings, local_bookies=local_bookies) as bk:
         lh = bk.create_ledger(ensemble, write_quorum, ack_quorum, password=PASSWORD)
         started = time.monotonic()
         in_flight: deque = deque()

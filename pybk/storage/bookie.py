@@ -55,7 +55,7 @@ from pybk.storage.diskcheck import (DiskMonitor, UsageFunction, free_and_total_b
                                     used_fraction)
 from pybk.storage.entries import ENTRY_HEADER, ENTRY_HEADER_SIZE, LAST_ENTRY
 from pybk.storage.entrylog import EntryLogger, Location
-from pybk.storage.gc import GarbageCollector, GcStats
+from pybk.storage.gc import GarbageCollector, GcStats, GcStatus
 from pybk.storage.index import Index, StoredLedgerState
 from pybk.storage.lastmark import read_mark
 from pybk.storage.writecache import WriteCache
@@ -125,6 +125,9 @@ class Bookie:
         self._stop = threading.Event()
         self._gc_wanted = threading.Event()  # deletions became durable; also: at start
         self._gc_wanted.set()
+        self._force_gc = False  # request_gc(): a major compaction at the next wake-up
+        #: The housekeeping thread's compactions, as they run (read without a lock).
+        self.gc_status = GcStatus()
         self._disks = DiskMonitor([settings.journalDirectory, *self._ledger_dirs],
                                   settings.diskUsageThreshold, settings.diskUsageLwmThreshold,
                                   disk_usage)
@@ -818,6 +821,17 @@ class Bookie:
         stats.bytes_reclaimed += compacted.bytes_reclaimed
         return stats
 
+    def request_gc(self) -> None:
+        """Have the housekeeping thread collect garbage and run a major compaction now,
+        whatever the intervals say (BookKeeper's forced GC); returns at once."""
+        self._force_gc = True
+        self._gc_wanted.set()
+
+    @property
+    def is_in_force_gc(self) -> bool:
+        """Whether a requested GC is waiting or running."""
+        return self._force_gc or self.gc_status.forced
+
     def check_disks(self) -> None:
         """Measure disk usage now and go read-only / writable as the thresholds say."""
         self._disks.measure()
@@ -868,16 +882,27 @@ class Bookie:
 
     def _scheduled_gc(self, now: float) -> None:
         s = self.settings
-        if s.majorCompactionInterval and now - self._last_major >= s.majorCompactionInterval:
+        forced, self._force_gc = self._force_gc, False
+        if forced or (s.majorCompactionInterval
+                      and now - self._last_major >= s.majorCompactionInterval):
             self._last_major = self._last_minor = now
-            self.compact(s.majorCompactionThreshold)
+            self._compact_now(True, forced)
             self.stats.major_compactions += 1
         elif s.minorCompactionInterval and now - self._last_minor >= s.minorCompactionInterval:
             self._last_minor = now
-            self.compact(s.minorCompactionThreshold)
+            self._compact_now(False, False)
             self.stats.minor_compactions += 1
         else:
             self.collect_garbage()
+
+    def _compact_now(self, major: bool, forced: bool) -> None:
+        status = self.gc_status
+        status.compacting, status.forced = "major" if major else "minor", forced
+        try:
+            self.compact(self.settings.majorCompactionThreshold if major
+                         else self.settings.minorCompactionThreshold)
+        finally:
+            status.finished(major)
 
     # -- shutdown ----------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
 from pybk.errors import CorruptData
@@ -73,6 +74,30 @@ class GcStats:
     logs_compacted: list[int] = field(default_factory=list)
     entries_moved: int = 0
     bytes_reclaimed: int = 0
+
+
+@dataclass
+class GcStatus:
+    """What a bookie's housekeeping thread reports of its compactions (BookKeeper's
+    ``GarbageCollectionStatus``): written by that thread, read by others as they are."""
+
+    #: Which compaction runs now: ``"major"``, ``"minor"`` or None.
+    compacting: str | None = None
+    #: Whether the one running was asked for (:meth:`pybk.storage.Bookie.request_gc`).
+    forced: bool = False
+    #: Wall-clock ms of the last major and minor compactions' ends (0: none yet).
+    last_major_ms: int = 0
+    last_minor_ms: int = 0
+    major_count: int = 0
+    minor_count: int = 0
+
+    def finished(self, major: bool) -> None:
+        now_ms = int(time.time() * 1000)
+        if major:
+            self.last_major_ms, self.major_count = now_ms, self.major_count + 1
+        else:
+            self.last_minor_ms, self.minor_count = now_ms, self.minor_count + 1
+        self.compacting, self.forced = None, False
 
 
 class GarbageCollector:
