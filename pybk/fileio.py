@@ -42,7 +42,7 @@ class FileIO:
         """Write ``buffers`` at the file position, in order, completely; return the byte count."""
         total = 0
         for start in range(0, len(buffers), _IOV_MAX):
-            chunk = list(buffers[start:start + _IOV_MAX])
+            chunk: list[bytes | memoryview] = list(buffers[start:start + _IOV_MAX])
             remaining = sum(map(len, chunk))
             total += remaining
             while remaining:
@@ -52,7 +52,7 @@ class FileIO:
                     chunk = _skip(chunk, written)
         return total
 
-    def pwrite_all(self, fd: int, data: bytes, offset: int) -> None:
+    def pwrite_all(self, fd: int, data: bytes | memoryview, offset: int) -> None:
         """Write ``data`` at ``offset`` completely."""
         view = memoryview(data)
         while view:
@@ -78,7 +78,7 @@ class FileIO:
         os.fsync(fd)
 
 
-def _skip(buffers: list[bytes], count: int) -> list[bytes]:
+def _skip(buffers: list[bytes | memoryview], count: int) -> list[bytes | memoryview]:
     """The buffers that remain after the first ``count`` bytes were written."""
     while count:
         head = buffers[0]

@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 
 Callback = Callable[[BaseException | None], None]
 BatchCallback = Callable[[list[BaseException | None]], None]
+# The adds of a run that passed: (positions, entry ids, entries, record headers, highest LAC).
+_CheckedRun = tuple[Sequence[int], Sequence[int], Sequence[bytes], list[bytes], int]
 #: Adds of one ledger: ``(ledger id, entry ids, entries, master key, recovery)``.
 AddRun = tuple[int, Sequence[int], Sequence[bytes], bytes, bool]
 LacWatcher = Callable[[], None]
@@ -148,8 +150,9 @@ class Bookie:
         except BaseException:
             os.close(self._dir_lock)
             raise
-        self._entry_logs: EntryLogger | None = None
-        self._journal: jr.Journal | None = None
+        # Set in order below; if a step fails, _release_resources closes those already set.
+        self._entry_logs: EntryLogger
+        self._journal: jr.Journal
         try:
             self._entry_logs = EntryLogger(self._ledger_dirs, settings.logSizeLimit,
                                            self._choose_ledger_dir, io,
@@ -326,7 +329,7 @@ class Bookie:
         Errors found before queueing (wrong key, fenced, read-only, too large...) are
         raised at once.  ``recovery`` adds are accepted by a fenced ledger.
         """
-        future = None
+        future: Future[None] | None = None
         if callback is None:
             future = Future()
             callback = _future_setter(future)
@@ -398,10 +401,10 @@ class Bookie:
                 buffers += itertools.chain.from_iterable(zip(record_headers, entries))
                 queued += positions
             if queued:
-                def done(result: object) -> None:
+                def done(result: BaseException | None) -> None:
                     if result is not None:
                         for i in queued:
-                            errors[i] = result  # type: ignore[assignment]
+                            errors[i] = result
                     callback(errors)
                 try:
                     self._journal.submit_many_locked(buffers, sum(map(len, buffers)), done)
@@ -416,7 +419,7 @@ class Bookie:
 
     def _check_run(self, ledger_id: int, entry_ids: Sequence[int], entries: Sequence[bytes],
                    first: int, errors: list[BaseException | None]
-                   ) -> tuple[Sequence[int], Sequence[int], Sequence[bytes], list[bytes], int] | None:
+                   ) -> _CheckedRun | None:
         """The checks of a run's adds that need no lock: ``(positions, entry ids, entries,
         journal record headers, highest LAC)`` of the adds that pass, None if none does.
         The errors of those that fail go to ``errors`` (the run's first add is at
@@ -440,7 +443,7 @@ class Bookie:
         return positions, kept_ids, kept, _record_headers(kept), max(lacs)
 
     def _add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-             recovery: bool, callback: Callable[[object], None], wake: bool) -> None:
+             recovery: bool, callback: jr.RecordCallback, wake: bool) -> None:
         """Check an add, apply back-pressure, then cache and journal it under the lock."""
         if self._read_only or self._closed or self._journal.failure is not None:
             self._check_writable()
@@ -937,9 +940,10 @@ class Bookie:
         """Close the journal, the entry logs and the index, whatever state they are in."""
         with self._cache_space:
             self._cache_space.notify_all()
-        if self._journal is not None:
-            self._journal.close()
-        if self._entry_logs is not None:
+        journal: jr.Journal | None = getattr(self, "_journal", None)
+        if journal is not None:
+            journal.close()
+        if hasattr(self, "_entry_logs"):
             with self._entrylog_lock:
                 try:
                     self._entry_logs.close()
@@ -949,7 +953,7 @@ class Bookie:
         os.close(self._dir_lock)
 
     def _refuse_on_journal_thread(self, what: str) -> None:
-        if self._journal is not None and self._journal.is_committer_thread():
+        if self._journal.is_committer_thread():
             raise BookKeeperError(f"{what} from a completion callback would wait for the "
                                   "thread it runs on; call it from another thread")
 

@@ -61,6 +61,7 @@ from typing import Iterator
 
 from pybk.errors import BookKeeperError, InvalidCookie
 from pybk.fileio import lock_file, write_file_atomically
+from pybk.settings import ServerSettings
 
 COOKIE_FILE = "COOKIE"
 CURRENT = "current"
@@ -99,7 +100,7 @@ class BookieCookie:
                 f"{list(self.ledger_directories or ())}")
 
 
-def _directories(settings) -> list[tuple[str, tuple[str, ...]]]:
+def _directories(settings: ServerSettings) -> list[tuple[str, tuple[str, ...]]]:
     """``(directory as the settings name it, its roles)`` for each distinct directory,
     journal first (a directory named twice, e.g. the journal's also a ledger directory,
     holds one cookie with both roles)."""
@@ -111,7 +112,7 @@ def _directories(settings) -> list[tuple[str, tuple[str, ...]]]:
     return [(directory, tuple(found)) for directory, found in roles.values()]
 
 
-def _bound_to(settings, instance_id: str, bookie_id: str | None) -> BookieCookie:
+def _bound_to(settings: ServerSettings, instance_id: str, bookie_id: str | None) -> BookieCookie:
     return BookieCookie(instance_id, bookie_id, len(settings.ledgerDirectories),
                         os.path.abspath(settings.journalDirectory),
                         tuple(os.path.abspath(d) for d in settings.ledgerDirectories))
@@ -188,20 +189,20 @@ def _write(directory: str, cookie: BookieCookie, roles: tuple[str, ...]) -> None
     write_file_atomically(_cookie_path(directory), data)
 
 
-def write_cookies(settings, cookie: BookieCookie) -> None:
+def write_cookies(settings: ServerSettings, cookie: BookieCookie) -> None:
     """Write ``cookie`` into every directory of ``settings``, each with its roles.  The
     caller holds the directories (:func:`locked_directories`, or an open Bookie)."""
     for directory, roles in _directories(settings):
         _write(directory, cookie, roles)
 
 
-def is_formatted(settings) -> bool:
+def is_formatted(settings: ServerSettings) -> bool:
     """Whether any of the bookie's directories holds a cookie."""
     return any(read_cookie(d) is not None for d, _ in _directories(settings)
                if os.path.isdir(d))
 
 
-def format_directories(settings, force: bool = False, bind_paths: bool = True) -> str:
+def format_directories(settings: ServerSettings, force: bool = False, bind_paths: bool = True) -> str:
     """Initialise a new bookie: create the directories and write a fresh cookie in each,
     bound to their paths unless ``bind_paths`` is false (module docstring).
 
@@ -229,7 +230,7 @@ def format_directories(settings, force: bool = False, bind_paths: bool = True) -
 _Found = list[tuple[str, tuple[str, ...], BookieCookie]]
 
 
-def _read_all(settings) -> _Found:
+def _read_all(settings: ServerSettings) -> _Found:
     """Every directory, its roles and its cookie, once checked that they are one
     bookie's directories as the settings name them: each exists and has a cookie of
     the journal directory's instance, with the roles and ledger directory count the
@@ -283,7 +284,7 @@ def _describe(roles: tuple[str, ...]) -> str:
                         f"ledger directory {role.partition('/')[2]}" for role in roles)
 
 
-def _at_settings(settings, found: _Found) -> BookieCookie:
+def _at_settings(settings: ServerSettings, found: _Found) -> BookieCookie:
     """The cookie that ``found`` (checked by :func:`_read_all`) should all hold where
     the settings name them: the journal directory's, bound to the settings' paths if
     it was bound, with the bookie id recorded in any of them."""
@@ -294,7 +295,7 @@ def _at_settings(settings, found: _Found) -> BookieCookie:
     return _bound_to(settings, reference.instance_id, bookie_id)
 
 
-def _verified(settings) -> tuple[BookieCookie, _Found]:
+def _verified(settings: ServerSettings) -> tuple[BookieCookie, _Found]:
     found = _read_all(settings)
     wanted = _at_settings(settings, found)
     for directory, _, cookie in found:
@@ -312,18 +313,18 @@ def _verified(settings) -> tuple[BookieCookie, _Found]:
     return wanted, found
 
 
-def directory_cookie(settings) -> BookieCookie:
+def directory_cookie(settings: ServerSettings) -> BookieCookie:
     """Check every directory's cookie (module docstring); return what they say, with
     the bookie id recorded in any of them, or raise InvalidCookie."""
     return _verified(settings)[0]
 
 
-def verify_cookies(settings) -> str:
+def verify_cookies(settings: ServerSettings) -> str:
     """Check every directory's cookie; return the instance id or raise InvalidCookie."""
     return directory_cookie(settings).instance_id
 
 
-def resolve_bookie_id(settings, recorded: str | None, default: str | None = None
+def resolve_bookie_id(settings: ServerSettings, recorded: str | None, default: str | None = None
                       ) -> str | None:
     """The id a bookie serves under: ``recorded`` in its cookies, else ``bookieId``,
     else ``default``.  InvalidCookie, naming the recorded id and what to do, if
@@ -342,7 +343,7 @@ def resolve_bookie_id(settings, recorded: str | None, default: str | None = None
     return recorded
 
 
-def record_bookie_id(settings, bookie_id: str) -> BookieCookie:
+def record_bookie_id(settings: ServerSettings, bookie_id: str) -> BookieCookie:
     """Record ``bookie_id`` in the cookies of every directory that has none (the bookie's
     first start in a cluster); InvalidCookie if they record another.  The caller holds
     the directories (an open Bookie)."""
@@ -357,7 +358,7 @@ def record_bookie_id(settings, bookie_id: str) -> BookieCookie:
     return recorded
 
 
-def rebind_directories(settings) -> BookieCookie:
+def rebind_directories(settings: ServerSettings) -> BookieCookie:
     """The cookie the directories of ``settings`` must hold once moved there on purpose
     (BookKeeper's ``updatecookie``): bound to the settings' paths (left unbound if they
     were), with the same instance id and bookie id.
@@ -369,7 +370,7 @@ def rebind_directories(settings) -> BookieCookie:
 
 
 @contextlib.contextmanager
-def locked_directories(settings, shared: bool = False) -> Iterator[None]:
+def locked_directories(settings: ServerSettings, shared: bool = False) -> Iterator[None]:
     """Hold the bookie's directory lock (the one a running Bookie holds) for the block;
     BookKeeperError at once if a bookie is using the directories.  ``shared``: only to
     read them (several readers may hold it at once; no bookie starts meanwhile)."""

@@ -69,7 +69,7 @@ def encode_ledger_state(state: StoredLedgerState) -> bytes:
     return LEDGER_STATE.pack(flags, state.lac, explicit) + state.master_key
 
 
-def decode_ledger_state(value: bytes) -> StoredLedgerState:
+def decode_ledger_state(value: bytes | memoryview) -> StoredLedgerState:
     flags, lac, explicit = LEDGER_STATE.unpack_from(value)
     return StoredLedgerState(
         master_key=bytes(value[LEDGER_STATE.size:]),

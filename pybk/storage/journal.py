@@ -34,18 +34,27 @@ import logging
 import os
 import threading
 import time
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 from pybk.errors import BookieClosed, BookKeeperError, DiskFull
 from pybk.fileio import DEFAULT_IO, FileIO, fsync_directory
+from pybk.settings import ServerSettings
 from pybk.stats import JournalStats
 from pybk.storage.journal_codec import (HEADER_SIZE, LogMark, file_header,
                                         journal_file_name, list_journal_ids)
 
 log = logging.getLogger(__name__)
 
+#: A record's completion: ``callback(None)`` once durable, ``callback(error)`` on failure.
+RecordCallback = Callable[[BaseException | None], None]
+#: A marker's completion: ``callback(LogMark)``, or ``callback(error)`` on failure.
+MarkCallback = Callable[[LogMark | BaseException], None]
+# A taken queue: (record buffers, record callbacks, (bytes before, marker callback), bytes).
+_Group = tuple[list[bytes], list[RecordCallback], list[tuple[int, MarkCallback]], int]
+_Result = TypeVar("_Result")
 
-def _complete_all(callbacks, result: object) -> None:
+
+def _complete_all(callbacks: Iterable[Callable[[_Result], None]], result: _Result) -> None:
     """Call each completion callback; one that raises is logged and does not stop the rest
     (nor the journal thread)."""
     for callback in callbacks:
@@ -100,7 +109,7 @@ class Journal:
     that producers release only when it sleeps.
     """
 
-    def __init__(self, directory: str, settings, io: FileIO = DEFAULT_IO,
+    def __init__(self, directory: str, settings: ServerSettings, io: FileIO = DEFAULT_IO,
                  first_journal_id: int = 1,
                  queue_lock: threading.Lock | None = None) -> None:
         self._dir = directory
@@ -115,8 +124,8 @@ class Journal:
         # submits with the *_locked methods: one lock per record instead of two.
         self._queue_lock = queue_lock or threading.Lock()
         self._buffers: list[bytes] = []  # header, payload, header, payload, ...
-        self._callbacks: list[Callable[[object], None]] = []  # one per record
-        self._markers: list[tuple[int, Callable[[object], None]]] = []  # (bytes before, cb)
+        self._callbacks: list[RecordCallback] = []  # one per record
+        self._markers: list[tuple[int, MarkCallback]] = []  # (bytes before, callback)
         self._queued_bytes = 0
         self._first_queued_at = 0.0  # monotonic time the queue's first record came
         self._group_queued_at = 0.0  # the same, for the group being committed
@@ -142,7 +151,7 @@ class Journal:
 
     # -- producers ---------------------------------------------------------------
 
-    def submit(self, header: bytes, payload: bytes, callback: Callable[[object], None],
+    def submit(self, header: bytes, payload: bytes, callback: RecordCallback,
                wake: bool = True) -> None:
         """Queue a record; ``callback(None)`` once durable, ``callback(exc)`` on failure.
 
@@ -153,13 +162,13 @@ class Journal:
             self.submit_locked(header, payload, callback, wake)
 
     def submit_locked(self, header: bytes, payload: bytes,
-                      callback: Callable[[object], None], wake: bool = True) -> None:
+                      callback: RecordCallback, wake: bool = True) -> None:
         """:meth:`submit`, for a caller that holds the shared ``queue_lock``."""
         self.submit_many_locked((header, payload), len(header) + len(payload), callback,
                                 wake)
 
     def submit_many_locked(self, buffers: Sequence[bytes], nbytes: int,
-                           callback: Callable[[object], None], wake: bool = True) -> None:
+                           callback: RecordCallback, wake: bool = True) -> None:
         """Queue several records (``buffers``: header, payload, header, payload, ... of
         ``nbytes`` in all) with one callback, called once all of them are durable; they
         count as one against ``journalQueueSize``.  Caller holds ``queue_lock``."""
@@ -222,12 +231,12 @@ class Journal:
         if result is not None:
             raise result  # type: ignore[misc]
 
-    def mark(self, callback: Callable[[object], None]) -> None:
+    def mark(self, callback: MarkCallback) -> None:
         """Call ``callback(LogMark)`` with the position after every record queued so far."""
         with self._queue_lock:
             self.mark_locked(callback)
 
-    def mark_locked(self, callback: Callable[[object], None]) -> None:
+    def mark_locked(self, callback: MarkCallback) -> None:
         """:meth:`mark`, for a caller that holds the shared ``queue_lock``."""
         if self._failure is not None or self._closed:
             raise self._failure or BookieClosed("the journal is closed")
@@ -306,7 +315,7 @@ class Journal:
                 finally:
                     self._committer = None
 
-    def _take_group(self) -> tuple[list[bytes], list, list, int]:
+    def _take_group(self) -> _Group:
         """Take everything queued: ``(buffers, record callbacks, markers, bytes)``.
 
         With ``journalFlushWhenQueueEmpty`` false, first wait for more records until
@@ -325,7 +334,7 @@ class Journal:
                 self._sleeping = False
         return self._swap_queue()
 
-    def _swap_queue(self) -> tuple[list[bytes], list, list, int]:
+    def _swap_queue(self) -> _Group:
         with self._queue_lock:
             group = self._buffers, self._callbacks, self._markers, self._queued_bytes
             self._group_queued_at = self._first_queued_at

@@ -14,6 +14,7 @@ them one by one.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Set
 from typing import Iterator, Sequence
 
 
@@ -81,7 +82,7 @@ class WriteCache:
             for entry_id, header, entry in zip(entry_ids, buffers[0::2], buffers[1::2]):
                 self.put(ledger_id, entry_id, header, entry)
 
-    def runs(self, skip_ledgers: set[int] = frozenset()) -> Iterator[tuple[int, list[int],
+    def runs(self, skip_ledgers: Set[int] = frozenset()) -> Iterator[tuple[int, list[int],
                                                                            list[bytes]]]:
         """``(ledger id, entry ids, record buffers)`` of each ledger, by ledger id.
 

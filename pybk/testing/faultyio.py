@@ -67,7 +67,7 @@ class FaultyFileIO(FileIO):
         self._before_write(fd, os.lseek(fd, 0, os.SEEK_CUR), sum(len(b) for b in buffers))
         return super().write_all(fd, buffers)
 
-    def pwrite_all(self, fd: int, data: bytes, offset: int) -> None:
+    def pwrite_all(self, fd: int, data: bytes | memoryview, offset: int) -> None:
         self._before_write(fd, offset, len(data))
         super().pwrite_all(fd, data, offset)
 
