@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from pybk.errors import InvalidConfiguration, MetadataError
 from pybk.meta import paths
@@ -49,7 +49,7 @@ class ZooKeeperAddress:
         return f"{SCHEME}{self.connect_string}{self.root}"
 
 
-def is_zookeeper_address(address: object) -> bool:
+def is_zookeeper_address(address: object) -> TypeGuard[str]:
     return isinstance(address, str) and address.startswith(SCHEME)
 
 

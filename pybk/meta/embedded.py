@@ -133,7 +133,7 @@ class EmbeddedMetadataStore(MetadataStore):
         except BlockingIOError:
             raise DirectoryLocked(f"{lock_path} is locked: another metadata store (in this or "
                                   "another process) has this directory open") from None
-        self._env: lmdb.Environment | None = None
+        self._env: lmdb.Environment  # set first below, then closed if a later step fails
         try:
             self._env = lmdb.open(self.directory, map_size=_MAP_SIZE_BYTES, max_dbs=3,
                                   max_readers=_MAX_READERS, readahead=False)
@@ -145,7 +145,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 dead = self._delete_ephemerals(txn)
             fsync_directory(self.directory)  # the LMDB files' names, made at first open
         except BaseException as e:
-            if self._env is not None:
+            if hasattr(self, "_env"):
                 self._env.close()
             os.close(self._lock_fd)
             if isinstance(e, lmdb.Error):
@@ -161,7 +161,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._closed = False
         self._notifier = Notifier(f"pybk-meta-watch {os.path.basename(self.directory)}")
 
-    def _check_format(self, txn: lmdb.Transaction) -> None:
+    def _check_format(self, txn: lmdb.Transaction[bytes]) -> None:
         stored = txn.get(_FORMAT_KEY, db=self._meta)
         if stored is None:
             if txn.stat(self._records)["entries"]:
@@ -172,7 +172,7 @@ class EmbeddedMetadataStore(MetadataStore):
             raise MetadataError(f"{self.directory} holds metadata in format {stored.hex()}; "
                                 f"this pybk reads format {FORMAT} only")
 
-    def _delete_ephemerals(self, txn: lmdb.Transaction) -> list[str]:
+    def _delete_ephemerals(self, txn: lmdb.Transaction[bytes]) -> list[str]:
         """Delete every ephemeral record; return their paths."""
         keys = list(txn.cursor(db=self._ephemerals).iternext(values=False))
         for key in keys:
@@ -199,11 +199,11 @@ class EmbeddedMetadataStore(MetadataStore):
                 if not self._users:
                     self._state.notify_all()
 
-    def _read(self, op: Callable[[lmdb.Transaction], T]) -> T:
+    def _read(self, op: Callable[[lmdb.Transaction[bytes]], T]) -> T:
         with self._using() as env, env.begin() as txn:
             return op(txn)
 
-    def _write(self, op: Callable[[lmdb.Transaction], tuple[T, list[str]]]) -> T:
+    def _write(self, op: Callable[[lmdb.Transaction[bytes]], tuple[T, list[str]]]) -> T:
         """Run ``op`` in one durable write transaction; ``op`` returns (result, changed
         paths).  An exception from ``op`` aborts the transaction: nothing changes."""
         with self._using() as env, self._write_lock:
@@ -212,7 +212,7 @@ class EmbeddedMetadataStore(MetadataStore):
             self._notifier.publish(dict.fromkeys(changed))
         return result
 
-    def _record(self, txn: lmdb.Transaction, path: str) -> tuple[int, int, bytes]:
+    def _record(self, txn: lmdb.Transaction[bytes], path: str) -> tuple[int, int, bytes]:
         """``(version, flags, data)`` of the record at ``path``; raises NoNode."""
         value = txn.get(_key(path), db=self._records)
         if value is None:
@@ -237,7 +237,7 @@ class EmbeddedMetadataStore(MetadataStore):
         parent, name_prefix = sequential_prefix(prefix)
         data = check_data(data)
 
-        def op(txn: lmdb.Transaction) -> tuple[str, list[str]]:
+        def op(txn: lmdb.Transaction[bytes]) -> tuple[str, list[str]]:
             key = _SEQUENCE_KEY_PREFIX + parent.encode()
             stored = txn.get(key, db=self._meta)
             number = _U64.unpack(stored)[0] if stored is not None else 0
@@ -249,7 +249,7 @@ class EmbeddedMetadataStore(MetadataStore):
 
         return self._write(op)
 
-    def _create(self, txn: lmdb.Transaction, path: str, data: bytes,
+    def _create(self, txn: lmdb.Transaction[bytes], path: str, data: bytes,
                 ephemeral: bool) -> list[str]:
         """Create the record and its missing ancestors in ``txn``; the changed paths."""
         key = _key(path)
@@ -274,7 +274,7 @@ class EmbeddedMetadataStore(MetadataStore):
     def get(self, path: str) -> tuple[bytes, int]:
         paths.check_path(path)
 
-        def op(txn: lmdb.Transaction) -> tuple[bytes, int]:
+        def op(txn: lmdb.Transaction[bytes]) -> tuple[bytes, int]:
             version, _flags, data = self._record(txn, path)
             return data, version
 
@@ -285,7 +285,7 @@ class EmbeddedMetadataStore(MetadataStore):
         data = check_data(data)
         check_version(expected_version)
 
-        def op(txn: lmdb.Transaction) -> tuple[int, list[str]]:
+        def op(txn: lmdb.Transaction[bytes]) -> tuple[int, list[str]]:
             version, flags, _old = self._record(txn, path)
             self._check_expected(path, version, expected_version)
             txn.put(_key(path), _RECORD.pack(version + 1, flags) + data, db=self._records)
@@ -297,7 +297,7 @@ class EmbeddedMetadataStore(MetadataStore):
         paths.check_path(path)
         check_version(expected_version)
 
-        def op(txn: lmdb.Transaction) -> tuple[None, list[str]]:
+        def op(txn: lmdb.Transaction[bytes]) -> tuple[None, list[str]]:
             version, _flags, _data = self._record(txn, path)
             self._check_expected(path, version, expected_version)
             prefix = _children_prefix(path)
@@ -314,7 +314,7 @@ class EmbeddedMetadataStore(MetadataStore):
     def children(self, path: str) -> list[str]:
         paths.check_path(path, root_ok=True)
 
-        def op(txn: lmdb.Transaction) -> list[str]:
+        def op(txn: lmdb.Transaction[bytes]) -> list[str]:
             if path != paths.ROOT:
                 self._record(txn, path)
             prefix = _children_prefix(path)
@@ -344,7 +344,7 @@ class EmbeddedMetadataStore(MetadataStore):
     # -- ledger ids ------------------------------------------------------------------------
 
     def next_ledger_id(self) -> int:
-        def op(txn: lmdb.Transaction) -> tuple[int, list[str]]:
+        def op(txn: lmdb.Transaction[bytes]) -> tuple[int, list[str]]:
             stored = txn.get(_NEXT_LEDGER_ID_KEY, db=self._meta)
             ledger_id = _U64.unpack(stored)[0] if stored is not None else first_ledger_id()
             txn.put(_NEXT_LEDGER_ID_KEY, _U64.pack(ledger_id + 1), db=self._meta)

@@ -71,7 +71,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from enum import Enum
-from typing import Callable
+from typing import Callable, Self
 
 from pybk.errors import (BookieUnavailable, MalformedMetadata, MetadataError, NodeExists,
                          NoNode)
@@ -332,7 +332,7 @@ class MetadataStore(ABC):
         """End the session: delete its ephemeral records, deliver queued watch calls,
         cancel every watch and release the store.  Closing twice is harmless."""
 
-    def __enter__(self) -> "MetadataStore":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

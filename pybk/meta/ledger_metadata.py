@@ -157,6 +157,12 @@ class LedgerMetadata:
 
     # -- reading it -----------------------------------------------------------------
 
+    def closed_last_entry_id(self) -> int:
+        """The last entry id of a CLOSED ledger (-1: it has none).  Only for a closed
+        ledger: an open one has no last entry id yet."""
+        assert self.last_entry_id is not None, f"ledger {self.ledger_id} is not closed"
+        return self.last_entry_id
+
     def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
         """The ensemble of the fragment that holds ``entry_id``."""
         if not isinstance(entry_id, int) or entry_id < 0:
@@ -224,7 +230,8 @@ class LedgerMetadata:
                 custom_metadata={
                     k: unb64(typed(f"custom_metadata[{k!r}]", v, str))
                     for k, v in typed("custom_metadata", obj["custom_metadata"], dict).items()},
-                fragments=[_fragment(f) for f in typed("fragments", obj["fragments"], list)],
+                fragments=tuple(_fragment(f)
+                                for f in typed("fragments", obj["fragments"], list)),
             )
         except ValueError as e:  # base64, enums, rules, types
             raise MalformedMetadata(f"ledger metadata body is malformed: {e}") from e
@@ -271,8 +278,9 @@ def _checked_fragments(fragments: Iterable[Any], ensemble_size: int) -> tuple[Fr
     return tuple(checked)
 
 
-def _fragment(item: Any) -> tuple[int, list[str]]:
+def _fragment(item: Any) -> Fragment:
     if not isinstance(item, list) or len(item) != 2:
         raise ValueError(f"a fragment is [first entry id, [bookie id, ...]], not {item!r}")
-    return (typed("a fragment's first entry id", item[0], int),
-            [typed("a bookie id", b, str) for b in typed("an ensemble", item[1], list)])
+    return Fragment(typed("a fragment's first entry id", item[0], int),
+                    tuple(typed("a bookie id", b, str)
+                          for b in typed("an ensemble", item[1], list)))

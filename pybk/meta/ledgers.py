@@ -17,7 +17,8 @@ import dataclasses
 import logging
 from typing import Callable, Mapping, NamedTuple, Sequence
 
-from pybk.errors import MalformedMetadata, MetadataError, NodeExists, NoNode, NoSuchLedger
+from pybk.errors import (InvalidLedgerMetadata, MalformedMetadata, MetadataError, NodeExists,
+                         NoNode, NoSuchLedger)
 from pybk.meta.interface import ANY_VERSION, MetadataStore
 from pybk.meta.ledger_metadata import (DigestType, Fragment, LedgerMetadata,
                                        hash_password)
@@ -54,18 +55,21 @@ class LedgerManager:
         The metadata is validated before an id is taken, so invalid arguments
         (InvalidLedgerMetadata) use up no id."""
         size = ensemble_size if callable(ensemble) else len(ensemble)
+        if size is None:
+            raise InvalidLedgerMetadata("an ensemble chosen by a function needs its "
+                                        "ensemble_size")
         template = LedgerMetadata(
             ledger_id=0, ensemble_size=size, write_quorum_size=write_quorum_size,
             ack_quorum_size=ack_quorum_size,
-            fragments=(Fragment(0, [f"bookie-{i}" for i in range(size or 0)]
-                                if callable(ensemble) else ensemble),),
+            fragments=(Fragment(0, tuple(f"bookie-{i}" for i in range(size))
+                                if callable(ensemble) else tuple(ensemble)),),
             digest_type=digest_type, password_hash=hash_password(password),
             custom_metadata=custom_metadata or {})
         for _ in range(CREATE_ATTEMPTS_MAX):
             ledger_id = self.store.next_ledger_id()
             metadata = dataclasses.replace(
                 template, ledger_id=ledger_id,
-                fragments=(Fragment(0, ensemble(ledger_id)),) if callable(ensemble)
+                fragments=(Fragment(0, tuple(ensemble(ledger_id))),) if callable(ensemble)
                 else template.fragments)
             try:
                 version = self.store.create(self.layout.ledger_path(metadata.ledger_id),
