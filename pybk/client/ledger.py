@@ -343,7 +343,7 @@ class LedgerHandle:
             return  # the change completes them once the new ensemble is in place
         pending = self._pending
         qa = self._metadata.ack_quorum_size
-        confirmed = []
+        confirmed: list[tuple[AddDone, int | None, BaseException | None]] = []
         while pending and len(pending[0].acked) >= qa:
             op = pending.popleft()
             op.finished = True
@@ -656,7 +656,7 @@ class LedgerHandle:
     def _readable_limit(self) -> int:
         metadata = self._metadata
         if metadata.state is LedgerState.CLOSED:
-            return metadata.last_entry_id
+            return metadata.closed_last_entry_id()
         return self._lac
 
     def read_entry(self, entry_id: int, fence: bool = False) -> LedgerEntry:
@@ -690,7 +690,7 @@ class LedgerHandle:
     def read_last_add_confirmed(self) -> int:
         """Ask the bookies of the last fragment for the LAC; the highest answer wins."""
         if self._metadata.state is LedgerState.CLOSED:
-            return self._metadata.last_entry_id
+            return self._metadata.closed_last_entry_id()
         answers = []
         for bookie_id in self._metadata.fragments[-1].ensemble:
             future = self._bk.bookie_client(bookie_id).read_lac(self.id)

@@ -161,7 +161,8 @@ class _Recovery:
         futures = [(b, self._bk.bookie_client(b).read(self._id, entry_id, True, self._key))
                    for b in write_set]
         absent_needed = self._md.write_quorum_size - self._md.ack_quorum_size + 1
-        absent, errors = 0, []
+        absent = 0
+        errors: list[BaseException] = []
         deadline = time.monotonic() + self._timeout
         for bookie_id, future in futures:
             try:
