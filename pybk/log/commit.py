@@ -176,12 +176,14 @@ def _appended(taken: LogMetadata, job_id: str, ledger_ids: list[int], overwrite:
     if overwrite:
         # Readers start at truncated_before's segment: the job's first, or the number
         # the next segment gets if the job brings none.
-        changes = dict(tail=new, truncated_before=Position(first, 0, 0))
+        tail, truncated_before = new, Position(first, 0, 0)
     else:
         # The older tail segments have their records (the takeover wrote them).
-        changes = dict(tail=(taken.tail + new)[-max(TAIL_SEGMENTS, len(new)):])
+        tail = (taken.tail + new)[-max(TAIL_SEGMENTS, len(new)):]
+        truncated_before = taken.truncated_before
     return dataclasses.replace(taken, next_segment=first + len(new), sinks=sinks,
-                               committing=(job_id,), aborted=tuple(orphans), **changes)
+                               committing=(job_id,), aborted=tuple(orphans), tail=tail,
+                               truncated_before=truncated_before)
 
 
 def _tidy(bk: "BookKeeper", head: LogMetadata, tidy: LogMetadata, version: int) -> None:

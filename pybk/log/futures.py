@@ -118,9 +118,10 @@ def wait_for_callbacks(timeout: float) -> bool:
 
 
 def _invoke_callbacks(futures: Sequence[Future]) -> None:
-    # Future._invoke_callbacks logs and swallows what a callback raises.
+    # Future._invoke_callbacks logs and swallows what a callback raises.  It is private
+    # (typeshed leaves it out); the layout checked at import includes it.
     for future in futures:
-        future._invoke_callbacks()
+        future._invoke_callbacks()  # type: ignore[attr-defined]
 
 
 def _complete_plain(futures: Sequence[Future], results: Sequence[object] | None,
@@ -139,7 +140,8 @@ def _complete_plain(futures: Sequence[Future], results: Sequence[object] | None,
 class _SharedConditionFuture(Future):
     """A RUNNING Future whose condition is given (shared with its batch)."""
 
-    def __init__(self, condition: threading.Condition) -> None:  # noqa: super() not called
+    # Future.__init__ is not called: it would make a condition of its own.
+    def __init__(self, condition: threading.Condition) -> None:
         self._condition = condition
         self._state = _base.RUNNING
         self._result = None
@@ -202,6 +204,7 @@ class BatchFutures:
     def _call_back(finished: list[Future]) -> None:
         """Hand the callbacks of ``finished`` futures to the callback thread.  Their
         lists no longer change: a callback added to a finished future runs at once."""
-        called = [f for f in finished if f._done_callbacks]
+        called = [f for f in finished
+                  if f._done_callbacks]  # type: ignore[attr-defined]  # private, as above
         if called:
             _callbacks.submit(partial(_invoke_callbacks, called))

@@ -287,6 +287,7 @@ class LogMetadata:
             obj.update(epoch=0, sinks={}, committing=[], aborted=[])
         else:
             obj = unseal(data, MAGIC, FORMAT_VERSION, _KEYS, "log metadata")
+            version = FORMAT_VERSION  # unseal() refused any other
         try:
             return cls(
                 name=typed("name", obj["name"], str),
@@ -375,7 +376,8 @@ class SegmentRecord(NamedTuple):
             raise MalformedMetadata(f"segment record body is malformed: {e}") from e
         dead = record.ledger_id is None
         if record.number != number or dead != (record.skip_to is not None) \
-                or (dead and record.skip_to <= number) or (record.hollow and not dead):
+                or (record.skip_to is not None and record.skip_to <= number) \
+                or (record.hollow and not dead):
             raise MalformedMetadata(f"the record of segment {number} says {record}: it must "
                                     "name its own number and either a ledger or a greater "
                                     "number to skip to")
@@ -516,6 +518,7 @@ def mark_dead(store: MetadataStore, name: str, number: int, skip_to: int,
     number had unless it says as much already."""
     found = read_segment(store, name, number)
     if found is not None and found.ledger_id is None:
+        assert found.skip_to is not None  # from_bytes: a dead record names its skip_to
         if found.skip_to >= skip_to:
             return
         hollow = hollow and found.hollow  # the records its run may hold are still there
@@ -579,7 +582,11 @@ def delete_records(store: MetadataStore, name: str, start: int, end: int,
         if record.ledger_id is not None and delete_ledger is not None:
             delete_ledger(record.ledger_id)
         delete_segment(store, name, number)
-        number = record.skip_to if record.hollow else number + 1
+        if record.hollow:
+            assert record.skip_to is not None  # from_bytes: a hollow record is dead
+            number = record.skip_to
+        else:
+            number += 1
 
 
 def delete_segment(store: MetadataStore, name: str, number: int) -> None:
@@ -604,6 +611,7 @@ def find_segment(store: MetadataStore, metadata: LogMetadata, number: int) -> Se
             if record is None:
                 number += 1
             elif record.ledger_id is None:
+                assert record.skip_to is not None  # from_bytes: a dead record names it
                 number = record.skip_to
             else:
                 return Segment(number, record.ledger_id)

@@ -217,4 +217,4 @@ def _readable(bk: "BookKeeper", segment: Segment,
     except NoSuchLedger:
         return None
     closed = handle.metadata.state is LedgerState.CLOSED
-    return (handle.metadata.last_entry_id if closed else handle.last_add_confirmed), closed
+    return (handle.metadata.closed_last_entry_id() if closed else handle.last_add_confirmed), closed

@@ -138,13 +138,13 @@ class LogReader:
                              f"has no segment {start.segment} yet (its newest is "
                              f"{metadata.next_segment - 1})")
         current = metadata.tail[-1] if metadata.tail else None
-        own = (self._writer.ledger_for(current.ledger_id)
-               if self._writer is not None and current is not None else None)
-        if own is not None and start.segment == current.number \
-                and start.entry > own.last_add_confirmed + 1:
-            raise ValueError(f"start {start} is past the end of the log {self.name!r}: the "
-                             f"next record goes at {current.number}:"
-                             f"{own.last_add_confirmed + 1}:0 or later")
+        if current is not None and self._writer is not None:
+            own = self._writer.ledger_for(current.ledger_id)
+            if own is not None and start.segment == current.number \
+                    and start.entry > own.last_add_confirmed + 1:
+                raise ValueError(f"start {start} is past the end of the log {self.name!r}: "
+                                 f"the next record goes at {current.number}:"
+                                 f"{own.last_add_confirmed + 1}:0 or later")
         self._start_checked = True
 
     # -- walking the segments ---------------------------------------------------------
@@ -159,6 +159,7 @@ class LogReader:
             if self._handle is None and not self._enter_segment():
                 return []
             handle, segment = self._handle, self._segment
+            assert handle is not None and segment is not None  # _enter_segment() set them
             entry_id = self._next.entry
             limit = self._readable_limit(handle)
             if entry_id <= limit:
@@ -185,7 +186,7 @@ class LogReader:
                     time.sleep(_POLL_MIN_S)  # rolled away from: closed once drained
                     continue
                 return []  # the end of the log, for now
-            elif entry_id <= refreshed.metadata.last_entry_id:
+            elif entry_id <= refreshed.metadata.closed_last_entry_id():
                 self._handle = refreshed  # closed since opened, with entries still to read
             else:
                 self._handle = None
@@ -232,7 +233,7 @@ class LogReader:
 
     def _readable_limit(self, handle: "LedgerHandle") -> int:
         if handle.metadata.state is LedgerState.CLOSED:
-            return handle.metadata.last_entry_id
+            return handle.metadata.closed_last_entry_id()
         if self._writer is not None and handle is self._writer.ledger_for(handle.id):
             return handle.last_add_confirmed
         if handle.last_add_confirmed >= self._next.entry:
@@ -256,6 +257,7 @@ class LogReader:
 
     def _segment_still_listed(self) -> bool:
         segment = self._segment
+        assert segment is not None, "not in a segment"
         return find_segment(self._bk.metadata, self._log_metadata(), segment.number) == segment
 
     def _log_metadata(self) -> LogMetadata:

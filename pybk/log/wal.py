@@ -49,8 +49,10 @@ from pybk.settings import (WAL_LOG_DEFAULTS, WAL_SERVER_DEFAULTS, ClientSettings
 from pybk.storage import Bookie
 from pybk.storage.cookie import format_directories
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported only when a WAL serves metrics or joins a cluster
     from prometheus_client import CollectorRegistry
+
+    from pybk.cluster.node import BookieNode
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +123,7 @@ class WAL:
                 log_settings, ensembleSize=ensemble, writeQuorumSize=write_quorum,
                 ackQuorumSize=ack_quorum)
         _prepare_directory(self.path, server)
-        self._node = None
+        self._node: BookieNode | None = None  # once joined to a cluster
         # Everything the WAL holds open, closed in reverse order by close() or when the
         # WAL is garbage collected (the finalizer must not refer to the WAL itself).
         resources = ExitStack()
@@ -178,16 +180,16 @@ class WAL:
                                 log_settings.ensembleSize, self.bookie_id)
                 undo.callback(promotion.copy(self._store, bk.metadata, address, LOG_NAME,
                                              self.log_name).undo)
-            self._node = BookieNode(server.replace(bookieId=self.bookie_id,
-                                                   metadataServiceUri=address),
-                                    bookie=self.bookie, metadata=bk.metadata)
-            undo.callback(self._node.close)
+            node = self._node = BookieNode(server.replace(bookieId=self.bookie_id,
+                                                          metadataServiceUri=address),
+                                           bookie=self.bookie, metadata=bk.metadata)
+            undo.callback(node.close)
             writer = LogWriter.open(bk, self.log_name, log_settings)
             undo.callback(_abandon, bk, writer)
             if promoting:
                 promotion.commit(self._store, address)
             undo.pop_all()
-        resources.callback(self._node.close)
+        resources.callback(node.close)
         return bk, writer
 
     # -- the log ------------------------------------------------------------------

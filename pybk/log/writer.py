@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -251,9 +252,8 @@ class LogWriter:
                 self._in_flight[batch.ledger.id] += 1
                 self._segment_bytes += batch.size
             try:
-                batch.ledger.add_entry_then(
-                    encode_batch(batch.records),
-                    lambda entry_id, error, b=batch: self._on_batch_done(b, entry_id, error))
+                batch.ledger.add_entry_then(encode_batch(batch.records),
+                                            functools.partial(self._on_batch_done, batch))
             except BookKeeperError as e:
                 self._batch_failed(batch, e)
         if roll:
@@ -269,6 +269,7 @@ class LogWriter:
             if len(self._outstanding) < self.settings.maxOutstandingBatches:
                 self._seal()
         self._send_ready()  # the next batch first: the pipeline stays busy
+        assert batch.segment is not None and entry_id is not None  # sent, then acknowledged
         number = batch.segment.number
         batch.futures.set_results([Position(number, entry_id, slot)
                                    for slot in range(len(batch.futures))])
@@ -435,6 +436,7 @@ class LogWriter:
             # Readers start at truncated_before's segment: make it one that exists (no
             # record lies between a dead number and the next segment).
             first = find_segment(self._bk.metadata, metadata, before.segment)
+            assert first is not None  # the current segment, at least
             if first.number > before.segment:
                 before = Position(first.number, 0, 0)
             self._store_metadata(dataclasses.replace(
@@ -553,8 +555,8 @@ def _recover_last_segments(bk: "BookKeeper", metadata: LogMetadata,
                         metadata.name, segment.number, segment.ledger_id)
             drop.append(segment)
             continue
-        if handle.metadata.state is LedgerState.CLOSED and handle.metadata.last_entry_id < 0 \
-                and segment != metadata.tail[0]:
+        if handle.metadata.state is LedgerState.CLOSED \
+                and handle.metadata.closed_last_entry_id() < 0 and segment != metadata.tail[0]:
             drop.append(segment)
         handle.close()
     return drop
