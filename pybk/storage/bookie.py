@@ -68,7 +68,7 @@ BatchCallback = Callable[[list[BaseException | None]], None]
 _CheckedRun = tuple[Sequence[int], Sequence[int], Sequence[bytes], list[bytes], int]
 #: Adds of one ledger: ``(ledger id, entry ids, entries, master key, recovery)``.
 AddRun = tuple[int, Sequence[int], Sequence[bytes], bytes, bool]
-LacWatcher = Callable[[], None]
+LacWatcher = Callable[[], object]  # what it returns is ignored
 StateListener = Callable[[], None]
 
 

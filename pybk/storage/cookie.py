@@ -57,7 +57,7 @@ import json
 import os
 import shutil
 import uuid
-from typing import Iterator
+from typing import Iterator, overload
 
 from pybk.errors import BookKeeperError, InvalidCookie
 from pybk.fileio import lock_file, write_file_atomically
@@ -322,6 +322,15 @@ def directory_cookie(settings: ServerSettings) -> BookieCookie:
 def verify_cookies(settings: ServerSettings) -> str:
     """Check every directory's cookie; return the instance id or raise InvalidCookie."""
     return directory_cookie(settings).instance_id
+
+
+@overload
+def resolve_bookie_id(settings: ServerSettings, recorded: str | None, default: str) -> str: ...
+
+
+@overload
+def resolve_bookie_id(settings: ServerSettings, recorded: str | None,
+                      default: None = None) -> str | None: ...
 
 
 def resolve_bookie_id(settings: ServerSettings, recorded: str | None, default: str | None = None
