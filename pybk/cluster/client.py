@@ -67,7 +67,7 @@ from typing import Any, Callable, Sequence
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from pybk.client.transport import AddCallback, AddsDone, BookieClient
+from pybk.client.transport import AddCallback, AddsDone, BookieClient, LedgerAdds
 from pybk.cluster import curve, wire
 from pybk.cluster.deadlines import Deadlines
 from pybk.cluster.frames import received, send_message
@@ -87,7 +87,7 @@ _LEAST_ADD_OVERHEAD = wire.RUN_HEADER.size + wire.RUN_BYTES_PER_ADD
 _RECONNECT_MS = 100
 
 _UP_EVENT = zmq.EVENT_HANDSHAKE_SUCCEEDED
-_DOWN_EVENTS = {
+_DOWN_EVENTS: dict[int, str] = {  # keyed by the monitor's event number
     zmq.EVENT_DISCONNECTED: "connection lost",
     zmq.EVENT_CONNECT_RETRIED: "connection refused or timed out",
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "ZeroMQ handshake failed",
@@ -102,7 +102,7 @@ _RESULTS: dict[Op, Callable[[Reply], object]] = {
     Op.READ_LAC: lambda reply: reply.lac,
     Op.WRITE_LAC: lambda reply: None,
     Op.LONG_POLL: lambda reply: (reply.lac, reply.body),
-    Op.INFO: lambda reply: wire.decode_info(reply.body),
+    Op.INFO: lambda reply: wire.decode_info(reply.required_body()),
     Op.DELETE: lambda reply: None,
 }
 
@@ -289,7 +289,7 @@ class _ReadBatch(_Call):
         connection = self.connection
         try:
             statuses, entries = wire.decode_read_answers(
-                reply.body, len(self.entry_ids), connection.max_entry_bytes)
+                reply.required_body(), len(self.entry_ids), connection.max_entry_bytes)
         except BookKeeperError as e:
             self._fail(e)
             return
@@ -314,7 +314,7 @@ class _AddBatch(_Pending):
 
     def _succeed(self, reply: Reply) -> None:
         try:
-            statuses = wire.decode_add_statuses(reply.body, self.count)
+            statuses = wire.decode_add_statuses(reply.required_body(), self.count)
         except BookKeeperError as e:
             self._fail(e)
             return
@@ -576,8 +576,8 @@ class _Connection:
             items = legal
         runs: list[wire.AddRun] = []
         reports: list[tuple[AddsDone, list]] = []
-        for ledger_adds, group in itertools.groupby(items, _RUN_OF):
-            group = list(group)
+        for ledger_adds, grouped in itertools.groupby(items, _RUN_OF):
+            group = list(grouped)
             entry_ids = [add.entry_id for add in group]
             entries = [add.entry for add in group]
             tokens = [add.token for add in group]
@@ -642,6 +642,7 @@ class _Connection:
         self._fail_all(BookieUnavailable(f"the client of bookie {self.bookie_id} was "
                                          "closed"))
         if self._socket is not None:
+            assert self._monitor is not None  # set with the socket
             self.loop.detach(self, [self._socket, self._monitor])
             self._socket.disable_monitor()
             _close_sockets(self._socket, self._monitor)
@@ -654,6 +655,7 @@ class _Connection:
             self._flush()
 
     def _on_monitor(self) -> None:
+        assert self._monitor is not None  # attached by open(), with the socket
         while self._state is not _State.CLOSED:
             try:
                 event = recv_monitor_message(self._monitor, zmq.NOBLOCK)["event"]
@@ -694,6 +696,7 @@ class _Connection:
     def _flush(self) -> None:
         """Hand queued requests to ZeroMQ until its send queue is full."""
         backlog = self._backlog
+        assert self._socket is not None  # UP: open() connected it
         try:
             while backlog:
                 pending = backlog[0]
@@ -715,6 +718,7 @@ class _Connection:
             self._flags = flags
 
     def _read_replies(self) -> None:
+        assert self._socket is not None  # its events come once open() attached it
         for frames in received(self._socket, _READ_BATCH):
             self._on_reply(frames)
 
@@ -775,7 +779,8 @@ class ZmqBookieClient(BookieClient):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def add(self, ledger_id, entry_id, entry, master_key, recovery=False):
+    def add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+            recovery: bool = False) -> Future:
         future: Future = Future()
         future.set_running_or_notify_cancel()  # not cancellable: completion never races
         self.add_then(ledger_id, entry_id, entry, master_key,
@@ -783,32 +788,35 @@ class ZmqBookieClient(BookieClient):
                       else future.set_exception(error), recovery)
         return future
 
-    def add_then(self, ledger_id, entry_id, entry, master_key, callback, recovery=False):
+    def add_then(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+                 callback: AddCallback, recovery: bool = False) -> None:
         """Queue the add for the bookie's next ADD message (the loop batches every add
         ready when it runs); ``callback`` runs on the loop's thread."""
         connection = self._connection
         connection.queue(connection.ledger_adds(ledger_id, master_key, recovery, _call_each),
                          entry_id, entry, callback)
 
-    def add_grouped(self, ledger_id, entry_id, entry, master_key, token, sink,
-                    recovery=False):
+    def add_grouped(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+                    token: Any, sink: AddsDone, recovery: bool = False) -> None:
         """Queue the add for the bookie's next ADD message; ``sink`` runs on the loop's
         thread, once per run of that message's adds that share it."""
         connection = self._connection
         connection.queue(connection.ledger_adds(ledger_id, master_key, recovery, sink),
                          entry_id, entry, token)
 
-    def ledger_adds(self, ledger_id, master_key, sink, recovery=False):
+    def ledger_adds(self, ledger_id: int, master_key: bytes, sink: AddsDone,
+                    recovery: bool = False) -> LedgerAdds | None:
         """:meth:`add_grouped` for one ledger, key and sink: ``send(entry_id, entry,
         token)`` queues an add, or returns False when the connection is down or closed."""
         return _LedgerAdds(self._connection, ledger_id, master_key, recovery, sink).add
 
-    def read(self, ledger_id, entry_id, fence=False, master_key=b""):
+    def read(self, ledger_id: int, entry_id: int, fence: bool = False,
+             master_key: bytes = b"") -> Future:
         return self._call(Op.READ, self._settings.readTimeout, ledger_id=ledger_id,
                           entry_id=entry_id, flags=wire.FENCE if fence else 0,
                           master_key=master_key if fence else b"")
 
-    def read_batch(self, ledger_id, entry_ids, max_bytes):
+    def read_batch(self, ledger_id: int, entry_ids: Sequence[int], max_bytes: int) -> Future:
         """One READ_BATCH request for (at most the first
         :func:`~pybk.cluster.wire.max_read_batch_ids` of) ``entry_ids``; the future
         completes on the loop's thread."""
@@ -828,14 +836,14 @@ class ZmqBookieClient(BookieClient):
                               self._connection, future, ledger_id, entry_ids))
         return future
 
-    def read_lac(self, ledger_id):
+    def read_lac(self, ledger_id: int) -> Future:
         return self._call(Op.READ_LAC, self._settings.readTimeout, ledger_id=ledger_id)
 
-    def write_lac(self, ledger_id, lac, master_key):
+    def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> Future:
         return self._call(Op.WRITE_LAC, self._settings.addEntryTimeout, ledger_id=ledger_id,
                           lac=lac, master_key=master_key)
 
-    def delete_ledger(self, ledger_id):
+    def delete_ledger(self, ledger_id: int) -> Future:
         return self._call(Op.DELETE, self._settings.addEntryTimeout, ledger_id=ledger_id)
 
     @property
@@ -866,7 +874,7 @@ class ZmqBookieClient(BookieClient):
         if self._own_loop:
             self._loop.close()
 
-    def _call(self, op: Op, timeout_s: float, **fields) -> Future:
+    def _call(self, op: Op, timeout_s: float, **fields: Any) -> Future:
         future: Future = Future()
         future.set_running_or_notify_cancel()  # not cancellable: completion never races
         request_id = self._loop.next_request_id()

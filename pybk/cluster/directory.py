@@ -58,7 +58,8 @@ import time
 from concurrent.futures import Future
 from typing import Callable, Iterable, Mapping
 
-from pybk.client.transport import BookieClient, UnavailableBookieClient, chain
+from pybk.client.transport import (AddCallback, BookieClient, UnavailableBookieClient,
+                                   chain)
 from pybk.cluster import curve
 from pybk.cluster.client import ClientLoop, ZmqBookieClient
 from pybk.errors import BookieUnavailable, BookKeeperError
@@ -375,10 +376,12 @@ class _Waiting(BookieClient):
         self._submit(send)
         return future
 
-    def add(self, ledger_id, entry_id, entry, master_key, recovery=False):
+    def add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+            recovery: bool = False) -> Future:
         return self._future(lambda c: c.add(ledger_id, entry_id, entry, master_key, recovery))
 
-    def add_then(self, ledger_id, entry_id, entry, master_key, callback, recovery=False):
+    def add_then(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+                 callback: AddCallback, recovery: bool = False) -> None:
         def send(client: BookieClient) -> None:
             try:
                 client.add_then(ledger_id, entry_id, entry, master_key, callback, recovery)
@@ -387,16 +390,17 @@ class _Waiting(BookieClient):
 
         self._submit(send)
 
-    def read(self, ledger_id, entry_id, fence=False, master_key=b""):
+    def read(self, ledger_id: int, entry_id: int, fence: bool = False,
+             master_key: bytes = b"") -> Future:
         return self._future(lambda c: c.read(ledger_id, entry_id, fence, master_key))
 
-    def read_lac(self, ledger_id):
+    def read_lac(self, ledger_id: int) -> Future:
         return self._future(lambda c: c.read_lac(ledger_id))
 
-    def write_lac(self, ledger_id, lac, master_key):
+    def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> Future:
         return self._future(lambda c: c.write_lac(ledger_id, lac, master_key))
 
-    def delete_ledger(self, ledger_id):
+    def delete_ledger(self, ledger_id: int) -> Future:
         return self._future(lambda c: c.delete_ledger(ledger_id))
 
 

@@ -11,7 +11,7 @@ once into ``bytes``.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, cast
 
 import zmq
 
@@ -40,7 +40,7 @@ def received(socket: zmq.Socket, limit: int) -> Iterator[list[bytes]]:
         except zmq.Again:
             return
         # Asking costs a third of a failed receive (whose exception pyzmq builds).
-        if not socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        if not cast(int, socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN:  # an int option
             return
 
 

@@ -55,6 +55,7 @@ def fragments_lacking_entries(metadata: LedgerMetadata, registered: Collection[s
             if first is None:
                 continue
             last = first_held(metadata, index, span, backwards=True)
+            assert last is not None  # the span holds an entry of this bookie: first
             wanted = {first, last} | _sample(metadata, index, first, last, percentage)
             client = client_for(bookie_id)
             for entry_id in sorted(wanted):

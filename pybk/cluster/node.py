@@ -86,7 +86,7 @@ import contextlib
 import logging
 import socket
 import threading
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import zmq
 
@@ -109,7 +109,8 @@ from pybk.storage.cookie import directory_cookie, record_bookie_id, resolve_book
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
+# Something the node may open itself, and then closes: a context manager.
+T = TypeVar("T", bound=contextlib.AbstractContextManager[Any])
 
 _ANY_HOST = ("0.0.0.0", "*")
 #: Seconds a closing node waits for ZooKeeper to take its unregistration.  The
@@ -176,9 +177,9 @@ class BookieNode:
             #: is wholly started (``pybk localcluster`` waits for the registrations).
             self.autorecovery: AutoRecovery | None = None
             if settings.autoRecoveryDaemonEnabled:
-                local = {self.bookie_id: InProcessBookieClient(self.bookie_id, bookie)}
+                in_process = {self.bookie_id: InProcessBookieClient(self.bookie_id, bookie)}
                 self.autorecovery = opened.enter_context(
-                    AutoRecovery(metadata, settings, self.bookie_id, local))
+                    AutoRecovery(metadata, settings, self.bookie_id, in_process))
             #: The bookie's metrics (:mod:`pybk.metrics`), served on
             #: ``prometheusStatsHttpPort`` if set (:attr:`metrics_server`).
             self.metrics_registry = bookie_registry(bookie, self.server, self.autorecovery)

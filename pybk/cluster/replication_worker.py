@@ -204,9 +204,9 @@ class ReplicationWorker:
             del self._held[due.claim.ledger_id]
             self._attempt(due)
             return 0
-        claim = self.manager.claim_next()
-        if claim is not None:
-            self._attempt(_Held(claim, now))
+        claimed = self.manager.claim_next()
+        if claimed is not None:
+            self._attempt(_Held(claimed, now))
             return 0
         next_due = due.due - now if due is not None else math.inf
         return min(POLL_S, next_due)

@@ -275,11 +275,13 @@ class LedgerRepair:
         errors: list[BaseException] = []
         for index, bookie_id in enumerate(sources):
             try:
-                if index == 0 and isinstance(first, BaseException):
-                    raise first
-                data = first if index == 0 and first is not None else \
-                    self._bk.bookie_client(bookie_id).read(digest.ledger_id, entry_id).result(
-                        timeout=self._bk.settings.readTimeout)
+                if index == 0 and first is not None:
+                    if isinstance(first, BaseException):
+                        raise first
+                    data = first
+                else:
+                    data = self._bk.bookie_client(bookie_id).read(
+                        digest.ledger_id, entry_id).result(timeout=self._bk.settings.readTimeout)
                 digest.decode(entry_id, data)
                 return data
             except DigestMismatch as e:

@@ -86,7 +86,7 @@ class _LongPoll:
     def __init__(self, identity: bytes, request: Request) -> None:
         self.identity = identity
         self.request = request
-        self.watcher: Callable[[], None] = _nothing
+        self.watcher: Callable[[], object] = _nothing
         self.done = False
 
 
@@ -314,7 +314,7 @@ class BookieServer:
     # -- requests ---------------------------------------------------------------------
 
     def _add(self, identity: bytes, r: Request) -> None:
-        runs = wire.decode_adds(r.entry, self._max_entry)
+        runs = wire.decode_adds(r.required_body(), self._max_entry)
         self._adds_in_progress += sum(len(run.entry_ids) for run in runs)
         self._bookie.add_entries_async(runs, partial(self._adds_done, identity, r,
                                                      time.monotonic()))
@@ -385,7 +385,7 @@ class BookieServer:
     def _read_batch(self, identity: bytes, r: Request) -> Reply:
         """Answer the entry ids in order until the next entry would pass the request's
         byte budget or the body limit (the first is always answered)."""
-        entry_ids, max_bytes = wire.decode_read_batch(r.entry)
+        entry_ids, max_bytes = wire.decode_read_batch(r.required_body())
         room = wire.max_add_body_bytes(self._max_entry) - wire.READ_ANSWERS_COUNT.size
         read_entry, ledger_id = self._bookie.read_entry, r.ledger_id
         statuses: list[int] = []

@@ -227,7 +227,7 @@ class _Spec:
     reply_body: _Body = _Body.NONE
 
 
-_SPECS = {
+_SPECS: dict[int, _Spec] = {  # keyed by Op, an int
     Op.ADD: _Spec(request_body=True, reply_body=_Body.ADDS),
     Op.READ: _Spec(flags=FENCE, key=True, entry_id_min=-1, reply_body=_Body.ENTRY),
     Op.READ_LAC: _Spec(reply_lac=True),
@@ -254,6 +254,12 @@ class Request(NamedTuple):
     master_key: bytes = b""
     entry: bytes | None = None
 
+    def required_body(self) -> bytes:
+        """The body of a request whose operation has one (ADD, READ_BATCH): there, as
+        :func:`decode_request` checked."""
+        assert self.entry is not None, f"a {_name(self.op)} request without its body"
+        return self.entry
+
 
 class Reply(NamedTuple):
     """A decoded reply.  ``op`` is an :class:`Op`, or :data:`UNKNOWN_OP` in an error reply
@@ -265,6 +271,12 @@ class Reply(NamedTuple):
     lac: int = 0
     message: str = ""
     body: bytes | None = None
+
+    def required_body(self) -> bytes:
+        """The body of a success reply whose operation has one: there, as
+        :func:`decode_reply` checked."""
+        assert self.body is not None, f"a {_name(self.op)} reply without its body"
+        return self.body
 
 
 class AddRun(NamedTuple):
@@ -489,7 +501,7 @@ def decode_adds(body: bytes, max_entry_bytes: int) -> list[AddRun]:
     count, = ADD_COUNT.unpack_from(body)
     if not 1 <= count <= MAX_ADDS_PER_MESSAGE:
         raise MalformedMessage(f"an ADD carries 1..{MAX_ADDS_PER_MESSAGE} runs, not {count}")
-    runs = []
+    runs: list[AddRun] = []
     offset, end, adds = ADD_COUNT.size, len(body), 0
     for _ in range(count):
         if offset + RUN_HEADER.size > end:
