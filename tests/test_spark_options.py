@@ -27,6 +27,12 @@ def test_lower_cased_names_map_back_and_defaults_apply():
     assert opts.client_settings().readTimeout == 2.5
 
 
+def test_the_password_option_is_taken_as_given():
+    assert parse({"path": "/data/wal", "password": "s3cret"}, READ).password == b"s3cret"
+    assert parse({"path": "/data/wal", "password": ""}, WRITE).password == b""
+    assert parse({"path": "/data/wal"}, READ).password == b""
+
+
 def test_a_wal_directory_defaults_to_the_wal_log_with_one_copy(tmp_path):
     opts = parse({"path": str(tmp_path)}, WRITE)
     assert opts.log == "wal"

@@ -46,6 +46,13 @@ def _text(name: str, raw: Any) -> str:
     return raw
 
 
+def _string(name: str, raw: Any) -> str:
+    """Any string, the empty one included (a password)."""
+    if not isinstance(raw, str):
+        raise InvalidConfiguration(f"option {name}={raw!r}: expected a string")
+    return raw
+
+
 def _boolean(name: str, raw: Any) -> bool:
     if isinstance(raw, bool):
         return raw
@@ -100,7 +107,7 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            "`save(path)`); the WAL's application must not be running"),
     Option("log", _text, None, _ALL,
            "the log's name (required with metadataServiceUri; `wal` for a WAL directory)"),
-    Option("password", str, "", _ALL,
+    Option("password", _string, "", _ALL,
            "the password of the log's ledgers (as the log's writers use it)"),
     Option("lockTimeoutSeconds", _number(float), 60.0, _ALL,
            "with `path`: how long a task waits for the directory, which the job's tasks "
