@@ -35,7 +35,7 @@ import logging
 import os
 from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, ClassVar, Iterable, Mapping, Sequence, TypeVar
 
 from pybk.errors import InvalidConfiguration
 
@@ -50,6 +50,9 @@ S = TypeVar("S", bound="_Settings")
 
 class _Settings:
     """What the settings classes share: copies, and building them by name."""
+
+    # Each subclass is a dataclass: what makes it one, for the type checker.
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def replace(self: S, **changes: Any) -> S:
         """A copy with some settings changed (validated like any other)."""
@@ -98,7 +101,8 @@ def _refuse_unknown_names(cls: type[S]) -> type[S]:
                 raise InvalidConfiguration(unknown_setting(key, known, cls.__name__))
         init(self, *args, **kwargs)
 
-    cls.__init__ = __init__  # type: ignore[method-assign]
+    # The wrapper takes what the dataclass's __init__ takes; mypy sees object.__init__'s.
+    cls.__init__ = __init__  # type: ignore[method-assign, assignment]
     return cls
 
 
@@ -439,7 +443,7 @@ def _require(condition: bool, key: str, value: Any, allowed: str) -> None:
 
 
 def _check_types(settings: _Settings) -> None:
-    for f in fields(settings):  # type: ignore[arg-type]
+    for f in fields(settings):
         value = getattr(settings, f.name)
         _require(_has_type(value, f.default), f.name, value, _kind(f.name, f.default))
 
@@ -544,7 +548,7 @@ def sort_settings(values: Mapping[str, Any],
     """Sort ``values`` by the settings class each name belongs to (one dict per class, in
     order); a name several classes have (``maxEntrySizeBytes``) goes to each.  An unknown
     name raises InvalidConfiguration."""
-    names = [{f.name for f in fields(kind)} for kind in classes]  # type: ignore[arg-type]
+    names = [{f.name for f in fields(kind)} for kind in classes]
     sorted_values: list[dict[str, Any]] = [{} for _ in classes]
     for name, value in values.items():
         homes = [bucket for bucket, known in zip(sorted_values, names) if name in known]
