@@ -174,12 +174,14 @@ def test_registering_the_source_again_changes_nothing(spark, address, written):
 
 
 def test_pushed_filters_narrow_the_bounds_and_spark_keeps_the_inexact_ones():
-    from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan
+    from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan,
+                                        Not)
     opts = parse({"metadataServiceUri": "zk://127.0.0.1:2181/ledgers", "log": "x"}, READ)
     reader = FilteringBatchReader(opts)
     exact = [GreaterThanOrEqual(("segment",), 2), LessThan(("entry",), 3),
              GreaterThan(("segment",), 1)]
     inexact = [In(("segment",), (2, 5)), EqualTo(("value",), b"x"), GreaterThan(("slot",), 1),
-               LessThan(("entry",), -1), EqualTo(("segment",), True)]
+               LessThan(("entry",), -1), EqualTo(("segment",), True),
+               Not(EqualTo(("segment",), 3))]
     assert list(reader.pushFilters(exact + inexact)) == inexact
     assert reader.bounds == Bounds(segment_low=2, segment_high=6, entry_low=0, entry_high=3)

@@ -132,7 +132,9 @@ class FilteringBatchReader(BatchReader):
 
     def _narrow(self, f: Filter) -> bool:
         """Narrow the bounds by ``f``; whether ``f`` then holds for every row read."""
-        column = f.attribute[0] if len(f.attribute) == 1 else None
+        # Not (and any filter Spark adds later without a column) names no attribute.
+        attribute = getattr(f, "attribute", ())
+        column = attribute[0] if len(attribute) == 1 else None
         if column not in ("segment", "entry"):
             return False
         if isinstance(f, In):
