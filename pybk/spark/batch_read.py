@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from types import FrameType
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from pyspark.sql.datasource import (DataSourceReader, EqualTo, Filter, GreaterThan,
@@ -133,7 +134,7 @@ class FilteringBatchReader(BatchReader):
     def _narrow(self, f: Filter) -> bool:
         """Narrow the bounds by ``f``; whether ``f`` then holds for every row read."""
         # Not (and any filter Spark adds later without a column) names no attribute.
-        attribute = getattr(f, "attribute", ())
+        attribute: tuple[str, ...] = getattr(f, "attribute", ())
         column = attribute[0] if len(attribute) == 1 else None
         if column not in ("segment", "entry"):
             return False
@@ -189,7 +190,7 @@ def reader(opts: PybkOptions) -> BatchReader:
     """The reader for ``spark.read``: the filtering one when PySpark's filter pushdown
     step asks (its planner worker is on the stack), else the plain one, which PySpark
     accepts while ``spark.sql.python.filterPushdown.enabled`` is off."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         spec = frame.f_globals.get("__spec__")  # the module's name, also when run as -m
         if _PUSHDOWN_WORKER in (frame.f_globals.get("__name__"), getattr(spec, "name", None)):

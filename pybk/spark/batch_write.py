@@ -36,7 +36,8 @@ class BatchWriter(DataSourceArrowWriter):
         return job_write.write_partition(self.opts, self.job_id, iterator)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
-        job_write.commit(self.opts, self.job_id, messages, self.overwrite)
+        job_write.commit(self.opts, self.job_id, job_write.task_messages(messages),
+                         self.overwrite)
 
     def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         job_write.abort(self.opts, self.job_id)

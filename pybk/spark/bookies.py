@@ -256,7 +256,9 @@ def _executor_count(sc: "SparkContext") -> int:
     """Executors registered now (the driver is one of the block managers listed, except
     in local mode, where it is the only executor)."""
     managers = sc._jsc.sc().getExecutorMemoryStatus().size()
-    return 1 if sc.master.startswith("local[") or sc.master == "local" else max(1, managers - 1)
+    master = sc.master
+    assert master is not None  # a running context has one
+    return 1 if master.startswith("local[") or master == "local" else max(1, managers - 1)
 
 
 def _remove_abandoned_leases(store: MetadataStore) -> None:

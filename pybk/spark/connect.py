@@ -34,6 +34,7 @@ def connect(opts: PybkOptions) -> Iterator[BookKeeper]:
             yield bk
     else:
         from pybk.log.wal import open_storage
+        assert opts.path is not None  # parse(): a cluster's address or a WAL's path
         with open_storage(opts.path, create=opts.use in (WRITE, STREAM_WRITE),
                           lock_timeout=opts.get("lockTimeoutSeconds"), **opts.client) as bk:
             yield bk

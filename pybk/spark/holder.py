@@ -103,6 +103,7 @@ def hold(config: HolderConfig, index: int, rows: Iterator[object]) -> Iterator[s
         if found is not None:
             process, bookie = None, found
         else:
+            assert holder_fd is not None  # found nothing: holds the directory itself
             held.callback(os.close, holder_fd)
             lifeline = held.enter_context(Lifeline())
             process, bookie = _start_bookie(config, directory, host, lifeline)

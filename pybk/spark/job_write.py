@@ -35,7 +35,7 @@ import logging
 import operator
 import threading
 import time
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Iterable, Iterator, Literal, Optional, Sequence, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
 
@@ -73,6 +73,13 @@ class PybkCommitMessage(WriterCommitMessage):
     partition: int
     ledger_ids: tuple[int, ...]
     records: int
+
+
+def task_messages(messages: Sequence[WriterCommitMessage | None]
+                  ) -> Sequence[PybkCommitMessage | None]:
+    """The messages Spark hands a writer's commit or abort, as what they are: each one
+    what a task's :func:`write_partition` returned (None for a task that failed)."""
+    return cast(Sequence[Optional[PybkCommitMessage]], messages)
 
 
 # -- the driver -----------------------------------------------------------------------
@@ -133,6 +140,7 @@ def write_partition(opts: PybkOptions, job_id: str,
     the job; return the message naming them."""
     from pyspark import TaskContext
     context = TaskContext.get()
+    assert context is not None  # a task's function runs in its task
     partition, attempt = context.partitionId(), context.attemptNumber()
     with connect(opts) as bk:
         ledgers = _TaskLedgers(bk, opts, job_id, partition, attempt)
@@ -166,6 +174,7 @@ def _entries(column: "pa.Array", batch_max_bytes: int,
                                    "record is bytes (write b'' for an empty one, or filter "
                                    "the nulls out)")
     kind = column.type
+    width: Literal["q", "i"]
     if pa.types.is_large_binary(kind) or pa.types.is_large_string(kind):
         width = "q"
     elif pa.types.is_binary(kind) or pa.types.is_string(kind):
@@ -221,6 +230,7 @@ class _TaskLedgers:
         if self._ledger is None or self._ledger_bytes >= self.settings.segmentMaxBytes:
             self._roll()
         elif time.monotonic() - self._refreshed >= self._refresh_s:
+            assert self._registration is not None  # registered with the ledger
             self._registration = jobs.refresh_ledger(self._bk.metadata, self._opts.log,
                                                      self._job_id, self._registration)
             self._refreshed = time.monotonic()
@@ -230,6 +240,7 @@ class _TaskLedgers:
             self._raise_failure()
             self._in_flight += 1
         self._ledger_bytes += len(entry)
+        assert self._ledger is not None  # _roll() made one
         try:
             self._ledger.add_entry_then(entry, self._on_added)
         except BaseException:

@@ -55,7 +55,7 @@ Tasks connect on their executors, as batch reads do.
 from __future__ import annotations
 
 import logging
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes,
@@ -69,6 +69,9 @@ from pybk.log.ranges import EARLIEST, LATEST, Plan, plan, read_entries, slots
 from pybk.spark.batch_read import RangePartition, plan_from_start, read_partition
 from pybk.spark.connect import connect
 from pybk.spark.options import PybkOptions
+
+if TYPE_CHECKING:
+    from pybk.client import BookKeeper
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +178,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- helpers --------------------------------------------------------------------
 
-    def _plan(self, bk, begin: Position, end: "Position | str") -> Plan:
+    def _plan(self, bk: BookKeeper, begin: Position, end: "Position | str") -> Plan:
         """The plan from ``begin``, checked for records truncated before it was read."""
         opts = self._opts
         found = plan(bk, opts.log, begin, end, password=opts.password)
@@ -184,7 +187,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                        f"from {begin}, where the query is, up to there are gone")
         return found
 
-    def _held_at(self, bk, begin: Position) -> bool:
+    def _held_at(self, bk: BookKeeper, begin: Position) -> bool:
         """Whether the query's consumer holds truncation at or before ``begin``: then a
         truncation past ``begin`` only skipped numbers of dropped empty segments (a
         writer moves the truncation point to the next segment that exists), no record."""
@@ -200,7 +203,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.warning("%s; failOnDataLoss=false: skipping ahead", what)
 
 
-def _admitted(bk, opts: PybkOptions, found: Plan, rows: int | None,
+def _admitted(bk: BookKeeper, opts: PybkOptions, found: Plan, rows: int | None,
               size: int | None) -> Position:
     """The end of the plan's first records within ``rows`` records and ``size`` bytes of
     values (at least one record), counted from the entries' batch headers."""

@@ -17,7 +17,7 @@ began.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, List, Optional
+from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -49,21 +49,23 @@ class StreamWriter(DataSourceStreamArrowWriter):
         return job_write.write_partition(self.opts, self.job_id, iterator)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
-        job_id = self._tasks_job(messages)
+        ours = job_write.task_messages(messages)
+        job_id = self._tasks_job(ours)
         if job_id is not None:
-            job_write.commit(self.opts, job_id, messages, self.overwrite,
+            job_write.commit(self.opts, job_id, ours, self.overwrite,
                              Sink(self.opts.get("sinkId"), batchId))
         if self.job_id != job_id:
             job_write.settle(self.opts, self.job_id)
 
     def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
-        job_id = self._tasks_job(messages)
+        job_id = self._tasks_job(job_write.task_messages(messages))
         if job_id is not None:
             job_write.abort(self.opts, job_id)
         if self.job_id != job_id:
             job_write.settle(self.opts, self.job_id)
 
-    def _tasks_job(self, messages: List[Optional[WriterCommitMessage]]) -> Optional[str]:
+    def _tasks_job(self, messages: Sequence[Optional[job_write.PybkCommitMessage]]
+                   ) -> Optional[str]:
         """The job the micro-batch's tasks wrote for (None without a message: a job
         without tasks, which orphan cleaning deletes)."""
         found = {m.job_id for m in messages if m is not None}
