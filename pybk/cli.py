@@ -186,7 +186,9 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             target, bookie_settings(args), args.bookies, query=args.query,
             dry_run=args.dry_run, skip_open=args.skip_open, ledger_id=args.ledger,
             delete_cookie=args.delete_cookie)
-    work, show = {  # each command's work on the store, made from its arguments
+    # Each command's work on the store, made from its arguments, and how to show it.
+    commands: dict[str, tuple[Callable[[argparse.Namespace], Any], Callable[[Any], list[str]]]]
+    commands = {
         "listunderreplicated": (lambda a: admin.list_underreplicated,
                                 admin.show_underreplicated),
         "whoisauditor": (lambda a: admin.who_is_auditor, admin.show_auditor),
@@ -199,7 +201,8 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         "ledgermetadata": (lambda a: admin.ledger_metadata(a.ledger), admin.show_metadata),
         "bookieinfo": (lambda a: admin_inspect.bookie_info(a.timeout, target.settings),
                        admin_inspect.show_bookie_info),
-    }[args.command]
+    }
+    work, show = commands[args.command]
     return admin.run(target, work(args), show)
 
 
@@ -276,7 +279,7 @@ def bookie_settings(args: argparse.Namespace) -> ServerSettings:
     file, then ``PYBK_<name>`` variables, then ``--set`` options, then the dedicated
     options, later ones winning."""
     known = {f.name for f in fields(ServerSettings)}
-    overrides: dict[str, str] = {}
+    overrides: dict[str, Any] = {}
     for assignment in args.set:
         key, sep, value = assignment.partition("=")
         key = key.strip()

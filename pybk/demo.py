@@ -104,6 +104,7 @@ def _run_and_kill(wal_dir: str, seconds: float) -> tuple[dict[Position, bytes], 
                               stdout=subprocess.PIPE, text=True, env=child.environment())
     acked: dict[Position, bytes] = {}
     started = None
+    assert writer.stdout is not None  # stdout=PIPE
     try:
         for line in writer.stdout:
             if line == "done\n":
