@@ -15,12 +15,12 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from typing import Callable, Optional
+from typing import Callable
 
 log = logging.getLogger(__name__)
 
 #: ``done(entry_id, None)`` for an acknowledged add, ``done(None, error)`` for a failed one.
-AddDone = Callable[[Optional[int], Optional[BaseException]], None]
+AddDone = Callable[[int | None, BaseException | None], None]
 
 
 class CompletionQueue:

@@ -34,7 +34,7 @@ from pybk.errors import NotEnoughBookies
 
 def score(ledger_id: int, bookie_id: str) -> int:
     """The bookie's rendezvous score for the ledger (higher ranks first)."""
-    return mmh3.hash64(f"{ledger_id}/{bookie_id}".encode("utf-8"), signed=False)[0]
+    return mmh3.hash64(f"{ledger_id}/{bookie_id}".encode(), signed=False)[0]
 
 
 class RendezvousPlacement:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 from concurrent.futures import Future
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 from pybk.errors import BookieUnavailable, BookKeeperError
 from pybk.storage import LAST_ENTRY, Bookie
@@ -25,7 +25,7 @@ AddCallback = Callable[[BaseException | None], None]
 
 #: ``sink(tokens, errors)``: the adds given ``tokens`` finished together; ``errors`` is
 #: None when every one is durable, else a list with an error (or None) per token.
-AddsDone = Callable[[Sequence[Any], Optional[Sequence[Optional[BaseException]]]], None]
+AddsDone = Callable[[Sequence[Any], Sequence[BaseException | None] | None], None]
 
 #: ``send(entry_id, entry, token) -> queued``: see :meth:`BookieClient.ledger_adds`.
 LedgerAdds = Callable[[int, bytes, Any], bool]
@@ -61,7 +61,7 @@ class BookieClient(abc.ABC):
                       recovery)
 
     def ledger_adds(self, ledger_id: int, master_key: bytes, sink: AddsDone,
-                    recovery: bool = False) -> Optional[LedgerAdds]:
+                    recovery: bool = False) -> LedgerAdds | None:
         """A faster :meth:`add_grouped` for many adds of one ledger, or None if this
         transport has none: ``send(entry_id, entry, token)`` queues an add (the ledger,
         key and sink given once), or returns False, queuing nothing, when this client can

@@ -163,8 +163,9 @@ def run_bookie(settings: ServerSettings, format_new: bool = False,
 def run_autorecovery(settings: ServerSettings, candidate: str = "") -> int:
     """Stand for auditor in the cluster at ``settings.metadataServiceUri`` (audit it
     while elected, and re-replicate what is marked: :mod:`pybk.cluster.autorecovery`)
-    until SIGTERM or SIGINT: exit 0; a second signal exits at once (1).  ``candidate`` names this process in the election
-    (default: ``<host>-autorecovery-<pid>``)."""
+    until SIGTERM or SIGINT: exit 0; a second signal exits at once (1).
+    ``candidate`` names this process in the election (default:
+    ``<host>-autorecovery-<pid>``)."""
     from pybk.cluster.autorecovery import AutoRecovery
     from pybk.meta.address import open_metadata_store
     from pybk.meta.zookeeper import ZooKeeperSettings

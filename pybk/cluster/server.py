@@ -255,7 +255,7 @@ class BookieServer:
         except BookKeeperError as e:
             request_id = wire.peek_request_id(frames)
             log.warning("bad request from client %s (%s): %s", identity.hex(),
-                        "request id %d" % request_id if request_id is not None
+                        f"request id {request_id}" if request_id is not None
                         else "no request id: dropped", e)
             if request_id is not None:
                 self._send(identity, wire.error_reply(wire.UNKNOWN_OP, request_id, e))

@@ -124,9 +124,10 @@ message: a bookie that does not know it answers MalformedMessage ("unknown opera
 
 Decoding checks everything above (frame count, header length against K or M, magic,
 version, operation, flags, key, unused fields, ranges, UTF-8, body sizes against the
-receiver's maximum entry size, runs against their body) and raises :class:`pybk.errors.MalformedMessage`, or
-:class:`pybk.errors.EntryTooLarge` for an entry over the maximum.  Encoding runs the same
-checks, so what one side writes the other side accepts.
+receiver's maximum entry size, runs against their body) and raises
+:class:`pybk.errors.MalformedMessage`, or :class:`pybk.errors.EntryTooLarge` for an
+entry over the maximum.  Encoding runs the same checks, so what one side writes the
+other side accepts.
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ def check_version(version: int) -> int:
     return version
 
 
-class SessionState(str, Enum):
+class SessionState(str, Enum):  # noqa: UP042 (StrEnum would change str() of a state)
     """What a session listener hears (see :mod:`pybk.meta.zookeeper`)."""
 
     CONNECTED = "connected"
@@ -318,11 +318,12 @@ class MetadataStore(ABC):
 
     # -- sessions -------------------------------------------------------------------------
 
-    def add_session_listener(self, listener: SessionListener) -> None:
+    # Optional for a store: by default, there are no session changes to hear.
+    def add_session_listener(self, listener: SessionListener) -> None:  # noqa: B027
         """Call ``listener(SessionState)`` at every change of this store's session (never,
         for a store whose session cannot break while it is open)."""
 
-    def remove_session_listener(self, listener: SessionListener) -> None:
+    def remove_session_listener(self, listener: SessionListener) -> None:  # noqa: B027
         """Stop calling a listener added by :meth:`add_session_listener`."""
 
     # -- life cycle ---------------------------------------------------------------------

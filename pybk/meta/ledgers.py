@@ -123,4 +123,5 @@ class LedgerManager:
     def watch(self, ledger_id: int, callback: Callable[[int], None]) -> Watch:
         """Call ``callback(ledger_id)`` after every change of the ledger's metadata
         (created, updated, deleted) until the watch is cancelled."""
-        return self.store.watch(self.layout.ledger_path(ledger_id), lambda _path: callback(ledger_id))
+        return self.store.watch(self.layout.ledger_path(ledger_id),
+                                lambda _path: callback(ledger_id))

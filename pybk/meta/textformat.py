@@ -19,11 +19,11 @@ twice raises :class:`~pybk.errors.MalformedMetadata`.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping, Union
+from typing import Iterable, Mapping
 
 from pybk.errors import MalformedMetadata
 
-Value = Union[str, int]
+Value = str | int
 
 _LINE = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(-?[0-9]+|"(?:[^"\\]|\\.)*")\s*\Z')
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\"}

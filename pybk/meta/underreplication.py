@@ -12,9 +12,10 @@ which is pybk's own:
     opened on the cluster; a manager refuses another layout with MalformedMetadata.
 ``/ledgers/underreplication/ledgers/<4 x 4 hex digits>/urL<id, 10 digits or more>``
     A *mark*: the ledger is under-replicated.  (The ``ledgers`` record itself, empty,
-    is written again after marks are made, so that workers can watch it.)  The four levels are the ledger id's four
-    16-bit parts, high first, in lower-case hex (ledger ``0x7afebeef0000feed`` under
-    ``7afe/beef/0000/feed``), so no record has more than 65,536 children.  The data is
+    is written again after marks are made, so that workers can watch it.)  The four
+    levels are the ledger id's four 16-bit parts, high first, in lower-case hex (ledger
+    ``0x7afebeef0000feed`` under ``7afe/beef/0000/feed``), so no record has more than
+    65,536 children.  The data is
     ``UnderreplicatedLedgerFormat``: a ``replica: "<bookie id>"`` line per missing replica
     (the bookies whose copies are gone), then ``ctime: <ms since the epoch>`` (when it
     was marked or last given another replica).  Marking a marked ledger adds the new

@@ -12,7 +12,7 @@ unreachable cluster fails before any task runs), pickles it to the tasks, and ru
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, List, Optional
+from typing import TYPE_CHECKING, Iterator
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -35,9 +35,9 @@ class BatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator["pa.RecordBatch"]) -> WriterCommitMessage:
         return job_write.write_partition(self.opts, self.job_id, iterator)
 
-    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         job_write.commit(self.opts, self.job_id, job_write.task_messages(messages),
                          self.overwrite)
 
-    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         job_write.abort(self.opts, self.job_id)

@@ -72,12 +72,13 @@ Where data goes
     ``ledgers/``, ``bookie.log`` (the bookie's output), ``HOLDER`` and ``bookie.json``.
 
 Host and placement
-    A holder names its host with :func:`~pybk.spark.holder.executor_host` (``SPARK_LOCAL_HOSTNAME``, else
-    ``SPARK_LOCAL_IP``, else the machine's name: what Spark itself goes by), and starts
-    its bookie advertising that host and registered on it (``advertisedAddress``,
-    ``bookieHost``).  A writer in a task of the same host that sets
-    ``ClientSettings.clientHost`` to :func:`~pybk.spark.holder.executor_host` (the ``pybk`` data source does)
-    gets that bookie first in its new ensembles (:mod:`pybk.client.placement`): a
+    A holder names its host with :func:`~pybk.spark.holder.executor_host`
+    (``SPARK_LOCAL_HOSTNAME``, else ``SPARK_LOCAL_IP``, else the machine's name: what
+    Spark itself goes by), and starts its bookie advertising that host and registered
+    on it (``advertisedAddress``, ``bookieHost``).  A writer in a task of the same host
+    that sets ``ClientSettings.clientHost`` to
+    :func:`~pybk.spark.holder.executor_host` (the ``pybk`` data source does) gets that
+    bookie first in its new ensembles (:mod:`pybk.client.placement`): a
     Python data source cannot ask Spark for locality (its partitions have no preferred
     locations), so co-location works through placement instead of through scheduling.
 

@@ -35,7 +35,7 @@ import logging
 import operator
 import threading
 import time
-from typing import TYPE_CHECKING, Iterable, Iterator, Literal, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Iterable, Iterator, Literal, Sequence, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
 
@@ -79,7 +79,7 @@ def task_messages(messages: Sequence[WriterCommitMessage | None]
                   ) -> Sequence[PybkCommitMessage | None]:
     """The messages Spark hands a writer's commit or abort, as what they are: each one
     what a task's :func:`write_partition` returned (None for a task that failed)."""
-    return cast(Sequence[Optional[PybkCommitMessage]], messages)
+    return cast(Sequence[PybkCommitMessage | None], messages)
 
 
 # -- the driver -----------------------------------------------------------------------
@@ -97,7 +97,7 @@ def begin(opts: PybkOptions) -> str:
 
 
 def commit(opts: PybkOptions, job_id: str,
-           messages: Iterable[Optional[PybkCommitMessage]], overwrite: bool,
+           messages: Iterable[PybkCommitMessage | None], overwrite: bool,
            sink: Sink | None = None) -> CommitResult:
     """Append the ledgers of ``messages`` (the successful task attempts'), in partition
     order, to the log in one CAS; delete the job's others and its records."""

@@ -17,7 +17,7 @@ began.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -48,7 +48,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator["pa.RecordBatch"]) -> WriterCommitMessage:
         return job_write.write_partition(self.opts, self.job_id, iterator)
 
-    def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         ours = job_write.task_messages(messages)
         job_id = self._tasks_job(ours)
         if job_id is not None:
@@ -57,15 +57,15 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if self.job_id != job_id:
             job_write.settle(self.opts, self.job_id)
 
-    def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         job_id = self._tasks_job(job_write.task_messages(messages))
         if job_id is not None:
             job_write.abort(self.opts, job_id)
         if self.job_id != job_id:
             job_write.settle(self.opts, self.job_id)
 
-    def _tasks_job(self, messages: Sequence[Optional[job_write.PybkCommitMessage]]
-                   ) -> Optional[str]:
+    def _tasks_job(self, messages: Sequence[job_write.PybkCommitMessage | None]
+                   ) -> str | None:
         """The job the micro-batch's tasks wrote for (None without a message: a job
         without tasks, which orphan cleaning deletes)."""
         found = {m.job_id for m in messages if m is not None}
