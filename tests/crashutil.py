@@ -176,8 +176,9 @@ class Children:
         stderr_path = self._workdir / f"child-{len(self._procs)}.stderr"
         env = dict(os.environ, PYTHONPATH=ROOT)
         with open(stderr_path, "wb") as stderr:
-            proc = subprocess.Popen((sys.executable, script, *args), env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=stderr)
+            proc = subprocess.Popen((sys.executable, script, *args), env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=stderr)
         proc.stderr_path = stderr_path  # type: ignore[attr-defined]
         self._procs.append(proc)
         return proc

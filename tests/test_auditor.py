@@ -135,7 +135,7 @@ def test_auditor_failover_keeps_exactly_one_auditor(bookies, cluster, tmp_path, 
         successor = wait_until(lambda: manager.auditor() in {p.bookie_id for p in alive}
                                and manager.auditor(), f"round {round_}: a successor")
         winner = next(p for p in alive if p.bookie_id == successor)
-        wait_until(lambda: auditing_now(winner), f"{successor} audits")
+        wait_until(lambda winner=winner: auditing_now(winner), f"{successor} audits")
         assert [p.bookie_id for p in alive if auditing_now(p)] == [successor]
         assert {v.bookie_id for v in manager.votes()} == {p.bookie_id for p in alive}
     assert [v.bookie_id for v in manager.votes()] == [alive[0].bookie_id]

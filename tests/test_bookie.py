@@ -511,7 +511,8 @@ def test_a_leading_thread_syncs_its_own_adds(bookie):
         ran_on: list[int] = []
         with bookie.leading():
             bookie.add_entry_async(7, entry_id, entry(7, entry_id), KEY,
-                                   callback=lambda error: ran_on.append(threading.get_ident()))
+                                   callback=lambda error, ran_on=ran_on: ran_on.append(
+                                       threading.get_ident()))
         bookie.force(7).result(timeout=10)
         on_caller += ran_on == [threading.get_ident()]
     assert on_caller >= 90

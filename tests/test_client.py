@@ -381,7 +381,7 @@ def test_the_throttle_bounds_outstanding_adds_and_gives_permits_back(cluster_of)
         futures = [lh.add_entry_async(payload(i)) for i in range(4)]
         if blocking:
             fifth: list = []
-            waiting = threading.Thread(target=lambda: fifth.append(
+            waiting = threading.Thread(target=lambda fifth=fifth, lh=lh: fifth.append(
                 lh.add_entry_async(payload(4))))
             waiting.start()
             waiting.join(0.3)

@@ -35,7 +35,7 @@ def test_invalid_ledger_ids_are_refused(bad):
             layout.ledger_path(bad)
 
 
-@pytest.mark.parametrize("layout", [FLAT, HIERARCHICAL], ids=lambda l: l.name)
+@pytest.mark.parametrize("layout", [FLAT, HIERARCHICAL], ids=lambda layout: layout.name)
 def test_listing_finds_every_ledger_and_nothing_else(tmp_path, layout):
     ids = [0, 1, 9999, 10_000, 123_456_789, LONG_FROM - 1, LONG_FROM, 2 ** 40 + 7]
     with EmbeddedMetadataStore(tmp_path / "meta") as store:

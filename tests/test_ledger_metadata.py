@@ -66,7 +66,8 @@ def test_write_set_is_qw_bookies_from_entry_mod_e_wrapping(entry_id, expected):
 
 
 def test_write_set_follows_the_fragment_of_the_entry():
-    md = metadata(fragments=((0, B), (10, ("B1", "B5", "B3", "B4")), (20, ("C1", "C2", "C3", "C4"))))
+    md = metadata(fragments=((0, B), (10, ("B1", "B5", "B3", "B4")),
+                             (20, ("C1", "C2", "C3", "C4"))))
     assert md.ensemble_at(9) == B
     assert md.ensemble_at(10) == ("B1", "B5", "B3", "B4")
     assert md.ensemble_at(19) == ("B1", "B5", "B3", "B4")

@@ -500,7 +500,7 @@ def test_registry_changes_fire_watches(store):
     read_only.next()
 
 
-# -- watches ----------------------------------------------------------------------------------------
+# -- watches ---------------------------------------------------------------------------------------
 
 def test_watch_fires_on_create_set_delete_and_children(store):
     record, parent = Events(), Events()
@@ -583,7 +583,7 @@ def test_watch_callbacks_may_use_the_store_and_a_failing_one_harms_nothing(store
     assert store.get("/echo") == (b"ping", 0)
 
 
-# -- concurrency ------------------------------------------------------------------------------------
+# -- concurrency -----------------------------------------------------------------------------------
 
 def test_concurrent_compare_and_set_exactly_one_wins_per_version(store):
     threads, rounds = 6, 25
@@ -628,7 +628,7 @@ def test_concurrent_read_modify_write_loses_no_update(store):
     assert store.get("/counter") == (b"%d" % total, total)
 
 
-# -- life cycle ----------------------------------------------------------------------------------------
+# -- life cycle ------------------------------------------------------------------------------------
 
 def test_a_closed_store_refuses_every_call(stores):
     with stores.open() as store:
@@ -657,14 +657,14 @@ def test_close_stops_watches(stores):
                    for t in threading.enumerate())
 
 
-# -- crashes -----------------------------------------------------------------------------------------
+# -- crashes ---------------------------------------------------------------------------------------
 
 CRASH_PATH = "/crash/record"
 CRASH_ROUNDS = 6
 
-CHILD = """
+CHILD = f"""
 import os, sys
-sys.path.insert(0, {tests!r})
+sys.path.insert(0, {TESTS!r})
 from test_meta_contract import CRASH_PATH, open_store, payload
 from pybk.errors import NodeExists
 
@@ -680,7 +680,7 @@ while True:
     assert data == payload(version), version
     assert store.set(CRASH_PATH, payload(version + 1), version) == version + 1
     os.write(acks, b"%d %d\\n" % (version + 1, store.next_ledger_id()))
-""".format(tests=TESTS)
+"""
 
 
 def payload(version: int) -> bytes:
@@ -744,15 +744,15 @@ def test_kill_minus_nine_during_compare_and_set_leaves_a_consistent_record(store
             assert last_version <= version <= last_version + 1
             assert data == payload(version)
             assert store.next_ledger_id() > max(ledger_id for _v, ledger_id in acks)
-            wait_until(lambda: store.bookies() == [], "the dead session's bookie is gone",
-                       stores.dead_session_end_s)
+            wait_until(lambda store=store: store.bookies() == [],
+                       "the dead session's bookie is gone", stores.dead_session_end_s)
         finally:
             store.close()
     versions = [v for v, _id in read_acks(acks_path)]
     assert versions == sorted(set(versions))  # no version was acknowledged twice
 
 
-# -- embedded store specifics ---------------------------------------------------------------------------
+# -- embedded store specifics ----------------------------------------------------------------------
 
 def test_embedded_refuses_a_second_store_on_its_directory(tmp_path):
     with EmbeddedMetadataStore(tmp_path / "meta"):

@@ -199,7 +199,7 @@ def test_entries_over_the_byte_budget_are_asked_again_in_later_requests(cluster_
     assert [e.data for e in reader.read_entries(0, count - 1)] == \
         [payload(i, size) for i in range(count)]
     for spy in spies.values():
-        for entry_ids, max_bytes, future in spy.batches:
+        for _entry_ids, max_bytes, future in spy.batches:
             answers = future.result(timeout=0)
             assert sum(map(len, answers)) <= max_bytes or len(answers) == 1
     requests = sum(len(spy.batches) for spy in spies.values())

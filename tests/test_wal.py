@@ -78,7 +78,7 @@ def test_many_threads_share_fsyncs(tmp_path):
         entries = {(p.segment, p.entry) for ps in results.values() for p in ps}
         records = list(wal.read())
     assert len(records) == 1600
-    for t, positions in results.items():
+    for positions in results.values():
         assert positions == sorted(positions)  # one thread's records in call order
     assert len(entries) < 1600, "no two threads' records shared an entry"
 
@@ -335,7 +335,7 @@ def test_a_closed_in_process_client_refuses_every_call(tmp_path, bookie):
             "delete_ledger": lambda: bk.delete_ledger(ledger.id),
             "list_ledgers": lambda: bk.list_ledgers(),
         }
-        for name, call in calls.items():
+        for call in calls.values():
             with pytest.raises(ClientClosed, match="client is closed"):
                 call()
         assert LedgerManager(store).ledger_ids() == [ledger.id], \

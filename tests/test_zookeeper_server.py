@@ -35,7 +35,8 @@ def test_missing_jars_are_a_clear_error(monkeypatch, tmp_path):
 def test_a_server_that_cannot_start_reports_its_log(monkeypatch):
     monkeypatch.setenv(zookeeper_server.CLASSPATH_ENV, "/nonexistent")
     server = ZooKeeperServer(start_timeout_s=30)
-    with pytest.raises(ZooKeeperServerError, match="(?s)exited with status .*its log ends.*ZooKeeperServerMain"):
+    with pytest.raises(ZooKeeperServerError,
+                       match="(?s)exited with status .*its log ends.*ZooKeeperServerMain"):
         with server:
             pass
     assert not server.running
