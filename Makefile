@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test bench clean
+.PHONY: run lint test bench clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,13 @@ $(VENV)/.installed: setup.py
 run: $(VENV)/.installed
 	$(PY) -m pybk demo
 
-test: $(VENV)/.installed
+# The gate every change passes first: ruff, then mypy (settings in pyproject.toml; mypy
+# keeps its cache in .mypy_cache, so a second run takes a second or two).
+lint: $(VENV)/.installed
+	$(PY) -m ruff check pybk tests benchmarks examples
+	$(PY) -m mypy pybk
+
+test: lint
 	$(PY) -m pytest -q tests
 
 bench: $(VENV)/.installed
@@ -24,4 +30,4 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/rereplication_bench.py --quick
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache
