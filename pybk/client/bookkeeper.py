@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Self
 
 from pybk.client.ledger import LedgerHandle
 from pybk.client.metrics import ClientMetrics
@@ -106,7 +106,7 @@ class BookKeeper:
         return cls(metadata, {bookie_id: InProcessBookieClient(bookie_id, bookie)
                               for bookie_id, bookie in bookies.items()}, settings)
 
-    def __enter__(self) -> "BookKeeper":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -142,7 +142,7 @@ class BookKeeper:
         if recovery:
             versioned = recover(self, versioned, password)
         metadata = versioned.metadata
-        lac = metadata.last_entry_id if metadata.state is LedgerState.CLOSED else -1
+        lac = metadata.closed_last_entry_id() if metadata.state is LedgerState.CLOSED else -1
         handle = LedgerHandle(self, versioned, password, writable=False,
                               last_add_confirmed=lac)
         if metadata.state is LedgerState.CLOSED:

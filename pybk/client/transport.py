@@ -169,7 +169,8 @@ class InProcessBookieClient(BookieClient):
         self.bookie_id = bookie_id
         self._bookie = bookie
 
-    def add(self, ledger_id, entry_id, entry, master_key, recovery=False):
+    def add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+            recovery: bool = False) -> Future:
         future: Future = Future()
 
         def done(error: BaseException | None) -> None:
@@ -181,21 +182,24 @@ class InProcessBookieClient(BookieClient):
         self.add_then(ledger_id, entry_id, entry, master_key, done, recovery)
         return future
 
-    def ledger_adds(self, ledger_id, master_key, sink, recovery=False):
+    def ledger_adds(self, ledger_id: int, master_key: bytes, sink: AddsDone,
+                    recovery: bool = False) -> LedgerAdds | None:
         """A bookie in this process never moves: its sender is :meth:`add_grouped`."""
         def send(entry_id: int, entry: bytes, token: Any) -> bool:
             self.add_grouped(ledger_id, entry_id, entry, master_key, token, sink, recovery)
             return True
         return send
 
-    def add_then(self, ledger_id, entry_id, entry, master_key, callback, recovery=False):
+    def add_then(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+                 callback: AddCallback, recovery: bool = False) -> None:
         try:
             self._bookie.add_entry_async(ledger_id, entry_id, entry, master_key,
                                          recovery=recovery, callback=callback)
         except BookKeeperError as e:
             callback(e)
 
-    def read(self, ledger_id, entry_id, fence=False, master_key=b""):
+    def read(self, ledger_id: int, entry_id: int, fence: bool = False,
+             master_key: bytes = b"") -> Future:
         if not fence:
             return _completed(lambda: self._bookie.read_entry(ledger_id, entry_id))
         future: Future = Future()
@@ -216,16 +220,16 @@ class InProcessBookieClient(BookieClient):
             future.set_exception(e)
         return future
 
-    def read_lac(self, ledger_id):
+    def read_lac(self, ledger_id: int) -> Future:
         return _completed(lambda: self._bookie.read_lac(ledger_id))
 
-    def write_lac(self, ledger_id, lac, master_key):
+    def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> Future:
         try:
             return self._bookie.set_explicit_lac(ledger_id, lac, master_key)
         except BookKeeperError as e:
             return failed_future(e)
 
-    def delete_ledger(self, ledger_id):
+    def delete_ledger(self, ledger_id: int) -> Future:
         return _completed(lambda: self._bookie.delete_ledger(ledger_id))
 
 
