@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
-from pybk.client.transport import AddsDone, BookieClient, chain, failed_future
+from pybk.client.transport import AddsDone, BookieClient, LedgerAdds, chain, failed_future
 from pybk.errors import BookieUnavailable, BookKeeperError
 
 
@@ -81,7 +81,9 @@ class Faults:
             if error is None:
                 chain(reply, target)
             else:
-                reply.add_done_callback(lambda _done, t=target: t.set_exception(error))
+                def fail(_reply: Future, target: Future = target) -> None:
+                    target.set_exception(error)
+                reply.add_done_callback(fail)
         return len(chosen)
 
     def _keep(self, name: str, entry_id: int | None, reply: Future) -> Future:
@@ -197,7 +199,8 @@ class FaultyBookieClient(BookieClient):
         _after(faults.delay_s, forward)
         return delayed
 
-    def ledger_adds(self, ledger_id, master_key, sink, recovery=False):
+    def ledger_adds(self, ledger_id: int, master_key: bytes, sink: AddsDone,
+                    recovery: bool = False) -> LedgerAdds | None:
         """The inner client's sender, each add through the faults (so fault-driven tests
         take the path a ledger's adds really take: the transport's batched sends and its
         replies with a status per add)."""
@@ -216,8 +219,8 @@ class FaultyBookieClient(BookieClient):
             return False
         return faulty_send
 
-    def add_grouped(self, ledger_id, entry_id, entry, master_key, token, sink,
-                    recovery=False):
+    def add_grouped(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+                    token: Any, sink: AddsDone, recovery: bool = False) -> None:
         """The inner client's grouped add through the faults; adds given the same
         ``sink`` share one wrapper, so the inner client still groups their answers."""
         adds = self._grouped.get(sink)
@@ -228,15 +231,17 @@ class FaultyBookieClient(BookieClient):
             self.inner.add_grouped(ledger_id, entry_id, entry, master_key, sent, adds.answer,
                                    recovery)
 
-    def add(self, ledger_id, entry_id, entry, master_key, recovery=False):
+    def add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+            recovery: bool = False) -> Future:
         return self._apply("add", entry_id, lambda: self.inner.add(
             ledger_id, entry_id, entry, master_key, recovery))
 
-    def read(self, ledger_id, entry_id, fence=False, master_key=b""):
+    def read(self, ledger_id: int, entry_id: int, fence: bool = False,
+             master_key: bytes = b"") -> Future:
         return self._apply("read", entry_id, lambda: self.inner.read(
             ledger_id, entry_id, fence, master_key))
 
-    def read_batch(self, ledger_id, entry_ids, max_bytes):
+    def read_batch(self, ledger_id: int, entry_ids: Sequence[int], max_bytes: int) -> Future:
         """The inner client's batch read; one read after the other, each through the
         faults, while any fault applies to reads."""
         faults = self.faults
@@ -245,14 +250,14 @@ class FaultyBookieClient(BookieClient):
             return super().read_batch(ledger_id, entry_ids, max_bytes)
         return self.inner.read_batch(ledger_id, entry_ids, max_bytes)
 
-    def read_lac(self, ledger_id):
+    def read_lac(self, ledger_id: int) -> Future:
         return self._apply("read_lac", None, lambda: self.inner.read_lac(ledger_id))
 
-    def write_lac(self, ledger_id, lac, master_key):
+    def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> Future:
         return self._apply("write_lac", None, lambda: self.inner.write_lac(
             ledger_id, lac, master_key))
 
-    def delete_ledger(self, ledger_id):
+    def delete_ledger(self, ledger_id: int) -> Future:
         return self._apply("delete_ledger", None, lambda: self.inner.delete_ledger(ledger_id))
 
 

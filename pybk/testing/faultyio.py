@@ -30,7 +30,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import BinaryIO, Callable, Sequence
 
 from pybk.fileio import FileIO
 
@@ -156,7 +156,7 @@ def lose_unsynced(unsynced: dict[str, list[Write]], mode: str, rng: random.Rando
     return touched
 
 
-def _lose(f, write: Write, mode: str, rng: random.Random) -> int:
+def _lose(f: BinaryIO, write: Write, mode: str, rng: random.Random) -> int:
     start, end = write.offset, write.offset + write.length
     if write.old is not None:  # the overwritten part: old or new, whole
         if mode == "drop" or rng.random() < 0.5:
