@@ -764,8 +764,8 @@ class Bookie:
                     state = self._states[ledger_id] = LedgerState(b"")
                 if state.deleted:
                     return
-                self._active.put(ledger_id, entry_id, codec.RECORD.pack(len(payload), crc, codec.ADD),
-                                 payload)
+                header = codec.RECORD.pack(len(payload), crc, codec.ADD)
+                self._active.put(ledger_id, entry_id, header, payload)
                 state.lac = max(state.lac, lac)
                 self._dirty.add(ledger_id)
                 if self._active.size_bytes >= self._cache_half_bytes:

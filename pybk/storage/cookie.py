@@ -202,7 +202,8 @@ def is_formatted(settings: ServerSettings) -> bool:
                if os.path.isdir(d))
 
 
-def format_directories(settings: ServerSettings, force: bool = False, bind_paths: bool = True) -> str:
+def format_directories(settings: ServerSettings, force: bool = False,
+                       bind_paths: bool = True) -> str:
     """Initialise a new bookie: create the directories and write a fresh cookie in each,
     bound to their paths unless ``bind_paths`` is false (module docstring).
 
