@@ -347,7 +347,7 @@ def test_the_tools_read_a_bookie_killed_by_sigkill_and_change_nothing(tmp_path, 
                                                                             entry_id)
 
 
-# -- refusals in one line ---------------------------------------------------------------------------
+# -- refusals in one line --------------------------------------------------------------------------
 
 COMMANDS = (["readjournal"], ["readlog"], ["lastmark"], ["localconsistencycheck"])
 

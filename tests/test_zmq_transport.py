@@ -65,7 +65,8 @@ def test_a_closed_server_fails_outstanding_requests_promptly_and_clients_reconne
         client.read_lac(1).result(timeout=5)
 
     closing.enter_context(BookieServer(bookie, server.address))  # back, same address
-    wait_until(lambda: client.read_lac(1).exception(timeout=5) is None, "the client reaches the bookie")
+    wait_until(lambda: client.read_lac(1).exception(timeout=5) is None,
+               "the client reaches the bookie")
     assert client.read(1, 0).result(timeout=5) == entry(1, 0, lac=-1)
 
 
