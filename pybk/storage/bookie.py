@@ -41,9 +41,20 @@ from concurrent.futures import Future
 from typing import Callable, ContextManager, Sequence
 
 from pybk.checksum import crc32c
-from pybk.errors import (BookieClosed, BookieReadOnly, BookKeeperError, CorruptData,
-                         DirectoryLocked, DiskFull, EntryTooLarge, LedgerFenced, MalformedEntry,
-                         NoSuchEntry, NoSuchLedger, Unauthorized)
+from pybk.errors import (
+    BookieClosed,
+    BookieReadOnly,
+    BookKeeperError,
+    CorruptData,
+    DirectoryLocked,
+    DiskFull,
+    EntryTooLarge,
+    LedgerFenced,
+    MalformedEntry,
+    NoSuchEntry,
+    NoSuchLedger,
+    Unauthorized,
+)
 from pybk.fileio import DEFAULT_IO, FileIO, lock_file
 from pybk.settings import ServerSettings
 from pybk.stats import JournalStats, StorageGauges, StorageStats
@@ -51,8 +62,7 @@ from pybk.storage import journal as jr
 from pybk.storage import journal_codec as codec
 from pybk.storage.checkpoint import Checkpointer, Generation, flush_generation
 from pybk.storage.cookie import format_directories, verify_cookies
-from pybk.storage.diskcheck import (DiskMonitor, UsageFunction, free_and_total_bytes,
-                                    used_fraction)
+from pybk.storage.diskcheck import DiskMonitor, UsageFunction, free_and_total_bytes, used_fraction
 from pybk.storage.entries import ENTRY_HEADER, ENTRY_HEADER_SIZE, LAST_ENTRY
 from pybk.storage.entrylog import EntryLogger, Location
 from pybk.storage.gc import GarbageCollector, GcStats, GcStatus

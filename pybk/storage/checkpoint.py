@@ -48,9 +48,9 @@ import threading
 from typing import Callable, Iterator, NamedTuple
 
 from pybk.errors import BookKeeperError
+from pybk.fileio import DEFAULT_IO, FileIO
 from pybk.settings import ServerSettings
 from pybk.storage.entrylog import EntryLogger
-from pybk.fileio import DEFAULT_IO, FileIO
 from pybk.storage.gc import GarbageCollector
 from pybk.storage.index import Index, StoredLedgerState
 from pybk.storage.journal import Journal, Waiter

@@ -58,8 +58,8 @@ import struct
 import threading
 from typing import BinaryIO, Callable, Generator, Iterator, NamedTuple
 
-from pybk.errors import BookKeeperError, CorruptData
 from pybk.checksum import crc32c
+from pybk.errors import BookKeeperError, CorruptData
 from pybk.fileio import DEFAULT_IO, FileIO, fsync_directory
 from pybk.storage.journal_codec import ADD, ENTRY_CRC_SEED, RECORD
 

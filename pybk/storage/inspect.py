@@ -24,10 +24,20 @@ from typing import BinaryIO, Generator, Generic, Iterator, TypeVar
 
 from pybk.errors import BookKeeperError, CorruptData
 from pybk.storage import journal_codec as codec
-from pybk.storage.entrylog import (CURRENT, READ_FDS_MAX, RECORD_HEADER_SIZE, Location,
-                                   LogHeader, ScanEnd, entry_of_record, list_log_files,
-                                   read_header, read_ledger_map, scan_records)
 from pybk.storage.entries import ENTRY_HEADER_SIZE
+from pybk.storage.entrylog import (
+    CURRENT,
+    READ_FDS_MAX,
+    RECORD_HEADER_SIZE,
+    Location,
+    LogHeader,
+    ScanEnd,
+    entry_of_record,
+    list_log_files,
+    read_header,
+    read_ledger_map,
+    scan_records,
+)
 from pybk.storage.index import Index
 from pybk.storage.lastmark import read_directory_mark
 

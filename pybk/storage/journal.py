@@ -40,8 +40,13 @@ from pybk.errors import BookieClosed, BookKeeperError, DiskFull
 from pybk.fileio import DEFAULT_IO, FileIO, fsync_directory
 from pybk.settings import ServerSettings
 from pybk.stats import JournalStats
-from pybk.storage.journal_codec import (HEADER_SIZE, LogMark, file_header,
-                                        journal_file_name, list_journal_ids)
+from pybk.storage.journal_codec import (
+    HEADER_SIZE,
+    LogMark,
+    file_header,
+    journal_file_name,
+    list_journal_ids,
+)
 
 log = logging.getLogger(__name__)
 

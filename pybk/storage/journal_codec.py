@@ -58,8 +58,8 @@ import struct
 from dataclasses import dataclass
 from typing import Callable, Generator, NamedTuple
 
-from pybk.errors import BookKeeperError, MalformedEntry
 from pybk.checksum import crc32c
+from pybk.errors import BookKeeperError, MalformedEntry
 from pybk.storage.entries import ENTRY_HEADER, ENTRY_HEADER_SIZE
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ import logging
 import os
 import struct
 
-from pybk.errors import CorruptData
 from pybk.checksum import crc32c
+from pybk.errors import CorruptData
 from pybk.fileio import DEFAULT_IO, FileIO, write_file_atomically
 from pybk.storage.journal_codec import LogMark
 
