@@ -14,8 +14,13 @@ Under-replicated ledgers, replication claims and the auditor election:
 from pybk.meta.cookies import Cookie
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.interface import ANY_VERSION, MAX_DATA_BYTES, MetadataStore
-from pybk.meta.ledger_metadata import (DigestType, Fragment, LedgerMetadata, LedgerState,
-                                       hash_password)
+from pybk.meta.ledger_metadata import (
+    DigestType,
+    Fragment,
+    LedgerMetadata,
+    LedgerState,
+    hash_password,
+)
 from pybk.meta.ledgers import LedgerManager, Versioned
 from pybk.meta.watches import Watch
 

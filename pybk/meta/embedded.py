@@ -71,11 +71,17 @@ from typing import Callable, Iterator, TypeVar
 import lmdb
 
 from pybk.errors import BadVersion, DirectoryLocked, MetadataError, NodeExists, NoNode
-from pybk.meta import paths
-from pybk.meta.interface import (ANY_VERSION, SEQUENCE_DIGITS, MetadataStore, check_data,
-                                 check_version, sequential_prefix)
-from pybk.meta.watches import Notifier, Watch, WatchCallback
 from pybk.fileio import fsync_directory, lock_file
+from pybk.meta import paths
+from pybk.meta.interface import (
+    ANY_VERSION,
+    SEQUENCE_DIGITS,
+    MetadataStore,
+    check_data,
+    check_version,
+    sequential_prefix,
+)
+from pybk.meta.watches import Notifier, Watch, WatchCallback
 
 log = logging.getLogger(__name__)
 

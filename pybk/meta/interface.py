@@ -73,8 +73,7 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import Callable, Self
 
-from pybk.errors import (BookieUnavailable, MalformedMetadata, MetadataError, NodeExists,
-                         NoNode)
+from pybk.errors import BookieUnavailable, MalformedMetadata, MetadataError, NodeExists, NoNode
 from pybk.meta import paths
 from pybk.meta.cookies import Cookie, cookie_path
 from pybk.meta.layout import FLAT, LedgerLayout

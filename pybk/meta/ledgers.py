@@ -17,11 +17,16 @@ import dataclasses
 import logging
 from typing import Callable, Mapping, NamedTuple, Sequence
 
-from pybk.errors import (InvalidLedgerMetadata, MalformedMetadata, MetadataError, NodeExists,
-                         NoNode, NoSuchLedger)
+from pybk.errors import (
+    InvalidLedgerMetadata,
+    MalformedMetadata,
+    MetadataError,
+    NodeExists,
+    NoNode,
+    NoSuchLedger,
+)
 from pybk.meta.interface import ANY_VERSION, MetadataStore
-from pybk.meta.ledger_metadata import (DigestType, Fragment, LedgerMetadata,
-                                       hash_password)
+from pybk.meta.ledger_metadata import DigestType, Fragment, LedgerMetadata, hash_password
 from pybk.meta.watches import Watch
 
 log = logging.getLogger(__name__)

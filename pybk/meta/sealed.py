@@ -24,8 +24,8 @@ import json
 import struct
 from typing import Any
 
-from pybk.errors import MalformedMetadata
 from pybk.checksum import crc32c
+from pybk.errors import MalformedMetadata
 
 HEADER = struct.Struct(">4sHII")
 assert HEADER.size == 14, "a sealed record's header is documented as 14 bytes"

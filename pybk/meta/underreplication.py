@@ -62,7 +62,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from pybk.errors import (BadVersion, MalformedMetadata, MetadataError, NodeExists, NoNode)
+from pybk.errors import BadVersion, MalformedMetadata, MetadataError, NodeExists, NoNode
 from pybk.meta import paths, textformat
 from pybk.meta.interface import ANY_VERSION, MetadataStore, sequence_number
 from pybk.meta.sealed import seal, typed, unseal

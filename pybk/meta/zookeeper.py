@@ -101,17 +101,31 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import (BadVersionError, ConnectionClosedError, KazooException,
-                              NoChildrenForEphemeralsError, NodeExistsError, NoNodeError,
-                              NotEmptyError, RolledBackError)
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    KazooException,
+    NoChildrenForEphemeralsError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+)
 from kazoo.retry import KazooRetry
 
-from pybk.errors import (BadVersion, InvalidConfiguration, MetadataError, NodeExists, NoNode)
+from pybk.errors import BadVersion, InvalidConfiguration, MetadataError, NodeExists, NoNode
 from pybk.meta import layout as layouts
 from pybk.meta import paths, zkclient
 from pybk.meta.address import ZooKeeperAddress, parse_zookeeper_address
-from pybk.meta.interface import (ANY_VERSION, MetadataStore, SessionListener, SessionState,
-                                 check_data, check_version, sequential_prefix)
+from pybk.meta.interface import (
+    ANY_VERSION,
+    MetadataStore,
+    SessionListener,
+    SessionState,
+    check_data,
+    check_version,
+    sequential_prefix,
+)
 from pybk.meta.watches import Notifier, Watch, WatchCallback
 
 if TYPE_CHECKING:
