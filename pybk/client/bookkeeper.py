@@ -35,8 +35,13 @@ from pybk.client.metrics import ClientMetrics
 from pybk.client.placement import RendezvousPlacement
 from pybk.client.recovery import recover
 from pybk.client.transport import BookieClient, InProcessBookieClient
-from pybk.errors import (BookieUnavailable, ClientClosed, NotEnoughBookies, TooManyRequests,
-                         Unauthorized)
+from pybk.errors import (
+    BookieUnavailable,
+    ClientClosed,
+    NotEnoughBookies,
+    TooManyRequests,
+    Unauthorized,
+)
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import LedgerManager

@@ -32,9 +32,9 @@ import struct
 import zlib
 from typing import NamedTuple
 
+from pybk.checksum import crc32c
 from pybk.errors import DigestMismatch
 from pybk.meta.ledger_metadata import DigestType
-from pybk.checksum import crc32c
 
 HEADER = struct.Struct(">QQqq")
 HEADER_SIZE = HEADER.size

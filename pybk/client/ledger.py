@@ -50,9 +50,20 @@ from pybk.client.completions import AddDone, CompletionQueue
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.client.reads import RangeRead, read_error
 from pybk.client.transport import AddsDone, LedgerAdds
-from pybk.errors import (BadVersion, BookKeeperError, ClientClosed, DigestMismatch,
-                         EntryTooLarge, LedgerClosed, LedgerFenced, LedgerRecoveryError,
-                         NoSuchEntry, ReadOnlyLedger, Timeout, Unauthorized)
+from pybk.errors import (
+    BadVersion,
+    BookKeeperError,
+    ClientClosed,
+    DigestMismatch,
+    EntryTooLarge,
+    LedgerClosed,
+    LedgerFenced,
+    LedgerRecoveryError,
+    NoSuchEntry,
+    ReadOnlyLedger,
+    Timeout,
+    Unauthorized,
+)
 from pybk.meta.ledger_metadata import Fragment, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import Versioned
 

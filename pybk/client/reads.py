@@ -47,8 +47,14 @@ from typing import Callable, Iterator
 
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.client.transport import BookieClient
-from pybk.errors import (BookKeeperError, DigestMismatch, MalformedMessage, NoSuchEntry,
-                         NoSuchLedger, Timeout)
+from pybk.errors import (
+    BookKeeperError,
+    DigestMismatch,
+    MalformedMessage,
+    NoSuchEntry,
+    NoSuchLedger,
+    Timeout,
+)
 from pybk.meta.ledger_metadata import LedgerMetadata
 
 log = logging.getLogger(__name__)

@@ -36,8 +36,14 @@ from typing import TYPE_CHECKING
 
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.client.ledger import LedgerHandle
-from pybk.errors import (BadVersion, BookKeeperError, DigestMismatch, LedgerRecoveryError,
-                         NoSuchEntry, NoSuchLedger)
+from pybk.errors import (
+    BadVersion,
+    BookKeeperError,
+    DigestMismatch,
+    LedgerRecoveryError,
+    NoSuchEntry,
+    NoSuchLedger,
+)
 from pybk.meta.ledger_metadata import Fragment, LedgerState
 from pybk.meta.ledgers import Versioned
 from pybk.storage import LAST_ENTRY

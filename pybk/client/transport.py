@@ -20,7 +20,6 @@ from typing import Any, Callable, Sequence
 from pybk.errors import BookieUnavailable, BookKeeperError
 from pybk.storage import LAST_ENTRY, Bookie
 
-
 AddCallback = Callable[[BaseException | None], None]
 
 #: ``sink(tokens, errors)``: the adds given ``tokens`` finished together; ``errors`` is
