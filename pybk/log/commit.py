@@ -33,12 +33,30 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
-from pybk.errors import (BadVersion, BookKeeperError, InvalidConfiguration, JobFinished,
-                         MetadataError, NoNode, NoSuchLog, TooManyLedgers)
+from pybk.errors import (
+    BadVersion,
+    BookKeeperError,
+    InvalidConfiguration,
+    JobFinished,
+    MetadataError,
+    NoNode,
+    NoSuchLog,
+    TooManyLedgers,
+)
 from pybk.log import jobs
-from pybk.log.metadata import (COMMIT_LEDGERS_MAX, FORMAT_VERSION, ORPHANS_PER_CAS_MAX,
-                               SINK_ID_MAX_CHARS, SINKS_MAX, TAIL_SEGMENTS, LogMetadata,
-                               Segment, ensure_records, read_log, update_log)
+from pybk.log.metadata import (
+    COMMIT_LEDGERS_MAX,
+    FORMAT_VERSION,
+    ORPHANS_PER_CAS_MAX,
+    SINK_ID_MAX_CHARS,
+    SINKS_MAX,
+    TAIL_SEGMENTS,
+    LogMetadata,
+    Segment,
+    ensure_records,
+    read_log,
+    update_log,
+)
 from pybk.log.position import Position
 from pybk.log.writer import OPEN_ATTEMPTS_MAX, delete_segments, finish_take_over, take_over
 from pybk.meta.ledger_metadata import LedgerState

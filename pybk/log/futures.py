@@ -35,8 +35,7 @@ import atexit
 import collections
 import os
 import threading
-from concurrent.futures import Future
-from concurrent.futures import _base
+from concurrent.futures import Future, _base
 from functools import partial
 from typing import Callable, Sequence
 

@@ -56,11 +56,25 @@ import dataclasses
 import logging
 from typing import Callable, NamedTuple
 
-from pybk.errors import (BookKeeperError, InvalidConfiguration, MetadataError, NodeExists,
-                         NoNode, NotEnoughBookies)
-from pybk.log.metadata import (FORMAT_VERSION, TAIL_SEGMENTS, LogMetadata, delete_log,
-                               ensure_records, live_segments, log_path, mark_dead,
-                               store_records)
+from pybk.errors import (
+    BookKeeperError,
+    InvalidConfiguration,
+    MetadataError,
+    NodeExists,
+    NoNode,
+    NotEnoughBookies,
+)
+from pybk.log.metadata import (
+    FORMAT_VERSION,
+    TAIL_SEGMENTS,
+    LogMetadata,
+    delete_log,
+    ensure_records,
+    live_segments,
+    log_path,
+    mark_dead,
+    store_records,
+)
 from pybk.log.position import Position
 from pybk.meta.interface import ANY_VERSION, MetadataStore
 from pybk.meta.ledgers import LedgerManager

@@ -37,15 +37,20 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
-from pybk.errors import (BookKeeperError, DirectoryLocked, InvalidConfiguration, LogClosed,
-                         NoSuchLog)
+from pybk.errors import BookKeeperError, DirectoryLocked, InvalidConfiguration, LogClosed, NoSuchLog
 from pybk.log import promotion
 from pybk.log.position import Position
 from pybk.log.reader import LogReader, Record
 from pybk.log.writer import LogWriter, entry_bytes_needed
 from pybk.meta.embedded import EmbeddedMetadataStore
-from pybk.settings import (WAL_LOG_DEFAULTS, WAL_SERVER_DEFAULTS, ClientSettings, LogSettings,
-                           ServerSettings, sort_settings)
+from pybk.settings import (
+    WAL_LOG_DEFAULTS,
+    WAL_SERVER_DEFAULTS,
+    ClientSettings,
+    LogSettings,
+    ServerSettings,
+    sort_settings,
+)
 from pybk.storage import Bookie
 from pybk.storage.cookie import format_directories
 

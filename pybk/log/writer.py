@@ -48,16 +48,37 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from pybk.client.digest import MAX_OVERHEAD
-from pybk.errors import (BadVersion, BookKeeperError, EntryTooLarge, InvalidConfiguration,
-                         LedgerFenced, LogClosed, LogFenced, MetadataError, NoSuchLedger,
-                         NotEnoughBookies, Timeout)
+from pybk.errors import (
+    BadVersion,
+    BookKeeperError,
+    EntryTooLarge,
+    InvalidConfiguration,
+    LedgerFenced,
+    LogClosed,
+    LogFenced,
+    MetadataError,
+    NoSuchLedger,
+    NotEnoughBookies,
+    Timeout,
+)
 from pybk.log import consumers
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, encode_batch
 from pybk.log.futures import BatchFutures
 from pybk.log.jobs import delete_ledger, settle_listed
-from pybk.log.metadata import (FORMAT_VERSION, Dropped, LogMetadata, Segment, delete_records,
-                               ensure_records, find_segment, mark_dropped, read_log,
-                               store_records, update_log, write_segment)
+from pybk.log.metadata import (
+    FORMAT_VERSION,
+    Dropped,
+    LogMetadata,
+    Segment,
+    delete_records,
+    ensure_records,
+    find_segment,
+    mark_dropped,
+    read_log,
+    store_records,
+    update_log,
+    write_segment,
+)
 from pybk.log.position import Position
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.settings import LogSettings
