@@ -73,8 +73,14 @@ from pybk.cluster.deadlines import Deadlines
 from pybk.cluster.frames import received, send_message
 from pybk.cluster.mailbox import Mailbox
 from pybk.cluster.wire import Op, Reply, Request
-from pybk.errors import (BookieUnavailable, BookKeeperError, EntryTooLarge,
-                         MalformedMessage, Timeout, error_for_code)
+from pybk.errors import (
+    BookieUnavailable,
+    BookKeeperError,
+    EntryTooLarge,
+    MalformedMessage,
+    Timeout,
+    error_for_code,
+)
 from pybk.settings import ClientSettings
 
 log = logging.getLogger(__name__)

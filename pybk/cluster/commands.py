@@ -199,8 +199,8 @@ def run_updatecookie(settings: ServerSettings) -> int:
     """Accept a bookie's directories moved on purpose to where ``settings`` name them:
     rewrite their cookies and, with ``metadataServiceUri``, the cluster's copy
     (:func:`pybk.cluster.cookies.update_cookies`)."""
-    from pybk.meta.address import open_metadata_store
     from pybk.cluster.cookies import update_cookies
+    from pybk.meta.address import open_metadata_store
     from pybk.meta.zookeeper import ZooKeeperSettings
 
     try:

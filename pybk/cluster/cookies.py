@@ -15,8 +15,13 @@ from typing import TYPE_CHECKING
 from pybk.errors import InvalidConfiguration, InvalidCookie
 from pybk.meta.cookies import Cookie, cookie_path, known_cookie
 from pybk.settings import ServerSettings
-from pybk.storage.cookie import (BookieCookie, locked_directories, rebind_directories,
-                                 resolve_bookie_id, write_cookies)
+from pybk.storage.cookie import (
+    BookieCookie,
+    locked_directories,
+    rebind_directories,
+    resolve_bookie_id,
+    write_cookies,
+)
 
 if TYPE_CHECKING:
     from pybk.meta.interface import MetadataStore

@@ -58,8 +58,7 @@ import time
 from concurrent.futures import Future
 from typing import Callable, Iterable, Mapping
 
-from pybk.client.transport import (AddCallback, BookieClient, UnavailableBookieClient,
-                                   chain)
+from pybk.client.transport import AddCallback, BookieClient, UnavailableBookieClient, chain
 from pybk.cluster import curve
 from pybk.cluster.client import ClientLoop, ZmqBookieClient
 from pybk.errors import BookieUnavailable, BookKeeperError

@@ -93,12 +93,12 @@ import zmq
 from pybk.client.transport import InProcessBookieClient
 from pybk.cluster import curve
 from pybk.cluster.autorecovery import AutoRecovery
+from pybk.cluster.cookies import cluster_cookie
 from pybk.cluster.http_admin import AdminHttpServer, Request, Response
 from pybk.cluster.http_endpoints import admin_routes
 from pybk.cluster.server import BookieServer
 from pybk.errors import BookKeeperError, InvalidConfiguration
 from pybk.meta.address import open_metadata_store
-from pybk.cluster.cookies import cluster_cookie
 from pybk.meta.cookies import check_cluster_cookie
 from pybk.meta.interface import MetadataStore, SessionState
 from pybk.meta.zookeeper import ZooKeeperSettings

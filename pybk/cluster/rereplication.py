@@ -55,8 +55,15 @@ from pybk.client.recovery import recover
 from pybk.cluster.ledger_check import fragments_lacking_entries
 from pybk.cluster.replicas import Span, first_held, holds, spans
 from pybk.cluster.throttle import ByteRate
-from pybk.errors import (BadVersion, BookKeeperError, DigestMismatch, MetadataError,
-                         NoSuchLedger, Timeout, Unauthorized)
+from pybk.errors import (
+    BadVersion,
+    BookKeeperError,
+    DigestMismatch,
+    MetadataError,
+    NoSuchLedger,
+    Timeout,
+    Unauthorized,
+)
 from pybk.meta.ledger_metadata import Fragment, LedgerMetadata, LedgerState
 from pybk.settings import ServerSettings
 
