@@ -37,14 +37,21 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
-from pyspark.sql.datasource import (DataSourceReader, EqualTo, Filter, GreaterThan,
-                                    GreaterThanOrEqual, In, InputPartition, LessThan,
-                                    LessThanOrEqual)
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
 
 from pybk.errors import InvalidConfiguration
 from pybk.log.position import Position
-from pybk.log.ranges import (EARLIEST, LATEST, Plan, ReadRange, plan, read_entries,
-                             split_ranges)
+from pybk.log.ranges import EARLIEST, LATEST, Plan, ReadRange, plan, read_entries, split_ranges
 from pybk.spark.arrow import record_batches
 from pybk.spark.connect import connect
 from pybk.spark.options import PybkOptions

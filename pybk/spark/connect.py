@@ -19,7 +19,7 @@ from typing import Iterator
 
 from pybk.client import BookKeeper
 from pybk.spark.holder import executor_host
-from pybk.spark.options import WRITE, STREAM_WRITE, PybkOptions
+from pybk.spark.options import STREAM_WRITE, WRITE, PybkOptions
 
 
 @contextlib.contextmanager

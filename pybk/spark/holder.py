@@ -23,12 +23,18 @@ from typing import Iterator
 
 from pybk import child
 from pybk.cluster.lifeline import Lifeline, death_signal_preexec
-from pybk.errors import (BookieUnavailable, BookKeeperError, InvalidConfiguration,
-                         MetadataUnavailable, NodeExists, NoNode)
+from pybk.errors import (
+    BookieUnavailable,
+    BookKeeperError,
+    InvalidConfiguration,
+    MetadataUnavailable,
+    NodeExists,
+    NoNode,
+)
+from pybk.fileio import lock_file, write_file_atomically
 from pybk.meta import paths
 from pybk.meta.address import open_metadata_store
 from pybk.meta.interface import ANY_VERSION, MetadataStore
-from pybk.fileio import lock_file, write_file_atomically
 
 log = logging.getLogger(__name__)
 
