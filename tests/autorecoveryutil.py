@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import zkutil
 from clusterutil import PASSWORD, BookieProcess, payload
+
 import pybk
 from pybk.client import BookKeeper
 from pybk.client.digest import DigestManager

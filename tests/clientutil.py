@@ -20,6 +20,8 @@ from typing import Callable, Iterator
 import zkutil
 from clusterutil import BookieProcesses
 from curveutil import make_keys
+from zmqutil import LOOPBACK
+
 from pybk.client import BookKeeper
 from pybk.client.transport import BookieClient, InProcessBookieClient
 from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient
@@ -30,7 +32,6 @@ from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import Bookie, format_bookie
 from pybk.testing.faults import Faults, FaultyBookieClient
 from pybk.testing.faulty_metadata import FaultyMetadataStore
-from zmqutil import LOOPBACK
 
 FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0, explicitLacInterval=20)
 CURVE = "zmq-curve"

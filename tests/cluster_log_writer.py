@@ -19,6 +19,7 @@ import traceback
 from concurrent.futures import Future
 
 from clusterutil import payload
+
 import pybk
 from pybk.log import LogWriter
 from pybk.settings import ClientSettings, LogSettings

@@ -16,6 +16,7 @@ import threading
 import traceback
 
 from clusterutil import PASSWORD, Writer
+
 import pybk
 from pybk.settings import ClientSettings
 

@@ -26,12 +26,13 @@ import threading
 import traceback
 
 from crashutil import KEY, LEDGERS, AckLog, expected_entry
-from pybk.testing.faultyio import FaultyFileIO
+
 from pybk.errors import NoSuchLedger
+from pybk.fileio import DEFAULT_IO
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie
 from pybk.storage.cookie import is_formatted
-from pybk.fileio import DEFAULT_IO
+from pybk.testing.faultyio import FaultyFileIO
 
 ASYNC_WINDOW = 16     # asynchronous adds in flight per thread
 LAC_EVERY = 41        # a thread sets an explicit LAC after every 41st add

@@ -16,13 +16,26 @@ import struct
 
 import lmdb
 
-from pybk.log.metadata import (MAGIC, TAIL_SEGMENTS, LogMetadata, Segment, SegmentRecord,
-                               log_path, segment_path, segments_path)
+from pybk.log.metadata import (
+    MAGIC,
+    TAIL_SEGMENTS,
+    LogMetadata,
+    Segment,
+    SegmentRecord,
+    log_path,
+    segment_path,
+    segments_path,
+)
 from pybk.log.writer import LOG_NAME_KEY
 from pybk.meta import paths
 from pybk.meta.layout import FLAT
-from pybk.meta.ledger_metadata import (DigestType, Fragment, LedgerMetadata, LedgerState,
-                                       hash_password)
+from pybk.meta.ledger_metadata import (
+    DigestType,
+    Fragment,
+    LedgerMetadata,
+    LedgerState,
+    hash_password,
+)
 from pybk.meta.sealed import seal
 
 _RECORD = struct.Struct(">QB")   # version, flags: the embedded store's record header

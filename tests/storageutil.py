@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 
+from pybk.fileio import FileIO
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie
-from pybk.fileio import FileIO
 
 
 def directories(settings: ServerSettings) -> list[str]:

@@ -12,9 +12,9 @@ import socket
 import time
 
 import pytest
-
 import zkutil
 from clusterutil import BookieProcesses, failed, ok, pybk, unused_port
+
 from pybk import connect
 from pybk.client.digest import DigestManager
 from pybk.cluster.admin_commands import show_cluster
@@ -193,8 +193,13 @@ def test_bad_arguments_get_usage_and_status_2():
 
 def test_an_entry_on_one_live_bookie_is_at_risk_and_a_closed_empty_ledger_never():
     from pybk.cluster.admin_commands import _fewest_live_replicas
-    from pybk.meta.ledger_metadata import (DigestType, Fragment, LedgerMetadata,
-                                           LedgerState, hash_password)
+    from pybk.meta.ledger_metadata import (
+        DigestType,
+        Fragment,
+        LedgerMetadata,
+        LedgerState,
+        hash_password,
+    )
 
     def ledger(**closed) -> LedgerMetadata:
         return LedgerMetadata(ledger_id=1, ensemble_size=3, write_quorum_size=2,

@@ -17,12 +17,9 @@ import subprocess
 
 import pytest
 import zkutil
+from autorecoveryutil import cluster, expected_marks, full_log, holds_entries, marks, write_ledger  # noqa: F401 (a fixture)
+from clusterutil import BookieProcess, address, bookies, child_env, pybk_command  # noqa: F401
 
-from autorecoveryutil import (cluster,  # noqa: F401 (a fixture)
-                              expected_marks, full_log, holds_entries, marks,
-                              write_ledger)
-from clusterutil import (BookieProcess, address, bookies, child_env,  # noqa: F401
-                         pybk_command)
 from pybk.client import BookKeeper
 from pybk.cluster.autorecovery import AutoRecovery
 from pybk.meta.ledger_metadata import DigestType, LedgerState

@@ -7,13 +7,20 @@ import os
 import threading
 
 import pytest
-
 from conftest import KEY, entry
-from pybk.errors import (BookieClosed, EntryTooLarge, LedgerFenced, MalformedEntry,
-                         NoSuchEntry, NoSuchLedger, Unauthorized)
+from storageutil import CountingIO, EntryLogWriteOutRecorder, close_as_if_crashed
+
+from pybk.errors import (
+    BookieClosed,
+    EntryTooLarge,
+    LedgerFenced,
+    MalformedEntry,
+    NoSuchEntry,
+    NoSuchLedger,
+    Unauthorized,
+)
 from pybk.storage import LAST_ENTRY, Bookie, entrylog
 from pybk.storage.journal_codec import RECORD
-from storageutil import CountingIO, EntryLogWriteOutRecorder, close_as_if_crashed
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,9 +7,9 @@ import errno
 import os
 
 import pytest
-
 from conftest import KEY, entry
 from storageutil import JournalWriteFailure
+
 from pybk.errors import BookKeeperError
 from pybk.fileio import FileIO
 from pybk.storage.index import Index

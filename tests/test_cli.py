@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import zkutil
-
 from clusterutil import BookieProcess, child_env, pybk_command
+
 from pybk import __version__
 from pybk.cli import _parser
 

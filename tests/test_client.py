@@ -11,11 +11,21 @@ import threading
 import time
 
 import pytest
-
 from clientutil import FAST, PROCESSES, TRANSPORTS, BookiePool, clusters
-from pybk.errors import (DigestMismatch, EntryTooLarge, InvalidConfiguration,
-                         InvalidLedgerMetadata, LedgerClosed, LedgerFenced, NoSuchEntry,
-                         NotEnoughBookies, ReadOnlyLedger, TooManyRequests, Unauthorized)
+
+from pybk.errors import (
+    DigestMismatch,
+    EntryTooLarge,
+    InvalidConfiguration,
+    InvalidLedgerMetadata,
+    LedgerClosed,
+    LedgerFenced,
+    NoSuchEntry,
+    NotEnoughBookies,
+    ReadOnlyLedger,
+    TooManyRequests,
+    Unauthorized,
+)
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.storage import make_entry
 

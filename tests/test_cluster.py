@@ -20,10 +20,20 @@ from pathlib import Path
 
 import pytest
 import zkutil
-
-from clusterutil import (PASSWORD, TESTS, BookieProcess, BookieProcesses,  # noqa: F401
-                         Writer, address, bookies, child_env, payload, pybk_command)
+from clusterutil import (  # noqa: F401
+    PASSWORD,
+    TESTS,
+    BookieProcess,
+    BookieProcesses,
+    Writer,
+    address,
+    bookies,
+    child_env,
+    payload,
+    pybk_command,
+)
 from conftest import KEY, entry
+
 import pybk
 from pybk.client import BookKeeper
 from pybk.cluster.lifeline import Lifeline, death_signal_preexec

@@ -8,8 +8,8 @@ import os
 import time
 
 import pytest
-
 from conftest import KEY, entry
+
 from pybk.storage.gc import GarbageCollector
 from pybk.storage.index import Index
 

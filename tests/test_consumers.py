@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 
 import pytest
-
 import zkutil
 from clientutil import Cluster
+
 from pybk import cli
 from pybk.errors import MalformedMetadata, MetadataError, NoSuchLog
 from pybk.log import LogReader, LogWriter, Position, consumers

@@ -9,12 +9,12 @@ import os
 import shutil
 
 import pytest
-
-import pybk
 from clusterutil import address  # noqa: F401 (fixture)
 from conftest import KEY, entry
-from pybk.errors import BookKeeperError, InvalidCookie
+
+import pybk
 from pybk.cluster.cookies import update_cookies
+from pybk.errors import BookKeeperError, InvalidCookie
 from pybk.storage import Bookie, format_bookie
 from pybk.storage.cookie import directory_cookie, format_directories
 

@@ -13,9 +13,17 @@ import random
 import time
 
 import pytest
+from crashutil import (  # noqa: F401
+    MIB,
+    check_bookie,
+    children,
+    count_lines,
+    crash_settings,
+    files,
+    read_acks,
+    settings_of,
+)
 
-from crashutil import (MIB, check_bookie, children, count_lines, crash_settings,  # noqa: F401
-                       files, read_acks, settings_of)
 from pybk.storage import Bookie
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ import time
 
 import pytest
 import zkutil
-
 from conftest import KEY, entry
+
 from pybk.client.transport import InProcessBookieClient
 from pybk.cluster import directory as directory_module
 from pybk.cluster.client import ClientLoop, ZmqBookieClient

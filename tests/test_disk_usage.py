@@ -7,9 +7,9 @@ import errno
 import time
 
 import pytest
-
 from conftest import KEY, entry
 from storageutil import JournalWriteFailure
+
 from pybk.errors import BookieClosed, BookieReadOnly, DiskFull
 
 pytestmark = pytest.mark.timeout(60)

@@ -9,9 +9,9 @@ import threading
 from concurrent.futures import CancelledError
 
 import pytest
-
 from conftest import KEY, entry
 from storageutil import JournalWriteFailure
+
 from pybk.errors import BookKeeperError, CorruptData, NoSuchEntry
 from pybk.fileio import FileIO
 from pybk.storage.entrylog import Location

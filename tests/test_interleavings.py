@@ -55,11 +55,16 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import pytest
-
 from clientutil import FAST, Cluster
+
 from pybk.errors import BookKeeperError, LedgerClosed, LedgerFenced
-from pybk.meta.ledger_metadata import (DigestType, Fragment, LedgerMetadata, LedgerState,
-                                       hash_password)
+from pybk.meta.ledger_metadata import (
+    DigestType,
+    Fragment,
+    LedgerMetadata,
+    LedgerState,
+    hash_password,
+)
 from pybk.meta.ledgers import LedgerManager
 
 CI_SEEDS = 12

@@ -12,14 +12,26 @@ import struct
 
 import pytest
 
-from pybk.errors import (BadVersion, InvalidLedgerMetadata, MalformedMetadata, NoSuchLedger,
-                         error_for_code)
-from pybk.meta import (DigestType, EmbeddedMetadataStore, Fragment, LedgerManager,
-                       LedgerMetadata, LedgerState, hash_password)
+from pybk.checksum import crc32c
+from pybk.errors import (
+    BadVersion,
+    InvalidLedgerMetadata,
+    MalformedMetadata,
+    NoSuchLedger,
+    error_for_code,
+)
+from pybk.meta import (
+    DigestType,
+    EmbeddedMetadataStore,
+    Fragment,
+    LedgerManager,
+    LedgerMetadata,
+    LedgerState,
+    hash_password,
+)
 from pybk.meta.layout import FLAT
 from pybk.meta.ledger_metadata import MAGIC, PASSWORD_HASH_BYTES
 from pybk.meta.sealed import HEADER
-from pybk.checksum import crc32c
 
 pytestmark = pytest.mark.timeout(60)
 

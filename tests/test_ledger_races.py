@@ -15,10 +15,15 @@ import time
 from typing import Any, Callable
 
 import pytest
-
 from clientutil import FAST, Cluster, clusters
-from pybk.errors import (BookKeeperError, ClientClosed, LedgerClosed, LedgerRecoveryError,
-                         NotEnoughBookies)
+
+from pybk.errors import (
+    BookKeeperError,
+    ClientClosed,
+    LedgerClosed,
+    LedgerRecoveryError,
+    NotEnoughBookies,
+)
 from pybk.meta.ledger_metadata import Fragment, LedgerState
 from pybk.meta.ledgers import LedgerManager, Versioned
 from pybk.testing import wait_until

@@ -11,16 +11,21 @@ import dataclasses
 import threading
 
 import pytest
+from clientutil import Cluster
 
 import pybk
-from clientutil import Cluster
 from pybk.client import BookKeeper
-from pybk.errors import (CorruptData, InvalidConfiguration, LogFenced, MalformedMetadata,
-                         NoSuchLog, NotEnoughBookies)
+from pybk.errors import (
+    CorruptData,
+    InvalidConfiguration,
+    LogFenced,
+    MalformedMetadata,
+    NoSuchLog,
+    NotEnoughBookies,
+)
 from pybk.log import LogReader, LogWriter, Position
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, decode_batch, encode_batch
-from pybk.log.metadata import (Dropped, LogMetadata, Segment, live_segments, read_log,
-                               update_log)
+from pybk.log.metadata import Dropped, LogMetadata, Segment, live_segments, read_log, update_log
 from pybk.settings import ClientSettings, LogSettings
 
 pytestmark = pytest.mark.timeout(60)

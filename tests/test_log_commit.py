@@ -17,27 +17,41 @@ import threading
 import time
 
 import pytest
-
 import zkutil
 from clientutil import FAST
 from clusterutil import address, bookies, child_env  # noqa: F401 (fixtures)
+
 import pybk
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
-from pybk.errors import (BookKeeperError, InvalidConfiguration, JobFinished, LogFenced,
-                         TooManyLedgers)
-from pybk.log import LogReader, LogWriter, Position
-from pybk.log import jobs
+from pybk.errors import (
+    BookKeeperError,
+    InvalidConfiguration,
+    JobFinished,
+    LogFenced,
+    TooManyLedgers,
+)
+from pybk.log import LogReader, LogWriter, Position, jobs
 from pybk.log.batch import encode_batch
 from pybk.log.commit import Sink, abort_job, clean_orphans, commit_job
-from pybk.log.metadata import (COMMIT_LEDGERS_MAX, FORMAT_VERSION, MAGIC, TAIL_SEGMENTS,
-                               LogMetadata, jobs_path, live_segments, log_path, read_log,
-                               read_segment, segments_path)
+from pybk.log.metadata import (
+    COMMIT_LEDGERS_MAX,
+    FORMAT_VERSION,
+    MAGIC,
+    TAIL_SEGMENTS,
+    LogMetadata,
+    jobs_path,
+    live_segments,
+    log_path,
+    read_log,
+    read_segment,
+    segments_path,
+)
 from pybk.meta.embedded import EmbeddedMetadataStore
-from pybk.testing.faulty_metadata import FaultyMetadataStore
 from pybk.meta.sealed import seal
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import LogSettings
+from pybk.testing.faulty_metadata import FaultyMetadataStore
 
 pytestmark = pytest.mark.timeout(240)
 

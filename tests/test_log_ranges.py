@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from clientutil import Cluster
+
 from pybk.errors import NoSuchLog, RecordsTruncated
 from pybk.log import LogReader, LogWriter, Position
 from pybk.log.ranges import ReadRange, plan, read_records, split_ranges

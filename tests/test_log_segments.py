@@ -15,23 +15,33 @@ import threading
 import time
 
 import pytest
-
-import pybk
 import zkutil
 from clientutil import FAST, Cluster
+from segmentutil import Forge, forge_format_1, forge_segments, format_1_record
+
+import pybk
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import BookKeeperError, LogFenced, MetadataUnavailable
 from pybk.log import LogReader, LogWriter, Position, promotion
 from pybk.log.batch import encode_batch
-from pybk.log.metadata import (FORMAT_VERSION, TAIL_SEGMENTS, LogMetadata, Segment,
-                               find_segment, live_segments, log_path, read_log, read_segment,
-                               segment_path, segments_path)
+from pybk.log.metadata import (
+    FORMAT_VERSION,
+    TAIL_SEGMENTS,
+    LogMetadata,
+    Segment,
+    find_segment,
+    live_segments,
+    log_path,
+    read_log,
+    read_segment,
+    segment_path,
+    segments_path,
+)
 from pybk.meta import MAX_DATA_BYTES
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import LogSettings
-from segmentutil import Forge, forge_format_1, forge_segments, format_1_record
 
 pytestmark = pytest.mark.timeout(240)
 

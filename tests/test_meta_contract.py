@@ -23,10 +23,17 @@ import lmdb
 import pytest
 import zkutil
 
-from pybk.errors import (BadVersion, BookieUnavailable, DirectoryLocked, InvalidCookie,
-                         MalformedMetadata, MetadataError, NodeExists, NoNode)
-from pybk.meta import ANY_VERSION, MAX_DATA_BYTES, EmbeddedMetadataStore, MetadataStore
-from pybk.meta import paths
+from pybk.errors import (
+    BadVersion,
+    BookieUnavailable,
+    DirectoryLocked,
+    InvalidCookie,
+    MalformedMetadata,
+    MetadataError,
+    NodeExists,
+    NoNode,
+)
+from pybk.meta import ANY_VERSION, MAX_DATA_BYTES, EmbeddedMetadataStore, MetadataStore, paths
 from pybk.meta.cookies import Cookie, check_cluster_cookie
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 from pybk.testing import wait_until

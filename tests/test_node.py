@@ -16,17 +16,22 @@ import time
 
 import pytest
 import zkutil
-
 from clusterutil import address, bookies, child_env, pybk_command  # noqa: F401 (fixtures)
 from conftest import KEY, entry
+
 import pybk
+import pybk.cluster.node as node_module
 from pybk.client import BookKeeper
 from pybk.cluster.connect import ClusterBookKeeper
-import pybk.cluster.node as node_module
-from pybk.cluster.node import BookieNode
-from pybk.errors import (BookieReadOnly, InvalidConfiguration, InvalidCookie,
-                         MetadataUnavailable, NotEnoughBookies)
 from pybk.cluster.cookies import cluster_cookie, update_cookies
+from pybk.cluster.node import BookieNode
+from pybk.errors import (
+    BookieReadOnly,
+    InvalidConfiguration,
+    InvalidCookie,
+    MetadataUnavailable,
+    NotEnoughBookies,
+)
 from pybk.meta.zookeeper import SessionState, ZooKeeperMetadataStore, format_cluster
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import Bookie, format_bookie

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from clusterutil import child_env
 from conftest import KEY, entry
-from crashutil import (children, crash_settings, expected_entry, read_acks,  # noqa: F401
-                       settings_of)
+from crashutil import children, crash_settings, expected_entry, read_acks, settings_of  # noqa: F401
+
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie
 from pybk.storage.entries import ENTRY_HEADER_SIZE

@@ -8,11 +8,10 @@ import os
 import random
 
 import pytest
+from crashutil import check_bookie, children, crash_settings, read_acks, settings_of  # noqa: F401
 
-from crashutil import (check_bookie, children, crash_settings, read_acks,  # noqa: F401
-                       settings_of)
-from pybk.testing.faultyio import MODES, FaultyFileIO, lose_unsynced, read_unsynced
 from pybk.storage import Bookie
+from pybk.testing.faultyio import MODES, FaultyFileIO, lose_unsynced, read_unsynced
 
 log = logging.getLogger(__name__)
 

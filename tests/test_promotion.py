@@ -9,13 +9,12 @@ import subprocess
 import sys
 
 import pytest
-
-import pybk
 import zkutil
 from clusterutil import address, bookies, child_env, pybk_command  # noqa: F401 (fixtures)
+
+import pybk
 from pybk.client.transport import InProcessBookieClient
-from pybk.errors import (BookKeeperError, ClientClosed, InvalidConfiguration,
-                         NotEnoughBookies)
+from pybk.errors import BookKeeperError, ClientClosed, InvalidConfiguration, NotEnoughBookies
 from pybk.log import Position
 from pybk.log.metadata import list_logs, read_log
 from pybk.meta.ledgers import LedgerManager

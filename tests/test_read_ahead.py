@@ -10,8 +10,8 @@ import threading
 from concurrent.futures import Future
 
 import pytest
-
 from clientutil import TRANSPORTS, Cluster
+
 from pybk.client import reads
 from pybk.client.transport import BookieClient
 from pybk.errors import DigestMismatch, NoSuchEntry

@@ -24,10 +24,9 @@ from pathlib import Path
 
 import pytest
 import zkutil
-
 from clientutil import FAST, Cluster, clusters
-from clusterutil import (PASSWORD, TESTS, address, bookies, child_env,  # noqa: F401
-                         payload)
+from clusterutil import PASSWORD, TESTS, address, bookies, child_env, payload  # noqa: F401
+
 import pybk
 from pybk.client import BookKeeper
 from pybk.errors import BookKeeperError, LedgerRecoveryError

@@ -7,10 +7,14 @@ import itertools
 
 import pytest
 
-from pybk.cluster.replicas import (Span, bookie_holds_entries, coverage, first_held,
-                                   spans)
-from pybk.meta.ledger_metadata import (DigestType, Fragment, LedgerMetadata, LedgerState,
-                                       hash_password)
+from pybk.cluster.replicas import Span, bookie_holds_entries, coverage, first_held, spans
+from pybk.meta.ledger_metadata import (
+    DigestType,
+    Fragment,
+    LedgerMetadata,
+    LedgerState,
+    hash_password,
+)
 
 
 def ledger(e: int, qw: int, fragments, last: int | None = None) -> LedgerMetadata:

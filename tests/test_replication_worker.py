@@ -16,12 +16,19 @@ import logging
 
 import pytest
 import zkutil
+from autorecoveryutil import (  # noqa: F401 (a fixture)
+    FAST,
+    check_replicas,
+    cluster,
+    entries_on,
+    expected_marks,
+    full_log,
+    marks,
+    repaired,
+    write_ledger,
+)
+from clusterutil import PASSWORD, Writer, address, bookies, payload  # noqa: F401
 
-from autorecoveryutil import (FAST, check_replicas, cluster,  # noqa: F401 (a fixture)
-                              entries_on, expected_marks, full_log, marks, repaired,
-                              write_ledger)
-from clusterutil import (PASSWORD, Writer, address, bookies,  # noqa: F401
-                         payload)
 import pybk
 from pybk.client import BookKeeper
 from pybk.cluster.autorecovery import AutoRecovery

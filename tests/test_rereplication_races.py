@@ -14,15 +14,15 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from clientutil import FAST, clusters
+from test_ledger_races import Background, payload
+
 from pybk.client.digest import DigestManager
 from pybk.cluster.replicas import holds
 from pybk.cluster.rereplication import LedgerRepair, Outcome
 from pybk.errors import NoSuchEntry, NoSuchLedger
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.settings import ServerSettings
-from test_ledger_races import Background, payload
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,8 +6,13 @@ import pytest
 
 import pybk
 from pybk.errors import InvalidConfiguration
-from pybk.settings import (WAL_SERVER_DEFAULTS, ClientSettings, LogSettings, ServerSettings,
-                           sort_settings)
+from pybk.settings import (
+    WAL_SERVER_DEFAULTS,
+    ClientSettings,
+    LogSettings,
+    ServerSettings,
+    sort_settings,
+)
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -27,8 +27,8 @@ from pybk.meta import paths
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ClientSettings
 from pybk.spark.bookies import HostedBookie, executor_bookies
-from pybk.spark.holder import executor_host
 from pybk.spark.connect import connect
+from pybk.spark.holder import executor_host
 from pybk.spark.options import WRITE, parse
 
 #: Bound on a bookie's exit and unregistration once its holder or driver is gone

@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+import zkutil
 
 import pybk
-import zkutil
 from pybk.log import LogWriter, Position
 from pybk.settings import LogSettings
 from pybk.spark.batch_read import Bounds, FilteringBatchReader
@@ -174,8 +174,7 @@ def test_registering_the_source_again_changes_nothing(spark, address, written):
 
 
 def test_pushed_filters_narrow_the_bounds_and_spark_keeps_the_inexact_ones():
-    from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan,
-                                        Not)
+    from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, Not
     opts = parse({"metadataServiceUri": "zk://127.0.0.1:2181/ledgers", "log": "x"}, READ)
     reader = FilteringBatchReader(opts)
     exact = [GreaterThanOrEqual(("segment",), 2), LessThan(("entry",), 3),

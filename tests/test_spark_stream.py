@@ -17,10 +17,10 @@ import threading
 import time
 
 import pytest
+import zkutil
 from pyspark import cloudpickle
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-import zkutil
 from pybk.errors import NoSuchLedger
 from pybk.log import LogWriter, Position, consumers
 from pybk.log.metadata import read_log

@@ -18,13 +18,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 import zkutil
 from clusterutil import TESTS, child_env
+from sparkutil import spark_session
+
 from pybk.log import LogReader
 from pybk.log.metadata import jobs_path, read_log
 from pybk.log.writer import LOG_NAME_KEY
-from sparkutil import spark_session
 
 pytestmark = pytest.mark.timeout(300)
 

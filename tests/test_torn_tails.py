@@ -11,8 +11,8 @@ import struct
 from pathlib import Path
 
 import pytest
-
 from crashutil import expected_entry, files, restore_image, take_image
+
 from pybk.errors import NoSuchEntry
 from pybk.storage import Bookie, format_bookie
 from pybk.storage import journal_codec as codec

@@ -10,13 +10,21 @@ import queue
 import threading
 
 import pytest
-from test_meta_contract import WAIT_S, run_threads, stores, store  # noqa: F401
+from test_meta_contract import WAIT_S, run_threads, store, stores  # noqa: F401
 
 from pybk.errors import MalformedMetadata, MetadataError, NoNode
 from pybk.meta import textformat
-from pybk.meta.underreplication import (BACKLOG, DISABLE, ELECTION, LAYOUT,
-                                        LOST_BOOKIE_RECOVERY_DELAY, Backlog,
-                                        UnderreplicationManager, lock_path, mark_path)
+from pybk.meta.underreplication import (
+    BACKLOG,
+    DISABLE,
+    ELECTION,
+    LAYOUT,
+    LOST_BOOKIE_RECOVERY_DELAY,
+    Backlog,
+    UnderreplicationManager,
+    lock_path,
+    mark_path,
+)
 from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(60)

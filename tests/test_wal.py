@@ -9,13 +9,13 @@ import time
 from collections import defaultdict
 
 import pytest
+from crashutil import children, count_lines  # noqa: F401
+from walutil import who
 
 import pybk
-from crashutil import children, count_lines  # noqa: F401
 from pybk.errors import BookKeeperError, EntryTooLarge, InvalidConfiguration, LogClosed
 from pybk.log import Position
 from pybk.storage import make_entry
-from walutil import who
 
 pytestmark = pytest.mark.timeout(120)
 

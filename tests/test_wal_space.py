@@ -10,9 +10,9 @@ import time
 from typing import Callable
 
 import pytest
+from conftest import KEY, entry
 
 import pybk
-from conftest import KEY, entry
 from pybk.log import Position
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES
 from pybk.storage.gc import space_bound_bytes

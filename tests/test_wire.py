@@ -9,19 +9,37 @@ import struct
 import time
 
 import pytest
-
 from conftest import KEY, entry
+from zmqutil import LOOPBACK, RawDealer
+
+from pybk import errors
 from pybk.cluster import BookieServer, ZmqBookieClient, wire
 from pybk.cluster.frames import ZERO_COPY_MIN_BYTES
-from pybk.cluster.wire import (MAGIC, REPLY_HEADER, REQUEST_HEADER, VERSION, BookieInfo,
-                               Op, Reply, Request)
-from pybk import errors
-from pybk.errors import (BookKeeperError, ClientClosed, EntryTooLarge, InvalidConfiguration,
-                         LedgerFenced, MalformedMessage, NoSuchEntry, NoSuchLedger,
-                         TooManyRequests, Unauthorized, error_for_code)
+from pybk.cluster.wire import (
+    MAGIC,
+    REPLY_HEADER,
+    REQUEST_HEADER,
+    VERSION,
+    BookieInfo,
+    Op,
+    Reply,
+    Request,
+)
+from pybk.errors import (
+    BookKeeperError,
+    ClientClosed,
+    EntryTooLarge,
+    InvalidConfiguration,
+    LedgerFenced,
+    MalformedMessage,
+    NoSuchEntry,
+    NoSuchLedger,
+    TooManyRequests,
+    Unauthorized,
+    error_for_code,
+)
 from pybk.settings import ClientSettings
 from pybk.storage import LAST_ENTRY
-from zmqutil import LOOPBACK, RawDealer
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,14 +13,13 @@ import time
 from collections import deque
 
 import pytest
-
 from conftest import KEY, entry
+from zmqutil import LOOPBACK, RawRouter
+
 from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient, wire
-from pybk.errors import (BookieUnavailable, EntryTooLarge, LedgerFenced, MalformedMessage,
-                         Timeout)
+from pybk.errors import BookieUnavailable, EntryTooLarge, LedgerFenced, MalformedMessage, Timeout
 from pybk.settings import ClientSettings
 from pybk.testing import wait_until
-from zmqutil import LOOPBACK, RawRouter
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,8 +13,9 @@ import os
 import sys
 import threading
 
-import pybk
 from walutil import record
+
+import pybk
 
 
 def main(directory: str, acks_path: str, round_no: int, threads: int) -> None:
