@@ -48,6 +48,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from rawdisk import latency_summary, mb_per_s, measure_raw, ratio, run_and_report  # noqa: E402
+
 from pybk.client.bookkeeper import BookKeeper  # noqa: E402
 from pybk.client.ledger import LedgerHandle  # noqa: E402
 from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient  # noqa: E402
@@ -55,8 +57,6 @@ from pybk.cluster.zookeeper_server import ZooKeeperEnsemble  # noqa: E402
 from pybk.meta.embedded import EmbeddedMetadataStore  # noqa: E402
 from pybk.settings import ClientSettings, ServerSettings  # noqa: E402
 from pybk.storage import Bookie, format_bookie  # noqa: E402
-from rawdisk import (latency_summary, mb_per_s, measure_raw, ratio,  # noqa: E402
-                     run_and_report)
 
 ENTRY_BYTES = 1024                 # payload of each entry, znode and pyzmq message
 PAYLOAD = bytes(range(256)) * (ENTRY_BYTES // 256)

@@ -44,6 +44,9 @@ for path in (ROOT, os.path.join(ROOT, "tests")):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+from rawdisk import ratio, run_and_report  # noqa: E402
+from segmentutil import forge_segments  # noqa: E402
+
 from pybk.client import BookKeeper  # noqa: E402
 from pybk.client.transport import InProcessBookieClient  # noqa: E402
 from pybk.errors import BookKeeperError  # noqa: E402
@@ -52,8 +55,6 @@ from pybk.log.metadata import find_segment, log_path, read_log  # noqa: E402
 from pybk.meta.embedded import EmbeddedMetadataStore  # noqa: E402
 from pybk.settings import ClientSettings, LogSettings, ServerSettings  # noqa: E402
 from pybk.storage import Bookie, format_bookie  # noqa: E402
-from rawdisk import ratio, run_and_report  # noqa: E402
-from segmentutil import forge_segments  # noqa: E402
 
 LOG = "log"
 BOOKIE = "bookie-1"

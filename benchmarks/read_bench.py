@@ -35,11 +35,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from cluster_bench import (CONFIGS, ENTRY_BYTES, FULL, PAYLOAD, QUICK, Adds,  # noqa: E402
-                           Children, CpuUse, Profile, closed_loop, measure_pybk,
-                           measure_raw_zmq)
-from pybk.client.bookkeeper import BookKeeper  # noqa: E402
+from cluster_bench import (  # noqa: E402
+    CONFIGS,
+    ENTRY_BYTES,
+    FULL,
+    PAYLOAD,
+    QUICK,
+    Adds,
+    Children,
+    CpuUse,
+    Profile,
+    closed_loop,
+    measure_pybk,
+    measure_raw_zmq,
+)
 from rawdisk import mb_per_s, ratio, run_and_report  # noqa: E402
+
+from pybk.client.bookkeeper import BookKeeper  # noqa: E402
 
 #: Catch-up reads are at least as fast as the writes of the same entries (issue 14).
 TARGET_READ_TO_WRITE = 1.0

@@ -29,12 +29,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from rawdisk import MIB, RAW_VARIANTS, latency_summary, mb_per_s, measure_raw, ratio, run_and_report  # noqa: E402
+
+from pybk.fileio import FileIO  # noqa: E402
 from pybk.settings import ServerSettings  # noqa: E402
 from pybk.storage.bookie import Bookie, format_bookie  # noqa: E402
 from pybk.storage.entries import ENTRY_HEADER_SIZE, make_entry  # noqa: E402
-from pybk.fileio import FileIO  # noqa: E402
-from rawdisk import (MIB, RAW_VARIANTS, latency_summary, mb_per_s, measure_raw,  # noqa: E402
-                     ratio, run_and_report)
 
 SMALL_ENTRY = 1024           # "1 KiB entries": total size, header included
 LARGE_ENTRY = 64 * 1024      # "64 KiB entries"

@@ -40,8 +40,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-import pybk  # noqa: E402
 from rawdisk import MIB, latency_summary, measure_raw, ratio, run_and_report  # noqa: E402
+
+import pybk  # noqa: E402
 
 RECORD = 1024
 THREAD_COUNTS = (1, 8, 64)
