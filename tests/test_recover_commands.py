@@ -14,9 +14,9 @@ import json
 
 import pytest
 import zkutil
-
 from autorecoveryutil import FAST, check_replicas, entries_on, write_ledger
 from clusterutil import PASSWORD, BookieProcesses, failed, ok, pybk, unused_port
+
 from pybk import connect
 from pybk.client import BookKeeper
 from pybk.cluster.replicas import bookie_holds_entries

@@ -92,7 +92,7 @@ class Copy(NamedTuple):
     """One lost replica of a fragment, and what repairing it copies where."""
 
     first_entry: int              #: the fragment's first entry
-    index: int                    #: the lost replica's place in the fragment's ensemble
+    ensemble_index: int           #: the lost replica's place in the fragment's ensemble
     lost: str                     #: the lost bookie
     replacement: str              #: the bookie the entries go to
     entry_ids: tuple[int, ...]    #: exactly the entries the lost bookie held there
@@ -214,7 +214,7 @@ class LedgerRepair:
                      "%d to bookie %s", ledger_id, len(copy.entry_ids), copy.lost,
                      span.first, copy.replacement)
         self._record(ledger_id, span.first,
-                     {copy.index: (copy.lost, copy.replacement) for copy in copies})
+                     {copy.ensemble_index: (copy.lost, copy.replacement) for copy in copies})
         return entries, written
 
     def _copy(self, metadata: LedgerMetadata, entry_ids: list[int], lost: set[str],
