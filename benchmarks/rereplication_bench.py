@@ -56,6 +56,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from cluster_bench import process_cpu_s  # noqa: E402
+from rawdisk import MIB, mb_per_s, ratio, raw_durable_bandwidth, run_and_report  # noqa: E402
+
 import pybk  # noqa: E402
 from pybk.client.bookkeeper import BookKeeper  # noqa: E402
 from pybk.client.digest import DigestManager  # noqa: E402
@@ -67,7 +69,6 @@ from pybk.meta.ledgers import LedgerManager  # noqa: E402
 from pybk.meta.underreplication import UnderreplicationManager  # noqa: E402
 from pybk.meta.zookeeper import ZooKeeperMetadataStore  # noqa: E402
 from pybk.storage.cookie import read_cookie  # noqa: E402
-from rawdisk import MIB, mb_per_s, raw_durable_bandwidth, ratio, run_and_report  # noqa: E402
 
 ENTRY_BYTES = 1024                 # payload of each entry
 LEDGERS = 100
