@@ -24,8 +24,8 @@ import time
 from typing import Mapping
 
 from pybk.client.transport import BookieClient
-from pybk.cluster.auditor import CLOSE_WAIT_S, Auditor
 from pybk.cluster import curve
+from pybk.cluster.auditor import CLOSE_WAIT_S, Auditor
 from pybk.cluster.client import ClientLoop
 from pybk.cluster.connect import ClusterBookKeeper
 from pybk.cluster.directory import BookieDirectory

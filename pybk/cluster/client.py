@@ -776,7 +776,9 @@ class ZmqBookieClient(BookieClient):
         self._own_loop = loop is None
         self._loop = loop or ClientLoop()
         self._connection = _Connection(self._loop, bookie_id, address, self._settings,
-                                       None if keys is None else (keys, server_key))
+                                       # client_keys() gave keys: the bookie has its key
+                                       None if keys is None or server_key is None
+                                       else (keys, server_key))
         self._loop.post(self._connection.open)
 
     def __enter__(self) -> "ZmqBookieClient":

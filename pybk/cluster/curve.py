@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import zmq
 import zmq.auth
@@ -154,7 +154,7 @@ def client_keys(curve_enabled: bool, secret_key_file: str, bookie_id: str,
     return load_key_pair(secret_key_file) if curve_enabled else None
 
 
-def client_settings_of(settings: "ServerSettings") -> dict[str, object]:
+def client_settings_of(settings: "ServerSettings") -> dict[str, Any]:
     """The CURVE settings of a ClientSettings for a process configured by ``settings``
     (a bookie reaching other bookies, the admin shell): its own key pair."""
     return {"zmqCurveEnabled": settings.zmqCurveEnabled,
