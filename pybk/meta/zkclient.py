@@ -42,13 +42,13 @@ from collections import namedtuple
 from typing import Any, Callable, NamedTuple
 
 from kazoo.client import KazooClient
-from kazoo.security import ACL, make_acl, make_digest_acl
 from kazoo.exceptions import ConnectionLoss, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol import connection as _kazoo_connection
 from kazoo.protocol.serialization import ReplyHeader, Watch, int_struct, write_string
 from kazoo.protocol.states import EVENT_TYPE_MAP
 from kazoo.retry import KazooRetry, RetryFailedError
+from kazoo.security import ACL, make_acl, make_digest_acl
 
 from pybk.errors import InvalidConfiguration, MetadataUnavailable
 
