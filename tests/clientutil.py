@@ -5,8 +5,9 @@ Transports: ``"inprocess"`` calls each bookie directly; ``"zmq"`` serves each bo
 through a :class:`~pybk.cluster.BookieServer` on a loopback TCP port and reaches it with
 a :class:`~pybk.cluster.ZmqBookieClient` (one :class:`~pybk.cluster.ClientLoop` per
 BookKeeper client); ``"zmq-curve"`` is ``"zmq"`` with CURVE on both sides (keys of
-:mod:`curveutil`, the bookies' public keys pinned); ``"processes"`` reaches ``pybk bookie`` processes of a
-:class:`BookiePool` the same way, with the metadata on the pool's ZooKeeper.  Either way
+:mod:`curveutil`, the bookies' public keys pinned); ``"processes"`` reaches ``pybk
+bookie`` processes of a :class:`BookiePool` the same way, with the metadata on the pool's
+ZooKeeper.  Either way
 the fault hooks wrap the transport, and the ``stored_*``/``holders`` helpers look at
 what a bookie holds without them (directly, or over the network for processes)."""
 

@@ -10,24 +10,31 @@ import time
 from typing import Iterator, NamedTuple
 
 import pytest
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError
-
 import zkutil
 from autorecoveryutil import FAST as AUTORECOVERY_FAST
 from autorecoveryutil import check_replicas, repaired, write_ledger
 from clientutil import CURVE, FAST, clusters
-from clusterutil import PASSWORD as CLUSTER_PASSWORD, BookieProcesses, failed, ok, pybk
+from clusterutil import PASSWORD as CLUSTER_PASSWORD
+from clusterutil import BookieProcesses, failed, ok, pybk
 from conftest import KEY, entry
 from curveutil import CurveKeys, make_keys
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+
 from pybk import connect
 from pybk import open as pybk_open
 from pybk.client import BookKeeper
 from pybk.client.digest import DigestManager
 from pybk.cluster import BookieServer, ZmqBookieClient
 from pybk.cluster.curve import load_key_pair
-from pybk.errors import (BookieUnavailable, BookKeeperError, DigestMismatch,
-                         InvalidConfiguration, MetadataError, Unauthorized)
+from pybk.errors import (
+    BookieUnavailable,
+    BookKeeperError,
+    DigestMismatch,
+    InvalidConfiguration,
+    MetadataError,
+    Unauthorized,
+)
 from pybk.meta.ledger_metadata import DigestType
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, format_cluster
