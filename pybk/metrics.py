@@ -49,10 +49,18 @@ import logging
 import threading
 from typing import Iterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client import ProcessCollector
-from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
-                                    HistogramMetricFamily, Metric)
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from pybk.cluster.autorecovery import AutoRecovery
 from pybk.cluster.server import BookieServer
@@ -171,7 +179,8 @@ class BookieCollector:
 
 def _buckets(histogram: Histogram) -> tuple[list[tuple[str, float]], float]:
     """Cumulative buckets, +Inf last, and the sum."""
-    buckets, total = [], 0
+    buckets: list[tuple[str, float]] = []
+    total = 0
     for bound, count in zip((*histogram.bounds, float("inf")), list(histogram.counts)):
         total += count
         buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), total))

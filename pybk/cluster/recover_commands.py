@@ -201,8 +201,10 @@ def _bytes_estimate(metadata: LedgerMetadata, entries: int) -> int | None:
     that (None while it is not closed: its length is not known)."""
     if metadata.state is not LedgerState.CLOSED:
         return None
-    count = metadata.last_entry_id + 1
-    return metadata.length * entries // count if count > 0 else 0
+    count = metadata.closed_last_entry_id() + 1
+    length = metadata.length
+    assert length is not None  # a closed ledger's
+    return length * entries // count if count > 0 else 0
 
 
 def _held(metadata: LedgerMetadata, bookies: Sequence[str]) -> int:
@@ -226,8 +228,8 @@ def _recover(command: str, repair: LedgerRepair, ledgers: list[LedgerMetadata],
     done = []
     with Progress(command, len(ledgers), estimate) as progress:
         for metadata in ledgers:
-            found = {"ledger": metadata.ledger_id, "outcome": "skipped", "entries": 0,
-                     "bytes": 0, "error": None}
+            found: dict[str, Any] = {"ledger": metadata.ledger_id, "outcome": "skipped",
+                                     "entries": 0, "bytes": 0, "error": None}
             if not (skip_open and metadata.state is not LedgerState.CLOSED):
                 try:
                     result = repair.run(metadata.ledger_id, bookies, writer_grace_over=True)
@@ -337,7 +339,8 @@ def decommission(command: str, store: MetadataStore, bookie: str,
                               "and no pybk autorecovery process): nothing would "
                               "re-replicate the bookie's ledgers")
     manager.trigger_audit()
-    first, reported = set(waiting), set()
+    first = set(waiting)
+    reported: set[int] = set()
     deadline = started + timeout_s
     with Progress(command, len(first), None) as progress:
         while True:

@@ -254,7 +254,7 @@ class Bookie:
     @property
     def journal_stats(self) -> JournalStats:
         """The journal's figures, for :mod:`pybk.metrics`."""
-        return self._journal.stats  # type: ignore[union-attr]
+        return self._journal.stats
 
     def gauges(self) -> StorageGauges | None:
         """What the bookie holds now, for :mod:`pybk.metrics` (None once closed).  Read
