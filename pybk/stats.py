@@ -12,8 +12,8 @@ dashboards made for BookKeeper read pybk's figures in the same unit.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 import time
+from bisect import bisect_left
 from typing import NamedTuple
 
 #: Upper bounds of latency buckets, in milliseconds (from 50 µs, a small fdatasync on a

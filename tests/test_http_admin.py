@@ -17,9 +17,9 @@ import urllib.request
 from dataclasses import dataclass
 
 import pytest
-
 import zkutil
 from clusterutil import BookieProcess, BookieProcesses, pybk, unused_port
+
 from pybk import connect
 from pybk.cluster.http_admin import AdminHttpServer, Response, Routes
 from pybk.meta.underreplication import UnderreplicationManager

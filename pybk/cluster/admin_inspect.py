@@ -37,8 +37,16 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from pybk.client.digest import DigestManager
 from pybk.client.reads import READ_BATCH_MAX_BYTES
-from pybk.errors import (BookieUnavailable, BookKeeperError, DigestMismatch, NoSuchBookie,
-                         NoSuchEntry, NoSuchLedger, Timeout, Unauthorized)
+from pybk.errors import (
+    BookieUnavailable,
+    BookKeeperError,
+    DigestMismatch,
+    NoSuchBookie,
+    NoSuchEntry,
+    NoSuchLedger,
+    Timeout,
+    Unauthorized,
+)
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata
 from pybk.settings import ServerSettings

@@ -48,8 +48,13 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from pybk.errors import (BookKeeperError, InvalidConfiguration, MetadataError, NoSuchBookie,
-                         NoSuchLedger)
+from pybk.errors import (
+    BookKeeperError,
+    InvalidConfiguration,
+    MetadataError,
+    NoSuchBookie,
+    NoSuchLedger,
+)
 from pybk.settings import ServerSettings
 
 log = logging.getLogger(__name__)
