@@ -13,6 +13,7 @@ import time
 import pytest
 import zkutil
 from clusterutil import serving_cluster
+from kazoo.client import KazooClient
 from sparkutil import spark_session
 from zmq.utils.garbage import GarbageCollectorThread
 
@@ -79,6 +80,17 @@ def zookeeper():
     """One real ZooKeeper server for the whole test session, stopped at its end."""
     with zkutil.server() as zk:
         yield zk
+
+
+@pytest.fixture
+def kazoo(zookeeper):
+    """A plain kazoo client of the session's server, without credentials: to read what
+    pybk wrote, or to try what an outsider may do."""
+    client = KazooClient(hosts=zookeeper.connect_string)
+    client.start(timeout=10)
+    yield client
+    client.stop()
+    client.close()
 
 
 @pytest.fixture

@@ -130,16 +130,6 @@ def every_znode(client: KazooClient, path: str) -> list[str]:
     return found
 
 
-@pytest.fixture
-def outsider(zookeeper):
-    """A kazoo client without credentials."""
-    client = KazooClient(hosts=zookeeper.connect_string)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
-
-
 def secured_cluster(zookeeper, settings) -> tuple[str, str]:
     """A fresh cluster formatted with ``settings``: its address and ZooKeeper root."""
     root = zkutil.fresh_root()
@@ -148,24 +138,24 @@ def secured_cluster(zookeeper, settings) -> tuple[str, str]:
     return address, root
 
 
-def test_without_credentials_no_client_can_change_pybk_znodes(zookeeper, outsider,
+def test_without_credentials_no_client_can_change_pybk_znodes(zookeeper, kazoo,
                                                               tmp_path):
     settings = secure_settings(tmp_path)
     address, root = secured_cluster(zookeeper, settings)
     with ZooKeeperMetadataStore(address, settings) as store:
         store.register_bookie("b1", False, "tcp://127.0.0.1:3181", "host1")
         store.create("/ledgers/00/0000/L0001", b"metadata")
-        znodes = every_znode(outsider, root)
+        znodes = every_znode(kazoo, root)
         assert len(znodes) > 8, znodes  # layout, instance id, available/b1, ledgers...
         for znode in znodes:
-            outsider.get(znode)  # world-readable (the default)
+            kazoo.get(znode)  # world-readable (the default)
             with pytest.raises(NoAuthError):
-                outsider.set(znode, b"changed")
+                kazoo.set(znode, b"changed")
             with pytest.raises(NoAuthError):
-                outsider.create(f"{znode}/intruder", b"")
-            if not outsider.get_children(znode):
+                kazoo.create(f"{znode}/intruder", b"")
+            if not kazoo.get_children(znode):
                 with pytest.raises(NoAuthError):
-                    outsider.delete(znode)
+                    kazoo.delete(znode)
         # pybk itself, with the credentials, still changes what it created.
         store.set("/ledgers/00/0000/L0001", b"changed", 0)
         store.unregister_bookie("b1", "host1")
@@ -177,11 +167,11 @@ def test_without_credentials_no_client_can_change_pybk_znodes(zookeeper, outside
 
 
 def test_a_cluster_not_world_readable_hides_its_znodes_from_clients_without_credentials(
-        zookeeper, outsider, tmp_path):
+        zookeeper, kazoo, tmp_path):
     settings = secure_settings(tmp_path, world_readable=False)
     address, root = secured_cluster(zookeeper, settings)
     with pytest.raises(NoAuthError):
-        outsider.get(f"{root}/LAYOUT")
+        kazoo.get(f"{root}/LAYOUT")
     with ZooKeeperMetadataStore(address, settings) as store:  # pybk reads it
         assert store.bookies() == []
 

@@ -13,7 +13,6 @@ import time
 
 import pytest
 import zkutil
-from kazoo.client import KazooClient
 
 from pybk.errors import MetadataError, MetadataUnavailable
 from pybk.meta import DigestType, LedgerManager, LedgerMetadata
@@ -27,16 +26,6 @@ pytestmark = pytest.mark.timeout(90)
 
 WAIT_S = 20.0  # the longest a test waits for one thing (a restart, a new session)
 ENSEMBLE = ["b1:3181", "b2:3181", "b3:3181"]
-
-
-@pytest.fixture
-def kazoo(zookeeper):
-    """A plain kazoo client on the session's server, to read what the store wrote."""
-    client = KazooClient(hosts=zookeeper.connect_string)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
 
 
 @pytest.fixture
