@@ -23,6 +23,7 @@ messages of the old format exist in the wild, which the new code must still read
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from typing import NamedTuple
@@ -58,7 +59,8 @@ MAX_ENTRY_BYTES = ServerSettings().maxEntrySizeBytes
 #: Every golden file, by its path under tests/golden (README.md and .gitattributes aside).
 GOLDEN_FILES = frozenset({
     "storage/journal.txn", "storage/entrylog.log", "storage/lastMark", "storage/index.txt",
-    "storage/COOKIE", "meta/ledger-closed.bin", "meta/bookie-cookie.bin", "log/head.bin",
+    "storage/COOKIE", "meta/ledger-closed.bin", "meta/ledger-closed-v1.bin",
+    "meta/bookie-cookie.bin", "log/head.bin",
     "log/segment-3.bin", "log/segment-4.bin", "wire/add-request.0.bin",
     "wire/add-request.1.bin", "wire/add-reply.0.bin", "wire/add-reply.1.bin",
     "wire/read-request.0.bin", "wire/read-reply.0.bin", "wire/read-reply.1.bin",
@@ -473,6 +475,14 @@ def test_reads_ledger_metadata():
     assert metadata.check_password(LOG_LEDGER.password)
     assert not metadata.check_password(b"another password")
     assert metadata.write_set(2) == (BOOKIES[2], BOOKIES[0])
+
+
+def test_reads_ledger_metadata_of_format_1():
+    """A closed ledger's metadata as pybk wrote it before format 2: read, with its MAC
+    digests keyed as they were written (the master key's prefix)."""
+    metadata = LedgerMetadata.from_bytes(golden("meta/ledger-closed-v1.bin"))
+    assert metadata == dataclasses.replace(CLOSED_METADATA, mac_key_prefix="ledger")
+    assert metadata.check_password(LOG_LEDGER.password)
 
 
 def test_writes_cluster_cookie():

@@ -58,6 +58,15 @@ def closed_with_two_fragments() -> LedgerMetadata:
 # The format, frozen: this is what version 1 of the format looks like for the metadata
 # above.  If it changes, readers of existing records break: add a format version instead.
 GOLDEN = (
+    b'PBKL\x00\x02\x00\x00\x01\xaa\xe6\xf4K\xa8{"ack_quorum_size":2,"creation_time_ms":'
+    b'1700000000000,"custom_metadata":{"app":"/wA=","name":"b3JkZXJz"},"digest_type":'
+    b'"CRC32C","ensemble_size":3,"fragments":[[0,["b1:3181","b2:3181","b3:3181"]],[42,'
+    b'["b1:3181","b4:3181","b3:3181"]]],"last_entry_id":99,"ledger_id":7,"length":12345,'
+    b'"mac_key_prefix":"mac",'
+    b'"password_hash":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4v",'
+    b'"state":"CLOSED","write_quorum_size":2}')
+#: The same ledger in format version 1 (pybk before the MAC key was BookKeeper's).
+GOLDEN_V1 = (
     b'PBKL\x00\x01\x00\x00\x01\x93\x1c\x12\xc5\xaf{"ack_quorum_size":2,"creation_time_ms":'
     b'1700000000000,"custom_metadata":{"app":"/wA=","name":"b3JkZXJz"},"digest_type":'
     b'"CRC32C","ensemble_size":3,"fragments":[[0,["b1:3181","b2:3181","b3:3181"]],[42,'
@@ -204,7 +213,16 @@ def test_the_format_matches_the_golden_record():
     assert LedgerMetadata.from_bytes(GOLDEN) == closed_with_two_fragments()
 
 
-def frame(body: bytes, version: int = 1, magic: bytes = MAGIC) -> bytes:
+def test_a_format_1_record_is_read_with_the_mac_key_it_was_written_with():
+    assert LedgerMetadata.from_bytes(GOLDEN_V1) == dataclasses.replace(
+        closed_with_two_fragments(), mac_key_prefix="ledger")
+    with pytest.raises(MalformedMetadata, match="exactly the keys"):  # format 2's key in 1
+        LedgerMetadata.from_bytes(frame(GOLDEN[HEADER.size:], version=1))
+    with pytest.raises(InvalidLedgerMetadata, match="mac_key_prefix"):
+        dataclasses.replace(closed_with_two_fragments(), mac_key_prefix="other")
+
+
+def frame(body: bytes, version: int = 2, magic: bytes = MAGIC) -> bytes:
     """A record with a correct header around ``body`` (so only the body is wrong)."""
     return HEADER.pack(magic, version, len(body), crc32c(body)) + body
 
@@ -215,8 +233,8 @@ def golden_body() -> dict:
 
 def test_unknown_format_version_and_magic_are_rejected_clearly():
     body = GOLDEN[HEADER.size:]
-    with pytest.raises(MalformedMetadata, match="format version 2.*upgrade"):
-        LedgerMetadata.from_bytes(frame(body, version=2))
+    with pytest.raises(MalformedMetadata, match="format version 3.*upgrade"):
+        LedgerMetadata.from_bytes(frame(body, version=3))
     with pytest.raises(MalformedMetadata, match="format version 0"):
         LedgerMetadata.from_bytes(frame(body, version=0))
     with pytest.raises(MalformedMetadata, match="not pybk ledger metadata"):
@@ -284,6 +302,8 @@ _DROP = object()
     (_with(fragments=[]), "entry 0"),
     (_with(write_quorum_size=4), "write quorum"),
     (_with(last_entry_id=None), "last_entry_id"),
+    (_with(mac_key_prefix="sha"), "mac_key_prefix"),
+    (_with(mac_key_prefix=_DROP), "exactly the keys"),
 ])
 def test_malformed_bodies_are_rejected_with_a_reason(body, message):
     with pytest.raises(MalformedMetadata, match=message):
@@ -399,5 +419,5 @@ def test_ledger_metadata_survives_a_restart(tmp_path):
 
 def test_header_layout():
     magic, version, length, checksum = struct.unpack(">4sHII", GOLDEN[:14])
-    assert (magic, version, length) == (b"PBKL", 1, len(GOLDEN) - 14)
+    assert (magic, version, length) == (b"PBKL", 2, len(GOLDEN) - 14)
     assert checksum == crc32c(GOLDEN[14:])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import time
 from typing import Iterator, NamedTuple
@@ -258,6 +259,13 @@ def test_mac_digests_reveal_entries_altered_or_forged_without_the_password(curve
     forged = DigestManager(lh.id, DigestType.MAC, WRONG).encode(0, -1, 7, b"forged!")
     with pytest.raises(DigestMismatch):
         digests.decode(0, forged)
+    # Every bookie is given the master key, SHA-1("ledger" + password), with the adds: a
+    # MAC keyed with it (as ledgers of metadata format 1 were) is refused too.
+    assert lh.metadata.mac_key_prefix == "mac"
+    assert BookKeeper.master_key(PASSWORD) == hashlib.sha1(b"ledger" + PASSWORD).digest()
+    by_a_bookie = DigestManager(lh.id, DigestType.MAC, PASSWORD, mac_key_prefix="ledger")
+    with pytest.raises(DigestMismatch):
+        digests.decode(0, by_a_bookie.encode(0, -1, 7, b"forged!"))
     # A reader with the password reads the genuine entry.
     reader = curve_cluster.client().open_ledger(lh.id, password=PASSWORD, recovery=False)
     assert reader.read_entry(0).data == b"genuine"

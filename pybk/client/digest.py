@@ -19,7 +19,9 @@ type     D   digest
 =======  ==  ===========================================================================
 CRC32    8   zlib CRC-32, as an unsigned 64-bit integer (BookKeeper's CRC32 layout)
 CRC32C   4   CRC-32C (Castagnoli)
-MAC      20  HMAC-SHA1 keyed with SHA-1(b"ledger" + password) (BookKeeper's MAC key)
+MAC      20  HMAC-SHA1 keyed with SHA-1(prefix + password): the prefix is b"mac"
+             (BookKeeper's MAC key), or b"ledger" for ledgers of metadata format 1
+             (:attr:`pybk.meta.ledger_metadata.LedgerMetadata.mac_key_prefix`)
 DUMMY    0   none: the header and length are still checked
 =======  ==  ===========================================================================
 """
@@ -57,7 +59,8 @@ class DecodedEntry(NamedTuple):
 class DigestManager:
     """Encodes and verifies the entries of one ledger."""
 
-    def __init__(self, ledger_id: int, digest_type: DigestType, password: bytes) -> None:
+    def __init__(self, ledger_id: int, digest_type: DigestType, password: bytes,
+                 mac_key_prefix: str = "mac") -> None:
         self.ledger_id = ledger_id
         self.digest_type = digest_type
         if digest_type is DigestType.CRC32:
@@ -65,7 +68,9 @@ class DigestManager:
         elif digest_type is DigestType.CRC32C:
             self._size, self._digest = 4, _crc32c_digest
         elif digest_type is DigestType.MAC:
-            key = hashlib.sha1(b"ledger" + password).digest()
+            # Not the master key, SHA-1(b"ledger" + password), which every bookie is given:
+            # a bookie must not be able to forge a MAC.
+            key = hashlib.sha1(mac_key_prefix.encode("ascii") + password).digest()
             self._size = 20
             self._digest = lambda header, payload: _mac_digest(key, header, payload)
         elif digest_type is DigestType.DUMMY:

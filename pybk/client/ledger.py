@@ -122,7 +122,8 @@ class LedgerHandle:
         self._bk = bk
         self._metadata, self._version = versioned
         self.id = self._metadata.ledger_id
-        self._digest = DigestManager(self.id, self._metadata.digest_type, password)
+        self._digest = DigestManager(self.id, self._metadata.digest_type, password,
+                                     self._metadata.mac_key_prefix)
         self._max_payload = bk.settings.maxEntrySizeBytes - self._digest.overhead
         self._master_key = bk.master_key(password)
         self._writable = writable

@@ -77,7 +77,8 @@ class _Recovery:
         self._md, self._version = versioned
         self._password = password
         self._id = self._md.ledger_id
-        self._digest = DigestManager(self._id, self._md.digest_type, password)
+        self._digest = DigestManager(self._id, self._md.digest_type, password,
+                                     self._md.mac_key_prefix)
         self._key = bk.master_key(password)
         self._timeout = bk.settings.readTimeout
 

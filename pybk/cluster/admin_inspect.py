@@ -208,7 +208,8 @@ def _read_replica(bk: "BookKeeper", metadata: LedgerMetadata, bookie: str, first
     """What ``bookie`` answers for the entries of ``first .. last`` its write sets give
     it, many per request (:meth:`~pybk.client.transport.BookieClient.read_batch`)."""
     wanted = [e for e in range(first, last + 1) if bookie in metadata.write_set(e)]
-    digest = DigestManager(metadata.ledger_id, metadata.digest_type, password)
+    digest = DigestManager(metadata.ledger_id, metadata.digest_type, password,
+                           metadata.mac_key_prefix)
     client = bk.bookie_client(bookie)
     found: list[dict] = []
     while len(found) < len(wanted):

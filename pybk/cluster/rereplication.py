@@ -223,7 +223,8 @@ class LedgerRepair:
         the bytes written.  A batch is read while the writes of the one before are in
         flight (so at most two batches' writes are)."""
         ledger_id = metadata.ledger_id
-        digest = DigestManager(ledger_id, metadata.digest_type, self._password)
+        digest = DigestManager(ledger_id, metadata.digest_type, self._password,
+                               metadata.mac_key_prefix)
         batch = self._settings.rereplicationEntryBatchSize
         written = 0
         in_flight: list[tuple[int, Future]] = []

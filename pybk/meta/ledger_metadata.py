@@ -11,8 +11,14 @@ apart from any other digest of the password (a bookie's master key is derived fr
 password too, and a metadata reader must not learn it); the salt keeps equal passwords
 from having equal hashes.  :meth:`LedgerMetadata.check_password` compares in constant time.
 
+The MAC digest's key is SHA-1(``mac_key_prefix`` + password): ``"mac"``, BookKeeper's,
+for every ledger created since format version 2, so that the key a bookie is given with
+every add (the master key, SHA-1(``"ledger"`` + password)) cannot forge a MAC.  Ledgers
+created in format version 1 keep ``"ledger"`` (their entries were digested with the
+master key) and stay readable; their entries can be forged by whoever has the master key.
+
 Serialized format: a sealed record (:mod:`pybk.meta.sealed`: header, CRC-32C, JSON body)
-with magic b"PBKL" and format version 1 (:meth:`LedgerMetadata.to_bytes`).  The body has
+with magic b"PBKL" and format version 2 (:meth:`LedgerMetadata.to_bytes`).  The body has
 exactly these keys::
 
     "ledger_id"          int, 0 .. 2**63 - 1
@@ -27,6 +33,11 @@ exactly these keys::
     "creation_time_ms"   int, milliseconds since the Unix epoch
     "custom_metadata"    {name: base64 of the value bytes}
     "fragments"          [[first entry id, [bookie id, ...]], ...], in entry order
+    "mac_key_prefix"     "mac" | "ledger" (see above)
+
+Format version 1 (pybk before the MAC key was BookKeeper's) has every key but
+``mac_key_prefix``, and is read as ``"ledger"``.  This version writes version 2 only: a
+ledger of version 1 is rewritten in version 2, with its prefix, at its next change.
 
 :meth:`LedgerMetadata.from_bytes` raises :class:`~pybk.errors.MalformedMetadata` for
 anything else: what :func:`~pybk.meta.sealed.unseal` refuses, a value of the wrong type,
@@ -47,10 +58,12 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from pybk.errors import InvalidLedgerMetadata, MalformedMetadata
-from pybk.meta.sealed import b64, seal, typed, unb64, unseal
+from pybk.meta.sealed import b64, seal, typed, unb64, unseal_versions
 
 MAGIC = b"PBKL"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The MAC key prefixes: BookKeeper's, and format 1's (the master key's).
+MAC_KEY_PREFIXES = ("mac", "ledger")
 INT64_MAX = (1 << 63) - 1
 SALT_BYTES = 16
 PASSWORD_HASH_BYTES = SALT_BYTES + hashlib.sha256().digest_size
@@ -123,9 +136,13 @@ class LedgerMetadata:
     length: int | None = None
     creation_time_ms: int = field(default_factory=_now_ms)
     custom_metadata: Mapping[str, bytes] = field(default_factory=dict, hash=False)
+    mac_key_prefix: str = "mac"
 
     def __post_init__(self) -> None:
         _check_int("ledger_id", self.ledger_id, 0)
+        if self.mac_key_prefix not in MAC_KEY_PREFIXES:
+            raise InvalidLedgerMetadata(f"mac_key_prefix must be one of {MAC_KEY_PREFIXES}, "
+                                        f"not {self.mac_key_prefix!r}")
         e = _check_int("ensemble_size", self.ensemble_size, 1)
         qw = _check_int("write_quorum_size", self.write_quorum_size, 1)
         qa = _check_int("ack_quorum_size", self.ack_quorum_size, 1)
@@ -195,7 +212,7 @@ class LedgerMetadata:
     # -- serialization ----------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
-        """The serialized form (format version 1, see the module docstring)."""
+        """The serialized form (format version 2, see the module docstring)."""
         return seal(MAGIC, FORMAT_VERSION, {
             "ledger_id": self.ledger_id,
             "ensemble_size": self.ensemble_size,
@@ -209,12 +226,13 @@ class LedgerMetadata:
             "creation_time_ms": self.creation_time_ms,
             "custom_metadata": {k: b64(v) for k, v in self.custom_metadata.items()},
             "fragments": [[f.first_entry_id, list(f.ensemble)] for f in self.fragments],
+            "mac_key_prefix": self.mac_key_prefix,
         })
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "LedgerMetadata":
         """Decode :meth:`to_bytes` output; raises MalformedMetadata for anything else."""
-        obj = unseal(data, MAGIC, FORMAT_VERSION, _KEYS, "ledger metadata")
+        version, obj = unseal_versions(data, MAGIC, _KEYS, "ledger metadata")
         try:
             return cls(
                 ledger_id=typed("ledger_id", obj["ledger_id"], int),
@@ -232,12 +250,16 @@ class LedgerMetadata:
                     for k, v in typed("custom_metadata", obj["custom_metadata"], dict).items()},
                 fragments=tuple(_fragment(f)
                                 for f in typed("fragments", obj["fragments"], list)),
+                mac_key_prefix="ledger" if version == 1 else typed(
+                    "mac_key_prefix", obj["mac_key_prefix"], str),
             )
         except ValueError as e:  # base64, enums, rules, types
             raise MalformedMetadata(f"ledger metadata body is malformed: {e}") from e
 
 
-_KEYS = frozenset(f.name for f in LedgerMetadata.__dataclass_fields__.values())
+#: The keys of each format version's body.
+_KEYS = {2: frozenset(f.name for f in LedgerMetadata.__dataclass_fields__.values())}
+_KEYS[1] = _KEYS[2] - {"mac_key_prefix"}
 
 
 def _frozen_custom(custom: Mapping[str, bytes]) -> Mapping[str, bytes]:

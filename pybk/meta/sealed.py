@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
-from typing import Any
+from typing import Any, Mapping
 
 from pybk.checksum import crc32c
 from pybk.errors import MalformedMetadata
@@ -43,6 +43,13 @@ def unseal(data: bytes, magic: bytes, version: int, keys: frozenset[str],
 
     ``what`` names the record in errors ("ledger metadata").  Raises MalformedMetadata.
     """
+    return unseal_versions(data, magic, {version: keys}, what)[1]
+
+
+def unseal_versions(data: bytes, magic: bytes, keys: Mapping[int, frozenset[str]],
+                    what: str) -> tuple[int, dict[str, Any]]:
+    """The format version and body of a sealed record in one of the versions ``keys``
+    names, whose body has exactly that version's keys.  Raises MalformedMetadata."""
     data = bytes(data)
     if len(data) < HEADER.size:
         raise MalformedMetadata(f"{what} of {len(data)} bytes is shorter than its "
@@ -51,9 +58,10 @@ def unseal(data: bytes, magic: bytes, version: int, keys: frozenset[str],
     if found_magic != magic:
         raise MalformedMetadata(f"{what} starts with {found_magic!r}, not {magic!r}: these "
                                 f"bytes are not pybk {what}")
-    if found_version != version:
+    if found_version not in keys:
+        known = " and ".join(str(v) for v in sorted(keys))
         raise MalformedMetadata(f"{what} in format version {found_version}; this pybk reads "
-                                f"version {version} only (upgrade pybk)")
+                                f"version {known} only (upgrade pybk)")
     body = data[HEADER.size:]
     if len(body) != length:
         raise MalformedMetadata(f"{what} body is {len(body)} bytes, its header says "
@@ -65,10 +73,11 @@ def unseal(data: bytes, magic: bytes, version: int, keys: frozenset[str],
         obj = json.loads(body.decode("utf-8"))
     except (ValueError, RecursionError) as e:
         raise MalformedMetadata(f"{what} body is malformed: not JSON ({e})") from e
-    if not isinstance(obj, dict) or obj.keys() != keys:
+    wanted = keys[found_version]
+    if not isinstance(obj, dict) or obj.keys() != wanted:
         raise MalformedMetadata(f"{what} body is malformed: it must be an object with "
-                                f"exactly the keys {sorted(keys)}")
-    return obj
+                                f"exactly the keys {sorted(wanted)}")
+    return found_version, obj
 
 
 def typed(name: str, value: Any, kind: type, nullable: bool = False) -> Any:
