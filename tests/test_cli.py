@@ -21,6 +21,7 @@ from clusterutil import BookieProcess, child_env, pybk_command
 
 from pybk import __version__
 from pybk.cli import _parser
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -256,6 +257,12 @@ def test_ctrl_c_stops_every_bookie_of_a_localcluster_gracefully(tmp_path, leftov
     data = tmp_path / "cluster"
     cluster, out = start_localcluster(tmp_path, "2", "--dir", str(data))
     wait_for_text(out, "stops the cluster", cluster)
+    # The cluster serves once its bookies are registered; a bookie process finishes its
+    # start just after (a signal before that abandons the start, gracefully too).
+    for number in (1, 2):
+        log = data / f"bookie{number}" / "bookie.log"
+        wait_until(lambda log=log: re.search(r"pybk bookie: \S+ serving at", log.read_text()),
+                   f"bookie {number} started")
     ctrl_c(cluster)
     assert cluster.wait(PROMPT_S) == 0, out.read_text()
     assert "pybk localcluster: stopping (Ctrl-C again kills it at once)" in out.read_text()
