@@ -218,6 +218,26 @@ class ReadOnlyLedger(BookKeeperError):
     code = -100  # IllegalOpException
 
 
+class InvalidEntryId(BookKeeperError, ValueError):
+    """An entry id given by the caller (:class:`~pybk.client.ledger_adv.LedgerHandleAdv`)
+    cannot be taken: negative, or further past the LAC than ``advWindowEntries``."""
+
+    code = -14  # IncorrectParameterException; never sent over the wire
+
+
+class DuplicateEntryId(InvalidEntryId):
+    """An entry id given by the caller was added already: it is at or below the LAC, or
+    an add of it is outstanding."""
+
+    code = -114  # DuplicateEntryIdException; never sent over the wire
+
+
+class LedgerExists(BookKeeperError):
+    """A ledger with the id the caller chose exists already (``create_ledger_adv``)."""
+
+    code = -20  # LedgerExistException; never sent over the wire
+
+
 class DirectoryLocked(BookKeeperError):
     """A bookie's or an embedded metadata store's directory is held by another opener (in
     this or another process): its lock file's ``flock`` is taken.  Never crosses the

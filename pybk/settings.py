@@ -606,6 +606,12 @@ class ClientSettings(_Settings):
     #: With ``throttle`` adds outstanding, an add waits up to ``addEntryTimeout`` for one
     #: to finish, then fails with TooManyRequests; false: it fails at once.  pybk's.
     throttleBlocking: bool = True
+    #: A ledger with caller-given entry ids (``create_ledger_adv``) takes an id at most
+    #: this many past its LAC (LAC + 1 .. LAC + advWindowEntries): the bound on the adds
+    #: it holds back, written but waiting for a lower id.  pybk's (BookKeeper bounds them
+    #: by ``throttle`` only); keep it at or under ``throttle``, so that the missing id
+    #: always finds a permit.
+    advWindowEntries: int = 5000
 
     #: ZeroMQ transport: milliseconds between heartbeats (ZMTP PING) on a connection to
     #: a bookie.
@@ -640,7 +646,8 @@ class ClientSettings(_Settings):
                  self.bookieQuarantineTimeSeconds, "0 or more")
         _require(self.throttle >= 0, "throttle", self.throttle, "0 (no limit) or more")
         _check_host(self.clientHost, "clientHost")
-        for key in ("maxEntrySizeBytes", "zmqHeartbeatIntervalMs", "zmqHeartbeatTimeoutMs",
+        for key in ("maxEntrySizeBytes", "advWindowEntries", "zmqHeartbeatIntervalMs",
+                    "zmqHeartbeatTimeoutMs",
                     "zmqReconnectIntervalMaxMs", "zmqAddMessagesInFlight"):
             _require(getattr(self, key) > 0, key, getattr(self, key), "greater than 0")
         _require(self.zmqHeartbeatTimeoutMs > self.zmqHeartbeatIntervalMs,

@@ -5,5 +5,6 @@ Start with :class:`BookKeeper`.
 
 from pybk.client.bookkeeper import BookKeeper
 from pybk.client.ledger import LedgerEntry, LedgerHandle
+from pybk.client.ledger_adv import LedgerHandleAdv
 
-__all__ = ["BookKeeper", "LedgerEntry", "LedgerHandle"]
+__all__ = ["BookKeeper", "LedgerEntry", "LedgerHandle", "LedgerHandleAdv"]

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Self
 
 from pybk.client.ledger import LedgerHandle
+from pybk.client.ledger_adv import LedgerHandleAdv
 from pybk.client.metrics import ClientMetrics
 from pybk.client.placement import RendezvousPlacement
 from pybk.client.recovery import recover
@@ -44,7 +45,7 @@ from pybk.errors import (
 )
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
-from pybk.meta.ledgers import LedgerManager
+from pybk.meta.ledgers import LedgerManager, Versioned
 from pybk.settings import ClientSettings
 from pybk.storage import Bookie
 
@@ -123,13 +124,36 @@ class BookKeeper:
                       digest: str | DigestType = "crc32c", password: bytes = b"",
                       custom_metadata: Mapping[str, bytes] | None = None) -> LedgerHandle:
         """A new ledger, open for writing.  E >= Qw >= Qa >= 1 or InvalidLedgerMetadata."""
+        versioned = self._create(ensemble, write_quorum, ack_quorum, digest, password,
+                                 custom_metadata, None)
+        return LedgerHandle(self, versioned, password, writable=True)
+
+    def create_ledger_adv(self, ensemble: int = 3, write_quorum: int = 2,
+                          ack_quorum: int = 2, digest: str | DigestType = "crc32c",
+                          password: bytes = b"",
+                          custom_metadata: Mapping[str, bytes] | None = None,
+                          ledger_id: int | None = None) -> LedgerHandleAdv:
+        """A new ledger whose writer gives each entry's id (BookKeeper's
+        ``createLedgerAdv``; :mod:`pybk.client.ledger_adv`), with the id ``ledger_id``
+        if given (LedgerExists if taken, InvalidLedgerMetadata if not in [0, 2^63)),
+        else a fresh one.  Otherwise as :meth:`create_ledger`."""
+        versioned = self._create(ensemble, write_quorum, ack_quorum, digest, password,
+                                 custom_metadata, ledger_id)
+        return LedgerHandleAdv(self, versioned, password, writable=True)
+
+    def _create(self, ensemble: int, write_quorum: int, ack_quorum: int,
+                digest: str | DigestType, password: bytes,
+                custom_metadata: Mapping[str, bytes] | None,
+                ledger_id: int | None) -> Versioned:
+        """A new ledger's metadata, its bookies resolved."""
         self._check_open()
         digest_type = _digest_type(digest)
         versioned = self.ledger_manager.create_ledger(
-            lambda ledger_id: self._choose(ledger_id, ensemble, exclude=()), write_quorum,
-            ack_quorum, digest_type, password, custom_metadata, ensemble_size=ensemble)
+            lambda chosen_id: self._choose(chosen_id, ensemble, exclude=()), write_quorum,
+            ack_quorum, digest_type, password, custom_metadata, ensemble_size=ensemble,
+            ledger_id=ledger_id)
         self.resolve_bookies(versioned.metadata.fragments[0].ensemble)
-        return LedgerHandle(self, versioned, password, writable=True)
+        return versioned
 
     def open_ledger(self, ledger_id: int, password: bytes = b"",
                     recovery: bool = True) -> LedgerHandle:

@@ -41,7 +41,7 @@ import enum
 import logging
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, as_completed
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 from pybk.client.completions import AddDone, CompletionQueue
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.client.reads import RangeRead, read_error
-from pybk.client.transport import AddsDone, LedgerAdds
+from pybk.client.transport import AddsDone, LedgerAdds, failed_future
 from pybk.errors import (
     BadVersion,
     BookKeeperError,
@@ -60,6 +60,7 @@ from pybk.errors import (
     LedgerFenced,
     LedgerRecoveryError,
     NoSuchEntry,
+    NoSuchLedger,
     ReadOnlyLedger,
     Timeout,
     Unauthorized,
@@ -115,6 +116,10 @@ class LedgerHandle:
 
     ``recovery=True`` makes the handle recovery's writer (see the module docstring):
     ``last_add_confirmed`` and ``length`` are where its re-writes continue from."""
+
+    #: Whether adds take the ids in order (the handle chooses them); False for a
+    #: handle that takes the caller's ids (:mod:`pybk.client.ledger_adv`).
+    _ids_in_order = True
 
     def __init__(self, bk: "BookKeeper", versioned: Versioned, password: bytes,
                  writable: bool, last_add_confirmed: int = -1, recovery: bool = False,
@@ -202,6 +207,11 @@ class LedgerHandle:
         """Add an entry; call ``done(entry_id, None)`` once it is acknowledged, or
         ``done(None, error)``.  Calls come in entry-id order, one at a time, on
         whichever thread completed the add (keep ``done`` short and non-blocking)."""
+        self._add(None, data, done)
+
+    def _add(self, requested: int | None, data: bytes, done: AddDone) -> None:
+        """Add an entry as :meth:`add_entry_then` says, under the id
+        :meth:`_next_entry_id` gives for ``requested``."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"entry data must be bytes, not {type(data).__name__}")
         if len(data) > self._max_payload:  # refused here: no bookie would take it
@@ -218,7 +228,7 @@ class LedgerHandle:
                 if self._state is not _WriteState.OPEN or not self._writable \
                         or self._recovery or self._bk._closed:
                     self._check_can_add()
-                entry_id = self._last_pushed + 1
+                entry_id = self._next_entry_id(requested)
                 self._length += len(data)
                 op, targets = self._push(entry_id, self._digest.encode(
                     entry_id, self._lac, self._length, data), done)
@@ -227,6 +237,11 @@ class LedgerHandle:
                 self._bk._add_permits.release()  # type: ignore[union-attr]
             raise
         self._send(op, targets)
+
+    def _next_entry_id(self, requested: int | None) -> int:
+        """The id of the add being made: the next one (a handle with caller-given ids
+        checks ``requested`` instead).  Caller holds the lock."""
+        return self._last_pushed + 1
 
     def _recovery_add(self, entry: DecodedEntry) -> Future:
         """Recovery mode: re-write ``entry`` (the next one) as it was written, with the
@@ -249,15 +264,26 @@ class LedgerHandle:
         """Queue a new pending add; return it and the bookies to send it to now (its
         write set less the bookies an ensemble change is replacing).  Caller holds the
         lock."""
-        self._last_pushed = entry_id
+        self._last_pushed = max(self._last_pushed, entry_id)
         op = _PendingAdd(entry_id, entry, self._length, done,
                          self._metadata.write_set(entry_id))
-        self._pending.append(op)
+        self._enqueue(op)
         now = self._last_activity = time.monotonic()
         targets = op.write_set if not self._failed_bookies else \
             [b for b in op.write_set if b not in self._failed_bookies]
         op.sent = dict.fromkeys(targets, now)
         return op, targets
+
+    def _enqueue(self, op: _PendingAdd) -> None:
+        """Put ``op`` into the pending queue, which is in entry-id order (ids come in
+        order here).  Caller holds the lock."""
+        self._pending.append(op)
+
+    def _awaits_acks(self) -> bool:
+        """Whether a pending add can still be confirmed by bookies' answers alone: the
+        first one is the entry after the LAC (always, unless ids are the caller's and
+        one is missing).  Caller holds the lock."""
+        return bool(self._pending) and self._pending[0].entry_id == self._lac + 1
 
     def _check_can_add(self) -> None:
         if not self._writable or self._recovery:
@@ -356,7 +382,8 @@ class LedgerHandle:
         pending = self._pending
         qa = self._metadata.ack_quorum_size
         confirmed: list[tuple[AddDone, int | None, BaseException | None]] = []
-        while pending and len(pending[0].acked) >= qa:
+        while pending and len(pending[0].acked) >= qa \
+                and pending[0].entry_id == self._lac + len(confirmed) + 1:
             op = pending.popleft()
             op.finished = True
             confirmed.append((op.done, op.entry_id, None))
@@ -367,7 +394,7 @@ class LedgerHandle:
             self._lac = op.entry_id
             self._confirmed_length = op.length
             self._completions.put_all(confirmed)
-        if not pending:
+        if not self._awaits_acks():
             self._drained.notify_all()
 
     def _fail_pending(self, error: BookKeeperError) -> None:
@@ -539,8 +566,8 @@ class LedgerHandle:
     def _late_bookies(self, now: float, timeout: float) -> set[str]:
         """The bookies whose oldest unanswered add was sent over ``timeout`` seconds ago.
         A bookie's adds are sent in entry order, so its first unanswered one in the
-        pending queue is its oldest: the scan stops once every bookie was seen.  Caller
-        holds the lock."""
+        pending queue is its oldest: the scan stops once every bookie was seen (not for
+        caller-given ids, which may be sent in any order).  Caller holds the lock."""
         late: set[str] = set()
         seen: set[str] = set()
         size = self._metadata.ensemble_size
@@ -550,7 +577,7 @@ class LedgerHandle:
                     seen.add(bookie_id)
                     if now - sent_at > timeout:
                         late.add(bookie_id)
-            if len(seen) >= size:
+            if len(seen) >= size and self._ids_in_order:
                 break
         return late
 
@@ -574,7 +601,7 @@ class LedgerHandle:
             return
         deadline = time.monotonic() + self._bk.settings.addEntryTimeout * 2
         with self._lock:
-            while self._pending and self._state is _WriteState.OPEN \
+            while self._awaits_acks() and self._state is _WriteState.OPEN \
                     and time.monotonic() < deadline:
                 self._drained.wait(max(0.0, deadline - time.monotonic()))
             decided = self._state is _WriteState.OPEN
@@ -655,11 +682,30 @@ class LedgerHandle:
         ahead, many entries per request and several requests in flight, with
         ``read_entry``'s failover (:mod:`pybk.client.reads`)."""
         limit = self._readable_limit()
-        if first < 0 or last < first:
-            raise ValueError(f"bad entry range {first}..{last}")
+        _check_range(first, last)
         if last > limit:
             raise NoSuchEntry(f"ledger {self.id}: entry {last} is past the last readable "
                               f"entry {limit}")
+        return self._read_range(first, last)
+
+    def read_unconfirmed(self, first: int, last: int) -> Iterator[LedgerEntry]:
+        """Entries ``first..last`` (inclusive) as the bookies hold them, also past the
+        LAC (BookKeeper's ``readUnconfirmedEntries``): read and verified as
+        :meth:`read_entries` does, without checking ``last`` against the LAC.
+
+        Beyond the LAC the writer may not have had an entry acknowledged yet (and, if it
+        dies, recovery may leave the entry out): only entries up to the LAC are
+        guaranteed to stay.  An entry that every bookie of its write set says it does not
+        hold raises NoSuchEntry, after the entries before it.  A closed ledger is never
+        read past its last entry (NoSuchEntry at once)."""
+        _check_range(first, last)
+        metadata = self._metadata
+        if metadata.state is LedgerState.CLOSED and last > metadata.closed_last_entry_id():
+            raise NoSuchEntry(f"ledger {self.id} is closed at entry "
+                              f"{metadata.closed_last_entry_id()}: it has no entry {last}")
+        return self._read_range(first, last)
+
+    def _read_range(self, first: int, last: int) -> Iterator[LedgerEntry]:
         entries = iter(RangeRead(self._metadata, self._digest, self._bk.bookie_client,
                                  self._bk.settings.readTimeout, first, last))
         metrics = self._bk.metrics
@@ -715,6 +761,53 @@ class LedgerHandle:
                 self._lac = max(answers)
             return self._lac
 
+    def try_read_last_add_confirmed(self) -> int:
+        """The LAC as the first bookie to know more than this handle says it (BookKeeper's
+        ``tryReadLastAddConfirmed``): fast, and possibly behind the LAC that
+        :meth:`read_last_add_confirmed` would find.
+
+        Every bookie of the last fragment is asked at once; the first answer past the
+        handle's LAC is taken (and becomes the handle's LAC) and returned.  If none is
+        past it, the handle's LAC is returned once every bookie answered or
+        ``readTimeout`` passed, provided one bookie answered (a bookie without the ledger
+        or its entries answers too); if none did, BookKeeperError.  A closed ledger's
+        answer is its last entry, without asking."""
+        metadata = self._metadata
+        if metadata.state is LedgerState.CLOSED:
+            return metadata.closed_last_entry_id()
+        with self._lock:
+            known = self._lac
+        asked = {self._read_lac_of(b): b for b in metadata.fragments[-1].ensemble}
+        errors: list[str] = []
+        answered = False
+        try:
+            for future in as_completed(asked, timeout=self._bk.settings.readTimeout):
+                try:
+                    lac = future.result()
+                except (NoSuchLedger, NoSuchEntry):
+                    answered = True
+                    continue
+                except BookKeeperError as e:
+                    errors.append(f"{asked[future]}: {e}")
+                    continue
+                answered = True
+                if lac > known:
+                    with self._lock:
+                        self._lac = max(self._lac, lac)
+                    return lac
+        except FutureTimeout:
+            errors.append(f"no answer within readTimeout={self._bk.settings.readTimeout}")
+        if not answered:
+            raise BookKeeperError(f"ledger {self.id}: no bookie of the last ensemble told "
+                                  "its LAC: " + "; ".join(errors))
+        return known
+
+    def _read_lac_of(self, bookie_id: str) -> Future:
+        try:
+            return self._bk.bookie_client(bookie_id).read_lac(self.id)
+        except BookKeeperError as e:  # a bookie this client cannot reach now
+            return failed_future(e)
+
     def read_last_add_confirmed_and_entry(self, timeout: float
                                           ) -> tuple[int, LedgerEntry | None]:
         """Long poll: wait up to ``timeout`` seconds for the LAC to move past the one
@@ -732,6 +825,11 @@ class LedgerHandle:
             time.sleep(min(pause, remaining))
             pause = min(pause * 2, 0.01)
 
+
+
+def _check_range(first: int, last: int) -> None:
+    if first < 0 or last < first:
+        raise ValueError(f"bad entry range {first}..{last}")
 
 
 __all__ = ["LedgerHandle", "LedgerEntry"]

@@ -19,6 +19,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 
 from pybk.errors import (
     InvalidLedgerMetadata,
+    LedgerExists,
     MalformedMetadata,
     MetadataError,
     NodeExists,
@@ -53,12 +54,14 @@ class LedgerManager:
     def create_ledger(self, ensemble: Sequence[str] | Callable[[int], Sequence[str]],
                       write_quorum_size: int, ack_quorum_size: int, digest_type: DigestType,
                       password: bytes, custom_metadata: Mapping[str, bytes] | None = None,
-                      ensemble_size: int | None = None) -> Versioned:
+                      ensemble_size: int | None = None,
+                      ledger_id: int | None = None) -> Versioned:
         """A new OPEN ledger with a fresh id, on ``ensemble``: the bookies, or a function
         that chooses ``ensemble_size`` of them for the new id (placement by ledger id).
 
         The metadata is validated before an id is taken, so invalid arguments
-        (InvalidLedgerMetadata) use up no id."""
+        (InvalidLedgerMetadata) use up no id.  With ``ledger_id`` the ledger gets that id
+        (BookKeeper's ``createLedgerAdv(ledgerId, ...)``), or LedgerExists if it is taken."""
         size = ensemble_size if callable(ensemble) else len(ensemble)
         if size is None:
             raise InvalidLedgerMetadata("an ensemble chosen by a function needs its "
@@ -70,12 +73,10 @@ class LedgerManager:
                                 if callable(ensemble) else tuple(ensemble)),),
             digest_type=digest_type, password_hash=hash_password(password),
             custom_metadata=custom_metadata or {})
+        if ledger_id is not None:
+            return self._create_with_id(template, ensemble, ledger_id)
         for _ in range(CREATE_ATTEMPTS_MAX):
-            ledger_id = self.store.next_ledger_id()
-            metadata = dataclasses.replace(
-                template, ledger_id=ledger_id,
-                fragments=(Fragment(0, tuple(ensemble(ledger_id))),) if callable(ensemble)
-                else template.fragments)
+            metadata = _with_id(template, ensemble, self.store.next_ledger_id())
             try:
                 version = self.store.create(self.layout.ledger_path(metadata.ledger_id),
                                             metadata.to_bytes())
@@ -86,6 +87,24 @@ class LedgerManager:
             return Versioned(metadata, version)
         raise MetadataError(f"{CREATE_ATTEMPTS_MAX} fresh ledger ids in a row were taken in "
                             f"{self.store!r}: something else writes ledger records there")
+
+    def _create_with_id(self, template: LedgerMetadata,
+                        ensemble: Sequence[str] | Callable[[int], Sequence[str]],
+                        ledger_id: int) -> Versioned:
+        """``template`` created under the caller's ``ledger_id`` (one attempt: the id is
+        the caller's, there is no other to take)."""
+        if not isinstance(ledger_id, int) or isinstance(ledger_id, bool) \
+                or not 0 <= ledger_id < 2 ** 63:
+            raise InvalidLedgerMetadata(f"ledger id {ledger_id!r} is not an integer in "
+                                        "[0, 2^63)")
+        metadata = _with_id(template, ensemble, ledger_id)
+        try:
+            version = self.store.create(self.layout.ledger_path(ledger_id),
+                                        metadata.to_bytes())
+        except NodeExists:
+            raise LedgerExists(f"ledger {ledger_id} exists already: choose another id, "
+                               "or leave the id to the metadata store") from None
+        return Versioned(metadata, version)
 
     def read(self, ledger_id: int) -> Versioned:
         path = self.layout.ledger_path(ledger_id)
@@ -130,3 +149,14 @@ class LedgerManager:
         (created, updated, deleted) until the watch is cancelled."""
         return self.store.watch(self.layout.ledger_path(ledger_id),
                                 lambda _path: callback(ledger_id))
+
+
+def _with_id(template: LedgerMetadata,
+             ensemble: Sequence[str] | Callable[[int], Sequence[str]],
+             ledger_id: int) -> LedgerMetadata:
+    """``template`` as ledger ``ledger_id``, its ensemble chosen for that id if
+    ``ensemble`` is a function."""
+    return dataclasses.replace(
+        template, ledger_id=ledger_id,
+        fragments=(Fragment(0, tuple(ensemble(ledger_id))),) if callable(ensemble)
+        else template.fragments)
