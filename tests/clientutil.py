@@ -58,6 +58,10 @@ class BookiePool:
             self._processes.close()
             raise
 
+    def kill(self, bookie_id: str) -> None:
+        """SIGKILL the bookie process ``bookie_id`` (a crash: for a pool of one test)."""
+        next(b for b in self._processes.started if b.bookie_id == bookie_id).kill()
+
     def close(self) -> None:
         self._processes.close()
 
