@@ -139,6 +139,10 @@ def test_read_unconfirmed_and_try_read_go_on_without_a_crashed_bookie(cluster_of
     with pytest.raises(BookKeeperError, match="entry 5"):  # absent on two, one silent
         list(reader.read_unconfirmed(5, 5))
     assert not any(f.done() for f in held_back)
+    for bookie_id in lh.metadata.fragments[-1].ensemble:
+        cluster.faults[bookie_id].unreachable = True
+    with pytest.raises(BookKeeperError, match="no bookie of the last ensemble told"):
+        reader.try_read_last_add_confirmed()
 
 
 def test_read_unconfirmed_and_try_read_after_sigkill_of_a_bookie_process(tmp_path,
