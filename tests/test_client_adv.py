@@ -20,6 +20,7 @@ from pybk.client import LedgerHandleAdv
 from pybk.errors import (
     BookKeeperError,
     DuplicateEntryId,
+    InvalidConfiguration,
     InvalidEntryId,
     InvalidLedgerMetadata,
     LedgerClosed,
@@ -206,6 +207,27 @@ def test_adv_ids_out_of_order_are_acknowledged_in_order(cluster_of):
             sorted(reader.metadata.write_set(entry_id))
 
 
+def test_adv_ids_from_many_threads_are_acknowledged_in_order(cluster_of):
+    cluster = cluster_of(3)
+    lh = cluster.client().create_ledger_adv(3, 2, 2, password=PASSWORD)
+    acked: list = []
+
+    def add_every_fourth(first: int) -> None:
+        for entry_id in range(first, 400, 4):
+            lh.add_entry_then(entry_id, payload(entry_id),
+                              lambda i, error: acked.append((i, error)))
+
+    threads = [threading.Thread(target=add_every_fourth, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    wait_until(lambda: len(acked) == 400, "400 adds acknowledged", timeout_s=30)
+    assert acked == [(i, None) for i in range(400)]
+    lh.close()
+    assert lh.metadata.last_entry_id == 399
+
+
 def test_adv_bad_ids_are_refused_at_once_and_the_ledger_goes_on(cluster_of):
     cluster = cluster_of(3)
     bk = cluster.client(dataclasses.replace(PATIENT, advWindowEntries=8))
@@ -224,6 +246,8 @@ def test_adv_bad_ids_are_refused_at_once_and_the_ledger_goes_on(cluster_of):
         lh.add_entry("1", b"x")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         lh.add_entry(b"no id")  # type: ignore[call-arg]
+    with pytest.raises(InvalidConfiguration, match="advWindowEntries"):
+        dataclasses.replace(PATIENT, advWindowEntries=0)
     assert bk.pending_adds() == 1  # the refused adds took nothing
     edge = lh.add_entry_async(8, payload(8))  # the window's last id
     assert lh.add_entry(1, payload(1)) == 1

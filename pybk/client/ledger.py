@@ -30,7 +30,12 @@ together with the CLOSED state.
 
 Reading: an entry is asked of the bookies of its write set in turn, moving on after an
 error, a digest mismatch or ``readTimeout``; every entry's digest is verified.  A range
-(``read_entries``) is read ahead with the same guarantees (:mod:`pybk.client.reads`).
+(``read_entries``, and ``read_unconfirmed`` past the LAC) is read ahead with the same
+guarantees (:mod:`pybk.client.reads`).
+
+A writer that gives the entry ids itself is :mod:`pybk.client.ledger_adv`'s subclass: the
+pending adds stay in entry-id order, and the LAC moves only to the next id (the hooks
+``_next_entry_id``, ``_enqueue`` and ``_awaits_acks``).
 """
 
 from __future__ import annotations
@@ -824,7 +829,6 @@ class LedgerHandle:
                 return lac, None
             time.sleep(min(pause, remaining))
             pause = min(pause * 2, 0.01)
-
 
 
 def _check_range(first: int, last: int) -> None:
