@@ -48,7 +48,8 @@ class LedgerHandleAdv(LedgerHandle):
     # BookKeeper's WriteAdvHandle differs from its WriteHandle.
     def add_entry(self, entry_id: int, data: bytes) -> int:  # type: ignore[override]
         """Add ``data`` as entry ``entry_id``; return the id once it and every lower id
-        were acknowledged by Qa bookies."""
+        were acknowledged by Qa bookies (so above a missing id this waits until another
+        thread adds it, or the ledger closes)."""
         return self.add_entry_async(entry_id, data).result()
 
     def add_entry_async(self, entry_id: int,  # type: ignore[override]
