@@ -278,8 +278,9 @@ class TooManyLedgers(BookKeeperError, ValueError):
 
 #: The errors a status code rebuilds (:func:`error_for_code`): those a bookie's reply may
 #: carry.  Errors raised only on the client's or the caller's side (InvalidConfiguration,
-#: ClientClosed, TooManyRequests, DirectoryLocked and the logs') are not among them: their
-#: codes never come back from a bookie.
+#: ClientClosed, TooManyRequests, DirectoryLocked, InvalidEntryId, DuplicateEntryId,
+#: LedgerExists and the logs') are not among them: their codes never come back from a
+#: bookie.
 _WIRE_ERRORS = (
     NoSuchLedger,
     NoSuchEntry,
