@@ -349,6 +349,12 @@ def check_stored_on_whole_write_sets(bk: BookKeeper, closed: LedgerMetadata, fir
                     f"entry {entry_id} on {bookie_id} holds other bytes than its payload"
 
 
+#: The bookie processes of the kill -9 tests run no autorecovery: its replication worker
+#: would also replace the killed bookie in the closed ledger's earlier fragments, racing
+#: the checks that recovery itself kept them.
+NO_AUTORECOVERY = ("--set", "autoRecoveryDaemonEnabled=false")
+
+
 def test_recovery_after_kill_minus_nine_of_the_writer_and_a_bookie(
         tmp_path, bookies, closing, address, children):
     """A writer process (tests/cluster_writer.py, 64 adds in flight) and then one bookie
@@ -356,7 +362,7 @@ def test_recovery_after_kill_minus_nine_of_the_writer_and_a_bookie(
     entries past the LAC, replacing the dead bookie with the spare, and every entry the
     writer reported as acknowledged reads back."""
     started = {b.bookie_id: b for b in bookies.start_serving(
-        4, zk_timeout_ms=zkutil.SHORT_SESSION_TIMEOUT_MS)}
+        4, zk_timeout_ms=zkutil.SHORT_SESSION_TIMEOUT_MS, options=NO_AUTORECOVERY)}
     acks = tmp_path / "acks"
     writer = children.start("cluster_writer.py", "--zk", address, "--acks", str(acks))
     wait_for_acks(children, writer, acks, 300)
@@ -389,7 +395,7 @@ def test_a_log_writer_takes_over_after_kill_minus_nine_of_the_writer_and_a_booki
     recovers the segment (replacing the dead bookie) and appends; every record the old
     writer reported as acknowledged reads back at its position."""
     started = {b.bookie_id: b for b in bookies.start_serving(
-        4, zk_timeout_ms=zkutil.SHORT_SESSION_TIMEOUT_MS)}
+        4, zk_timeout_ms=zkutil.SHORT_SESSION_TIMEOUT_MS, options=NO_AUTORECOVERY)}
     acks = tmp_path / "acks"
     writer = children.start("cluster_log_writer.py", "--zk", address, "--log", "log",
                             "--acks", str(acks))
