@@ -38,6 +38,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Iterable, Mapping, Sequence, TypeVar
 
 from pybk.errors import InvalidConfiguration
+from pybk.topology import check_location
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +210,25 @@ class ServerSettings(_Settings):
     #: registers it (``/ledgers/hosts/<host>/<bookie id>``), and a client on that host
     #: puts the bookie first in new ensembles.  Empty: the advertised host.
     bookieHost: str = ""
+    #: The bookie's network location, ``/<region>/<rack>`` (or ``/<rack>``), registered
+    #: for rack-aware placement (:mod:`pybk.client.rackaware`).  Empty: the one
+    #: ``networkTopologyScriptFileName`` maps the bookie to, else BookKeeper's default
+    #: rack ``/default-region/default-rack``.  pybk's (BookKeeper maps on the client).
+    bookieNetworkLocation: str = ""
+    #: A program mapping bookie addresses to locations (BookKeeper's name): run with the
+    #: bookie's ``<advertised host>:<port>`` as its argument, it prints the location
+    #: (:mod:`pybk.topology`).  Used when ``bookieNetworkLocation`` is empty.
+    networkTopologyScriptFileName: str = ""
+    #: Milliseconds ``networkTopologyScriptFileName`` has to answer; later, or failing,
+    #: the bookie is in the default rack (with a warning).  pybk's.
+    networkTopologyScriptTimeoutMs: int = 5000
+    #: Placement of the replacements this bookie's autorecovery chooses (as
+    #: ``ClientSettings``'s, which see; BookKeeper's server configuration has them too).
+    ensemblePlacementPolicy: str = "rendezvous"
+    #: See ``ClientSettings.minNumRacksPerWriteQuorum``.
+    minNumRacksPerWriteQuorum: int = 2
+    #: See ``ClientSettings.enforceMinNumRacksPerWriteQuorum``.
+    enforceMinNumRacksPerWriteQuorum: bool = False
     #: The ZooKeeper session timeout in ms (BookKeeper's ``zkTimeout``): a bookie silent
     #: for longer loses its session and its registration.
     zkTimeout: int = 10_000
@@ -502,6 +522,15 @@ def _validate(s: ServerSettings) -> None:
             "ServerSettings.from_mapping), which raises the settings not named to fit")
     split_host_port(s.listenAddress, "listenAddress")
     _check_host(s.bookieHost, "bookieHost")
+    _require(s.networkTopologyScriptTimeoutMs > 0, "networkTopologyScriptTimeoutMs",
+             s.networkTopologyScriptTimeoutMs, "greater than 0")
+    if s.bookieNetworkLocation:
+        try:
+            check_location(s.bookieNetworkLocation)
+        except ValueError as e:
+            raise _invalid("bookieNetworkLocation", s.bookieNetworkLocation,
+                           "/<region>/<rack> or /<rack>, or empty") from e
+    _check_placement(s)
     _check_curve(s)
     _require(not s.zkEnableSecurity or bool(s.zkDigestAuthFile), "zkDigestAuthFile",
              s.zkDigestAuthFile, "a file holding user:password when zkEnableSecurity is on")
@@ -510,6 +539,26 @@ def _validate(s: ServerSettings) -> None:
     _require(bool(s.httpServerHost), "httpServerHost", s.httpServerHost,
              "a host or address to bind")
     _check_host(s.httpServerHost, "httpServerHost")
+
+
+#: The values of ``ensemblePlacementPolicy``: BookKeeper's policies, by pybk's names.
+PLACEMENT_POLICIES = ("rendezvous", "rackaware", "regionaware")
+#: The placement settings a bookie's autorecovery hands to its client.
+PLACEMENT_SETTINGS = ("ensemblePlacementPolicy", "minNumRacksPerWriteQuorum",
+                      "enforceMinNumRacksPerWriteQuorum")
+
+
+def placement_settings_of(settings: "ServerSettings") -> dict[str, Any]:
+    """The placement settings of a ClientSettings for a process configured by
+    ``settings`` (a bookie's autorecovery, the admin shell's recovery)."""
+    return {key: getattr(settings, key) for key in PLACEMENT_SETTINGS}
+
+
+def _check_placement(s: "ServerSettings | ClientSettings") -> None:
+    _require(s.ensemblePlacementPolicy in PLACEMENT_POLICIES, "ensemblePlacementPolicy",
+             s.ensemblePlacementPolicy, " or ".join(PLACEMENT_POLICIES))
+    _require(s.minNumRacksPerWriteQuorum >= 1, "minNumRacksPerWriteQuorum",
+             s.minNumRacksPerWriteQuorum, "1 or more")
 
 
 def _check_curve(s: "ServerSettings | ClientSettings") -> None:
@@ -597,6 +646,19 @@ class ClientSettings(_Settings):
     #: copy stays on its machine (:mod:`pybk.client.placement`).  Empty: no host is
     #: preferred.  pybk's; BookKeeper's rack-aware placement prefers the client's rack.
     clientHost: str = ""
+    #: How new ensembles and replacements are chosen (BookKeeper's setting names a class):
+    #: ``rendezvous`` (pybk's default, racks unknown to it: :mod:`pybk.client.placement`),
+    #: ``rackaware`` (every write set across racks: :mod:`pybk.client.rackaware`) or
+    #: ``regionaware`` (the ensemble across regions too), from the locations bookies
+    #: register (``bookieNetworkLocation``).
+    ensemblePlacementPolicy: str = "rendezvous"
+    #: Racks each write set spans under the rack- and region-aware policies, where the
+    #: writable bookies allow (BookKeeper's name and default).
+    minNumRacksPerWriteQuorum: int = 2
+    #: Fail a new ledger or an ensemble change (NotEnoughBookies naming the racks) that
+    #: cannot meet ``minNumRacksPerWriteQuorum``, instead of spanning fewer racks with a
+    #: warning (BookKeeper's name and default).
+    enforceMinNumRacksPerWriteQuorum: bool = False
     #: At most this many adds of this client (all its ledgers together) are outstanding
     #: (sent, not yet acknowledged or failed); 0: no limit.  BookKeeper's ``throttle``,
     #: with its default.  An add beyond it waits for one to finish (see
@@ -646,6 +708,7 @@ class ClientSettings(_Settings):
                  self.bookieQuarantineTimeSeconds, "0 or more")
         _require(self.throttle >= 0, "throttle", self.throttle, "0 (no limit) or more")
         _check_host(self.clientHost, "clientHost")
+        _check_placement(self)
         for key in ("maxEntrySizeBytes", "advWindowEntries", "zmqHeartbeatIntervalMs",
                     "zmqHeartbeatTimeoutMs",
                     "zmqReconnectIntervalMaxMs", "zmqAddMessagesInFlight"):

@@ -28,12 +28,13 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Self
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Self, Sequence
 
 from pybk.client.ledger import LedgerHandle
 from pybk.client.ledger_adv import LedgerHandleAdv
 from pybk.client.metrics import ClientMetrics
-from pybk.client.placement import RendezvousPlacement
+from pybk.client.placement import PlacementPolicy, RendezvousPlacement
+from pybk.client.rackaware import Locate, RackAwarePlacement
 from pybk.client.recovery import recover
 from pybk.client.transport import BookieClient, InProcessBookieClient
 from pybk.errors import (
@@ -75,7 +76,8 @@ class BookKeeper:
         self.metrics: ClientMetrics | None = (
             ClientMetrics.on(metrics_registry, self) if metrics_registry is not None
             else None)
-        self.placement = RendezvousPlacement(local_bookie)
+        self._locations: dict[str, str] = {}  # bookie id -> registered location
+        self.placement = _policy(self.settings, local_bookie, self._locate)
         host = self.settings.clientHost
         self._same_host: Callable[[], list[str]] = (
             (lambda: metadata.bookies_on_host(host)) if host else list)
@@ -149,9 +151,11 @@ class BookKeeper:
         self._check_open()
         digest_type = _digest_type(digest)
         versioned = self.ledger_manager.create_ledger(
-            lambda chosen_id: self._choose(chosen_id, ensemble, exclude=()), write_quorum,
-            ack_quorum, digest_type, password, custom_metadata, ensemble_size=ensemble,
-            ledger_id=ledger_id)
+            lambda chosen_id: self._place(
+                lambda available, exclude, same_host: self.placement.new_ensemble(
+                    chosen_id, ensemble, write_quorum, available, exclude, same_host), ()),
+            write_quorum, ack_quorum, digest_type, password, custom_metadata,
+            ensemble_size=ensemble, ledger_id=ledger_id)
         self.resolve_bookies(versioned.metadata.fragments[0].ensemble)
         return versioned
 
@@ -221,28 +225,45 @@ class BookKeeper:
         once.  Called off the data path, before a ledger uses them; it may block on the
         metadata store.  A client given its bookie clients has nothing to do."""
 
-    def choose_replacements(self, ledger_id: int, count: int,
-                            exclude: set[str]) -> list[str]:
-        """``count`` writable bookies for the ledger outside ``exclude`` (NotEnoughBookies
-        if too few), resolved (:meth:`resolve_bookies`)."""
-        chosen = self._choose(ledger_id, count, exclude)
+    def choose_replacements(self, ledger_id: int, ensemble: Sequence[str],
+                            indexes: Sequence[int], write_quorum: int,
+                            exclude: Iterable[str] = ()) -> list[str]:
+        """Writable bookies for the places ``indexes`` (ascending) of the ledger's
+        ``ensemble`` (write sets of ``write_quorum``), outside the ensemble and
+        ``exclude``; NotEnoughBookies if too few (or, enforced, none keep the racks
+        apart).  Resolved (:meth:`resolve_bookies`)."""
+        chosen = self._place(
+            lambda available, excluded, same_host: self.placement.replace(
+                ledger_id, ensemble, indexes, write_quorum, available, excluded, same_host),
+            tuple(ensemble) + tuple(exclude))
         self.resolve_bookies(chosen)
         return chosen
 
-    def _choose(self, ledger_id: int, count: int, exclude: Iterable[str]) -> list[str]:
-        """Placement among the writable bookies, avoiding quarantined ones if enough
-        others are writable (BookKeeper's fallback)."""
+    def _place(self, place: Callable[[list[str], tuple[str, ...], set[str]], list[str]],
+               exclude: Iterable[str]) -> list[str]:
+        """``place(writable bookies, excluded ones, bookies on the client's host)``,
+        avoiding quarantined bookies if that leaves enough (BookKeeper's fallback)."""
         available, exclude = self._available(), tuple(exclude)
         same_host = set(self._same_host())  # one read of the store, with clientHost
         quarantined = self._quarantined_now()
         if quarantined:
             try:
-                return self.placement.choose(ledger_id, count, available,
-                                             exclude + tuple(quarantined), same_host)
+                return place(available, exclude + tuple(quarantined), same_host)
             except NotEnoughBookies:
-                log.info("ledger %d: too few bookies outside quarantine %s; using them",
-                         ledger_id, sorted(quarantined))
-        return self.placement.choose(ledger_id, count, available, exclude, same_host)
+                log.info("too few bookies outside quarantine %s; using them",
+                         sorted(quarantined))
+        return place(available, exclude, same_host)
+
+    def _locate(self, bookie_ids: Iterable[str]) -> dict[str, str]:
+        """The registered locations of ``bookie_ids`` (those without one are left out).
+        A location found is kept for the client's life, as BookKeeper caches its rack
+        mapping; one not found is read again next time (the bookie may register one)."""
+        for bookie_id in bookie_ids:
+            if bookie_id not in self._locations:
+                location = self.metadata.bookie_location(bookie_id)
+                if location:
+                    self._locations[bookie_id] = location
+        return self._locations
 
     def quarantine(self, bookie_ids: Iterable[str]) -> None:
         """Leave ``bookie_ids`` (replaced after failing adds) out of placements for
@@ -324,6 +345,16 @@ def _bookies_of(metadata: LedgerMetadata) -> list[str]:
     """Every bookie that holds (or held) entries of the ledger, the last ensemble first."""
     ordered = [b for fragment in reversed(metadata.fragments) for b in fragment.ensemble]
     return list(dict.fromkeys(ordered))
+
+
+def _policy(settings: ClientSettings, local_bookie: str | None,
+            locate: Locate) -> PlacementPolicy:
+    """The placement ``settings.ensemblePlacementPolicy`` names."""
+    if settings.ensemblePlacementPolicy == "rendezvous":
+        return RendezvousPlacement(local_bookie)
+    return RackAwarePlacement(locate, settings.minNumRacksPerWriteQuorum,
+                              settings.enforceMinNumRacksPerWriteQuorum, local_bookie,
+                              region_aware=settings.ensemblePlacementPolicy == "regionaware")
 
 
 def _lookup(known: dict[str, BookieClient], bookie_id: str) -> BookieClient:

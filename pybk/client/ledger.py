@@ -492,7 +492,8 @@ class LedgerHandle:
         (the last fragment replaced in place if it starts there)."""
         ensemble = metadata.fragments[-1].ensemble
         replacements = self._bk.choose_replacements(
-            self.id, sum(b in failed for b in ensemble), exclude=set(ensemble) | failed)
+            self.id, ensemble, [i for i, b in enumerate(ensemble) if b in failed],
+            metadata.write_quorum_size, exclude=failed)
         new_ensemble = tuple(replacements.pop(0) if b in failed else b for b in ensemble)
         fragments = list(metadata.fragments)
         if fragments[-1].first_entry_id == first_entry:

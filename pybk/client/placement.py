@@ -21,11 +21,17 @@ excluded):
 3. Otherwise, and for every other place, rendezvous order.
 
 Read-only bookies are never candidates: the caller passes only writable ones.
+
+Policies (``ClientSettings.ensemblePlacementPolicy``): this rendezvous placement, the
+default, which knows nothing of racks; and the rack- and region-aware ones of
+:mod:`pybk.client.rackaware`, which rank candidates by the same scores.  Every policy
+answers the two questions of :class:`PlacementPolicy`: a new ledger's ensemble, and the
+replacements of some places of an ensemble.
 """
 
 from __future__ import annotations
 
-from typing import Collection, Iterable, Sequence
+from typing import Collection, Iterable, Protocol, Sequence
 
 import mmh3
 
@@ -35,6 +41,24 @@ from pybk.errors import NotEnoughBookies
 def score(ledger_id: int, bookie_id: str) -> int:
     """The bookie's rendezvous score for the ledger (higher ranks first)."""
     return mmh3.hash64(f"{ledger_id}/{bookie_id}".encode(), signed=False)[0]
+
+
+class PlacementPolicy(Protocol):
+    """Chooses bookies for ledgers.  ``candidates`` are the writable bookies, ``exclude``
+    those not to choose, ``same_host`` the bookies on the client's host; too few
+    candidates (or, for a policy that enforces a rule, none satisfying it) raise
+    NotEnoughBookies."""
+
+    def new_ensemble(self, ledger_id: int, size: int, write_quorum: int,
+                     candidates: Iterable[str], exclude: Sequence[str] = (),
+                     same_host: Collection[str] = ()) -> list[str]:
+        """The ``size`` bookies of a new ledger's ensemble, in ensemble order."""
+
+    def replace(self, ledger_id: int, ensemble: Sequence[str], indexes: Sequence[int],
+                write_quorum: int, candidates: Iterable[str], exclude: Sequence[str] = (),
+                same_host: Collection[str] = ()) -> list[str]:
+        """Bookies for the places ``indexes`` (ascending) of ``ensemble``, in that order;
+        the other places stay."""
 
 
 class RendezvousPlacement:
@@ -61,3 +85,15 @@ class RendezvousPlacement:
             eligible.remove(first)
             eligible.insert(0, first)
         return eligible[:count]
+
+    def new_ensemble(self, ledger_id: int, size: int, write_quorum: int,
+                     candidates: Iterable[str], exclude: Sequence[str] = (),
+                     same_host: Collection[str] = ()) -> list[str]:
+        """:meth:`choose` of ``size`` (write sets play no part)."""
+        return self.choose(ledger_id, size, candidates, exclude, same_host)
+
+    def replace(self, ledger_id: int, ensemble: Sequence[str], indexes: Sequence[int],
+                write_quorum: int, candidates: Iterable[str], exclude: Sequence[str] = (),
+                same_host: Collection[str] = ()) -> list[str]:
+        """:meth:`choose` of one bookie per place (the places play no part)."""
+        return self.choose(ledger_id, len(indexes), candidates, exclude, same_host)

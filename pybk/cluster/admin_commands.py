@@ -121,11 +121,12 @@ def client(target_: Target) -> "ClusterBookKeeper":
     for up to ``zk_timeout_ms``, bookies' replies taken up to ``max_entry_bytes``."""
     from pybk.cluster.connect import connect
     from pybk.cluster.curve import client_settings_of
-    from pybk.settings import ClientSettings
+    from pybk.settings import ClientSettings, placement_settings_of
 
     return connect(target_.address,
                    ClientSettings(maxEntrySizeBytes=target_.max_entry_bytes,
-                                  **client_settings_of(target_.settings)),
+                                  **client_settings_of(target_.settings),
+                                  **placement_settings_of(target_.settings)),
                    zk_settings=_zookeeper_settings(target_))
 
 

@@ -33,7 +33,7 @@ from pybk.cluster.election import AuditorElection
 from pybk.cluster.replication_worker import ReplicationWorker
 from pybk.meta.interface import MetadataStore
 from pybk.meta.underreplication import Backlog, UnderreplicationManager
-from pybk.settings import ClientSettings, ServerSettings
+from pybk.settings import ClientSettings, ServerSettings, placement_settings_of
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +74,11 @@ class AutoRecovery:
 
     def _client_settings(self) -> ClientSettings:
         """How this process reaches other bookies: as a client, with CURVE and its own
-        key pair when the bookies serve CURVE (they must allow its public key)."""
+        key pair when the bookies serve CURVE (they must allow its public key), placing
+        replacements as the settings say."""
         return ClientSettings(maxEntrySizeBytes=self.settings.maxEntrySizeBytes,
-                              **curve.client_settings_of(self.settings))
+                              **curve.client_settings_of(self.settings),
+                              **placement_settings_of(self.settings))
 
     @property
     def is_auditor(self) -> bool:

@@ -7,7 +7,9 @@ the ``listenAddress``, and a session on the cluster's metadata store
 endpoint ``tcp://<advertised host>:<port>`` (and its CURVE public key with
 ``zmqCurveEnabled``: :mod:`pybk.cluster.curve`) as the registration's data, and on its host
 (``bookieHost``, by default the advertised host), where placement finds the bookies of a
-writer's host.
+writer's host, and with its network location (``bookieNetworkLocation``, or what
+``networkTopologyScriptFileName`` maps its address to: :mod:`pybk.topology`), which
+rack-aware placement spreads write sets by.
 
 Bookie id
     The id belongs to the disks, as in BookKeeper: ledgers name it for the entries the
@@ -106,6 +108,7 @@ from pybk.metrics import MetricsServer, bookie_registry, render
 from pybk.settings import ServerSettings, split_host_port
 from pybk.storage import Bookie
 from pybk.storage.cookie import directory_cookie, record_bookie_id, resolve_bookie_id
+from pybk.topology import run_mapping_script
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +163,9 @@ class BookieNode:
             self.endpoint = f"tcp://{host}:{port}"
             #: The host the bookie is registered on (placement's locality).
             self.host = settings.bookieHost or host
+            #: The network location the bookie is registered with ("" if none: the
+            #: default rack to readers).
+            self.location = _network_location(settings, f"{host}:{port}")
             local = directory_cookie(bookie.settings)
             #: The bookie's id in the cluster.
             self.bookie_id = resolve_bookie_id(settings, local.bookie_id, f"{host}:{port}")
@@ -216,7 +222,8 @@ class BookieNode:
                 return
             self.metadata.register_bookie(
                 self.bookie_id, read_only,
-                curve.registered_endpoint(self.endpoint, self.server.public_key), self.host)
+                curve.registered_endpoint(self.endpoint, self.server.public_key), self.host,
+                self.location)
             self._registered_read_only = read_only
             log.info("bookie %s registered as %s", self.bookie_id,
                      "read-only" if read_only else "available")
@@ -401,6 +408,15 @@ def _serve(bookie: Bookie, listen_address: str) -> BookieServer:
         return BookieServer(bookie, f"tcp://{host}:{port or '*'}")
     except zmq.ZMQError as e:
         raise BookKeeperError(f"cannot listen on {listen_address}: {e}") from None
+
+
+def _network_location(settings: ServerSettings, address: str) -> str:
+    """``bookieNetworkLocation``, else what the mapping script maps ``address`` to
+    (the default rack if it fails), else "" (none registered)."""
+    if settings.bookieNetworkLocation or not settings.networkTopologyScriptFileName:
+        return settings.bookieNetworkLocation
+    return run_mapping_script(settings.networkTopologyScriptFileName, [address],
+                              settings.networkTopologyScriptTimeoutMs / 1000)[0]
 
 
 def _advertised_host(settings: ServerSettings) -> str:

@@ -18,7 +18,8 @@ made exact.  For a marked ledger, :meth:`LedgerRepair.run`:
    as the auditor's ledger check does, :mod:`pybk.cluster.ledger_check`: a lost disk).
 4. Chooses, per fragment, a replacement for each lost replica with the client's
    placement (:meth:`pybk.client.BookKeeper.choose_replacements`), never a bookie of the
-   fragment's ensemble.
+   fragment's ensemble; a rack-aware placement keeps the fragment's write sets across
+   racks (:mod:`pybk.client.rackaware`).
 5. Copies exactly the entries the lost replica held: the entries of the fragment whose
    write set includes its position in the ensemble (``(index - e) mod E < Qw``), not
    the whole fragment (BookKeeper copies whole fragments when ``Qw < E``, and so
@@ -170,8 +171,8 @@ class LedgerRepair:
         chosen fragment by fragment, as the caller comes to it (a long repair sees the
         bookies as they are then)."""
         for span, lost in self._lost_replicas(metadata, registered, marked):
-            replacements = self._bk.choose_replacements(metadata.ledger_id, len(lost),
-                                                        exclude=set(span.ensemble))
+            replacements = self._bk.choose_replacements(
+                metadata.ledger_id, span.ensemble, sorted(lost), metadata.write_quorum_size)
             yield span, [
                 Copy(span.first, index, lost[index], target,
                      tuple(e for e in range(span.first, span.last + 1)  # type: ignore[operator]

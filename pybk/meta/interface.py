@@ -202,10 +202,12 @@ class MetadataStore(ABC):
     # -- the bookie registry ----------------------------------------------------------
 
     def register_bookie(self, bookie_id: str, read_only: bool = False,
-                        endpoint: str = "", host: str = "") -> None:
+                        endpoint: str = "", host: str = "", location: str = "") -> None:
         """Register the bookie as available (or read-only) for as long as this session
-        lasts, with its network ``endpoint`` (a bookie of this process may have none)
-        and the ``host`` it runs on (none if empty; see :meth:`bookies_on_host`).
+        lasts, with its network ``endpoint`` (a bookie of this process may have none),
+        the ``host`` it runs on (none if empty; see :meth:`bookies_on_host`) and its
+        network ``location`` (none if empty; see :meth:`bookie_location`), recorded
+        before the registration so that placement never sees the bookie without it.
         Registering again moves it between the two lists or changes its endpoint;
         BookKeeper's order is kept: the new registration exists before the old one is
         removed."""
@@ -218,6 +220,9 @@ class MetadataStore(ABC):
         new, old = paths.join(paths.AVAILABLE, bookie_id), paths.join(paths.READONLY, bookie_id)
         if read_only:
             new, old = old, new
+        if location:
+            self._create_registration(paths.join(paths.LOCATIONS, bookie_id),
+                                      check_data(location.encode("utf-8")))
         self._create_registration(new, data)
         self._delete_if_present(old)
         if host:
@@ -228,6 +233,15 @@ class MetadataStore(ABC):
         lives as long as the registration's session: it is not removed when the bookie
         turns read-only, so intersect with :meth:`bookies` for writable ones."""
         return sorted(self._children_or_none(paths.join(paths.HOSTS, paths.check_name(host))))
+
+    def bookie_location(self, bookie_id: str) -> str | None:
+        """The network location the bookie registered with (``/region/rack``), or None
+        if it registered none (an older bookie, or one that is not registered)."""
+        try:
+            return self.get(paths.join(paths.LOCATIONS, paths.check_name(bookie_id)))[0] \
+                .decode("utf-8")
+        except NoNode:
+            return None
 
     def bookie_endpoint(self, bookie_id: str) -> str:
         """The endpoint the bookie registered with ("" if it gave none).  Raises
@@ -247,6 +261,7 @@ class MetadataStore(ABC):
         paths.check_name(bookie_id)
         self._delete_if_present(paths.join(paths.AVAILABLE, bookie_id))
         self._delete_if_present(paths.join(paths.READONLY, bookie_id))
+        self._delete_if_present(paths.join(paths.LOCATIONS, bookie_id))
         if host:
             self._delete_if_present(paths.host_bookie(host, bookie_id))
 

@@ -15,6 +15,12 @@ BookKeeper's layout of a cluster under ``/ledgers``:
 ``/ledgers/hosts/<host>/<bookie id>``    a registered bookie's host (ephemeral, beside
                                          its registration; pybk's: placement finds the
                                          bookies of a writer's host in one read)
+``/ledgers/locations/<bookie id>``       a registered bookie's network location,
+                                         ``/region/rack`` as UTF-8 (ephemeral, made
+                                         before its registration; pybk's: none for a
+                                         bookie without one, which readers take as the
+                                         default rack, so older bookies and readers
+                                         work on)
 ``/ledgers/spark-bookies/<lease>/...``   bookies hosted by a Spark application's
                                          executors: its driver's lease and what each
                                          holding task reports (:mod:`pybk.spark.bookies`)
@@ -38,6 +44,7 @@ AVAILABLE = "/ledgers/available"
 READONLY_NAME = "readonly"
 READONLY = f"{AVAILABLE}/{READONLY_NAME}"
 HOSTS = "/ledgers/hosts"
+LOCATIONS = "/ledgers/locations"
 SPARK_BOOKIES = "/ledgers/spark-bookies"
 COOKIES = "/ledgers/cookies"
 IDGEN = "/ledgers/idgen"

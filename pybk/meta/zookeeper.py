@@ -344,7 +344,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                                   on_unwatched=self._unwatched)
         self._registry_lock = threading.RLock()
         #: Bookie id -> (read only, endpoint, host), registered again in a new session.
-        self._registrations: dict[str, tuple[bool, str, str]] = {}
+        self._registrations: dict[str, tuple[bool, str, str, str]] = {}
         self._listeners: list[SessionListener] = []
         self._session_events: queue.SimpleQueue[KazooState | None] = queue.SimpleQueue()
         self._conn = _Connection(self.address, self.settings, self._on_event)
@@ -599,10 +599,10 @@ class ZooKeeperMetadataStore(MetadataStore):
     # -- the bookie registry ----------------------------------------------------------
 
     def register_bookie(self, bookie_id: str, read_only: bool = False,
-                        endpoint: str = "", host: str = "") -> None:
+                        endpoint: str = "", host: str = "", location: str = "") -> None:
         with self._registry_lock:
-            super().register_bookie(bookie_id, read_only, endpoint, host)
-            self._registrations[bookie_id] = (read_only, endpoint, host)
+            super().register_bookie(bookie_id, read_only, endpoint, host, location)
+            self._registrations[bookie_id] = (read_only, endpoint, host, location)
 
     def unregister_bookie(self, bookie_id: str, host: str = "") -> None:
         with self._registry_lock:
@@ -685,9 +685,10 @@ class ZooKeeperMetadataStore(MetadataStore):
                 log.warning("%s: ZooKeeper session %#x expired; now in session %#x, "
                             "registering again", self.address, self._session_id, session_id)
                 with self._registry_lock:
-                    for bookie_id, (read_only, endpoint, host) in \
+                    for bookie_id, (read_only, endpoint, host, location) in \
                             self._registrations.items():
-                        super().register_bookie(bookie_id, read_only, endpoint, host)
+                        super().register_bookie(bookie_id, read_only, endpoint, host,
+                                                location)
                 self._session_id = session_id
             self._rewatch()
         except Exception:
