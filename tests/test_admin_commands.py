@@ -248,7 +248,7 @@ def test_bookieinfo_shows_each_bookie_state_and_space_and_one_that_does_not_answ
         assert abs(b["used_percent"] - used) < 1, b  # the disk moves between the answers
     assert info["unreachable"] == 1
     assert info["total_bytes"] == sum(b["total_bytes"] for b in found.values())
-    assert table[0].split() == ["BOOKIE", "STATE", "FREE", "TOTAL", "USED"]
+    assert table[0].split() == ["BOOKIE", "STATE", "FREE", "TOTAL", "USED", "LOCATION"]
     rows = {line.split()[0]: line.split() for line in table[1:-1]}
     assert rows.pop("hung-bookie:1") == ["hung-bookie:1", "unreachable", "-", "-", "-"]
     assert sorted(rows) == registered

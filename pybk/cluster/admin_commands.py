@@ -41,6 +41,7 @@ from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.settings import ServerSettings
 from pybk.tables import table
+from pybk.topology import DEFAULT_LOCATION
 
 if TYPE_CHECKING:
     from pybk.client import BookKeeper
@@ -222,7 +223,8 @@ def show_delay(result: dict) -> list[str]:
 def list_bookies(read_only: bool | None) -> Callable[[MetadataStore], list[dict]]:
     """``listbookies [--rw|--ro]``: registered bookies, writable ones (False), read-only
     ones (True) or both (None).  JSON: ``[{"bookie": id, "endpoint": str or null,
-    "state": "rw"|"ro"}, ...]`` by id."""
+    "state": "rw"|"ro", "location": "/region/rack"}, ...]`` by id (the location a bookie
+    registered, the default rack for one that registered none)."""
     def work(store: MetadataStore) -> list[dict]:
         read_only_ids = set(store.bookies(read_only=True))
         found = []
@@ -232,14 +234,21 @@ def list_bookies(read_only: bool | None) -> Callable[[MetadataStore], list[dict]
             except BookKeeperError:
                 endpoint = None  # unregistered meanwhile, or an older registration
             found.append({"bookie": bookie_id, "endpoint": endpoint,
-                          "state": "ro" if bookie_id in read_only_ids else "rw"})
+                          "state": "ro" if bookie_id in read_only_ids else "rw",
+                          "location": location_of(store, bookie_id)})
         return found
     return work
 
 
 def show_bookies(found: list[dict]) -> list[str]:
-    return table(("BOOKIE", "STATE", "ENDPOINT"),
-                 [(b["bookie"], b["state"], b["endpoint"]) for b in found])
+    return table(("BOOKIE", "STATE", "ENDPOINT", "LOCATION"),
+                 [(b["bookie"], b["state"], b["endpoint"], b["location"]) for b in found])
+
+
+def location_of(store: MetadataStore, bookie_id: str) -> str:
+    """The network location placement sees for the bookie (the default rack if it
+    registered none)."""
+    return store.bookie_location(bookie_id) or DEFAULT_LOCATION
 
 
 def describe(metadata: LedgerMetadata) -> dict:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from pybk.client.digest import DigestManager
 from pybk.client.reads import READ_BATCH_MAX_BYTES
+from pybk.cluster.admin_commands import location_of
 from pybk.errors import (
     BookieUnavailable,
     BookKeeperError,
@@ -68,11 +69,12 @@ def bookie_info(timeout_s: float,
     """``bookieinfo``: ask every registered bookie for its disk space and state, all at
     once, waiting ``timeout_s`` for them together.  JSON: ``{"bookies": [{"bookie": id,
     "state": "writable"|"read-only"|"unreachable", "free_bytes": int or null,
-    "total_bytes": int or null, "used_percent": float or null, "error": why it is
-    unreachable, or null}, ...] by id, "free_bytes": sum over the bookies that answered,
-    "total_bytes": likewise, "unreachable": how many did not answer}``.  The state is
-    the bookie's own (a bookie turns read-only before the registry says so).  The
-    shell reaches bookies that serve CURVE with the key pair of its ``settings``."""
+    "total_bytes": int or null, "used_percent": float or null, "location": its network
+    location as in ``listbookies``, "error": why it is unreachable, or null}, ...] by id,
+    "free_bytes": sum over the bookies that answered, "total_bytes": likewise,
+    "unreachable": how many did not answer}``.  The state is the bookie's own (a bookie
+    turns read-only before the registry says so).  The shell reaches bookies that serve
+    CURVE with the key pair of its ``settings``."""
     def work(store: MetadataStore) -> dict:
         from pybk.cluster import curve
         from pybk.cluster.client import ClientLoop, ZmqBookieClient
@@ -97,7 +99,8 @@ def bookie_info(timeout_s: float,
                 asked[bookie_id] = client.bookie_info()
             deadline = time.monotonic() + timeout_s
             for bookie_id, asking in asked.items():
-                bookies.append(_info_row(bookie_id, asking, deadline))
+                bookies.append(_info_row(bookie_id, asking, deadline)
+                               | {"location": location_of(store, bookie_id)})
         answered = [b for b in bookies if b["error"] is None]
         return {"bookies": bookies,
                 "free_bytes": sum(b["free_bytes"] for b in answered),
@@ -128,9 +131,10 @@ def _info_row(bookie_id: str, asking: "Future | BaseException", deadline: float)
 def show_bookie_info(result: dict) -> list[str]:
     rows = [(b["bookie"], b["state"], human_bytes(b["free_bytes"]),
              human_bytes(b["total_bytes"]),
-             None if b["used_percent"] is None else f"{b['used_percent']:.1f}%")
+             None if b["used_percent"] is None else f"{b['used_percent']:.1f}%",
+             b["location"])
             for b in result["bookies"]]
-    lines = table(("BOOKIE", "STATE", "FREE", "TOTAL", "USED"), rows)
+    lines = table(("BOOKIE", "STATE", "FREE", "TOTAL", "USED", "LOCATION"), rows)
     total = result["total_bytes"]
     used = f" ({100.0 * (total - result['free_bytes']) / total:.1f}% used)" if total else ""
     lines.append(f"total: {human_bytes(result['free_bytes'])} free of {human_bytes(total)}"
