@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 import zkutil
 from clusterutil import BookieProcesses
@@ -45,13 +45,17 @@ class BookiePool:
     the :class:`Cluster` objects of many tests (ledger ids come from the one cluster, so
     tests never meet each other's ledgers).  :meth:`close` kills them."""
 
-    def __init__(self, workdir: Path, zookeeper, size: int) -> None:
+    def __init__(self, workdir: Path, zookeeper, size: int,
+                 locations: Mapping[str, str] | None = None) -> None:
+        """``locations``: bookie id -> the network location it registers."""
         self.address = zookeeper.address(zkutil.fresh_root())
         format_cluster(self.address, settings=zkutil.settings())
         self._processes = BookieProcesses(workdir, self.address)
         try:
             for i in range(1, size + 1):
-                self._processes.start(f"B{i}", "--bookie-id", f"B{i}")
+                location = (locations or {}).get(f"B{i}")
+                self._processes.start(f"B{i}", "--bookie-id", f"B{i}", *(
+                    ("--set", f"bookieNetworkLocation={location}") if location else ()))
             self.endpoints = {b.bookie_id: b.endpoint for b in
                               (b.wait_serving() for b in self._processes.started)}
         except BaseException:
@@ -148,6 +152,15 @@ class Cluster:
         return {b: ZmqBookieClient(b, self._endpoints[b], settings, loop=loop,
                                    server_key=server_key)
                 for b in self.bookie_ids}
+
+    def register_locations(self, locations: Mapping[str, str]) -> None:
+        """Record the bookies' network locations as their registrations do, for
+        rack-aware clients; a pool's processes registered theirs (checked here)."""
+        for bookie_id in self.bookie_ids:
+            if self.transport == PROCESSES:
+                assert self.store.bookie_location(bookie_id) == locations[bookie_id]
+            else:
+                self.store.register_bookie(bookie_id, location=locations[bookie_id])
 
     def stop_bookie(self, bookie_id: str) -> None:
         """Stop the bookie (in-process transport): every call of a client reaching it
