@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 import logging
 import stat
+import threading
 
 import pytest
 import zkutil
 from clientutil import FAST, PROCESSES, TRANSPORTS, BookiePool, clusters
 from clusterutil import BookieProcesses, ok
 
+from pybk.cluster.rereplication import LedgerRepair, Outcome
 from pybk.errors import NotEnoughBookies
+from pybk.settings import ServerSettings
 from pybk.topology import DEFAULT_LOCATION
 
 pytestmark = pytest.mark.timeout(120)
@@ -124,6 +127,29 @@ def test_region_aware_spreads_ensembles_and_write_sets_over_regions(cluster_of):
         regions = [LOCATIONS[b].split("/")[1] for b in ensemble]
         assert sorted(regions) == ["east", "east", "west", "west"]
         assert all(regions[i] != regions[(i + 1) % 4] for i in range(4)), ensemble
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_re_replication_puts_a_lost_copy_on_the_lost_bookies_rack(tmp_path, transport):
+    with clusters(tmp_path, transport) as make:
+        cluster = make(6)
+        cluster.register_locations(LOCATIONS)
+        bk = cluster.client(rack_aware(3, enforce=True))
+        lh = bk.create_ledger(3, 3, 2, password=PASSWORD)
+        for i in range(4):
+            lh.add_entry(payload(i))
+        lh.close()
+        ensemble = lh.metadata.fragments[0].ensemble
+        lost = ensemble[2]
+        rack_mate = next(b for b in LOCATIONS if LOCATIONS[b] == LOCATIONS[lost] and b != lost)
+        cluster.store.unregister_bookie(lost)  # gone for good
+        repair = LedgerRepair(bk, ServerSettings(bookieRecoveryPasswd=PASSWORD.decode()),
+                              threading.Event())
+        result = repair.run(lh.id, (lost,), writer_grace_over=True)
+        assert (result.outcome, result.entries) == (Outcome.REPLICATED, 4)
+        repaired = bk.ledger_manager.read(lh.id).metadata.fragments[0].ensemble
+        assert repaired == (*ensemble[:2], rack_mate)
+        assert all(cluster.stored_entry(rack_mate, lh.id, i) for i in range(4))
 
 
 # -- bookie processes --------------------------------------------------------------------------
