@@ -399,15 +399,30 @@ def test_a_registration_names_the_bookie_host(store):
         store.register_bookie("b5", host="a/b")
 
 
+def test_a_registration_carries_the_bookie_location(store):
+    store.register_bookie("b1", endpoint="tcp://10.0.0.5:3181", location="/east/rack-1")
+    store.register_bookie("b2", endpoint="tcp://10.0.0.6:3181")  # none: an older bookie
+    assert store.bookie_location("b1") == "/east/rack-1"
+    assert store.bookie_endpoint("b1") == "tcp://10.0.0.5:3181"  # older readers: unchanged
+    assert store.bookie_location("b2") is None
+    assert store.bookie_location("never-registered") is None
+    store.register_bookie("b1", read_only=True, endpoint="tcp://10.0.0.5:3181",
+                          location="/east/rack-2")  # registered again: moved
+    assert store.bookie_location("b1") == "/east/rack-2"
+    store.unregister_bookie("b1")
+    assert store.bookie_location("b1") is None
+
+
 def test_registrations_end_with_the_session(stores):
     store = stores.open()
-    store.register_bookie("b1:3181", host="worker-1")
+    store.register_bookie("b1:3181", host="worker-1", location="/r/a")
     store.register_bookie("b2:3181", read_only=True)
     store.create("/ledgers/L0000000000", b"metadata stays")
     store.close()
     store = stores.open()
     assert store.bookies() == []
     assert store.bookies_on_host("worker-1") == []
+    assert store.bookie_location("b1:3181") is None
     assert store.get("/ledgers/L0000000000") == (b"metadata stays", 0)
 
 

@@ -252,7 +252,7 @@ def test_session_expiry_brings_registrations_back_and_tells_listeners(address, k
     states: queue.Queue[SessionState] = queue.Queue()
     with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
         store.add_session_listener(states.put)
-        store.register_bookie("b1:3181", endpoint="tcp://b1:3181")
+        store.register_bookie("b1:3181", endpoint="tcp://b1:3181", location="/r/a")
         store.register_bookie("b2:3181", read_only=True)
         store.create("/plain-ephemeral", b"", ephemeral=True)
         old_session = store.session_id
@@ -266,6 +266,7 @@ def test_session_expiry_brings_registrations_back_and_tells_listeners(address, k
         assert store.bookies(read_only=False) == ["b1:3181"]
         assert store.bookies(read_only=True) == ["b2:3181"]
         assert store.bookie_endpoint("b1:3181") == "tcp://b1:3181"
+        assert store.bookie_location("b1:3181") == "/r/a"
         root = store.address.root
         assert kazoo.exists(f"{root}/available/b1:3181").ephemeralOwner == store.session_id
         assert not store.exists("/plain-ephemeral")  # other ephemeral records stay gone
