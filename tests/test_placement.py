@@ -70,3 +70,12 @@ def test_a_new_bookie_moves_only_the_ledgers_that_rank_it_high():
     changed = [ledger for ledger in before if before[ledger] != after[ledger]]
     assert all("bookie-new:3181" in after[ledger] for ledger in changed)
     assert len(changed) < 800  # about 3/6 of the ledgers, not all of them
+
+
+def test_rendezvous_ensembles_and_replacements_ignore_write_sets():
+    placement = RendezvousPlacement()
+    for ledger in range(50):
+        ensemble = placement.new_ensemble(ledger, 3, 2, BOOKIES)
+        assert ensemble == placement.choose(ledger, 3, BOOKIES)
+        replacements = placement.replace(ledger, ensemble, [0, 2], 2, BOOKIES)
+        assert replacements == placement.choose(ledger, 2, BOOKIES, exclude=ensemble)

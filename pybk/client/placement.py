@@ -57,8 +57,8 @@ class PlacementPolicy(Protocol):
     def replace(self, ledger_id: int, ensemble: Sequence[str], indexes: Sequence[int],
                 write_quorum: int, candidates: Iterable[str], exclude: Sequence[str] = (),
                 same_host: Collection[str] = ()) -> list[str]:
-        """Bookies for the places ``indexes`` (ascending) of ``ensemble``, in that order;
-        the other places stay."""
+        """Bookies for the places ``indexes`` (ascending) of ``ensemble``, in that order,
+        none of them already in ``ensemble``; the other places stay."""
 
 
 class RendezvousPlacement:
@@ -95,5 +95,7 @@ class RendezvousPlacement:
     def replace(self, ledger_id: int, ensemble: Sequence[str], indexes: Sequence[int],
                 write_quorum: int, candidates: Iterable[str], exclude: Sequence[str] = (),
                 same_host: Collection[str] = ()) -> list[str]:
-        """:meth:`choose` of one bookie per place (the places play no part)."""
-        return self.choose(ledger_id, len(indexes), candidates, exclude, same_host)
+        """:meth:`choose` of one bookie per place outside the ensemble (the places play
+        no part)."""
+        return self.choose(ledger_id, len(indexes), candidates,
+                           tuple(exclude) + tuple(ensemble), same_host)
