@@ -43,6 +43,26 @@ def score(ledger_id: int, bookie_id: str) -> int:
     return mmh3.hash64(f"{ledger_id}/{bookie_id}".encode(), signed=False)[0]
 
 
+def rank(ledger_id: int, count: int, candidates: Iterable[str], exclude: Sequence[str],
+         local: str | None, same_host: Collection[str]) -> list[str]:
+    """Every candidate outside ``exclude``, best first for ``ledger_id``: by score, with
+    ``local`` or else the best of ``same_host`` first (see the module docstring).
+    NotEnoughBookies if there are fewer than ``count``."""
+    excluded = set(exclude)
+    eligible = sorted({b for b in candidates if b not in excluded},
+                      key=lambda b: (-score(ledger_id, b), b))
+    if len(eligible) < count:
+        raise NotEnoughBookies(f"ledger {ledger_id} needs {count} writable bookies "
+                               f"besides {sorted(excluded)}; there are "
+                               f"{len(eligible)}: {sorted(eligible)}")
+    first = next((b for b in eligible if b == local), None) or \
+        next((b for b in eligible if b in same_host), None)
+    if first is not None:
+        eligible.remove(first)
+        eligible.insert(0, first)
+    return eligible
+
+
 class PlacementPolicy(Protocol):
     """Chooses bookies for ledgers.  ``candidates`` are the writable bookies, ``exclude``
     those not to choose, ``same_host`` the bookies on the client's host; too few
@@ -72,19 +92,7 @@ class RendezvousPlacement:
         """``count`` bookies for ``ledger_id`` among ``candidates`` outside ``exclude``,
         best first (``same_host``: the bookies on the client's host; see the module
         docstring); NotEnoughBookies if there are fewer."""
-        excluded = set(exclude)
-        eligible = sorted({b for b in candidates if b not in excluded},
-                          key=lambda b: (-score(ledger_id, b), b))
-        if len(eligible) < count:
-            raise NotEnoughBookies(f"ledger {ledger_id} needs {count} writable bookies "
-                                   f"besides {sorted(excluded)}; there are "
-                                   f"{len(eligible)}: {sorted(eligible)}")
-        first = next((b for b in eligible if b == self.local), None) or \
-            next((b for b in eligible if b in same_host), None)
-        if first is not None:
-            eligible.remove(first)
-            eligible.insert(0, first)
-        return eligible[:count]
+        return rank(ledger_id, count, candidates, exclude, self.local, same_host)[:count]
 
     def new_ensemble(self, ledger_id: int, size: int, write_quorum: int,
                      candidates: Iterable[str], exclude: Sequence[str] = (),

@@ -52,7 +52,7 @@ import logging
 from collections import Counter
 from typing import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
-from pybk.client.placement import score
+from pybk.client.placement import rank
 from pybk.errors import NotEnoughBookies
 from pybk.topology import DEFAULT_LOCATION, region_of
 
@@ -109,19 +109,9 @@ class RackAwarePlacement:
     def _place(self, ledger_id: int, places: list[str | None], write_quorum: int,
                candidates: Iterable[str], exclude: Sequence[str],
                same_host: Collection[str]) -> list[str]:
-        excluded = set(exclude)
-        ranked = sorted({b for b in candidates if b not in excluded},
-                        key=lambda b: (-score(ledger_id, b), b))
+        """``places`` (None where empty) filled under the strictest rule reachable."""
         free = [i for i, b in enumerate(places) if b is None]
-        if len(ranked) < len(free):
-            raise NotEnoughBookies(f"ledger {ledger_id} needs {len(free)} writable bookies "
-                                   f"besides {sorted(excluded)}; there are "
-                                   f"{len(ranked)}: {ranked}")
-        first = next((b for b in ranked if b == self.local), None) or \
-            next((b for b in ranked if b in same_host), None)
-        if first is not None:
-            ranked.remove(first)
-            ranked.insert(0, first)
+        ranked = rank(ledger_id, len(free), candidates, exclude, self.local, same_host)
         fixed = [b for b in places if b is not None]
         found = self._locate(ranked + fixed)
         locations = {b: found.get(b) or DEFAULT_LOCATION for b in ranked + fixed}
@@ -134,12 +124,14 @@ class RackAwarePlacement:
             chosen = search.run(racks, regions, region_caps)
             if chosen is None:
                 continue
-            if racks < racks_wanted or regions < regions_wanted:
-                log.warning("ledger %d: write sets of %d bookies span %d racks%s, not the %d "
-                            "wanted (minNumRacksPerWriteQuorum=%d); bookies by rack: %s",
-                            ledger_id, write_quorum, racks,
-                            f" and {regions} regions" if self.region_aware else "",
-                            racks_wanted, self.min_racks, search.describe())
+            short = ([f"{racks} racks, not the {racks_wanted} wanted "
+                      f"(minNumRacksPerWriteQuorum={self.min_racks})"]
+                     if racks < racks_wanted else []) + \
+                ([f"{regions} regions, not the {regions_wanted} wanted"]
+                 if regions < regions_wanted else [])
+            if short:
+                log.warning("ledger %d: write sets of %d bookies span %s; bookies by rack: %s",
+                            ledger_id, write_quorum, " and ".join(short), search.describe())
             return chosen
         what = (f"choose an ensemble of {len(places)}" if len(free) == len(places) else
                 f"replace places {free} of the ensemble {_shown(places)}")
@@ -190,8 +182,8 @@ class _Search:
         fixed = Counter(self.region[b] for b in self.places if b is not None)
         room = Counter(self.region[b] for b in self.ranked) + fixed
         best_rank: dict[str, int] = {}
-        for rank, bookie_id in enumerate(self.ranked):
-            best_rank.setdefault(self.region[bookie_id], rank)
+        for place, bookie_id in enumerate(self.ranked):
+            best_rank.setdefault(self.region[bookie_id], place)
         order = sorted(room, key=lambda r: (best_rank.get(r, -1), r))
         share = dict.fromkeys(order, 0)
         left = len(self.places)
