@@ -88,6 +88,10 @@ def test_every_write_set_spans_the_racks_wanted_where_the_cluster_allows():
                                  Counter(locations.values()), wanted)
         assert min(racks_spanned(chosen, write_quorum, locations), wanted) == possible, \
             (locations, size, write_quorum, min_racks, chosen)
+        # Region-aware: regions never cost racks (they are tried within each rack rule).
+        by_region = policy(locations, min_racks=min_racks, region_aware=True).new_ensemble(
+            ledger_id, size, write_quorum, locations)
+        assert min(racks_spanned(by_region, write_quorum, locations), wanted) == possible
         # Deterministic: any order of candidates, any instance.
         shuffled = list(locations)
         rng.shuffle(shuffled)
