@@ -250,7 +250,8 @@ def test_bookieinfo_shows_each_bookie_state_and_space_and_one_that_does_not_answ
     assert info["total_bytes"] == sum(b["total_bytes"] for b in found.values())
     assert table[0].split() == ["BOOKIE", "STATE", "FREE", "TOTAL", "USED", "LOCATION"]
     rows = {line.split()[0]: line.split() for line in table[1:-1]}
-    assert rows.pop("hung-bookie:1") == ["hung-bookie:1", "unreachable", "-", "-", "-"]
+    assert rows.pop("hung-bookie:1") == ["hung-bookie:1", "unreachable", "-", "-", "-",
+                                         "/default-region/default-rack"]  # none registered
     assert sorted(rows) == registered
     assert all(r[1] == "writable" and r[3] in ("KiB", "MiB", "GiB", "TiB")
                and r[6].endswith("%") for r in rows.values()), rows
