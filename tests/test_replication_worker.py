@@ -144,6 +144,33 @@ def test_a_ledger_stays_marked_while_too_few_bookies_and_completes_when_one_join
     check_replicas(bk, metadata, metadata.last_entry_id)
 
 
+def test_workers_of_rack_aware_bookies_put_a_lost_copy_on_its_rack(bookies, cluster,
+                                                                    address):
+    racks = {"B1": "/east/r1", "B2": "/east/r2", "B3": "/west/r3", "B4": "/east/r1",
+             "B5": "/east/r2"}
+    placement = {"ensemblePlacementPolicy": "rackaware", "minNumRacksPerWriteQuorum": 3,
+                 "enforceMinNumRacksPerWriteQuorum": True}
+    started = [bookies.start(bookie_id, "--bookie-id", bookie_id, *WORKER_OPTIONS,
+                             "--set", f"bookieNetworkLocation={rack}",
+                             *(option for key, value in placement.items()
+                               for option in ("--set", f"{key}={str(value).lower()}")),
+                             zk_timeout_ms=SHORT_MS)
+               for bookie_id, rack in racks.items()]
+    processes = {p.bookie_id: p for p in (p.wait_serving() for p in started)}
+    bk, manager = cluster
+    with pybk.connect(address, FAST.replace(**placement),
+                      zk_settings=zkutil.settings()) as writer:
+        ledger = next(lh for lh in (write_ledger(writer, 3, 3, entries=6) for _ in range(20))
+                      if "B1" in lh.metadata.fragments[0].ensemble)
+    assert "B4" not in ledger.metadata.fragments[0].ensemble  # three racks: B1 or B4
+    processes["B1"].kill()
+    wait_until(lambda: repaired(bk, manager, "B1"), "the ledgers of B1 repaired")
+    metadata = bk.ledger_manager.read(ledger.id).metadata
+    assert metadata.fragments[0].ensemble == tuple(
+        "B4" if b == "B1" else b for b in ledger.metadata.fragments[0].ensemble)
+    check_replicas(bk, metadata, metadata.last_entry_id)
+
+
 def test_an_open_ledger_whose_writer_is_gone_is_fenced_closed_and_replicated(
         bookies, cluster, closing, address):
     processes = bookies.start_serving(4, zk_timeout_ms=SHORT_MS, options=NO_AUTORECOVERY)
