@@ -198,8 +198,9 @@ class BookieNode:
                 self.http.routes.add("/metrics", "GET", self._metrics_page)
             self._register()
             opened.pop_all()
-        log.info("bookie %s serving at %s, registered in %s%s", self.bookie_id,
-                 self.endpoint, metadata, " (read-only)" if self._registered_read_only else "")
+        log.info("bookie %s serving at %s, registered in %s%s%s", self.bookie_id,
+                 self.endpoint, metadata, " (read-only)" if self._registered_read_only else "",
+                 f" at {self.location}" if self.location else "")
 
     def _metrics_page(self, _request: Request) -> Response:
         """``GET /metrics`` of the admin server: :attr:`metrics_registry`'s page."""
