@@ -94,6 +94,9 @@ ADMIN_COMMANDS = {
                     "then its cookie is removed",
 }
 AUTORECOVERY_ACTIONS = ("enable", "disable", "status")
+#: The commands whose ``--zk`` may come from ``--conf`` (``metadataServiceUri``) but
+#: not be missing.
+_NEEDS_CLUSTER = ("simpletest", "clean-orphans")
 #: BookKeeper's name of an admin command where pybk's is shorter.
 _BOOKKEEPER_NAMES = {"decommission": "decommissionbookie"}
 #: The offline tools' commands (:mod:`pybk.offline_commands`), with their help.
@@ -119,45 +122,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demote":
         return run_demote(args.dir)
     if args.command == "consumers":
-        return run_consumers(args)
+        return run_consumers(args, settings_of(parser, args))
     if args.command in OFFLINE_COMMANDS:
         return run_offline(parser, args)
     from pybk.cluster import commands  # ZeroMQ, kazoo: only for the cluster commands
-    if args.command == "bookie":
-        try:
-            settings = bookie_settings(args)
-        except InvalidConfiguration as e:
-            parser.error(str(e))
-        return commands.run_bookie(settings, args.format, args.lifeline_fd)
     if args.command in ADMIN_COMMANDS or (args.command == "autorecovery" and args.action):
         return run_admin(parser, args)
-    if args.command == "autorecovery":
-        try:
-            settings = bookie_settings(args)
-        except InvalidConfiguration as e:
-            parser.error(str(e))
-        return commands.run_autorecovery(settings, args.id or "")
-    if args.command == "updatecookie":
-        try:
-            settings = bookie_settings(args)
-        except InvalidConfiguration as e:
-            parser.error(str(e))
-        return commands.run_updatecookie(settings)
-    if args.command == "format-cluster":
-        try:
-            settings = bookie_settings(args)
-        except InvalidConfiguration as e:
-            parser.error(str(e))
-        return commands.run_format_cluster(args.zk, args.layout, settings)
-    if args.command == "localcluster":
-        return commands.run_localcluster(args.bookies, args.dir)
     if args.command == "keygen":
         return commands.run_keygen(args.dir, args.name)
+    settings = settings_of(parser, args)
+    if args.command == "bookie":
+        return commands.run_bookie(settings, args.format, args.lifeline_fd)
+    if args.command == "autorecovery":
+        return commands.run_autorecovery(settings, args.id or "")
+    if args.command == "updatecookie":
+        return commands.run_updatecookie(settings)
+    if args.command == "format-cluster":
+        return commands.run_format_cluster(args.zk, args.layout, settings)
+    if args.command == "localcluster":
+        return commands.run_localcluster(args.bookies, args.dir, settings,
+                                         _settings_args(args), args.curve, args.zk_auth)
     if args.command == "simpletest":
-        return commands.run_simpletest(args.zk, args.ensemble, args.write_quorum,
+        return commands.run_simpletest(settings, args.ensemble, args.write_quorum,
                                        args.ack_quorum, args.entries, args.entry_size)
     if args.command == "clean-orphans":
-        return commands.run_clean_orphans(args.zk, args.log, args.older_than)
+        return commands.run_clean_orphans(settings, args.log, args.older_than)
     return 2
 
 
@@ -166,7 +155,7 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from pybk.cluster import admin_commands as admin
     from pybk.cluster import admin_inspect
     try:
-        target = admin.target(args.command, bookie_settings(args), args.json)
+        target = admin.target(args.command, settings_of(parser, args), args.json)
     except InvalidConfiguration as e:
         parser.error(str(e))
     if args.command == "autorecovery":
@@ -183,7 +172,7 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if args.command == "decommission":
             return recover_commands.run_decommission(target, args.bookie, args.timeout)
         return recover_commands.run_recover(
-            target, bookie_settings(args), args.bookies, query=args.query,
+            target, target.settings, args.bookies, query=args.query,
             dry_run=args.dry_run, skip_open=args.skip_open, ledger_id=args.ledger,
             delete_cookie=args.delete_cookie)
     # Each command's work on the store, made from its arguments, and how to show it.
@@ -245,15 +234,17 @@ def run_demote(directory: str) -> int:
     return 0
 
 
-def run_consumers(args: argparse.Namespace) -> int:
+def run_consumers(args: argparse.Namespace, settings: ServerSettings) -> int:
     """``pybk consumers list|remove``: one line per consumer, or say what was removed; 1
-    with the reason if the metadata cannot be reached or the consumer is unknown."""
+    with the reason if the metadata cannot be reached or the consumer is unknown.  A
+    cluster is reached with the ZooKeeper credentials of ``settings``."""
     from pybk.errors import BookKeeperError
     from pybk.log import consumers
     from pybk.meta.address import open_metadata_store
-    where = args.zk or os.path.join(args.dir, "metadata")
+    from pybk.meta.zookeeper import ZooKeeperSettings
+    where = os.path.join(args.dir, "metadata") if args.dir else settings.metadataServiceUri
     try:
-        with open_metadata_store(where) as store:
+        with open_metadata_store(where, ZooKeeperSettings.of(settings)) as store:
             if args.action == "list":
                 for c in consumers.list_consumers(store, args.log):
                     updated = time.strftime("%Y-%m-%dT%H:%M:%SZ",
@@ -272,6 +263,25 @@ def run_consumers(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def settings_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerSettings:
+    """:func:`bookie_settings`, or the usage error that says what is wrong with them
+    (exit status 2), also when a command of :data:`_NEEDS_CLUSTER` is given none."""
+    try:
+        settings = bookie_settings(args)
+        if args.command in _NEEDS_CLUSTER and not settings.metadataServiceUri:
+            raise InvalidConfiguration("no cluster given: pass --zk zk://host:port/ledgers, "
+                                       "or --conf with metadataServiceUri")
+    except InvalidConfiguration as e:
+        parser.error(str(e))
+    return settings
+
+
+def _settings_args(args: argparse.Namespace) -> list[str]:
+    """The ``--conf`` and ``--set`` options given, to pass on to child processes."""
+    return ([*(["--conf", args.conf] if args.conf else [])]
+            + [arg for assignment in args.set for arg in ("--set", assignment)])
 
 
 def bookie_settings(args: argparse.Namespace) -> ServerSettings:
@@ -323,7 +333,6 @@ def _parser() -> argparse.ArgumentParser:
         "bookie", help="serve a bookie to a cluster until SIGTERM or SIGINT",
         description="Serve a bookie: check its cookies, register it in ZooKeeper, serve "
                     "over ZeroMQ; SIGTERM or SIGINT unregisters it and closes it gracefully.")
-    bookie.add_argument("--conf", help="a bk_server.conf-style key=value settings file")
     bookie.add_argument("--zk", metavar="ADDRESS",
                         help="the cluster, zk://host:port[,host:port...]/ledgers "
                              "(setting metadataServiceUri)")
@@ -336,8 +345,7 @@ def _parser() -> argparse.ArgumentParser:
     bookie.add_argument("--bookie-id", help="the bookie's id (bookieId; default: host:port)")
     bookie.add_argument("--format", action="store_true",
                         help="format the directories first if they hold no bookie yet")
-    bookie.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="any ServerSettings name, e.g. --set zkTimeout=6000")
+    _add_settings(bookie)
     bookie.add_argument("--lifeline-fd", type=int, metavar="FD",
                         help="an inherited pipe's read end: stop as on SIGTERM when it "
                              "reads end-of-file, i.e. when the parent holding its write "
@@ -350,14 +358,12 @@ def _parser() -> argparse.ArgumentParser:
                     "while elected, mark the ledgers of lost bookies under-replicated; "
                     "run a replication worker that re-replicates the marked ledgers "
                     "(unless replicationWorkerEnabled=false). SIGTERM or SIGINT stops it.")
-    recovery.add_argument("--conf", help="a bk_server.conf-style key=value settings file")
     recovery.add_argument("--zk", metavar="ADDRESS",
                           help="the cluster, zk://host:port[,host:port...]/ledgers "
                                "(metadataServiceUri)")
     recovery.add_argument("--id", help="this process's name in the auditor election "
                                        "(default: <host>-autorecovery-<pid>)")
-    recovery.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                          help="any ServerSettings name, e.g. --set lostBookieRecoveryDelay=60")
+    _add_settings(recovery)
     recovery.add_argument("action", nargs="?", choices=AUTORECOVERY_ACTIONS,
                           help="instead of running: turn automatic re-replication on "
                                "(enable) or off (disable) cluster-wide, or show which "
@@ -372,7 +378,6 @@ def _parser() -> argparse.ArgumentParser:
         description="After moving a stopped bookie's directories: check that they are "
                     "its own (one instance id, as the cluster knows it) and rewrite their "
                     "cookies and the cluster's copy with the new paths.")
-    update.add_argument("--conf", help="a bk_server.conf-style key=value settings file")
     update.add_argument("--zk", metavar="ADDRESS",
                         help="the cluster, to update its copy of the cookie too "
                              "(metadataServiceUri)")
@@ -382,8 +387,7 @@ def _parser() -> argparse.ArgumentParser:
                              "for several")
     update.add_argument("--bookie-id", help="the bookie's id, only for directories whose "
                                             "cookies record none (older pybk)")
-    update.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="any ServerSettings name")
+    _add_settings(update)
 
     format_cmd = commands.add_parser(
         "format-cluster", help="format a cluster's metadata on ZooKeeper (once)")
@@ -391,16 +395,22 @@ def _parser() -> argparse.ArgumentParser:
                             help="zk://host:port[,host:port...]/ledgers")
     format_cmd.add_argument("--layout", choices=("hierarchical", "flat"),
                             default="hierarchical", help="the ledger layout")
-    format_cmd.add_argument("--conf", help="a bk_server.conf-style key=value settings "
-                                           "file (zkEnableSecurity: its znodes get ACLs)")
-    format_cmd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                            help="any ServerSettings name, e.g. --set zkEnableSecurity=true")
+    _add_settings(format_cmd)  # zkEnableSecurity: its znodes get ACLs
 
     local = commands.add_parser(
         "localcluster", help="a throwaway ZooKeeper and N bookies on loopback")
     local.add_argument("bookies", type=_positive(int), metavar="N", help="how many bookies")
     local.add_argument("--dir", help="where their data goes (default: a temporary "
                                      "directory, removed at the end)")
+    local.add_argument("--curve", action="store_true",
+                       help="serve every bookie with ZeroMQ CURVE (zmqCurveEnabled); key "
+                            "pairs are made in the data directory unless the settings name "
+                            "them")
+    local.add_argument("--zk-auth", action="store_true",
+                       help="format the cluster with ZooKeeper digest ACLs "
+                            "(zkEnableSecurity); the credentials are made in the data "
+                            "directory unless zkDigestAuthFile names them")
+    _add_settings(local, "a bk_server.conf-style key=value settings file for every bookie")
 
     keygen = commands.add_parser(
         "keygen", help="write a ZeroMQ CURVE key pair for a bookie or a client",
@@ -428,13 +438,15 @@ def _parser() -> argparse.ArgumentParser:
         where.add_argument("--dir", help="an embedded WAL directory (not open elsewhere)")
         sub.add_argument("--log", default="wal",
                          help="the log's name (default wal, a WAL directory's log)")
+        _add_settings(sub)
         if action == "remove":
             sub.add_argument("consumer", nargs="+", metavar="CONSUMER_ID")
 
     simple = commands.add_parser(
         "simpletest", help="write a ledger on a cluster and read it back")
-    simple.add_argument("--zk", metavar="ADDRESS", required=True,
-                        help="zk://host:port[,host:port...]/ledgers")
+    simple.add_argument("--zk", metavar="ADDRESS",
+                        help="the cluster, zk://host:port[,host:port...]/ledgers")
+    _add_settings(simple)
     count = _positive(int)
     simple.add_argument("--ensemble", type=count, default=3, help="ensemble size E")
     simple.add_argument("--write-quorum", type=count, default=2, help="write quorum Qw")
@@ -445,12 +457,27 @@ def _parser() -> argparse.ArgumentParser:
     orphans = commands.add_parser(
         "clean-orphans", help="delete what jobs whose driver died left on a log")
     orphans.add_argument("log", help="the log's name")
-    orphans.add_argument("--zk", metavar="ADDRESS", required=True,
-                         help="zk://host:port[,host:port...]/ledgers")
+    orphans.add_argument("--zk", metavar="ADDRESS",
+                         help="the cluster, zk://host:port[,host:port...]/ledgers")
+    _add_settings(orphans)
     orphans.add_argument("--older-than", type=_positive(float), default=600.0,
                          metavar="SECONDS", help="give up jobs nothing wrote for this long "
                          "(default 600, the orphanTimeoutSeconds default)")
     return parser
+
+
+def _add_settings(parser: argparse.ArgumentParser, conf_help: str | None = None) -> None:
+    """``--conf`` and ``--set``: how every command that reaches a cluster or a bookie's
+    directories takes its settings, read by :func:`bookie_settings`.  The cluster
+    commands take the security settings this way (zmqCurveEnabled,
+    zmqCurveSecretKeyFile, zkEnableSecurity, zkDigestAuthFile: README "Security")."""
+    parser.add_argument("--conf", help=conf_help or (
+        "a bk_server.conf-style key=value settings file (metadataServiceUri, zkTimeout, "
+        "the credentials: zmqCurveEnabled, zmqCurveSecretKeyFile, zkEnableSecurity, "
+        "zkDigestAuthFile, ...)"))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="any ServerSettings name, e.g. --set zkTimeout=6000 (wins "
+                             "over --conf and PYBK_<name> variables)")
 
 
 def _add_admin_commands(commands: Any) -> None:
@@ -461,10 +488,7 @@ def _add_admin_commands(commands: Any) -> None:
                                   + f" (BookKeeper's {_BOOKKEEPER_NAMES.get(name, name)}).")
         sub.add_argument("--zk", metavar="ADDRESS",
                          help="the cluster, zk://host:port[,host:port...]/ledgers")
-        sub.add_argument("--conf", help="a settings file naming the cluster "
-                                        "(metadataServiceUri) and zkTimeout")
-        sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                         help="any ServerSettings name, e.g. --set zkTimeout=5000")
+        _add_settings(sub)
         sub.add_argument("--json", action="store_true",
                          help="one JSON document for scripts instead of a table")
         if name in ("ledgermetadata", "deleteledger", "readledger"):
@@ -526,14 +550,12 @@ def _add_offline_commands(commands: Any) -> None:
             description=text[0].upper() + text[1:] + ", on a stopped bookie's directories "
             "(BookKeeper's command of that name).  Reads only; refuses directories a "
             "running bookie holds.")
-        sub.add_argument("--conf", help="a settings file naming the directories "
-                                        "(journalDirectory, ledgerDirectories)")
+        _add_settings(sub, "a settings file naming the directories (journalDirectory, "
+                           "ledgerDirectories)")
         sub.add_argument("--journal-dir", help="the journal directory (journalDirectory)")
         sub.add_argument("--ledger-dir", action="append", default=[],
                          help="a ledger directory; repeat for several, in the bookie's "
                               "order (ledgerDirectories)")
-        sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                         help="any ServerSettings name")
         sub.add_argument("--json", action="store_true",
                          help="one JSON document for scripts instead of a table")
         if name == "readjournal":

@@ -2,6 +2,11 @@
 ``format-cluster``, ``localcluster``, ``simpletest`` and ``clean-orphans`` (:mod:`pybk.cli`
 parses their arguments).
 
+Every command that reaches a cluster takes the process's settings (``--conf``,
+``--set``: :func:`pybk.cli.bookie_settings`), with their credentials: the CURVE key pair
+(``zmqCurveEnabled``, ``zmqCurveSecretKeyFile``) and the ZooKeeper ones
+(``zkEnableSecurity``, ``zkDigestAuthFile``).
+
 Each returns the process's exit status: 0 on success, and after a graceful stop on
 SIGTERM or SIGINT; 1 if the command failed, with the reason on standard error.  Lines
 for people go to standard output.
@@ -21,13 +26,16 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from pybk.cluster.lifeline import watch_lifeline
 from pybk.errors import BookKeeperError
-from pybk.settings import ServerSettings
+from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import format_bookie
 from pybk.storage.cookie import is_formatted
+
+if TYPE_CHECKING:
+    from pybk.meta.zookeeper import ZooKeeperSettings
 
 #: How often a command waiting for a signal looks at what it runs.
 _POLL_S = 0.2
@@ -253,13 +261,19 @@ def run_keygen(directory: str, name: str) -> int:
     return 0
 
 
-def run_localcluster(bookies: int, directory: str | None) -> int:
+def run_localcluster(bookies: int, directory: str | None,
+                     settings: ServerSettings | None = None, settings_args: Sequence[str] = (),
+                     curve: bool = False, zk_auth: bool = False) -> int:
     """Run a :class:`~pybk.cluster.local.LocalCluster` until SIGTERM or SIGINT, then stop
-    it gracefully (exit 0); a second signal kills its processes at once (exit 1)."""
+    it gracefully (exit 0); a second signal kills its processes at once (exit 1).
+    ``settings_args`` (``--conf``, ``--set``) go to every bookie, ``settings`` are what
+    they make; ``curve`` and ``zk_auth`` secure the cluster
+    (:mod:`pybk.cluster.local_security`)."""
     from pybk.cluster.local import LocalCluster
 
     with _StopSignals(_raise_stop_now) as signals:
-        cluster = LocalCluster(bookies, directory)
+        cluster = LocalCluster(bookies, directory, bookie_args=settings_args,
+                               settings=settings, curve=curve, zk_auth=zk_auth)
         try:
             try:
                 with signals.starting():
@@ -267,10 +281,16 @@ def run_localcluster(bookies: int, directory: str | None) -> int:
                 _say(f"pybk localcluster: ZooKeeper at {cluster.address}")
                 for bookie_id, endpoint in sorted(cluster.endpoints.items()):
                     _say(f"pybk localcluster: bookie {bookie_id} at {endpoint}")
+                secured = cluster.settings.zmqCurveEnabled or cluster.settings.zkEnableSecurity
+                where = f"--conf {cluster.client_conf}" if secured else f"--zk {cluster.address}"
                 _say(f"pybk localcluster: data in {cluster.directory}\n"
-                     f"  try:     pybk simpletest --zk {cluster.address}\n"
-                     f"  Python:  pybk.connect({cluster.address!r})\n"
-                     "  Ctrl-C (or SIGTERM) stops the cluster")
+                     + (f"  secured: {_security(cluster.settings)}; a client's settings "
+                        f"(address and credentials) are in {cluster.client_conf}\n"
+                        if secured else "")
+                     + f"  try:     pybk simpletest {where}\n"
+                     f"           pybk listbookies {where}\n"
+                     + ("" if secured else f"  Python:  pybk.connect({cluster.address!r})\n")
+                     + "  Ctrl-C (or SIGTERM) stops the cluster")
                 while not signals.stop.wait(_POLL_S):
                     pass
                 _say("pybk localcluster: stopping (Ctrl-C again kills it at once)")
@@ -289,28 +309,52 @@ def run_localcluster(bookies: int, directory: str | None) -> int:
     return 0
 
 
-def run_simpletest(address: str, ensemble: int, write_quorum: int, ack_quorum: int,
-                   entries: int, entry_bytes: int) -> int:
-    """Write a ledger on the cluster at ``address`` and read it back."""
+def _security(settings: ServerSettings) -> str:
+    """What secures a local cluster, for people."""
+    parts = []
+    if settings.zmqCurveEnabled:
+        parts.append(f"CURVE (bookie key pair {settings.zmqCurveSecretKeyFile}, allowed "
+                     f"client keys in {settings.zmqCurveAllowedClientKeysDirectory})")
+    if settings.zkEnableSecurity:
+        parts.append(f"ZooKeeper digest ACLs (credentials in {settings.zkDigestAuthFile})")
+    return " and ".join(parts)
+
+
+def _client_settings(settings: ServerSettings) -> tuple[ClientSettings, ZooKeeperSettings]:
+    """The client and ZooKeeper settings of a command run with ``settings``: its CURVE
+    key pair and ZooKeeper credentials."""
+    from pybk.cluster.curve import client_settings_of
+    from pybk.meta.zookeeper import ZooKeeperSettings
+
+    return (ClientSettings(**client_settings_of(settings)), ZooKeeperSettings.of(settings))
+
+
+def run_simpletest(settings: ServerSettings, ensemble: int, write_quorum: int,
+                   ack_quorum: int, entries: int, entry_bytes: int) -> int:
+    """Write a ledger on the cluster at ``settings.metadataServiceUri`` and read it back,
+    with the credentials of ``settings``."""
     from pybk.cluster.simpletest import simple_test
 
     try:
-        report = simple_test(address, ensemble, write_quorum, ack_quorum, entries,
-                             entry_bytes)
+        client, zookeeper = _client_settings(settings)
+        report = simple_test(settings.metadataServiceUri, ensemble, write_quorum, ack_quorum,
+                             entries, entry_bytes, client, zk_settings=zookeeper)
     except BookKeeperError as e:
         return _failed("simpletest", e)
     _say(f"pybk simpletest: {report}")
     return 0
 
 
-def run_clean_orphans(address: str, log_name: str, older_than_s: float) -> int:
-    """Give up the jobs of a log on the cluster at ``address`` that nothing wrote for
-    ``older_than_s`` seconds (:func:`pybk.log.commit.clean_orphans`)."""
+def run_clean_orphans(settings: ServerSettings, log_name: str, older_than_s: float) -> int:
+    """Give up the jobs of a log on the cluster at ``settings.metadataServiceUri`` that
+    nothing wrote for ``older_than_s`` seconds (:func:`pybk.log.commit.clean_orphans`),
+    with the credentials of ``settings``."""
     from pybk.cluster.connect import connect
     from pybk.log.commit import clean_orphans
 
     try:
-        with connect(address) as bk:
+        client, zookeeper = _client_settings(settings)
+        with connect(settings.metadataServiceUri, client, zk_settings=zookeeper) as bk:
             given_up = clean_orphans(bk, log_name, older_than_s)
     except BookKeeperError as e:
         return _failed("clean-orphans", e)

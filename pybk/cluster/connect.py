@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 from pybk.client.bookkeeper import BookKeeper
 from pybk.client.transport import InProcessBookieClient
 from pybk.cluster.client import ClientLoop
+from pybk.cluster.curve import load_key_pair
 from pybk.cluster.directory import BookieDirectory
 from pybk.errors import InvalidConfiguration
 from pybk.meta.address import is_zookeeper_address
@@ -77,12 +78,18 @@ def connect(address: str, settings: ClientSettings | None = None, *,
     cluster, e.g. through a BookieNode, for other clients to reach them): this client
     calls them directly.  ``local_bookie`` is the one placement puts first in new
     ensembles; by default the only one of ``local_bookies``, if there is one.  With
-    ``metrics_registry`` the client reports its metrics there (:mod:`pybk.client.metrics`)."""
+    ``metrics_registry`` the client reports its metrics there (:mod:`pybk.client.metrics`).
+
+    With ``zmqCurveEnabled`` the key file is read here, so that a missing or malformed
+    one is an InvalidConfiguration naming ``zmqCurveSecretKeyFile`` at once, not an
+    error of every request later."""
     if not is_zookeeper_address(address):
         raise InvalidConfiguration(f"cannot connect to {address!r}: a cluster's address is "
                                    "zk://host:port[,host:port...]/root (an embedded store "
                                    "serves one process: use BookKeeper.in_process)")
     settings = settings or ClientSettings()
+    if settings.zmqCurveEnabled:
+        load_key_pair(settings.zmqCurveSecretKeyFile)
     local = {bookie_id: InProcessBookieClient(bookie_id, bookie)
              for bookie_id, bookie in (local_bookies or {}).items()}
     if local_bookie is None and len(local) == 1:

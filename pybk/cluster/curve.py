@@ -81,6 +81,12 @@ def create_key_pair(directory: str | os.PathLike[str], name: str) -> tuple[str, 
     return public_path, secret_path
 
 
+def write_public_key(path: str, public: bytes) -> None:
+    """Write a ``.key`` file holding ``public`` (for an allowed client keys directory);
+    FileExistsError if there is one."""
+    _write_certificate(path, 0o644, public, None)
+
+
 def _write_certificate(path: str, mode: int, public: bytes, secret: bytes | None) -> None:
     """A ZeroMQ certificate file, created with ``mode`` (never over an existing file)."""
     try:
@@ -187,4 +193,5 @@ def split_registered(data: str) -> tuple[str, bytes | None]:
 
 
 __all__ = ["KeyPair", "client_keys", "client_settings_of", "connect_as_client", "create_key_pair",
-           "load_key_pair", "registered_endpoint", "serve", "split_registered"]
+           "load_key_pair", "registered_endpoint", "serve", "split_registered",
+           "write_public_key"]

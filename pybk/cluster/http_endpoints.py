@@ -183,11 +183,17 @@ class _Endpoints:
         return Response.text("OK\n")
 
     def sanity(self, _r: Request) -> dict:
+        from pybk.cluster.curve import client_settings_of
         from pybk.cluster.simpletest import simple_test
+        from pybk.meta.zookeeper import ZooKeeperSettings
+        from pybk.settings import ClientSettings
 
+        settings = self.node.settings  # the bookie's own credentials
         try:
             simple_test(self.target.address, 1, 1, 1, entries=10, entry_bytes=64,
-                        local_bookies={self.node.bookie_id: self.bookie})
+                        settings=ClientSettings(**client_settings_of(settings)),
+                        local_bookies={self.node.bookie_id: self.bookie},
+                        zk_settings=ZooKeeperSettings.of(settings))
             passed = True
         except BookKeeperError:
             passed = False

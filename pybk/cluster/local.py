@@ -10,6 +10,11 @@ directory (a fresh temporary one unless given)::
     bookie<N>/ledgers/    bookie N's entry logs and index
     bookie<N>/bookie.log  bookie N's output
 
+Secured (``curve``, ``zk_auth``, or the security settings among ``settings``): every
+bookie serves CURVE and/or the cluster is formatted with ZooKeeper digest ACLs; the
+keys, the credentials and ``client.conf`` (the settings of a client) are made in the
+directory unless the settings name them (:mod:`pybk.cluster.local_security`).
+
 :meth:`LocalCluster.start` returns once every bookie is registered (or raises with the
 log of the one that failed); :meth:`LocalCluster.stop` ends each bookie with SIGTERM (a
 graceful close), SIGKILL after :data:`STOP_GRACE_S` (or at once), reaps it, stops
@@ -32,6 +37,7 @@ the child).  What is left then is the cluster's directory, which nobody deletes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -41,10 +47,12 @@ from typing import Sequence
 
 from pybk import child
 from pybk.cluster.lifeline import Lifeline, death_signal_preexec
+from pybk.cluster.local_security import credentials, write_client_conf
 from pybk.cluster.processes import TempDirectoryProcesses
 from pybk.cluster.zookeeper_server import ZooKeeperServer
 from pybk.errors import BookKeeperError, InvalidConfiguration
-from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
+from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, format_cluster
+from pybk.settings import ServerSettings
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +65,24 @@ _LOG_TAIL_BYTES = 4000
 
 class LocalCluster(TempDirectoryProcesses):
     """A context manager: starts on enter, stops on exit (also if the start fails).
-    ``bookie_args`` are passed to every ``pybk bookie`` (e.g. ``--set`` options)."""
+    ``bookie_args`` are passed to every ``pybk bookie`` (e.g. ``--conf`` and ``--set``
+    options); ``settings`` are what they make of them, for the cluster's own ZooKeeper
+    clients and its credentials.  ``curve`` and ``zk_auth`` secure the cluster (see the
+    module docstring)."""
 
     def __init__(self, bookies: int = 3, directory: str | os.PathLike | None = None, *,
-                 bookie_args: Sequence[str] = (), start_timeout_s: float = 60.0) -> None:
+                 bookie_args: Sequence[str] = (), start_timeout_s: float = 60.0,
+                 settings: ServerSettings | None = None, curve: bool = False,
+                 zk_auth: bool = False) -> None:
         if bookies < 1:
             raise InvalidConfiguration(f"a cluster has at least one bookie, not {bookies}")
         super().__init__(directory, "pybk-cluster-")
         self.size = bookies
         self.bookie_args = tuple(bookie_args)
+        self.settings = settings or ServerSettings()
+        self._secure = (curve, zk_auth)
+        #: The settings file of a client (its address and credentials), once started.
+        self.client_conf = ""
         self.start_timeout_s = start_timeout_s
         self.zookeeper = ZooKeeperServer(os.path.join(self.directory, "zookeeper"),
                                          force_sync=False)
@@ -80,13 +97,24 @@ class LocalCluster(TempDirectoryProcesses):
         return self.zookeeper.address()
 
     def start(self) -> "LocalCluster":
+        secured = credentials(self.directory, self.settings, *self._secure)
+        self.bookie_args += tuple(arg for key, value in secured.server.items()
+                                  for arg in ("--set", f"{key}={value}"))
+        self.settings = ServerSettings.from_mapping({**dataclasses.asdict(self.settings),
+                                                     **secured.server})
         self.zookeeper.start()
-        format_cluster(self.address)
+        format_cluster(self.address, settings=self.zookeeper_settings)
+        self.client_conf = write_client_conf(self.directory, self.address, secured.client)
         self._lifeline = Lifeline()
         for number in range(1, self.size + 1):
             self.processes.append(self._spawn(number))
         self.endpoints = self._wait_for_registrations()
         return self
+
+    @property
+    def zookeeper_settings(self) -> ZooKeeperSettings:
+        """How this cluster's clients reach its ZooKeeper (credentials included)."""
+        return ZooKeeperSettings.of(self.settings)
 
     def _spawn(self, number: int) -> subprocess.Popen:
         base = os.path.join(self.directory, f"bookie{number}")
@@ -106,7 +134,7 @@ class LocalCluster(TempDirectoryProcesses):
 
     def _wait_for_registrations(self) -> dict[str, str]:
         deadline = time.monotonic() + self.start_timeout_s
-        with ZooKeeperMetadataStore(self.address) as store:
+        with ZooKeeperMetadataStore(self.address, self.zookeeper_settings) as store:
             while len(registered := store.bookies()) < self.size:
                 for number, process in enumerate(self.processes, 1):
                     if process.poll() is not None:

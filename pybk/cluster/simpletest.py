@@ -21,6 +21,7 @@ from pybk.errors import BookKeeperError
 from pybk.settings import ClientSettings
 
 if TYPE_CHECKING:
+    from pybk.meta.zookeeper import ZooKeeperSettings
     from pybk.storage import Bookie
 
 #: Most adds in flight at once.
@@ -56,11 +57,14 @@ def payload(entry_id: int, size: int) -> bytes:
 def simple_test(address: str, ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
                 entries: int = 1000, entry_bytes: int = 1024,
                 settings: ClientSettings | None = None,
-                local_bookies: Mapping[str, Bookie] | None = None) -> SimpleTestReport:
+                local_bookies: Mapping[str, Bookie] | None = None,
+                zk_settings: ZooKeeperSettings | None = None) -> SimpleTestReport:
     """Run the test against the cluster at ``address`` (see the module docstring).
     ``local_bookies``: bookies of this process, called directly and placed first in the
-    ledger's ensemble (a bookie's own sanity test)."""
-    with connect(address, settings, local_bookies=local_bookies) as bk:
+    ledger's ensemble (a bookie's own sanity test).  ``settings`` and ``zk_settings``
+    carry the credentials (CURVE key pair, ZooKeeper digest) of a secured cluster."""
+    with connect(address, settings, local_bookies=local_bookies,
+                 zk_settings=zk_settings) as bk:
         lh = bk.create_ledger(ensemble, write_quorum, ack_quorum, password=PASSWORD)
         started = time.monotonic()
         in_flight: deque = deque()

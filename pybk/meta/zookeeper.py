@@ -105,6 +105,7 @@ from kazoo.exceptions import (
     BadVersionError,
     ConnectionClosedError,
     KazooException,
+    NoAuthError,
     NoChildrenForEphemeralsError,
     NodeExistsError,
     NoNodeError,
@@ -300,11 +301,22 @@ class _Connection:
         zkclient.close(self.client)
 
 
+def _refused(address: ZooKeeperAddress, what: str) -> MetadataError:
+    """ZooKeeper's NoAuth (an ACL refused this client), saying what to set."""
+    return MetadataError(f"{address}: {what}: ZooKeeper refused it (NoAuth): this client "
+                         "lacks the cluster's credentials (set zkEnableSecurity=true and "
+                         "zkDigestAuthFile to a file holding the cluster's user:password)")
+
+
 def _check_layout(conn: _Connection, namespace: _Namespace,
                   expected: layouts.LedgerLayout | None) -> tuple[layouts.LedgerLayout, str]:
     """The cluster's layout and instance id; MetadataError if it is not formatted, or
-    formatted with another layout than ``expected``."""
-    found = conn.read(namespace.zk(paths.LAYOUT))
+    formatted with another layout than ``expected``, or not readable without credentials
+    (``zkWorldReadable=false``)."""
+    try:
+        found = conn.read(namespace.zk(paths.LAYOUT))
+    except NoAuthError:
+        raise _refused(conn.address, f"read {namespace.zk(paths.LAYOUT)}") from None
     if found is None:
         raise MetadataError(f"{conn.address}: no cluster is formatted at {namespace.root} "
                             f"(it has no LAYOUT): format it first (pybk format-cluster "
@@ -384,6 +396,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                                 "ephemeral records have no children") from None
         except ConnectionClosedError:
             raise MetadataError(f"the metadata store {self.address} is closed") from None
+        except NoAuthError:
+            raise _refused(self.address, f"{what} {path}") from None
         except KazooException as e:
             raise MetadataError(f"{self.address}: {what} {path} failed: {e!r}") from e
 
@@ -774,6 +788,8 @@ def format_cluster(address: str | ZooKeeperAddress, layout: str = "hierarchical"
         if conn.read(ns.zk(paths.LAYOUT)) is None:
             conn.call(f"format {address.root}", op)
         return _check_layout(conn, ns, wanted)[1]
+    except NoAuthError:
+        raise _refused(address, f"format {address.root}") from None
     except KazooException as e:
         raise MetadataError(f"{address}: formatting failed: {e!r}") from e
     finally:
