@@ -29,6 +29,8 @@ from clusterutil import (  # noqa: F401
     address,
     bookies,
     child_env,
+    failed,
+    ok,
     payload,
     pybk_command,
 )
@@ -267,11 +269,12 @@ def test_a_node_closes_promptly_while_zookeeper_is_down(tmp_path, closing, own_z
 
 # -- pybk localcluster and pybk simpletest -------------------------------------------------
 
-def start_localcluster(bookies: int, out: Path) -> subprocess.Popen:
-    """``pybk localcluster N`` with its output in ``out``, in a session of its own (so that
-    cleanup can reach every process it started)."""
+def start_localcluster(bookies: int, out: Path, *options: str) -> subprocess.Popen:
+    """``pybk localcluster N [OPTIONS]`` with its output in ``out``, in a session of its
+    own (so that cleanup can reach every process it started)."""
     with open(out, "wb") as stdout:
-        return subprocess.Popen(pybk_command("localcluster", str(bookies)), env=child_env(),
+        return subprocess.Popen(pybk_command("localcluster", str(bookies), *options),
+                                env=child_env(),
                                 stdin=subprocess.DEVNULL, stdout=stdout,
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -304,13 +307,7 @@ def test_localcluster_serves_simpletest_and_the_admin_shell_and_stops_everything
         cluster.send_signal(signal.SIGTERM)
         assert cluster.wait(60) == 0, out.read_text()
     finally:
-        if cluster.poll() is None:
-            cluster.send_signal(signal.SIGTERM)  # stops ZooKeeper too, which SIGKILL would not
-            try:
-                cluster.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(cluster.pid, signal.SIGKILL)
-                cluster.wait(30)
+        stop_localcluster(cluster)
     with pytest.raises(ProcessLookupError):
         os.killpg(cluster.pid, 0)  # no bookie of its group is left
     port = int(address.split(":")[2].split("/")[0])
@@ -318,6 +315,68 @@ def test_localcluster_serves_simpletest_and_the_admin_shell_and_stops_everything
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     assert not os.path.exists(data)
     assert "pybk localcluster: stopped" in out.read_text()
+
+
+def stop_localcluster(cluster: subprocess.Popen) -> None:
+    """SIGTERM it if it still runs (which stops ZooKeeper too, where SIGKILL would not);
+    SIGKILL its process group if it does not stop within 60 s."""
+    if cluster.poll() is None:
+        cluster.send_signal(signal.SIGTERM)
+        try:
+            cluster.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(cluster.pid, signal.SIGKILL)
+            cluster.wait(30)
+
+
+@pytest.mark.zookeeper
+@pytest.mark.processes
+def test_a_secured_localcluster_serves_clients_with_its_credentials_only(tmp_path):
+    """``pybk localcluster --curve --zk-auth`` makes its keys and ZooKeeper credentials
+    and a client.conf: simpletest and the admin shell work with it; without the
+    credentials, with a bad key file or wrong ZooKeeper credentials, each command fails
+    at once with one line saying why."""
+    out, data = tmp_path / "localcluster.out", tmp_path / "cluster"
+    cluster = start_localcluster(2, out, "--curve", "--zk-auth", "--dir", str(data))
+    try:
+        text = wait_until_serving(cluster, out)
+        address = re.search(r"ZooKeeper at (\S+)", text).group(1)
+        conf = str(data / "client.conf")
+        assert f"pybk simpletest --conf {conf}" in text
+        assert "zmqCurveEnabled=true" in (data / "client.conf").read_text()
+        assert (data / "zk-auth").stat().st_mode & 0o077 == 0
+        said = ok("simpletest", "--conf", conf, "--ensemble", "2", "--write-quorum", "2",
+                  "--ack-quorum", "2", "--entries", "200")
+        assert "wrote 200 entries" in said and "every entry matched" in said
+        bookies = json.loads(ok("listbookies", "--conf", conf, "--json"))
+        assert len(bookies) == 2 and all("#curve=" in b["endpoint"] for b in bookies)
+        ok("lostbookierecoverydelay", "--conf", conf, "7")  # a change: ZooKeeper's ACLs
+        assert json.loads(ok("lostbookierecoverydelay", "--conf", conf, "--json"))["seconds"] == 7
+        (tmp_path / "wrong").write_text("pybk:not-the-password\n")
+        for options, reason in [
+                (("--zk", address), "NoAuth"),
+                (("--conf", conf, "--set", "zkEnableSecurity=false"), "NoAuth"),
+                (("--conf", conf, "--set", f"zkDigestAuthFile={tmp_path / 'wrong'}"),
+                 "NoAuth"),
+                (("--conf", conf, "--set", f"zmqCurveSecretKeyFile={tmp_path / 'none'}"),
+                 "zmqCurveSecretKeyFile"),
+                (("--conf", conf, "--set",
+                  f"zmqCurveSecretKeyFile={data / 'keys' / 'allowed' / 'client.key'}"),
+                 "no secret key")]:
+            started = time.monotonic()
+            said = failed("simpletest", *options, "--ensemble", "2", "--write-quorum", "2",
+                          "--ack-quorum", "2")
+            assert said.startswith("pybk simpletest: ") and reason in said, said
+            assert time.monotonic() - started < 20, said
+        assert "NoAuth" in failed("lostbookierecoverydelay", "--zk", address, "9")
+        # The other cluster commands take --conf too.
+        assert "no log is named" in failed("clean-orphans", "some-log", "--conf", conf)
+        assert ok("consumers", "list", "--log", "some-log", "--zk", address, "--conf",
+                  conf) == ""
+        cluster.send_signal(signal.SIGTERM)
+        assert cluster.wait(60) == 0, out.read_text()
+    finally:
+        stop_localcluster(cluster)
 
 
 def admin(address: str, *args: str):

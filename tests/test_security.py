@@ -3,12 +3,10 @@ znodes, and what a ledger password guards (README "Security")."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import time
-from typing import Iterator, NamedTuple
 
 import pytest
 import zkutil
@@ -16,11 +14,12 @@ from autorecoveryutil import FAST as AUTORECOVERY_FAST
 from autorecoveryutil import check_replicas, repaired, write_ledger
 from clientutil import CURVE, FAST, clusters
 from clusterutil import PASSWORD as CLUSTER_PASSWORD
-from clusterutil import BookieProcesses, failed, ok, pybk
+from clusterutil import failed, ok, pybk
 from conftest import KEY, entry
-from curveutil import CurveKeys, make_keys
+from curveutil import make_keys
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
+from securityutil import secured_cluster_of_bookies, zookeeper_credentials
 
 from pybk import connect
 from pybk import open as pybk_open
@@ -117,13 +116,6 @@ def test_curve_on_one_side_only_is_refused_when_the_client_is_made(keys):
 # -- ZooKeeper: digest authentication and ACLs ------------------------------------------
 
 
-def secure_settings(tmp_path, world_readable: bool = True):
-    auth = tmp_path / "zk-auth"
-    auth.write_text("pybk:s3cret-pw\n")
-    return dataclasses.replace(zkutil.settings(), zkEnableSecurity=True,
-                               zkDigestAuthFile=str(auth), zkWorldReadable=world_readable)
-
-
 def every_znode(client: KazooClient, path: str) -> list[str]:
     found = [path]
     for child in client.get_children(path):
@@ -141,7 +133,7 @@ def secured_cluster(zookeeper, settings) -> tuple[str, str]:
 
 def test_without_credentials_no_client_can_change_pybk_znodes(zookeeper, kazoo,
                                                               tmp_path):
-    settings = secure_settings(tmp_path)
+    settings = zookeeper_credentials(tmp_path)
     address, root = secured_cluster(zookeeper, settings)
     with ZooKeeperMetadataStore(address, settings) as store:
         store.register_bookie("b1", False, "tcp://127.0.0.1:3181", "host1")
@@ -169,7 +161,7 @@ def test_without_credentials_no_client_can_change_pybk_znodes(zookeeper, kazoo,
 
 def test_a_cluster_not_world_readable_hides_its_znodes_from_clients_without_credentials(
         zookeeper, kazoo, tmp_path):
-    settings = secure_settings(tmp_path, world_readable=False)
+    settings = zookeeper_credentials(tmp_path, world_readable=False)
     address, root = secured_cluster(zookeeper, settings)
     with pytest.raises(NoAuthError):
         kazoo.get(f"{root}/LAYOUT")
@@ -285,39 +277,6 @@ def test_keygen_writes_a_key_pair_and_never_overwrites_one(tmp_path):
     assert "exists" in failed("keygen", str(tmp_path / "keys"), "client1")
 
 
-class SecuredCluster(NamedTuple):
-    address: str
-    keys: CurveKeys
-    zk_settings: ZooKeeperSettings
-    #: The ``pybk`` options that give a command the cluster's ZooKeeper credentials.
-    security: tuple[str, ...]
-    bookies: BookieProcesses
-
-
-@contextlib.contextmanager
-def secured_cluster_of_bookies(zookeeper, tmp_path, count: int, *options: str,
-                               zk_timeout_ms: int = zkutil.SESSION_TIMEOUT_MS
-                               ) -> Iterator[SecuredCluster]:
-    """A cluster formatted by ``pybk format-cluster`` with ZooKeeper ACLs, and ``count``
-    ``pybk bookie`` processes serving CURVE (the same key pair; each allows the others'
-    key and the client's), given ``options`` too; killed at the end."""
-    keys = make_keys(str(tmp_path / "keys"))
-    zk_settings = secure_settings(tmp_path)
-    security = ("--set", "zkEnableSecurity=true",
-                "--set", f"zkDigestAuthFile={zk_settings.zkDigestAuthFile}")
-    address = zookeeper.address(zkutil.fresh_root())
-    ok("format-cluster", "--zk", address, *security)
-    group = BookieProcesses(tmp_path, address)
-    try:
-        group.start_serving(count, zk_timeout_ms=zk_timeout_ms, options=(
-            *security, "--set", "zmqCurveEnabled=true",
-            "--set", f"zmqCurveSecretKeyFile={keys.bookie_secret}",
-            "--set", f"zmqCurveAllowedClientKeysDirectory={keys.allowed}", *options))
-        yield SecuredCluster(address, keys, zk_settings, security, group)
-    finally:
-        group.close()
-
-
 @pytest.mark.processes
 def test_a_secured_cluster_of_bookie_processes_serves_only_clients_with_keys(zookeeper,
                                                                             tmp_path):
@@ -348,9 +307,7 @@ def test_a_secured_cluster_of_bookie_processes_serves_only_clients_with_keys(zoo
                 plain.create_ledger(3, 2, 2, password=CLUSTER_PASSWORD)
         # The admin shell, with the cluster's credentials and a client key: bookieinfo
         # reaches every bookie over CURVE, and a change to the metadata goes through.
-        curve_client = ("--set", "zmqCurveEnabled=true",
-                        "--set", f"zmqCurveSecretKeyFile={keys.client_secret}")
-        info = json.loads(ok("bookieinfo", "--zk", address, *security, *curve_client,
+        info = json.loads(ok("bookieinfo", "--zk", address, *security, *secured.curve_client,
                              "--json"))
         assert info["unreachable"] == 0 and len(info["bookies"]) == 3, info
         assert "requires CURVE" in json.loads(ok(

@@ -129,6 +129,7 @@ removes it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -136,12 +137,13 @@ import re
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from pybk.errors import BookKeeperError, InvalidConfiguration, MetadataError, NoNode
 from pybk.meta import paths
 from pybk.meta.address import is_zookeeper_address, open_metadata_store
 from pybk.meta.interface import ANY_VERSION, MetadataStore
+from pybk.settings import ServerSettings
 from pybk.spark.holder import POLL_S, HolderConfig, HostedBookie, hold
 
 if TYPE_CHECKING:
@@ -186,6 +188,7 @@ class ExecutorBookies:
 def executor_bookies(spark: "SparkSession", address: str, *, count: int | None = None,
                      directory: str | None = None, listen_host: str = "0.0.0.0",
                      port: int = 0, bookie_args: Sequence[str] = (),
+                     settings: Mapping[str, Any] | None = None,
                      session_timeout_ms: int = 10_000, start_timeout_s: float = 120.0,
                      stop_timeout_s: float = 60.0, stop_grace_s: float = 15.0
                      ) -> Iterator[ExecutorBookies]:
@@ -197,7 +200,13 @@ def executor_bookies(spark: "SparkSession", address: str, *, count: int | None =
     ``directory``: the bookie directory on every host (absolute), or None for one in
     each executor's local directories.  ``listen_host``/``port``: where bookies listen
     (port 0: any free one).  ``bookie_args``: more ``pybk bookie`` options (``--set
-    KEY=VALUE``).  ``session_timeout_ms``: the driver's ZooKeeper session, whose end
+    KEY=VALUE``).  ``settings``: ServerSettings names and values for every bookie and
+    for the ZooKeeper clients of the driver and the holders, which use their
+    ``zkEnableSecurity``, ``zkDigestAuthFile`` and ``zkWorldReadable``: how a secured
+    cluster's credentials are given (CURVE: ``zmqCurveEnabled``,
+    ``zmqCurveSecretKeyFile``, ``zmqCurveAllowedClientKeysDirectory``).  Their files are
+    paths on every executor host (the driver reads ``zkDigestAuthFile`` too).
+    ``session_timeout_ms``: the driver's ZooKeeper session, whose end
     after a driver's death stops the bookies.
 
     Raises InvalidConfiguration for bad arguments (before any task runs),
@@ -207,14 +216,21 @@ def executor_bookies(spark: "SparkSession", address: str, *, count: int | None =
     sc = spark.sparkContext
     count = _check_arguments(sc, address, count, directory, listen_host, port)
     from pybk.meta.zookeeper import ZooKeeperSettings
-    with open_metadata_store(address, ZooKeeperSettings(zkTimeout=session_timeout_ms)) as store:
+    named = {key: str(value).lower() if isinstance(value, bool) else str(value)
+             for key, value in (settings or {}).items()}
+    zookeeper = ZooKeeperSettings.of(ServerSettings.from_mapping(named))  # checks them
+    with open_metadata_store(address, dataclasses.replace(
+            zookeeper, zkTimeout=session_timeout_ms)) as store:
         _remove_abandoned_leases(store)
         lease = f"{sc.applicationId}-{uuid.uuid4().hex[:12]}"
         lease_path = paths.join(paths.SPARK_BOOKIES, lease)
         driver_path = paths.join(lease_path, "driver")
         store.create(driver_path, sc.applicationId.encode("utf-8"), ephemeral=True)
+        setting_args = tuple(arg for key, value in named.items()
+                             for arg in ("--set", f"{key}={value}"))
         config = HolderConfig(address, lease, directory, listen_host, port,
-                               tuple(bookie_args), start_timeout_s, stop_grace_s)
+                               tuple(bookie_args) + setting_args, start_timeout_s,
+                               stop_grace_s, zookeeper)
         job = _HolderJob(spark, config, count)
         hosted = ExecutorBookies(address, lease, job)
         try:

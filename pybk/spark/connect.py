@@ -2,7 +2,8 @@
 source's options where it runs: nothing of it is pickled, and nothing of it (threads,
 ZeroMQ contexts, ZooKeeper sessions) exists before Spark forks a worker.
 
-For ``metadataServiceUri`` it is a cluster client (ZooKeeper, bookies over ZeroMQ) that
+For ``metadataServiceUri`` it is a cluster client (ZooKeeper, bookies over ZeroMQ, with
+the credentials the options name, read from files where it runs) that
 knows its host (``clientHost``, unless the options name one: :func:`executor_host`), so
 that the ledgers a task writes start on its host's bookie when one is registered there
 (:mod:`pybk.spark.bookies`); for ``path``, the WAL directory's own bookie and metadata
@@ -30,7 +31,7 @@ def connect(opts: PybkOptions) -> Iterator[BookKeeper]:
         settings = opts.client_settings()
         if not settings.clientHost:
             settings = dataclasses.replace(settings, clientHost=executor_host())
-        with connect_cluster(opts.uri, settings) as bk:
+        with connect_cluster(opts.uri, settings, zk_settings=opts.zookeeper_settings()) as bk:
             yield bk
     else:
         from pybk.log.wal import open_storage

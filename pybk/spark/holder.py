@@ -19,9 +19,10 @@ import signal
 import socket
 import subprocess
 import time
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from pybk import child
+from pybk.cluster.curve import split_registered
 from pybk.cluster.lifeline import Lifeline, death_signal_preexec
 from pybk.errors import (
     BookieUnavailable,
@@ -35,6 +36,9 @@ from pybk.fileio import lock_file, write_file_atomically
 from pybk.meta import paths
 from pybk.meta.address import open_metadata_store
 from pybk.meta.interface import ANY_VERSION, MetadataStore
+
+if TYPE_CHECKING:
+    from pybk.meta.zookeeper import ZooKeeperSettings
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +87,9 @@ class HolderConfig:
     bookie_args: tuple[str, ...]
     start_timeout_s: float
     stop_grace_s: float
+    #: The holders' ZooKeeper settings: a secured cluster's credentials (a file on the
+    #: executor's host).
+    zookeeper: "ZooKeeperSettings | None" = None
 
 
 def executor_host() -> str:
@@ -102,7 +109,7 @@ def hold(config: HolderConfig, index: int, rows: Iterator[object]) -> Iterator[s
     lease_path = paths.join(paths.SPARK_BOOKIES, config.lease)
     driver_path = paths.join(lease_path, "driver")
     with contextlib.ExitStack() as held:
-        store = held.enter_context(open_metadata_store(config.address))
+        store = held.enter_context(open_metadata_store(config.address, config.zookeeper))
         if not store.exists(driver_path):
             return iter(())  # the lease ended before this task ran: nothing to hold
         holder_fd, found = _hold_or_find(store, directory, config.start_timeout_s)
@@ -213,7 +220,8 @@ def _hold_or_find(store: MetadataStore, directory: str, timeout_s: float
         with contextlib.suppress(FileNotFoundError, ValueError, TypeError, BookieUnavailable):
             with open(info, "rb") as f:
                 bookie = HostedBookie.from_json(f.read())
-            if _alive(bookie.pid) and store.bookie_endpoint(bookie.bookie_id) == bookie.endpoint:
+            registered = split_registered(store.bookie_endpoint(bookie.bookie_id))[0]
+            if _alive(bookie.pid) and registered == bookie.endpoint:
                 return None, dataclasses.replace(bookie, started=False)
         if time.monotonic() > deadline:
             raise BookKeeperError(f"{directory} is held by another bookie holder, but no "

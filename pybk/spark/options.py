@@ -4,9 +4,19 @@ Every option the source knows is in :data:`OPTIONS`, with the uses it applies to
 ``read`` (``spark.read``), ``stream_read`` (``spark.readStream``), ``write``
 (``df.write``) and ``stream_write`` (``df.writeStream``).  Besides them, every setting of
 :class:`~pybk.settings.ClientSettings` passes through to the client of each task and of
-the driver, and for writes every setting of :class:`~pybk.settings.LogSettings`
-(``ensembleSize``, ``writeQuorumSize``, ``ackQuorumSize``, ``segmentMaxBytes``,
-``batchMaxBytes``, ...) shapes the ledgers the job writes.
+the driver, as do the ZooKeeper settings of :data:`ZOOKEEPER_SETTINGS`, and for writes
+every setting of :class:`~pybk.settings.LogSettings` (``ensembleSize``,
+``writeQuorumSize``, ``ackQuorumSize``, ``segmentMaxBytes``, ``batchMaxBytes``, ...)
+shapes the ledgers the job writes.
+
+Credentials (README "Security"): ``zmqCurveEnabled`` and ``zmqCurveSecretKeyFile``
+(ClientSettings: the CURVE key pair) and ``zkEnableSecurity`` and ``zkDigestAuthFile``
+(the ZooKeeper digest credentials).  The files are *paths on the machine where each
+client runs*: the driver reads them while planning, and every executor reads them in its
+tasks, so they must exist at that path on every executor host (with the same content);
+they are never read on the driver and shipped.  A missing or malformed file fails the
+query with InvalidConfiguration naming the setting (on the driver first, which reads
+them too).
 
 Spark hands a data source its options with lower-cased names; :func:`parse` maps them back
 to the names here, so ``.option("maxRecordsPerTrigger", 100)`` and
@@ -22,13 +32,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 from pybk.errors import InvalidConfiguration
 from pybk.log.position import Position
 from pybk.log.wal import LOG_NAME as WAL_LOG_NAME
 from pybk.meta.address import parse_zookeeper_address
-from pybk.settings import ClientSettings, LogSettings, unknown_setting
+from pybk.settings import ClientSettings, LogSettings, ServerSettings, unknown_setting
+
+if TYPE_CHECKING:
+    from pybk.meta.zookeeper import ZooKeeperSettings
 
 READ, STREAM_READ, WRITE, STREAM_WRITE = "read", "stream_read", "write", "stream_write"
 USES = (READ, STREAM_READ, WRITE, STREAM_WRITE)
@@ -141,9 +154,14 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            "(or by pybk clean-orphans)"),
 )}
 
+#: The ServerSettings names that configure the clients' ZooKeeper sessions (those
+#: :meth:`ZooKeeperSettings.of <pybk.meta.zookeeper.ZooKeeperSettings.of>` takes).
+ZOOKEEPER_SETTINGS = ("zkTimeout", "zkEnableSecurity", "zkDigestAuthFile", "zkWorldReadable")
+
 _CLIENT_SETTINGS = {f.name for f in fields(ClientSettings)}
 _LOG_SETTINGS = {f.name for f in fields(LogSettings)}
-_CANONICAL = {name.lower(): name for name in (*OPTIONS, *_CLIENT_SETTINGS, *_LOG_SETTINGS)}
+_CANONICAL = {name.lower(): name for name in (*OPTIONS, *_CLIENT_SETTINGS, *_LOG_SETTINGS,
+                                              *ZOOKEEPER_SETTINGS)}
 
 
 @dataclass(frozen=True)
@@ -160,6 +178,8 @@ class PybkOptions:
     client: dict[str, Any] = field(default_factory=dict)
     #: LogSettings values given, for writes.
     log_settings: dict[str, Any] = field(default_factory=dict)
+    #: ZooKeeper settings given (:data:`ZOOKEEPER_SETTINGS`).
+    zookeeper: dict[str, Any] = field(default_factory=dict)
 
     def get(self, name: str) -> Any:
         """The value of source option ``name`` (its default when not given)."""
@@ -171,6 +191,11 @@ class PybkOptions:
 
     def client_settings(self) -> ClientSettings:
         return ClientSettings.from_mapping(self.client)
+
+    def zookeeper_settings(self) -> "ZooKeeperSettings":
+        """How the clients reach the cluster's ZooKeeper (its credentials included)."""
+        from pybk.meta.zookeeper import ZooKeeperSettings
+        return ZooKeeperSettings.of(ServerSettings.from_mapping(self.zookeeper))
 
     def log_settings_object(self) -> LogSettings:
         """The LogSettings of the ledgers a write makes: a WAL directory's log keeps one
@@ -194,12 +219,13 @@ def parse(options: Mapping[str, Any], use: str) -> PybkOptions:
     values: dict[str, Any] = {}
     client: dict[str, Any] = {}
     log_settings: dict[str, Any] = {}
+    zookeeper: dict[str, Any] = {}
     for given, raw in options.items():
         name = _CANONICAL.get(given.lower())
         if name is None:
             known = [n for n, o in OPTIONS.items() if use in o.uses]
-            known += sorted(_CLIENT_SETTINGS) + (sorted(_LOG_SETTINGS) if use in _WRITES
-                                                 else [])
+            known += sorted(_CLIENT_SETTINGS) + list(ZOOKEEPER_SETTINGS) + (
+                sorted(_LOG_SETTINGS) if use in _WRITES else [])
             raise InvalidConfiguration(
                 unknown_setting(given, known, f"the pybk data source ({_describe_use(use)})")
                 .replace("unknown setting", "unknown option"))
@@ -212,6 +238,8 @@ def parse(options: Mapping[str, Any], use: str) -> PybkOptions:
             values[name] = option.convert(name, raw)
         elif name in _CLIENT_SETTINGS:
             client[name] = raw
+        elif name in ZOOKEEPER_SETTINGS:
+            zookeeper[name] = raw
         elif use in _WRITES:
             log_settings[name] = raw
         else:
@@ -232,8 +260,9 @@ def parse(options: Mapping[str, Any], use: str) -> PybkOptions:
     if name is None:
         raise InvalidConfiguration("option log (the log's name) is required with "
                                    "metadataServiceUri")
-    parsed = PybkOptions(use, uri, path, name, values, client, log_settings)
+    parsed = PybkOptions(use, uri, path, name, values, client, log_settings, zookeeper)
     parsed.client_settings()  # bad values fail here, on the driver, not in every task
+    parsed.zookeeper_settings()
     if use in _WRITES:
         parsed.log_settings_object()
     return parsed
