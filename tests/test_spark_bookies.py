@@ -19,6 +19,7 @@ import pytest
 import sparkutil
 import zkutil
 from clusterutil import TESTS, address, bookies  # noqa: F401 (fixtures)
+from securityutil import secured_cluster_of_bookies
 
 import pybk
 from pybk.errors import BookKeeperError, InvalidConfiguration
@@ -229,14 +230,7 @@ def test_bookies_stop_when_the_driver_is_killed(master, count, address, tmp_path
                                                 store):
     """The driver (a child process) is SIGKILLed while its bookies serve: the bookies
     exit and their registrations disappear (lifelines, then the driver's lease)."""
-    out_path = tmp_path / "driver.out"
-    with open(out_path, "wb") as out:
-        driver = subprocess.Popen(
-            [sys.executable, os.path.join(TESTS, "spark_bookies_driver.py"), address,
-             master, str(count), str(tmp_path / "spark-local")],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            env=dict(os.environ, **sparkutil.spark_env()), cwd=TESTS,
-            start_new_session=True)  # its JVMs join its session: all killed at the end
+    driver, out_path = start_driver(address, master, count, tmp_path)
     bookies: list[HostedBookie] = []
     try:
         bookies = read_bookies(driver, out_path)
@@ -248,6 +242,56 @@ def test_bookies_stop_when_the_driver_is_killed(master, count, address, tmp_path
         wait_gone(store, bookies)
     finally:
         with_everything_killed(driver, bookies)
+
+
+@pytest.mark.processes
+def test_executor_bookies_of_a_secured_cluster_serve_over_curve(zookeeper, tmp_path):
+    """Given a secured cluster's credentials as settings, the driver and the holders
+    reach its ZooKeeper (ACLs) and the bookie serves CURVE: a client with the allowed
+    key writes to it, and it is gone once the driver is killed."""
+    with secured_cluster_of_bookies(zookeeper, tmp_path, 0) as secured, \
+            ZooKeeperMetadataStore(secured.address, secured.zk_settings) as store:
+        keys, zk = secured.keys, secured.zk_settings
+        driver, out_path = start_driver(
+            secured.address, "local[2]", 1, tmp_path, "zmqCurveEnabled=true",
+            f"zmqCurveSecretKeyFile={keys.bookie_secret}",
+            f"zmqCurveAllowedClientKeysDirectory={keys.allowed}", "zkEnableSecurity=true",
+            f"zkDigestAuthFile={zk.zkDigestAuthFile}")
+        bookies: list[HostedBookie] = []
+        try:
+            bookies = read_bookies(driver, out_path)
+            [bookie] = bookies
+            assert store.bookie_endpoint(bookie.bookie_id) == \
+                f"{bookie.endpoint}#curve={keys.bookie_public.decode()}"
+            with pybk.connect(secured.address, keys.client(ClientSettings()),
+                              zk_settings=zk) as bk:
+                handle = bk.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1,
+                                          password=PASSWORD)
+                handle.add_entry(b"over CURVE")
+                handle.close()
+                assert handle.metadata.ensemble_at(0) == (bookie.bookie_id,)
+                reader = bk.open_ledger(handle.id, password=PASSWORD)
+                assert reader.read_entry(0).data == b"over CURVE"
+            driver.kill()
+            driver.wait(30)
+            wait_gone(store, bookies)
+        finally:
+            with_everything_killed(driver, bookies)
+
+
+def start_driver(address: str, master: str, count: int, tmp_path, *settings: str
+                 ) -> tuple[subprocess.Popen, object]:
+    """spark_bookies_driver.py in a session of its own (its JVMs join it: all killed at
+    the end), with its output in ``driver.out``."""
+    out_path = tmp_path / "driver.out"
+    with open(out_path, "wb") as out:
+        driver = subprocess.Popen(
+            [sys.executable, os.path.join(TESTS, "spark_bookies_driver.py"), address,
+             master, str(count), str(tmp_path / "spark-local"), *settings],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            env=dict(os.environ, **sparkutil.spark_env()), cwd=TESTS,
+            start_new_session=True)
+    return driver, out_path
 
 
 def read_bookies(driver: subprocess.Popen, out_path, timeout_s: float = 180.0

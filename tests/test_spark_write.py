@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import zkutil
 from clusterutil import TESTS, child_env
+from securityutil import secured_cluster_of_bookies
 from sparkutil import spark_session
 
 from pybk.log import LogReader
@@ -244,6 +245,33 @@ def test_a_driver_killed_before_its_commit_leaves_orphans_that_a_later_job_delet
     assert records(bk, log_name) == expected(10)
     assert not orphaned & ledgers_of(bk, log_name)
     assert pending_jobs(bk, log_name) == []
+
+
+@pytest.mark.processes
+def test_a_secured_cluster_is_written_and_read_with_the_credentials_options(
+        spark, zookeeper, tmp_path, log_name):
+    """CURVE and ZooKeeper ACLs on: a batch write and a batch read given the key file and
+    the ZooKeeper credentials file as options (read where each task runs: here, the same
+    machine) go through; without them, or with a missing key file, the job fails on the
+    driver with the reason."""
+    with secured_cluster_of_bookies(zookeeper, tmp_path, 3) as secured:
+        credentials = {"zmqCurveEnabled": "true",
+                       "zmqCurveSecretKeyFile": secured.keys.client_secret,
+                       "zkEnableSecurity": "true",
+                       "zkDigestAuthFile": secured.zk_settings.zkDigestAuthFile}
+        writer(numbered(spark, 2_000, 4), secured.address, log_name,
+               **credentials).mode("append").save()
+        rows = (spark.read.format("pybk").option("metadataServiceUri", secured.address)
+                .option("log", log_name).options(**credentials).load())
+        assert [row.value for row in rows.collect()] == expected(2_000)
+        with pytest.raises(Exception, match="NoAuth"):
+            writer(numbered(spark, 10, 1), secured.address, log_name,
+                   zmqCurveEnabled="true",
+                   zmqCurveSecretKeyFile=secured.keys.client_secret).mode("append").save()
+        missing = dict(credentials, zmqCurveSecretKeyFile=str(tmp_path / "missing"))
+        with pytest.raises(Exception, match="zmqCurveSecretKeyFile=.*missing.*no such file"):
+            spark.read.format("pybk").option("metadataServiceUri", secured.address) \
+                .option("log", log_name).options(**missing).load().collect()
 
 
 def test_overwrite_replaces_the_log_in_the_same_commit(spark, address, bk, log_name):
