@@ -121,7 +121,9 @@ class Cluster:
         bookie = self._stack.enter_context(Bookie(settings))
         self.bookies[bookie_id] = bookie
         if self.transport in ("zmq", CURVE):
-            server = self._stack.enter_context(BookieServer(bookie, LOOPBACK))
+            # A restarted bookie serves at its former address: its clients reconnect.
+            where = self._endpoints.get(bookie_id, LOOPBACK)
+            server = self._stack.enter_context(BookieServer(bookie, where))
             self.servers[bookie_id] = server
             self._endpoints[bookie_id] = server.address
         return bookie
@@ -163,27 +165,32 @@ class Cluster:
                 self.store.register_bookie(bookie_id, location=locations[bookie_id])
 
     def stop_bookie(self, bookie_id: str) -> None:
-        """Stop the bookie (in-process transport): every call of a client reaching it
-        fails with BookieClosed until :meth:`restart_bookie`.  A clean stop, which loses
-        nothing acknowledged (the journal is fsynced before an add is)."""
-        self._require_in_process("stop_bookie")
+        """Stop the bookie (not ``"processes"``): in process, every call of a client
+        reaching it fails with BookieClosed until :meth:`restart_bookie`; over ZeroMQ
+        its server closes too, and requests get no answer until it is restarted.  A
+        clean stop, which loses nothing acknowledged (the journal is fsynced before an
+        add is)."""
+        self._require_bookies_here("stop_bookie")
+        if bookie_id in self.servers:
+            self.servers[bookie_id].close()
         self.bookies[bookie_id].close()
 
     def restart_bookie(self, bookie_id: str) -> Bookie:
         """Stop the bookie if it runs, open a new one on the same directories (replaying
-        its journal), and make every in-process client of this cluster (the inspectors'
-        and those of :meth:`client`) call the new one from now on."""
-        self._require_in_process("restart_bookie")
-        self.bookies[bookie_id].close()  # no-op if stopped already
+        its journal), served at the same address over ZeroMQ, and make every in-process
+        client of this cluster (the inspectors' and those of :meth:`client`) call the
+        new one from now on."""
+        self._require_bookies_here("restart_bookie")
+        self.stop_bookie(bookie_id)  # no-op if stopped already
         bookie = self.start_bookie(bookie_id)
         for client in self._in_process.get(bookie_id, ()):
             client._bookie = bookie
         return bookie
 
-    def _require_in_process(self, what: str) -> None:
-        if self.transport != "inprocess":
-            raise ValueError(f"{what} needs the in-process transport, not "
-                             f"{self.transport!r}")
+    def _require_bookies_here(self, what: str) -> None:
+        if self.transport == PROCESSES:
+            raise ValueError(f"{what} needs bookies of this process, not {PROCESSES!r} "
+                             "(kill those)")
 
     # -- what the bookies hold, seen without the fault hooks ---------------------------
 

@@ -38,9 +38,16 @@ checked, each by one small function below:
    entry the writer confirmed, and otherwise fails with LedgerClosed or LedgerFenced
    (:func:`check_writer_close`).
 
-CI runs :data:`CI_SEEDS` seeds.  By hand, ``PYBK_INTERLEAVING_SEEDS=N`` runs N seeds
-starting at ``PYBK_INTERLEAVING_FIRST_SEED`` (default 0).  A failure names its seed, the
-command that replays it, the schedule and what happened at each step.
+CI runs :data:`CI_SEEDS` seeds with the bookies in process, and the first
+:data:`CURVE_SEEDS` of them again with each bookie behind a ZeroMQ server with CURVE on
+both sides (clientutil's ``"zmq-curve"`` transport: the same schedules, the replies and
+errors coming over encrypted connections, a crashed bookie's server closing with it and
+its restart serving at the same address); not all of them, since each takes about as
+long again (1-2 s) and the suite's run time is bounded.  By hand,
+``PYBK_INTERLEAVING_SEEDS=N`` runs N seeds starting at ``PYBK_INTERLEAVING_FIRST_SEED``
+(default 0), and ``PYBK_INTERLEAVING_CURVE_SEEDS=M`` the first M of them over CURVE.  A
+failure names its seed and transport, the command that replays it, the schedule and what
+happened at each step.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import pytest
-from clientutil import FAST, Cluster
+from clientutil import CURVE, FAST, Cluster
 
 from pybk.errors import BookKeeperError, LedgerClosed, LedgerFenced
 from pybk.meta.ledger_metadata import (
@@ -68,6 +75,7 @@ from pybk.meta.ledger_metadata import (
 from pybk.meta.ledgers import LedgerManager
 
 CI_SEEDS = 12
+CURVE_SEEDS = 4
 SEED_TIMEOUT_S = 60
 PASSWORD = b"interleavings"
 BOOKIES = 5
@@ -77,10 +85,15 @@ JOIN_S = 20.0      # the longest any thread of a run may take to finish once fau
 CALLBACKS_S = 5.0  # how long after the writer's close every add must have completed
 
 
-def _seeds() -> list[int]:
+def _cases() -> list:
+    """(transport, seed) of every run: each seed in process, the first ones over CURVE."""
     count = int(os.environ.get("PYBK_INTERLEAVING_SEEDS", CI_SEEDS))
     first = int(os.environ.get("PYBK_INTERLEAVING_FIRST_SEED", 0))
-    return list(range(first, first + count))
+    over_curve = int(os.environ.get("PYBK_INTERLEAVING_CURVE_SEEDS", CURVE_SEEDS))
+    seeds = list(range(first, first + count))
+    return [pytest.param(transport, seed, id=f"{transport}-{seed}")
+            for transport, chosen in (("inprocess", seeds), (CURVE, seeds[:over_curve]))
+            for seed in chosen]
 
 
 def payload(seed: int, entry_id: int) -> bytes:
@@ -599,7 +612,8 @@ class Run:
         e, qw, qa = self.quorums
         succeeded = successes(self.seen)
         return "\n".join([
-            f"seed {self.seed} (E={e} Qw={qw} Qa={qa}) broke the rules; replay with "
+            f"seed {self.seed} over {self.cluster.transport} (E={e} Qw={qw} Qa={qa}) broke "
+            "the rules; replay with "
             f"PYBK_INTERLEAVING_SEEDS=1 PYBK_INTERLEAVING_FIRST_SEED={self.seed} "
             "python -m pytest tests/test_interleavings.py",
             *[f"  {p}" for p in problems],
@@ -611,15 +625,15 @@ class Run:
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    made = Cluster(str(tmp_path / "cluster"), BOOKIES)
+def cluster(tmp_path, transport):
+    made = Cluster(str(tmp_path / "cluster"), BOOKIES, transport)
     yield made
     made.close()
 
 
 @pytest.mark.timeout(SEED_TIMEOUT_S)
-@pytest.mark.parametrize("seed", _seeds())
-def test_random_interleaving_keeps_the_ledger_rules(cluster, seed):
+@pytest.mark.parametrize("transport, seed", _cases())
+def test_random_interleaving_keeps_the_ledger_rules(cluster, transport, seed):
     run = Run(cluster, seed)
     try:
         run.run()

@@ -5,7 +5,11 @@ released in the order a test needs (``Faults.hold``, ``FaultyMetadataStore.hold_
 Covered: a close racing an ensemble change (both orders of their metadata writes); a slow
 metadata store during a change; late bookie errors after the writer's close and after a
 change; completion order; NotEnoughBookies during a change; recovery's close when someone
-changed the fragments; quarantine of replaced bookies."""
+changed the fragments; quarantine of replaced bookies.
+
+Every test runs twice: with the bookies in process, and with each bookie behind a ZeroMQ
+server with CURVE on both sides (clientutil's ``"zmq-curve"`` transport; the fault hooks
+hold and release the replies that come over the encrypted connections)."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import time
 from typing import Any, Callable
 
 import pytest
-from clientutil import FAST, Cluster, clusters
+from clientutil import CURVE, FAST, Cluster, clusters
 
 from pybk.errors import (
     BookKeeperError,
@@ -98,9 +102,9 @@ def started():
         background.thread.join(WAIT_S)
 
 
-@pytest.fixture
-def cluster_of(tmp_path, started):
-    with clusters(tmp_path) as make:
+@pytest.fixture(params=("inprocess", CURVE))
+def cluster_of(request, tmp_path, started):
+    with clusters(tmp_path, request.param) as make:
         yield make
 
 

@@ -8,8 +8,10 @@ readable copy, every acknowledged entry reads back, and every entry of the new f
 is on its whole write set.
 
 Two kinds of test: bookies in this process with fault hooks (deterministic: which entry
-is on which bookie is known), and ``pybk bookie`` processes with a writer process, both
-killed with SIGKILL.  Every ledger is E=3, Qw=2, Qa=2; with four bookies one is a spare.
+is on which bookie is known), each run twice, with the bookies called in process and
+over ZeroMQ with CURVE on both sides (clientutil's ``"zmq-curve"`` transport); and ``pybk
+bookie`` processes with a writer process, both killed with SIGKILL (bookie processes
+serving CURVE re-replicate in tests/test_security.py).  Every ledger is E=3, Qw=2, Qa=2; with four bookies one is a spare.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import zkutil
-from clientutil import FAST, Cluster, clusters
+from clientutil import CURVE, FAST, Cluster, clusters
 from clusterutil import PASSWORD, TESTS, address, bookies, child_env, payload  # noqa: F401
 
 import pybk
@@ -53,9 +55,9 @@ WAIT_S = 10.0
 
 # -- in-process bookies ------------------------------------------------------------------
 
-@pytest.fixture
-def cluster_of(tmp_path):
-    with clusters(tmp_path) as make:
+@pytest.fixture(params=("inprocess", CURVE))
+def cluster_of(request, tmp_path):
+    with clusters(tmp_path, request.param) as make:
         yield make
 
 
