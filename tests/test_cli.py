@@ -70,6 +70,11 @@ def test_log_level_goes_before_or_after_the_command_in_any_case():
      "argument --entries: 0 is not over 0"),
     (["clean-orphans", "events", "--zk", "zk://127.0.0.1/ledgers", "--older-than", "0"],
      "argument --older-than: 0 is not over 0"),
+    (["simpletest"], "no cluster given: pass --zk"),
+    (["clean-orphans", "events", "--set", "zkTimeout=5000"], "no cluster given: pass --zk"),
+    (["simpletest", "--zk", "zk://127.0.0.1/ledgers", "--set", "zmqCurveEnabled=true"],
+     "zmqCurveSecretKeyFile"),
+    (["localcluster", "1", "--set", "noSuchSetting=1"], "noSuchSetting"),
 ])
 def test_bad_arguments_get_usage_and_status_2_not_a_traceback(args, message):
     result = run(*args)

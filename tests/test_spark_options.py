@@ -27,6 +27,29 @@ def test_lower_cased_names_map_back_and_defaults_apply():
     assert opts.client_settings().readTimeout == 2.5
 
 
+def test_the_credentials_options_reach_the_client_and_zookeeper_settings(tmp_path):
+    """The key file and the ZooKeeper credentials file are options (paths read where the
+    clients run); bad values fail on the driver, naming the setting."""
+    auth = tmp_path / "zk-auth"
+    opts = parse({"metadataServiceUri": URI, "log": "x", "zmqcurveenabled": "true",
+                  "zmqCurveSecretKeyFile": "/etc/pybk/client.key_secret",
+                  "zkenablesecurity": "true", "zkDigestAuthFile": str(auth),
+                  "zkWorldReadable": "false", "zkTimeout": "5000"}, READ)
+    client = opts.client_settings()
+    assert (client.zmqCurveEnabled, client.zmqCurveSecretKeyFile) == \
+        (True, "/etc/pybk/client.key_secret")
+    zookeeper = opts.zookeeper_settings()
+    assert (zookeeper.zkEnableSecurity, zookeeper.zkDigestAuthFile, zookeeper.zkWorldReadable,
+            zookeeper.zkTimeout) == (True, str(auth), False, 5000)
+    assert parse({"path": "/data/wal"}, WRITE).zookeeper_settings().zkEnableSecurity is False
+    with pytest.raises(InvalidConfiguration, match="zkDigestAuthFile"):
+        parse({"metadataServiceUri": URI, "log": "x", "zkEnableSecurity": "true"}, READ)
+    with pytest.raises(InvalidConfiguration, match="zmqCurveSecretKeyFile"):
+        parse({"metadataServiceUri": URI, "log": "x", "zmqCurveEnabled": "true"}, WRITE)
+    with pytest.raises(InvalidConfiguration, match="zkEnableSecurity"):
+        parse({"metadataServiceUri": URI, "log": "x", "zkEnableSecurity": "maybe"}, READ)
+
+
 def test_the_password_option_is_taken_as_given():
     assert parse({"path": "/data/wal", "password": "s3cret"}, READ).password == b"s3cret"
     assert parse({"path": "/data/wal", "password": ""}, WRITE).password == b""
