@@ -280,14 +280,15 @@ def settings_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Se
 
 def _settings_args(args: argparse.Namespace) -> list[str]:
     """The ``--conf`` and ``--set`` options given, to pass on to child processes."""
-    return ([*(["--conf", args.conf] if args.conf else [])]
+    return ((["--conf", args.conf] if args.conf else [])
             + [arg for assignment in args.set for arg in ("--set", assignment)])
 
 
 def bookie_settings(args: argparse.Namespace) -> ServerSettings:
-    """The settings ``pybk bookie`` and ``pybk updatecookie`` run with: the ``--conf``
-    file, then ``PYBK_<name>`` variables, then ``--set`` options, then the dedicated
-    options, later ones winning."""
+    """The settings a command run with ``--conf`` and ``--set`` (:func:`_add_settings`:
+    every cluster command and the offline tools) runs with: the ``--conf`` file, then
+    ``PYBK_<name>`` variables, then ``--set`` options, then the dedicated options
+    (``--zk``, ``--journal-dir``...), later ones winning."""
     known = {f.name for f in fields(ServerSettings)}
     overrides: dict[str, Any] = {}
     for assignment in args.set:

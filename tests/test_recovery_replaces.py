@@ -11,7 +11,8 @@ Two kinds of test: bookies in this process with fault hooks (deterministic: whic
 is on which bookie is known), each run twice, with the bookies called in process and
 over ZeroMQ with CURVE on both sides (clientutil's ``"zmq-curve"`` transport); and ``pybk
 bookie`` processes with a writer process, both killed with SIGKILL (bookie processes
-serving CURVE re-replicate in tests/test_security.py).  Every ledger is E=3, Qw=2, Qa=2; with four bookies one is a spare.
+serving CURVE re-replicate in tests/test_security.py).  Every ledger is E=3, Qw=2,
+Qa=2; with four bookies one is a spare.
 """
 
 from __future__ import annotations

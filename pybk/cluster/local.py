@@ -9,11 +9,12 @@ directory (a fresh temporary one unless given)::
     bookie<N>/journal/    bookie N's journal
     bookie<N>/ledgers/    bookie N's entry logs and index
     bookie<N>/bookie.log  bookie N's output
+    client.conf           a client's settings: the address (and credentials, if secured)
 
 Secured (``curve``, ``zk_auth``, or the security settings among ``settings``): every
 bookie serves CURVE and/or the cluster is formatted with ZooKeeper digest ACLs; the
-keys, the credentials and ``client.conf`` (the settings of a client) are made in the
-directory unless the settings name them (:mod:`pybk.cluster.local_security`).
+keys and the ZooKeeper credentials are made in the directory unless the settings name
+them, and ``client.conf`` names those of a client (:mod:`pybk.cluster.local_security`).
 
 :meth:`LocalCluster.start` returns once every bookie is registered (or raises with the
 log of the one that failed); :meth:`LocalCluster.stop` ends each bookie with SIGTERM (a
