@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import time
+import urllib.request
 
 import pytest
 import zkutil
@@ -386,3 +388,15 @@ def test_a_wal_promoted_to_a_secured_cluster_replicates_over_curve(zookeeper, tm
                 for bookie_id in metadata.fragments[0].ensemble:
                     bk.bookie_client(bookie_id).read(ledger_id, 0).result(timeout=10)
             assert list(wal.read()) == written
+
+
+@pytest.mark.processes
+def test_the_http_sanity_test_of_a_secured_bookie_uses_its_credentials(zookeeper, tmp_path):
+    """``/api/v1/bookie/sanity`` writes a ledger as the bookie: with its ZooKeeper
+    credentials (the cluster's ACLs refuse a ledger id to anyone else) and key pair."""
+    with secured_cluster_of_bookies(zookeeper, tmp_path, 1, "--set", "httpServerEnabled=true",
+                                    "--set", "httpServerPort=0") as secured:
+        [bookie] = secured.bookies.started
+        url = re.search(r"HTTP admin API at (\S+)", bookie.output).group(1)
+        with urllib.request.urlopen(f"{url}/api/v1/bookie/sanity", timeout=30) as answer:
+            assert json.loads(answer.read()) == {"passed": True, "readOnly": False}
