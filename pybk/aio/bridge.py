@@ -1,0 +1,401 @@
+"""How pybk's threads and an asyncio event loop meet, without either waiting for the other.
+
+One :class:`Bridge` belongs to each top-level async object (an :class:`~pybk.aio.AsyncWAL`,
+an :class:`~pybk.aio.AsyncBookKeeper`) and to the loop it was made on.  It has four parts:
+
+* **Room** (:class:`asyncio.Semaphore` of ``max_pending``): one unit per append or add
+  that was queued and has not completed underneath.  A caller without room awaits it
+  (no spinning, the loop runs on).  A unit comes back when the append *completes
+  underneath*, not when its awaiting task is cancelled, so cancelled appends still count
+  while they are in flight: the bound holds.
+* **The submitter** (thread ``pybk-aio-submit``): calls that may block in the thread-based
+  client (a full journal queue, the client's ``throttle``) run there, in the order the
+  loop queued them.  The loop gathers what it queues in one turn and hands it over as one
+  piece of work (one wake-up of the thread per turn, not per append).
+* **The inbox**: completions arrive on pybk's threads (the callback thread, a bookie's
+  journal thread, a ZeroMQ loop) and are appended to it; the first one after the loop
+  last emptied it wakes the loop (``loop.call_soon_threadsafe``), so many completions
+  cost one wake-up.  The loop then sets the asyncio futures, skipping those whose task
+  was cancelled.  Posting never blocks a pybk thread.
+* **Blocking calls** (open, close, metadata, a ledger read) run on a bounded executor of
+  ``pybk-aio`` threads; record streams run on a :class:`Feed` thread each.
+
+Nothing here reimplements the protocol: the async objects call the thread-based ones.
+Every thread is named ``pybk-aio...`` and joined by :meth:`Bridge.close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import queue
+import threading
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, AsyncIterator, Callable, Generic, Iterator, TypeVar
+
+from pybk.log.futures import wait_for_callbacks
+
+T = TypeVar("T")
+
+#: Appends (or adds) queued or in flight at once, by default; more wait for room.
+MAX_PENDING_DEFAULT = 10_000
+#: Threads for blocking calls (open, close, metadata, single reads) of one bridge.
+BLOCKING_THREADS_MAX = 4
+#: Records a stream's thread reads ahead of its consumer, at most.
+FEED_BUFFER_RECORDS = 1024
+#: Seconds a closing bridge waits for its threads (a feed blocked in a read included).
+CLOSE_TIMEOUT_S = 30.0
+
+_END = object()  # a feed's last item
+
+
+class Bridge:
+    """The loop-side and thread-side plumbing of one async object (see the module)."""
+
+    def __init__(self, max_pending: int = MAX_PENDING_DEFAULT) -> None:
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be 1 or more, not {max_pending}")
+        self.loop = asyncio.get_running_loop()
+        self.max_pending = max_pending
+        self._room = asyncio.Semaphore(max_pending)
+        self._inbox: collections.deque[tuple[asyncio.Future, Any, BaseException | None]] = \
+            collections.deque()
+        self._inbox_lock = threading.Lock()
+        self._inbox_scheduled = False
+        self._outbox: list[Callable[[], None]] = []  # queued this turn, for the submitter
+        self._work: queue.SimpleQueue[list[Callable[[], None]] | None] = queue.SimpleQueue()
+        self._submitter = threading.Thread(target=self._submit_loop, name="pybk-aio-submit",
+                                           daemon=True)
+        self._executor = ThreadPoolExecutor(max_workers=BLOCKING_THREADS_MAX,
+                                            thread_name_prefix="pybk-aio")
+        self._feeds: weakref.WeakSet[Feed] = weakref.WeakSet()
+        self._closed = False
+        self._submitter.start()
+
+    # -- blocking calls -----------------------------------------------------------------
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on one of the bridge's threads; the loop runs meanwhile.  A
+        cancelled caller stops waiting; the call itself runs to its end."""
+        return await self.loop.run_in_executor(self._executor, fn, *args)
+
+    async def open(self, fn: Callable[[], T], close: Callable[[T], object]) -> T:
+        """``fn()`` on one of the bridge's threads, returning what it opened.  If the
+        caller is cancelled meanwhile, what ``fn`` opens is closed (``close(it)``, on a
+        thread) instead of being left open with no owner."""
+        handoff = _Handoff(fn, close)
+        try:
+            return await self.call(handoff.run)
+        except asyncio.CancelledError:
+            opened = handoff.abandon()
+            if opened is not None:
+                self._executor.submit(close, opened)
+            raise
+
+    # -- appends: room, submitter, inbox -----------------------------------------------------
+
+    async def take_room(self) -> None:
+        """Wait for room for one more append (cancelling this wait takes none)."""
+        await self._room.acquire()
+
+    def give_room(self) -> None:
+        """Give back room taken for an append that was not queued after all."""
+        self._room.release()
+
+    def queue(self, work: Callable[[asyncio.Future], None]) -> asyncio.Future:
+        """Queue ``work(future)`` for the submitter (room taken already); it must start
+        the append and have its completion :meth:`post` ed to ``future``, and raise
+        nothing.  Returns ``future``."""
+        future = self.loop.create_future()
+        if not self._outbox:
+            self.loop.call_soon(self._hand_over)
+        self._outbox.append(lambda: work(future))
+        return future
+
+    async def barrier(self) -> None:
+        """Return once the submitter has started every append queued before the call
+        (a sync or a close then covers them)."""
+        done = self.loop.create_future()
+        if not self._outbox:
+            self.loop.call_soon(self._hand_over)
+
+        def reached() -> None:
+            self.loop.call_soon_threadsafe(_settle, done, None)
+
+        self._outbox.append(reached)
+        await done
+
+    def _hand_over(self) -> None:
+        outbox, self._outbox = self._outbox, []
+        self._work.put(outbox)
+
+    def _submit_loop(self) -> None:
+        while (batch := self._work.get()) is not None:
+            for work in batch:
+                work()
+
+    def post(self, future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+        """From any thread: complete ``future`` on the loop and give back its room."""
+        with self._inbox_lock:
+            self._inbox.append((future, result, error))
+            if self._inbox_scheduled:
+                return
+            self._inbox_scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self.deliver)
+        except RuntimeError:  # the loop is closed: nobody awaits these any more
+            pass
+
+    def post_future(self, future: asyncio.Future) -> Callable[[Future], None]:
+        """A done-callback for a ``concurrent.futures.Future`` that posts its outcome."""
+        def done(underneath: Future) -> None:
+            error = underneath.exception()
+            self.post(future, None if error is not None else underneath.result(), error)
+        return done
+
+    def deliver(self) -> None:
+        """On the loop: complete what the inbox holds (cancelled futures are skipped)."""
+        with self._inbox_lock:
+            items = list(self._inbox)
+            self._inbox.clear()
+            self._inbox_scheduled = False
+        for future, result, error in items:
+            self._room.release()
+            if future.done():  # its task was cancelled; the append happened anyway
+                continue
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+    # -- streams ------------------------------------------------------------------------
+
+    def feed(self, source: Callable[[threading.Event], Iterator[T]],
+             buffer: int = FEED_BUFFER_RECORDS) -> "Feed[T]":
+        """An async iterator over ``source(stop)``, run on a thread of its own."""
+        feed: Feed[T] = Feed(self, source, buffer)
+        self._feeds.add(feed)
+        return feed
+
+    # -- closing ------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def close(self, underneath: Callable[[], None] | None = None) -> None:
+        """Stop the streams, let the submitter finish what was queued, run
+        ``underneath()`` (the thread-based object's close), then stop the threads; the
+        loop runs meanwhile.  Completions posted by then are delivered before it returns.
+        Closing again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        for feed in list(self._feeds):
+            await feed.aclose()
+        if self._outbox:
+            self._hand_over()
+        done = self.loop.create_future()
+
+        def close_all() -> None:
+            error: BaseException | None = None
+            try:
+                self._work.put(None)
+                self._submitter.join()
+                if underneath is not None:
+                    underneath()
+            except BaseException as e:  # handed to the awaiting closer
+                error = e
+            finally:
+                self._executor.shutdown(wait=True)
+                # Completions of futures reach the inbox through pybk's callback thread.
+                wait_for_callbacks(CLOSE_TIMEOUT_S)
+                # After every post() of the completions: the loop delivers them first.
+                self.loop.call_soon_threadsafe(_settle, done, error)
+
+        closer = threading.Thread(target=close_all, name="pybk-aio-close", daemon=True)
+        closer.start()
+        try:
+            await asyncio.shield(done)
+        finally:
+            # A cancelled closer stops waiting; the close goes on, and its thread is
+            # joined once it is done (at once when awaited to the end).
+            if done.done():
+                closer.join()
+            else:
+                done.add_done_callback(lambda _: closer.join())
+        self.deliver()
+        self.deliver()
+
+
+class Submissions(Generic[T]):
+    """Records (or entries) queued through a bridge: room first, then the submitter runs
+    ``start(data, future)``, which starts the append underneath and has its outcome
+    posted to ``future``.  After :meth:`refuse`, ``closed()`` is raised to callers."""
+
+    def __init__(self, bridge: Bridge, start: Callable[[bytes, asyncio.Future], None],
+                 closed: Callable[[], Exception]) -> None:
+        self._bridge = bridge
+        self._start = start
+        self._closed_error = closed
+        self._refused = False
+
+    async def submit(self, data: bytes) -> "asyncio.Future[T]":
+        """Queue ``data`` once there is room; the future gives the outcome."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data must be bytes, not {type(data).__name__}")
+        self.check_open()
+        await self._bridge.take_room()
+        if self._refused:  # closed while waiting for room
+            self._bridge.give_room()
+            self.check_open()
+        data = bytes(data)  # the caller may reuse its buffer once this returns
+        start = self._start
+        return self._bridge.queue(lambda future: _guarded(start, data, future,
+                                                          self._bridge))
+
+    async def wait(self, data: bytes) -> T:
+        """:meth:`submit`, then the outcome."""
+        return await (await self.submit(data))
+
+    def refuse(self) -> None:
+        """Queue nothing more (what was queued still goes out)."""
+        self._refused = True
+
+    def check_open(self) -> None:
+        if self._refused or self._bridge.closed:
+            raise self._closed_error()
+
+
+def _guarded(start: Callable[[bytes, asyncio.Future], None], data: bytes,
+             future: asyncio.Future, bridge: Bridge) -> None:
+    """``start`` on the submitter; what it raises fails the future instead."""
+    try:
+        start(data, future)
+    except Exception as e:
+        bridge.post(future, None, e)
+
+
+class Feed(Generic[T]):
+    """Items of ``source(stop)`` read on a thread ``pybk-aio-read``, at most ``buffer``
+    ahead of the consumer.  ``source`` should return soon after ``stop`` is set.
+
+    Use ``async for``; stop early with :meth:`aclose` (or ``async with``).  A feed
+    dropped without aclose stops its thread when it is garbage collected; the bridge's
+    close stops every feed it made."""
+
+    def __init__(self, bridge: Bridge, source: Callable[[threading.Event], Iterator[T]],
+                 buffer: int) -> None:
+        self._bridge = bridge
+        self._items: asyncio.Queue[Any] = asyncio.Queue()
+        self._stop = threading.Event()
+        self._space = threading.Semaphore(buffer)
+        self._finished = False
+        self._thread = threading.Thread(
+            target=_read_into, args=(bridge.loop, self._items, source, self._stop,
+                                     self._space),
+            name="pybk-aio-read", daemon=True)
+        weakref.finalize(self, _stop_feed, self._stop, self._space)
+        self._thread.start()
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        if self._finished:
+            raise StopAsyncIteration
+        item = await self._items.get()
+        if item is _END:
+            self._finish()
+            raise StopAsyncIteration
+        if isinstance(item, _Failed):
+            self._finish()
+            raise item.error
+        self._space.release()
+        return item
+
+    async def aclose(self) -> None:
+        """Stop the thread and wait (without blocking the loop) until it has ended."""
+        if self._finished:
+            return
+        _stop_feed(self._stop, self._space)
+        while not isinstance(item := await self._items.get(), _Failed) and item is not _END:
+            self._space.release()
+        self._finish()
+
+    def _finish(self) -> None:
+        self._finished = True
+        self._thread.join()  # it posted its last item: it is ending now
+
+    async def __aenter__(self) -> "Feed[T]":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _settle(future: asyncio.Future, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(None)
+
+
+class _Handoff(Generic[T]):
+    """What a blocking open made, handed to its caller, or closed if the caller left."""
+
+    def __init__(self, fn: Callable[[], T], close: Callable[[T], object]) -> None:
+        self._fn, self._close = fn, close
+        self._lock = threading.Lock()
+        self._opened: T | None = None
+        self._abandoned = False
+
+    def run(self) -> T:
+        opened = self._fn()
+        with self._lock:
+            if not self._abandoned:
+                self._opened = opened
+                return opened
+        self._close(opened)
+        return opened
+
+    def abandon(self) -> T | None:
+        """The caller is gone: what was opened already, for the caller to close."""
+        with self._lock:
+            self._abandoned = True
+            opened, self._opened = self._opened, None
+            return opened
+
+
+class _Failed:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _stop_feed(stop: threading.Event, space: threading.Semaphore) -> None:
+    stop.set()
+    space.release()  # wakes the thread if it waits for the consumer
+
+
+def _read_into(loop: asyncio.AbstractEventLoop, items: asyncio.Queue,
+               source: Callable[[threading.Event], Iterator[Any]], stop: threading.Event,
+               space: threading.Semaphore) -> None:
+    """A feed's thread: put items on the loop's queue while the consumer makes space."""
+    last: Any = _END
+    try:
+        for item in source(stop):
+            space.acquire()
+            if stop.is_set():
+                break
+            loop.call_soon_threadsafe(items.put_nowait, item)
+    except Exception as e:  # raised to the consumer (a bug underneath too, not a hang)
+        last = _Failed(e)
+    try:
+        loop.call_soon_threadsafe(items.put_nowait, last)
+    except RuntimeError:  # the loop is closed: nobody reads any more
+        pass

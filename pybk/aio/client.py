@@ -1,0 +1,184 @@
+"""The asyncio face of the ledger API: ``bk = await pybk.aio.connect(address)``.
+
+:class:`AsyncBookKeeper` calls a :class:`pybk.BookKeeper`; its metadata calls (create,
+open with recovery, delete, list, close) run on the bridge's threads, never on the loop.
+:class:`AsyncLedger` adds entries through ``LedgerHandle.add_entry_then``: the add is
+sent from the bridge's submitter thread (where the client's ``throttle`` may make it
+wait) and its acknowledgement, in entry-id order, completes an asyncio future on the
+loop.  The bridge's room is the client's ``throttle`` (when it has one), so adds from
+the loop wait for room instead of meeting TooManyRequests.  Cancellation works as for
+log appends (:mod:`pybk.aio.log`): an add once queued is sent and may be acknowledged;
+the ledger's LAC, or reading it, tells.
+
+Ledgers and log writers made through a client share its threads: close them before the
+client (closing the client does not close them, as with ``BookKeeper.close``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+
+from pybk.aio.bridge import MAX_PENDING_DEFAULT, Bridge, Feed, Submissions
+from pybk.aio.log import AsyncLogReader, AsyncLogWriter
+from pybk.client import BookKeeper
+from pybk.client.ledger import LedgerEntry, LedgerHandle
+from pybk.errors import LedgerClosed
+from pybk.log.position import Position
+from pybk.log.reader import LogReader
+from pybk.log.writer import LogWriter
+from pybk.meta.ledger_metadata import LedgerMetadata
+from pybk.settings import ClientSettings, LogSettings
+
+
+async def connect(address: str, settings: ClientSettings | None = None, *,
+                  max_pending: int | None = None, **options: Any) -> "AsyncBookKeeper":
+    """A client of the cluster at ``address`` (as :func:`pybk.connect`, with its
+    ``options``), connected on a thread.  ``max_pending`` bounds the adds queued or in
+    flight (default: the settings' ``throttle``, or
+    :data:`~pybk.aio.bridge.MAX_PENDING_DEFAULT` without one)."""
+    from pybk import connect as connect_cluster  # ZeroMQ and kazoo, only when wanted
+    bridge = Bridge(_room_for(settings or ClientSettings(), max_pending))
+    try:
+        bk = await bridge.open(functools.partial(connect_cluster, address, settings,
+                                                 **options), BookKeeper.close)
+    except BaseException:
+        await asyncio.shield(bridge.close())
+        raise
+    return AsyncBookKeeper(bk, bridge=bridge)
+
+
+def _room_for(settings: ClientSettings, max_pending: int | None) -> int:
+    if max_pending is not None:
+        return max_pending
+    return settings.throttle or MAX_PENDING_DEFAULT
+
+
+class AsyncBookKeeper:
+    """A ledger client for asyncio code, over ``bk`` (which it owns: closing this closes
+    ``bk``).  Make it inside the loop that will use it."""
+
+    def __init__(self, bk: BookKeeper, max_pending: int | None = None,
+                 bridge: Bridge | None = None) -> None:
+        #: The thread-based client underneath.
+        self.bk = bk
+        self._bridge = bridge or Bridge(_room_for(bk.settings, max_pending))
+
+    async def create_ledger(self, ensemble: int = 3, write_quorum: int = 2,
+                            ack_quorum: int = 2, **options: Any) -> "AsyncLedger":
+        """A new ledger, open for writing (``BookKeeper.create_ledger``'s options)."""
+        handle = await self._bridge.open(functools.partial(
+            self.bk.create_ledger, ensemble, write_quorum, ack_quorum, **options),
+            LedgerHandle.close)
+        return AsyncLedger(self._bridge, handle)
+
+    async def open_ledger(self, ledger_id: int, password: bytes = b"",
+                          recovery: bool = True) -> "AsyncLedger":
+        """Open a ledger for reading (``BookKeeper.open_ledger``: with ``recovery`` it
+        fences and closes the ledger first)."""
+        handle = await self._bridge.open(functools.partial(
+            self.bk.open_ledger, ledger_id, password, recovery), LedgerHandle.close)
+        return AsyncLedger(self._bridge, handle)
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        await self._bridge.call(self.bk.delete_ledger, ledger_id)
+
+    async def list_ledgers(self) -> list[int]:
+        return await self._bridge.call(self.bk.list_ledgers)
+
+    async def open_log_writer(self, name: str, settings: LogSettings | None = None,
+                              password: bytes = b"") -> AsyncLogWriter:
+        """Become the writer of log ``name`` (``LogWriter.open``: created if new, any
+        other writer fenced)."""
+        writer = await self._bridge.open(functools.partial(
+            LogWriter.open, self.bk, name, settings, password), LogWriter.close)
+        return AsyncLogWriter(self._bridge, writer)
+
+    def log_reader(self, name: str, start: Position | str | None = None,
+                   password: bytes = b"") -> AsyncLogReader:
+        """A reader of log ``name`` from ``start`` (the beginning when None)."""
+        return AsyncLogReader(self._bridge, LogReader(self.bk, name, start, password))
+
+    async def close(self) -> None:
+        """Stop the streams, send what was queued, and close the client.  Closing again
+        does nothing."""
+        await self._bridge.close(self.bk.close)
+
+    async def __aenter__(self) -> "AsyncBookKeeper":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncLedger:
+    """A ledger for asyncio code, as its writer or a reader (see the module)."""
+
+    def __init__(self, bridge: Bridge, handle: LedgerHandle) -> None:
+        self._bridge = bridge
+        #: The thread-based handle underneath.
+        self.handle = handle
+        self.id = handle.id
+
+        def start(data: bytes, future: asyncio.Future) -> None:
+            handle.add_entry_then(
+                data, lambda entry_id, error: bridge.post(future, entry_id, error))
+
+        self._closing = False
+        self._adds: Submissions[int] = Submissions(
+            bridge, start, lambda: LedgerClosed(f"ledger {self.id} is closed"))
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self.handle.metadata
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """The highest entry id known to be acknowledged (-1: none)."""
+        return self.handle.last_add_confirmed
+
+    @property
+    def length(self) -> int:
+        return self.handle.length
+
+    @property
+    def is_closed(self) -> bool:
+        return self.handle.is_closed
+
+    async def submit(self, data: bytes) -> "asyncio.Future[int]":
+        """Queue an entry once there is room; the future gives its id once Qa bookies
+        acknowledged it (futures complete in entry-id order)."""
+        return await self._adds.submit(data)
+
+    async def add(self, data: bytes) -> int:
+        """Add an entry; return its id once acknowledged."""
+        return await self._adds.wait(data)
+
+    async def read_entry(self, entry_id: int) -> LedgerEntry:
+        return await self._bridge.call(self.handle.read_entry, entry_id)
+
+    def read_entries(self, first: int, last: int) -> Feed[LedgerEntry]:
+        """``async for entry in lh.read_entries(first, last)``: read ahead on a thread
+        of its own (``LedgerHandle.read_entries``)."""
+        return self._bridge.feed(lambda stop: self.handle.read_entries(first, last))
+
+    async def read_last_add_confirmed(self) -> int:
+        """Ask the bookies for the LAC (``LedgerHandle.read_last_add_confirmed``)."""
+        return await self._bridge.call(self.handle.read_last_add_confirmed)
+
+    async def close(self) -> None:
+        """As the writer: send what was queued, wait for it and close the ledger
+        (``LedgerHandle.close``).  As a reader: release it."""
+        if self._closing:
+            return
+        self._closing = True
+        self._adds.refuse()
+        await self._bridge.barrier()
+        await self._bridge.call(self.handle.close)
+
+    async def __aenter__(self) -> "AsyncLedger":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,153 @@
+"""The asyncio face of a log: :class:`AsyncLogWriter` and :class:`AsyncLogReader`.
+
+They call a :class:`~pybk.log.LogWriter` and a :class:`~pybk.log.LogReader` (an embedded
+WAL's own, for :class:`~pybk.aio.AsyncWAL`) through a :class:`~pybk.aio.bridge.Bridge`.
+
+Appends.  ``await writer.append(data)`` returns the record's :class:`Position` once it is
+durable, as ``LogWriter.append`` does.  ``await writer.submit(data)`` returns as soon as
+the record is queued, with an asyncio future of its position: the way to keep many
+records in flight from one task.  Records get positions in the order they were queued
+(``submit`` or ``append`` calls, as the loop ran them).  With ``max_pending`` records
+queued or in flight, both wait for room (back-pressure) without holding the loop.
+
+Cancellation.  Cancelling a task that awaits ``append`` (or a ``submit``'s future) stops
+the wait, not the append: a record once queued is written and may well be durable even
+though its caller saw CancelledError (as with a timeout of BookKeeper's client, the
+outcome is unknown to the caller; :meth:`AsyncLogWriter.sync` then settles it: after it,
+the record is durable or the writer has failed).  A task cancelled while it still waits
+for room queued nothing.  Either way the writer goes on undisturbed.
+
+Reading.  ``async for position, data in reader.read()`` (to the end of the log as it is
+now) and ``reader.tail()`` (records as they are appended) run the thread-based reader on
+a thread of their own, at most :data:`~pybk.aio.bridge.FEED_BUFFER_RECORDS` records
+ahead of the consumer; leaving the loop early with ``break`` stops that thread once the
+stream is garbage collected, or at once with ``await stream.aclose()`` (or ``async
+with``).  A reader reads one stream at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import Future
+from typing import Callable, Iterator
+
+from pybk.aio.bridge import Bridge, Feed, Submissions
+from pybk.errors import LogClosed
+from pybk.log.position import Position
+from pybk.log.reader import LogReader, Record
+from pybk.log.writer import LogWriter
+
+#: Seconds a tailing stream's thread waits for a record before it looks whether it
+#: should stop (the longest a stopped tail keeps its thread).
+TAIL_POLL_S = 0.1
+
+
+class Appends(Submissions[Position]):
+    """Appends of records through ``append_async`` (a WAL's or a log writer's), with
+    room, ordering and cancellation as the module says, and the log's sync and
+    truncation."""
+
+    def __init__(self, bridge: Bridge, append_async: Callable[[bytes], Future],
+                 sync: Callable[[], None], truncate: Callable[[Position | str], object],
+                 name: str) -> None:
+        def start(data: bytes, future: asyncio.Future) -> None:
+            append_async(data).add_done_callback(bridge.post_future(future))
+
+        super().__init__(bridge, start, lambda: LogClosed(f"{name} is closed"))
+        self._bridge = bridge
+        self._sync = sync
+        self._truncate = truncate
+
+    async def append(self, data: bytes) -> Position:
+        """Append a record; return its position once it is durable (see the module
+        about cancellation)."""
+        return await self.wait(data)
+
+    async def sync(self) -> None:
+        """Return once every record queued before the call is durable (raises the
+        failure that stopped the writer, if one did)."""
+        self.check_open()
+        await self._bridge.barrier()
+        await self._bridge.call(self._sync)
+
+    async def truncate(self, before: Position | str) -> None:
+        """Drop the records before ``before`` (see ``LogWriter.truncate``)."""
+        self.check_open()
+        await self._bridge.call(self._truncate, before)
+
+    async def close(self, close: Callable[[], None]) -> None:
+        """Refuse new appends; run ``close`` (which finishes those queued) on a thread.
+        Closing again does nothing."""
+        if self._refused:
+            return
+        self.refuse()
+        await self._bridge.barrier()
+        await self._bridge.call(close)
+
+
+class AsyncLogWriter:
+    """The asyncio face of a :class:`~pybk.log.LogWriter` (see the module).  Made by
+    :meth:`pybk.aio.AsyncBookKeeper.open_log_writer`; close it, or use ``async with``."""
+
+    def __init__(self, bridge: Bridge, writer: LogWriter) -> None:
+        self.writer = writer
+        self.name = writer.name
+        self._appends = Appends(bridge, writer.append_async, writer.sync, writer.truncate,
+                                f"the writer of log {writer.name}")
+        self.submit = self._appends.submit
+        self.append = self._appends.append
+        self.sync = self._appends.sync
+        self.truncate = self._appends.truncate
+
+    async def close(self) -> None:
+        """Finish what was queued and close the writer (``LogWriter.close``)."""
+        await self._appends.close(self.writer.close)
+
+    async def __aenter__(self) -> "AsyncLogWriter":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncLogReader:
+    """The asyncio face of a :class:`~pybk.log.LogReader` (see the module)."""
+
+    def __init__(self, bridge: Bridge, reader: LogReader) -> None:
+        self._bridge = bridge
+        self.reader = reader
+
+    @property
+    def position(self) -> Position:
+        """Where the next record will be read from."""
+        return self.reader.position
+
+    def read(self) -> Feed[Record]:
+        """Every record from the current position to the end of the log as it is now."""
+        return self._bridge.feed(lambda stop: self.reader.read())
+
+    def tail(self, idle_timeout: float | None = None) -> Feed[Record]:
+        """Records as they are appended: until none came for ``idle_timeout`` seconds,
+        or (None) until the stream is closed or its consumer stops."""
+        return self._bridge.feed(lambda stop: _tail(self.reader, stop, idle_timeout))
+
+    async def read_next(self, timeout: float) -> Record | None:
+        """The next record, waiting up to ``timeout`` seconds for one (None if none
+        came)."""
+        return await self._bridge.call(self.reader.read_next, timeout)
+
+
+def _tail(reader: LogReader, stop: threading.Event,
+          idle_timeout: float | None) -> Iterator[Record]:
+    last = time.monotonic()
+    while not stop.is_set():
+        wait = TAIL_POLL_S if idle_timeout is None else \
+            max(0.0, min(TAIL_POLL_S, last + idle_timeout - time.monotonic()))
+        record = reader.read_next(wait)
+        if record is not None:
+            last = time.monotonic()
+            yield record
+        elif idle_timeout is not None and time.monotonic() - last >= idle_timeout:
+            return
