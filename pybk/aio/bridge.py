@@ -3,7 +3,7 @@
 One :class:`Bridge` belongs to each top-level async object (an :class:`~pybk.aio.AsyncWAL`,
 an :class:`~pybk.aio.AsyncBookKeeper`) and to the loop it was made on.  It has four parts:
 
-* **Room** (:class:`asyncio.Semaphore` of ``max_pending``): one unit per append or add
+* **Room** (a semaphore of ``max_pending`` on the loop): one unit per append or add
   that was queued and has not completed underneath.  A caller without room awaits it
   (no spinning, the loop runs on).  A unit comes back when the append *completes
   underneath*, not when its awaiting task is cancelled, so cancelled appends still count
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import queue
 import threading
 import weakref
@@ -58,7 +59,7 @@ class Bridge:
             raise ValueError(f"max_pending must be 1 or more, not {max_pending}")
         self.loop = asyncio.get_running_loop()
         self.max_pending = max_pending
-        self._room = asyncio.Semaphore(max_pending)
+        self._room = _Room(self.loop, max_pending)
         self._inbox: collections.deque[tuple[asyncio.Future, Any, BaseException | None]] = \
             collections.deque()
         self._inbox_lock = threading.Lock()
@@ -97,11 +98,11 @@ class Bridge:
 
     async def take_room(self) -> None:
         """Wait for room for one more append (cancelling this wait takes none)."""
-        await self._room.acquire()
+        await self._room.take()
 
     def give_room(self) -> None:
         """Give back room taken for an append that was not queued after all."""
-        self._room.release()
+        self._room.give()
 
     def queue(self, work: Callable[[asyncio.Future], None]) -> asyncio.Future:
         """Queue ``work(future)`` for the submitter (room taken already); it must start
@@ -160,8 +161,8 @@ class Bridge:
             items = list(self._inbox)
             self._inbox.clear()
             self._inbox_scheduled = False
+        self._room.give(len(items))
         for future, result, error in items:
-            self._room.release()
             if future.done():  # its task was cancelled; the append happened anyway
                 continue
             if error is not None:
@@ -229,6 +230,43 @@ class Bridge:
         self.deliver()
 
 
+class _Room:
+    """A counting semaphore of the loop, first come first served, whose uncontended
+    take costs a comparison (asyncio.Semaphore's costs several µs, once per append)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, size: int) -> None:
+        self._loop = loop
+        self._free = size
+        self._waiters: collections.deque[asyncio.Future] = collections.deque()
+
+    async def take(self) -> None:
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        waiter = self._loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter  # set: a unit was handed to this waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.give()  # handed over as the task was cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            raise
+
+    def give(self, count: int = 1) -> None:
+        waiters = self._waiters
+        for _ in range(count):
+            while waiters:
+                waiter = waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    break
+            else:
+                self._free += 1
+
+
 class Submissions(Generic[T]):
     """Records (or entries) queued through a bridge: room first, then the submitter runs
     ``start(data, future)``, which starts the append underneath and has its outcome
@@ -281,20 +319,21 @@ class Feed(Generic[T]):
     """Items of ``source(stop)`` read on a thread ``pybk-aio-read``, at most ``buffer``
     ahead of the consumer.  ``source`` should return soon after ``stop`` is set.
 
-    Use ``async for``; stop early with :meth:`aclose` (or ``async with``).  A feed
-    dropped without aclose stops its thread when it is garbage collected; the bridge's
-    close stops every feed it made."""
+    Use ``async for``; stop early with :meth:`aclose` (or ``async with``), from the
+    consumer or another task (a consumer waiting then sees the end).  A feed dropped
+    without aclose stops its thread when it is garbage collected; the bridge's close
+    stops every feed it made."""
 
     def __init__(self, bridge: Bridge, source: Callable[[threading.Event], Iterator[T]],
                  buffer: int) -> None:
-        self._bridge = bridge
         self._items: asyncio.Queue[Any] = asyncio.Queue()
+        self._ended = bridge.loop.create_future()  # the thread posted its last item
         self._stop = threading.Event()
         self._space = threading.Semaphore(buffer)
         self._finished = False
         self._thread = threading.Thread(
-            target=_read_into, args=(bridge.loop, self._items, source, self._stop,
-                                     self._space),
+            target=_read_into, args=(bridge.loop, self._items, self._ended, source,
+                                     self._stop, self._space),
             name="pybk-aio-read", daemon=True)
         weakref.finalize(self, _stop_feed, self._stop, self._space)
         self._thread.start()
@@ -306,26 +345,20 @@ class Feed(Generic[T]):
         if self._finished:
             raise StopAsyncIteration
         item = await self._items.get()
-        if item is _END:
-            self._finish()
+        if self._finished or item is _END:  # closed meanwhile, or the end
+            await self.aclose()
             raise StopAsyncIteration
         if isinstance(item, _Failed):
-            self._finish()
+            await self.aclose()
             raise item.error
         self._space.release()
         return item
 
     async def aclose(self) -> None:
         """Stop the thread and wait (without blocking the loop) until it has ended."""
-        if self._finished:
-            return
-        _stop_feed(self._stop, self._space)
-        while not isinstance(item := await self._items.get(), _Failed) and item is not _END:
-            self._space.release()
-        self._finish()
-
-    def _finish(self) -> None:
         self._finished = True
+        _stop_feed(self._stop, self._space)
+        await asyncio.shield(self._ended)
         self._thread.join()  # it posted its last item: it is ending now
 
     async def __aenter__(self) -> "Feed[T]":
@@ -383,8 +416,8 @@ def _stop_feed(stop: threading.Event, space: threading.Semaphore) -> None:
 
 
 def _read_into(loop: asyncio.AbstractEventLoop, items: asyncio.Queue,
-               source: Callable[[threading.Event], Iterator[Any]], stop: threading.Event,
-               space: threading.Semaphore) -> None:
+               ended: asyncio.Future, source: Callable[[threading.Event], Iterator[Any]],
+               stop: threading.Event, space: threading.Semaphore) -> None:
     """A feed's thread: put items on the loop's queue while the consumer makes space."""
     last: Any = _END
     try:
@@ -396,6 +429,12 @@ def _read_into(loop: asyncio.AbstractEventLoop, items: asyncio.Queue,
     except Exception as e:  # raised to the consumer (a bug underneath too, not a hang)
         last = _Failed(e)
     try:
-        loop.call_soon_threadsafe(items.put_nowait, last)
+        loop.call_soon_threadsafe(_end_feed, items, ended, last)
     except RuntimeError:  # the loop is closed: nobody reads any more
         pass
+
+
+def _end_feed(items: asyncio.Queue, ended: asyncio.Future, last: Any) -> None:
+    items.put_nowait(last)
+    if not ended.done():
+        ended.set_result(None)

@@ -175,7 +175,8 @@ class AsyncLedger:
         self._closing = True
         self._adds.refuse()
         await self._bridge.barrier()
-        await self._bridge.call(self.handle.close)
+        await self._bridge.call(self.handle.close)  # once its adds' callbacks ran
+        self._bridge.deliver()
 
     async def __aenter__(self) -> "AsyncLedger":
         return self

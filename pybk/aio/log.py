@@ -33,8 +33,9 @@ import time
 from concurrent.futures import Future
 from typing import Callable, Iterator
 
-from pybk.aio.bridge import Bridge, Feed, Submissions
+from pybk.aio.bridge import CLOSE_TIMEOUT_S, Bridge, Feed, Submissions
 from pybk.errors import LogClosed
+from pybk.log.futures import wait_for_callbacks
 from pybk.log.position import Position
 from pybk.log.reader import LogReader, Record
 from pybk.log.writer import LogWriter
@@ -66,11 +67,17 @@ class Appends(Submissions[Position]):
         return await self.wait(data)
 
     async def sync(self) -> None:
-        """Return once every record queued before the call is durable (raises the
-        failure that stopped the writer, if one did)."""
+        """Return once every record queued before the call is durable and its future
+        done (raises the failure that stopped the writer, if one did)."""
         self.check_open()
         await self._bridge.barrier()
-        await self._bridge.call(self._sync)
+        await self._bridge.call(self._sync_and_call_back)
+        self._bridge.deliver()
+
+    def _sync_and_call_back(self) -> None:
+        self._sync()
+        # The futures' outcomes reach the bridge through pybk's callback thread.
+        wait_for_callbacks(CLOSE_TIMEOUT_S)
 
     async def truncate(self, before: Position | str) -> None:
         """Drop the records before ``before`` (see ``LogWriter.truncate``)."""
@@ -85,6 +92,7 @@ class Appends(Submissions[Position]):
         self.refuse()
         await self._bridge.barrier()
         await self._bridge.call(close)
+        self._bridge.deliver()
 
 
 class AsyncLogWriter:

@@ -1,0 +1,308 @@
+"""pybk.aio, the asyncio face: many tasks appending to a real WAL (fsync'd files) and to
+ledgers and logs over real bookies (in-process, ZeroMQ on loopback, and ``pybk bookie``
+processes with their metadata on ZooKeeper), cancellation in the middle of appends,
+tails that see new records, back-pressure from a client that blocks, and a loop that is
+never held: a ticker task measures how late the loop runs it while the work goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import threading
+import time
+
+import pytest
+from clientutil import FAST, PROCESSES, BookiePool, clusters
+
+import pybk
+import pybk.aio
+from pybk.aio import AsyncBookKeeper
+from pybk.errors import InvalidConfiguration, LedgerClosed, LogClosed
+from pybk.log.position import Position
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
+
+TASKS = 50
+APPENDS_PER_TASK = 20
+TICK_S = 0.005
+#: How late the loop may run a 5 ms tick.  Generous (a busy 2-core machine, the GIL
+#: shared with pybk's threads); a loop waiting for a held add or a fsync would be late
+#: by the whole hold instead.
+LAG_BOUND_S = 0.5
+HOLD_S = 1.5
+
+
+class LoopLag:
+    """``async with LoopLag() as lag``: ``lag.worst`` is the most a 5 ms tick was late
+    while the block ran."""
+
+    async def __aenter__(self) -> "LoopLag":
+        self.worst = 0.0
+        self.ticks = 0
+        self._task = asyncio.create_task(self._tick())
+        return self
+
+    async def _tick(self) -> None:
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(TICK_S)
+            self.worst = max(self.worst, time.monotonic() - before - TICK_S)
+            self.ticks += 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+def aio_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("pybk-aio")]
+
+
+async def append_from_tasks(append, tag: bytes) -> list[list[tuple[object, bytes]]]:
+    """TASKS tasks appending APPENDS_PER_TASK records each; per task, (result, record)."""
+    async def task(number: int) -> list[tuple[object, bytes]]:
+        done = []
+        for i in range(APPENDS_PER_TASK):
+            record = b"%s-%d-%d" % (tag, number, i)
+            done.append((await append(record), record))
+        return done
+    return await asyncio.gather(*(task(n) for n in range(TASKS)))
+
+
+def check_each_task_in_order(results: list[list[tuple[object, bytes]]]) -> dict:
+    """Every task's results increase; all are distinct.  Returns result -> record."""
+    placed = {}
+    for done in results:
+        assert [r for r, _ in done] == sorted(r for r, _ in done)
+        placed.update(done)
+    assert len(placed) == TASKS * APPENDS_PER_TASK
+    return placed
+
+
+# -- the embedded WAL --------------------------------------------------------------------
+
+
+async def test_1000_appends_from_50_tasks_are_durable_in_position_order(tmp_path):
+    path = tmp_path / "wal"
+    async with await pybk.aio.open(path) as wal:
+        async with LoopLag() as lag:
+            results = await append_from_tasks(wal.append, b"r")
+        placed = check_each_task_in_order(results)
+        assert all(isinstance(p, Position) for p in placed)
+    assert lag.ticks > 0 and lag.worst < LAG_BOUND_S
+    # Durable: a new open (which recovers the log) reads each record at its position.
+    async with await pybk.aio.open(path) as wal:
+        read = [record async for record in wal.read()]
+    assert read == sorted(placed.items())
+    assert not aio_threads()
+
+
+async def test_submit_pipelines_in_call_order_and_sync_covers_what_was_queued(tmp_path):
+    async with await pybk.aio.open(tmp_path / "wal", max_pending=64) as wal:
+        futures = [await wal.submit(b"p-%d" % i) for i in range(2000)]
+        await wal.sync()  # covers records still queued for the submitter
+        assert all(f.done() for f in futures)
+        positions = [f.result() for f in futures]
+        assert positions == sorted(positions) and len(set(positions)) == 2000
+        assert [data async for _, data in wal.read()] == [b"p-%d" % i for i in range(2000)]
+
+
+async def test_a_cancelled_append_is_still_written_and_the_wal_goes_on(tmp_path):
+    """Cancelling the awaiting task stops the wait, not the append (it is durable once a
+    sync returns); a task cancelled while it waits for room appended nothing."""
+    async with await pybk.aio.open(tmp_path / "wal", max_pending=1) as wal:
+        queued = asyncio.create_task(wal.append(b"queued"))
+        waiting = asyncio.create_task(wal.append(b"never"))
+        await asyncio.sleep(0)  # both ran: the first is queued, the second waits for room
+        queued.cancel()
+        waiting.cancel()
+        for task in (queued, waiting):
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await wal.sync()
+        after = await wal.append(b"after")
+        records = [data async for _, data in wal.read()]
+        assert records == [b"queued", b"after"]
+        # Cancelled in the middle of many appends (one queued at a time, the others
+        # waiting for room): the queued one is written, the waiting ones are not, and
+        # the rest complete in order.
+        tasks = [asyncio.create_task(wal.append(b"m-%d" % i)) for i in range(100)]
+        await asyncio.sleep(0)
+        for task in tasks[::3]:
+            task.cancel()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        kept = [p for p in done if isinstance(p, Position)]
+        assert kept == sorted(kept) and kept[0] > after
+        await wal.sync()
+        records = [data async for _, data in wal.read(after)]
+        assert records[1:] == [b"m-%d" % i for i in range(100) if i == 0 or i % 3]
+
+
+async def test_the_tail_sees_new_records_and_stops_on_aclose(tmp_path):
+    async with await pybk.aio.open(tmp_path / "wal") as wal:
+        await wal.append(b"old")
+        seen: list[bytes] = []
+        tail = wal.reader().tail()
+
+        async def follow() -> None:
+            async for _, data in tail:
+                seen.append(data)
+
+        follower = asyncio.create_task(follow())
+        for i in range(50):
+            await wal.append(b"new-%d" % i)
+            if i % 10 == 0:
+                await asyncio.sleep(0.05)  # the tail catches up and waits for more
+        deadline = time.monotonic() + 20
+        while len(seen) < 51 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert seen == [b"old"] + [b"new-%d" % i for i in range(50)]
+        assert "pybk-aio-read" in aio_threads()
+        await tail.aclose()
+        await asyncio.wait_for(follower, 10)  # the stream ended for its consumer too
+        assert "pybk-aio-read" not in aio_threads()
+        # A tail with an idle timeout ends by itself; one left open is closed with the WAL.
+        assert [d async for _, d in wal.reader(Position(0, 0, 0)).tail(0.2)][0] == b"old"
+        async for _ in wal.reader().tail():
+            break
+    assert not aio_threads()
+
+
+async def test_errors_reach_the_awaiting_caller_and_leave_nothing_open(tmp_path):
+    async with await pybk.aio.open(tmp_path / "wal", recordMaxBytes=1024) as wal:
+        with pytest.raises(pybk.BookKeeperError, match="recordMaxBytes"):
+            await wal.append(bytes(2048))
+        with pytest.raises(TypeError, match="bytes"):
+            await wal.append("text")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="past the end"):
+            async for _ in wal.read(Position(9, 0, 0)):
+                pass
+        assert await wal.append(b"fine") is not None
+    with pytest.raises(LogClosed):
+        await wal.append(b"late")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "file").write_text("not a WAL")
+    with pytest.raises(InvalidConfiguration, match="not empty"):
+        await pybk.aio.open(tmp_path / "other")
+    # An open whose caller is cancelled is closed underneath: the directory is free.
+    opening = asyncio.create_task(pybk.aio.open(tmp_path / "wal"))
+    await asyncio.sleep(0.01)
+    opening.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        opened = await opening
+        await opened.close()  # it won the race with the cancel
+    async with await pybk.aio.open(tmp_path / "wal") as wal:
+        assert [d async for _, d in wal.read()] == [b"fine"]
+    assert not aio_threads()
+
+
+# -- ledgers and logs over real bookies ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bookie_pool(tmp_path_factory, zookeeper):
+    pool = BookiePool(tmp_path_factory.mktemp("pool"), zookeeper, 3)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(params=("inprocess", "zmq", PROCESSES))
+def cluster(tmp_path, request):
+    pool = request.getfixturevalue("bookie_pool") if request.param == PROCESSES else None
+    with clusters(tmp_path, request.param, pool) as make:
+        yield make(3)
+
+
+async def test_ledger_adds_from_50_tasks_reads_and_lac(cluster):
+    async with AsyncBookKeeper(cluster.client()) as bk:
+        lh = await bk.create_ledger(3, 2, 2)
+        async with LoopLag() as lag:
+            results = await append_from_tasks(lh.add, b"e")
+        placed = check_each_task_in_order(results)
+        assert sorted(placed) == list(range(TASKS * APPENDS_PER_TASK))
+        assert lh.last_add_confirmed == TASKS * APPENDS_PER_TASK - 1
+        entries = [e async for e in lh.read_entries(0, lh.last_add_confirmed)]
+        assert [e.data for e in entries] == [placed[i] for i in range(len(placed))]
+        assert (await lh.read_entry(7)).data == placed[7]
+        await lh.close()
+        assert lh.is_closed
+        with pytest.raises(LedgerClosed):
+            await lh.add(b"late")
+        reopened = await bk.open_ledger(lh.id)
+        assert reopened.last_add_confirmed == len(placed) - 1
+        await reopened.close()
+        assert lh.id in await bk.list_ledgers()
+    assert lag.worst < LAG_BOUND_S
+    assert not aio_threads()
+
+
+async def test_a_blocking_client_makes_callers_wait_not_the_loop(cluster):
+    """With every reply held and the client's throttle full, the submitter thread waits
+    in the client; further adds wait for room; the loop keeps ticking.  Released, every
+    add completes in order; a cancelled one was sent all the same."""
+    settings = dataclasses.replace(FAST, throttle=8, addEntryTimeout=30.0)
+    async with AsyncBookKeeper(cluster.client(settings), max_pending=16) as bk:
+        lh = await bk.create_ledger(3, 3, 3)
+        for faults in cluster.faults.values():
+            faults.hold = {"add"}
+        async with LoopLag() as lag:
+            tasks = [asyncio.create_task(lh.add(b"a-%d" % i)) for i in range(40)]
+            deadline = time.monotonic() + 20
+            while len(cluster.faults["B1"].held()) < 8 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(HOLD_S)  # the submitter is stuck on the throttle meanwhile
+            assert len(cluster.faults["B1"].held()) == 8  # the throttle: 8 outstanding
+            assert not any(task.done() for task in tasks)
+            tasks[3].cancel()
+            for faults in cluster.faults.values():
+                faults.hold = set()
+                faults.release()
+            done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+        assert lag.ticks > HOLD_S / TICK_S / 4 and lag.worst < LAG_BOUND_S
+        assert isinstance(done[3], asyncio.CancelledError)
+        assert [d for i, d in enumerate(done) if i != 3] == [i for i in range(40) if i != 3]
+        await lh.close()
+        assert lh.last_add_confirmed == 39  # the cancelled add is entry 3, acknowledged
+        assert (await bk.open_ledger(lh.id, recovery=False)).metadata.last_entry_id == 39
+
+
+async def test_a_log_writer_and_a_tail_over_the_cluster(cluster):
+    async with AsyncBookKeeper(cluster.client()) as bk:
+        writer = await bk.open_log_writer("aio-log")
+        tail = bk.log_reader("aio-log").tail()
+        seen: list[bytes] = []
+
+        async def follow() -> None:
+            async for _, data in tail:
+                seen.append(data)
+                if len(seen) == 200:
+                    return
+
+        follower = asyncio.create_task(follow())
+        positions = await asyncio.gather(*(writer.append(b"l-%d" % i) for i in range(200)))
+        assert positions == sorted(positions)
+        await asyncio.wait_for(follower, 60)
+        assert seen == [b"l-%d" % i for i in range(200)]
+        await tail.aclose()
+        await writer.close()
+        with pytest.raises(LogClosed):
+            await writer.append(b"late")
+        reader = bk.log_reader("aio-log")
+        assert [d async for _, d in reader.read()] == seen
+        assert await reader.read_next(0.05) is None
+
+
+@pytest.mark.zookeeper
+async def test_connect_to_a_cluster_of_bookie_processes(bookie_pool, tmp_path):
+    async with await pybk.aio.connect(bookie_pool.address, FAST) as bk:
+        lh = await bk.create_ledger(3, 2, 2)
+        assert await asyncio.gather(*(lh.add(b"c-%d" % i) for i in range(100))) == \
+            list(range(100))
+        await lh.close()
+        await bk.delete_ledger(lh.id)
+        assert lh.id not in await bk.list_ledgers()
+    with pytest.raises(InvalidConfiguration, match="zk://"):
+        await pybk.aio.connect("tcp://nowhere:1")
+    assert not aio_threads()
