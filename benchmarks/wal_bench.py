@@ -9,6 +9,9 @@ Every figure is for durable 1 KiB appends (acknowledged only once fdatasync'd):
 
 * the WAL with ``append_async`` pipelined (many records in flight from one thread);
 * the WAL, SQLite and LMDB with 1, 8 and 64 threads each calling a blocking append;
+* the WAL through its asyncio face (:mod:`pybk.aio`): one task keeping as many records in
+  flight with ``submit``, and 64 tasks each awaiting ``append``, with their ratios to
+  the thread rows above;
 * the raw write(4 KiB)+fdatasync loops of :mod:`rawdisk`, on the same disk;
 * the cost of metrics: the WAL pipelined and with one thread, with and without a
   Prometheus registry (``pybk.open(..., metrics_registry=)``), alternating, three times each
@@ -23,6 +26,7 @@ are reported with pass/fail booleans, never asserted.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import sqlite3
@@ -43,9 +47,11 @@ if ROOT not in sys.path:
 from rawdisk import MIB, latency_summary, measure_raw, ratio, run_and_report  # noqa: E402
 
 import pybk  # noqa: E402
+import pybk.aio  # noqa: E402
 
 RECORD = 1024
 THREAD_COUNTS = (1, 8, 64)
+ASYNCIO_TASKS = 64
 TARGET_PIPELINED_PER_S = 100_000
 TARGET_64_THREADS_PER_S = 20_000
 TARGET_SINGLE_P50_RATIO = 1.5
@@ -185,6 +191,45 @@ def pipelined(wal, count: int, window: int) -> dict:
             "mb_per_s": round(count * RECORD / MIB / elapsed, 1), "last_position": str(last)}
 
 
+def asyncio_rows(directory: str, profile: Profile) -> dict:
+    """The WAL's asyncio face, in a WAL of its own: one task keeping ``window`` records in
+    flight with ``submit``, then ASYNCIO_TASKS tasks each awaiting ``append`` for
+    ``seconds``."""
+    payload = os.urandom(RECORD)
+
+    async def measure() -> dict:
+        async with await pybk.aio.open(directory, max_pending=profile.window) as wal:
+            in_flight: deque = deque()
+            started = time.perf_counter()
+            for _ in range(profile.pipelined):
+                in_flight.append(await wal.submit(payload))
+                if len(in_flight) >= profile.window:
+                    await in_flight.popleft()
+            last = None
+            for future in in_flight:
+                last = await future
+            elapsed = time.perf_counter() - started
+            pipelined = {"records": profile.pipelined,
+                         "per_s": round(profile.pipelined / elapsed, 1),
+                         "last_position": str(last)}
+            counts = [0] * ASYNCIO_TASKS
+            stop_at = time.monotonic() + profile.seconds
+
+            async def task(number: int) -> None:
+                while time.monotonic() < stop_at:
+                    await wal.append(payload)
+                    counts[number] += 1
+
+            started = time.perf_counter()
+            await asyncio.gather(*(task(n) for n in range(ASYNCIO_TASKS)))
+            elapsed = time.perf_counter() - started
+            return {"pipelined": pipelined,
+                    f"tasks_{ASYNCIO_TASKS}": {"records": sum(counts),
+                                               "per_s": round(sum(counts) / elapsed, 1)}}
+
+    return asyncio.run(measure())
+
+
 def metrics_cost(workdir: str, profile: Profile) -> dict:
     """The WAL without and with metrics, alternating (off, on, three times) so that drift of
     the disk or the machine weighs on both; the best of each, and their ratios."""
@@ -237,7 +282,18 @@ def run(workdir: str, profile: Profile, metrics_only: bool = False) -> dict:
         finally:
             system.close()
         shutil.rmtree(directory, ignore_errors=True)
+        if key == "wal":  # right after the thread rows, on the same disk
+            results["wal_asyncio"] = aio = asyncio_rows(directory, profile)
+            shutil.rmtree(directory, ignore_errors=True)
+            say(f"WAL asyncio: {aio['pipelined']['per_s']:,.0f}/s pipelined (submit), "
+                f"{aio[f'tasks_{ASYNCIO_TASKS}']['per_s']:,.0f}/s with {ASYNCIO_TASKS} "
+                "tasks")
     results["ratios"] = ratios = {}
+    aio = results["wal_asyncio"]
+    ratios["asyncio_to_threads"] = {
+        "pipelined": ratio(aio["pipelined"]["per_s"], results["wal_pipelined"]["per_s"]),
+        f"tasks_{ASYNCIO_TASKS}_to_threads_64": ratio(
+            aio[f"tasks_{ASYNCIO_TASKS}"]["per_s"], results["wal_threads_64"]["per_s"])}
     for threads in THREAD_COUNTS:
         wal = results[f"wal_threads_{threads}"]["per_s"]
         ratios[f"wal_to_sqlite_threads_{threads}"] = ratio(

@@ -7,6 +7,7 @@ Layers, bottom up: :mod:`pybk.storage` (the bookie storage engine), :mod:`pybk.m
 whose cluster is gone back into an embedded WAL; ``pybk.connect(address)`` is a ledger
 client of a cluster.  No layer imports one above it: connecting by address, which needs
 both the ledger protocol and the network, lives here and in :mod:`pybk.cluster`.
+:mod:`pybk.aio` is the same for asyncio code (``await pybk.aio.open(path)``).
 """
 
 from typing import Any
@@ -29,6 +30,14 @@ def connect(address: str, settings: ClientSettings | None = None,
     # ZeroMQ and kazoo are imported only when a cluster is wanted: `import pybk` stays light.
     from pybk.cluster.connect import connect as connect_cluster
     return connect_cluster(address, settings, **options)
+
+
+def __getattr__(name: str) -> Any:
+    # pybk.aio imports asyncio: loaded on first use, so that `import pybk` stays light.
+    if name == "aio":
+        import pybk.aio
+        return pybk.aio
+    raise AttributeError(f"module 'pybk' has no attribute {name!r}")
 
 
 __all__ = ["BookKeeper", "BookKeeperError", "ClientSettings", "LogReader", "LogSettings",

@@ -285,9 +285,11 @@ class Submissions(Generic[T]):
             raise TypeError(f"data must be bytes, not {type(data).__name__}")
         self.check_open()
         await self._bridge.take_room()
-        if self._refused:  # closed while waiting for room
+        try:
+            self.check_open()  # it may have closed while this waited for room
+        except BaseException:
             self._bridge.give_room()
-            self.check_open()
+            raise
         data = bytes(data)  # the caller may reuse its buffer once this returns
         start = self._start
         return self._bridge.queue(lambda future: _guarded(start, data, future,
