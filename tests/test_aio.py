@@ -18,7 +18,7 @@ from clientutil import FAST, PROCESSES, BookiePool, clusters
 import pybk
 import pybk.aio
 from pybk.aio import AsyncBookKeeper
-from pybk.errors import InvalidConfiguration, LedgerClosed, LogClosed
+from pybk.errors import ClientClosed, InvalidConfiguration, LedgerClosed, LogClosed
 from pybk.log.position import Position
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
@@ -234,6 +234,11 @@ async def test_ledger_adds_from_50_tasks_reads_and_lac(cluster):
         assert reopened.last_add_confirmed == len(placed) - 1
         await reopened.close()
         assert lh.id in await bk.list_ledgers()
+        left_open = await bk.open_ledger(lh.id, recovery=False)
+    with pytest.raises(ClientClosed, match="close"):  # raised, not a hang
+        await left_open.close()
+    with pytest.raises(ClientClosed):
+        await bk.create_ledger()
     assert lag.worst < LAG_BOUND_S
     assert not aio_threads()
 

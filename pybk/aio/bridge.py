@@ -54,7 +54,9 @@ _END = object()  # a feed's last item
 class Bridge:
     """The loop-side and thread-side plumbing of one async object (see the module)."""
 
-    def __init__(self, max_pending: int = MAX_PENDING_DEFAULT) -> None:
+    def __init__(self, closed_error: Callable[[], Exception],
+                 max_pending: int = MAX_PENDING_DEFAULT) -> None:
+        """``closed_error()`` is what calls after :meth:`close` raise."""
         if max_pending < 1:
             raise ValueError(f"max_pending must be 1 or more, not {max_pending}")
         self.loop = asyncio.get_running_loop()
@@ -72,6 +74,7 @@ class Bridge:
                                             thread_name_prefix="pybk-aio")
         self._feeds: weakref.WeakSet[Feed] = weakref.WeakSet()
         self._closed = False
+        self._closed_error = closed_error
         self._submitter.start()
 
     # -- blocking calls -----------------------------------------------------------------
@@ -79,6 +82,7 @@ class Bridge:
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on one of the bridge's threads; the loop runs meanwhile.  A
         cancelled caller stops waiting; the call itself runs to its end."""
+        self.check_open()
         return await self.loop.run_in_executor(self._executor, fn, *args)
 
     async def open(self, fn: Callable[[], T], close: Callable[[T], object]) -> T:
@@ -117,6 +121,7 @@ class Bridge:
     async def barrier(self) -> None:
         """Return once the submitter has started every append queued before the call
         (a sync or a close then covers them)."""
+        self.check_open()
         done = self.loop.create_future()
         if not self._outbox:
             self.loop.call_soon(self._hand_over)
@@ -175,6 +180,7 @@ class Bridge:
     def feed(self, source: Callable[[threading.Event], Iterator[T]],
              buffer: int = FEED_BUFFER_RECORDS) -> "Feed[T]":
         """An async iterator over ``source(stop)``, run on a thread of its own."""
+        self.check_open()
         feed: Feed[T] = Feed(self, source, buffer)
         self._feeds.add(feed)
         return feed
@@ -184,6 +190,10 @@ class Bridge:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def check_open(self) -> None:
+        if self._closed:
+            raise self._closed_error()
 
     async def close(self, underneath: Callable[[], None] | None = None) -> None:
         """Stop the streams, let the submitter finish what was queued, run
@@ -226,7 +236,6 @@ class Bridge:
                 closer.join()
             else:
                 done.add_done_callback(lambda _: closer.join())
-        self.deliver()
         self.deliver()
 
 
@@ -304,8 +313,9 @@ class Submissions(Generic[T]):
         self._refused = True
 
     def check_open(self) -> None:
-        if self._refused or self._bridge.closed:
+        if self._refused:
             raise self._closed_error()
+        self._bridge.check_open()
 
 
 def _guarded(start: Callable[[bytes, asyncio.Future], None], data: bytes,

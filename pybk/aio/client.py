@@ -24,7 +24,7 @@ from pybk.aio.bridge import MAX_PENDING_DEFAULT, Bridge, Feed, Submissions
 from pybk.aio.log import AsyncLogReader, AsyncLogWriter
 from pybk.client import BookKeeper
 from pybk.client.ledger import LedgerEntry, LedgerHandle
-from pybk.errors import LedgerClosed
+from pybk.errors import ClientClosed, LedgerClosed
 from pybk.log.position import Position
 from pybk.log.reader import LogReader
 from pybk.log.writer import LogWriter
@@ -39,7 +39,7 @@ async def connect(address: str, settings: ClientSettings | None = None, *,
     flight (default: the settings' ``throttle``, or
     :data:`~pybk.aio.bridge.MAX_PENDING_DEFAULT` without one)."""
     from pybk import connect as connect_cluster  # ZeroMQ and kazoo, only when wanted
-    bridge = Bridge(_room_for(settings or ClientSettings(), max_pending))
+    bridge = Bridge(_client_closed, _room_for(settings or ClientSettings(), max_pending))
     try:
         bk = await bridge.open(functools.partial(connect_cluster, address, settings,
                                                  **options), BookKeeper.close)
@@ -47,6 +47,11 @@ async def connect(address: str, settings: ClientSettings | None = None, *,
         await asyncio.shield(bridge.close())
         raise
     return AsyncBookKeeper(bk, bridge=bridge)
+
+
+def _client_closed() -> ClientClosed:
+    return ClientClosed("this asyncio client is closed, with the ledgers, log writers and "
+                        "readers made through it: make a new client")
 
 
 def _room_for(settings: ClientSettings, max_pending: int | None) -> int:
@@ -63,7 +68,7 @@ class AsyncBookKeeper:
                  bridge: Bridge | None = None) -> None:
         #: The thread-based client underneath.
         self.bk = bk
-        self._bridge = bridge or Bridge(_room_for(bk.settings, max_pending))
+        self._bridge = bridge or Bridge(_client_closed, _room_for(bk.settings, max_pending))
 
     async def create_ledger(self, ensemble: int = 3, write_quorum: int = 2,
                             ack_quorum: int = 2, **options: Any) -> "AsyncLedger":

@@ -14,6 +14,7 @@ from typing import Any
 
 from pybk.aio.bridge import MAX_PENDING_DEFAULT, Bridge, Feed
 from pybk.aio.log import Appends, AsyncLogReader
+from pybk.errors import LogClosed
 from pybk.log.position import Position
 from pybk.log.reader import Record
 from pybk.log.wal import WAL
@@ -26,7 +27,9 @@ async def open(path: str | os.PathLike[str], *,  # noqa: A001
     ``options`` are those of :func:`pybk.open` (settings by name, ``cluster=``...);
     ``max_pending`` bounds the records queued or in flight (more wait for room).  If the
     open fails, or the caller is cancelled, nothing stays open."""
-    bridge = Bridge(max_pending)
+    where = os.path.abspath(os.fspath(path))
+    bridge = Bridge(lambda: LogClosed(f"the WAL at {where} is closed: open it again "
+                                      "(pybk.aio.open) to go on"), max_pending)
     try:
         wal = await bridge.open(functools.partial(WAL, path, **options), WAL.close)
     except BaseException:
