@@ -11,12 +11,15 @@ an :class:`~pybk.aio.AsyncBookKeeper`) and to the loop it was made on.  It has f
 * **The submitter** (thread ``pybk-aio-submit``): calls that may block in the thread-based
   client (a full journal queue, the client's ``throttle``) run there, in the order the
   loop queued them.  The loop gathers what it queues in one turn and hands it over as one
-  piece of work (one wake-up of the thread per turn, not per append).
+  piece of work (one wake-up of the thread per turn, not per append); consecutive
+  appends to one log start together.
 * **The inbox**: completions arrive on pybk's threads (the callback thread, a bookie's
   journal thread, a ZeroMQ loop) and are appended to it; the first one after the loop
   last emptied it wakes the loop (``loop.call_soon_threadsafe``), so many completions
-  cost one wake-up.  The loop then sets the asyncio futures, skipping those whose task
-  was cancelled.  Posting never blocks a pybk thread.
+  cost one wake-up.  A log's appends complete in position order, so one done-callback
+  per run of appends posts the run (:meth:`Bridge.land`).  The loop then sets the
+  asyncio futures, skipping those whose task was cancelled.  Posting never blocks a
+  pybk thread.
 * **Blocking calls** (open, close, metadata, a ledger read) run on a bounded executor of
   ``pybk-aio`` threads; record streams run on a :class:`Feed` thread each.
 
@@ -29,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
+import itertools
 import queue
 import threading
 import weakref
@@ -45,10 +50,17 @@ MAX_PENDING_DEFAULT = 10_000
 BLOCKING_THREADS_MAX = 4
 #: Records a stream's thread reads ahead of its consumer, at most.
 FEED_BUFFER_RECORDS = 1024
+#: Appends whose completions are posted together, at most (see Bridge.land).
+LAND_RUN_MAX = 256
 #: Seconds a closing bridge waits for its threads (a feed blocked in a read included).
 CLOSE_TIMEOUT_S = 30.0
 
 _END = object()  # a feed's last item
+
+#: Starts a run of queued appends on the submitter: ``start(items)``, ``items`` being the
+#: ``(data, future)`` pairs in the order they were queued.  It must see to it that each
+#: outcome is posted (:meth:`Bridge.post`, :meth:`Bridge.land`) and raise nothing.
+Start = Callable[[list[tuple[bytes, asyncio.Future]]], None]
 
 
 class Bridge:
@@ -66,8 +78,10 @@ class Bridge:
             collections.deque()
         self._inbox_lock = threading.Lock()
         self._inbox_scheduled = False
-        self._outbox: list[Callable[[], None]] = []  # queued this turn, for the submitter
-        self._work: queue.SimpleQueue[list[Callable[[], None]] | None] = queue.SimpleQueue()
+        # Queued this turn, for the submitter: (start, data, future).
+        self._outbox: list[tuple[Start, Any, asyncio.Future]] = []
+        self._work: queue.SimpleQueue[list[tuple[Start, Any, asyncio.Future]] | None] = \
+            queue.SimpleQueue()
         self._submitter = threading.Thread(target=self._submit_loop, name="pybk-aio-submit",
                                            daemon=True)
         self._executor = ThreadPoolExecutor(max_workers=BLOCKING_THREADS_MAX,
@@ -100,6 +114,10 @@ class Bridge:
 
     # -- appends: room, submitter, inbox -----------------------------------------------------
 
+    def try_take_room(self) -> bool:
+        """Take room for one more append if there is some, at once."""
+        return self._room.try_take()
+
     async def take_room(self) -> None:
         """Wait for room for one more append (cancelling this wait takes none)."""
         await self._room.take()
@@ -108,14 +126,13 @@ class Bridge:
         """Give back room taken for an append that was not queued after all."""
         self._room.give()
 
-    def queue(self, work: Callable[[asyncio.Future], None]) -> asyncio.Future:
-        """Queue ``work(future)`` for the submitter (room taken already); it must start
-        the append and have its completion :meth:`post` ed to ``future``, and raise
-        nothing.  Returns ``future``."""
+    def queue(self, start: Start, data: bytes) -> asyncio.Future:
+        """Queue ``data`` for ``start`` on the submitter (room taken already); return the
+        future its outcome will complete."""
         future = self.loop.create_future()
         if not self._outbox:
             self.loop.call_soon(self._hand_over)
-        self._outbox.append(lambda: work(future))
+        self._outbox.append((start, data, future))
         return future
 
     async def barrier(self) -> None:
@@ -125,12 +142,12 @@ class Bridge:
         done = self.loop.create_future()
         if not self._outbox:
             self.loop.call_soon(self._hand_over)
-
-        def reached() -> None:
-            self.loop.call_soon_threadsafe(_settle, done, None)
-
-        self._outbox.append(reached)
+        self._outbox.append((self._reached, None, done))
         await done
+
+    def _reached(self, items: list[tuple[bytes, asyncio.Future]]) -> None:
+        for _, done in items:
+            self.loop.call_soon_threadsafe(_settle, done, None)
 
     def _hand_over(self) -> None:
         outbox, self._outbox = self._outbox, []
@@ -138,13 +155,19 @@ class Bridge:
 
     def _submit_loop(self) -> None:
         while (batch := self._work.get()) is not None:
-            for work in batch:
-                work()
+            # Consecutive appends of one object start together (see land()).
+            for start, run in itertools.groupby(batch, key=lambda item: item[0]):
+                start([(data, future) for _, data, future in run])
 
     def post(self, future: asyncio.Future, result: Any, error: BaseException | None) -> None:
         """From any thread: complete ``future`` on the loop and give back its room."""
+        self.post_many([(future, result, error)])
+
+    def post_many(self, outcomes: list[tuple[asyncio.Future, Any, BaseException | None]]
+                  ) -> None:
+        """:meth:`post` of several ``(future, result, error)``, with one wake-up."""
         with self._inbox_lock:
-            self._inbox.append((future, result, error))
+            self._inbox.extend(outcomes)
             if self._inbox_scheduled:
                 return
             self._inbox_scheduled = True
@@ -153,12 +176,30 @@ class Bridge:
         except RuntimeError:  # the loop is closed: nobody awaits these any more
             pass
 
-    def post_future(self, future: asyncio.Future) -> Callable[[Future], None]:
-        """A done-callback for a ``concurrent.futures.Future`` that posts its outcome."""
-        def done(underneath: Future) -> None:
-            error = underneath.exception()
-            self.post(future, None if error is not None else underneath.result(), error)
-        return done
+    def land(self, started: list[tuple[Future, asyncio.Future]]) -> None:
+        """Post the outcomes of ``(underneath, future)`` pairs, ``underneath`` being the
+        ``concurrent.futures.Future`` of an append started in this order.
+
+        A log completes its appends in position order, so once the last is done so are
+        the others: one done-callback posts them all (a callback per record costs more
+        than the append), for every :data:`LAND_RUN_MAX` of them (so that the first of
+        many need not wait for the last).  Any found not done yet is posted by a
+        callback of its own."""
+        for first in range(0, len(started), LAND_RUN_MAX):
+            run = started[first:first + LAND_RUN_MAX]
+            run[-1][0].add_done_callback(functools.partial(self._land_run, run))
+
+    def _land_run(self, run: list[tuple[Future, asyncio.Future]], _: Future) -> None:
+        finished = []
+        for underneath, future in run:
+            if underneath.done():
+                finished.append((future, *_outcome(underneath)))
+            else:
+                underneath.add_done_callback(functools.partial(self._land_one, future))
+        self.post_many(finished)
+
+    def _land_one(self, future: asyncio.Future, underneath: Future) -> None:
+        self.post(future, *_outcome(underneath))
 
     def deliver(self) -> None:
         """On the loop: complete what the inbox holds (cancelled futures are skipped)."""
@@ -239,6 +280,12 @@ class Bridge:
         self.deliver()
 
 
+def _outcome(done: Future) -> tuple[Any, BaseException | None]:
+    """``(result, None)`` or ``(None, error)`` of a finished future."""
+    error = done.exception()
+    return (None, error) if error is not None else (done.result(), None)
+
+
 class _Room:
     """A counting semaphore of the loop, first come first served, whose uncontended
     take costs a comparison (asyncio.Semaphore's costs several µs, once per append)."""
@@ -248,9 +295,14 @@ class _Room:
         self._free = size
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
 
-    async def take(self) -> None:
+    def try_take(self) -> bool:
         if self._free > 0 and not self._waiters:
             self._free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        if self.try_take():
             return
         waiter = self._loop.create_future()
         self._waiters.append(waiter)
@@ -277,11 +329,11 @@ class _Room:
 
 
 class Submissions(Generic[T]):
-    """Records (or entries) queued through a bridge: room first, then the submitter runs
-    ``start(data, future)``, which starts the append underneath and has its outcome
-    posted to ``future``.  After :meth:`refuse`, ``closed()`` is raised to callers."""
+    """Records (or entries) queued through a bridge: room first, then ``start`` (see
+    :data:`Start`) starts them on the submitter.  After :meth:`refuse`, ``closed()`` is
+    raised to callers."""
 
-    def __init__(self, bridge: Bridge, start: Callable[[bytes, asyncio.Future], None],
+    def __init__(self, bridge: Bridge, start: Start,
                  closed: Callable[[], Exception]) -> None:
         self._bridge = bridge
         self._start = start
@@ -293,16 +345,15 @@ class Submissions(Generic[T]):
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data must be bytes, not {type(data).__name__}")
         self.check_open()
-        await self._bridge.take_room()
-        try:
-            self.check_open()  # it may have closed while this waited for room
-        except BaseException:
-            self._bridge.give_room()
-            raise
-        data = bytes(data)  # the caller may reuse its buffer once this returns
-        start = self._start
-        return self._bridge.queue(lambda future: _guarded(start, data, future,
-                                                          self._bridge))
+        if not self._bridge.try_take_room():
+            await self._bridge.take_room()
+            try:
+                self.check_open()  # it may have closed while this waited for room
+            except BaseException:
+                self._bridge.give_room()
+                raise
+        # A copy of a buffer the caller may reuse once this returns.
+        return self._bridge.queue(self._start, data if type(data) is bytes else bytes(data))
 
     async def wait(self, data: bytes) -> T:
         """:meth:`submit`, then the outcome."""
@@ -316,15 +367,6 @@ class Submissions(Generic[T]):
         if self._refused:
             raise self._closed_error()
         self._bridge.check_open()
-
-
-def _guarded(start: Callable[[bytes, asyncio.Future], None], data: bytes,
-             future: asyncio.Future, bridge: Bridge) -> None:
-    """``start`` on the submitter; what it raises fails the future instead."""
-    try:
-        start(data, future)
-    except Exception as e:
-        bridge.post(future, None, e)
 
 
 class Feed(Generic[T]):

@@ -126,9 +126,12 @@ class AsyncLedger:
         self.handle = handle
         self.id = handle.id
 
-        def start(data: bytes, future: asyncio.Future) -> None:
-            handle.add_entry_then(
-                data, lambda entry_id, error: bridge.post(future, entry_id, error))
+        def start(items: list[tuple[bytes, asyncio.Future]]) -> None:
+            for data, future in items:
+                try:
+                    handle.add_entry_then(data, functools.partial(bridge.post, future))
+                except Exception as e:  # refused at once (closed, too large...)
+                    bridge.post(future, None, e)
 
         self._closing = False
         self._adds: Submissions[int] = Submissions(

@@ -53,8 +53,15 @@ class Appends(Submissions[Position]):
     def __init__(self, bridge: Bridge, append_async: Callable[[bytes], Future],
                  sync: Callable[[], None], truncate: Callable[[Position | str], object],
                  name: str) -> None:
-        def start(data: bytes, future: asyncio.Future) -> None:
-            append_async(data).add_done_callback(bridge.post_future(future))
+        def start(items: list[tuple[bytes, asyncio.Future]]) -> None:
+            started = []
+            for data, future in items:
+                try:
+                    started.append((append_async(data), future))
+                except Exception as e:  # refused at once (closed, too large...)
+                    bridge.post(future, None, e)
+            if started:
+                bridge.land(started)
 
         super().__init__(bridge, start, lambda: LogClosed(f"{name} is closed"))
         self._bridge = bridge
