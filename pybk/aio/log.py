@@ -64,7 +64,6 @@ class Appends(Submissions[Position]):
                 bridge.land(started)
 
         super().__init__(bridge, start, lambda: LogClosed(f"{name} is closed"))
-        self._bridge = bridge
         self._sync = sync
         self._truncate = truncate
 
@@ -78,13 +77,8 @@ class Appends(Submissions[Position]):
         done (raises the failure that stopped the writer, if one did)."""
         self.check_open()
         await self._bridge.barrier()
-        await self._bridge.call(self._sync_and_call_back)
+        await self._bridge.call(_then_callbacks, self._sync)
         self._bridge.deliver()
-
-    def _sync_and_call_back(self) -> None:
-        self._sync()
-        # The futures' outcomes reach the bridge through pybk's callback thread.
-        wait_for_callbacks(CLOSE_TIMEOUT_S)
 
     async def truncate(self, before: Position | str) -> None:
         """Drop the records before ``before`` (see ``LogWriter.truncate``)."""
@@ -98,8 +92,15 @@ class Appends(Submissions[Position]):
             return
         self.refuse()
         await self._bridge.barrier()
-        await self._bridge.call(close)
+        await self._bridge.call(_then_callbacks, close)
         self._bridge.deliver()
+
+
+def _then_callbacks(fn: Callable[[], None]) -> None:
+    """``fn()``, then wait until the outcomes of the appends it waited for were posted
+    (they reach the bridge through pybk's callback thread)."""
+    fn()
+    wait_for_callbacks(CLOSE_TIMEOUT_S)
 
 
 class AsyncLogWriter:
