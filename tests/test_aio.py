@@ -273,6 +273,25 @@ async def test_a_blocking_client_makes_callers_wait_not_the_loop(cluster):
         assert (await bk.open_ledger(lh.id, recovery=False)).metadata.last_entry_id == 39
 
 
+async def test_a_failure_underneath_reaches_every_awaiting_caller(cluster):
+    """A bookie failing every add, with no bookie to replace it: the ledger closes at its
+    LAC, every add waiting on it fails, and nothing hangs or stays behind."""
+    async with AsyncBookKeeper(cluster.client()) as bk:
+        lh = await bk.create_ledger(3, 3, 3)
+        assert await lh.add(b"kept") == 0
+        cluster.faults["B1"].fail = {"add"}
+        done = await asyncio.wait_for(asyncio.gather(
+            *(lh.add(b"x-%d" % i) for i in range(20)), return_exceptions=True), 60)
+        assert all(isinstance(outcome, pybk.BookKeeperError) for outcome in done), done
+        with contextlib.suppress(pybk.BookKeeperError):
+            await lh.close()
+        assert lh.is_closed and lh.last_add_confirmed == 0
+        reopened = await bk.open_ledger(lh.id, recovery=False)
+        assert [e.data async for e in reopened.read_entries(0, 0)] == [b"kept"]
+        await reopened.close()
+    assert not aio_threads()
+
+
 async def test_a_log_writer_and_a_tail_over_the_cluster(cluster):
     async with AsyncBookKeeper(cluster.client()) as bk:
         writer = await bk.open_log_writer("aio-log")
