@@ -3,7 +3,8 @@
 Layers, bottom up: :mod:`pybk.storage` (the bookie storage engine), :mod:`pybk.meta`
 (metadata stores), :mod:`pybk.client` (the ledger protocol), :mod:`pybk.cluster`
 (bookies over ZeroMQ, ZooKeeper servers), :mod:`pybk.log` (logs and the embedded WAL).
-``pybk.open(path)`` opens an embedded WAL; ``pybk.demote(path)`` turns a promoted one
+``pybk.open(path)`` opens an embedded WAL; ``pybk.open_readonly(path)`` reads one from
+another process while its application runs; ``pybk.demote(path)`` turns a promoted one
 whose cluster is gone back into an embedded WAL; ``pybk.connect(address)`` is a ledger
 client of a cluster.  No layer imports one above it: connecting by address, which needs
 both the ledger protocol and the network, lives here and in :mod:`pybk.cluster`.
@@ -15,6 +16,7 @@ from typing import Any
 from pybk.client import BookKeeper
 from pybk.errors import BookKeeperError
 from pybk.log import WAL, LogReader, LogWriter, Position
+from pybk.log.readonly import ReadOnlyWAL, open_readonly
 from pybk.log.wal import demote, open
 from pybk.settings import ClientSettings, LogSettings, ServerSettings
 
@@ -41,5 +43,5 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["BookKeeper", "BookKeeperError", "ClientSettings", "LogReader", "LogSettings",
-           "LogWriter", "Position", "ServerSettings", "WAL", "__version__", "connect",
-           "demote", "open"]
+           "LogWriter", "Position", "ReadOnlyWAL", "ServerSettings", "WAL", "__version__",
+           "connect", "demote", "open", "open_readonly"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
+import struct
 from typing import Callable, Sequence
 
 # Linux refuses writev() with more buffers than IOV_MAX (1024).
@@ -129,6 +130,41 @@ def lock_file(path: str, shared: bool = False) -> int:
         os.close(fd)
         raise
     return fd
+
+
+# struct flock (Linux): l_type, l_whence, l_start, l_len, l_pid (and padding).
+_FLOCK = struct.Struct("hhqqi4x")
+
+
+def hold_presence(path: str) -> int:
+    """Announce that this process is using what ``path`` (created if missing) stands for,
+    until the returned descriptor is closed or the process dies (even by kill -9).
+
+    An open-file-description write lock (``F_OFD_SETLK``), not ``flock``: another process
+    asks :func:`presence_held` without taking any lock, so asking never makes this call
+    fail or wait.  Raises BlockingIOError if another open of the file holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def presence_held(path: str) -> bool:
+    """Whether a process holds :func:`hold_presence` on ``path`` now (False if there is no
+    such file).  Takes no lock (``F_OFD_GETLK``): the holder is never disturbed."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK,
+                             _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+    finally:
+        os.close(fd)
+    return _FLOCK.unpack(answer)[0] != fcntl.F_UNLCK
 
 
 DEFAULT_IO = FileIO()

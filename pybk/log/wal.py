@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import BookKeeperError, DirectoryLocked, InvalidConfiguration, LogClosed, NoSuchLog
-from pybk.log import promotion
+from pybk.log import promotion, walinfo
 from pybk.log.position import Position
 from pybk.log.reader import LogReader, Record
 from pybk.log.writer import LogWriter, entry_bytes_needed
@@ -129,6 +129,8 @@ class WAL:
                 ackQuorumSize=ack_quorum)
         _prepare_directory(self.path, server)
         self._node: BookieNode | None = None  # once joined to a cluster
+        self._counts_lock = threading.Lock()
+        self._appends = self._appended_bytes = 0
         # Everything the WAL holds open, closed in reverse order by close() or when the
         # WAL is garbage collected (the finalizer must not refer to the WAL itself).
         resources = ExitStack()
@@ -210,6 +212,7 @@ class WAL:
                                   "for itself; use append_async")
         with self.bookie.leading():  # a lone append is synced on this thread
             future = self._writer.append_async(data)
+            self._count_append(len(data))
         return future.result()
 
     def append_async(self, data: bytes) -> Future:
@@ -218,7 +221,14 @@ class WAL:
         pybk's callback thread, in position order, never on the bookie's journal thread
         (:mod:`pybk.log.futures`)."""
         self._check_open()
-        return self._writer.append_async(data)
+        future = self._writer.append_async(data)
+        self._count_append(len(data))
+        return future
+
+    def _count_append(self, size: int) -> None:
+        with self._counts_lock:
+            self._appends += 1
+            self._appended_bytes += size
 
     def read(self, start: Position | str | None = None) -> Iterator[Record]:
         """``(position, data)`` of every record from ``start`` (the first record when
@@ -243,6 +253,37 @@ class WAL:
         """Return once every record appended so far is durable."""
         self._check_open()
         self._writer.sync()
+
+    # -- what it holds ------------------------------------------------------------
+
+    @property
+    def first_position(self) -> Position | None:
+        """The position of the first record (the oldest one truncation left), or None
+        if the WAL holds none."""
+        self._check_open()
+        return walinfo.first_position(self._bk, self.log_name, self._writer)
+
+    @property
+    def last_position(self) -> Position | None:
+        """The position of the last record acknowledged, or None if the WAL holds
+        none."""
+        self._check_open()
+        return walinfo.last_position(self._bk, self.log_name, self._writer)
+
+    @property
+    def space_used(self) -> int:
+        """Bytes the WAL's directory takes on disk (:func:`walinfo.space_used_bytes`)."""
+        return walinfo.space_used_bytes(self.path)
+
+    def stats(self) -> walinfo.WALStats:
+        """The WAL's figures since it was opened (:class:`walinfo.WALStats`)."""
+        journal = self.bookie.journal_stats
+        with self._counts_lock:
+            appends, appended_bytes = self._appends, self._appended_bytes
+        return walinfo.WALStats(self.first_position, self.last_position, self.space_used,
+                                appends=appends, appended_bytes=appended_bytes,
+                                syncs=journal.sync.count,
+                                journal_bytes_written=journal.bytes_written)
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -314,6 +355,14 @@ def _embedded_client(path: str, store: EmbeddedMetadataStore, bookie: Bookie,
                      metrics_registry: CollectorRegistry | None = None) -> BookKeeper:
     """The ledger client of an embedded (not promoted) WAL directory over its own
     bookie, in-process."""
+    _check_embedded(path, store)
+    bookie_id = f"bookie-{bookie.instance_id}"
+    return BookKeeper(store, {bookie_id: InProcessBookieClient(bookie_id, bookie)}, client,
+                      local_bookie=bookie_id, metrics_registry=metrics_registry)
+
+
+def _check_embedded(path: str, store: EmbeddedMetadataStore) -> None:
+    """Refuse a WAL directory promoted to a cluster, saying what to do."""
     cluster = promotion.promoted_to(store)
     if cluster is not None:
         raise InvalidConfiguration(
@@ -324,9 +373,6 @@ def _embedded_client(path: str, store: EmbeddedMetadataStore, bookie: Bookie,
     if unfinished is not None:
         log.info("%s: a promotion to %s did not finish; the directory is still an "
                  "embedded WAL", path, unfinished)
-    bookie_id = f"bookie-{bookie.instance_id}"
-    return BookKeeper(store, {bookie_id: InProcessBookieClient(bookie_id, bookie)}, client,
-                      local_bookie=bookie_id, metrics_registry=metrics_registry)
 
 
 def _abandon(bk: BookKeeper, writer: LogWriter) -> None:
@@ -364,6 +410,13 @@ def _check_unclaimed(path: str) -> None:
         "first (wal.close(), or open it with `with pybk.open(...) as wal`); one dropped "
         "without close() is released when it is garbage collected, so look for other "
         "references to it (in a notebook: Out[], _ and variables of earlier cells)")
+
+
+def _open_here(path: str) -> bool:
+    """Whether a WAL of this process has ``path`` open."""
+    with _claims_lock:
+        holder = _claims.get(os.path.realpath(path))
+        return holder is not None and holder() is not None
 
 
 def _claim(path: str, wal: WAL) -> Callable[[], None]:

@@ -52,6 +52,14 @@ Cookies
     directory is not on them.  (An embedded WAL keeps store and bookie in one directory
     and checks none; see :mod:`pybk.meta.interface`.)
 
+Read-only stores
+    ``EmbeddedMetadataStore(directory, read_only=True)`` reads a store that another
+    process may have open and be writing: it takes no ``LOCK``, registers in LMDB's reader
+    table as LMDB's readers in other processes do (the writer never waits for it, and
+    never reuses pages its read transactions see), sees each write once it is committed,
+    and refuses every change with MetadataError.  Its watches hear nothing (the writer's
+    changes reach other processes only as new reads).
+
 Threads
     Any thread may call any method.  Writes are serialised by one lock (LMDB allows one
     writer anyway) and publish their watch events while holding it, so watch callbacks run
@@ -130,30 +138,39 @@ def _with_parents(created_or_deleted: list[str]) -> list[str]:
 class EmbeddedMetadataStore(MetadataStore):
     """The metadata store in ``directory`` (created if missing).  See the module docstring."""
 
-    def __init__(self, directory: str | os.PathLike) -> None:
+    def __init__(self, directory: str | os.PathLike, read_only: bool = False) -> None:
         self.directory = os.fspath(directory)
-        os.makedirs(self.directory, exist_ok=True)
-        lock_path = os.path.join(self.directory, LOCK_FILE)
-        try:
-            self._lock_fd = lock_file(lock_path)
-        except BlockingIOError:
-            raise DirectoryLocked(f"{lock_path} is locked: another metadata store (in this or "
-                                  "another process) has this directory open") from None
+        self.read_only = read_only
+        self._lock_fd = -1  # a read-only store takes no lock
+        if not read_only:
+            os.makedirs(self.directory, exist_ok=True)
+            lock_path = os.path.join(self.directory, LOCK_FILE)
+            try:
+                self._lock_fd = lock_file(lock_path)
+            except BlockingIOError:
+                raise DirectoryLocked(f"{lock_path} is locked: another metadata store (in "
+                                      "this or another process) has this directory "
+                                      "open") from None
         self._env: lmdb.Environment  # set first below, then closed if a later step fails
+        dead: list[str] = []
         try:
             self._env = lmdb.open(self.directory, map_size=_MAP_SIZE_BYTES, max_dbs=3,
-                                  max_readers=_MAX_READERS, readahead=False)
-            self._records = self._env.open_db(b"records")
-            self._ephemerals = self._env.open_db(b"ephemerals")
-            self._meta = self._env.open_db(b"meta")
-            with self._env.begin(write=True) as txn:
+                                  max_readers=_MAX_READERS, readahead=False,
+                                  readonly=read_only, create=not read_only)
+            self._records, self._ephemerals, self._meta = (
+                self._env.open_db(name, create=not read_only)
+                for name in (b"records", b"ephemerals", b"meta"))
+            with self._env.begin(write=not read_only) as txn:
                 self._check_format(txn)
-                dead = self._delete_ephemerals(txn)
-            fsync_directory(self.directory)  # the LMDB files' names, made at first open
+                if not read_only:
+                    dead = self._delete_ephemerals(txn)
+            if not read_only:
+                fsync_directory(self.directory)  # the LMDB files' names, made at first open
         except BaseException as e:
             if hasattr(self, "_env"):
                 self._env.close()
-            os.close(self._lock_fd)
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
             if isinstance(e, lmdb.Error):
                 raise MetadataError(f"cannot open the metadata store in {self.directory}: "
                                     f"{e}") from e
@@ -173,6 +190,8 @@ class EmbeddedMetadataStore(MetadataStore):
             if txn.stat(self._records)["entries"]:
                 raise MetadataError(f"{self.directory} holds records but no format marker: "
                                     "it was not written by pybk's embedded store")
+            if self.read_only:
+                return
             txn.put(_FORMAT_KEY, _FORMAT_VALUE.pack(FORMAT), db=self._meta)
         elif stored != _FORMAT_VALUE.pack(FORMAT):
             raise MetadataError(f"{self.directory} holds metadata in format {stored.hex()}; "
@@ -212,6 +231,9 @@ class EmbeddedMetadataStore(MetadataStore):
     def _write(self, op: Callable[[lmdb.Transaction[bytes]], tuple[T, list[str]]]) -> T:
         """Run ``op`` in one durable write transaction; ``op`` returns (result, changed
         paths).  An exception from ``op`` aborts the transaction: nothing changes."""
+        if self.read_only:
+            raise MetadataError(f"the metadata store in {self.directory} is open read-only: "
+                                "only the process that owns it changes it")
         with self._using() as env, self._write_lock:
             with env.begin(write=True) as txn:
                 result, changed = op(txn)
@@ -368,16 +390,18 @@ class EmbeddedMetadataStore(MetadataStore):
             while self._users:  # calls in progress finish; new ones are refused
                 self._state.wait()
         try:
-            with self._env.begin(write=True) as txn:
-                deleted = self._delete_ephemerals(txn)
-            self._notifier.publish(dict.fromkeys(_with_parents(deleted)))
+            if not self.read_only:
+                with self._env.begin(write=True) as txn:
+                    deleted = self._delete_ephemerals(txn)
+                self._notifier.publish(dict.fromkeys(_with_parents(deleted)))
         except lmdb.Error:
             log.exception("%s: could not delete this session's ephemeral records; the next "
                           "open deletes them", self.directory)
         finally:
             self._notifier.close()
             self._env.close()
-            os.close(self._lock_fd)
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
 
     def __repr__(self) -> str:
         return f"EmbeddedMetadataStore({self.directory!r})"

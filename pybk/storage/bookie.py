@@ -55,7 +55,7 @@ from pybk.errors import (
     NoSuchLedger,
     Unauthorized,
 )
-from pybk.fileio import DEFAULT_IO, FileIO, lock_file
+from pybk.fileio import DEFAULT_IO, FileIO, hold_presence, lock_file
 from pybk.settings import ServerSettings
 from pybk.stats import JournalStats, StorageGauges, StorageStats
 from pybk.storage import journal as jr
@@ -98,6 +98,16 @@ class LedgerState:
     def stored(self) -> StoredLedgerState:
         return StoredLedgerState(self.master_key, self.fenced, self.deleted, self.lac,
                                  self.explicit_lac)
+
+
+#: The file whose presence lock a running bookie holds, in ``<journalDirectory>/current``.
+OWNER_FILE = "OWNER"
+
+
+def owner_path(settings: ServerSettings) -> str:
+    """Where a running bookie of these directories holds its presence lock
+    (:func:`pybk.fileio.hold_presence`)."""
+    return os.path.join(settings.journalDirectory, "current", OWNER_FILE)
 
 
 def format_bookie(settings: ServerSettings, force: bool = False) -> str:
@@ -156,7 +166,14 @@ class Bookie:
             raise DirectoryLocked(f"{lock_path} is locked: another bookie (in this or another "
                                   "process) is using these directories") from None
         try:
-            self._index = Index(os.path.join(self._ledger_dirs[0], "current", "index"))
+            # Read-only readers in other processes ask for this lock to learn whether a
+            # bookie may still add to a ledger (:mod:`pybk.storage.readonly`).
+            self._presence = hold_presence(owner_path(settings))
+            try:
+                self._index = Index(os.path.join(self._ledger_dirs[0], "current", "index"))
+            except BaseException:
+                os.close(self._presence)
+                raise
         except BaseException:
             os.close(self._dir_lock)
             raise
@@ -960,6 +977,7 @@ class Bookie:
                 except OSError as e:  # a full or failing disk: the next start rescans
                     log.error("could not seal the current entry log: %s", e)
         self._index.close()
+        os.close(self._presence)
         os.close(self._dir_lock)
 
     def _refuse_on_journal_thread(self, what: str) -> None:

@@ -91,17 +91,22 @@ class LocationUpdate(NamedTuple):
 class Index:
     """Entry locations and ledger states of one bookie."""
 
-    def __init__(self, directory: str, read_only: bool = False) -> None:
+    def __init__(self, directory: str, read_only: bool = False,
+                 beside_writer: bool = False) -> None:
         """Open (creating if missing) the index in ``directory``.
 
         ``read_only`` opens an existing index for reading only, without LMDB's reader
         lock table: for a caller that holds the bookie's directory lock (so no writer can
-        run) and must not change the files (the offline tools).  lmdb.Error if the index
-        or one of its tables is missing.
+        run) and must not change the files (the offline tools).  With ``beside_writer``
+        too, the reader registers in that table, as LMDB's readers in other processes of a
+        running writer must (the writer then never reuses the pages a read transaction
+        sees, and never waits for it).  lmdb.Error if the index or one of its tables is
+        missing.
         """
         if read_only:
-            self._env = lmdb.open(directory, max_dbs=3, readonly=True, lock=False,
-                                  create=False, readahead=False)
+            self._env = lmdb.open(directory, map_size=_MAP_SIZE_BYTES, max_dbs=3,
+                                  readonly=True, lock=beside_writer, create=False,
+                                  readahead=False)
         else:
             os.makedirs(directory, exist_ok=True)
             self._env = lmdb.open(directory, map_size=_MAP_SIZE_BYTES, max_dbs=3,

@@ -163,13 +163,17 @@ class ScanReport:
     reason: str = ""
 
 
-def scan_journal(path: str, start_offset: int = 0) -> Generator[Record, None, ScanReport]:
+def scan_journal(path: str, start_offset: int = 0,
+                 check_tail: bool = True) -> Generator[Record, None, ScanReport]:
     """Yield each valid :data:`Record` of a journal file, in order.
 
     Starts at ``start_offset`` (the header's end when smaller) and stops at the end of
     the records or at the first damaged one.  The generator's return value is a
     :class:`ScanReport` (use ``yield from``).  Raises BookKeeperError for a file of
-    another format version.
+    another format version.  Without ``check_tail``, the zeros that end the records are
+    taken as the end without reading the rest of the file: for a reader of a journal that
+    a bookie is still writing, whose preallocated zeros it would otherwise read at every
+    look.
     """
     report = ScanReport()
     with open(path, "rb") as f:
@@ -199,7 +203,7 @@ def scan_journal(path: str, start_offset: int = 0) -> Generator[Record, None, Sc
                 if length == 0 and crc == 0 and rtype == 0:
                     # Preallocated zeros end the records, unless a torn write left data
                     # further on (then that data is discarded, and said so).
-                    if not _all_zero(data, pos, size):
+                    if check_tail and not _all_zero(data, pos, size):
                         report.reason = "zeros followed by data"
                     break
                 body_end = pos + RECORD.size + length

@@ -1,0 +1,169 @@
+"""A WAL read from another process while its application runs: ``pybk.open_readonly(path)``.
+
+The owner (the process that opened the WAL with :func:`pybk.open`) holds the directory's
+locks; a :class:`ReadOnlyWAL` takes none of them.  It reads the owner's files as they are
+written (:mod:`pybk.storage.readonly` for the bookie's journal, entry logs and index;
+the metadata store as an LMDB reader: :mod:`pybk.meta.embedded`), writes nothing, and
+the owner never waits for it.  It works the same when no owner runs.
+
+What it sees, and how fresh:
+
+* Every record the owner made durable, in position order, each once, with the bytes
+  that were appended; never a record whose append did not return (while the owner
+  runs), never other bytes.
+* While the owner runs, a record shows up once the ledger's LAC covers it: when a later
+  entry of the same segment is journaled (it carries the LAC), or at the latest
+  ``explicitLacInterval`` (50 ms) after the owner's appends go idle, when the owner
+  journals its explicit LAC.  It is read from the journal at once (no checkpoint is
+  waited for): in practice a tailing reader is a few milliseconds to 50 ms behind the
+  append, plus its poll interval.
+* Once no owner runs (closed, or killed), also the records whose acknowledgement died
+  with it: the open segment is read to the last entry stored, where the owner's next
+  open will close it (:mod:`pybk.storage.readonly`, "The LAC").
+* Truncation, garbage collection and compaction under the reader: a segment truncated
+  away is skipped (the reader goes on at the truncation point, as
+  :class:`~pybk.log.reader.LogReader` does); an entry moved by compaction is looked up
+  again; a record is only ever served after its checksum and ids were checked.
+
+A WAL promoted to a cluster member is not read this way (its log is the cluster's:
+read it through the cluster); InvalidConfiguration says so.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Future
+from contextlib import ExitStack
+from typing import Any, Iterator
+
+from pybk.client import BookKeeper
+from pybk.client.transport import BookieClient, _completed, failed_future
+from pybk.errors import DirectoryLocked, LogClosed, NoSuchLog
+from pybk.log import walinfo
+from pybk.log.position import Position
+from pybk.log.reader import LogReader, Record
+from pybk.log.wal import LOG_NAME, _check_embedded, _open_here, _split_settings
+from pybk.meta.embedded import EmbeddedMetadataStore
+from pybk.storage.readonly import BookieReader
+
+
+def open_readonly(path: str | os.PathLike[str], **settings: Any) -> "ReadOnlyWAL":
+    """Open the WAL in directory ``path`` for reading only, whether or not its
+    application has it open (see the module docstring).
+
+    ``settings``: those of :class:`~pybk.settings.ClientSettings` by name (``readTimeout``,
+    ...), and the bookie's and log's as :func:`pybk.open` takes them (which change
+    nothing here but must be valid).  Raises NoSuchLog if ``path`` holds no WAL."""
+    return ReadOnlyWAL(path, **settings)
+
+
+class ReadOnlyWAL:
+    """A WAL opened read-only.  Thread-safe; close it (or use ``with``)."""
+
+    def __init__(self, path: str | os.PathLike[str], **settings: Any) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        if not os.path.isdir(os.path.join(self.path, "bookie")):
+            raise NoSuchLog(f"{self.path} holds no pybk WAL")
+        if _open_here(self.path):  # LMDB opens an environment once per process
+            raise DirectoryLocked(f"{self.path} is open in this process: read it through "
+                                  "that WAL (wal.read(), wal.reader()); open_readonly is for "
+                                  "other processes")
+        server, client, _log = _split_settings(self.path, settings)
+        self.log_name = LOG_NAME
+        resources = ExitStack()
+        try:
+            self._storage = resources.enter_context(BookieReader(server, sole_copy=True))
+            store = resources.enter_context(EmbeddedMetadataStore(
+                os.path.join(self.path, "metadata"), read_only=True))
+            _check_embedded(self.path, store)
+            bookie_id = f"bookie-{self._storage.instance_id}"
+            self._bk = resources.enter_context(BookKeeper(
+                store, {bookie_id: _ReadOnlyBookieClient(bookie_id, self._storage)}, client))
+        except BaseException:
+            resources.close()
+            raise
+        self._resources = resources
+        self._closed = False
+
+    # -- reading ------------------------------------------------------------------------
+
+    def read(self, start: Position | str | None = None) -> Iterator[Record]:
+        """``(position, data)`` of every record from ``start`` (the first one when None)
+        to the last one visible now (see the module docstring), in order."""
+        return self.reader(start).read()
+
+    def reader(self, start: Position | str | None = None) -> LogReader:
+        """A reader from ``start`` that can also tail the WAL (:meth:`LogReader.tail`)."""
+        self._check_open()
+        return LogReader(self._bk, self.log_name, start)
+
+    @property
+    def first_position(self) -> Position | None:
+        """The position of the first record visible, or None if there is none."""
+        self._check_open()
+        return walinfo.first_position(self._bk, self.log_name)
+
+    @property
+    def last_position(self) -> Position | None:
+        """The position of the last record visible, or None if there is none."""
+        self._check_open()
+        return walinfo.last_position(self._bk, self.log_name)
+
+    @property
+    def space_used(self) -> int:
+        """Bytes the WAL's directory takes on disk (:func:`walinfo.space_used_bytes`)."""
+        return walinfo.space_used_bytes(self.path)
+
+    def stats(self) -> walinfo.WALStats:
+        """The WAL's figures as this handle sees them (:class:`walinfo.WALStats`)."""
+        return walinfo.WALStats(self.first_position, self.last_position, self.space_used,
+                                journal_records_read=self._storage.stats.journal_records,
+                                owner_running=self._storage.owner_running)
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release everything; closing again does nothing.  Readers made by this handle
+        raise LogClosed from then on."""
+        if not self._closed:
+            self._closed = True
+            self._resources.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(f"the read-only WAL at {self.path} is closed")
+
+    def __enter__(self) -> "ReadOnlyWAL":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _ReadOnlyBookieClient(BookieClient):
+    """The ledger client's way to a :class:`BookieReader`: reads answered at once,
+    changes refused with BookieReadOnly."""
+
+    def __init__(self, bookie_id: str, reader: BookieReader) -> None:
+        self.bookie_id = bookie_id
+        self._reader = reader
+
+    def add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
+            recovery: bool = False) -> Future:
+        return failed_future(self._reader.refuse("add"))
+
+    def read(self, ledger_id: int, entry_id: int, fence: bool = False,
+             master_key: bytes = b"") -> Future:
+        if fence:
+            return failed_future(self._reader.refuse("fence"))
+        return _completed(lambda: self._reader.read_entry(ledger_id, entry_id))
+
+    def read_lac(self, ledger_id: int) -> Future:
+        return _completed(lambda: self._reader.read_lac(ledger_id))
+
+    def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> Future:
+        return failed_future(self._reader.refuse("explicit LAC"))
+
+    def delete_ledger(self, ledger_id: int) -> Future:
+        return failed_future(self._reader.refuse("delete"))
+
