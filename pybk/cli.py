@@ -5,6 +5,8 @@
 ``pybk demote DIR``
     Turn a promoted WAL directory whose cluster is gone back into an embedded WAL
     (:func:`pybk.demote`).
+``pybk tail DIR [--from POS] [--follow]``
+    A WAL's records, also while its application has it open (:mod:`pybk.tail_command`).
 ``pybk bookie``
     A bookie serving a cluster until SIGTERM or SIGINT (:class:`pybk.cluster.node.BookieNode`).
 ``pybk autorecovery``
@@ -121,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         return demo.run_demo(args.dir, args.seconds)
     if args.command == "demote":
         return run_demote(args.dir)
+    if args.command == "tail":
+        from pybk import tail_command
+        return tail_command.run(args.dir, args.start, args.follow, args.poll_ms, args.hex)
     if args.command == "consumers":
         return run_consumers(args, settings_of(parser, args))
     if args.command in OFFLINE_COMMANDS:
@@ -329,6 +334,23 @@ def _parser() -> argparse.ArgumentParser:
                     "did not truncate; records written while it was a member are not in "
                     "it.  The cluster is not contacted.")
     demote_cmd.add_argument("dir", metavar="DIR", help="the WAL directory")
+
+    tail = commands.add_parser(
+        "tail", help="print a WAL's records, also while its application runs",
+        description="Print the records of the WAL in DIR, one a line (position, tab, "
+                    "payload as text, or hex), read without disturbing the application "
+                    "that has it open (pybk.open_readonly).  With --follow, go on printing "
+                    "new ones until interrupted.")
+    tail.add_argument("dir", metavar="DIR", help="the WAL directory")
+    tail.add_argument("--from", dest="start", metavar="POS",
+                      help="start at this position (segment:entry:slot; default: the first "
+                           "record)")
+    tail.add_argument("--follow", "-f", action="store_true",
+                      help="keep printing records as they are appended")
+    tail.add_argument("--poll-ms", type=_positive(float), default=10.0, metavar="N",
+                      help="with --follow: look for new records at most N ms apart "
+                           "(default 10)")
+    tail.add_argument("--hex", action="store_true", help="show every payload in hex")
 
     bookie = commands.add_parser(
         "bookie", help="serve a bookie to a cluster until SIGTERM or SIGINT",

@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import pytest
 from crashutil import children, count_lines  # noqa: F401
-from walutil import who
+from walutil import acknowledged, who
 
 import pybk
 from pybk.errors import BookKeeperError, EntryTooLarge, InvalidConfiguration, LogClosed
@@ -190,15 +190,6 @@ ROUNDS = 20
 THREADS = 4
 
 
-def _acknowledged(acks_path) -> dict[Position, tuple[int, int, int]]:
-    acked = {}
-    if os.path.exists(acks_path):
-        for line in open(acks_path, encoding="ascii"):
-            position, round_no, thread, index = line.split()
-            acked[Position.parse(position)] = (int(round_no), int(thread), int(index))
-    return acked
-
-
 def _check(directory, acked) -> int:
     """Open the WAL and check it against every acknowledgement so far; return the count
     of records in it."""
@@ -233,10 +224,10 @@ def test_kill_minus_nine_loop_keeps_every_acknowledged_record(tmp_path, children
         children.wait_for_acks(child, acks_path, count_lines(acks_path) + 20)
         time.sleep(rng.uniform(0.02, 0.3))
         children.kill(child)
-        acked = _acknowledged(acks_path)
+        acked = acknowledged(acks_path)
         total = _check(directory, acked)
         assert total >= len(acked)
-    assert len(_acknowledged(acks_path)) > ROUNDS * 20
+    assert len(acknowledged(acks_path)) > ROUNDS * 20
 
 
 def test_a_larger_max_entry_size_holds_for_the_client_side_too(tmp_path):

@@ -7,7 +7,10 @@ from those three numbers alone, so any record read back can be checked byte for 
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
+
+from pybk.log import Position
 
 _WHO = struct.Struct(">III")
 
@@ -29,3 +32,14 @@ def who(data: bytes) -> tuple[int, int, int]:
     if record(*ids) != data:
         raise ValueError(f"record {ids} does not hold its own bytes")
     return ids
+
+
+def acknowledged(acks_path) -> dict[Position, tuple[int, int, int]]:
+    """What ``tests/wal_child.py`` wrote in its acknowledgement file: position ->
+    ``(round, thread, index)`` of each acknowledged record."""
+    acked = {}
+    if os.path.exists(acks_path):
+        for line in open(acks_path, encoding="ascii"):
+            position, round_no, thread, index = line.split()
+            acked[Position.parse(position)] = (int(round_no), int(thread), int(index))
+    return acked

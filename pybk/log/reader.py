@@ -92,12 +92,14 @@ class LogReader:
                 return
             yield from batch
 
-    def read_next(self, timeout: float) -> Record | None:
+    def read_next(self, timeout: float, poll_interval: float = _POLL_MAX_S) -> Record | None:
         """The next record, waiting up to ``timeout`` seconds for one to be appended
-        (None if none was)."""
+        (None if none was).  While it waits it looks again after 0.5 ms, then at
+        doubling intervals up to ``poll_interval`` seconds (each look from another
+        process, :mod:`pybk.log.readonly`, reads the owner's newest files)."""
         self._check_start()
         deadline = time.monotonic() + timeout
-        pause = _POLL_MIN_S
+        pause = min(_POLL_MIN_S, poll_interval)
         while True:
             if not self._pending:
                 self._pending = self._fetch()
@@ -107,12 +109,14 @@ class LogReader:
             if remaining <= 0:
                 return None
             time.sleep(min(pause, remaining))
-            pause = min(pause * 2, _POLL_MAX_S)
+            pause = min(pause * 2, poll_interval)
 
-    def tail(self, idle_timeout: float) -> Iterator[Record]:
-        """Records as they are appended, until none came for ``idle_timeout`` seconds."""
+    def tail(self, idle_timeout: float, poll_interval: float = _POLL_MAX_S
+             ) -> Iterator[Record]:
+        """Records as they are appended, until none came for ``idle_timeout`` seconds
+        (``math.inf``: for ever), looking for new ones as :meth:`read_next` does."""
         while True:
-            record = self.read_next(idle_timeout)
+            record = self.read_next(idle_timeout, poll_interval)
             if record is None:
                 return
             yield record

@@ -119,20 +119,25 @@ class BookieReader:
     def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
         """The entry's bytes as added (``LAST_ENTRY``: the last one stored)."""
         with self._lock:
-            self._check_readable(ledger_id)
-            if entry_id == LAST_ENTRY:
-                last = self._last_stored(ledger_id)
-                if last is None:
-                    raise NoSuchEntry(f"ledger {ledger_id} holds no entries")
-                entry_id = last
-            found = self._entry(ledger_id, entry_id)
-            if found is None:
+            try:
+                found = self._lookup(ledger_id, entry_id)
+            except (NoSuchLedger, NoSuchEntry):
+                found = None
+            if found is None:  # written since the last refresh, maybe
                 self._refresh_locked()
-                self._check_readable(ledger_id)
-                found = self._entry(ledger_id, entry_id)
+                found = self._lookup(ledger_id, entry_id)
             if found is None:
                 raise NoSuchEntry(f"ledger {ledger_id} has no entry {entry_id} here")
             return found
+
+    def _lookup(self, ledger_id: int, entry_id: int) -> bytes | None:
+        self._check_readable(ledger_id)
+        if entry_id == LAST_ENTRY:
+            last = self._last_stored(ledger_id)
+            if last is None:
+                raise NoSuchEntry(f"ledger {ledger_id} holds no entries")
+            entry_id = last
+        return self._entry(ledger_id, entry_id)
 
     def read_lac(self, ledger_id: int) -> int:
         """The ledger's LAC as the module docstring says (after a refresh)."""

@@ -1,0 +1,226 @@
+"""A WAL read from another process while its owner runs (``pybk.open_readonly``), its
+positions and figures, and ``pybk tail``.  The owner is a real process
+(``tests/wal_child.py``) appending from several threads, killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from crashutil import ROOT, children, count_lines  # noqa: F401
+from walutil import acknowledged, who
+
+import pybk
+from pybk.errors import DirectoryLocked, NoSuchLog
+from pybk.log import Position
+
+pytestmark = pytest.mark.timeout(120)
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+WAL_CHILD = os.path.join(TESTS, "wal_child.py")
+THREADS = 3
+#: How long after its acknowledgement a record is visible while the owner runs, at most:
+#: the owner's explicit LAC (explicitLacInterval, 50 ms) and its journal write, with room.
+VISIBLE_WITHIN_S = 1.0
+
+
+def _owner(children, directory, acks, *options: str):
+    child = children.spawn(WAL_CHILD, str(directory), str(acks), "0", str(THREADS),
+                           *options)
+    children.wait_for_acks(child, acks, 200)
+    return child
+
+
+def _check_records(records) -> None:
+    """Positions strictly increase, and every record holds exactly what its writer
+    wrote."""
+    positions = [p for p, _ in records]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    for _, data in records:
+        who(data)
+
+
+def test_a_running_owners_acknowledged_records_are_read_and_tailed(tmp_path, children):
+    directory, acks = tmp_path / "wal", tmp_path / "acks"
+    child = _owner(children, directory, acks)
+    with pybk.open_readonly(directory) as wal:
+        acked = acknowledged(acks)
+        time.sleep(VISIBLE_WITHIN_S)
+        records = list(wal.read())
+        _check_records(records)
+        found = {p: who(data) for p, data in records}
+        missing = {p for p, ids in acked.items() if found.get(p) != ids}
+        assert not missing, f"acknowledged records not read: {sorted(missing)[:3]}"
+        stats = wal.stats()
+        assert stats.owner_running and stats.journal_records_read > 0
+        assert stats.first_position == Position(0, 0, 0)
+        assert stats.last_position >= max(acked) and stats.space_used_bytes > 0
+
+        # Tailing from where the read ended follows the owner's new records.
+        reader = wal.reader(records[-1][0])
+        assert next(reader.tail(5.0))[0] == records[-1][0]
+        tailed = []
+        deadline = time.monotonic() + 2.0
+        for record in reader.tail(5.0, poll_interval=0.02):
+            tailed.append(record)
+            if time.monotonic() > deadline:
+                break
+        _check_records(records + tailed)
+        assert len(tailed) > 100, "the tail did not follow the owner"
+        assert child.poll() is None, children.stderr(child)
+
+
+def test_after_the_owner_is_killed_every_acknowledged_record_is_read(tmp_path, children):
+    """SIGKILL leaves the owner's last segment open, with records past its LAC whose
+    acknowledgements the owner had given: with no owner running, the reader reads them
+    too, and exactly what the owner's next open recovers."""
+    directory, acks = tmp_path / "wal", tmp_path / "acks"
+    child = _owner(children, directory, acks)
+    with pybk.open_readonly(directory) as wal:
+        children.kill(child)
+        acked = acknowledged(acks)
+        assert not wal.stats().owner_running
+        records = list(wal.read())
+        last = wal.last_position
+    _check_records(records)
+    found = dict(records)
+    missing = {p for p, ids in acked.items() if p not in found or who(found[p]) != ids}
+    assert not missing, f"acknowledged records not read: {sorted(missing)[:3]}"
+    assert last == records[-1][0]
+    with pybk.open(directory) as owner:  # recovers the open segment
+        assert list(owner.read()) == records
+
+
+def test_truncation_gc_and_compaction_under_a_tailing_reader(tmp_path, children):
+    """The owner truncates every 0.2 s and compacts: segments and entry logs go under the
+    reader, which goes on past them and serves only what the writers wrote, in order."""
+    directory, acks = tmp_path / "wal", tmp_path / "acks"
+    child = _owner(children, directory, acks, "truncate")
+    logs_seen: set[str] = set()
+    with pybk.open_readonly(directory) as wal:
+        reader = wal.reader()
+        records = []
+        deadline = time.monotonic() + 4.0
+        for record in reader.tail(5.0, poll_interval=0.005):
+            records.append(record)
+            logs_seen.update(name for name in os.listdir(directory / "bookie" / "ledgers"
+                                                         / "current")
+                             if name.endswith(".log"))
+            if time.monotonic() > deadline:
+                break
+            if len(records) % 500 == 0:
+                time.sleep(0.3)  # fall behind a truncation now and then
+        first = wal.first_position
+    assert child.poll() is None, children.stderr(child)
+    _check_records(records)
+    assert len(records) > 1000
+    assert first is not None and first > records[0][0], "the owner never truncated"
+    remaining = {name for name in os.listdir(directory / "bookie" / "ledgers" / "current")
+                 if name.endswith(".log")}
+    assert logs_seen - remaining, "no entry log was removed while the reader read"
+
+
+def test_positions_space_and_stats_of_the_owner(tmp_path):
+    with pybk.open(tmp_path / "wal") as wal:
+        assert (wal.first_position, wal.last_position) == (None, None)
+        positions = [wal.append(b"record %d" % i) for i in range(20)]
+        futures = [wal.append_async(b"async %d" % i) for i in range(20)]
+        positions += [f.result(timeout=30) for f in futures]
+        assert (wal.first_position, wal.last_position) == (positions[0], positions[-1])
+        wal.truncate(positions[10])
+        assert wal.first_position == positions[10]
+        stats = wal.stats()
+        assert (stats.appends, stats.appended_bytes) == (40, sum(
+            len(b"record %d" % i) + len(b"async %d" % i) for i in range(20)))
+        assert stats.syncs > 0 and stats.journal_bytes_written > stats.appended_bytes
+        assert stats.space_used_bytes == wal.space_used > 0
+        assert stats.journal_records_read is None and stats.owner_running is None
+    with pybk.open(tmp_path / "wal") as wal:  # a new segment: truncation takes the old one
+        later = wal.append(b"later")
+        wal.truncate(later)
+        assert wal.first_position == wal.last_position == later
+
+
+def test_read_only_bad_input_gets_clear_errors(tmp_path):
+    with pytest.raises(NoSuchLog, match="holds no pybk WAL"):
+        pybk.open_readonly(tmp_path / "none")
+    with pybk.open(tmp_path / "wal") as wal:
+        wal.append(b"x")
+        with pytest.raises(DirectoryLocked, match="open in this process"):
+            pybk.open_readonly(tmp_path / "wal")
+    with pybk.open_readonly(tmp_path / "wal") as wal:
+        assert [d for _, d in wal.read()] == [b"x"]
+        with pytest.raises(ValueError, match="past the end"):
+            wal.read("7:0:0")
+    with pytest.raises(pybk.errors.LogClosed):
+        wal.read()
+
+
+def _pybk(*args: str, stdout=subprocess.PIPE) -> subprocess.Popen:
+    return subprocess.Popen((sys.executable, "-m", "pybk", *args),
+                            env=dict(os.environ, PYTHONPATH=ROOT), stdout=stdout,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _printed(path) -> list[tuple[Position, bytes]]:
+    """The records ``pybk tail --hex`` printed so far (whole lines only)."""
+    lines = path.read_text().split("\n")[:-1]
+    return [(Position.parse(p), bytes.fromhex(data[2:]))
+            for p, data in (line.split("\t") for line in lines)]
+
+
+def test_pybk_tail_follows_a_running_owner_until_terminated(tmp_path, children):
+    """The command prints records while the owner appends, and, once the owner is
+    killed, every record it acknowledged; SIGTERM ends it with status 0."""
+    directory, acks, out = tmp_path / "wal", tmp_path / "acks", tmp_path / "out"
+    child = _owner(children, directory, acks)
+    with open(out, "w") as out_file:  # a pipe would fill up: a file does not
+        tail = _pybk("tail", str(directory), "--follow", "--poll-ms", "20", "--hex",
+                     stdout=out_file)
+        try:
+            deadline = time.monotonic() + 60
+            while len(_printed(out)) < 1000 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            early = len(_printed(out))
+            time.sleep(1.0)
+            assert child.poll() is None, children.stderr(child)
+            assert len(_printed(out)) > early >= 1000, "the tail did not follow the owner"
+            children.kill(child)
+            acked = acknowledged(acks)
+            while not set(acked) <= {p for p, _ in _printed(out)} \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+            tail.send_signal(signal.SIGTERM)
+            _, err = tail.communicate(timeout=30)
+        finally:
+            if tail.poll() is None:
+                tail.kill()
+                tail.wait(timeout=30)
+    assert tail.returncode == 0 and not err, err
+    records = _printed(out)
+    _check_records(records)
+    printed = dict(records)
+    missing = {p for p, ids in acked.items() if p not in printed or who(printed[p]) != ids}
+    assert not missing, f"{len(missing)} acknowledged records not printed: " \
+                        f"{sorted(missing)[:3]}"
+
+
+def test_pybk_tail_bad_input_is_one_line(tmp_path):
+    with pybk.open(tmp_path / "wal") as wal:
+        wal.append(b"text record")
+        wal.append(b"\x00\x01binary")
+    tail = _pybk("tail", str(tmp_path / "wal"))
+    out, err = tail.communicate(timeout=60)
+    assert (tail.returncode, err) == (0, "")
+    assert out == "0:0:0\ttext record\n0:1:0\t0x0001" + b"binary".hex() + "\n"
+    for args, reason in [((str(tmp_path / "none"),), "holds no pybk WAL"),
+                         ((str(tmp_path / "wal"), "--from", "1:x:0"), "not a log position"),
+                         ((str(tmp_path / "wal"), "--from", "5:0:0"), "past the end")]:
+        tail = _pybk("tail", *args)
+        out, err = tail.communicate(timeout=60)
+        assert tail.returncode == 1 and out == ""
+        assert err.startswith("pybk tail: ") and reason in err and err.count("\n") == 1, err
