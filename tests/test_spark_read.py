@@ -9,6 +9,7 @@ Real Spark in local mode (one session for the module), a real ZooKeeper and thre
 from __future__ import annotations
 
 import contextlib
+import time
 
 import pytest
 import zkutil
@@ -155,15 +156,32 @@ def test_a_wal_directory_is_read_by_path(spark, tmp_path):
     assert {r.log for r in rows} == {"wal"}
 
 
-def test_a_wal_directory_its_application_has_open_is_refused_naming_the_lock(spark,
-                                                                           tmp_path):
+def test_a_wal_directory_is_read_while_its_application_appends(spark, tmp_path):
+    """A batch read takes no lock: the application (this process) goes on appending,
+    and the job reads every record acknowledged before it was planned (the owner's
+    explicit LAC, 50 ms after its appends go idle, makes the last one visible)."""
+    directory = str(tmp_path / "wal")
+    with contextlib.closing(pybk.open(directory, segmentMaxBytes=2048)) as wal:
+        written = [(wal.append(b"live record %d" % i), b"live record %d" % i)
+                   for i in range(200)]
+        time.sleep(0.5)
+        rows = spark.read.format("pybk").option("minPartitions", 3).load(directory).collect()
+        assert [(Position(r.segment, r.entry, r.slot), bytes(r.value)) for r in rows] == \
+            written
+        later = wal.append(b"after the job")  # the application was not disturbed
+        assert list(wal.read(later)) == [(later, b"after the job")]
+
+
+def test_a_wal_directory_its_application_has_open_is_not_written_naming_the_lock(
+        spark, tmp_path):
     directory = str(tmp_path / "wal")
     with contextlib.closing(pybk.open(directory)) as wal:
         wal.append(b"the application is running")
-        reader = spark.read.format("pybk").option("lockTimeoutSeconds", 0.5)
+        df = spark.createDataFrame([(b"job row",)], "value binary")
+        writer = df.write.format("pybk").option("lockTimeoutSeconds", 0.5).mode("append")
         with pytest.raises(Exception, match=r"(?s)DirectoryLocked.*is open in another "
                                             r"process.*LOCK is locked"):
-            reader.load(directory).collect()
+            writer.save(directory)
 
 
 def test_registering_the_source_again_changes_nothing(spark, address, written):

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import Future
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
 
 from pybk.client import BookKeeper
@@ -62,23 +62,10 @@ class ReadOnlyWAL:
 
     def __init__(self, path: str | os.PathLike[str], **settings: Any) -> None:
         self.path = os.path.abspath(os.fspath(path))
-        if not os.path.isdir(os.path.join(self.path, "bookie")):
-            raise NoSuchLog(f"{self.path} holds no pybk WAL")
-        if _open_here(self.path):  # LMDB opens an environment once per process
-            raise DirectoryLocked(f"{self.path} is open in this process: read it through "
-                                  "that WAL (wal.read(), wal.reader()); open_readonly is for "
-                                  "other processes")
-        server, client, _log = _split_settings(self.path, settings)
         self.log_name = LOG_NAME
         resources = ExitStack()
         try:
-            self._storage = resources.enter_context(BookieReader(server, sole_copy=True))
-            store = resources.enter_context(EmbeddedMetadataStore(
-                os.path.join(self.path, "metadata"), read_only=True))
-            _check_embedded(self.path, store)
-            bookie_id = f"bookie-{self._storage.instance_id}"
-            self._bk = resources.enter_context(BookKeeper(
-                store, {bookie_id: _ReadOnlyBookieClient(bookie_id, self._storage)}, client))
+            self._bk, self._storage = _open_client(self.path, settings, resources)
         except BaseException:
             resources.close()
             raise
@@ -138,6 +125,35 @@ class ReadOnlyWAL:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def readonly_client(path: str | os.PathLike[str], **settings: Any) -> Iterator[BookKeeper]:
+    """The ledger client of a :class:`ReadOnlyWAL` (for a job that reads the WAL's log
+    with :mod:`pybk.log.ranges`, a Spark batch read), closed on exit."""
+    with ExitStack() as resources:
+        yield _open_client(os.path.abspath(os.fspath(path)), settings, resources)[0]
+
+
+def _open_client(path: str, settings: dict[str, Any], resources: ExitStack
+                 ) -> tuple[BookKeeper, BookieReader]:
+    """A ledger client over the WAL directory ``path`` read-only, and the bookie reader
+    under it, each pushed on ``resources`` to be closed."""
+    if not os.path.isdir(os.path.join(path, "bookie")):
+        raise NoSuchLog(f"{path} holds no pybk WAL")
+    if _open_here(path):  # LMDB opens an environment once per process
+        raise DirectoryLocked(f"{path} is open in this process: read it through that WAL "
+                              "(wal.read(), wal.reader()); open_readonly is for other "
+                              "processes")
+    server, client, _log = _split_settings(path, settings)
+    storage = resources.enter_context(BookieReader(server, sole_copy=True))
+    store = resources.enter_context(EmbeddedMetadataStore(os.path.join(path, "metadata"),
+                                                          read_only=True))
+    _check_embedded(path, store)
+    bookie_id = f"bookie-{storage.instance_id}"
+    bk = resources.enter_context(BookKeeper(
+        store, {bookie_id: _ReadOnlyBookieClient(bookie_id, storage)}, client))
+    return bk, storage
 
 
 class _ReadOnlyBookieClient(BookieClient):

@@ -117,14 +117,15 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            "the cluster, `zk://host:port[,host:port...]/ledgers`"),
     Option("path", _text, None, _ALL,
            "an embedded WAL directory instead of a cluster (also `load(path)` / "
-           "`save(path)`); the WAL's application must not be running"),
+           "`save(path)`); a batch read reads it beside its running application, other "
+           "uses need the application stopped"),
     Option("log", _text, None, _ALL,
            "the log's name (required with metadataServiceUri; `wal` for a WAL directory)"),
     Option("password", _string, "", _ALL,
            "the password of the log's ledgers (as the log's writers use it)"),
     Option("lockTimeoutSeconds", _number(float), 60.0, _ALL,
-           "with `path`: how long a task waits for the directory, which the job's tasks "
-           "take in turns"),
+           "with `path`, except for a batch read: how long a task waits for the directory, "
+           "which the job's tasks take in turns"),
     Option("startingPosition", _position, None, _READS,
            "`earliest`, `latest` or a position, inclusive (default: earliest for a batch "
            "read, latest for a new streaming query)"),

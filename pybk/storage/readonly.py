@@ -69,7 +69,6 @@ class _Learned:
 
     lac: int = -1
     explicit_lac: int | None = None
-    fenced: bool = False
     deleted: bool = False
 
 
@@ -153,14 +152,6 @@ class BookieReader:
                 while self._entry_present(ledger_id, lac + 1):
                     lac += 1
             return lac
-
-    def ledger_exists(self, ledger_id: int) -> bool:
-        with self._lock:
-            try:
-                self._check_readable(ledger_id)
-            except NoSuchLedger:
-                return False
-            return True
 
     @property
     def owner_running(self) -> bool:
@@ -294,9 +285,7 @@ class BookieReader:
             return
         fields = codec.decode_payload(rtype, payload)
         learned = self._learned.setdefault(fields.ledger_id, _Learned())
-        if rtype == codec.FENCE:
-            learned.fenced = True
-        elif rtype == codec.EXPLICIT_LAC:
+        if rtype == codec.EXPLICIT_LAC:
             assert fields.lac is not None
             learned.explicit_lac = max(fields.lac, learned.explicit_lac
                                        if learned.explicit_lac is not None else fields.lac)
