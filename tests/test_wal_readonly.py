@@ -15,8 +15,10 @@ from crashutil import ROOT, children, count_lines  # noqa: F401
 from walutil import acknowledged, who
 
 import pybk
-from pybk.errors import DirectoryLocked, NoSuchLog
+from pybk.errors import DirectoryLocked, MetadataError, NoSuchLog
+from pybk.fileio import lock_file
 from pybk.log import Position
+from pybk.meta.embedded import LOCK_FILE, EmbeddedMetadataStore
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -224,3 +226,15 @@ def test_pybk_tail_bad_input_is_one_line(tmp_path):
         out, err = tail.communicate(timeout=60)
         assert tail.returncode == 1 and out == ""
         assert err.startswith("pybk tail: ") and reason in err and err.count("\n") == 1, err
+
+
+def test_a_read_only_metadata_store_reads_and_refuses_changes(tmp_path):
+    with EmbeddedMetadataStore(tmp_path / "meta") as store:
+        store.create("/a", b"one")
+    with EmbeddedMetadataStore(tmp_path / "meta", read_only=True) as store:
+        assert store.get("/a") == (b"one", 0)
+        with pytest.raises(MetadataError, match="read-only"):
+            store.set("/a", b"two", 0)
+        with pytest.raises(MetadataError, match="read-only"):
+            store.next_ledger_id()
+        os.close(lock_file(str(tmp_path / "meta" / LOCK_FILE)))  # it holds no lock

@@ -110,6 +110,18 @@ def owner_path(settings: ServerSettings) -> str:
     return os.path.join(settings.journalDirectory, "current", OWNER_FILE)
 
 
+def _announce_presence(settings: ServerSettings) -> int:
+    """Hold the presence lock; -1 where the file system has no OFD locks (readers then
+    take the bookie for stopped: see :mod:`pybk.storage.readonly`)."""
+    path = owner_path(settings)
+    try:
+        return hold_presence(path)
+    except OSError as e:
+        log.warning("%s: no presence lock (%s): read-only readers in other processes will "
+                    "read this bookie's ledgers as a stopped bookie's", path, e)
+        return -1
+
+
 def format_bookie(settings: ServerSettings, force: bool = False) -> str:
     """Initialise a new bookie's directories (cookies); returns its instance id."""
     return format_directories(settings, force=force)
@@ -168,11 +180,12 @@ class Bookie:
         try:
             # Read-only readers in other processes ask for this lock to learn whether a
             # bookie may still add to a ledger (:mod:`pybk.storage.readonly`).
-            self._presence = hold_presence(owner_path(settings))
+            self._presence = _announce_presence(settings)
             try:
                 self._index = Index(os.path.join(self._ledger_dirs[0], "current", "index"))
             except BaseException:
-                os.close(self._presence)
+                if self._presence >= 0:
+                    os.close(self._presence)
                 raise
         except BaseException:
             os.close(self._dir_lock)
@@ -977,7 +990,8 @@ class Bookie:
                 except OSError as e:  # a full or failing disk: the next start rescans
                     log.error("could not seal the current entry log: %s", e)
         self._index.close()
-        os.close(self._presence)
+        if self._presence >= 0:
+            os.close(self._presence)
         os.close(self._dir_lock)
 
     def _refuse_on_journal_thread(self, what: str) -> None:

@@ -52,7 +52,13 @@ from pybk.storage import journal_codec as codec
 from pybk.storage.bookie import owner_path
 from pybk.storage.cookie import verify_cookies
 from pybk.storage.entries import ENTRY_HEADER, LAST_ENTRY
-from pybk.storage.entrylog import CURRENT, RECORD_HEADER_SIZE, entry_of_record, list_log_files
+from pybk.storage.entrylog import (
+    CURRENT,
+    READ_FDS_MAX,
+    RECORD_HEADER_SIZE,
+    entry_of_record,
+    list_log_files,
+)
 from pybk.storage.index import Index
 from pybk.storage.inspect import current_directory
 from pybk.storage.lastmark import read_mark
@@ -208,6 +214,8 @@ class BookieReader:
         path = self._log_paths.get(log_id)
         if path is None:
             raise FileNotFoundError(f"entry log {log_id:x} does not exist")
+        if len(self._log_fds) >= READ_FDS_MAX:  # dicts keep insertion order
+            os.close(self._log_fds.pop(next(iter(self._log_fds))))
         fd = self._log_fds[log_id] = os.open(path, os.O_RDONLY)
         return fd
 
