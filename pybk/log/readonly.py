@@ -12,11 +12,11 @@ What it sees, and how fresh:
   that were appended; never a record whose append did not return (while the owner
   runs), never other bytes.
 * While the owner runs, a record shows up once the ledger's LAC covers it: when a later
-  entry of the same segment is journaled (it carries the LAC), or at the latest
-  ``explicitLacInterval`` (50 ms) after the owner's appends go idle, when the owner
-  journals its explicit LAC.  It is read from the journal at once (no checkpoint is
-  waited for): in practice a tailing reader is a few milliseconds to 50 ms behind the
-  append, plus its poll interval.
+  entry of the same segment is journaled (it carries the LAC), or, once the owner's
+  appends go idle, when the owner journals its explicit LAC (``explicitLacInterval``,
+  50 ms, checked on its client's 50 ms timer: 50 to 100 ms after the last append).  It
+  is read from the journal at once (no checkpoint is waited for), plus the reader's
+  poll interval.
 * Once no owner runs (closed, or killed), also the records whose acknowledgement died
   with it: the open segment is read to the last entry stored, where the owner's next
   open will close it (:mod:`pybk.storage.readonly`, "The LAC").
