@@ -1,7 +1,8 @@
 """The embedded WAL: ``pybk.open(path)``, one log on a bookie inside this process.
 
 A WAL directory holds everything it needs, so it can be copied, backed up or opened by
-another process (one at a time; a lock file refuses a second opener)::
+another process (one at a time; a lock file refuses a second opener; any number of
+processes may read it meanwhile: :mod:`pybk.log.readonly`)::
 
     <path>/bookie/journal/    the bookie's journal (group commit, fdatasync)
     <path>/bookie/ledgers/    its entry logs and LMDB index

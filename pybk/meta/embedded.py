@@ -157,6 +157,9 @@ class EmbeddedMetadataStore(MetadataStore):
             self._env = lmdb.open(self.directory, map_size=_MAP_SIZE_BYTES, max_dbs=3,
                                   max_readers=_MAX_READERS, readahead=False,
                                   readonly=read_only, create=not read_only)
+            # Free the slots of readers (read-only stores) killed inside a read
+            # transaction, which would keep writers from reusing the pages they saw.
+            self._env.reader_check()
             self._records, self._ephemerals, self._meta = (
                 self._env.open_db(name, create=not read_only)
                 for name in (b"records", b"ephemerals", b"meta"))

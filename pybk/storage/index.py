@@ -107,6 +107,10 @@ class Index:
             self._env = lmdb.open(directory, map_size=_MAP_SIZE_BYTES, max_dbs=3,
                                   readonly=True, lock=beside_writer, create=False,
                                   readahead=False)
+            if beside_writer:
+                # Free the slots of readers killed inside a read transaction, which
+                # would keep the writer from reusing the pages they saw.
+                self._env.reader_check()
         else:
             os.makedirs(directory, exist_ok=True)
             self._env = lmdb.open(directory, map_size=_MAP_SIZE_BYTES, max_dbs=3,
