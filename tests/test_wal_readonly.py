@@ -5,6 +5,7 @@ positions and figures, and ``pybk tail``.  The owner is a real process
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -77,24 +78,31 @@ def test_a_running_owners_acknowledged_records_are_read_and_tailed(tmp_path, chi
 
 
 def test_after_the_owner_is_killed_every_acknowledged_record_is_read(tmp_path, children):
-    """SIGKILL leaves the owner's last segment open, with records past its LAC whose
-    acknowledgements the owner had given: with no owner running, the reader reads them
-    too, and exactly what the owner's next open recovers."""
+    """SIGKILL leaves the owner's last segment open (or two, in the middle of a roll),
+    with records past its LAC whose acknowledgements the owner had given: with no owner
+    running, the reader reads them too, and exactly what the owner's next open
+    recovers.  Four owners, killed at random moments."""
     directory, acks = tmp_path / "wal", tmp_path / "acks"
-    child = _owner(children, directory, acks)
-    with pybk.open_readonly(directory) as wal:
-        children.kill(child)
-        acked = acknowledged(acks)
-        assert not wal.stats().owner_running
-        records = list(wal.read())
-        last = wal.last_position
-    _check_records(records)
-    found = dict(records)
-    missing = {p for p, ids in acked.items() if p not in found or who(found[p]) != ids}
-    assert not missing, f"acknowledged records not read: {sorted(missing)[:3]}"
-    assert last == records[-1][0]
-    with pybk.open(directory) as owner:  # recovers the open segment
-        assert list(owner.read()) == records
+    rng = random.Random(20261126)
+    for round_no in range(4):
+        child = children.spawn(WAL_CHILD, str(directory), str(acks), str(round_no),
+                               str(THREADS))
+        children.wait_for_acks(child, acks, count_lines(acks) + 200)
+        time.sleep(rng.uniform(0.0, 0.3))
+        with pybk.open_readonly(directory) as wal:
+            children.kill(child)
+            acked = acknowledged(acks)
+            assert not wal.stats().owner_running
+            records = list(wal.read())
+            last = wal.last_position
+        _check_records(records)
+        found = dict(records)
+        missing = {p for p, ids in acked.items() if p not in found or who(found[p]) != ids}
+        assert not missing, f"round {round_no}: acknowledged records not read: " \
+                            f"{sorted(missing)[:3]}"
+        assert last == records[-1][0]
+        with pybk.open(directory) as owner:  # recovers the open segments
+            assert list(owner.read()) == records
 
 
 def test_truncation_gc_and_compaction_under_a_tailing_reader(tmp_path, children):
@@ -238,3 +246,32 @@ def test_a_read_only_metadata_store_reads_and_refuses_changes(tmp_path):
         with pytest.raises(MetadataError, match="read-only"):
             store.next_ledger_id()
         os.close(lock_file(str(tmp_path / "meta" / LOCK_FILE)))  # it holds no lock
+
+
+def test_a_tail_goes_on_across_owner_crashes_and_restarts(tmp_path, children):
+    """Three owners in turn, each killed with SIGKILL: one reader tails them all, and
+    what it read is exactly what the WAL holds once reopened, acknowledged records
+    included."""
+    directory, acks = tmp_path / "wal", tmp_path / "acks"
+    child = _owner(children, directory, acks)
+    tailed = []
+    with pybk.open_readonly(directory) as wal:
+        reader = wal.reader()
+        for round_no in range(1, 4):
+            deadline = time.monotonic() + 1.0
+            for record in reader.tail(30.0, poll_interval=0.01):
+                tailed.append(record)
+                if time.monotonic() > deadline:
+                    break
+            children.kill(child)
+            if round_no < 3:
+                child = children.spawn(WAL_CHILD, str(directory), str(acks), str(round_no),
+                                       str(THREADS))
+        tailed += reader.tail(1.0)  # the last owner's records past its LAC, too
+    _check_records(tailed)
+    with pybk.open(directory) as owner:
+        held = list(owner.read())
+    assert tailed == held
+    rounds = {who(data)[0] for _, data in tailed}
+    assert rounds == {0, 1, 2}
+    assert set(acknowledged(acks)) <= {p for p, _ in held}

@@ -6,7 +6,9 @@ from the bookies (or, in the writer's own process, from the writer).  Bookies le
 LAC from the next entry or, once the writer is idle, from its explicit LAC
 (``explicitLacInterval``): in another process the newest record shows up that late.  A reader never
 disturbs the writer: it opens ledgers without recovery.  It moves to the next segment
-only once the current one is closed, so it sees records in position order, each once.
+only once the current one is closed (or, for a reader told that no writer can add any
+more, ``writerless``, once it read an open segment to its LAC and a later one exists),
+so it sees records in position order, each once.
 
 If truncation removes the segment a reader is in, it goes on at the truncation point.
 The next segment is found in the log's head or, below the head's tail, in one segment
@@ -34,7 +36,7 @@ a truncation passed them.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from pybk.errors import LogClosed, NoNode, NoSuchEntry, NoSuchLedger, NoSuchLog
 from pybk.log.batch import decode_batch
@@ -57,11 +59,17 @@ class LogReader:
     """Records of log ``name`` from ``start`` (the beginning when None), in order."""
 
     def __init__(self, bk: "BookKeeper", name: str, start: Position | str | None = None,
-                 password: bytes = b"", writer: "LogWriter | None" = None) -> None:
+                 password: bytes = b"", writer: "LogWriter | None" = None,
+                 writerless: "Callable[[], bool] | None" = None) -> None:
+        """``writerless``, if given, says whether no writer can add to the log any more
+        (a read-only WAL's owner is not running): an open segment that a later one
+        follows (its writer died while rolling) is then read to its LAC and left, as
+        the next writer's recovery will close it."""
         self._bk = bk
         self.name = name
         self._password = password
         self._writer = writer
+        self._writerless = writerless
         self._next = Position.of(start, "start") if start is not None else START
         self._start_checked = False
         self._segment: Segment | None = None
@@ -189,6 +197,20 @@ class LogReader:
                 if self._writer is not None and self._writer.is_closing(handle.id):
                     time.sleep(_POLL_MIN_S)  # rolled away from: closed once drained
                     continue
+                if self._writerless is not None and self._writerless():
+                    # No writer can add to it: its LAC, asked now, is where recovery will
+                    # close it (asked again after the LAC: an owner that came back will
+                    # close it itself, and the reader goes on then).
+                    end = handle.read_last_add_confirmed()
+                    if not self._writerless():
+                        return []
+                    if entry_id <= end:
+                        continue
+                    if find_segment(self._bk.metadata, self._log_metadata(),
+                                    segment.number + 1) is not None:
+                        self._handle = None  # left open by a roll its writer died in
+                        self._next = Position(segment.number + 1, 0, 0)
+                        continue
                 return []  # the end of the log, for now
             elif entry_id <= refreshed.metadata.closed_last_entry_id():
                 self._handle = refreshed  # closed since opened, with entries still to read

@@ -82,13 +82,16 @@ class ReadOnlyWAL:
     def reader(self, start: Position | str | None = None) -> LogReader:
         """A reader from ``start`` that can also tail the WAL (:meth:`LogReader.tail`)."""
         self._check_open()
-        return LogReader(self._bk, self.log_name, start)
+        return LogReader(self._bk, self.log_name, start, writerless=self._writerless)
+
+    def _writerless(self) -> bool:
+        return not self._storage.owner_running
 
     @property
     def first_position(self) -> Position | None:
         """The position of the first record visible, or None if there is none."""
         self._check_open()
-        return walinfo.first_position(self._bk, self.log_name)
+        return walinfo.first_position(self._bk, self.log_name, writerless=self._writerless)
 
     @property
     def last_position(self) -> Position | None:

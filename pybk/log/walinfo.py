@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from pybk.errors import NoNode, NoSuchEntry, NoSuchLedger, NoSuchLog
 from pybk.log.batch import decode_batch
@@ -49,12 +49,12 @@ class WALStats:
     owner_running: bool | None = None
 
 
-def first_position(bk: "BookKeeper", name: str,
-                   writer: "LogWriter | None" = None) -> Position | None:
+def first_position(bk: "BookKeeper", name: str, writer: "LogWriter | None" = None,
+                   writerless: "Callable[[], bool] | None" = None) -> Position | None:
     """The position of the first record of log ``name`` that a reader finds, or None if
-    it has none."""
+    it has none (``writer``, ``writerless``: as :class:`LogReader` takes them)."""
     try:
-        record = LogReader(bk, name, writer=writer).read_next(0)
+        record = LogReader(bk, name, writer=writer, writerless=writerless).read_next(0)
     except NoSuchLog:
         return None
     return record[0] if record is not None else None
