@@ -18,8 +18,9 @@ What it sees, and how fresh:
   is read from the journal at once (no checkpoint is waited for), plus the reader's
   poll interval.
 * Once no owner runs (closed, or killed), also the records whose acknowledgement died
-  with it: the open segment is read to the last entry stored, where the owner's next
-  open will close it (:mod:`pybk.storage.readonly`, "The LAC").
+  with it: an open segment is read to the last entry stored, where the owner's next
+  open will close it (:mod:`pybk.storage.readonly`, "The LAC"), and a segment the owner
+  died rolling away from is left there for the next (``LogReader``'s ``writerless``).
 * Truncation, garbage collection and compaction under the reader: a segment truncated
   away is skipped (the reader goes on at the truncation point, as
   :class:`~pybk.log.reader.LogReader` does); an entry moved by compaction is looked up
