@@ -13,7 +13,7 @@ both the ledger protocol and the network, lives here and in :mod:`pybk.cluster`.
 
 from typing import Any
 
-from pybk.client import BookKeeper
+from pybk.client import BookKeeper, WriteFlag
 from pybk.errors import BookKeeperError
 from pybk.log import WAL, LogReader, LogWriter, Position
 from pybk.log.readonly import ReadOnlyWAL, open_readonly
@@ -43,5 +43,5 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["BookKeeper", "BookKeeperError", "ClientSettings", "LogReader", "LogSettings",
-           "LogWriter", "Position", "ReadOnlyWAL", "ServerSettings", "WAL", "__version__",
-           "connect", "demote", "open", "open_readonly"]
+           "LogWriter", "Position", "ReadOnlyWAL", "ServerSettings", "WAL", "WriteFlag",
+           "__version__", "connect", "demote", "open", "open_readonly"]

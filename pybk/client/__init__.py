@@ -4,7 +4,8 @@ Start with :class:`BookKeeper`.
 """
 
 from pybk.client.bookkeeper import BookKeeper
+from pybk.client.deferred import WriteFlag
 from pybk.client.ledger import LedgerEntry, LedgerHandle
 from pybk.client.ledger_adv import LedgerHandleAdv
 
-__all__ = ["BookKeeper", "LedgerEntry", "LedgerHandle", "LedgerHandleAdv"]
+__all__ = ["BookKeeper", "LedgerEntry", "LedgerHandle", "LedgerHandleAdv", "WriteFlag"]

@@ -30,6 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Self, Sequence
 
+from pybk.client.deferred import WriteFlag
 from pybk.client.ledger import LedgerHandle
 from pybk.client.ledger_adv import LedgerHandleAdv
 from pybk.client.metrics import ClientMetrics
@@ -124,11 +125,17 @@ class BookKeeper:
 
     def create_ledger(self, ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
                       digest: str | DigestType = "crc32c", password: bytes = b"",
-                      custom_metadata: Mapping[str, bytes] | None = None) -> LedgerHandle:
-        """A new ledger, open for writing.  E >= Qw >= Qa >= 1 or InvalidLedgerMetadata."""
+                      custom_metadata: Mapping[str, bytes] | None = None,
+                      write_flags: Iterable[WriteFlag] = ()) -> LedgerHandle:
+        """A new ledger, open for writing.  E >= Qw >= Qa >= 1 or InvalidLedgerMetadata.
+
+        ``write_flags``: ``{WriteFlag.DEFERRED_SYNC}`` has adds acknowledged before they
+        are durable, made durable by :meth:`LedgerHandle.force`
+        (:mod:`pybk.client.deferred`)."""
         versioned = self._create(ensemble, write_quorum, ack_quorum, digest, password,
                                  custom_metadata, None)
-        return LedgerHandle(self, versioned, password, writable=True)
+        return LedgerHandle(self, versioned, password, writable=True,
+                            write_flags=write_flags)
 
     def create_ledger_adv(self, ensemble: int = 3, write_quorum: int = 2,
                           ack_quorum: int = 2, digest: str | DigestType = "crc32c",

@@ -28,6 +28,11 @@ in *recovery mode*: the same pending adds, timeouts and ensemble changes, with t
 recovery flag on every add, and new fragments kept in memory until recovery writes them
 together with the CLOSED state.
 
+Deferred sync (:mod:`pybk.client.deferred`): a ledger created with
+``WriteFlag.DEFERRED_SYNC`` sends its adds with that flag (acknowledged once written, not
+yet durable), piggybacks the durable LAC that :meth:`LedgerHandle.force` advances, never
+changes its ensemble, and forces before it closes.
+
 Reading: an entry is asked of the bookies of its write set in turn, moving on after an
 error, a digest mismatch or ``readTimeout``; every entry's digest is verified.  A range
 (``read_entries``, and ``read_unconfirmed`` past the LAC) is read ahead with the same
@@ -52,6 +57,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from pybk.client.completions import AddDone, CompletionQueue
+from pybk.client.deferred import ForceOp, WriteFlag
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.client.reads import RangeRead, read_error
 from pybk.client.transport import AddsDone, LedgerAdds, failed_future
@@ -120,7 +126,8 @@ class LedgerHandle:
     """One open ledger, as its writer (``writable``) or as a reader.
 
     ``recovery=True`` makes the handle recovery's writer (see the module docstring):
-    ``last_add_confirmed`` and ``length`` are where its re-writes continue from."""
+    ``last_add_confirmed`` and ``length`` are where its re-writes continue from.
+    ``write_flags`` (a writer's): :class:`WriteFlag` values."""
 
     #: Whether adds take the ids in order (the handle chooses them); False for a
     #: handle that takes the caller's ids (:mod:`pybk.client.ledger_adv`).
@@ -128,7 +135,7 @@ class LedgerHandle:
 
     def __init__(self, bk: "BookKeeper", versioned: Versioned, password: bytes,
                  writable: bool, last_add_confirmed: int = -1, recovery: bool = False,
-                 length: int = 0) -> None:
+                 length: int = 0, write_flags: Iterable[WriteFlag] = ()) -> None:
         self._bk = bk
         self._metadata, self._version = versioned
         self.id = self._metadata.ledger_id
@@ -146,6 +153,10 @@ class LedgerHandle:
         self._last_pushed = last_add_confirmed
         self._length = length
         self._confirmed_length = length
+        self._deferred = WriteFlag.DEFERRED_SYNC in set(write_flags) and not recovery
+        # The durable LAC and its length: the LAC itself unless deferred (then force's).
+        self._forced = last_add_confirmed
+        self._forced_length = length
         self._state = _WriteState.OPEN
         self._closed_by: BookKeeperError | None = None  # why the close was decided
         self._metadata_closed: Future | None = None     # the CLOSED write's outcome
@@ -172,7 +183,21 @@ class LedgerHandle:
 
     @property
     def last_add_confirmed(self) -> int:
-        """The highest entry id known to be acknowledged (-1: none)."""
+        """The highest entry id known to be acknowledged (-1: none); of a DEFERRED_SYNC
+        writer, the durable LAC (:attr:`last_add_forced`), as in BookKeeper."""
+        return self._forced if self._deferred else self._lac
+
+    @property
+    def last_add_forced(self) -> int:
+        """The highest entry id known durable on Qa bookies (BookKeeper's
+        ``lastAddForced``): the LAC, except for a DEFERRED_SYNC writer, whose
+        :meth:`force` advances it."""
+        return self._forced if self._deferred else self._lac
+
+    @property
+    def last_add_acknowledged(self) -> int:
+        """The highest entry id acknowledged to this writer (for a DEFERRED_SYNC ledger:
+        written on Qa bookies, durable only up to :attr:`last_add_forced`)."""
         return self._lac
 
     @property
@@ -236,7 +261,8 @@ class LedgerHandle:
                 entry_id = self._next_entry_id(requested)
                 self._length += len(data)
                 op, targets = self._push(entry_id, self._digest.encode(
-                    entry_id, self._lac, self._length, data), done)
+                    entry_id, self._forced if self._deferred else self._lac, self._length,
+                    data), done)
         except BaseException:
             if self._throttled:
                 self._bk._add_permits.release()  # type: ignore[union-attr]
@@ -328,12 +354,13 @@ class LedgerHandle:
             return
         sink = self._ack_sinks.get(bookie_id) or self._ack_sinks.setdefault(
             bookie_id, partial(self._on_acks, bookie_id))
-        send = client.ledger_adds(self.id, self._master_key, sink, self._recovery)
+        send = client.ledger_adds(self.id, self._master_key, sink, self._recovery,
+                                  deferred=self._deferred)
         if send is not None and send(op.entry_id, entry, op):
             self._senders[bookie_id] = send
         else:
             client.add_grouped(self.id, op.entry_id, entry, self._master_key, op, sink,
-                               self._recovery)
+                               self._recovery, deferred=self._deferred)
 
     def _on_acks(self, bookie_id: str, ops: Sequence[_PendingAdd],
                  errors: Sequence[BaseException | None] | None) -> None:
@@ -362,6 +389,12 @@ class LedgerHandle:
                 f"ledger {self.id} was fenced by a recovering client (bookie {bookie_id}: "
                 f"{error})") if not self._recovery else LedgerRecoveryError(
                 f"ledger {self.id}: bookie {bookie_id} refused a recovery add: {error}"))
+            return
+        if self._deferred:  # BookKeeper's rule: the adds past the durable LAC are lost
+            if bookie_id in self._metadata.fragments[-1].ensemble:
+                self._unrecoverable(BookKeeperError(
+                    f"ledger {self.id}: bookie {bookie_id} failed an add ({error}); a "
+                    "DEFERRED_SYNC ledger does not change its ensemble"))
             return
         with self._lock:
             if self._state is not _WriteState.OPEN or bookie_id in self._failed_bookies \
@@ -425,7 +458,8 @@ class LedgerHandle:
                 self._fail_pending(error)
                 write = False
             else:
-                log.error("ledger %d: closing at entry %d: %s", self.id, self._lac, error)
+                log.error("ledger %d: closing at entry %d: %s", self.id,
+                          self.last_add_forced, error)
                 self._decide_close(error, error)
                 write = not isinstance(error, LedgerFenced)
         self._completions.deliver()
@@ -558,8 +592,9 @@ class LedgerHandle:
             idle = not self._pending and now - self._last_activity \
                 >= settings.explicitLacInterval / 1000.0
             send_lac = (settings.explicitLacInterval > 0 and idle and not self._recovery
-                        and self._state is _WriteState.OPEN and self._lac > self._lac_sent)
-            lac, ensemble = self._lac, self._metadata.fragments[-1].ensemble
+                        and self._state is _WriteState.OPEN
+                        and self.last_add_forced > self._lac_sent)
+            lac, ensemble = self.last_add_forced, self._metadata.fragments[-1].ensemble
             if send_lac:
                 self._lac_sent = lac
         for bookie_id in late:
@@ -587,13 +622,65 @@ class LedgerHandle:
                 break
         return late
 
+    # -- deferred sync --------------------------------------------------------------
+
+    def force(self) -> int:
+        """Make every add acknowledged so far durable on Qa bookies; return the durable
+        LAC (see :meth:`force_async`).  Waits up to 2 x addEntryTimeout (Timeout)."""
+        timeout = self._bk.settings.addEntryTimeout * 2
+        try:
+            return self.force_async().result(timeout=timeout)
+        except FutureTimeout:
+            raise Timeout(f"ledger {self.id}: force not answered within {timeout} s") \
+                from None
+
+    def force_async(self) -> Future:
+        """FORCE_LEDGER to the bookies of the acknowledged entries' write sets (BookKeeper's
+        ``force()``); the future gives the durable LAC once every entry acknowledged
+        before the call is fdatasync'd on Qa bookies of its write set, or fails (the
+        durable LAC stays where it was).  A ledger without DEFERRED_SYNC is durable at
+        every acknowledgement: its future gives the LAC at once."""
+        future: Future = Future()
+        with self._lock:
+            if self._state is not _WriteState.OPEN or not self._writable or self._recovery:
+                self._check_can_add()
+            target, length = self._lac, self._confirmed_length
+            metadata = self._metadata
+        if not self._deferred or target <= self._forced:
+            future.set_result(self.last_add_forced)
+            return future
+        assert len(metadata.fragments) == 1, "a DEFERRED_SYNC ledger changed its ensemble"
+
+        def done(error: BaseException | None) -> None:
+            if error is not None:
+                future.set_exception(error)
+                return
+            with self._lock:
+                if target > self._forced:
+                    self._forced, self._forced_length = target, length
+                forced = self._forced
+            future.set_result(forced)
+
+        force = ForceOp([metadata.write_set(e) for e in range(min(metadata.ensemble_size,
+                                                                   target + 1))],
+                        metadata.ack_quorum_size, done)
+        for bookie_id in force.bookies:
+            try:
+                answer = self._bk.bookie_client(bookie_id).force_ledger(self.id)
+            except BookKeeperError as e:
+                answer = Future()
+                answer.set_exception(e)
+            answer.add_done_callback(partial(force.answer, bookie_id))
+        return future
+
     # -- closing ------------------------------------------------------------------
 
     def close(self) -> None:
         """As the writer: wait (up to 2 x addEntryTimeout) for pending adds, then close
         at the LAC: adds still pending fail with LedgerClosed, and the metadata is
-        compare-and-set to CLOSED.  Returns once the callbacks of this handle's adds
-        were delivered.  As a reader: release the handle."""
+        compare-and-set to CLOSED.  A DEFERRED_SYNC writer forces first and closes at the
+        durable LAC.  Returns once the callbacks of this handle's adds were delivered.
+        As a reader: release the handle."""
         if self._recovery:  # recovery is done with its re-writes, or gave up on them
             with self._lock:
                 if self._state is _WriteState.OPEN:
@@ -610,6 +697,13 @@ class LedgerHandle:
             while self._awaits_acks() and self._state is _WriteState.OPEN \
                     and time.monotonic() < deadline:
                 self._drained.wait(max(0.0, deadline - time.monotonic()))
+        if self._deferred and self._state is _WriteState.OPEN:
+            try:
+                self.force_async().result(timeout=max(0.0, deadline - time.monotonic()))
+            except (BookKeeperError, FutureTimeout) as e:
+                log.warning("ledger %d: force before close failed (%s); closing at the "
+                            "durable entry %d", self.id, e or "timeout", self._forced)
+        with self._lock:
             decided = self._state is _WriteState.OPEN
             if decided:
                 self._decide_close(LedgerClosed(f"ledger {self.id} was closed before this "
@@ -619,7 +713,7 @@ class LedgerHandle:
             self._write_closed()
         self._completions.wait_delivered(self._bk.settings.addEntryTimeout)
         if isinstance(self._closed_by, LedgerFenced):
-            self._confirm_closed_by_recovery(self._lac)
+            self._confirm_closed_by_recovery(self.last_add_forced)
             return
         assert self._metadata_closed is not None
         self._metadata_closed.result()
@@ -639,7 +733,10 @@ class LedgerHandle:
         result = self._metadata_closed
         assert result is not None
         try:
-            self._close_metadata(self._lac, self._confirmed_length)
+            if self._deferred:
+                self._close_metadata(self._forced, self._forced_length)
+            else:
+                self._close_metadata(self._lac, self._confirmed_length)
         except BookKeeperError as e:
             result.set_exception(e)
         except Exception as e:  # never leave close() waiting on an unexpected bug

@@ -37,19 +37,24 @@ class BookieClient(abc.ABC):
 
     @abc.abstractmethod
     def add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-            recovery: bool = False) -> Future:
-        """Store an entry; the future completes (None) once it is durable on the bookie."""
+            recovery: bool = False, *, deferred: bool = False) -> Future:
+        """Store an entry; the future completes (None) once it is durable on the bookie
+        (``deferred``, an add of a DEFERRED_SYNC ledger: once it is written there, durable
+        after the next :meth:`force_ledger`)."""
 
     def add_then(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-                 callback: AddCallback, recovery: bool = False) -> None:
+                 callback: AddCallback, recovery: bool = False, *,
+                 deferred: bool = False) -> None:
         """:meth:`add`, calling ``callback(None)`` once the entry is durable or
         ``callback(error)``, instead of returning a future.  The ledger client adds this
         way; a transport that can skip the future per add overrides it."""
-        self.add(ledger_id, entry_id, entry, master_key, recovery).add_done_callback(
+        self.add(ledger_id, entry_id, entry, master_key, recovery,
+                 deferred=deferred).add_done_callback(
             lambda future: callback(future.exception()))
 
     def add_grouped(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-                    token: Any, sink: AddsDone, recovery: bool = False) -> None:
+                    token: Any, sink: AddsDone, recovery: bool = False, *,
+                    deferred: bool = False) -> None:
         """:meth:`add_then` for a caller with many adds in flight: ``sink(tokens,
         errors)`` reports this add, by ``token``, together with other adds given the same
         ``sink`` object that finished with it.  A transport that answers adds in batches
@@ -57,10 +62,10 @@ class BookieClient(abc.ABC):
         the caller takes its lock once per batch instead of once per add."""
         self.add_then(ledger_id, entry_id, entry, master_key,
                       lambda error: sink((token,), None if error is None else (error,)),
-                      recovery)
+                      recovery, deferred=deferred)
 
     def ledger_adds(self, ledger_id: int, master_key: bytes, sink: AddsDone,
-                    recovery: bool = False) -> LedgerAdds | None:
+                    recovery: bool = False, *, deferred: bool = False) -> LedgerAdds | None:
         """A faster :meth:`add_grouped` for many adds of one ledger, or None if this
         transport has none: ``send(entry_id, entry, token)`` queues an add (the ledger,
         key and sink given once), or returns False, queuing nothing, when this client can
@@ -100,6 +105,13 @@ class BookieClient(abc.ABC):
     @abc.abstractmethod
     def delete_ledger(self, ledger_id: int) -> Future:
         """Delete the ledger's entries on the bookie (its metadata is already gone)."""
+
+    def force_ledger(self, ledger_id: int) -> Future:
+        """Complete (None) once every add of the ledger this bookie answered so far is
+        durable there (BookKeeper's FORCE_LEDGER, for DEFERRED_SYNC ledgers).  A
+        transport without it fails the future with BookKeeperError."""
+        return failed_future(BookKeeperError(f"the client of bookie {self.bookie_id} "
+                                             "cannot force a ledger"))
 
 
 class _ReadsInTurn:
@@ -169,7 +181,7 @@ class InProcessBookieClient(BookieClient):
         self._bookie = bookie
 
     def add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-            recovery: bool = False) -> Future:
+            recovery: bool = False, *, deferred: bool = False) -> Future:
         future: Future = Future()
 
         def done(error: BaseException | None) -> None:
@@ -178,22 +190,26 @@ class InProcessBookieClient(BookieClient):
             else:
                 future.set_exception(error)
 
-        self.add_then(ledger_id, entry_id, entry, master_key, done, recovery)
+        self.add_then(ledger_id, entry_id, entry, master_key, done, recovery,
+                      deferred=deferred)
         return future
 
     def ledger_adds(self, ledger_id: int, master_key: bytes, sink: AddsDone,
-                    recovery: bool = False) -> LedgerAdds | None:
+                    recovery: bool = False, *, deferred: bool = False) -> LedgerAdds | None:
         """A bookie in this process never moves: its sender is :meth:`add_grouped`."""
         def send(entry_id: int, entry: bytes, token: Any) -> bool:
-            self.add_grouped(ledger_id, entry_id, entry, master_key, token, sink, recovery)
+            self.add_grouped(ledger_id, entry_id, entry, master_key, token, sink, recovery,
+                             deferred=deferred)
             return True
         return send
 
     def add_then(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-                 callback: AddCallback, recovery: bool = False) -> None:
+                 callback: AddCallback, recovery: bool = False, *,
+                 deferred: bool = False) -> None:
         try:
             self._bookie.add_entry_async(ledger_id, entry_id, entry, master_key,
-                                         recovery=recovery, callback=callback)
+                                         recovery=recovery, callback=callback,
+                                         deferred=deferred)
         except BookKeeperError as e:
             callback(e)
 
@@ -231,6 +247,12 @@ class InProcessBookieClient(BookieClient):
     def delete_ledger(self, ledger_id: int) -> Future:
         return _completed(lambda: self._bookie.delete_ledger(ledger_id))
 
+    def force_ledger(self, ledger_id: int) -> Future:
+        try:
+            return self._bookie.force(ledger_id)
+        except BookKeeperError as e:
+            return failed_future(e)
+
 
 class UnavailableBookieClient(BookieClient):
     """Stands for a bookie that cannot be reached at all (e.g. not registered, so its
@@ -243,7 +265,7 @@ class UnavailableBookieClient(BookieClient):
     def _fail(self, *_args: object, **_kwargs: object) -> Future:
         return failed_future(BookieUnavailable(self.reason))
 
-    add = read = read_lac = write_lac = delete_ledger = _fail
+    add = read = read_lac = write_lac = delete_ledger = force_ledger = _fail
 
 
 def failed_future(error: BookKeeperError) -> Future:

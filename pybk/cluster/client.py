@@ -110,6 +110,7 @@ _RESULTS: dict[Op, Callable[[Reply], object]] = {
     Op.LONG_POLL: lambda reply: (reply.lac, reply.body),
     Op.INFO: lambda reply: wire.decode_info(reply.required_body()),
     Op.DELETE: lambda reply: None,
+    Op.FORCE_LEDGER: lambda reply: None,
 }
 
 
@@ -373,7 +374,7 @@ class _QueuedAdd:
     and a field read costs a few ns against about 16 (a slot, not a descriptor).
     """
 
-    #: What it shares with the other adds of its run: ledger, key, recovery, sink.
+    #: What it shares with the other adds of its run: ledger, key, flags, sink.
     ledger_adds: _LedgerAdds
     entry_id: int
     entry: bytes
@@ -387,29 +388,32 @@ _RUN_OF = operator.attrgetter("ledger_adds")
 
 class _LedgerAdds:
     """What the adds of one run of an ADD message share, for one connection: ledger,
-    master key, recovery flag, and the sink that reports them.
+    master key, recovery and deferred-sync flags, and the sink that reports them.
 
     :meth:`add` is the ledger client's fast path (see :meth:`ZmqBookieClient.ledger_adds`):
     the ledger, key and sink are given once, and each add is one call that appends to the
     connection's queue.
     """
 
-    __slots__ = ("connection", "ledger_id", "master_key", "recovery", "sink", "overhead")
+    __slots__ = ("connection", "ledger_id", "master_key", "recovery", "deferred", "sink",
+                 "overhead")
 
     def __init__(self, connection: "_Connection", ledger_id: int, master_key: bytes,
-                 recovery: bool, sink: AddsDone) -> None:
+                 recovery: bool, sink: AddsDone, deferred: bool = False) -> None:
         self.connection = connection
         self.ledger_id = ledger_id
         self.master_key = master_key
         self.recovery = recovery
+        self.deferred = deferred
         self.sink = sink
         # The most an add takes in an ADD body besides its entry: a run of its own.
         self.overhead = wire.RUN_HEADER.size + len(master_key) + wire.RUN_BYTES_PER_ADD
 
     def same_run(self, ledger_id: int, master_key: bytes, recovery: bool,
-                 sink: AddsDone) -> bool:
+                 sink: AddsDone, deferred: bool) -> bool:
         return (self.ledger_id == ledger_id and self.master_key == master_key
-                and self.recovery == recovery and self.sink is sink)
+                and self.recovery == recovery and self.sink is sink
+                and self.deferred == deferred)
 
     def add(self, entry_id: int, entry: bytes, token: Any) -> bool:
         """Queue an add for the connection's next ADD message (any thread), reported to
@@ -503,13 +507,14 @@ class _Connection:
             self._went_down(f"cannot connect: {e}")
 
     def ledger_adds(self, ledger_id: int, master_key: bytes, recovery: bool,
-                    sink: AddsDone) -> _LedgerAdds:
+                    sink: AddsDone, deferred: bool = False) -> _LedgerAdds:
         """The :class:`_LedgerAdds` of these (the last one made, when it matches: so a
         caller's consecutive adds share it, and form one run)."""
         last = self._last_ledger_adds
-        if last is None or not last.same_run(ledger_id, master_key, recovery, sink):
+        if last is None or not last.same_run(ledger_id, master_key, recovery, sink,
+                                             deferred):
             last = self._last_ledger_adds = _LedgerAdds(self, ledger_id, master_key,
-                                                        recovery, sink)
+                                                        recovery, sink, deferred)
         return last
 
     def queue(self, adds: _LedgerAdds, entry_id: int, entry: bytes, token: Any) -> None:
@@ -588,13 +593,16 @@ class _Connection:
             entries = [add.entry for add in group]
             tokens = [add.token for add in group]
             last = runs[-1] if runs else None
-            if last is not None and (last.ledger_id, last.master_key, last.recovery) == (
-                    ledger_adds.ledger_id, ledger_adds.master_key, ledger_adds.recovery):
+            if last is not None and (
+                    last.ledger_id, last.master_key, last.recovery, last.deferred) == (
+                    ledger_adds.ledger_id, ledger_adds.master_key, ledger_adds.recovery,
+                    ledger_adds.deferred):
                 last.entry_ids.extend(entry_ids)
                 last.entries.extend(entries)
             else:
                 runs.append(wire.AddRun(ledger_adds.ledger_id, entry_ids, entries,
-                                        ledger_adds.master_key, ledger_adds.recovery))
+                                        ledger_adds.master_key, ledger_adds.recovery,
+                                        ledger_adds.deferred))
             if reports and reports[-1][0] is ledger_adds.sink:
                 reports[-1][1].extend(tokens)
             else:
@@ -788,35 +796,40 @@ class ZmqBookieClient(BookieClient):
         self.close()
 
     def add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-            recovery: bool = False) -> Future:
+            recovery: bool = False, *, deferred: bool = False) -> Future:
         future: Future = Future()
         future.set_running_or_notify_cancel()  # not cancellable: completion never races
         self.add_then(ledger_id, entry_id, entry, master_key,
                       lambda error: future.set_result(None) if error is None
-                      else future.set_exception(error), recovery)
+                      else future.set_exception(error), recovery, deferred=deferred)
         return future
 
     def add_then(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-                 callback: AddCallback, recovery: bool = False) -> None:
+                 callback: AddCallback, recovery: bool = False, *,
+                 deferred: bool = False) -> None:
         """Queue the add for the bookie's next ADD message (the loop batches every add
         ready when it runs); ``callback`` runs on the loop's thread."""
         connection = self._connection
-        connection.queue(connection.ledger_adds(ledger_id, master_key, recovery, _call_each),
+        connection.queue(connection.ledger_adds(ledger_id, master_key, recovery, _call_each,
+                                                deferred),
                          entry_id, entry, callback)
 
     def add_grouped(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-                    token: Any, sink: AddsDone, recovery: bool = False) -> None:
+                    token: Any, sink: AddsDone, recovery: bool = False, *,
+                    deferred: bool = False) -> None:
         """Queue the add for the bookie's next ADD message; ``sink`` runs on the loop's
         thread, once per run of that message's adds that share it."""
         connection = self._connection
-        connection.queue(connection.ledger_adds(ledger_id, master_key, recovery, sink),
+        connection.queue(connection.ledger_adds(ledger_id, master_key, recovery, sink,
+                                                deferred),
                          entry_id, entry, token)
 
     def ledger_adds(self, ledger_id: int, master_key: bytes, sink: AddsDone,
-                    recovery: bool = False) -> LedgerAdds | None:
+                    recovery: bool = False, *, deferred: bool = False) -> LedgerAdds | None:
         """:meth:`add_grouped` for one ledger, key and sink: ``send(entry_id, entry,
         token)`` queues an add, or returns False when the connection is down or closed."""
-        return _LedgerAdds(self._connection, ledger_id, master_key, recovery, sink).add
+        return _LedgerAdds(self._connection, ledger_id, master_key, recovery, sink,
+                           deferred).add
 
     def read(self, ledger_id: int, entry_id: int, fence: bool = False,
              master_key: bytes = b"") -> Future:
@@ -853,6 +866,12 @@ class ZmqBookieClient(BookieClient):
 
     def delete_ledger(self, ledger_id: int) -> Future:
         return self._call(Op.DELETE, self._settings.addEntryTimeout, ledger_id=ledger_id)
+
+    def force_ledger(self, ledger_id: int) -> Future:
+        """One FORCE_LEDGER request: completes once the bookie synced the ledger's adds
+        (a bookie too old to know it fails the request with MalformedMessage)."""
+        return self._call(Op.FORCE_LEDGER, self._settings.addEntryTimeout,
+                          ledger_id=ledger_id)
 
     @property
     def is_down(self) -> bool:

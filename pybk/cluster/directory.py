@@ -376,14 +376,17 @@ class _Waiting(BookieClient):
         return future
 
     def add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-            recovery: bool = False) -> Future:
-        return self._future(lambda c: c.add(ledger_id, entry_id, entry, master_key, recovery))
+            recovery: bool = False, *, deferred: bool = False) -> Future:
+        return self._future(lambda c: c.add(ledger_id, entry_id, entry, master_key, recovery,
+                                            deferred=deferred))
 
     def add_then(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-                 callback: AddCallback, recovery: bool = False) -> None:
+                 callback: AddCallback, recovery: bool = False, *,
+                 deferred: bool = False) -> None:
         def send(client: BookieClient) -> None:
             try:
-                client.add_then(ledger_id, entry_id, entry, master_key, callback, recovery)
+                client.add_then(ledger_id, entry_id, entry, master_key, callback, recovery,
+                                deferred=deferred)
             except Exception as e:  # noqa: BLE001 - clients report errors by callback
                 callback(_as_bookkeeper_error(client, e))
 
@@ -401,6 +404,9 @@ class _Waiting(BookieClient):
 
     def delete_ledger(self, ledger_id: int) -> Future:
         return self._future(lambda c: c.delete_ledger(ledger_id))
+
+    def force_ledger(self, ledger_id: int) -> Future:
+        return self._future(lambda c: c.force_ledger(ledger_id))
 
 
 def _connect(bookie_id: str, registered: str, settings: ClientSettings,

@@ -131,6 +131,7 @@ class BookieServer:
             Op.ADD: self._add, Op.READ: self._read, Op.READ_LAC: self._read_lac,
             Op.WRITE_LAC: self._write_lac, Op.LONG_POLL: self._long_poll,
             Op.INFO: self._info, Op.DELETE: self._delete, Op.READ_BATCH: self._read_batch,
+            Op.FORCE_LEDGER: self._force_ledger,
         }
         # Requests decoded, by operation, since the start: written by the server thread
         # only; every key is there from the start, so a copy on another thread never sees
@@ -350,6 +351,11 @@ class BookieServer:
     def _write_lac(self, identity: bytes, r: Request) -> None:
         written = self._bookie.set_explicit_lac(r.ledger_id, r.lac, r.master_key)
         written.add_done_callback(_outcome(self._later(identity, r, self._finish_write)))
+        self._adds_in_progress += 1
+
+    def _force_ledger(self, identity: bytes, r: Request) -> None:
+        forced = self._bookie.force(r.ledger_id)
+        forced.add_done_callback(_outcome(self._later(identity, r, self._finish_write)))
         self._adds_in_progress += 1
 
     def _delete(self, identity: bytes, r: Request) -> None:

@@ -67,6 +67,10 @@ except an ADD reply some of whose adds failed::
        7  DELETE     -                                            -         sent once durable
        8  READ_BATCH -                                            entry     body: answers
                                                                   ids
+       9  FORCE_LEDGER -                                          -         sent once every
+                                                                            add of the ledger
+                                                                            made so far is
+                                                                            durable
 
 Adds travel in batches: one ADD message carries every add a client has ready for the
 bookie (of any ledgers), so that the per-message costs on both sides are paid once per
@@ -79,7 +83,9 @@ a count R (4 bytes, 1..65535) of runs followed by R runs::
     offset      size  field
          0         8  ledger id (unsigned)
          8         2  flags: bit 1 RECOVERY (recovery adds, which a fenced ledger
-                      accepts); every other bit 0
+                      accepts), bit 2 DEFERRED_SYNC (adds of a DEFERRED_SYNC ledger: the
+                      bookie may answer once they are written, before they are durable;
+                      FORCE_LEDGER makes them durable); every other bit 0
         10         2  K: master key length, 0..1024
         12         4  N: adds in the run, >= 1
         16         K  master key
@@ -93,7 +99,8 @@ key, so any legal entry fits; a sender starts a new message rather than go over)
 success reply's body holds one status per add (4 bytes each, signed, in body order: the
 first run's adds, then the second's...): 0 for an add that is durable, else the pybk
 error code of its failure; the reply's message then describes the first failed add.
-The bookie answers once every add of the message is durable or failed.
+The bookie answers once every add of the message is durable or failed (written or failed,
+when every run of the message is DEFERRED_SYNC).
 
 Only READ_LAC and LONG_POLL replies carry a LAC; it is 0 in the others.
 
@@ -122,6 +129,13 @@ not answered.  A request body is within the ADD body limit too, which bounds N f
 small maximum entry size.  READ_BATCH came after version 3 without changing any other
 message: a bookie that does not know it answers MalformedMessage ("unknown operation").
 
+Deferred sync (BookKeeper's ``WriteFlag.DEFERRED_SYNC``) came after version 3 the same
+way: the run flag DEFERRED_SYNC and the operation FORCE_LEDGER (ledger id only; no key,
+as BookKeeper's ForceLedger request).  A bookie that does not know them answers
+MalformedMessage: to a FORCE_LEDGER ("unknown operation"), and to a whole ADD message
+with a DEFERRED_SYNC run ("out of range" flags), so an older bookie never takes a deferred
+add for a durable one; the client reports it as a bookie too old for deferred sync.
+
 Decoding checks everything above (frame count, header length against K or M, magic,
 version, operation, flags, key, unused fields, ranges, UTF-8, body sizes against the
 receiver's maximum entry size, runs against their body) and raises
@@ -147,6 +161,8 @@ VERSION = 3
 FENCE = 0x1
 #: Add record flag: a recovery add, accepted by a fenced ledger.
 RECOVERY = 0x2
+#: Add record flag: an add of a DEFERRED_SYNC ledger (acknowledged once written).
+DEFERRED_SYNC = 0x4
 
 #: BookKeeper's master keys are 20-byte SHA-1 digests; the bound keeps headers small.
 MAX_MASTER_KEY_BYTES = 1024
@@ -199,6 +215,7 @@ class Op(enum.IntEnum):
     INFO = 6
     DELETE = 7
     READ_BATCH = 8
+    FORCE_LEDGER = 9
 
 
 #: The operation byte of an error reply to a request that could not be decoded.
@@ -238,6 +255,7 @@ _SPECS: dict[int, _Spec] = {  # keyed by Op, an int
     Op.INFO: _Spec(reply_body=_Body.INFO),
     Op.DELETE: _Spec(),
     Op.READ_BATCH: _Spec(request_body=True, reply_body=_Body.READS),
+    Op.FORCE_LEDGER: _Spec(),
 }
 _OPS = {int(op): op for op in Op}
 
@@ -281,14 +299,15 @@ class Reply(NamedTuple):
 
 
 class AddRun(NamedTuple):
-    """One run of an ADD body: adds of one ledger, with one master key and one recovery
-    flag, in body order (``entry_ids[i]`` is ``entries[i]``'s id)."""
+    """One run of an ADD body: adds of one ledger, with one master key, one recovery flag
+    and one deferred-sync flag, in body order (``entry_ids[i]`` is ``entries[i]``'s id)."""
 
     ledger_id: int
     entry_ids: list[int]
     entries: list[bytes]
     master_key: bytes
     recovery: bool = False
+    deferred: bool = False
 
 
 class BookieInfo(NamedTuple):
@@ -471,7 +490,7 @@ def encode_adds(runs: Sequence[AddRun | tuple], max_entry_bytes: int) -> bytes:
         raise MalformedMessage(f"an ADD carries 1..{MAX_ADDS_PER_MESSAGE} adds, not "
                                f"{count}")
     parts = [ADD_COUNT.pack(len(runs))]
-    for ledger_id, entry_ids, entries, key, recovery in runs:
+    for ledger_id, entry_ids, entries, key, recovery, *deferred in runs:
         n = len(entry_ids)
         lengths = list(map(len, entries))
         if n == 0 or n != len(entries) or len(key) > MAX_MASTER_KEY_BYTES \
@@ -485,7 +504,8 @@ def encode_adds(runs: Sequence[AddRun | tuple], max_entry_bytes: int) -> bytes:
         if min(entry_ids) < 0 or max(entry_ids) > _I64_MAX:
             raise MalformedMessage(f"a run of ledger {ledger_id} has an entry id out of "
                                    "range")
-        parts += (RUN_HEADER.pack(ledger_id, RECOVERY if recovery else 0, len(key), n), key,
+        flags = (RECOVERY if recovery else 0) | (DEFERRED_SYNC if any(deferred) else 0)
+        parts += (RUN_HEADER.pack(ledger_id, flags, len(key), n), key,
                   struct.pack(f">{n}q{n}I", *entry_ids, *lengths), *entries)
     body = b"".join(parts)
     if len(body) > max_add_body_bytes(max_entry_bytes):
@@ -511,7 +531,7 @@ def decode_adds(body: bytes, max_entry_bytes: int) -> list[AddRun]:
         key_at = offset + RUN_HEADER.size
         ids_at = key_at + key_length
         adds += n
-        if flags & ~RECOVERY or key_length > MAX_MASTER_KEY_BYTES or n == 0 \
+        if flags & ~(RECOVERY | DEFERRED_SYNC) or key_length > MAX_MASTER_KEY_BYTES or n == 0 \
                 or adds > MAX_ADDS_PER_MESSAGE:
             raise MalformedMessage(f"run {len(runs)} (ledger {ledger_id}, flags {flags:#x}, "
                                    f"key of {key_length} bytes, {n} adds) is out of range")
@@ -532,7 +552,8 @@ def decode_adds(body: bytes, max_entry_bytes: int) -> list[AddRun]:
             raise MalformedMessage(f"ADD body ends inside run {len(runs)}")
         runs.append(AddRun(ledger_id, entry_ids,
                            [body[a:b] for a, b in zip(ends, itertools.islice(ends, 1, None))],
-                           body[key_at:ids_at], flags == RECOVERY))
+                           body[key_at:ids_at], bool(flags & RECOVERY),
+                           bool(flags & DEFERRED_SYNC)))
     if offset != end:
         raise MalformedMessage(f"ADD body has {end - offset} bytes after its {count} runs")
     return runs

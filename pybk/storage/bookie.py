@@ -4,7 +4,8 @@ A :class:`Bookie` ties the parts together:
 
 * an add goes into the :class:`~pybk.storage.writecache.WriteCache` (so it can be read at
   once) and into the :class:`~pybk.storage.journal.Journal`; it is acknowledged when its
-  journal record is fdatasync'd;
+  journal record is fdatasync'd, or, a *deferred* add (of a ``DEFERRED_SYNC`` ledger),
+  once its record is written; :meth:`Bookie.force` makes a ledger's adds durable;
 * a checkpoint (every ``flushInterval``, when the write cache is half full, and at close)
   takes a journal mark, writes the cache to an entry log, fsyncs it, commits the index,
   and persists LastLogMark; older journals may then go (:mod:`pybk.storage.checkpoint`);
@@ -20,8 +21,10 @@ on) while a disk is full (:mod:`pybk.storage.diskcheck`) or while its owner says
 (:meth:`Bookie.add_state_listener`) hear of every change of either, and of the close.
 
 Guarantee: every acknowledged add, fence, explicit LAC and delete survives a crash
-(kill -9 or power loss) at any moment.  An add that was never acknowledged reads back
-either exactly or as NoSuchEntry after a crash, never as other bytes.
+(kill -9 or power loss) at any moment; a deferred add survives kill -9 once acknowledged,
+and power loss once a force that followed it completed.  An add that was never
+acknowledged (or a deferred add never forced) reads back either exactly or as NoSuchEntry
+after a crash, never as other bytes.
 
 Thread safety: every public method may be called from any thread.  Completion callbacks
 run on the thread that synced the journal; they may read, fence and add asynchronously,
@@ -76,8 +79,8 @@ Callback = Callable[[BaseException | None], None]
 BatchCallback = Callable[[list[BaseException | None]], None]
 # The adds of a run that passed: (positions, entry ids, entries, record headers, highest LAC).
 _CheckedRun = tuple[Sequence[int], Sequence[int], Sequence[bytes], list[bytes], int]
-#: Adds of one ledger: ``(ledger id, entry ids, entries, master key, recovery)``.
-AddRun = tuple[int, Sequence[int], Sequence[bytes], bytes, bool]
+#: Adds of one ledger: ``(ledger id, entry ids, entries, master key, recovery, deferred)``.
+AddRun = tuple[int, Sequence[int], Sequence[bytes], bytes, bool, bool]
 LacWatcher = Callable[[], object]  # what it returns is ignored
 StateListener = Callable[[], None]
 
@@ -360,9 +363,10 @@ class Bookie:
     # -- adds --------------------------------------------------------------------
 
     def add_entry_async(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-                        *, recovery: bool = False, callback: Callback | None = None
-                        ) -> Future | None:
-        """Add an entry; complete once its journal record is durable.
+                        *, recovery: bool = False, callback: Callback | None = None,
+                        deferred: bool = False) -> Future | None:
+        """Add an entry; complete once its journal record is durable (``deferred``: once
+        it is written, durable after the next :meth:`force`).
 
         With ``callback``, it is called as ``callback(None)`` or ``callback(error)`` and
         None is returned; otherwise a :class:`concurrent.futures.Future` is returned.
@@ -373,7 +377,7 @@ class Bookie:
         if callback is None:
             future = Future()
             callback = _future_setter(future)
-        self._add(ledger_id, entry_id, entry, master_key, recovery, callback, True)
+        self._add(ledger_id, entry_id, entry, master_key, recovery, callback, True, deferred)
         return future
 
     def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
@@ -398,8 +402,8 @@ class Bookie:
     def add_entries_async(self, runs: Sequence[AddRun], callback: BatchCallback) -> None:
         """Add runs of entries, of any ledgers, as one journal group.
 
-        ``runs`` holds ``(ledger id, entry ids, entries, master key, recovery)`` tuples,
-        each the adds of one ledger (:class:`pybk.cluster.wire.AddRun` is one).  Each add
+        ``runs`` holds ``(ledger id, entry ids, entries, master key, recovery, deferred)``
+        tuples, each the adds of one ledger (:class:`pybk.cluster.wire.AddRun` is one).  Each add
         is checked as :meth:`add_entry_async` checks it: an add that fails alone (too
         large, a header naming another entry) fails alone, and the adds of a run whose
         ledger refuses them (wrong key, fenced...) fail together.  ``callback(errors)`` is
@@ -407,7 +411,9 @@ class Bookie:
         durable add and the error of a failed one, counting the adds through the runs in
         order (at once, on this thread, if none passed).  A server receiving many adds
         per message pays the locking and the journal hand-off once, and a run's checks
-        and caching are a few C-level operations, not a round of Python per add.
+        and caching are a few C-level operations, not a round of Python per add.  When
+        every run is ``deferred`` the callback comes once the adds are written (see
+        :meth:`add_entry_async`); one durable run makes the whole batch wait for durability.
         """
         errors: list[BaseException | None] = [None] * sum(len(run[1]) for run in runs)
         try:
@@ -418,7 +424,9 @@ class Bookie:
             return
         checked = []
         first = 0
-        for ledger_id, entry_ids, entries, master_key, recovery in runs:
+        deferred = True
+        for ledger_id, entry_ids, entries, master_key, recovery, run_deferred in runs:
+            deferred = deferred and run_deferred
             passed = self._check_run(ledger_id, entry_ids, entries, first, errors)
             if passed is not None:
                 checked.append((ledger_id, master_key, recovery, *passed))
@@ -447,7 +455,8 @@ class Bookie:
                             errors[i] = result
                     callback(errors)
                 try:
-                    self._journal.submit_many_locked(buffers, sum(map(len, buffers)), done)
+                    self._journal.submit_many_locked(buffers, sum(map(len, buffers)), done,
+                                                     deferred=deferred)
                 except BookKeeperError as e:  # the journal failed or closed meanwhile
                     for i in queued:
                         errors[i] = e
@@ -483,7 +492,8 @@ class Bookie:
         return positions, kept_ids, kept, _record_headers(kept), max(lacs)
 
     def _add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-             recovery: bool, callback: jr.RecordCallback, wake: bool) -> None:
+             recovery: bool, callback: jr.RecordCallback, wake: bool,
+             deferred: bool = False) -> None:
         """Check an add, apply back-pressure, then cache and journal it under the lock."""
         if self._read_only or self._closed or self._journal.failure is not None:
             self._check_writable()
@@ -495,7 +505,9 @@ class Bookie:
             state = self._state_for_add(ledger_id, master_key, recovery)
             self._active.put(ledger_id, entry_id, record_header, entry)
             self._raise_lac_locked(ledger_id, state, lac, due)
-            self._journal.submit_locked(record_header, entry, callback, wake)
+            self._journal.submit_many_locked((record_header, entry),
+                                             len(record_header) + len(entry), callback, wake,
+                                             deferred)
         if due:
             _notify(due)
 
@@ -613,7 +625,8 @@ class Bookie:
         self._checkpointer.request()  # the space can be collected once this is durable
 
     def force(self, ledger_id: int) -> Future:
-        """A Future that completes once everything added to the ledger so far is durable."""
+        """A Future that completes once everything added to the ledger so far is durable
+        (deferred adds too: BookKeeper's FORCE_LEDGER)."""
         self._readable_state(ledger_id)
         future: Future = Future()
         self._journal.mark(_future_setter(future, result=None))

@@ -4,6 +4,13 @@ Every mutation (entry add, master key, fence, explicit LAC, ledger delete) is ap
 the journal and made durable with ``fdatasync`` before it is acknowledged.  Everything
 queued while the previous sync ran goes out in the next group: one write, one fdatasync.
 
+Deferred records (adds of ``DEFERRED_SYNC`` ledgers, BookKeeper's ``ackBeforeSync``) are
+acknowledged once their group is written (in the page cache: they survive the process's
+death, not a power cut), before any fdatasync; a group of deferred records only is not
+synced at all.  The next fdatasync of the file covers them: the next group holding a
+durable record or a marker (:meth:`Journal.mark`, which is how a force and a checkpoint
+wait), a file roll, or the close.
+
 The file format (record framing, types, file header) and reading files back (replay,
 torn-tail detection) live in :mod:`pybk.storage.journal_codec`.
 
@@ -16,7 +23,8 @@ zero checksum marks the end of the records.
 
 Crash guarantees
 ----------------
-A record is acknowledged only after the fdatasync that covers it returned.  Replay
+A record is acknowledged only after the fdatasync that covers it returned, except a
+deferred record, which is durable once a marker queued after it completed.  Replay
 (:func:`pybk.storage.journal_codec.replay`) reads records in order and stops a file at
 the first record that is truncated, fails its checksum or has an unknown type (a torn
 write): nothing from there on in that file is applied, and what was discarded is logged.
@@ -54,8 +62,10 @@ log = logging.getLogger(__name__)
 RecordCallback = Callable[[BaseException | None], None]
 #: A marker's completion: ``callback(LogMark)``, or ``callback(error)`` on failure.
 MarkCallback = Callable[[LogMark | BaseException], None]
-# A taken queue: (record buffers, record callbacks, (bytes before, marker callback), bytes).
-_Group = tuple[list[bytes], list[RecordCallback], list[tuple[int, MarkCallback]], int]
+# A taken queue: (record buffers, record callbacks, (bytes before, marker callback), bytes,
+# deferred records' callbacks).
+_Group = tuple[list[bytes], list[RecordCallback], list[tuple[int, MarkCallback]], int,
+               list[RecordCallback]]
 _Result = TypeVar("_Result")
 
 
@@ -131,6 +141,8 @@ class Journal:
         self._buffers: list[bytes] = []  # header, payload, header, payload, ...
         self._callbacks: list[RecordCallback] = []  # one per record
         self._markers: list[tuple[int, MarkCallback]] = []  # (bytes before, callback)
+        self._written: list[RecordCallback] = []  # deferred records: one per submit
+        self._unsynced = False  # deferred records written to the file and not yet synced
         self._queued_bytes = 0
         self._first_queued_at = 0.0  # monotonic time the queue's first record came
         self._group_queued_at = 0.0  # the same, for the group being committed
@@ -173,16 +185,18 @@ class Journal:
                                 wake)
 
     def submit_many_locked(self, buffers: Sequence[bytes], nbytes: int,
-                           callback: RecordCallback, wake: bool = True) -> None:
+                           callback: RecordCallback, wake: bool = True,
+                           deferred: bool = False) -> None:
         """Queue several records (``buffers``: header, payload, header, payload, ... of
-        ``nbytes`` in all) with one callback, called once all of them are durable; they
-        count as one against ``journalQueueSize``.  Caller holds ``queue_lock``."""
+        ``nbytes`` in all) with one callback, called once all of them are durable (once
+        written with ``deferred``: see the module docstring); they count as one against
+        ``journalQueueSize``.  Caller holds ``queue_lock``."""
         if self._failure is not None or self._closed:
             raise self._failure or BookieClosed("the journal is closed")
-        if not self._callbacks:
+        if not self._callbacks and not self._written:
             self._first_queued_at = time.monotonic()
         self._buffers += buffers
-        self._callbacks.append(callback)
+        (self._written if deferred else self._callbacks).append(callback)
         self._queued_bytes += nbytes
         if self._sleeping and (wake and not getattr(self._leaders, "active", False)
                                or not self._flush_when_empty):
@@ -263,14 +277,15 @@ class Journal:
         Call it before taking locks that a completion callback may need; the journal's
         own thread never blocks here (it is the one that makes space).
         """
-        if len(self._callbacks) < self._queue_limit or self._committer == threading.get_ident():
+        if self.queued_records < self._queue_limit \
+                or self._committer == threading.get_ident():
             return
         if self._sleeping:  # records held back by a leader (see leading) count too
             self._wake()
         with self._space:
             self._producers_waiting += 1
             try:
-                while len(self._callbacks) >= self._queue_limit and not self._closed \
+                while self.queued_records >= self._queue_limit and not self._closed \
                         and self._failure is None:
                     self._space.wait(0.1)
             finally:
@@ -283,7 +298,7 @@ class Journal:
     @property
     def queued_records(self) -> int:
         """Records (or groups of records queued together) waiting to be written."""
-        return len(self._callbacks)
+        return len(self._callbacks) + len(self._written)
 
     @property
     def failure(self) -> BaseException | None:
@@ -291,7 +306,7 @@ class Journal:
         return self._failure
 
     def _pending(self) -> bool:
-        return bool(self._callbacks or self._markers)
+        return bool(self._callbacks or self._markers or self._written)
 
     def _wake(self) -> None:
         try:
@@ -341,9 +356,10 @@ class Journal:
 
     def _swap_queue(self) -> _Group:
         with self._queue_lock:
-            group = self._buffers, self._callbacks, self._markers, self._queued_bytes
+            group = (self._buffers, self._callbacks, self._markers, self._queued_bytes,
+                     self._written)
             self._group_queued_at = self._first_queued_at
-            self._buffers, self._callbacks, self._markers = [], [], []
+            self._buffers, self._callbacks, self._markers, self._written = [], [], [], []
             self._queued_bytes = 0
         if self._producers_waiting:
             with self._space:
@@ -352,15 +368,22 @@ class Journal:
 
     def _commit_one_group(self) -> bool:
         """Write and sync one group, then complete it.  Caller holds the commit lock."""
-        buffers, callbacks, markers, nbytes = self._take_group()
-        if not callbacks and not markers:
+        buffers, callbacks, markers, nbytes, written = self._take_group()
+        if not callbacks and not markers and not written:
             return False
         error: BaseException | None = self._failure
-        if buffers and error is None:
-            try:
-                self._write_durably(buffers, nbytes)
-            except OSError as e:
-                error = self._fail(e)
+        acknowledged = False  # the deferred records' callbacks ran
+        try:
+            if buffers and error is None:
+                self._write(buffers, nbytes)
+            acknowledged = True
+            _complete_all(written, error)
+            if (callbacks or markers) and self._unsynced and error is None:
+                self._sync()
+        except OSError as e:
+            error = self._fail(e)
+            if not acknowledged:
+                _complete_all(written, error)
         if error is not None:
             _complete_all(callbacks, error)
             _complete_all([callback for _before, callback in markers], error)
@@ -382,7 +405,9 @@ class Journal:
                 self._fail(e)
         return True
 
-    def _write_durably(self, buffers: list[bytes], nbytes: int) -> None:
+    def _write(self, buffers: list[bytes], nbytes: int) -> None:
+        """Write a group at the end of the current file (rolling first if it does not
+        fit); the caller syncs it (see :meth:`_sync`)."""
         if self._offset + nbytes > self._max_file_bytes and self._offset > HEADER_SIZE:
             self._roll()
         if self._offset + nbytes > self._allocated:  # behind: this group has to wait
@@ -392,8 +417,12 @@ class Journal:
         written = self._io.write_all(self._fd, buffers)
         assert written == nbytes, "journal group size drifted"
         self._offset = start + written
+        self._unsynced = True
+
+    def _sync(self) -> None:
         synced_from = time.monotonic()
         self._io.fdatasync(self._fd)
+        self._unsynced = False
         self.stats.sync.observe_since(synced_from)
 
     def _zero_fill(self, length: int) -> None:
@@ -414,8 +443,8 @@ class Journal:
             failure = BookKeeperError(f"journal write to {self._dir} failed: {error}")
         log.error("%s; the journal takes no more records", failure)
         self._failure = failure
-        _buffers, callbacks, markers, _nbytes = self._swap_queue()
-        _complete_all(callbacks, failure)
+        _buffers, callbacks, markers, _nbytes, written = self._swap_queue()
+        _complete_all(written + callbacks, failure)
         _complete_all([callback for _before, callback in markers], failure)
         with self._space:
             self._space.notify_all()
@@ -424,6 +453,8 @@ class Journal:
     def _roll(self) -> None:
         """Close the current file and start the next one (header written and synced)."""
         if self._fd >= 0:
+            if self._unsynced:  # a marker after the roll syncs the new file only
+                self._sync()
             os.close(self._fd)
             self._fd = -1
         self._journal_id += 1
@@ -465,6 +496,9 @@ class Journal:
             while self._commit_one_group():
                 pass
             if self._fd >= 0:
+                if self._unsynced and self._failure is None:
+                    with contextlib.suppress(OSError):  # replay copes with a torn tail
+                        self._sync()
                 os.close(self._fd)
                 self._fd = -1
 

@@ -200,12 +200,13 @@ class FaultyBookieClient(BookieClient):
         return delayed
 
     def ledger_adds(self, ledger_id: int, master_key: bytes, sink: AddsDone,
-                    recovery: bool = False) -> LedgerAdds | None:
+                    recovery: bool = False, *, deferred: bool = False) -> LedgerAdds | None:
         """The inner client's sender, each add through the faults (so fault-driven tests
         take the path a ledger's adds really take: the transport's batched sends and its
         replies with a status per add)."""
         adds = _FaultyAdds(self, sink)
-        send = self.inner.ledger_adds(ledger_id, master_key, adds.answer, recovery)
+        send = self.inner.ledger_adds(ledger_id, master_key, adds.answer, recovery,
+                                      deferred=deferred)
         if send is None:
             return None
 
@@ -220,7 +221,8 @@ class FaultyBookieClient(BookieClient):
         return faulty_send
 
     def add_grouped(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-                    token: Any, sink: AddsDone, recovery: bool = False) -> None:
+                    token: Any, sink: AddsDone, recovery: bool = False, *,
+                    deferred: bool = False) -> None:
         """The inner client's grouped add through the faults; adds given the same
         ``sink`` share one wrapper, so the inner client still groups their answers."""
         adds = self._grouped.get(sink)
@@ -229,12 +231,12 @@ class FaultyBookieClient(BookieClient):
         sent = adds.before_send(entry_id, token)
         if sent is not None:
             self.inner.add_grouped(ledger_id, entry_id, entry, master_key, sent, adds.answer,
-                                   recovery)
+                                   recovery, deferred=deferred)
 
     def add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-            recovery: bool = False) -> Future:
+            recovery: bool = False, *, deferred: bool = False) -> Future:
         return self._apply("add", entry_id, lambda: self.inner.add(
-            ledger_id, entry_id, entry, master_key, recovery))
+            ledger_id, entry_id, entry, master_key, recovery, deferred=deferred))
 
     def read(self, ledger_id: int, entry_id: int, fence: bool = False,
              master_key: bytes = b"") -> Future:
@@ -259,6 +261,9 @@ class FaultyBookieClient(BookieClient):
 
     def delete_ledger(self, ledger_id: int) -> Future:
         return self._apply("delete_ledger", None, lambda: self.inner.delete_ledger(ledger_id))
+
+    def force_ledger(self, ledger_id: int) -> Future:
+        return self._apply("force_ledger", None, lambda: self.inner.force_ledger(ledger_id))
 
 
 def _after(seconds: float, fn: Callable[[], None]) -> None:
