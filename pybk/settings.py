@@ -753,6 +753,11 @@ class LogSettings(_Settings):
     #: Batches in flight at once; further records wait and go out together as the
     #: next batch when one completes (this is what makes batches under load).
     maxOutstandingBatches: int = 1
+    #: Segment ledgers with ``WriteFlag.DEFERRED_SYNC`` (pybk's own setting): an append
+    #: returns once its batch is written on Qa bookies, before fdatasync (it survives the
+    #: processes dying, not a power cut); ``sync()`` makes every earlier append durable,
+    #: and readers see records up to the last sync only (the durable LAC).
+    deferredSync: bool = False
 
     def __post_init__(self) -> None:
         _check_types(self)

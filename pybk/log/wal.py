@@ -12,6 +12,15 @@ The WAL is the log ``"wal"`` with one bookie: E = Qw = Qa = 1.  Opening it fence
 recovers the previous writer's last segments (after a crash too) and starts a new one,
 so every record whose append returned is readable after a restart, in position order.
 
+Deferred sync (``pybk.open(path, deferredSync=True)``, for applications that sync in
+their own rhythm): an append returns once its record is written to the journal, before
+fdatasync; :meth:`WAL.sync` forces.  After kill -9 every appended record is still there
+(the page cache survives the process); after a power cut or a kernel crash, every record
+appended before the last :meth:`WAL.sync` that returned is, later ones may be missing
+(never garbled: replay stops at a torn tail).  Readers see records up to the last sync.
+The bookie's checkpoint (every ``flushInterval``) syncs the journal too, so unsynced
+records are durable after at most about that long even without a sync.
+
 Life cycle: after :meth:`WAL.close` every call raises LogClosed.  A WAL dropped without
 ``close()`` (``del wal``) is closed when it is garbage collected, with a ResourceWarning,
 and so releases its directory.  One process opens a directory once at a time: a second
@@ -203,7 +212,9 @@ class WAL:
     # -- the log ------------------------------------------------------------------
 
     def append(self, data: bytes) -> Position:
-        """Append a record; return its position once it is durable (fdatasync'd).
+        """Append a record; return its position once it is durable (fdatasync'd), or,
+        with the setting ``deferredSync=True``, once it is written to the journal (it
+        survives this process dying, and a power cut only after a later :meth:`sync`).
 
         A callback of an append's future may call it (it runs on pybk's callback thread,
         which no append waits for)."""
@@ -251,7 +262,9 @@ class WAL:
         self._writer.truncate(before)
 
     def sync(self) -> None:
-        """Return once every record appended so far is durable."""
+        """Return once every record appended so far is durable.  With
+        ``deferredSync=True`` this is what makes appends durable (one fdatasync for all
+        of them), and what readers wait for: they see records up to the last sync."""
         self._check_open()
         self._writer.sync()
 

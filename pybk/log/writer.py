@@ -45,14 +45,16 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
+from pybk.client.deferred import WriteFlag
 from pybk.client.digest import MAX_OVERHEAD
 from pybk.errors import (
     BadVersion,
     BookKeeperError,
     EntryTooLarge,
     InvalidConfiguration,
+    LedgerClosed,
     LedgerFenced,
     LogClosed,
     LogFenced,
@@ -328,13 +330,15 @@ class LogWriter:
     # -- waiting ------------------------------------------------------------------
 
     def sync(self, timeout: float | None = None) -> None:
-        """Return once every record appended before the call is durable.
+        """Return once every record appended before the call is durable (with
+        ``deferredSync``: acknowledged, then forced).
 
         Raises the failure that stopped the writer, if one did, and Timeout after
         ``timeout`` seconds."""
         with self._lock:
             self._seal()
             waiting = set(self._outstanding)
+            ledgers = [self._ledger, *self._closing.values()]
         self._send_ready()
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
@@ -346,6 +350,25 @@ class LogWriter:
                 self._progress.wait(remaining)
             if self._failure is not None:
                 raise self._failure
+            if self.settings.deferredSync:
+                ledgers += [b.ledger for b in waiting if b.ledger is not None]
+        if self.settings.deferredSync:
+            self._force({ledger.id: ledger for ledger in ledgers}.values())
+
+    def _force(self, ledgers: Iterable["LedgerHandle"]) -> None:
+        """Deferred sync: make what ``ledgers`` acknowledged durable.  A segment closed
+        by a roll was forced by its close, which closed it at what the force covered."""
+        for ledger in ledgers:
+            try:
+                ledger.force()
+            except LedgerClosed:
+                pass
+            except BookKeeperError as e:
+                raise _taken_over(self.name, e) from None
+            if ledger.last_add_forced < ledger.last_add_acknowledged:
+                raise BookKeeperError(
+                    f"log {self.name}: segment ledger {ledger.id} closed before its appends "
+                    f"were forced: those after entry {ledger.last_add_forced} are lost")
 
     # -- rolling ------------------------------------------------------------------
 
@@ -538,7 +561,8 @@ def _create_segment_ledger(bk: "BookKeeper", name: str, settings: LogSettings,
                            password: bytes) -> "LedgerHandle":
     return bk.create_ledger(settings.ensembleSize, settings.writeQuorumSize,
                             settings.ackQuorumSize, settings.digestType, password,
-                            {LOG_NAME_KEY: name.encode("utf-8")})
+                            {LOG_NAME_KEY: name.encode("utf-8")},
+                            {WriteFlag.DEFERRED_SYNC} if settings.deferredSync else ())
 
 
 def take_over(bk: "BookKeeper", metadata: LogMetadata, password: bytes) -> LogMetadata:

@@ -79,8 +79,9 @@ Callback = Callable[[BaseException | None], None]
 BatchCallback = Callable[[list[BaseException | None]], None]
 # The adds of a run that passed: (positions, entry ids, entries, record headers, highest LAC).
 _CheckedRun = tuple[Sequence[int], Sequence[int], Sequence[bytes], list[bytes], int]
-#: Adds of one ledger: ``(ledger id, entry ids, entries, master key, recovery, deferred)``.
-AddRun = tuple[int, Sequence[int], Sequence[bytes], bytes, bool, bool]
+#: Adds of one ledger: ``(ledger id, entry ids, entries, master key, recovery[, deferred])``.
+AddRun = (tuple[int, Sequence[int], Sequence[bytes], bytes, bool]
+          | tuple[int, Sequence[int], Sequence[bytes], bytes, bool, bool])
 LacWatcher = Callable[[], object]  # what it returns is ignored
 StateListener = Callable[[], None]
 
@@ -402,9 +403,9 @@ class Bookie:
     def add_entries_async(self, runs: Sequence[AddRun], callback: BatchCallback) -> None:
         """Add runs of entries, of any ledgers, as one journal group.
 
-        ``runs`` holds ``(ledger id, entry ids, entries, master key, recovery, deferred)``
-        tuples, each the adds of one ledger (:class:`pybk.cluster.wire.AddRun` is one).  Each add
-        is checked as :meth:`add_entry_async` checks it: an add that fails alone (too
+        ``runs`` holds ``(ledger id, entry ids, entries, master key, recovery[,
+        deferred])`` tuples, each the adds of one ledger (:class:`pybk.cluster.wire.AddRun`
+        is one).  Each add is checked as :meth:`add_entry_async` checks it: an add that fails alone (too
         large, a header naming another entry) fails alone, and the adds of a run whose
         ledger refuses them (wrong key, fenced...) fail together.  ``callback(errors)`` is
         called once: when every add that passed is durable, with ``errors[i]`` None for a
@@ -425,8 +426,8 @@ class Bookie:
         checked = []
         first = 0
         deferred = True
-        for ledger_id, entry_ids, entries, master_key, recovery, run_deferred in runs:
-            deferred = deferred and run_deferred
+        for ledger_id, entry_ids, entries, master_key, recovery, *run_deferred in runs:
+            deferred = deferred and any(run_deferred)
             passed = self._check_run(ledger_id, entry_ids, entries, first, errors)
             if passed is not None:
                 checked.append((ledger_id, master_key, recovery, *passed))
