@@ -403,17 +403,17 @@ class Bookie:
     def add_entries_async(self, runs: Sequence[AddRun], callback: BatchCallback) -> None:
         """Add runs of entries, of any ledgers, as one journal group.
 
-        ``runs`` holds ``(ledger id, entry ids, entries, master key, recovery[,
-        deferred])`` tuples, each the adds of one ledger (:class:`pybk.cluster.wire.AddRun`
-        is one).  Each add is checked as :meth:`add_entry_async` checks it: an add that fails alone (too
+        ``runs`` holds ``(ledger id, entry ids, entries, master key, recovery[, deferred])``
+        tuples, each the adds of one ledger (:class:`pybk.cluster.wire.AddRun` is one).  Each
+        add is checked as :meth:`add_entry_async` checks it: an add that fails alone (too
         large, a header naming another entry) fails alone, and the adds of a run whose
         ledger refuses them (wrong key, fenced...) fail together.  ``callback(errors)`` is
         called once: when every add that passed is durable, with ``errors[i]`` None for a
         durable add and the error of a failed one, counting the adds through the runs in
-        order (at once, on this thread, if none passed).  A server receiving many adds
-        per message pays the locking and the journal hand-off once, and a run's checks
-        and caching are a few C-level operations, not a round of Python per add.  When
-        every run is ``deferred`` the callback comes once the adds are written (see
+        order (at once, on this thread, if none passed).  A server receiving many adds per
+        message pays the locking and the journal hand-off once, and a run's checks and
+        caching are a few C-level operations, not a round of Python per add.  When every run
+        is ``deferred`` the callback comes once the adds are written (see
         :meth:`add_entry_async`); one durable run makes the whole batch wait for durability.
         """
         errors: list[BaseException | None] = [None] * sum(len(run[1]) for run in runs)
