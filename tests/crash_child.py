@@ -10,6 +10,11 @@ blocking and asynchronous adds of ``crashutil.expected_entry`` bytes, now and th
 explicit LAC.  Each acknowledged add or LAC is appended to the ``--acks`` file.  It runs
 until killed (or ``--max-seconds``).  Any error exits with status 2 and a traceback.
 
+``--deferred`` makes every add a deferred one (of a DEFERRED_SYNC ledger: acknowledged once
+written), each thread forcing a ledger after every ``FORCE_EVERY`` of its adds: an add goes
+to the ``--acks`` file only once a force after it completed, and to the ``--written`` file
+once it was acknowledged as written.
+
 ``--faulty-log`` puts a :class:`pybk.testing.faultyio.FaultyFileIO` under the bookie that logs its
 unsynced writes there; with ``--kill-before-sync N`` the child SIGKILLs itself just before
 its N-th sync (of a file whose name ends with ``--kill-sync-of``), with
@@ -36,6 +41,7 @@ from pybk.testing.faultyio import FaultyFileIO
 
 ASYNC_WINDOW = 16     # asynchronous adds in flight per thread
 LAC_EVERY = 41        # a thread sets an explicit LAC after every 41st add
+FORCE_EVERY = 8       # --deferred: a thread forces a ledger after every 8th add of it
 
 
 def fail() -> None:
@@ -44,15 +50,42 @@ def fail() -> None:
     os._exit(2)
 
 
+def deferred_writer(bookie: Bookie, ledgers: list[int], rng: random.Random, acks: AckLog,
+                    written: AckLog) -> None:
+    """Deferred adds, one at a time; a ledger is forced after every FORCE_EVERY of them,
+    and only then are they acknowledged in ``acks``."""
+    try:
+        unforced: dict[int, list[int]] = {ledger_id: [] for ledger_id in ledgers}
+        next_ids = {ledger_id: next_entry_id(bookie, ledger_id) for ledger_id in ledgers}
+        while True:
+            ledger_id = rng.choice(ledgers)
+            entry_id = next_ids[ledger_id]
+            next_ids[ledger_id] += 1
+            bookie.add_entry_async(ledger_id, entry_id, expected_entry(ledger_id, entry_id),
+                                   KEY, deferred=True).result(timeout=30)
+            written.entry(ledger_id, entry_id)
+            unforced[ledger_id].append(entry_id)
+            if len(unforced[ledger_id]) >= FORCE_EVERY:
+                bookie.force(ledger_id).result(timeout=30)
+                for forced_id in unforced[ledger_id]:
+                    acks.entry(ledger_id, forced_id)
+                unforced[ledger_id].clear()
+    except BaseException:
+        fail()
+
+
+def next_entry_id(bookie: Bookie, ledger_id: int) -> int:
+    """The id after the highest one the bookie holds for the ledger."""
+    try:
+        last = bookie.last_entry_id(ledger_id)
+    except NoSuchLedger:
+        last = None
+    return 0 if last is None else last + 1
+
+
 def writer(bookie: Bookie, ledgers: list[int], rng: random.Random, acks: AckLog) -> None:
     try:
-        next_ids = {}
-        for ledger_id in ledgers:
-            try:
-                last = bookie.last_entry_id(ledger_id)
-            except NoSuchLedger:
-                last = None
-            next_ids[ledger_id] = 0 if last is None else last + 1
+        next_ids = {ledger_id: next_entry_id(bookie, ledger_id) for ledger_id in ledgers}
         window = threading.BoundedSemaphore(ASYNC_WINDOW)
 
         def completion(ledger_id: int, entry_id: int):
@@ -95,6 +128,8 @@ def main() -> None:
     parser.add_argument("--kill-sync-of", default="", help="count only syncs of files "
                         "whose name ends so (e.g. .log)")
     parser.add_argument("--kill-before-log-header", action="store_true")
+    parser.add_argument("--deferred", action="store_true", help="deferred adds and forces")
+    parser.add_argument("--written", help="--deferred: file of adds acknowledged as written")
     parser.add_argument("settings", nargs="+", help="ServerSettings as key=value")
     args = parser.parse_args()
     settings = ServerSettings.from_mapping(dict(kv.split("=", 1) for kv in args.settings))
@@ -116,10 +151,17 @@ def main() -> None:
 
     bookie = Bookie(settings, io=io)  # never closed: the child ends by SIGKILL
     acks = AckLog(args.acks)
+    written = AckLog(args.written) if args.written else None
     for t in range(args.threads):
         rng = random.Random(args.seed * 1000 + t)
-        threading.Thread(target=writer, args=(bookie, list(LEDGERS[t::args.threads]), rng, acks),
-                         daemon=True).start()
+        ledgers = list(LEDGERS[t::args.threads])
+        if args.deferred:
+            assert written is not None, "--deferred needs --written"
+            threading.Thread(target=deferred_writer, args=(bookie, ledgers, rng, acks, written),
+                             daemon=True).start()
+        else:
+            threading.Thread(target=writer, args=(bookie, ledgers, rng, acks),
+                             daemon=True).start()
     threading.Event().wait(args.max_seconds)
     os._exit(0)
 

@@ -1,0 +1,244 @@
+"""Deferred sync (``WriteFlag.DEFERRED_SYNC`` and ``force``, :mod:`pybk.client.deferred`):
+adds acknowledged once written, made durable by a force whose answer is the durable LAC,
+the LAC readers see never past it.  The protocol tests run over every transport
+(in-process, ZeroMQ, CURVE, bookie processes); the crash tests kill real processes."""
+
+from __future__ import annotations
+
+import random
+import time
+from concurrent.futures import Future
+
+import pytest
+from clientutil import PROCESSES, BookiePool, clusters
+from crashutil import check_bookie, children, crash_settings, read_acks, settings_of  # noqa: F401
+from test_client import bookie_pool, cluster_of, payload  # noqa: F401
+
+from pybk import WriteFlag
+from pybk.client.deferred import ForceOp
+from pybk.cluster import wire
+from pybk.cluster.wire import Op, Request
+from pybk.errors import BookKeeperError, LedgerClosed, NoSuchEntry, ReadOnlyLedger
+from pybk.meta.ledger_metadata import LedgerState
+from pybk.settings import ServerSettings
+from pybk.storage import Bookie, format_bookie, make_entry
+from pybk.testing.faultyio import MODES, FaultyFileIO, lose_unsynced, read_unsynced
+
+pytestmark = pytest.mark.timeout(120)
+PASSWORD = b"secret"
+DEFERRED = {WriteFlag.DEFERRED_SYNC}
+KEY = b"k" * 20
+
+
+def wait_until(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+# -- the bookie ------------------------------------------------------------------------
+
+def test_a_deferred_add_is_acknowledged_unsynced_and_force_syncs_it(tmp_path):
+    """The journal acknowledges a deferred add with its bytes written and not synced, a
+    durable add only synced; the force leaves nothing of the journal unsynced."""
+    settings = ServerSettings(journalDirectory=str(tmp_path / "journal"),
+                              ledgerDirectories=(str(tmp_path / "ledgers"),),
+                              journalPreAllocSizeMB=1)
+    format_bookie(settings)
+    io = FaultyFileIO()
+    with Bookie(settings, io=io) as bookie:
+        def unsynced_journal_bytes() -> int:
+            return sum(w.length for path, writes in io.unsynced.items() if "journal" in path
+                       for w in writes)
+
+        bookie.add_entry(1, 0, make_entry(1, 0, -1, b"durable"), KEY)
+        assert unsynced_journal_bytes() == 0
+        for entry_id in range(1, 4):
+            bookie.add_entry_async(1, entry_id, make_entry(1, entry_id, -1, b"deferred"), KEY,
+                                   deferred=True).result(timeout=10)
+        assert unsynced_journal_bytes() > 0
+        assert bookie.read_entry(1, 3) == make_entry(1, 3, -1, b"deferred")
+        bookie.force(1).result(timeout=10)
+        assert unsynced_journal_bytes() == 0
+
+
+@pytest.mark.timeout(240)
+def test_power_loss_keeps_every_forced_deferred_add_and_loses_unforced_ones(tmp_path,
+                                                                            children):
+    """Power cuts under deferred adds: the child SIGKILLs itself before a sync, then its
+    unsynced writes are undone, zeroed or garbled.  Every add a completed force covered
+    reads back byte-identical, nothing reads as wrong bytes, and adds acknowledged as
+    written but not forced are lost (which a plain SIGKILL never does)."""
+    values = crash_settings(tmp_path / "bookie")
+    settings = settings_of(values)
+    acks_path, written_path = tmp_path / "acks", tmp_path / "written"
+    rng = random.Random(2020)
+    lost_total = 0
+    for round_no in range(6):
+        faulty_log = tmp_path / f"unsynced-{round_no}.jsonl"
+        child = children.start(values, acks_path, round_no, "--deferred", "--written",
+                               str(written_path), "--faulty-log", str(faulty_log),
+                               "--kill-before-sync", str(rng.randint(20, 200)))
+        children.wait_for_exit(child, timeout=60)
+        children.assert_killed(child)
+        lose_unsynced(read_unsynced(str(faulty_log)), MODES[round_no % len(MODES)], rng)
+        written = read_acks(written_path)
+        with Bookie(settings) as bookie:
+            check_bookie(bookie, read_acks(acks_path))
+            for ledger_id, entry_ids in written.entries.items():
+                for entry_id in entry_ids:
+                    try:
+                        bookie.read_entry(ledger_id, entry_id)
+                    except NoSuchEntry:
+                        lost_total += 1
+    assert lost_total > 0, "no power cut lost an unforced deferred add"
+
+
+# -- the wire --------------------------------------------------------------------------
+
+def test_the_deferred_flag_travels_per_run_and_older_bookies_refuse_it():
+    runs = [wire.AddRun(5, [0, 1], [b"a", b"b"], KEY, False, True),
+            wire.AddRun(6, [0], [b"c"], KEY, True, False)]
+    body = wire.encode_adds(runs, 1024)
+    assert wire.decode_adds(body, 1024) == runs
+    # The flag is bit 2 of the run's flags; a bookie of before deferred sync checked that
+    # only bit 1 may be set, and refused the message as malformed.
+    assert body[4 + 8:4 + 10] == (wire.DEFERRED_SYNC).to_bytes(2, "big")
+    force = Request(Op.FORCE_LEDGER, 7, ledger_id=5)
+    assert wire.decode_request(wire.encode_request(force, 1024), 1024) == force
+
+
+def test_a_force_needs_ack_quorum_of_every_write_set():
+    outcomes: list[BaseException | None] = []
+    force = ForceOp([("B1", "B2", "B3"), ("B2", "B3", "B1")], 2, outcomes.append)
+    assert force.bookies == {"B1", "B2", "B3"}
+    answers = {}
+    for bookie_id, error in (("B1", BookKeeperError("down")), ("B2", None), ("B3", None)):
+        answers[bookie_id] = future = Future()
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+    force.answer("B1", answers["B1"])
+    force.answer("B2", answers["B2"])
+    assert outcomes == []
+    force.answer("B3", answers["B3"])
+    assert outcomes == [None]
+    failing: list[BaseException | None] = []
+    force = ForceOp([("B1", "B2")], 2, failing.append)
+    force.answer("B1", answers["B1"])
+    assert len(failing) == 1 and isinstance(failing[0], BookKeeperError)
+
+
+# -- the ledger protocol, over every transport ------------------------------------------
+
+def test_deferred_adds_are_readable_at_once_and_force_gives_the_durable_lac(cluster_of):
+    cluster = cluster_of(3)
+    bk = cluster.client()
+    lh = bk.create_ledger(3, 2, 2, password=PASSWORD, write_flags=DEFERRED)
+    futures = [lh.add_entry_async(payload(i)) for i in range(20)]
+    assert [f.result(timeout=30) for f in futures] == list(range(20))
+    assert lh.last_add_acknowledged == 19
+    assert lh.last_add_forced == lh.last_add_confirmed == -1
+    # The writer reads what was acknowledged; the entries carry the durable LAC.
+    entries = list(lh.read_entries(0, 19))
+    assert [e.data for e in entries] == [payload(i) for i in range(20)]
+    assert {e.last_add_confirmed for e in entries} == {-1}
+    reader = cluster.client().open_ledger(lh.id, password=PASSWORD, recovery=False)
+    assert reader.read_last_add_confirmed() == -1  # nothing is durable yet
+    assert lh.force() == 19
+    assert lh.last_add_forced == lh.last_add_confirmed == 19
+    # Readers learn the durable LAC (explicit LAC of the idle writer, then piggybacked).
+    wait_until(lambda: reader.read_last_add_confirmed() == 19)
+    assert [e.data for e in reader.read_entries(0, 19)] == [payload(i) for i in range(20)]
+    assert lh.add_entry(payload(20)) == 20
+    assert lh.read_entry(20).last_add_confirmed == 19
+    lh.close()  # forces first: every acknowledged entry is in the closed ledger
+    assert lh.metadata.state is LedgerState.CLOSED and lh.metadata.last_entry_id == 20
+    with pytest.raises(LedgerClosed):
+        lh.force()
+    with pytest.raises(ReadOnlyLedger):
+        reader.force()
+
+
+def test_force_of_a_ledger_without_deferred_sync_is_its_lac(cluster_of):
+    cluster = cluster_of(3)
+    lh = cluster.client().create_ledger(3, 2, 2, password=PASSWORD)
+    assert lh.force() == -1
+    lh.add_entry(b"x")
+    assert lh.force() == lh.last_add_confirmed == lh.last_add_forced == 0
+    lh.close()
+
+
+def test_a_failing_bookie_closes_a_deferred_ledger_at_the_durable_lac(cluster_of):
+    """BookKeeper's rule: no ensemble change for DEFERRED_SYNC; the ledger closes at the
+    durable LAC, without the entries acknowledged after the last force."""
+    cluster = cluster_of(4)
+    bk = cluster.client()
+    lh = bk.create_ledger(3, 3, 2, password=PASSWORD, write_flags=DEFERRED)
+    ensemble = lh.metadata.fragments[0].ensemble
+    for i in range(10):
+        lh.add_entry(payload(i))
+    assert lh.force() == 9
+    for i in range(10, 15):
+        lh.add_entry(payload(i))
+    cluster.faults[ensemble[0]].fail.add("add")
+    with pytest.raises(BookKeeperError):
+        lh.add_entry(payload(15))
+    wait_until(lambda: bk.ledger_manager.read(lh.id).metadata.state is LedgerState.CLOSED)
+    closed = bk.ledger_manager.read(lh.id).metadata
+    assert closed.last_entry_id == 9
+    assert closed.fragments[0].ensemble == ensemble and len(closed.fragments) == 1
+    reader = cluster.client().open_ledger(lh.id, password=PASSWORD)
+    assert [e.data for e in reader.read_entries(0, 9)] == [payload(i) for i in range(10)]
+
+
+def test_recovery_of_a_dead_deferred_writer_keeps_at_least_the_durable_lac(cluster_of):
+    """A writer gone with acknowledged entries past its last force: a plain reader sees
+    the durable LAC; recovery closes at an entry no lower, every entry there intact."""
+    cluster = cluster_of(3)
+    lh = cluster.client().create_ledger(3, 2, 2, password=PASSWORD, write_flags=DEFERRED)
+    for i in range(8):
+        lh.add_entry(payload(i))
+    assert lh.force() == 7
+    for i in range(8, 12):
+        lh.add_entry(payload(i))
+    reader = cluster.client().open_ledger(lh.id, password=PASSWORD, recovery=False)
+    wait_until(lambda: reader.read_last_add_confirmed() == 7)
+    recovered = cluster.client().open_ledger(lh.id, password=PASSWORD, recovery=True)
+    last = recovered.metadata.last_entry_id
+    assert 7 <= last <= 11
+    assert [e.data for e in recovered.read_entries(0, last)] == \
+        [payload(i) for i in range(last + 1)]
+
+
+def test_a_bookie_process_killed_before_force(tmp_path, zookeeper):
+    """SIGKILL of a bookie process after deferred adds and before the force: what it
+    wrote stays in the page cache (only a power cut loses it, see the power-loss test),
+    a force still completes on ack quorum of every write set, a plain reader sees the
+    durable LAC, and recovery (re-writing from the LAC the entries carry, the one durable
+    when each was written) closes with every acknowledged entry intact."""
+    (tmp_path / "pool").mkdir()
+    pool = BookiePool(tmp_path / "pool", zookeeper, 4)
+    try:
+        with clusters(tmp_path, PROCESSES, pool) as make:
+            cluster = make(4)  # a spare, for recovery's re-writes of entries 10..19
+            lh = cluster.client().create_ledger(3, 3, 2, password=PASSWORD,
+                                                write_flags=DEFERRED)
+            for i in range(10):
+                lh.add_entry(payload(i))
+            assert lh.force() == 9
+            for i in range(10, 20):
+                lh.add_entry(payload(i))
+            reader = cluster.client().open_ledger(lh.id, password=PASSWORD, recovery=False)
+            pool.kill(lh.metadata.fragments[0].ensemble[0])
+            wait_until(lambda: reader.read_last_add_confirmed() == 9)
+            assert lh.force() == 19  # two of three bookies of each write set answered
+            wait_until(lambda: reader.read_last_add_confirmed() == 19)
+            recovered = cluster.client().open_ledger(lh.id, password=PASSWORD)
+            assert recovered.metadata.last_entry_id == 19
+            assert [e.data for e in recovered.read_entries(0, 19)] == \
+                [payload(i) for i in range(20)]
+    finally:
+        pool.close()
