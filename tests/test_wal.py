@@ -230,6 +230,36 @@ def test_kill_minus_nine_loop_keeps_every_acknowledged_record(tmp_path, children
     assert len(acknowledged(acks_path)) > ROUNDS * 20
 
 
+@pytest.mark.timeout(180)
+def test_kill_minus_nine_keeps_a_deferred_wal_up_to_its_last_sync(tmp_path, children):
+    """deferredSync=True: appends return before fdatasync, and a record counts once a
+    sync after it returned.  After each SIGKILL the reopened WAL holds every synced
+    record, in order, with nothing foreign (a power cut may lose the unsynced ones; a
+    SIGKILL, which keeps the page cache, does not)."""
+    directory, acks_path = tmp_path / "wal", tmp_path / "acks"
+    rng = random.Random(20261126)
+    for round_no in range(6):
+        child = children.spawn(WAL_CHILD, str(directory), str(acks_path), str(round_no),
+                               str(THREADS), "sync=16")
+        children.wait_for_acks(child, acks_path, count_lines(acks_path) + 40)
+        time.sleep(rng.uniform(0.02, 0.3))
+        children.kill(child)
+        acked = acknowledged(acks_path)
+        assert _check(directory, acked) >= len(acked)
+
+
+def test_a_deferred_wal_shows_records_to_readers_once_synced(tmp_path):
+    with pybk.open(tmp_path / "wal", deferredSync=True) as wal:
+        first = wal.append(b"one")
+        wal.append(b"two")
+        assert list(wal.read()) == []  # written, not yet durable: readers wait
+        wal.sync()
+        assert [data for _, data in wal.read()] == [b"one", b"two"]
+        assert next(iter(wal.read(first)))[1] == b"one"
+    with pybk.open(tmp_path / "wal") as wal:
+        assert [data for _, data in wal.read()] == [b"one", b"two"]
+
+
 def test_a_larger_max_entry_size_holds_for_the_client_side_too(tmp_path):
     """maxEntrySizeBytes is a bookie and a client setting: a WAL sets both, so a record
     over the client's default of 5 MiB goes through when the setting allows it."""
