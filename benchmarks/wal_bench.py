@@ -15,7 +15,11 @@ Every figure is for durable 1 KiB appends (acknowledged only once fdatasync'd):
 * the raw write(4 KiB)+fdatasync loops of :mod:`rawdisk`, on the same disk;
 * the cost of metrics: the WAL pipelined and with one thread, with and without a
   Prometheus registry (``pybk.open(..., metrics_registry=)``), alternating, three times each
-  (``--metrics-only`` runs just this).
+  (``--metrics-only`` runs just this);
+* deferred sync against durable appends, measured the same way (``--deferred-only`` runs
+  just this): the WAL opened with ``deferredSync=True`` acknowledges an append once it
+  is written, before fdatasync, so these rows are *not* durable appends; a pipelined run
+  ends with one ``wal.sync()``, counted in its time.
 
 SQLite runs in WAL journal mode with ``synchronous=FULL``, one record per transaction,
 one connection per thread; LMDB commits one synced write transaction per record.
@@ -82,9 +86,10 @@ def say(message: str) -> None:
 class WalSystem:
     name = "pybk WAL"
 
-    def __init__(self, workdir: str, metrics: bool = False) -> None:
+    def __init__(self, workdir: str, metrics: bool = False, deferred: bool = False) -> None:
         self.wal = pybk.open(os.path.join(workdir, "wal"),
-                             metrics_registry=CollectorRegistry() if metrics else None)
+                             metrics_registry=CollectorRegistry() if metrics else None,
+                             deferredSync=deferred)
 
     def append(self) -> Callable[[bytes], object]:
         return self.wal.append
@@ -186,6 +191,7 @@ def pipelined(wal, count: int, window: int) -> dict:
     last = None
     for future in in_flight:
         last = future.result()
+    wal.sync()  # a no-op for durable appends; what makes deferred ones durable
     elapsed = time.perf_counter() - started
     return {"records": count, "per_s": round(count / elapsed, 1),
             "mb_per_s": round(count * RECORD / MIB / elapsed, 1), "last_position": str(last)}
@@ -230,15 +236,17 @@ def asyncio_rows(directory: str, profile: Profile) -> dict:
     return asyncio.run(measure())
 
 
-def metrics_cost(workdir: str, profile: Profile) -> dict:
-    """The WAL without and with metrics, alternating (off, on, three times) so that drift of
-    the disk or the machine weighs on both; the best of each, and their ratios."""
-    best: dict[str, dict[str, float]] = {"off": {}, "on": {}}
+def compare(workdir: str, profile: Profile, topic: str,
+            variants: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """The WAL opened with each of ``variants`` (name -> WalSystem options), alternating
+    (each in turn, three times) so that drift of the disk or the machine weighs on all;
+    the best figures of each."""
+    best: dict[str, dict[str, float]] = {name: {} for name in variants}
     for round_number in range(3):
-        for variant in ("off", "on"):
-            directory = os.path.join(workdir, f"metrics-{variant}-{round_number}")
+        for variant, options in variants.items():
+            directory = os.path.join(workdir, f"{topic}-{variant}-{round_number}")
             os.makedirs(directory)
-            system = WalSystem(directory, metrics=variant == "on")
+            system = WalSystem(directory, **options)
             try:
                 figures = {"pipelined_per_s": pipelined(system.wal, profile.pipelined // 2,
                                                         profile.window)["per_s"],
@@ -246,17 +254,37 @@ def metrics_cost(workdir: str, profile: Profile) -> dict:
             finally:
                 system.close()
             shutil.rmtree(directory, ignore_errors=True)
-            say(f"WAL metrics {variant}: {figures['pipelined_per_s']:,.0f}/s pipelined, "
+            say(f"WAL {topic} {variant}: {figures['pipelined_per_s']:,.0f}/s pipelined, "
                 f"{figures['threads_1_per_s']:,.0f}/s with one thread")
             for key, value in figures.items():
                 best[variant][key] = max(best[variant].get(key, 0.0), value)
+    return best
+
+
+def metrics_cost(workdir: str, profile: Profile) -> dict:
+    """The WAL without and with metrics: the best of each, and their ratios."""
+    best = compare(workdir, profile, "metrics", {"off": {}, "on": {"metrics": True}})
     return {**best, "on_to_off": {key: ratio(best["on"][key], best["off"][key])
                                   for key in best["off"]}}
 
 
-def run(workdir: str, profile: Profile, metrics_only: bool = False) -> dict:
+def deferred_gain(workdir: str, profile: Profile) -> dict:
+    """The WAL with durable appends and with deferred sync: the best of each, and their
+    ratios."""
+    best = compare(workdir, profile, "sync", {"durable": {}, "deferred": {"deferred": True}})
+    return {**best, "deferred_to_durable": {
+        key: ratio(best["deferred"][key], best["durable"][key]) for key in best["durable"]}}
+
+
+def run(workdir: str, profile: Profile, metrics_only: bool = False,
+        deferred_only: bool = False) -> dict:
     say(f"{profile.name} run in {workdir}")
     results: dict = {"profile": profile.name, "record_bytes": RECORD}
+    if not metrics_only:
+        results["deferred_sync"] = deferred = deferred_gain(workdir, profile)
+        say(f"ratio deferred/durable: {deferred['deferred_to_durable']}")
+    if deferred_only:
+        return results
     results["metrics"] = metrics = metrics_cost(workdir, profile)
     say(f"ratio metrics on/off: {metrics['on_to_off']}")
     if metrics_only:
@@ -331,12 +359,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short run (under a minute)")
     parser.add_argument("--metrics-only", action="store_true",
                         help="only the WAL with and without metrics")
+    parser.add_argument("--deferred-only", action="store_true",
+                        help="only the WAL with durable appends and with deferred sync")
     parser.add_argument("--dir", default=os.getcwd(),
                         help="where to make the temporary work directory (the disk tested)")
     args = parser.parse_args(argv)
     profile = QUICK if args.quick else FULL
     return run_and_report("pybk-wal-bench-", args.dir,
-                          lambda workdir: run(workdir, profile, args.metrics_only))
+                          lambda workdir: run(workdir, profile, args.metrics_only,
+                                              args.deferred_only))
 
 
 if __name__ == "__main__":

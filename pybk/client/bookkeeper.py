@@ -157,6 +157,9 @@ class BookKeeper:
         """A new ledger's metadata, its bookies resolved."""
         self._check_open()
         digest_type = _digest_type(digest)
+        write_flags = set(write_flags)
+        if not all(isinstance(flag, WriteFlag) for flag in write_flags):
+            raise ValueError(f"write_flags takes WriteFlag values, not {write_flags}")
         versioned = self.ledger_manager.create_ledger(
             lambda chosen_id: self._place(
                 lambda available, exclude, same_host: self.placement.new_ensemble(

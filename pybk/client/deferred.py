@@ -27,7 +27,7 @@ import threading
 from concurrent.futures import Future
 from typing import Callable, Sequence
 
-from pybk.errors import BookKeeperError
+from pybk.errors import BookKeeperError, MalformedMessage
 
 
 class WriteFlag(enum.Enum):
@@ -71,7 +71,9 @@ class ForceOp:
             if any(len(ws) - sum(b in self._failed for b in ws) < qa
                    for ws in self._write_sets):
                 outcome: BaseException | None = BookKeeperError(
-                    f"force failed: bookie {bookie_id}: {error}")
+                    f"force failed: bookie {bookie_id}: {error}" + (
+                        " (a bookie of a pybk version without deferred sync)"
+                        if isinstance(error, MalformedMessage) else ""))
             elif all(sum(b in self._ok for b in ws) >= qa for ws in self._write_sets):
                 outcome = None
             else:
