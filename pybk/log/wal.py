@@ -228,7 +228,8 @@ class WAL:
         return future.result()
 
     def append_async(self, data: bytes) -> Future:
-        """Append a record; the future gives its position once it is durable.  Many
+        """Append a record; the future gives its position once it is durable (written,
+        with ``deferredSync``: see :meth:`append`).  Many
         appends in flight share fsyncs and entries.  The future's done-callbacks run on
         pybk's callback thread, in position order, never on the bookie's journal thread
         (:mod:`pybk.log.futures`)."""
