@@ -132,6 +132,9 @@ class BookKeeper:
         ``write_flags``: ``{WriteFlag.DEFERRED_SYNC}`` has adds acknowledged before they
         are durable, made durable by :meth:`LedgerHandle.force`
         (:mod:`pybk.client.deferred`)."""
+        write_flags = set(write_flags)
+        if not all(isinstance(flag, WriteFlag) for flag in write_flags):
+            raise ValueError(f"write_flags takes WriteFlag values, not {write_flags}")
         versioned = self._create(ensemble, write_quorum, ack_quorum, digest, password,
                                  custom_metadata, None)
         return LedgerHandle(self, versioned, password, writable=True,
@@ -157,9 +160,6 @@ class BookKeeper:
         """A new ledger's metadata, its bookies resolved."""
         self._check_open()
         digest_type = _digest_type(digest)
-        write_flags = set(write_flags)
-        if not all(isinstance(flag, WriteFlag) for flag in write_flags):
-            raise ValueError(f"write_flags takes WriteFlag values, not {write_flags}")
         versioned = self.ledger_manager.create_ledger(
             lambda chosen_id: self._place(
                 lambda available, exclude, same_host: self.placement.new_ensemble(
