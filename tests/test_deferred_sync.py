@@ -18,7 +18,13 @@ from pybk import WriteFlag
 from pybk.client.deferred import ForceOp
 from pybk.cluster import wire
 from pybk.cluster.wire import Op, Request
-from pybk.errors import BookKeeperError, LedgerClosed, NoSuchEntry, ReadOnlyLedger
+from pybk.errors import (
+    BookKeeperError,
+    LedgerClosed,
+    MalformedMessage,
+    NoSuchEntry,
+    ReadOnlyLedger,
+)
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie, make_entry
@@ -129,6 +135,12 @@ def test_a_force_needs_ack_quorum_of_every_write_set():
     force = ForceOp([("B1", "B2")], 2, failing.append)
     force.answer("B1", answers["B1"])
     assert len(failing) == 1 and isinstance(failing[0], BookKeeperError)
+    # A bookie of before deferred sync answers FORCE_LEDGER as an unknown operation.
+    old: list[BaseException | None] = []
+    refused: Future = Future()
+    refused.set_exception(MalformedMessage("unknown operation 9"))
+    ForceOp([("B1",)], 1, old.append).answer("B1", refused)
+    assert "without deferred sync" in str(old[0])
 
 
 # -- the ledger protocol, over every transport ------------------------------------------
