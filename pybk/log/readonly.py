@@ -169,8 +169,11 @@ class _ReadOnlyBookieClient(BookieClient):
         self._reader = reader
 
     def add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
-            recovery: bool = False) -> Future:
+            recovery: bool = False, *, deferred: bool = False) -> Future:
         return failed_future(self._reader.refuse("add"))
+
+    def force_ledger(self, ledger_id: int) -> Future:
+        return failed_future(self._reader.refuse("force"))
 
     def read(self, ledger_id: int, entry_id: int, fence: bool = False,
              master_key: bytes = b"") -> Future:
