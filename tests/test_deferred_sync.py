@@ -5,6 +5,7 @@ the LAC readers see never past it.  The protocol tests run over every transport
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from concurrent.futures import Future
@@ -15,6 +16,7 @@ from crashutil import check_bookie, children, crash_settings, read_acks, setting
 from test_client import bookie_pool, cluster_of, payload  # noqa: F401
 
 from pybk import WriteFlag
+from pybk.aio.client import AsyncBookKeeper
 from pybk.client.deferred import ForceOp
 from pybk.cluster import wire
 from pybk.cluster.wire import Op, Request
@@ -172,6 +174,19 @@ def test_deferred_adds_are_readable_at_once_and_force_gives_the_durable_lac(clus
         lh.force()
     with pytest.raises(ReadOnlyLedger):
         reader.force()
+
+
+def test_the_asyncio_face_adds_deferred_and_forces(tmp_path):
+    async def run(bk) -> None:
+        async with AsyncBookKeeper(bk) as abk:
+            lh = await abk.create_ledger(3, 2, 2, password=PASSWORD, write_flags=DEFERRED)
+            assert [await lh.add(payload(i)) for i in range(5)] == list(range(5))
+            assert lh.last_add_confirmed == -1
+            assert await lh.force() == 4 == lh.last_add_confirmed
+            await lh.close()
+
+    with clusters(tmp_path) as make:
+        asyncio.run(run(make(3).client()))
 
 
 def test_force_of_a_ledger_without_deferred_sync_is_its_lac(cluster_of):

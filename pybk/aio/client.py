@@ -163,6 +163,12 @@ class AsyncLedger:
         """Add an entry; return its id once acknowledged."""
         return await self._adds.wait(data)
 
+    async def force(self) -> int:
+        """Make every add acknowledged so far durable and return the durable LAC
+        (``LedgerHandle.force``, for a ledger created with ``write_flags=
+        {WriteFlag.DEFERRED_SYNC}``)."""
+        return await self._bridge.call(self.handle.force)
+
     async def read_entry(self, entry_id: int) -> LedgerEntry:
         return await self._bridge.call(self.handle.read_entry, entry_id)
 
