@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import sparkutil
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -79,7 +80,7 @@ def test_the_demo_runs_where_a_directory_named_pybk_is(tmp_path, shadow):
     assert "verified: all" in result.stdout
 
 
-SPARK_ENV = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+SPARK_ENV = sparkutil.script_env()
 
 
 def _run_spark_example(*args: str) -> str:

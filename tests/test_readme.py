@@ -20,6 +20,7 @@ import subprocess
 import sys
 
 import pytest
+import sparkutil
 import zkutil
 
 from pybk.cluster.node import BookieNode
@@ -35,8 +36,8 @@ README_CLUSTER = "zk://zk1:2181,zk2:2181,zk3:2181/ledgers"
 _NOT_RUN = re.compile(r"<!-- not run: (.+?) -->")
 RUN_TIMEOUT_S = 240  # a Spark block on a busy 2-core machine
 #: Spark's Python workers run this interpreter (a user's would be their environment's
-#: ``python3``), on loopback.
-SPARK_ENV = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+#: ``python3``), on loopback; its JVMs take the tests' options (tests/sparkutil.py).
+SPARK_ENV = sparkutil.script_env()
 
 
 def python_blocks(text: str) -> list[tuple[str, str, str | None]]:
