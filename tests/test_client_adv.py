@@ -16,6 +16,7 @@ import pytest
 from clientutil import FAST, PROCESSES, BookiePool, clusters
 from test_client import PASSWORD, bookie_pool, cluster_of, payload  # noqa: F401 (fixtures)
 
+from pybk import WriteFlag
 from pybk.client import LedgerHandleAdv
 from pybk.errors import (
     BookKeeperError,
@@ -374,3 +375,65 @@ def test_recovery_of_an_adv_ledger_keeps_what_follows_a_late_id(cluster_of):
     with pytest.raises((LedgerFenced, LedgerClosed)):
         lh.add_entry(8, payload(8))
     assert not any(f.done() and f.exception() is None for f in (late, *held_back))
+
+
+# -- adv ledgers with deferred sync ---------------------------------------------------
+
+def test_adv_deferred_adds_force_up_to_the_lac_in_id_order(cluster_of):
+    """``create_ledger_adv(write_flags={DEFERRED_SYNC})``, as BookKeeper allows: adds
+    acknowledged in id order before they are synced, a force making everything up to the
+    LAC durable (never the ids held back above a missing one), readers seeing only the
+    durable LAC, close forcing first."""
+    cluster = cluster_of(3)
+    lh = cluster.client(PATIENT).create_ledger_adv(3, 2, 2, password=PASSWORD,
+                                                   write_flags={WriteFlag.DEFERRED_SYNC})
+    order = list(range(10))
+    random.Random(3).shuffle(order)
+    futures = {i: lh.add_entry_async(i, payload(i)) for i in order}
+    assert [futures[i].result(timeout=30) for i in range(10)] == list(range(10))
+    assert lh.last_add_acknowledged == 9
+    assert lh.last_add_forced == lh.last_add_confirmed == -1
+    reader = cluster.client().open_ledger(lh.id, password=PASSWORD, recovery=False)
+    assert reader.read_last_add_confirmed() == -1  # nothing is durable yet
+    held_back = lh.add_entry_async(11, payload(11))  # 10 is missing
+    stored_everywhere(cluster, lh, 11)
+    assert lh.force() == 9 == lh.last_add_confirmed
+    assert lh.add_entry(10, payload(10)) == 10
+    assert held_back.result(timeout=30) == 11
+    assert lh.last_add_acknowledged == 11 and lh.last_add_forced == 9
+    # Idle again, the writer sends the durable LAC (explicit LAC), not the acknowledged.
+    wait_until(lambda: reader.read_last_add_confirmed() == 9, "the durable LAC read")
+    assert [e.data for e in reader.read_entries(0, 9)] == [payload(i) for i in range(10)]
+    lh.close()  # forces first: the two last acknowledged ids are in the closed ledger
+    assert lh.metadata.state is LedgerState.CLOSED and lh.metadata.last_entry_id == 11
+    with pytest.raises(LedgerClosed):
+        lh.force()
+    recovered = cluster.client().open_ledger(lh.id, password=PASSWORD)
+    assert [e.data for e in recovered.read_entries(0, 11)] == [payload(i) for i in range(12)]
+
+
+def test_adv_deferred_ledger_closes_at_the_durable_lac_when_a_bookie_fails(cluster_of):
+    """No ensemble change for a DEFERRED_SYNC adv ledger either: a failing bookie closes
+    it at the durable LAC, without the ids acknowledged after the last force."""
+    cluster = cluster_of(4)
+    bk = cluster.client(PATIENT)
+    lh = bk.create_ledger_adv(3, 3, 2, password=PASSWORD,
+                              write_flags={WriteFlag.DEFERRED_SYNC})
+    ensemble = lh.metadata.fragments[0].ensemble
+    for i in (1, 0, 3, 2):
+        lh.add_entry_async(i, payload(i))
+    wait_until(lambda: lh.last_add_acknowledged == 3, "ids 0..3 acknowledged")
+    assert lh.force() == 3
+    for i in (5, 4):
+        lh.add_entry_async(i, payload(i))
+    wait_until(lambda: lh.last_add_acknowledged == 5, "ids 4..5 acknowledged")
+    cluster.faults[ensemble[0]].fail.add("add")
+    with pytest.raises(BookKeeperError):
+        lh.add_entry(6, payload(6))
+    wait_until(lambda: bk.ledger_manager.read(lh.id).metadata.state is LedgerState.CLOSED,
+               "the ledger closed")
+    closed = bk.ledger_manager.read(lh.id).metadata
+    assert closed.last_entry_id == 3 and closed.fragments[0].ensemble == ensemble
+    assert len(closed.fragments) == 1
+    with pytest.raises(ValueError, match="WriteFlag"):
+        bk.create_ledger_adv(3, 2, 2, password=PASSWORD, write_flags={"DEFERRED_SYNC"})

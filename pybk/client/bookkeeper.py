@@ -132,26 +132,27 @@ class BookKeeper:
         ``write_flags``: ``{WriteFlag.DEFERRED_SYNC}`` has adds acknowledged before they
         are durable, made durable by :meth:`LedgerHandle.force`
         (:mod:`pybk.client.deferred`)."""
-        write_flags = set(write_flags)
-        if not all(isinstance(flag, WriteFlag) for flag in write_flags):
-            raise ValueError(f"write_flags takes WriteFlag values, not {write_flags}")
+        flags = _write_flags(write_flags)
         versioned = self._create(ensemble, write_quorum, ack_quorum, digest, password,
                                  custom_metadata, None)
-        return LedgerHandle(self, versioned, password, writable=True,
-                            write_flags=write_flags)
+        return LedgerHandle(self, versioned, password, writable=True, write_flags=flags)
 
     def create_ledger_adv(self, ensemble: int = 3, write_quorum: int = 2,
                           ack_quorum: int = 2, digest: str | DigestType = "crc32c",
                           password: bytes = b"",
                           custom_metadata: Mapping[str, bytes] | None = None,
-                          ledger_id: int | None = None) -> LedgerHandleAdv:
+                          ledger_id: int | None = None,
+                          write_flags: Iterable[WriteFlag] = ()) -> LedgerHandleAdv:
         """A new ledger whose writer gives each entry's id (BookKeeper's
         ``createLedgerAdv``; :mod:`pybk.client.ledger_adv`), with the id ``ledger_id``
         if given (LedgerExists if taken, InvalidLedgerMetadata if not in [0, 2^63)),
-        else a fresh one.  Otherwise as :meth:`create_ledger`."""
+        else a fresh one.  Otherwise as :meth:`create_ledger`, ``write_flags`` included
+        (a DEFERRED_SYNC adv ledger forces up to its LAC, the highest id acknowledged
+        with every lower one)."""
+        flags = _write_flags(write_flags)
         versioned = self._create(ensemble, write_quorum, ack_quorum, digest, password,
                                  custom_metadata, ledger_id)
-        return LedgerHandleAdv(self, versioned, password, writable=True)
+        return LedgerHandleAdv(self, versioned, password, writable=True, write_flags=flags)
 
     def _create(self, ensemble: int, write_quorum: int, ack_quorum: int,
                 digest: str | DigestType, password: bytes,
@@ -372,6 +373,13 @@ def _lookup(known: dict[str, BookieClient], bookie_id: str) -> BookieClient:
     if client is None:
         raise BookieUnavailable(f"bookie {bookie_id} is unknown to this client")
     return client
+
+
+def _write_flags(write_flags: Iterable[WriteFlag]) -> set[WriteFlag]:
+    flags = set(write_flags)
+    if not all(isinstance(flag, WriteFlag) for flag in flags):
+        raise ValueError(f"write_flags takes WriteFlag values, not {flags}")
+    return flags
 
 
 def _digest_type(digest: str | DigestType) -> DigestType:
