@@ -3,7 +3,8 @@
 ``tests/golden/`` holds a journal, an entry log, a lastMark and the index's items as a
 bookie leaves them, a directory cookie, a closed ledger's metadata, a bookie's cookie in
 the cluster, a log's head and segment records, and the frames of wire ADD and READ
-requests and replies, all written from the fixed inputs below (ids, keys, payloads,
+requests and replies (and of deferred sync's: an ADD with a DEFERRED_SYNC run, a
+FORCE_LEDGER and its reply), all written from the fixed inputs below (ids, keys, payloads,
 salts, times, instance ids).  Its README.md says which code writes each file and what a
 change of format must do.  Each format has two tests:
 
@@ -64,6 +65,8 @@ GOLDEN_FILES = frozenset({
     "log/segment-3.bin", "log/segment-4.bin", "wire/add-request.0.bin",
     "wire/add-request.1.bin", "wire/add-reply.0.bin", "wire/add-reply.1.bin",
     "wire/read-request.0.bin", "wire/read-reply.0.bin", "wire/read-reply.1.bin",
+    "wire/deferred-add-request.0.bin", "wire/deferred-add-request.1.bin",
+    "wire/force-request.0.bin", "wire/force-reply.0.bin",
 })
 
 
@@ -143,10 +146,22 @@ ADD_MESSAGE = "Unauthorized: wrong master key for ledger 9"
 READ_REQUEST = Request(Op.READ, 43, FENCED_LEDGER.ledger_id, LAST_ENTRY, flags=wire.FENCE,
                        master_key=FENCED_LEDGER.master_key)
 READ_REPLY = Reply(Op.READ, 43, body=FENCED_LEDGER.entries()[2])
+#: Deferred sync: a message with a DEFERRED_SYNC run and a durable one (the flag is per
+#: run), and the FORCE_LEDGER that makes the deferred adds durable, with its reply.
+DEFERRED_ADD_RUNS = (wire.AddRun(LOG_LEDGER.ledger_id, [0, 1, 2], LOG_LEDGER.entries(),
+                                 LOG_LEDGER.master_key, deferred=True),
+                     wire.AddRun(FENCED_LEDGER.ledger_id, [0], FENCED_LEDGER.entries()[:1],
+                                 FENCED_LEDGER.master_key))
+FORCE_REQUEST = Request(Op.FORCE_LEDGER, 45, LOG_LEDGER.ledger_id)
+FORCE_REPLY = Reply(Op.FORCE_LEDGER, 45)
 
 
 def add_request() -> Request:
     return Request(Op.ADD, 42, entry=wire.encode_adds(ADD_RUNS, MAX_ENTRY_BYTES))
+
+
+def deferred_add_request() -> Request:
+    return Request(Op.ADD, 44, entry=wire.encode_adds(DEFERRED_ADD_RUNS, MAX_ENTRY_BYTES))
 
 
 def add_reply() -> Reply:
@@ -513,6 +528,10 @@ def test_writes_wire_messages():
     pinned_frames("wire/add-reply", wire.encode_reply(add_reply(), MAX_ENTRY_BYTES))
     pinned_frames("wire/read-request", wire.encode_request(READ_REQUEST, MAX_ENTRY_BYTES))
     pinned_frames("wire/read-reply", wire.encode_reply(READ_REPLY, MAX_ENTRY_BYTES))
+    pinned_frames("wire/deferred-add-request",
+                  wire.encode_request(deferred_add_request(), MAX_ENTRY_BYTES))
+    pinned_frames("wire/force-request", wire.encode_request(FORCE_REQUEST, MAX_ENTRY_BYTES))
+    pinned_frames("wire/force-reply", wire.encode_reply(FORCE_REPLY, MAX_ENTRY_BYTES))
 
 
 def test_reads_wire_messages():
@@ -527,6 +546,16 @@ def test_reads_wire_messages():
     reply = wire.decode_reply(golden_frames("wire/read-reply"), MAX_ENTRY_BYTES)
     assert reply == READ_REPLY
     assert FENCED_LEDGER.decode(2, reply.body) == FENCED_LEDGER.payloads[2]
+    request = wire.decode_request(golden_frames("wire/deferred-add-request"),
+                                  MAX_ENTRY_BYTES)
+    assert request == deferred_add_request()
+    runs = wire.decode_adds(request.entry, MAX_ENTRY_BYTES)
+    assert runs == list(DEFERRED_ADD_RUNS)
+    assert [run.deferred for run in runs] == [True, False]
+    assert wire.decode_request(golden_frames("wire/force-request"), MAX_ENTRY_BYTES) == \
+        FORCE_REQUEST
+    assert wire.decode_reply(golden_frames("wire/force-reply"), MAX_ENTRY_BYTES) == \
+        FORCE_REPLY
 
 
 # -- the directory ----------------------------------------------------------------------------
