@@ -4,6 +4,7 @@ positions and figures, and ``pybk tail``.  The owner is a real process
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
@@ -13,10 +14,12 @@ import time
 
 import pytest
 from crashutil import ROOT, children, count_lines  # noqa: F401
+from test_aio import LAG_BOUND_S, LoopLag, aio_threads
 from walutil import acknowledged, who
 
 import pybk
-from pybk.errors import DirectoryLocked, MetadataError, NoSuchLog
+import pybk.aio
+from pybk.errors import DirectoryLocked, LogClosed, MetadataError, NoSuchLog
 from pybk.fileio import lock_file
 from pybk.log import Position
 from pybk.meta.embedded import LOCK_FILE, EmbeddedMetadataStore
@@ -75,6 +78,48 @@ def test_a_running_owners_acknowledged_records_are_read_and_tailed(tmp_path, chi
         _check_records(records + tailed)
         assert len(tailed) > 100, "the tail did not follow the owner"
         assert child.poll() is None, children.stderr(child)
+
+
+@pytest.mark.asyncio
+async def test_the_asyncio_face_reads_tails_and_counts_a_running_owner(tmp_path, children):
+    """``pybk.aio.open_readonly``: the same records, positions and figures as the
+    thread-based handle, a tail that follows the owner, the loop never held, and nothing
+    left running once it is closed (or failed to open)."""
+    directory, acks = tmp_path / "wal", tmp_path / "acks"
+    child = _owner(children, directory, acks)
+    with pytest.raises(NoSuchLog):
+        await pybk.aio.open_readonly(tmp_path / "nothing")
+    async with LoopLag() as lag:
+        async with await pybk.aio.open_readonly(directory) as wal:
+            acked = acknowledged(acks)
+            await asyncio.sleep(VISIBLE_WITHIN_S)
+            records = [record async for record in wal.read()]
+            _check_records(records)
+            found = {p: who(data) for p, data in records}
+            missing = {p for p, ids in acked.items() if found.get(p) != ids}
+            assert not missing, f"acknowledged records not read: {sorted(missing)[:3]}"
+            assert await wal.first_position() == Position(0, 0, 0)
+            assert await wal.last_position() >= records[-1][0]
+            assert await wal.space_used() > 0
+            stats = await wal.stats()
+            assert stats.owner_running and stats.journal_records_read > 0
+
+            tailed = []
+            deadline = time.monotonic() + 2.0
+            async with wal.reader(records[-1][0]).tail(5.0) as tail:
+                async for record in tail:
+                    tailed.append(record)
+                    if time.monotonic() > deadline:
+                        break
+            assert tailed[0] == records[-1]
+            _check_records(records + tailed[1:])
+            assert len(tailed) > 100, "the tail did not follow the owner"
+        with pytest.raises(LogClosed):
+            wal.reader()
+        await wal.close()  # again: nothing happens
+    assert lag.ticks > 0 and lag.worst < LAG_BOUND_S
+    assert not aio_threads()
+    assert child.poll() is None, children.stderr(child)
 
 
 def test_after_the_owner_is_killed_every_acknowledged_record_is_read(tmp_path, children):

@@ -1,6 +1,7 @@
 """pybk for asyncio: the WAL, the ledger client and logs with ``await`` and ``async for``.
 
-``wal = await pybk.aio.open(path)`` and ``bk = await pybk.aio.connect(address)`` (or
+``wal = await pybk.aio.open(path)``, ``wal = await pybk.aio.open_readonly(path)`` (a WAL
+another process owns) and ``bk = await pybk.aio.connect(address)`` (or
 ``AsyncBookKeeper(bk)`` over a client made otherwise) wrap the thread-based objects of
 pybk; there is no second implementation of the protocol.  What runs where, how
 completions reach the loop, and back-pressure: :mod:`pybk.aio.bridge`; what a cancelled
@@ -11,7 +12,8 @@ ZooKeeper: every blocking call runs on one of pybk's threads.
 from pybk.aio.bridge import MAX_PENDING_DEFAULT, Feed
 from pybk.aio.client import AsyncBookKeeper, AsyncLedger, connect
 from pybk.aio.log import AsyncLogReader, AsyncLogWriter
-from pybk.aio.wal import AsyncWAL, open
+from pybk.aio.wal import AsyncReadOnlyWAL, AsyncWAL, open, open_readonly
 
 __all__ = ["MAX_PENDING_DEFAULT", "AsyncBookKeeper", "AsyncLedger", "AsyncLogReader",
-           "AsyncLogWriter", "AsyncWAL", "Feed", "connect", "open"]
+           "AsyncLogWriter", "AsyncReadOnlyWAL", "AsyncWAL", "Feed", "connect", "open",
+           "open_readonly"]

@@ -1,8 +1,13 @@
-"""The asyncio face of the embedded WAL: ``wal = await pybk.aio.open(path)``.
+"""The asyncio face of the embedded WAL: ``wal = await pybk.aio.open(path)``, and of the
+read-only WAL: ``wal = await pybk.aio.open_readonly(path)``.
 
 :class:`AsyncWAL` calls a :class:`pybk.WAL` opened (and closed) on a thread; appends,
 ordering, back-pressure, cancellation and streams are those of :mod:`pybk.aio.log`.
 Durability is the WAL's: a position is returned once the record is fdatasync'd.
+
+:class:`AsyncReadOnlyWAL` calls a :class:`pybk.ReadOnlyWAL` the same way: what it sees,
+and how fresh, is that class's (:mod:`pybk.log.readonly`); its positions and figures read
+the metadata and the disk, so they are awaited too.
 """
 
 from __future__ import annotations
@@ -10,14 +15,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from pybk.aio.bridge import MAX_PENDING_DEFAULT, Bridge, Feed
 from pybk.aio.log import Appends, AsyncLogReader
 from pybk.errors import LogClosed
 from pybk.log.position import Position
 from pybk.log.reader import Record
+from pybk.log.readonly import ReadOnlyWAL
 from pybk.log.wal import WAL
+from pybk.log.walinfo import WALStats
+
+T = TypeVar("T")
 
 
 async def open(path: str | os.PathLike[str], *,  # noqa: A001
@@ -30,12 +39,30 @@ async def open(path: str | os.PathLike[str], *,  # noqa: A001
     where = os.path.abspath(os.fspath(path))
     bridge = Bridge(lambda: LogClosed(f"the WAL at {where} is closed: open it again "
                                       "(pybk.aio.open) to go on"), max_pending)
+    return AsyncWAL(bridge, await _open_on(bridge, functools.partial(WAL, path, **options),
+                                           WAL.close))
+
+
+async def open_readonly(path: str | os.PathLike[str], **settings: Any
+                        ) -> "AsyncReadOnlyWAL":
+    """Open the WAL in directory ``path`` for reading only, whether or not its
+    application has it open (:func:`pybk.open_readonly`, whose ``settings`` these are),
+    without holding the loop.  If the open fails, or the caller is cancelled, nothing
+    stays open."""
+    where = os.path.abspath(os.fspath(path))
+    bridge = Bridge(lambda: LogClosed(f"the read-only WAL at {where} is closed"))
+    return AsyncReadOnlyWAL(bridge, await _open_on(
+        bridge, functools.partial(ReadOnlyWAL, path, **settings), ReadOnlyWAL.close))
+
+
+async def _open_on(bridge: Bridge, fn: Callable[[], T], close: Callable[[T], object]) -> T:
+    """``fn()`` on ``bridge``'s threads (:meth:`Bridge.open`); the bridge closed if that
+    fails or is cancelled."""
     try:
-        wal = await bridge.open(functools.partial(WAL, path, **options), WAL.close)
+        return await bridge.open(fn, close)
     except BaseException:
         await asyncio.shield(bridge.close())
         raise
-    return AsyncWAL(bridge, wal)
 
 
 class AsyncWAL:
@@ -70,6 +97,55 @@ class AsyncWAL:
         await self._bridge.close(self.wal.close)
 
     async def __aenter__(self) -> "AsyncWAL":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncReadOnlyWAL:
+    """A WAL read from another process, for asyncio code.  Close it (``await
+    wal.close()``) or use ``async with``; it closes the :class:`pybk.ReadOnlyWAL`
+    underneath."""
+
+    def __init__(self, bridge: Bridge, wal: ReadOnlyWAL) -> None:
+        self._bridge = bridge
+        #: The thread-based read-only WAL underneath (its calls block: not on the loop).
+        self.wal = wal
+        self.path = wal.path
+
+    def read(self, start: Position | str | None = None) -> Feed[Record]:
+        """``async for position, data in wal.read(start)``: every record from ``start``
+        (the first when None) to the last one visible now, in order."""
+        return self.reader(start).read()
+
+    def reader(self, start: Position | str | None = None) -> AsyncLogReader:
+        """A reader from ``start`` that can also tail the WAL (``reader.tail()``: the
+        records the owner makes visible, as they come)."""
+        self._bridge.check_open()
+        return AsyncLogReader(self._bridge, self.wal.reader(start))
+
+    async def first_position(self) -> Position | None:
+        """The position of the first record visible, or None if there is none."""
+        return await self._bridge.call(lambda: self.wal.first_position)
+
+    async def last_position(self) -> Position | None:
+        """The position of the last record visible, or None if there is none."""
+        return await self._bridge.call(lambda: self.wal.last_position)
+
+    async def space_used(self) -> int:
+        """Bytes the WAL's directory takes on disk."""
+        return await self._bridge.call(lambda: self.wal.space_used)
+
+    async def stats(self) -> WALStats:
+        """The WAL's figures as this handle sees them (:meth:`pybk.ReadOnlyWAL.stats`)."""
+        return await self._bridge.call(self.wal.stats)
+
+    async def close(self) -> None:
+        """Stop the streams and close the read-only WAL.  Closing again does nothing."""
+        await self._bridge.close(self.wal.close)
+
+    async def __aenter__(self) -> "AsyncReadOnlyWAL":
         return self
 
     async def __aexit__(self, *exc: object) -> None:
