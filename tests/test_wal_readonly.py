@@ -28,6 +28,7 @@ pytestmark = pytest.mark.timeout(120)
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 WAL_CHILD = os.path.join(TESTS, "wal_child.py")
+DEFERRED_CHILD = os.path.join(TESTS, "wal_deferred_child.py")
 THREADS = 3
 #: How long after its acknowledgement a record is visible while the owner runs, at most:
 #: the owner's explicit LAC (explicitLacInterval, 50 ms) and its journal write, with room.
@@ -148,6 +149,32 @@ def test_after_the_owner_is_killed_every_acknowledged_record_is_read(tmp_path, c
         assert last == records[-1][0]
         with pybk.open(directory) as owner:  # recovers the open segments
             assert list(owner.read()) == records
+
+
+def test_beside_a_deferred_sync_owner_unsynced_records_show_only_once_it_died(tmp_path,
+                                                                             children):
+    """A ``deferredSync=True`` owner stopped after a sync and more appends (returned:
+    written to its journal, not synced).  While it runs the reader sees exactly the
+    synced records (the durable LAC), though the others are in the journal it reads;
+    once the owner is SIGKILLed, the page cache still holds them, and the reader sees
+    every appended record: exactly what the owner's next open recovers."""
+    directory, acks = tmp_path / "wal", tmp_path / "acks"
+    child = children.spawn(DEFERRED_CHILD, str(directory), str(acks), "60", "25")
+    children.wait_for_acks(child, acks, 85)
+    acked = acknowledged(acks)
+    synced = sorted(p for p, (_, thread, _) in acked.items() if thread == 0)
+    with pybk.open_readonly(directory) as wal:
+        time.sleep(VISIBLE_WITHIN_S)  # the owner's explicit LAC, were it to send one
+        records = list(wal.read())
+        assert [p for p, _ in records] == synced and len(synced) == 60
+        assert wal.last_position == synced[-1] and wal.stats().owner_running
+        children.kill(child)
+        records = list(wal.read())
+        assert not wal.stats().owner_running
+    _check_records(records)
+    assert {p: who(data) for p, data in records} == acked
+    with pybk.open(directory) as owner:
+        assert list(owner.read()) == records
 
 
 def test_truncation_gc_and_compaction_under_a_tailing_reader(tmp_path, children):

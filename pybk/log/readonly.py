@@ -21,6 +21,10 @@ What it sees, and how fresh:
   with it: an open segment is read to the last entry stored, where the owner's next
   open will close it (:mod:`pybk.storage.readonly`, "The LAC"), and a segment the owner
   died rolling away from is left there for the next (``LogReader``'s ``writerless``).
+* Beside a ``deferredSync`` owner: while it runs, the records up to its last
+  :meth:`~pybk.log.wal.WAL.sync` that returned (the LAC it journals is the durable
+  one); once it is gone, also those appended after it, which its next open recovers
+  (:mod:`pybk.storage.readonly`, "Deferred sync").
 * Truncation, garbage collection and compaction under the reader: a segment truncated
   away is skipped (the reader goes on at the truncation point, as
   :class:`~pybk.log.reader.LogReader` does); an entry moved by compaction is looked up

@@ -33,6 +33,19 @@ ledger any more, and the answer is the last entry of the unbroken run of stored 
 after that LAC: exactly where recovery will close the ledger, since with one copy every
 entry found is kept and the first one missing ends it.  So a reader sees every entry the
 bookie made durable, also those whose acknowledgement died with the writer.
+
+**Deferred sync** (adds of ``DEFERRED_SYNC`` ledgers, acknowledged once written to the
+journal, before fdatasync).  The reader reads the journal through the page cache, so it
+finds such entries as soon as the bookie wrote them, synced or not; what it serves is
+still bounded by the LAC above.  While the bookie runs, that LAC is the one the writer
+sends, the *durable* LAC (what its last force covered: :mod:`pybk.client.deferred`), so
+entries written but not yet forced are not read through a ledger client, however long
+they sit in the journal.  With ``sole_copy`` and no bookie running, the unbroken run of
+stored entries includes the unsynced ones: a killed process leaves them in the page
+cache, where the bookie's replay finds them too, so the reader sees exactly what the
+recovery at the next open keeps.  A power cut or a kernel crash may take them away
+before either reads them (the scan stops at the torn tail, as replay does); never other
+bytes.
 """
 
 from __future__ import annotations
