@@ -32,7 +32,7 @@
 ``pybk autorecovery enable|disable|status``, ``listunderreplicated``, ``whoisauditor``,
 ``triggeraudit``, ``lostbookierecoverydelay [N]``, ``listbookies``, ``clusterinfo``,
 ``listledgers``, ``ledgermetadata ID``, ``deleteledger ID``, ``bookieinfo``,
-``readledger ID [--first N] [--last M] [--bookie ID]``
+``readledger ID [--first N] [--last M] [--bookie ID | --unconfirmed]``
     The admin shell (:mod:`pybk.cluster.admin_commands`; the two last ask the bookies:
     :mod:`pybk.cluster.admin_inspect`).
 ``pybk readjournal [FILE|ID]``, ``readlog [LOGID|FILE]``, ``lastmark``,
@@ -170,7 +170,8 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                          admin.client)
     if args.command == "readledger":
         return admin.run(target, admin_inspect.read_ledger(
-            args.ledger, args.first, args.last, args.bookie, target.password),
+            args.ledger, args.first, args.last, args.bookie, target.password,
+            args.unconfirmed),
             admin_inspect.show_ledger_entries, admin.client)
     if args.command in ("recover", "decommission"):
         from pybk.cluster import recover_commands
@@ -525,6 +526,10 @@ def _add_admin_commands(commands: Any) -> None:
             sub.add_argument("--bookie", metavar="ID",
                              help="read only this bookie's copies of the entries its "
                                   "write sets give it, to check one replica")
+            sub.add_argument("--unconfirmed", action="store_true",
+                             help="read an open ledger past its LAC too, to the last "
+                                  "entry its bookies hold (or --last): entries that may "
+                                  "not be acknowledged yet")
         elif name == "bookieinfo":
             sub.add_argument("--timeout", type=_positive(float), metavar="SECONDS",
                              default=5.0, help="how long to wait for the bookies' answers, "

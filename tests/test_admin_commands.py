@@ -15,10 +15,11 @@ import pytest
 import zkutil
 from clusterutil import BookieProcesses, failed, ok, pybk, unused_port
 
-from pybk import connect
+from pybk import WriteFlag, connect
 from pybk.client.digest import DigestManager
 from pybk.cluster.admin_commands import show_cluster
 from pybk.cluster.admin_inspect import PAYLOAD_WIDTH
+from pybk.errors import LedgerClosed
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.testing import wait_until
@@ -302,6 +303,49 @@ def test_readledger_reads_an_open_ledger_to_its_lac_without_fencing_it(address, 
         assert bk.ledger_manager.read(handle.id).metadata.state.name == "OPEN"
     finally:
         handle.close()
+
+
+def test_readledger_unconfirmed_reads_past_the_lac_to_what_the_bookies_hold(address, bk,
+                                                                            ledgers):
+    # Deferred adds never forced: stored on the bookies, the LAC readers see stays -1.
+    handle = bk.create_ledger(3, 2, 2, write_flags={WriteFlag.DEFERRED_SYNC})
+    try:
+        for i in range(5):
+            handle.add_entry(b"unforced %d" % i)
+        read = as_json("readledger", str(handle.id), "--zk", address)
+        assert (read["last_readable"], read["entries"], read["unconfirmed"]) == (-1, [], False)
+        read = as_json("readledger", str(handle.id), "--unconfirmed", "--zk", address)
+        assert (read["state"], read["last_readable"], read["unconfirmed"]) == ("OPEN", -1, True)
+        assert [(e["entry"], base64.b64decode(e["payload_base64"])) for e in read["entries"]] \
+            == [(i, b"unforced %d" % i) for i in range(5)]
+        some = as_json("readledger", str(handle.id), "--unconfirmed", "--first", "1",
+                       "--last", "2", "--zk", address)
+        assert [e["entry"] for e in some["entries"]] == [1, 2]
+        lines = ok("readledger", str(handle.id), "--unconfirmed", "--zk", address).splitlines()
+        assert lines[0] == (f"ledger {handle.id}: OPEN, last readable entry -1; 5 entries, "
+                            "read through the client, 5 past the LAC (unconfirmed)")
+        assert lines[2].split(None, 2) == ["0", "10", '"unforced 0"']
+        # not fenced: the writer goes on
+        assert handle.add_entry(b"unforced 5") == 5
+        assert bk.ledger_manager.read(handle.id).metadata.state.name == "OPEN"
+        assert "--unconfirmed reads through the client" in failed(
+            "readledger", str(handle.id), "--unconfirmed", "--bookie",
+            handle.metadata.fragments[0].ensemble[0], "--zk", address)
+    finally:
+        handle.close()
+    # The read stops before the first entry no bookie holds: 3 waits for 2, which never came.
+    adv = bk.create_ledger_adv(3, 2, 2)
+    adv.add_entry(0, b"adv 0")
+    adv.add_entry(1, b"adv 1")
+    held = adv.add_entry_async(3, b"adv 3")
+    read = as_json("readledger", str(adv.id), "--unconfirmed", "--zk", address)
+    assert [e["entry"] for e in read["entries"]] == [0, 1]
+    adv.close()
+    assert isinstance(held.exception(timeout=30), LedgerClosed)
+    # A closed ledger: nothing past its last entry.
+    closed, _ = ledgers
+    read = as_json("readledger", str(closed), "--unconfirmed", "--last", "99", "--zk", address)
+    assert [e["entry"] for e in read["entries"]] == [0, 1, 2]
 
 
 def test_readledger_bookie_shows_one_replica_held_missing_or_with_a_bad_digest(address,

@@ -8,7 +8,7 @@ error and exit status 1 on failure).
     and total bytes of its ledger directories.  The bookies are asked in parallel and
     given ``--timeout`` seconds together; one that does not answer (down, stopped,
     unreachable) is shown as unreachable, which is not a failure of the command.
-``readledger ID [--first N] [--last M] [--bookie ID]``
+``readledger ID [--first N] [--last M] [--bookie ID | --unconfirmed]``
     A ledger's entries, as BookKeeper's ``readledger``.  Through the client by default:
     each entry from a bookie of its write set, its digest checked, up to the last entry
     of a closed ledger or the LAC of an open one.  An open ledger is read without
@@ -17,8 +17,13 @@ error and exit status 1 on failure).
     write sets give it, so an operator can check one replica: each is shown as held
     (digest checked), missing, or with a bad digest.  Ledgers are opened with
     ``bookieRecoveryPasswd`` (``--set bookieRecoveryPasswd=...``), as BookKeeper's admin
-    opens them.  The entries are gathered before anything is printed (the JSON document
-    is one value): for a long ledger, ask for a range with ``--first`` and ``--last``.
+    opens them.  With ``--unconfirmed`` an open ledger is read past its LAC too
+    (BookKeeper's ``readUnconfirmedEntries``: entries the writer may not have had
+    acknowledged yet, which recovery may leave out if it dies), up to ``--last`` or the
+    end of what its bookies hold: the read stops before the first entry that no bookie
+    of its write set holds.  A closed ledger is never read past its last entry.  The
+    entries are gathered before anything is printed (the JSON document is one value):
+    for a long ledger, ask for a range with ``--first`` and ``--last``.
 
 Payloads in a table: printable text between double quotes, anything else as ``0x`` and
 its hex digits, cut to :data:`PAYLOAD_WIDTH` characters (a cut one ends with ``...``).
@@ -49,7 +54,7 @@ from pybk.errors import (
     Unauthorized,
 )
 from pybk.meta.interface import MetadataStore
-from pybk.meta.ledger_metadata import LedgerMetadata
+from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.settings import ServerSettings
 from pybk.tables import table
 
@@ -57,6 +62,9 @@ if TYPE_CHECKING:
     from pybk.client import BookKeeper
     from pybk.client.ledger import LedgerHandle
 
+#: Entries one ``read_unconfirmed`` call asks for, without ``--last`` (whose end is
+#: unknown until an entry is missing).
+UNCONFIRMED_CHUNK_ENTRIES = 1000
 #: Characters of a payload a table shows (the quotes or ``0x`` included).
 PAYLOAD_WIDTH = 60
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
@@ -159,19 +167,24 @@ def human_bytes(count: int | None) -> str | None:
 # -- readledger -------------------------------------------------------------------------------
 
 def read_ledger(ledger_id: int, first: int, last: int | None, bookie: str | None,
-                password: bytes) -> Callable[["BookKeeper"], dict]:
+                password: bytes, unconfirmed: bool = False) -> Callable[["BookKeeper"], dict]:
     """``readledger`` (through :func:`pybk.cluster.admin_commands.client`): entries
-    ``first`` .. ``last`` (None: to the end), clipped to the readable ones.  JSON:
+    ``first`` .. ``last`` (None: to the end), clipped to the readable ones, or with
+    ``unconfirmed`` to those the bookies hold (module docstring).  JSON:
     ``{"ledger": id, "state": "OPEN"|"IN_RECOVERY"|"CLOSED", "last_readable": the last
     entry of a closed ledger or the LAC of an open one (-1: none), "bookie": id or null,
-    "entries": [{"entry": id, "status": "ok", "size": payload bytes, "payload_base64":
-    str} or, with ``--bookie``, {"entry": id, "status": "missing"|"bad digest"|"error",
-    "error": str}, ...] by entry id}``.  BookKeeperError (exit 1): ``first`` over
-    ``last``, no such ledger, a wrong password, an entry the client cannot read, or with
+    "unconfirmed": bool, "entries": [{"entry": id, "status": "ok", "size": payload
+    bytes, "payload_base64": str} or, with ``--bookie``, {"entry": id, "status":
+    "missing"|"bad digest"|"error", "error": str}, ...] by entry id}``.
+    BookKeeperError (exit 1): ``first`` over ``last``, ``unconfirmed`` with ``bookie``,
+    no such ledger, a wrong password, an entry the client cannot read, or with
     ``bookie``: a bookie not in the ledger's ensembles, or one that does not answer."""
     def work(bk: "BookKeeper") -> dict:
         if last is not None and first > last:
             raise BookKeeperError(f"--first {first} is after --last {last}")
+        if unconfirmed and bookie is not None:
+            raise BookKeeperError("--unconfirmed reads through the client, --bookie one "
+                                  "bookie's copies: give one of them")
         if bookie is not None:
             _check_in_ensembles(bk, bk.ledger_manager.read(ledger_id).metadata, bookie)
         try:
@@ -182,12 +195,17 @@ def read_ledger(ledger_id: int, first: int, last: int | None, bookie: str | None
         try:
             limit = handle.last_add_confirmed
             end = limit if last is None else min(last, limit)
-            entries = (_read_replica(bk, handle.metadata, bookie, first, end, password)
-                       if bookie is not None else _read_through_client(handle, first, end))
+            if bookie is not None:
+                entries = _read_replica(bk, handle.metadata, bookie, first, end, password)
+            elif unconfirmed and handle.metadata.state is not LedgerState.CLOSED:
+                entries = _read_unconfirmed(handle, first, last)
+            else:
+                entries = _read_through_client(handle, first, end)
         finally:
             handle.close()
         return {"ledger": ledger_id, "state": handle.metadata.state.name,
-                "last_readable": limit, "bookie": bookie, "entries": entries}
+                "last_readable": limit, "bookie": bookie, "unconfirmed": unconfirmed,
+                "entries": entries}
     return work
 
 
@@ -205,6 +223,23 @@ def _read_through_client(handle: "LedgerHandle", first: int, last: int) -> list[
     if first > last:
         return []
     return [_held(entry.entry_id, entry.data) for entry in handle.read_entries(first, last)]
+
+
+def _read_unconfirmed(handle: "LedgerHandle", first: int, last: int | None) -> list[dict]:
+    """Entries ``first .. last`` (None: no end) of an open ledger as its bookies hold
+    them, up to the first one none of its write set holds."""
+    found: list[dict] = []
+    at = first
+    while last is None or at <= last:
+        end = at + UNCONFIRMED_CHUNK_ENTRIES - 1
+        end = end if last is None else min(last, end)
+        try:
+            for entry in handle.read_unconfirmed(at, end):
+                found.append(_held(entry.entry_id, entry.data))
+        except NoSuchEntry:
+            break  # the end of what the bookies hold
+        at = end + 1
+    return found
 
 
 def _read_replica(bk: "BookKeeper", metadata: LedgerMetadata, bookie: str, first: int,
@@ -255,9 +290,11 @@ def show_ledger_entries(result: dict) -> list[str]:
     where = (f"bookie {result['bookie']}'s copies" if result["bookie"] else
              "read through the client")
     bad = sum(1 for e in entries if e["status"] != "ok")
+    past = sum(1 for e in entries if e["entry"] > result["last_readable"])
     lines = [f"ledger {result['ledger']}: {result['state']}, last readable entry "
              f"{result['last_readable']}; {len(entries)} entries, {where}"
-             + (f", {bad} missing or unreadable there" if result["bookie"] else "")]
+             + (f", {bad} missing or unreadable there" if result["bookie"] else "")
+             + (f", {past} past the LAC (unconfirmed)" if result["unconfirmed"] else "")]
     return lines + table(("ENTRY", "SIZE", "PAYLOAD"), list(_entry_rows(entries)))
 
 
