@@ -5,13 +5,13 @@ of every record into another log, exactly once, through a restart.
     python examples/spark_streaming.py [--seconds 10] zk://127.0.0.1:PORT/ledgers
 
 Without an address it runs on a throwaway cluster of its own.  A thread of the
-application appends to the log ``clicks`` while a streaming query reads it (at most 500
+application appends to the log ``clicks`` while a streaming query reads it (at most 1000
 records per micro-batch) and writes each record upper-cased to ``clicks-upper``.  The
-query is stopped halfway and started again from its checkpoint, as after a crash; at
-the end a last run with ``Trigger.AvailableNow`` catches up, and the example checks that
-``clicks-upper`` holds every record of ``clicks`` exactly once, in order.  The sink
-records each committed micro-batch in the log's metadata under its ``sinkId``, so a
-micro-batch that Spark replays after a restart commits nothing twice.
+query is stopped halfway (once it has committed a micro-batch) and started again from its
+checkpoint, as after a crash; at the end a last run with ``Trigger.AvailableNow`` catches
+up, and the example checks that ``clicks-upper`` holds every record of ``clicks`` exactly
+once, in order.  The sink records each committed micro-batch in the log's metadata under
+its ``sinkId``, so a micro-batch that Spark replays after a restart commits nothing twice.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import time
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 import pybk
 import pybk.spark
@@ -34,14 +35,14 @@ SOURCE, SINK = "clicks", "clicks-upper"
 
 
 def appender(address: str, stop: threading.Event) -> threading.Thread:
-    """The application: appends a record every millisecond or so until told to stop."""
+    """The application: appends a record every 5 ms or so until told to stop."""
     def run() -> None:
         with pybk.connect(address) as bk, pybk.LogWriter.open(bk, SOURCE) as w:
             i = 0
             while not stop.is_set():
                 w.append_async(b"click %06d" % i)
                 i += 1
-                time.sleep(0.001)
+                time.sleep(0.005)
     thread = threading.Thread(target=run, name="appender")
     thread.start()
     return thread
@@ -50,11 +51,25 @@ def appender(address: str, stop: threading.Event) -> threading.Thread:
 def start_query(spark: SparkSession, address: str, checkpoint: str, **trigger: object):
     clicks = (spark.readStream.format("pybk").option("metadataServiceUri", address)
               .option("log", SOURCE).option("startingPosition", "earliest")
-              .option("maxRecordsPerTrigger", 500).load())
+              .option("maxRecordsPerTrigger", 1000).load())
     return (clicks.select(F.upper(F.col("value").cast("string")).alias("value"))
             .writeStream.format("pybk").option("metadataServiceUri", address)
             .option("log", SINK).option("sinkId", "clicks-to-upper")
             .option("checkpointLocation", checkpoint).trigger(**trigger).start())
+
+
+def run_for(query: StreamingQuery, seconds: float, first_batch_timeout: float = 180.0) -> int:
+    """Let ``query`` run for ``seconds``, and on until it has committed a micro-batch
+    that read records (so that a restart has a checkpoint to resume from), at most
+    ``first_batch_timeout``; returns how many such micro-batches it committed."""
+    deadline = time.monotonic() + seconds
+    give_up = time.monotonic() + first_batch_timeout
+    while True:
+        committed = sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
+        now = time.monotonic()
+        if (committed and now >= deadline) or now >= give_up:
+            return committed
+        time.sleep(0.2)
 
 
 def check(address: str) -> None:
@@ -76,9 +91,9 @@ def main(address: str, seconds: float) -> None:
         with tempfile.TemporaryDirectory() as checkpoint:
             for run in (1, 2):  # the second run resumes from the first's checkpoint
                 query = start_query(spark, address, checkpoint, processingTime="1 second")
-                time.sleep(seconds / 2)
+                committed = run_for(query, seconds / 2)
                 query.stop()
-                print(f"run {run}: stopped the query after {seconds / 2:.0f} s")
+                print(f"run {run}: stopped the query after {committed} micro-batches")
             stop.set()
             thread.join()
             start_query(spark, address, checkpoint, availableNow=True).awaitTermination()
