@@ -18,7 +18,13 @@ from clientutil import FAST, PROCESSES, BookiePool, clusters
 import pybk
 import pybk.aio
 from pybk.aio import AsyncBookKeeper
-from pybk.errors import ClientClosed, InvalidConfiguration, LedgerClosed, LogClosed
+from pybk.errors import (
+    ClientClosed,
+    DuplicateEntryId,
+    InvalidConfiguration,
+    LedgerClosed,
+    LogClosed,
+)
 from pybk.log.position import Position
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
@@ -240,6 +246,34 @@ async def test_ledger_adds_from_50_tasks_reads_and_lac(cluster):
     with pytest.raises(ClientClosed):
         await bk.create_ledger()
     assert lag.worst < LAG_BOUND_S
+    assert not aio_threads()
+
+
+async def test_adv_adds_from_tasks_out_of_order_and_reads_past_the_lac(cluster):
+    """A ledger whose caller gives ids: tasks add ids in reverse order of one another, an
+    add above a missing id waits for it, each is acknowledged in id order; a reader
+    reads past its (stale) LAC with read_unconfirmed and catches up with
+    try_read_last_add_confirmed."""
+    async with AsyncBookKeeper(cluster.client()) as bk:
+        lh = await bk.create_ledger_adv(3, 2, 2)
+        async with LoopLag() as lag:
+            high = asyncio.create_task(lh.add(5, b"entry 5"))
+            await asyncio.sleep(HOLD_S / 3)
+            assert not high.done()  # ids 0..4 are missing: it waits, the loop does not
+            ids = await asyncio.gather(*(lh.add(i, b"entry %d" % i)
+                                         for i in reversed(range(5))))
+            assert ids == list(reversed(range(5))) and await high == 5
+        assert lag.worst < LAG_BOUND_S
+        assert lh.last_add_confirmed == 5
+        with pytest.raises(DuplicateEntryId):
+            await lh.add(3, b"again")
+        reader = await bk.open_ledger(lh.id, recovery=False)
+        assert [e.data async for e in reader.read_unconfirmed(0, 5)] == \
+            [b"entry %d" % i for i in range(6)]
+        await lh.add(6, b"entry 6")  # carries LAC 5 to the bookies
+        assert await reader.try_read_last_add_confirmed() >= 5
+        await reader.close()
+        await lh.close()
     assert not aio_threads()
 
 

@@ -10,10 +10,10 @@ ZooKeeper: every blocking call runs on one of pybk's threads.
 """
 
 from pybk.aio.bridge import MAX_PENDING_DEFAULT, Feed
-from pybk.aio.client import AsyncBookKeeper, AsyncLedger, connect
+from pybk.aio.client import AsyncBookKeeper, AsyncLedger, AsyncLedgerAdv, connect
 from pybk.aio.log import AsyncLogReader, AsyncLogWriter
 from pybk.aio.wal import AsyncReadOnlyWAL, AsyncWAL, open, open_readonly
 
-__all__ = ["MAX_PENDING_DEFAULT", "AsyncBookKeeper", "AsyncLedger", "AsyncLogReader",
-           "AsyncLogWriter", "AsyncReadOnlyWAL", "AsyncWAL", "Feed", "connect", "open",
-           "open_readonly"]
+__all__ = ["MAX_PENDING_DEFAULT", "AsyncBookKeeper", "AsyncLedger", "AsyncLedgerAdv",
+           "AsyncLogReader", "AsyncLogWriter", "AsyncReadOnlyWAL", "AsyncWAL", "Feed",
+           "connect", "open", "open_readonly"]

@@ -58,9 +58,10 @@ CLOSE_TIMEOUT_S = 30.0
 _END = object()  # a feed's last item
 
 #: Starts a run of queued appends on the submitter: ``start(items)``, ``items`` being the
-#: ``(data, future)`` pairs in the order they were queued.  It must see to it that each
+#: ``(item, future)`` pairs in the order they were queued (``item`` is the data, or the
+#: ``(entry_id, data)`` pair of a ledger whose caller gives entry ids).  It must see to it that each
 #: outcome is posted (:meth:`Bridge.post`, :meth:`Bridge.land`) and raise nothing.
-Start = Callable[[list[tuple[bytes, asyncio.Future]]], None]
+Start = Callable[[list[tuple[Any, asyncio.Future]]], None]
 
 
 class Bridge:
@@ -126,13 +127,13 @@ class Bridge:
         """Give back room taken for an append that was not queued after all."""
         self._room.give()
 
-    def queue(self, start: Start, data: bytes) -> asyncio.Future:
-        """Queue ``data`` for ``start`` on the submitter (room taken already); return the
+    def queue(self, start: Start, item: Any) -> asyncio.Future:
+        """Queue ``item`` for ``start`` on the submitter (room taken already); return the
         future its outcome will complete."""
         future = self.loop.create_future()
         if not self._outbox:
             self.loop.call_soon(self._hand_over)
-        self._outbox.append((start, data, future))
+        self._outbox.append((start, item, future))
         return future
 
     async def barrier(self) -> None:
@@ -340,8 +341,9 @@ class Submissions(Generic[T]):
         self._closed_error = closed
         self._refused = False
 
-    async def submit(self, data: bytes) -> "asyncio.Future[T]":
-        """Queue ``data`` once there is room; the future gives the outcome."""
+    async def submit(self, data: bytes, entry_id: int | None = None) -> "asyncio.Future[T]":
+        """Queue ``data`` once there is room (with ``entry_id``: as that entry of a ledger
+        whose caller gives ids); the future gives the outcome."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data must be bytes, not {type(data).__name__}")
         self.check_open()
@@ -353,11 +355,12 @@ class Submissions(Generic[T]):
                 self._bridge.give_room()
                 raise
         # A copy of a buffer the caller may reuse once this returns.
-        return self._bridge.queue(self._start, data if type(data) is bytes else bytes(data))
+        copy = data if type(data) is bytes else bytes(data)
+        return self._bridge.queue(self._start, copy if entry_id is None else (entry_id, copy))
 
-    async def wait(self, data: bytes) -> T:
+    async def wait(self, data: bytes, entry_id: int | None = None) -> T:
         """:meth:`submit`, then the outcome."""
-        return await (await self.submit(data))
+        return await (await self.submit(data, entry_id))
 
     def refuse(self) -> None:
         """Queue nothing more (what was queued still goes out)."""

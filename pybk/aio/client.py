@@ -24,6 +24,7 @@ from pybk.aio.bridge import MAX_PENDING_DEFAULT, Bridge, Feed, Submissions
 from pybk.aio.log import AsyncLogReader, AsyncLogWriter
 from pybk.client import BookKeeper
 from pybk.client.ledger import LedgerEntry, LedgerHandle
+from pybk.client.ledger_adv import LedgerHandleAdv
 from pybk.errors import ClientClosed, LedgerClosed
 from pybk.log.position import Position
 from pybk.log.reader import LogReader
@@ -78,6 +79,15 @@ class AsyncBookKeeper:
             LedgerHandle.close)
         return AsyncLedger(self._bridge, handle)
 
+    async def create_ledger_adv(self, ensemble: int = 3, write_quorum: int = 2,
+                                ack_quorum: int = 2, **options: Any) -> "AsyncLedgerAdv":
+        """A new ledger whose caller gives each entry's id
+        (``BookKeeper.create_ledger_adv``'s options)."""
+        handle = await self._bridge.open(functools.partial(
+            self.bk.create_ledger_adv, ensemble, write_quorum, ack_quorum, **options),
+            LedgerHandle.close)
+        return AsyncLedgerAdv(self._bridge, handle)
+
     async def open_ledger(self, ledger_id: int, password: bytes = b"",
                           recovery: bool = True) -> "AsyncLedger":
         """Open a ledger for reading (``BookKeeper.open_ledger``: with ``recovery`` it
@@ -126,16 +136,17 @@ class AsyncLedger:
         self.handle = handle
         self.id = handle.id
 
-        def start(items: list[tuple[bytes, asyncio.Future]]) -> None:
-            for data, future in items:
-                try:
-                    handle.add_entry_then(data, functools.partial(bridge.post, future))
-                except Exception as e:  # refused at once (closed, too large...)
-                    bridge.post(future, None, e)
-
         self._closing = False
         self._adds: Submissions[int] = Submissions(
-            bridge, start, lambda: LedgerClosed(f"ledger {self.id} is closed"))
+            bridge, self._start_adds, lambda: LedgerClosed(f"ledger {self.id} is closed"))
+
+    def _start_adds(self, items: list[tuple[Any, asyncio.Future]]) -> None:
+        """Send queued adds (on the submitter thread)."""
+        for data, future in items:
+            try:
+                self.handle.add_entry_then(data, functools.partial(self._bridge.post, future))
+            except Exception as e:  # refused at once (closed, too large...)
+                self._bridge.post(future, None, e)
 
     @property
     def metadata(self) -> LedgerMetadata:
@@ -181,6 +192,16 @@ class AsyncLedger:
         """Ask the bookies for the LAC (``LedgerHandle.read_last_add_confirmed``)."""
         return await self._bridge.call(self.handle.read_last_add_confirmed)
 
+    def read_unconfirmed(self, first: int, last: int) -> Feed[LedgerEntry]:
+        """``async for entry in lh.read_unconfirmed(first, last)``: entries past the LAC
+        too, read ahead on a thread of its own (``LedgerHandle.read_unconfirmed``)."""
+        return self._bridge.feed(lambda stop: self.handle.read_unconfirmed(first, last))
+
+    async def try_read_last_add_confirmed(self) -> int:
+        """The first bookie's LAC that is higher than this handle's, fast and maybe stale
+        (``LedgerHandle.try_read_last_add_confirmed``)."""
+        return await self._bridge.call(self.handle.try_read_last_add_confirmed)
+
     async def close(self) -> None:
         """As the writer: send what was queued, wait for it and close the ledger
         (``LedgerHandle.close``).  As a reader: release it."""
@@ -197,3 +218,29 @@ class AsyncLedger:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+class AsyncLedgerAdv(AsyncLedger):
+    """A ledger whose caller gives each entry's id (``LedgerHandleAdv``): ids may come
+    in any order within the ledger's window and are acknowledged in id order, so an
+    ``add`` above a missing id waits until another task adds it (or the ledger closes)."""
+
+    handle: LedgerHandleAdv
+
+    def _start_adds(self, items: list[tuple[Any, asyncio.Future]]) -> None:
+        for (entry_id, data), future in items:
+            try:
+                self.handle.add_entry_then(entry_id, data,
+                                           functools.partial(self._bridge.post, future))
+            except Exception as e:  # a bad id, a closed ledger...: refused at once
+                self._bridge.post(future, None, e)
+
+    async def submit(self, entry_id: int, data: bytes  # type: ignore[override]
+                     ) -> "asyncio.Future[int]":
+        """Queue ``data`` as entry ``entry_id`` once there is room; the future gives the
+        id once it and every lower id were acknowledged."""
+        return await self._adds.submit(data, entry_id)
+
+    async def add(self, entry_id: int, data: bytes) -> int:  # type: ignore[override]
+        """Add ``data`` as entry ``entry_id``; return the id once acknowledged."""
+        return await self._adds.wait(data, entry_id)
