@@ -160,7 +160,7 @@ from typing import Callable, Iterable, Iterator, Mapping, NamedTuple
 from pybk.errors import MalformedMetadata, NodeExists, NoNode
 from pybk.log.position import START, Position
 from pybk.meta import paths
-from pybk.meta.interface import ANY_VERSION, MetadataStore
+from pybk.meta.interface import ANY_VERSION, MetadataStore, batches
 from pybk.meta.sealed import HEADER, seal, typed, unseal
 
 MAGIC = b"PBKG"
@@ -536,15 +536,42 @@ def store_records(store: MetadataStore, name: str, segments: Iterable[Segment],
     """Write the record of every one of ``segments`` (numbers increasing) and a dead
     record at the first number of every gap between them; also of the gaps from
     ``start`` to the first and from the last to ``end`` (exclusive), which the caller
-    knows hold no other segment.  ``hollow``: the caller knows the gaps hold no record."""
+    knows hold no other segment.  ``hollow``: the caller knows the gaps hold no record.
+
+    The records are created in batches (:meth:`MetadataStore.create_many`), in number
+    order, each batch atomic: a format-1 conversion writes tens of thousands of them
+    with one commit per batch, not per record.  A batch that meets a record already
+    there (written by an opener that died, or by this writer's earlier CAS) is written
+    record by record instead, by the rules of :func:`write_segment` and
+    :func:`mark_dead`.  All of them are written when this returns, before the caller's
+    next head CAS; a crash on the way leaves a prefix of batches, which the next opener
+    finds and completes."""
+    planned = {segment_path(name, r.number): r
+               for r in _planned_records(segments, start, end, hollow)}
+    for batch in batches((path, r.to_bytes()) for path, r in planned.items()):
+        try:
+            store.create_many(batch)
+        except NodeExists:
+            for path, _data in batch:
+                record = planned[path]
+                if record.ledger_id is None:
+                    assert record.skip_to is not None  # _planned_records: a dead record
+                    mark_dead(store, name, record.number, record.skip_to, record.hollow)
+                else:
+                    write_segment(store, name, Segment(record.number, record.ledger_id))
+
+
+def _planned_records(segments: Iterable[Segment], start: int | None, end: int | None,
+                     hollow: bool) -> Iterator[SegmentRecord]:
+    """The records :func:`store_records` writes, in number order."""
     expected = start
     for segment in segments:
         if expected is not None and segment.number > expected:
-            mark_dead(store, name, expected, segment.number, hollow)
-        write_segment(store, name, segment)
+            yield SegmentRecord(expected, None, segment.number, hollow)
+        yield SegmentRecord(segment.number, segment.ledger_id)
         expected = segment.number + 1
     if expected is not None and end is not None and end > expected:
-        mark_dead(store, name, expected, end, hollow)
+        yield SegmentRecord(expected, None, end, hollow)
 
 
 def ensure_records(store: MetadataStore, metadata: LogMetadata) -> None:

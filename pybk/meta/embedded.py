@@ -74,7 +74,7 @@ import secrets
 import struct
 import threading
 from contextlib import contextmanager
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 import lmdb
 
@@ -85,6 +85,7 @@ from pybk.meta.interface import (
     ANY_VERSION,
     SEQUENCE_DIGITS,
     MetadataStore,
+    check_batch,
     check_data,
     check_version,
     sequential_prefix,
@@ -263,6 +264,16 @@ class EmbeddedMetadataStore(MetadataStore):
         paths.check_path(path)
         data = check_data(data)
         return self._write(lambda txn: (0, self._create(txn, path, data, ephemeral)))
+
+    def create_many(self, records: Sequence[tuple[str, bytes]]) -> None:
+        batch = check_batch(records)
+
+        def op(txn: lmdb.Transaction[bytes]) -> tuple[None, list[str]]:
+            # One transaction: one fsync for the batch, and nothing of it if a create fails.
+            return None, [p for path, data in batch for p in self._create(txn, path, data,
+                                                                         False)]
+
+        self._write(op)
 
     def create_sequential(self, prefix: str, data: bytes, ephemeral: bool = False) -> str:
         parent, name_prefix = sequential_prefix(prefix)

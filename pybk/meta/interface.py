@@ -24,6 +24,17 @@ Compare-and-set
     returns.  Concurrent calls are linearizable: of several CAS calls that expect the
     same version, exactly one wins.
 
+Batches
+    :meth:`~MetadataStore.create_many` creates many persistent records (and their missing
+    ancestors; a record's parent in the batch comes before it) in one atomic, durable
+    step: all of them, or none if one path holds a record (:class:`NodeExists` naming
+    it; a path given twice is one of those) or cannot be created.  It is one LMDB
+    transaction on the embedded store and one ZooKeeper ``multi`` on ZooKeeper, so a
+    batch is bounded: at most :data:`MAX_BATCH_RECORDS` records and
+    :data:`MAX_BATCH_BYTES` (as :func:`batch_bytes` counts; a single record always
+    fits).  :func:`batches` cuts a longer list into batches, in order.  A writer of
+    thousands of records pays one commit per batch instead of one per record.
+
 Sessions and ephemeral records
     A store object is one session.  An ephemeral record (``create(..., ephemeral=True)``)
     is deleted when its session ends: at :meth:`~MetadataStore.close`, or when the
@@ -71,7 +82,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from enum import Enum
-from typing import Callable, Self
+from typing import Callable, Iterable, Iterator, Self, Sequence
 
 from pybk.errors import BookieUnavailable, MalformedMetadata, MetadataError, NodeExists, NoNode
 from pybk.meta import paths
@@ -87,6 +98,16 @@ SEQUENCE_DIGITS = 10
 # rest carries the path and, for a create that makes ancestors, every ancestor's create
 # (at most about 75 KiB under MAX_PATH_BYTES).  128 KiB are left for them.
 MAX_DATA_BYTES = 0xFFFFF - 128 * 1024
+#: How many records one :meth:`MetadataStore.create_many` may create (a bound on a
+#: ZooKeeper multi's work and on one LMDB write transaction's time).
+MAX_BATCH_RECORDS = 2000
+#: How large a :meth:`MetadataStore.create_many` batch may be, as :func:`batch_bytes`
+#: counts: it fits ZooKeeper's request limit with the missing ancestors' creates, as a
+#: single create does.
+MAX_BATCH_BYTES = MAX_DATA_BYTES
+# What one create adds to a ZooKeeper multi besides its path and data: the operation's
+# header, lengths, the ACL and flags (about 40 bytes; rounded up).
+_BATCH_RECORD_OVERHEAD_BYTES = 64
 
 
 def check_data(data: bytes) -> bytes:
@@ -97,6 +118,49 @@ def check_data(data: bytes) -> bytes:
         raise MetadataError(f"record data of {len(data)} bytes is over "
                             f"MAX_DATA_BYTES={MAX_DATA_BYTES}")
     return bytes(data)
+
+
+def batch_bytes(records: Sequence[tuple[str, bytes]]) -> int:
+    """The size of a :meth:`MetadataStore.create_many` batch against MAX_BATCH_BYTES: its
+    paths and data plus a fixed overhead per record."""
+    return sum(len(path.encode("utf-8")) + len(data) + _BATCH_RECORD_OVERHEAD_BYTES
+               for path, data in records)
+
+
+def check_batch(records: Sequence[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    """``records`` as a list of (path, data as bytes) if they make one
+    :meth:`MetadataStore.create_many` batch (valid paths and data, at most
+    MAX_BATCH_RECORDS, at most MAX_BATCH_BYTES unless a single record), else
+    MetadataError."""
+    checked = [(paths.check_path(path), check_data(data)) for path, data in records]
+    places = {path: i for i, (path, _data) in enumerate(checked)}
+    for i, (path, _data) in enumerate(checked):
+        if any(places.get(ancestor, -1) > i for ancestor in paths.ancestors(path)):
+            raise MetadataError(f"{path} comes before its ancestor in the batch: a batch "
+                                "lists parents before their children")
+    if len(checked) > MAX_BATCH_RECORDS:
+        raise MetadataError(f"a batch of {len(checked)} records is over "
+                            f"MAX_BATCH_RECORDS={MAX_BATCH_RECORDS}; cut it with batches()")
+    if len(checked) > 1 and (size := batch_bytes(checked)) > MAX_BATCH_BYTES:
+        raise MetadataError(f"a batch of {size} bytes is over MAX_BATCH_BYTES="
+                            f"{MAX_BATCH_BYTES}; cut it with batches()")
+    return checked
+
+
+def batches(records: Iterable[tuple[str, bytes]]) -> Iterator[list[tuple[str, bytes]]]:
+    """``records`` cut, in order, into the fewest batches that :meth:`MetadataStore.
+    create_many` takes (each as large as the bounds allow)."""
+    batch: list[tuple[str, bytes]] = []
+    size = 0
+    for record in records:
+        record_size = batch_bytes([record])
+        if batch and (len(batch) == MAX_BATCH_RECORDS or size + record_size > MAX_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(record)
+        size += record_size
+    if batch:
+        yield batch
 
 
 def sequence_number(name: str) -> int:
@@ -157,6 +221,14 @@ class MetadataStore(ABC):
 
         Raises NodeExists if the path holds a record, MetadataError if an ancestor is
         ephemeral."""
+
+    @abstractmethod
+    def create_many(self, records: Sequence[tuple[str, bytes]]) -> None:
+        """Create the persistent records ``(path, data)`` and their missing ancestors, all
+        in one atomic, durable step (see "Batches" in the module docstring).  Raises
+        NodeExists if a path holds a record or is given twice, MetadataError if an
+        ancestor is ephemeral or the batch is over the bounds (:func:`check_batch`);
+        then none is created."""
 
     @abstractmethod
     def create_sequential(self, prefix: str, data: bytes, ephemeral: bool = False) -> str:

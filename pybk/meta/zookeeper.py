@@ -98,7 +98,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -123,6 +123,7 @@ from pybk.meta.interface import (
     MetadataStore,
     SessionListener,
     SessionState,
+    check_batch,
     check_data,
     check_version,
     sequential_prefix,
@@ -271,34 +272,47 @@ class _Connection:
 
     def create_with_ancestors(self, client: KazooClient, nodes: list[tuple[str, bytes]],
                               ephemeral: bool = False) -> None:
-        """Create ``nodes`` (path, data; parents first; the last one ``ephemeral``) and
-        their missing ancestors, in one ZooKeeper transaction.  Raises NodeExistsError
-        if a node exists, kazoo's other errors as they come."""
+        """Create ``nodes`` (path, data; parents before children; the last one
+        ``ephemeral``) and their missing ancestors, in one ZooKeeper transaction.  Raises
+        :class:`_NodeExistsAt` (a NodeExistsError) naming the index of a node that exists,
+        kazoo's other errors as they come."""
+        given = {path for path, _data in nodes}
+        ancestors = [a for a in dict.fromkeys(a for path, _data in nodes
+                                              for a in paths.ancestors(path))
+                     if a not in given]
         for _ in range(_CREATE_ATTEMPTS_MAX):
-            missing = []
-            for ancestor in paths.ancestors(nodes[0][0]):
-                if self.wait(client.exists_async(ancestor)) is None:
-                    missing.append(ancestor)
+            found = [client.exists_async(a) for a in ancestors]  # in flight together
+            missing = [a for a, result in zip(ancestors, found) if self.wait(result) is None]
             txn = client.transaction()
             for ancestor in missing:
                 txn.create(ancestor, b"")
             for i, (path, data) in enumerate(nodes):
                 txn.create(path, data, ephemeral=ephemeral and i == len(nodes) - 1)
             results = self.wait(txn.commit_async())
-            failures = [r for r in results
-                        if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
-            if not failures:
+            failed = next((i for i, r in enumerate(results) if isinstance(r, Exception)
+                           and not isinstance(r, RolledBackError)), None)
+            if failed is None:
                 return
-            ancestor_made = (results.index(failures[0]) < len(missing)
-                             and isinstance(failures[0], NodeExistsError))
-            if ancestor_made or isinstance(failures[0], NoNodeError):
+            failure = results[failed]
+            ancestor_made = failed < len(missing) and isinstance(failure, NodeExistsError)
+            if ancestor_made or isinstance(failure, NoNodeError):
                 continue  # another client made or removed an ancestor meanwhile
-            raise failures[0]
+            if isinstance(failure, NodeExistsError):
+                raise _NodeExistsAt(failed - len(missing))
+            raise failure
         raise MetadataError(f"could not create {nodes[-1][0]}: its ancestors kept changing "
                             f"under it ({_CREATE_ATTEMPTS_MAX} attempts)")
 
     def close(self) -> None:
         zkclient.close(self.client)
+
+
+class _NodeExistsAt(NodeExistsError):
+    """A node of a :meth:`_Connection.create_with_ancestors` exists: the one at ``index``."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
 
 
 def _refused(address: ZooKeeperAddress, what: str) -> MetadataError:
@@ -421,6 +435,24 @@ class ZooKeeperMetadataStore(MetadataStore):
             return 0
 
         return self._run("create", path, op)
+
+    def create_many(self, records: Sequence[tuple[str, bytes]]) -> None:
+        batch = check_batch(records)
+        if not batch:
+            return
+        nodes = [(self._ns.zk(path), data) for path, data in batch]
+
+        def op(client: KazooClient, retrying: bool) -> None:
+            try:
+                self._conn.create_with_ancestors(client, nodes)  # one multi: all or none
+            except _NodeExistsAt as e:
+                if retrying and all(self._created_by_us(client, zk, data, False)
+                                    for zk, data in nodes):
+                    return  # an earlier attempt took effect; its answer was lost
+                raise NodeExists(f"a record exists at {batch[e.index][0]} already (or "
+                                 "is given twice): none of the batch was created") from None
+
+        self._run("create", f"{len(batch)} records from {batch[0][0]}", op)
 
     def create_sequential(self, prefix: str, data: bytes, ephemeral: bool = False) -> str:
         parent, name_prefix = sequential_prefix(prefix)
