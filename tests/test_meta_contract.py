@@ -35,6 +35,7 @@ from pybk.errors import (
 )
 from pybk.meta import ANY_VERSION, MAX_DATA_BYTES, EmbeddedMetadataStore, MetadataStore, paths
 from pybk.meta.cookies import Cookie, check_cluster_cookie
+from pybk.meta.interface import MAX_BATCH_BYTES, MAX_BATCH_RECORDS, batches
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 from pybk.testing import wait_until
 
@@ -274,6 +275,57 @@ def test_invalid_data_and_versions_are_refused(store):
     assert store.create("/limit", bytearray(MAX_DATA_BYTES)) == 0
     assert store.get("/limit") == (bytes(MAX_DATA_BYTES), 0)
     assert store.get("/r") == (b"", 0)
+
+
+def test_create_many_creates_every_record_and_its_ancestors_in_one_step(store):
+    events = Events()
+    store.watch("/b", events)
+    store.create("/c", b"there")
+    store.create_many([("/b/1", b"one"), ("/b/2", b"two"), ("/c/d/3", b"three")])
+    assert [store.get(p) for p in ("/b/1", "/b/2", "/c/d/3")] == [
+        (b"one", 0), (b"two", 0), (b"three", 0)]
+    assert store.get("/b") == (b"", 0) and store.get("/c/d") == (b"", 0)
+    assert store.get("/c") == (b"there", 0)
+    events.expect("/b")  # one step: one call for /b made and given children at once
+    events.assert_quiet()
+    store.create_many([])  # nothing to do
+
+
+def test_a_batch_meeting_a_taken_path_creates_none_of_its_records(store):
+    store.create("/b/2", b"first")
+    with pytest.raises(NodeExists, match="/b/2"):
+        store.create_many([("/b/1", b""), ("/b/2", b"second"), ("/b/3", b""),
+                           ("/new/4", b"")])
+    assert store.children("/b") == ["2"] and store.get("/b/2") == (b"first", 0)
+    assert not store.exists("/new")
+    with pytest.raises(NodeExists, match="/b/5"):  # a path given twice
+        store.create_many([("/b/5", b""), ("/b/6", b""), ("/b/5", b"")])
+    assert store.children("/b") == ["2"]
+
+
+def test_a_batch_refused_as_invalid_creates_nothing(store):
+    store.create("/e", b"", ephemeral=True)
+    for batch in ([("/f/1", b""), ("/e/x", b"")],           # under an ephemeral record
+                  [("/f/1", b""), ("/f/x/y", b""), ("/f/x", b"")],  # child before parent
+                  [("/f/1", b""), ("/f/2", "text")],          # not bytes
+                  [("/f/1", b""), ("f/2", b"")],              # not a path
+                  [(f"/f/{i}", b"") for i in range(MAX_BATCH_RECORDS + 1)],
+                  [("/f/1", bytes(MAX_BATCH_BYTES // 2)), ("/f/2", bytes(MAX_BATCH_BYTES // 2))]):
+        with pytest.raises(MetadataError):
+            store.create_many(batch)
+        assert not store.exists("/f")
+
+
+def test_batches_cut_a_long_list_into_batches_the_store_takes(store):
+    records = [(f"/g/{i:05d}", b"%d" % i) for i in range(MAX_BATCH_RECORDS + 10)]
+    records += [("/g/big1", bytes(MAX_DATA_BYTES)), ("/g/big2", b"x")]
+    cut = list(batches(records))
+    assert [r for batch in cut for r in batch] == records
+    assert [len(batch) for batch in cut] == [MAX_BATCH_RECORDS, 10, 1, 1]
+    for batch in cut:
+        store.create_many(batch)
+    assert len(store.children("/g")) == len(records)
+    assert store.get(f"/g/{MAX_BATCH_RECORDS + 9:05d}") == (b"%d" % (MAX_BATCH_RECORDS + 9), 0)
 
 
 def test_records_versions_and_ids_survive_a_restart(stores):
@@ -662,7 +714,8 @@ def test_a_closed_store_refuses_every_call(stores):
                  store.next_ledger_id, lambda: store.watch("/r", print),
                  lambda: store.register_bookie("b1"), store.bookies,
                  lambda: store.read_cookie("b1"), lambda: store.write_cookie(cookie()),
-                 lambda: store.create_sequential("/q_", b"")):
+                 lambda: store.create_sequential("/q_", b""),
+                 lambda: store.create_many([("/m", b"")])):
         with pytest.raises(MetadataError, match="closed"):
             call()
 
@@ -772,6 +825,76 @@ def test_kill_minus_nine_during_compare_and_set_leaves_a_consistent_record(store
             store.close()
     versions = [v for v, _id in read_acks(acks_path)]
     assert versions == sorted(set(versions))  # no version was acknowledged twice
+
+
+BATCH_RECORDS = 500
+BATCH_CHILD = f"""
+import os, sys
+sys.path.insert(0, {TESTS!r})
+from test_meta_contract import BATCH_RECORDS, open_store
+
+store = open_store(sys.argv[1], sys.argv[2])  # never closed: the child ends by SIGKILL
+acks = os.open(sys.argv[3], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+batch = int(sys.argv[4])
+while True:
+    store.create_many([("/batches/%06d/%03d" % (batch, i), b"%d %d" % (batch, i))
+                       for i in range(BATCH_RECORDS)])
+    os.write(acks, b"%d\\n" % batch)
+    batch += 1
+"""
+
+
+def test_kill_minus_nine_during_batches_leaves_each_batch_whole_or_absent(stores, tmp_path,
+                                                                         children):
+    """A child creates batches of 500 records, one after another, and is SIGKILLed at
+    random moments: every acknowledged batch is there whole, and of the one in flight
+    all records or none."""
+    acks_path = tmp_path / "acks"
+    rng = random.Random(20251126)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    next_batch = 0
+    for round_no in range(3):
+        before = len(read_batch_acks(acks_path))
+        stderr = open(tmp_path / f"child-{round_no}.stderr", "wb")
+        with stderr:
+            child = subprocess.Popen([sys.executable, "-c", BATCH_CHILD, stores.kind,
+                                      stores.location, str(acks_path), str(next_batch)],
+                                     env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=stderr)
+        children.append(child)
+        deadline = time.monotonic() + WAIT_S * 3
+        while len(read_batch_acks(acks_path)) < before + 2:
+            assert child.poll() is None, (tmp_path / f"child-{round_no}.stderr").read_text()
+            assert time.monotonic() < deadline, "the child made no progress"
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.2))
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=WAIT_S) == -signal.SIGKILL
+        acked = read_batch_acks(acks_path)
+        store = stores.open()
+        try:
+            found = store.children("/batches")
+            whole = [f"{i:03d}" for i in range(BATCH_RECORDS)]
+            for name in found:
+                assert store.children(f"/batches/{name}") == whole, name
+            numbers = [int(name) for name in found]
+            assert numbers[:len(acked)] == acked  # every acknowledged batch is there
+            assert numbers[len(acked):] in ([], [acked[-1] + 1])  # and the one in flight
+            next_batch = numbers[-1] + 1
+            store.create_many([("/batches/ack", b"")])  # the store takes batches again
+            store.delete("/batches/ack", 0)
+        finally:
+            store.close()
+        with open(acks_path, "ab") as acks:  # what the round left counts as acknowledged
+            acks.write(b"".join(b"%d\n" % n for n in numbers[len(acked):]))
+
+
+def read_batch_acks(path: Path) -> list[int]:
+    """The numbers of the batches the child acknowledged, in order."""
+    try:
+        return [int(line) for line in path.read_bytes().split(b"\n")[:-1]]
+    except FileNotFoundError:
+        return []
 
 
 # -- embedded store specifics ----------------------------------------------------------------------
