@@ -9,6 +9,7 @@ store (tests/segmentutil.py); the rest runs on real bookies in this process
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import threading
@@ -30,6 +31,7 @@ from pybk.log.metadata import (
     TAIL_SEGMENTS,
     LogMetadata,
     Segment,
+    ensure_records,
     find_segment,
     live_segments,
     log_path,
@@ -37,8 +39,9 @@ from pybk.log.metadata import (
     read_segment,
     segment_path,
     segments_path,
+    store_records,
 )
-from pybk.meta import MAX_DATA_BYTES
+from pybk.meta import MAX_DATA_BYTES, interface
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import LogSettings
@@ -234,6 +237,52 @@ def test_a_format_1_log_is_read_as_it_is_and_converted_by_its_next_writer(cluste
     assert [read_segment(bk.metadata, "log", n) for n in range(5)] == [None] * 5
     assert segments[0].ledger_id not in bk.list_ledgers()
     assert _read(bk, writer=writer) == written[2:]
+
+
+@pytest.mark.parametrize("kind", ["embedded", "zookeeper"])
+def test_a_format_1_conversion_writes_records_in_batches_and_resumes_after_a_crash(
+        request, tmp_path, monkeypatch, kind):
+    """Converting a format-1 log writes its segment records in batches of
+    MAX_BATCH_RECORDS (cut to 50 here), never one create per record; an opener that died
+    after some batches (their records, and one of the next batch's) leaves a state that
+    the next conversion completes, record by record only where records are there."""
+    monkeypatch.setattr(interface, "MAX_BATCH_RECORDS", 50)
+    if kind == "zookeeper":
+        store = ZooKeeperMetadataStore(
+            zkutil.formatted_cluster(request.getfixturevalue("zookeeper")), zkutil.settings())
+    else:
+        store = EmbeddedMetadataStore(tmp_path / "metadata")
+    with store:
+        segments = [Segment(n, 1_000 + n) for n in range(0, 300, 3)]  # 2 dead numbers after each
+        head = LogMetadata("log", tuple(segments), 301, format_version=1)
+        expected = {n: (1_000 + n, None, False) if n % 3 == 0 else (None, n + 2, True)
+                    for n in range(298) if n % 3 != 2}
+        expected[298] = (None, 301, True)  # the run after the last segment
+        calls: collections.Counter[str] = collections.Counter()
+        for method in ("create", "create_many"):
+            monkeypatch.setattr(store, method, _counted(calls, method, getattr(store, method)))
+
+        # The opener that died: the records of 40 segments (80: one batch and 30 more),
+        # then the head CAS never came.
+        store_records(store, "log", segments[:40], 0, hollow=True)
+        assert calls == {"create_many": 2}
+        ensure_records(store, head)
+        assert calls["create_many"] == 2 + 4  # 200 records: 4 batches
+        # Record by record (at most a create each) only the 2 batches that met the dead
+        # opener's records, never the other 2.
+        assert calls["create"] <= 2 * 50
+        found = {n: read_segment(store, "log", n) for n in range(301)}
+        assert {n: (r.ledger_id, r.skip_to, r.hollow) for n, r in found.items()
+                if r is not None} == expected
+        assert list(live_segments(store, dataclasses.replace(head, format_version=3,
+                                                               tail=()))) == segments
+
+
+def _counted(calls, name, method):
+    def counting(*args, **kwargs):
+        calls[name] += 1
+        return method(*args, **kwargs)
+    return counting
 
 
 # -- demotion ---------------------------------------------------------------------------
