@@ -146,8 +146,10 @@ whose new fields are empty; the next CAS writes format 3.
 read as a head whose tail is every segment (:attr:`LogMetadata.format_version` 1), so a
 log written by an earlier pybk reads as before.  The first writer that opens it converts
 it with the steps of any opening: it writes every segment's record and a hollow dead
-record at the start of every gap (format 1 wrote none), and its CAS writes format 2 with
-the newest TAIL_SEGMENTS.  A crash in the middle leaves the format-1 record, and the
+record at the start of every gap (format 1 wrote none), in number order and in atomic
+batches (:meth:`~pybk.meta.interface.MetadataStore.create_many`: one commit per
+thousands of records), and its CAS writes format 2 with the newest TAIL_SEGMENTS.  A
+crash in the middle leaves the format-1 record and a prefix of the batches, and the
 next opener writes the records still missing.  Format 1 had to fit its list in one
 record (MAX_DATA_BYTES, about 34,400 segments); such a log opens this way too.
 """
