@@ -1,8 +1,9 @@
 """A metadata store that holds back or slows down writes, for tests of the protocol.
 
 :class:`FaultyMetadataStore` wraps any :class:`~pybk.meta.interface.MetadataStore` and
-passes every call through, except that record writes (``set``, ``create``, ``delete``)
-can be *held*: the calling thread blocks inside the call, as it would behind a slow or
+passes every call through, except that record writes (``set``, ``create``, ``delete``,
+and ``create_many``, as one write named by its first path under ``prefix``) can be
+*held*: the calling thread blocks inside the call, as it would behind a slow or
 restarting ZooKeeper, until the test releases that write, which then reaches the real
 store.  Releasing held writes one by one decides the order in which they land, which is
 how tests reproduce races between metadata updates (a close against an ensemble change,
@@ -16,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from pybk.meta.interface import MetadataStore
 
@@ -25,7 +26,7 @@ from pybk.meta.interface import MetadataStore
 class HeldWrite:
     """One write waiting in a :class:`FaultyMetadataStore`."""
 
-    operation: str  # "set", "create" or "delete"
+    operation: str  # "set", "create", "create_many" or "delete"
     path: str
     expected_version: int | None
     _go: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -57,6 +58,11 @@ class FaultyMetadataStore:
     def create(self, path: str, data: bytes, ephemeral: bool = False) -> int:
         return self._write("create", path, None,
                            lambda: self._store.create(path, data, ephemeral))
+
+    def create_many(self, records: Sequence[tuple[str, bytes]]) -> None:
+        under = [path for path, _data in records if path.startswith(self.prefix)]
+        return self._write("create_many", under[0] if under else "", None,
+                           lambda: self._store.create_many(records))
 
     def delete(self, path: str, expected_version: int) -> None:
         return self._write("delete", path, expected_version,
