@@ -267,6 +267,8 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def create_many(self, records: Sequence[tuple[str, bytes]]) -> None:
         batch = check_batch(records)
+        if not batch:
+            return
 
         def op(txn: lmdb.Transaction[bytes]) -> tuple[None, list[str]]:
             # One transaction: one fsync for the batch, and nothing of it if a create fails.
