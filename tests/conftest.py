@@ -157,7 +157,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.java)
 
 
-# -- a module's cluster of bookie processes, and a SparkSession (the Spark tests) --------
+# -- a module's cluster of bookie processes and its SparkSession (the Spark tests) ---------
 
 
 @pytest.fixture(scope="module")
@@ -167,11 +167,9 @@ def address(zookeeper, tmp_path_factory):
         yield found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark():
-    """The SparkSession (``local[2]``; tests/sparkutil.py) of the modules that take no
-    other: one JVM for them all.  A test that changes its conf or job group sets it back,
-    and stops the queries it starts."""
+    """The module's SparkSession (``local[2]``; tests/sparkutil.py)."""
     with spark_session() as session:
         yield session
 

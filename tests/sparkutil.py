@@ -1,5 +1,5 @@
-"""A real SparkSession in local mode for tests, stopped when the tests that share it are
-done (the fixture ``spark`` of conftest.py, and the Spark modules' own).
+"""A real SparkSession in local mode for tests, stopped when the test module is done (the
+module fixtures ``spark``, ``address`` and ``bk`` in conftest.py use it).
 
 PySpark workers run this interpreter (PYSPARK_PYTHON) with this source tree on their
 path, bind to loopback, and Spark's UI and event logs stay off; the session is small
