@@ -23,7 +23,11 @@ lint: $(VENV)/.installed
 test: lint
 	$(PY) -m pytest -q tests
 
-bench: $(VENV)/.installed
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[bench]'
+	touch $@
+
+bench: $(VENV)/.bench-installed
 	$(PY) benchmarks/storage_bench.py --quick
 	$(PY) benchmarks/wal_bench.py --quick
 	$(PY) benchmarks/cluster_bench.py --quick

@@ -27,6 +27,8 @@ setup(
         "test": ["pytest>=7.4", "pytest-timeout>=2.2", "pytest-asyncio>=1.0", "pyspark>=4.0",
                  "pyarrow>=18", "ruff==0.17.6", "mypy==2.4.1"],
         "spark": ["pyspark>=4.0", "pyarrow>=18"],
+        # The benchmarks' --plot (benchmarks/plot.py); `make bench` installs it.
+        "bench": ["matplotlib>=3.7"],
     },
     entry_points={"console_scripts": ["pybk = pybk.cli:main"]},
 )
