@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""Benchmark of a bookie holding many ledgers: what changes when the same adds are spread
+over 1, 10,000, 100,000 (and, with ``--full``, 1,000,000) ledgers.
+
+Usage::
+
+    python benchmarks/ledgers_bench.py [--full] [--quick] [--dir DIR]
+
+For each ledger count N, one in-process bookie takes 200,000 adds of 1 KiB round-robin
+over N ledgers (entry i goes to ledger ``i % N + 1``), 4,000 in flight, with the default
+settings (a checkpoint every second).  Measured:
+
+* ``adds_per_s``: the adds' rate (entries are built outside the timed part);
+* ``checkpoints``: how many ran during the adds and their mean duration, then the
+  duration of the final checkpoint (``final_checkpoint_s``);
+* ``index_bytes_per_entry``: LMDB's used pages over the entries held;
+* ``memory_growth_mb``: resident memory after the adds and a checkpoint, minus before the
+  bookie opened (the write cache is empty by then: what stays is per-ledger state);
+* ``restart``: a child process makes the same adds with no checkpoint, is SIGKILLed once
+  they are durable, and the bookie is reopened: replay MiB/s and seconds to open.
+
+Ratios to N=1 of the same run come with each N.  Progress goes to stderr; stdout gets one
+JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from rawdisk import MIB, mb_per_s, ratio, run_and_report  # noqa: E402
+from storage_bench import KEY, SMALL_ENTRY, InFlight, bookie_settings, entry_body, new_bookie_dir  # noqa: E402
+
+from pybk.settings import ServerSettings  # noqa: E402
+from pybk.storage.bookie import Bookie, format_bookie  # noqa: E402
+from pybk.storage.entries import make_entry  # noqa: E402
+
+ADDS = 200_000
+WINDOW = 4_000
+CHUNK = 50_000               # entries built at a time (bounds the benchmark's own memory)
+LEDGER_COUNTS = (1, 10_000, 100_000)
+FULL_LEDGER_COUNTS = (*LEDGER_COUNTS, 1_000_000)
+QUICK_ADDS = 50_000
+NO_CHECKPOINT_MS = 3_600_000
+TARGET_ADD_RATIO = 0.8
+TARGET_REPLAY_MB_S = 400
+
+
+def say(message: str) -> None:
+    print(f"[ledgers_bench] {message}", file=sys.stderr, flush=True)
+
+
+def rss_mb() -> float:
+    """Resident memory of this process now, in MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MIB
+
+
+def chunk_entries(ledgers: int, first: int, count: int, body: bytes
+                  ) -> list[tuple[int, int, bytes]]:
+    """Adds ``first`` .. ``first + count - 1`` of the round-robin: (ledger, entry id, entry)."""
+    adds = []
+    for i in range(first, first + count):
+        ledger_id, entry_id = i % ledgers + 1, i // ledgers
+        adds.append((ledger_id, entry_id, make_entry(ledger_id, entry_id, entry_id - 1, body)))
+    return adds
+
+
+def round_robin(bookie: Bookie, ledgers: int, adds: int) -> float:
+    """Make ``adds`` round-robin adds, ``WINDOW`` in flight; the seconds spent adding."""
+    body = entry_body(SMALL_ENTRY)
+    flight = InFlight()
+    add = bookie.add_entry_async
+    done = flight.on_complete
+    resume_at = WINDOW // 2
+    elapsed = 0.0
+    for first in range(0, adds, CHUNK):
+        batch = chunk_entries(ledgers, first, min(CHUNK, adds - first), body)
+        started = time.perf_counter()
+        for ledger_id, entry_id, entry in batch:
+            if flight.submitted - flight.completed >= WINDOW:
+                flight.wait_until(resume_at)
+            flight.submitted += 1
+            add(ledger_id, entry_id, entry, KEY, callback=done)
+        flight.wait_until(0)
+        elapsed += time.perf_counter() - started
+        del batch
+    flight.raise_errors()
+    return elapsed
+
+
+def measure_adds(workdir: str, ledgers: int, adds: int) -> dict:
+    """Adds, checkpoints, index size and memory of one bookie over ``ledgers`` ledgers."""
+    settings = bookie_settings(new_bookie_dir(workdir, f"adds-{ledgers}"))
+    format_bookie(settings)
+    gc.collect()
+    before = rss_mb()
+    with Bookie(settings) as bookie:
+        seconds = round_robin(bookie, ledgers, adds)
+        flush = bookie.stats.flush
+        count, total_ms = flush.count, flush.sum
+        started = time.perf_counter()
+        bookie.checkpoint()
+        final = time.perf_counter() - started
+        gc.collect()
+        growth = rss_mb() - before
+        index_bytes = bookie.gauges().index_bytes
+    figures = {"adds": adds, "seconds": round(seconds, 3),
+               "adds_per_s": round(adds / seconds, 1),
+               "checkpoints": count,
+               "checkpoint_mean_s": round(total_ms / count / 1000, 3) if count else None,
+               "final_checkpoint_s": round(final, 3),
+               "index_bytes_per_entry": round(index_bytes / adds, 1),
+               "memory_growth_mb": round(growth, 1)}
+    say(f"N={ledgers}: {figures['adds_per_s']:.0f} adds/s, {count} checkpoints of "
+        f"{figures['checkpoint_mean_s']} s, final {figures['final_checkpoint_s']} s, "
+        f"index {figures['index_bytes_per_entry']} B/entry, +{figures['memory_growth_mb']} MiB")
+    return figures
+
+
+# -- restart after a crash --------------------------------------------------------------
+
+def writer_settings(bookie_dir: str, adds: int) -> ServerSettings:
+    """Settings under which ``adds`` 1 KiB adds never checkpoint."""
+    data_mb = adds * SMALL_ENTRY // MIB + 1
+    return bookie_settings(bookie_dir, flushInterval=NO_CHECKPOINT_MS,
+                           writeCacheMaxSizeMb=2 * data_mb + 64)
+
+
+def run_writer(bookie_dir: str, ledgers: int, adds: int) -> None:
+    """Child process: make the adds durably, say so, then wait to be SIGKILLed."""
+    bookie = Bookie(writer_settings(bookie_dir, adds))
+    round_robin(bookie, ledgers, adds)
+    print(f"durable {adds}", flush=True)
+    while True:
+        signal.pause()  # never closed: the close-time checkpoint must not happen
+
+
+def measure_restart(workdir: str, ledgers: int, adds: int) -> dict:
+    """Replay speed and open time of a bookie SIGKILLed after ``adds`` adds."""
+    bookie_dir = new_bookie_dir(workdir, f"restart-{ledgers}")
+    format_bookie(bookie_settings(bookie_dir))
+    command = [sys.executable, os.path.abspath(__file__), "--writer", bookie_dir,
+               "--ledgers", str(ledgers), "--adds", str(adds)]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline().strip()
+        if line != f"durable {adds}":
+            raise RuntimeError(f"the writer failed (said {line!r}, exit code {child.poll()})")
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGKILL)
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+    started = time.perf_counter()
+    bookie = Bookie(bookie_settings(bookie_dir))
+    open_seconds = time.perf_counter() - started
+    with bookie:
+        stats = dict(bookie.replay_stats)
+        last = adds - 1
+        body = entry_body(SMALL_ENTRY)
+        ledger_id, entry_id = last % ledgers + 1, last // ledgers
+        if bookie.read_entry(ledger_id, entry_id) != make_entry(ledger_id, entry_id,
+                                                                 entry_id - 1, body):
+            raise RuntimeError("the last add did not survive the crash")
+    figures = {"journal_mb": round(stats["bytes"] / MIB, 1),
+               "replay_s": round(stats["seconds"], 3),
+               "replay_mb_per_s": mb_per_s(stats["bytes"], stats["seconds"]),
+               "open_s": round(open_seconds, 3)}
+    say(f"N={ledgers}: restart replayed {figures['journal_mb']} MiB at "
+        f"{figures['replay_mb_per_s']} MiB/s, Bookie() took {figures['open_s']} s")
+    return figures
+
+
+# -- report -----------------------------------------------------------------------------
+
+def with_ratios(runs: dict[int, dict]) -> None:
+    """Add each N's ratios to N=1 of the same run."""
+    base = runs[1]
+    for figures in runs.values():
+        figures["ratio_to_1"] = {
+            "adds_per_s": ratio(figures["adds_per_s"], base["adds_per_s"]),
+            "final_checkpoint_s": ratio(figures["final_checkpoint_s"],
+                                        base["final_checkpoint_s"]),
+            "restart_open_s": ratio(figures["restart"]["open_s"], base["restart"]["open_s"])}
+
+
+def evaluate_targets(runs: dict[int, dict]) -> dict:
+    """The issue's targets at the largest N measured (and replay speed at every N)."""
+    largest = runs[max(runs)]
+    add_ratio = largest["ratio_to_1"]["adds_per_s"]
+    slowest_replay = min(f["restart"]["replay_mb_per_s"] for f in runs.values())
+    targets = {
+        "add_rate_ratio": {"value": add_ratio, "target": f">= {TARGET_ADD_RATIO} at "
+                           f"N={max(runs)}", "pass": add_ratio >= TARGET_ADD_RATIO},
+        "replay_mb_per_s": {"value": slowest_replay, "target": f">= {TARGET_REPLAY_MB_S}",
+                            "pass": slowest_replay >= TARGET_REPLAY_MB_S},
+    }
+    targets["all_pass"] = all(t["pass"] for t in targets.values())
+    return targets
+
+
+def run(workdir: str, counts: tuple[int, ...], adds: int) -> dict:
+    started = time.perf_counter()
+    load = os.getloadavg()
+    runs: dict[int, dict] = {}
+    for ledgers in counts:
+        runs[ledgers] = measure_adds(workdir, ledgers, adds)
+        runs[ledgers]["restart"] = measure_restart(workdir, ledgers, adds)
+    with_ratios(runs)
+    result = {"adds": adds, "window": WINDOW, "entry_bytes": SMALL_ENTRY,
+              "loadavg_before": [round(x, 2) for x in load],
+              "runs": {str(n): f for n, f in runs.items()},
+              "targets": evaluate_targets(runs),
+              "elapsed_s": round(time.perf_counter() - started, 1)}
+    return result
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--full", action="store_true", help="also 1,000,000 ledgers")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK_ADDS} adds per N instead of {ADDS}")
+    parser.add_argument("--dir", default=os.getcwd(),
+                        help="where the fresh temporary directory is made")
+    # Internal: the child process of the restart measurement.
+    parser.add_argument("--writer", metavar="BOOKIE_DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--ledgers", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--adds", type=int, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.writer:
+        run_writer(args.writer, args.ledgers, args.adds)
+        return 0
+    counts = FULL_LEDGER_COUNTS if args.full else LEDGER_COUNTS
+    adds = QUICK_ADDS if args.quick else ADDS
+    return run_and_report("pybk-ledgers-", args.dir,
+                          lambda workdir: run(workdir, counts, adds))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
