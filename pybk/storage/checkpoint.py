@@ -13,8 +13,9 @@ changed (key, fence, LACs, deletion) and the ledgers deleted.  A checkpoint
    this generation comes after the mark.
 2. **Wait for the mark**: the journal reports it once every record before it is
    durable, so nothing the checkpoint writes can be ahead of the journal.
-3. **Entry logs** (:func:`flush_generation`): the entries are appended ledger by ledger
-   (each ledger's records in one ``writev``) and the logs are fsynced.  Until step 4 is
+3. **Entry logs** (:func:`flush_generation`): the entries are appended ledger by ledger,
+   all ledgers in one append (a ``writev`` per ``flushEntrylogBytes`` step, whatever the
+   number of ledgers), and the logs are fsynced.  Until step 4 is
    done, GC leaves the logs appended to alone: they hold records the index does not
    point at yet.
 4. **Index**: one LMDB transaction points the entries at their logs, stores the ledger
@@ -81,18 +82,28 @@ def flush_generation(generation: Generation, entry_logs: EntryLogger, index: Ind
     """
     cache, states, deletes = generation
     gone = deletes | {lid for lid, st in states.items() if st.deleted}
+    # Every ledger's records in one sequence: one append (a writev per flushEntrylogBytes
+    # step, not per ledger) and index items built in C for all of them.
+    buffers: list[bytes] = []
+    entry_ids: list[int] = []
+    runs: list[tuple[int, int]] = []  # (ledger id, records)
+    for ledger_id, ids, records in cache.runs(gone):
+        buffers += records
+        entry_ids += ids
+        runs.append((ledger_id, len(ids)))
+    ledger_ids = list(itertools.chain.from_iterable(
+        itertools.starmap(itertools.repeat, runs)))  # one per record
     items: list[Iterator[tuple[bytes, bytes]]] = []  # lazy: LMDB packs them in C
     touched: set[int] = set()
     try:
         with entrylog_lock:
             try:
-                for ledger_id, entry_ids, buffers in cache.runs(gone):
-                    for log_id, first, offsets in entry_logs.append_run(ledger_id, buffers):
-                        touched.add(log_id)
-                        last = first + len(offsets)
-                        items.append(Index.location_items(
-                            ledger_id, entry_ids[first:last], log_id, offsets,
-                            map(len, buffers[2 * first + 1:2 * last:2])))
+                for log_id, first, offsets in entry_logs.append_records(buffers, runs):
+                    touched.add(log_id)
+                    last = first + len(offsets)
+                    items.append(Index.record_items(
+                        ledger_ids[first:last], entry_ids[first:last], log_id, offsets,
+                        map(len, buffers[2 * first + 1:2 * last:2])))
             finally:
                 gc.hold(touched)  # until the index points at what was appended
             entry_logs.sync()

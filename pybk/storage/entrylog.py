@@ -56,7 +56,7 @@ import operator
 import os
 import struct
 import threading
-from typing import BinaryIO, Callable, Generator, Iterator, NamedTuple
+from typing import BinaryIO, Callable, Generator, Iterator, NamedTuple, Sequence
 
 from pybk.checksum import crc32c
 from pybk.errors import BookKeeperError, CorruptData
@@ -92,8 +92,8 @@ class Location(NamedTuple):
     offset: int
 
 
-#: Where one ledger's run of records landed: ``(log id, index of its first record in the
-#: run, offsets of its records)``.
+#: Where records landed: ``(log id, index of the first of them among the records appended
+#: by one call, offsets of the records)``.
 Placement = tuple[int, int, list[int]]
 
 
@@ -253,24 +253,36 @@ class EntryLogger:
     # -- writing -----------------------------------------------------------------
 
     def append_run(self, ledger_id: int, buffers: list[bytes]) -> list[Placement]:
-        """Append one ledger's records (``buffers`` = header, entry, header, entry, ...).
+        """Append one ledger's records (``buffers`` = header, entry, header, entry, ...):
+        :meth:`append_records` with one run."""
+        return self.append_records(buffers, [(ledger_id, len(buffers) // 2)])
 
-        Returns where they landed: usually one placement, more when the run crosses
-        ``logSizeLimit`` and the log rolls.  Offsets are computed from the buffer lengths
-        in C (``accumulate``), not record by record.  The data is durable only after
-        :meth:`sync`.
+    def append_records(self, buffers: list[bytes], runs: Sequence[tuple[int, int]]
+                       ) -> list[Placement]:
+        """Append the records of many ledgers at once (``buffers`` = header, entry, header,
+        entry, ...; ``runs`` = ``(ledger id, number of records)`` of each ledger's records,
+        in the order of ``buffers``).
 
-        With ``flush_bytes`` set, the run is written in steps of about that many bytes,
-        each written out to the disk before the next (BookKeeper's
+        Returns where they landed, numbering records through the whole call: usually one
+        placement, more when the records cross ``logSizeLimit`` and the log rolls, or cross
+        ``flush_bytes``.  Offsets are computed from the buffer lengths in C
+        (``accumulate``), not record by record, and a step is one ``writev`` for however
+        many ledgers it holds: the cost is per byte, with a few C-level operations per
+        ledger for the ledger maps.  The data is durable only after :meth:`sync`.
+
+        With ``flush_bytes`` set, the records are written in steps of about that many
+        bytes, each written out to the disk before the next (BookKeeper's
         ``flushEntrylogBytes``; :meth:`FileIO.write_out`, which syncs no metadata and
         flushes no disk cache): the disk gets the checkpoint's data in small pieces, so
         a journal fdatasync on the same disk never queues behind all of it.
         """
         sizes = list(map(len, buffers))
-        # ends[i]: bytes of the run's first i records, computed once for the whole run
-        # (each step below finds its cut by bisection, so long runs stay linear).
+        # ends[i]: bytes of the first i records, computed once for the whole call (each
+        # step below finds its cut by bisection, so long calls stay linear).
         ends = list(itertools.accumulate(map(operator.add, sizes[0::2], sizes[1::2]),
                                          initial=0))
+        # run_ends[j]: the records of the first j + 1 runs.
+        run_ends = list(itertools.accumulate(map(operator.itemgetter(1), runs)))
         count = len(ends) - 1
         placements: list[Placement] = []
         first = 0
@@ -278,7 +290,7 @@ class EntryLogger:
             if self._current_fd < 0:
                 self._roll()
             offset = self._current_offset
-            base = ends[first]  # run bytes before this step; the step starts at ``offset``
+            base = ends[first]  # bytes before this step; the step starts at ``offset``
             # Records that end within the size limit (at least one in a fresh log).
             last = bisect.bisect_right(ends, base + self._size_limit - offset,
                                        lo=first + 1) - 1
@@ -298,13 +310,26 @@ class EntryLogger:
                     self._io.write_out(self._current_fd, end_offset - self._unflushed,
                                        self._unflushed)
                     self._unflushed = 0
-            ledger_map = self.ledger_maps[self._current_id]
-            ledger_map[ledger_id] = ledger_map.get(ledger_id, 0) + end_offset - offset
+            self._account(runs, run_ends, ends, first, last)
             placements.append((self._current_id, first,
                                list(map(operator.add, ends[first:last],
                                         itertools.repeat(offset - base)))))
             first = last
         return placements
+
+    def _account(self, runs: Sequence[tuple[int, int]], run_ends: list[int], ends: list[int],
+                 first: int, last: int) -> None:
+        """Add the bytes of records ``first`` .. ``last - 1``, just written to the current
+        log, to its ledger map, ledger by ledger."""
+        ledger_map = self.ledger_maps[self._current_id]
+        run = bisect.bisect_right(run_ends, first)  # the run holding record ``first``
+        start = first
+        while start < last:
+            end = min(run_ends[run], last)
+            ledger_id = runs[run][0]
+            ledger_map[ledger_id] = ledger_map.get(ledger_id, 0) + ends[end] - ends[start]
+            start = end
+            run += 1
 
     def _write_current(self, buffers: list[bytes], end_offset: int) -> None:
         """Write buffered records to the current log, which then ends at ``end_offset``."""

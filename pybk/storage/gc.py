@@ -38,6 +38,7 @@ bookie's directories hold, beyond the entries of its live ledgers:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -206,12 +207,18 @@ class GarbageCollector:
         """Append the batch's records, sync, then re-point the index where it still
         points at the old copies."""
         moves: list[tuple[LocationUpdate, int, int]] = []
+        buffers: list[bytes] = []
+        records: list[tuple[int, int, int]] = []  # (ledger id, entry id, old offset)
+        for ledger_id, (entry_ids, ledger_buffers, old_offsets) in batch.items():
+            buffers += ledger_buffers
+            records += zip(itertools.repeat(ledger_id), entry_ids, old_offsets)
+        runs = [(ledger_id, len(entry_ids)) for ledger_id, (entry_ids, _b, _o) in batch.items()]
         with self._lock:
-            for ledger_id, (entry_ids, buffers, old_offsets) in batch.items():
-                for log_id, first, offsets in self._logs.append_run(ledger_id, buffers):
-                    for i, offset in enumerate(offsets, first):
-                        moves.append((LocationUpdate(ledger_id, entry_ids[i], log_id, offset,
-                                                     len(buffers[2 * i + 1])),
-                                      old_log_id, old_offsets[i]))
+            for log_id, first, offsets in self._logs.append_records(buffers, runs):
+                for i, offset in enumerate(offsets, first):
+                    ledger_id, entry_id, old_offset = records[i]
+                    moves.append((LocationUpdate(ledger_id, entry_id, log_id, offset,
+                                                 len(buffers[2 * i + 1])),
+                                  old_log_id, old_offset))
             self._logs.sync()
         return self._index.relocate(moves)

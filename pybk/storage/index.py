@@ -193,7 +193,16 @@ class Index:
                        offsets: Iterable[int], lengths: Iterable[int]
                        ) -> Iterator[tuple[bytes, bytes]]:
         """Encoded ``entries`` items for one ledger's records in one log (built in C)."""
-        return zip(map(ENTRY_KEY.pack, itertools.repeat(ledger_id), entry_ids),
+        return Index.record_items(itertools.repeat(ledger_id), entry_ids, log_id, offsets,
+                                  lengths)
+
+    @staticmethod
+    def record_items(ledger_ids: Iterable[int], entry_ids: Iterable[int], log_id: int,
+                     offsets: Iterable[int], lengths: Iterable[int]
+                     ) -> Iterator[tuple[bytes, bytes]]:
+        """Encoded ``entries`` items for records of any ledgers in one log, one ledger id
+        per record (built in C, whatever the number of ledgers)."""
+        return zip(map(ENTRY_KEY.pack, ledger_ids, entry_ids),
                    map(LOCATION.pack, itertools.repeat(log_id), offsets, lengths))
 
     def commit_checkpoint(self, items: Iterable[tuple[bytes, bytes]],
