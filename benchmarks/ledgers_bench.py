@@ -176,7 +176,7 @@ def measure_restart(workdir: str, ledgers: int, adds: int) -> dict:
             raise RuntimeError("the last add did not survive the crash")
     figures = {"journal_mb": round(stats["bytes"] / MIB, 1),
                "replay_s": round(stats["seconds"], 3),
-               "replay_mb_per_s": mb_per_s(stats["bytes"], stats["seconds"]),
+               "replay_mb_per_s": mb_per_s(int(stats["bytes"]), stats["seconds"]),
                "open_s": round(open_seconds, 3)}
     say(f"N={ledgers}: restart replayed {figures['journal_mb']} MiB at "
         f"{figures['replay_mb_per_s']} MiB/s, Bookie() took {figures['open_s']} s")
@@ -201,7 +201,7 @@ def evaluate_targets(runs: dict[int, dict]) -> dict:
     largest = runs[max(runs)]
     add_ratio = largest["ratio_to_1"]["adds_per_s"]
     slowest_replay = min(f["restart"]["replay_mb_per_s"] for f in runs.values())
-    targets = {
+    targets: dict = {
         "add_rate_ratio": {"value": add_ratio, "target": f">= {TARGET_ADD_RATIO} at "
                            f"N={max(runs)}", "pass": add_ratio >= TARGET_ADD_RATIO},
         "replay_mb_per_s": {"value": slowest_replay, "target": f">= {TARGET_REPLAY_MB_S}",

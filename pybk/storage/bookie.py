@@ -104,6 +104,12 @@ class LedgerState:
                                  self.explicit_lac)
 
 
+#: Ledger states kept in memory beyond those of the ledgers changed since the last
+#: checkpoint: past this many, a checkpoint drops the idle ones (reloaded from the index
+#: on demand).  So a bookie holds at most this many states plus those of the ledgers
+#: changed in the last ``flushInterval``, whatever the number of ledgers it ever held.
+IDLE_STATES_KEPT = 10_000
+
 #: The file whose presence lock a running bookie holds, in ``<journalDirectory>/current``.
 OWNER_FILE = "OWNER"
 
@@ -203,8 +209,7 @@ class Bookie:
                                            self._index.last_log_id(),
                                            settings.flushEntrylogBytes)
             self._gc = GarbageCollector(self._entry_logs, self._index, self._entrylog_lock)
-            self._durably_deleted = {lid for lid, st in self._index.ledger_states()
-                                     if st.deleted}
+            self._durably_deleted = set(self._index.deleted_ledgers())
             self.replayed_records, last_journal_id = self._replay()
             self._journal = jr.Journal(self.journal_dir, settings, io,
                                        first_journal_id=last_journal_id + 1,
@@ -289,6 +294,11 @@ class Bookie:
     def journal_stats(self) -> JournalStats:
         """The journal's figures, for :mod:`pybk.metrics`."""
         return self._journal.stats
+
+    @property
+    def ledger_states_in_memory(self) -> int:
+        """Ledger states held in memory now (bounded: see :data:`IDLE_STATES_KEPT`)."""
+        return len(self._states)
 
     def gauges(self) -> StorageGauges | None:
         """What the bookie holds now, for :mod:`pybk.metrics` (None once closed).  Read
@@ -779,12 +789,29 @@ class Bookie:
                                 self._entrylog_lock)
         self.stats.flush.observe_since(started)
         self.stats.flush_bytes.observe(generation.cache.size_bytes)
-        self._durably_deleted |= gone
+        with self._lock:
+            self._durably_deleted |= gone
+            self._evict_idle_states()
         if gone:
             self._gc_wanted.set()
         self._flushing = None
         with self._cache_space:
             self._cache_space.notify_all()
+
+    def _evict_idle_states(self) -> None:
+        """Past :data:`IDLE_STATES_KEPT` states, drop those of ledgers that did not change
+        since the last cut, oldest loaded first: the index holds exactly what they say
+        (it was committed by this checkpoint or an earlier one), and :meth:`_state`
+        loads them again when wanted.  Called after a checkpoint's index commit, with
+        the lock held."""
+        excess = len(self._states) - IDLE_STATES_KEPT
+        if excess <= 0:
+            return
+        dirty = self._dirty
+        idle = list(itertools.islice((lid for lid in self._states if lid not in dirty),
+                                     excess))
+        for ledger_id in idle:
+            del self._states[ledger_id]
 
     def _restore_generation(self, generation: Generation) -> None:
         """A checkpoint failed: put its generation back so that the next one retries it
@@ -859,17 +886,43 @@ class Bookie:
     # -- housekeeping --------------------------------------------------------------
 
     def collect_garbage(self) -> GcStats:
-        """Remove entry logs that hold only deleted ledgers (deletions already checkpointed)."""
-        stats = self._gc.collect(set(self._durably_deleted))
+        """Remove entry logs that hold only deleted ledgers (deletions already checkpointed),
+        then forget the deleted ledgers no entry log holds any more."""
+        with self._lock:
+            deleted = set(self._durably_deleted)
+        stats = self._gc.collect(deleted)
+        self._forget(deleted)
         self.stats.gc_runs += 1
         self.stats.reclaimed_deletion_bytes += stats.bytes_reclaimed
         return stats
 
+    def _forget(self, deleted: set[int]) -> None:
+        """Of the durably deleted ledgers ``deleted``, drop every trace of those no entry
+        log holds (their entries already left the index at the deletion's checkpoint):
+        the index rows, the state, the id in ``_durably_deleted``.  From then on the
+        bookie knows nothing of such a ledger, as of one it never held."""
+        with self._entrylog_lock:
+            maps = list(self._entry_logs.ledger_maps.values())
+            held = {lid for lid in deleted if any(lid in m for m in maps)}
+        gone = deleted - held
+        if not gone:
+            return
+        self._index.forget_ledgers(sorted(gone))
+        with self._lock:
+            for ledger_id in gone:
+                self._durably_deleted.discard(ledger_id)
+                state = self._states.get(ledger_id)
+                if state is not None and state.deleted and ledger_id not in self._dirty:
+                    del self._states[ledger_id]
+        log.info("forgot %d deleted ledgers whose entry logs are gone", len(gone))
+
     def compact(self, threshold: float) -> GcStats:
         """Copy the live entries of logs under ``threshold`` live fraction, then drop them."""
-        deleted = set(self._durably_deleted)
+        with self._lock:
+            deleted = set(self._durably_deleted)
         stats = self._gc.collect(deleted)
         compacted = self._gc.compact(deleted, threshold)
+        self._forget(deleted)
         self.stats.gc_runs += 1
         self.stats.reclaimed_deletion_bytes += stats.bytes_reclaimed
         self.stats.reclaimed_compaction_bytes += compacted.bytes_reclaimed

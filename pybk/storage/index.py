@@ -14,8 +14,20 @@ LMDB replaces BookKeeper's per-ledger index files.  The environment lives in
     carried by a stored entry (8, signed, -1 for none), explicit LAC (8, signed), then the
     master key (the rest).
 
+``deleted``
+    key: ledger id (8) of a ledger whose deletion is committed; value: empty.  The
+    bookie reads this table at start (the ledgers garbage collection has yet to forget),
+    not every ledger's state.
+
 ``meta``
     ``last_entry_log_id`` (8): the highest entry log id ever used, so ids never repeat.
+    ``index_version`` (4): the format of the tables, :data:`INDEX_VERSION` (absent in
+    version 1, which had no ``deleted`` table: opening it for writing adds the table,
+    filled from the ``ledgers`` table, and the version).
+
+A deleted ledger keeps its ``ledgers`` row (flag deleted) and its ``deleted`` row until
+garbage collection removed every entry log holding its entries; then both rows go
+(:meth:`Index.forget_ledgers`) and the index holds nothing of it.
 
 Durability: the index is written only by the checkpoint, GC and compaction, each in one
 transaction; a committed transaction is durable (LMDB syncs data pages, then the meta
@@ -32,6 +44,8 @@ from typing import Iterable, Iterator, NamedTuple
 
 import lmdb
 
+from pybk.errors import BookKeeperError
+
 ENTRY_KEY = struct.Struct(">QQ")
 LEDGER_KEY = struct.Struct(">Q")
 LOCATION = struct.Struct(">QQI")
@@ -39,6 +53,10 @@ LEDGER_STATE = struct.Struct(">Bqq")
 assert (ENTRY_KEY.size, LOCATION.size, LEDGER_STATE.size) == (16, 20, 17), \
     "index keys and values are documented as 16, 20 and 17 (+ key) bytes"
 LAST_LOG_ID_KEY = b"last_entry_log_id"
+VERSION_KEY = b"index_version"
+#: The format this pybk writes; it reads this one and version 1 (upgraded on open).
+INDEX_VERSION = 2
+_VERSION = struct.Struct(">I")
 #: Index items a checkpoint writes per LMDB call (a millisecond or two of work).
 PUT_SLICE_ITEMS = 1024
 
@@ -104,7 +122,7 @@ class Index:
         missing.
         """
         if read_only:
-            self._env = lmdb.open(directory, map_size=_MAP_SIZE_BYTES, max_dbs=3,
+            self._env = lmdb.open(directory, map_size=_MAP_SIZE_BYTES, max_dbs=4,
                                   readonly=True, lock=beside_writer, create=False,
                                   readahead=False)
             if beside_writer:
@@ -113,15 +131,38 @@ class Index:
                 self._env.reader_check()
         else:
             os.makedirs(directory, exist_ok=True)
-            self._env = lmdb.open(directory, map_size=_MAP_SIZE_BYTES, max_dbs=3,
+            self._env = lmdb.open(directory, map_size=_MAP_SIZE_BYTES, max_dbs=4,
                                   max_readers=256, readahead=False)
         try:
             self._entries, self._ledgers, self._meta = (
                 self._env.open_db(name, create=not read_only)
                 for name in (b"entries", b"ledgers", b"meta"))
+            version = self.version()
+            if version > INDEX_VERSION:
+                raise BookKeeperError(f"the index in {directory} has format version "
+                                      f"{version}, this pybk reads up to {INDEX_VERSION}")
+            # Readers of a version 1 index (read-only: not upgraded) have no deleted table.
+            self._deleted = (self._env.open_db(b"deleted", create=not read_only)
+                             if version >= INDEX_VERSION or not read_only else None)
+            if version < INDEX_VERSION and not read_only:
+                self._upgrade()
         except BaseException:
             self._env.close()
             raise
+
+    def version(self) -> int:
+        """The format version of the tables (1 for an index written before it was kept)."""
+        with self._env.begin(db=self._meta) as txn:
+            value = txn.get(VERSION_KEY)
+            return _VERSION.unpack(value)[0] if value else 1
+
+    def _upgrade(self) -> None:
+        """Version 1 to 2, in one transaction: fill the ``deleted`` table."""
+        with self._env.begin(write=True) as txn:
+            txn.cursor(db=self._deleted).putmulti(
+                [(key, b"") for key, value in txn.cursor(db=self._ledgers)
+                 if LEDGER_STATE.unpack_from(value)[0] & FLAG_DELETED])
+            txn.put(VERSION_KEY, _VERSION.pack(INDEX_VERSION), db=self._meta)
 
     # -- reads -------------------------------------------------------------------
 
@@ -173,6 +214,14 @@ class Index:
             for key, value in txn.cursor():
                 yield LEDGER_KEY.unpack(key)[0], decode_ledger_state(value)
 
+    def deleted_ledgers(self) -> list[int]:
+        """The ledgers whose deletion is committed and not yet forgotten."""
+        if self._deleted is None:
+            return [lid for lid, state in self.ledger_states() if state.deleted]
+        with self._env.begin(db=self._deleted) as txn:
+            return [LEDGER_KEY.unpack(key)[0]
+                    for key in txn.cursor().iternext(keys=True, values=False)]
+
     def sizes(self) -> tuple[int, int]:
         """``(bytes used by the index's pages, ledger records)``; the ledger records
         include deleted ledgers' until garbage collection drops them."""
@@ -212,6 +261,8 @@ class Index:
 
         ``items`` come from :meth:`location_items`; a later item for the same key wins.
         """
+        deleted = list(deleted)
+        tombstones = sorted({*deleted, *(lid for lid, state in states.items() if state.deleted)})
         with self._env.begin(write=True) as txn:
             entries = txn.cursor(db=self._entries)
             items = iter(items)
@@ -226,6 +277,8 @@ class Index:
             ledgers = txn.cursor(db=self._ledgers)
             ledgers.putmulti([(LEDGER_KEY.pack(ledger_id), encode_ledger_state(state))
                               for ledger_id, state in sorted(states.items())])
+            txn.cursor(db=self._deleted).putmulti(
+                [(LEDGER_KEY.pack(ledger_id), b"") for ledger_id in tombstones])
             txn.put(LAST_LOG_ID_KEY, struct.pack(">Q", last_log_id), db=self._meta)
 
     def _delete_entries(self, txn: lmdb.Transaction, ledger_id: int) -> None:
@@ -237,6 +290,15 @@ class Index:
             if len(key) != ENTRY_KEY.size or ENTRY_KEY.unpack(key)[0] != ledger_id:
                 return
             cursor.delete()
+
+    def forget_ledgers(self, ledger_ids: Iterable[int]) -> None:
+        """Remove deleted ledgers' rows (``ledgers`` and ``deleted``), in one transaction:
+        for ledgers no entry log holds any more, whose entries already left the index."""
+        with self._env.begin(write=True) as txn:
+            for ledger_id in ledger_ids:
+                key = LEDGER_KEY.pack(ledger_id)
+                txn.delete(key, db=self._ledgers)
+                txn.delete(key, db=self._deleted)
 
     def relocate(self, moves: Iterable[tuple[LocationUpdate, int, int]]) -> int:
         """Compaction's update: ``(new location, old log id, old offset)``.

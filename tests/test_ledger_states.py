@@ -1,0 +1,167 @@
+"""A bookie's memory and index do not grow with every ledger it ever held: idle ledger
+states leave memory (and come back from the index, also after a crash), and a deleted
+ledger leaves nothing once garbage collection removed its entry logs."""
+
+from __future__ import annotations
+
+import os
+
+import lmdb
+import pytest
+from conftest import KEY, entry
+from storageutil import close_as_if_crashed
+
+from pybk.errors import LedgerFenced, NoSuchLedger, Unauthorized
+from pybk.storage import bookie as bookie_module
+from pybk.storage.index import INDEX_VERSION, Index, StoredLedgerState
+
+pytestmark = pytest.mark.timeout(120)
+
+KEPT = 8
+LEDGERS = range(1, 41)
+
+
+@pytest.fixture
+def few_states(monkeypatch):
+    monkeypatch.setattr(bookie_module, "IDLE_STATES_KEPT", KEPT)
+
+
+def _quiet(settings_factory, **overrides):
+    # No automatic checkpoint or GC: each test decides when they run.
+    return settings_factory(flushInterval=3_600_000, gcWaitTime=3_600_000,
+                            minorCompactionInterval=0, majorCompactionInterval=0, **overrides)
+
+
+def _fill(bookie):
+    """Two entries in each ledger; every third fenced, every fifth with an explicit LAC."""
+    for e in range(2):
+        for ledger in LEDGERS:
+            bookie.add_entry(ledger, e, entry(ledger, e), KEY)
+    for ledger in LEDGERS:
+        if ledger % 3 == 0:
+            bookie.fence(ledger, KEY).result(timeout=10)
+        if ledger % 5 == 0:
+            bookie.set_explicit_lac(ledger, 7, KEY).result(timeout=10)
+
+
+def _assert_states(bookie):
+    for ledger in LEDGERS:
+        assert bookie.read_entry(ledger, 1) == entry(ledger, 1)
+        assert bookie.read_lac(ledger) == (7 if ledger % 5 == 0 else 0)
+        assert bookie.is_fenced(ledger) == (ledger % 3 == 0)
+        with pytest.raises(Unauthorized):
+            bookie.add_entry(ledger, 2, entry(ledger, 2), b"another key")
+        if ledger % 3 == 0:
+            with pytest.raises(LedgerFenced):
+                bookie.add_entry(ledger, 2, entry(ledger, 2), KEY)
+
+
+def test_idle_ledger_states_leave_memory_and_come_back_from_the_index(
+        few_states, bookie_factory, settings_factory):
+    bookie = bookie_factory(_quiet(settings_factory))
+    _fill(bookie)
+    assert bookie.ledger_states_in_memory >= len(LEDGERS)
+    bookie.checkpoint()
+    assert bookie.ledger_states_in_memory <= KEPT
+    _assert_states(bookie)  # every state read back loads it again...
+    bookie.checkpoint()
+    assert bookie.ledger_states_in_memory <= KEPT  # ...and the next checkpoint drops it
+    bookie.add_entry(1, 2, entry(1, 2), KEY)  # an evicted ledger takes adds with its key
+    assert bookie.read_lac(1) == 1
+
+
+def test_a_ledger_changed_since_the_last_checkpoint_keeps_its_state(
+        few_states, bookie_factory, settings_factory):
+    bookie = bookie_factory(_quiet(settings_factory))
+    _fill(bookie)
+    bookie.checkpoint()
+    for ledger in LEDGERS:  # every ledger changes again: none may be dropped
+        bookie.add_entry(ledger, 3, entry(ledger, 3, lac=2), KEY, recovery=True)
+    bookie.checkpoint()  # commits them; the cut made them clean
+    assert bookie.ledger_states_in_memory <= KEPT
+    for ledger in LEDGERS:
+        assert bookie.read_lac(ledger) == (7 if ledger % 5 == 0 else 2)
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["clean-restart", "crash"])
+def test_states_survive_a_restart_after_eviction(few_states, bookie_factory, settings_factory,
+                                                 tmp_path, crash):
+    settings = _quiet(settings_factory)
+    bookie = bookie_factory(settings)
+    _fill(bookie)
+    bookie.checkpoint()
+    assert bookie.ledger_states_in_memory <= KEPT
+    # Changes after the eviction live in the journal only until the next checkpoint.
+    bookie.fence(4, KEY).result(timeout=10)
+    bookie.set_explicit_lac(4, 7, KEY).result(timeout=10)
+    if crash:
+        close_as_if_crashed(bookie, str(tmp_path))
+    else:
+        bookie.close()
+    reopened = bookie_factory(settings)
+    assert reopened.is_fenced(4) and reopened.read_lac(4) == 7
+    for ledger in LEDGERS:
+        if ledger != 4:
+            assert reopened.read_entry(ledger, 0) == entry(ledger, 0)
+            assert reopened.is_fenced(ledger) == (ledger % 3 == 0)
+            assert reopened.read_lac(ledger) == (7 if ledger % 5 == 0 else 0)
+
+
+def _index_rows(settings):
+    """What a closed bookie's index holds of ledgers: states and deletion rows."""
+    index = Index(os.path.join(settings.ledgerDirectories[0], "current", "index"),
+                  read_only=True)
+    try:
+        return dict(index.ledger_states()), index.deleted_ledgers()
+    finally:
+        index.close()
+
+
+def test_gc_leaves_nothing_of_deleted_ledgers(bookie_factory, settings_factory):
+    settings = _quiet(settings_factory, logSizeLimit=64 << 10, maxEntrySizeBytes=16 << 10,
+                      writeCacheMaxSizeMb=1)
+    bookie = bookie_factory(settings, start_background_threads=False)
+    _fill(bookie)
+    bookie.checkpoint()
+    deleted = [ledger for ledger in LEDGERS if ledger > 2]
+    for ledger in deleted:
+        bookie.delete_ledger(ledger)
+    bookie.checkpoint()
+    assert bookie.gauges().ledgers == 2
+    with pytest.raises(NoSuchLedger, match="deleted"):
+        bookie.add_entry(5, 2, entry(5, 2), KEY)
+    # The current entry log is never collected: roll past it with the live ledgers.
+    for e in range(2, 40):
+        bookie.add_entry(1, e, entry(1, e, body=b"x" * 4000), KEY)
+        bookie.add_entry(2, e, entry(2, e, body=b"x" * 4000), KEY)
+    bookie.checkpoint()
+    stats = bookie.compact(1.0)  # collects, and copies the live ledgers out of shared logs
+    assert stats.logs_deleted or stats.logs_compacted
+    assert bookie.ledger_states_in_memory <= 2
+    assert bookie.gauges().ledgers == 2
+    for ledger in deleted:
+        assert not bookie.ledger_exists(ledger)
+    assert bookie.entry_ids(1) == list(range(40))
+    bookie.close()
+    states, tombstones = _index_rows(settings)
+    assert sorted(states) == [1, 2] and tombstones == []
+
+
+def test_an_index_of_the_previous_format_is_upgraded(tmp_path):
+    directory = str(tmp_path / "index")
+    index = Index(directory)
+    index.commit_checkpoint(iter(()), {5: StoredLedgerState(KEY, False, True, 3, None),
+                                       6: StoredLedgerState(KEY, True, False, 3, None)},
+                            [5], 0)
+    index.close()
+    env = lmdb.open(directory, max_dbs=4)  # as version 1 left it: no deleted table
+    with env.begin(write=True) as txn:
+        txn.drop(env.open_db(b"deleted", txn=txn))
+        txn.delete(b"index_version", db=env.open_db(b"meta", txn=txn))
+    env.close()
+    assert Index(directory, read_only=True).deleted_ledgers() == [5]
+    index = Index(directory)
+    try:
+        assert index.version() == INDEX_VERSION and index.deleted_ledgers() == [5]
+    finally:
+        index.close()
