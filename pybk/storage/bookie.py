@@ -63,7 +63,7 @@ from pybk.settings import ServerSettings
 from pybk.stats import JournalStats, StorageGauges, StorageStats
 from pybk.storage import journal as jr
 from pybk.storage import journal_codec as codec
-from pybk.storage.checkpoint import Checkpointer, Generation, flush_generation
+from pybk.storage.checkpoint import Checkpointer, Generation, flush_generation, flush_records
 from pybk.storage.cookie import format_directories, verify_cookies
 from pybk.storage.diskcheck import DiskMonitor, UsageFunction, free_and_total_bytes, used_fraction
 from pybk.storage.entries import ENTRY_HEADER, ENTRY_HEADER_SIZE, LAST_ENTRY
@@ -831,26 +831,59 @@ class Bookie:
     # -- replay ------------------------------------------------------------------
 
     def _replay(self) -> tuple[int, int]:
+        """Replay the journal from LastLogMark.
+
+        ADD records go straight to entry logs and the index in journal order, every
+        half write cache of bytes (:meth:`_write_replayed`), not through the write cache:
+        the cost is per byte and per record, whatever the number of ledgers.  Ledger
+        states (key, fence, LACs, deletion) stay in memory, dirty, until the first
+        checkpoint writes them all at once; the mark moves only then, so a crash during
+        replay replays again from the same mark (an entry written twice is found at its
+        later copy).
+        """
         mark = read_mark(self._ledger_dirs)
         started = time.monotonic()
         replayed_bytes = 0
+        buffers: list[bytes] = []   # record header, entry, record header, entry, ...
+        ledger_ids: list[int] = []  # one per record
+        entry_ids: list[int] = []
+        pending_bytes = 0
+        states = self._states
+        dirty = self._dirty
+        pack_header = codec.RECORD.pack
+        unpack_entry_header = ENTRY_HEADER.unpack_from
+
+        def write_pending() -> None:
+            nonlocal pending_bytes
+            if ledger_ids:
+                self._write_replayed(buffers, ledger_ids, entry_ids)
+                buffers.clear()
+                ledger_ids.clear()
+                entry_ids.clear()
+            pending_bytes = 0
 
         def apply(rtype: int, payload: bytes, crc: int) -> None:
-            nonlocal replayed_bytes
-            replayed_bytes += len(payload)
+            nonlocal replayed_bytes, pending_bytes
+            size = len(payload)
+            replayed_bytes += size
             if rtype == codec.ADD:
-                ledger_id, entry_id, lac = ENTRY_HEADER.unpack_from(payload)
-                state = self._state(ledger_id)
+                ledger_id, entry_id, lac = unpack_entry_header(payload)
+                state = states.get(ledger_id) or self._state(ledger_id)
                 if state is None:
-                    state = self._states[ledger_id] = LedgerState(b"")
+                    state = states[ledger_id] = LedgerState(b"")
+                    dirty.add(ledger_id)
                 if state.deleted:
                     return
-                header = codec.RECORD.pack(len(payload), crc, codec.ADD)
-                self._active.put(ledger_id, entry_id, header, payload)
-                state.lac = max(state.lac, lac)
-                self._dirty.add(ledger_id)
-                if self._active.size_bytes >= self._cache_half_bytes:
-                    self._flush_replayed()
+                if lac > state.lac:
+                    state.lac = lac
+                    dirty.add(ledger_id)
+                buffers.append(pack_header(size, crc, codec.ADD))
+                buffers.append(payload)
+                ledger_ids.append(ledger_id)
+                entry_ids.append(entry_id)
+                pending_bytes += size
+                if pending_bytes >= self._cache_half_bytes:
+                    write_pending()
                 return
             ledger_id = codec.LEDGER_ID.unpack_from(payload)[0]
             state = self._state(ledger_id)
@@ -865,23 +898,28 @@ class Bookie:
                 state.explicit_lac = max(lac, state.explicit_lac if state.explicit_lac
                                          is not None else lac)
             elif rtype == codec.DELETE:
+                # Its entries written so far leave the index with the deletion (at the
+                # first checkpoint); later ADD records of it are skipped.
                 state.deleted = True
-                self._active.drop_ledger(ledger_id)
                 self._pending_deletes.add(ledger_id)
             self._dirty.add(ledger_id)
 
         records, last_id = codec.replay(self.journal_dir, mark, apply)
-        self._flush_replayed()
+        write_pending()
+        self._flush(self._cut_generation())  # the states and deletions, once
         elapsed = time.monotonic() - started
         self.replay_stats = {"records": records, "bytes": replayed_bytes, "seconds": elapsed}
         log.info("replayed %d journal records (%d bytes) from %s in %.3f s", records,
                  replayed_bytes, mark, elapsed)
         return records, last_id
 
-    def _flush_replayed(self) -> None:
-        """During replay: move what was replayed so far into entry logs and the index (the
-        mark stays where it is until the first checkpoint)."""
-        self._flush(self._cut_generation())
+    def _write_replayed(self, buffers: list[bytes], ledger_ids: list[int],
+                        entry_ids: list[int]) -> None:
+        """Write replayed ADD records (in journal order) to entry logs and the index."""
+        runs = [(ledger_id, len(list(run))) for ledger_id, run in
+                itertools.groupby(ledger_ids)]
+        flush_records(buffers, entry_ids, runs, {}, set(), self._entry_logs, self._index,
+                      self._gc, self._entrylog_lock)
 
     # -- housekeeping --------------------------------------------------------------
 

@@ -91,6 +91,19 @@ def flush_generation(generation: Generation, entry_logs: EntryLogger, index: Ind
         buffers += records
         entry_ids += ids
         runs.append((ledger_id, len(ids)))
+    flush_records(buffers, entry_ids, runs, states, deletes, entry_logs, index, gc,
+                  entrylog_lock)
+    return gone
+
+
+def flush_records(buffers: list[bytes], entry_ids: list[int], runs: list[tuple[int, int]],
+                  states: dict[int, StoredLedgerState], deletes: set[int],
+                  entry_logs: EntryLogger, index: Index, gc: GarbageCollector,
+                  entrylog_lock: threading.Lock) -> None:
+    """Append records (``buffers`` = record header, entry, ...; ``runs`` = ``(ledger id,
+    number of records)`` in order) to entry logs, sync them, then commit their index
+    items with ``states`` and ``deletes`` in one transaction.  The cost is per byte and
+    per record, with a few C-level operations per run."""
     ledger_ids = list(itertools.chain.from_iterable(
         itertools.starmap(itertools.repeat, runs)))  # one per record
     items: list[Iterator[tuple[bytes, bytes]]] = []  # lazy: LMDB packs them in C
@@ -113,7 +126,6 @@ def flush_generation(generation: Generation, entry_logs: EntryLogger, index: Ind
     finally:
         with entrylog_lock:
             gc.release(touched)
-    return gone
 
 
 class Checkpointer:
