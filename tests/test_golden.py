@@ -60,6 +60,7 @@ MAX_ENTRY_BYTES = ServerSettings().maxEntrySizeBytes
 #: Every golden file, by its path under tests/golden (README.md and .gitattributes aside).
 GOLDEN_FILES = frozenset({
     "storage/journal.txn", "storage/entrylog.log", "storage/lastMark", "storage/index.txt",
+    "storage/index.v1.txt",
     "storage/COOKIE", "meta/ledger-closed.bin", "meta/ledger-closed-v1.bin",
     "meta/bookie-cookie.bin", "log/head.bin",
     "log/segment-3.bin", "log/segment-4.bin", "wire/add-request.0.bin",
@@ -220,8 +221,8 @@ class Written(NamedTuple):
     index: bytes  # its items (dump_index)
 
 
-#: The index's LMDB tables (pybk/storage/index.py).
-INDEX_TABLES = ("entries", "ledgers", "meta")
+#: The index's LMDB tables (pybk/storage/index.py); format 1 had no ``deleted``.
+INDEX_TABLES = ("entries", "ledgers", "deleted", "meta")
 
 
 def dump_index(directory: str) -> bytes:
@@ -376,10 +377,12 @@ def test_bookie_replays_golden_journal(tmp_path):
         check_script_state(bookie)
 
 
-def test_bookie_reads_golden_checkpoint(tmp_path):
+@pytest.mark.parametrize("index_file", ["index.txt", "index.v1.txt"])
+def test_bookie_reads_golden_checkpoint(tmp_path, index_file):
     """A bookie whose directories hold the golden journal, entry log, lastMark and index
-    (a checkpoint after the last record) replays nothing and reads every entry from the
-    entry log through the index, with the ledgers' states."""
+    (a checkpoint after the last record; the index of this format or of format 1) replays
+    nothing and reads every entry from the entry log through the index, with the ledgers'
+    states."""
     settings = bookie_settings(str(tmp_path))
     format_bookie(settings)
     preallocated_journal(os.path.join(settings.journalDirectory, "current",
@@ -387,7 +390,7 @@ def test_bookie_reads_golden_checkpoint(tmp_path):
     ledgers = os.path.join(settings.ledgerDirectories[0], "current")
     for name, target in (("entrylog.log", log_file_name(1)), ("lastMark", "lastMark")):
         shutil.copyfile(os.path.join(GOLDEN, "storage", name), os.path.join(ledgers, target))
-    load_index(os.path.join(ledgers, "index"), golden("storage/index.txt"))
+    load_index(os.path.join(ledgers, "index"), golden(f"storage/{index_file}"))
     with Bookie(settings, start_background_threads=False) as bookie:
         assert bookie.replayed_records == 0
         check_script_state(bookie)
