@@ -15,7 +15,8 @@ settings (a checkpoint every second).  Measured:
   duration of the final checkpoint (``final_checkpoint_s``);
 * ``index_bytes_per_entry``: LMDB's used pages over the entries held;
 * ``memory_growth_mb``: resident memory after the adds and a checkpoint, minus before the
-  bookie opened (the write cache is empty by then: what stays is per-ledger state);
+  bookie opened (the write cache is empty by then: what stays is per-ledger state, and
+  LMDB's mapped pages), with ``ledger_states_in_memory``;
 * ``restart``: a child process makes the same adds with no checkpoint, is SIGKILLed once
   they are durable, and the bookie is reopened: replay MiB/s and seconds to open, with
   the CPU seconds of the open (on a shared machine, wall time also counts other work).
@@ -27,6 +28,7 @@ JSON line.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import os
 import signal
@@ -61,7 +63,13 @@ def say(message: str) -> None:
 
 
 def rss_mb() -> float:
-    """Resident memory of this process now, in MiB."""
+    """Resident memory of this process now, in MiB, after a garbage collection and after
+    glibc gave freed memory back (else the write cache's freed buffers would count)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: the figure then includes memory the allocator kept
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MIB
 
@@ -103,7 +111,6 @@ def measure_adds(workdir: str, ledgers: int, adds: int) -> dict:
     """Adds, checkpoints, index size and memory of one bookie over ``ledgers`` ledgers."""
     settings = bookie_settings(new_bookie_dir(workdir, f"adds-{ledgers}"))
     format_bookie(settings)
-    gc.collect()
     before = rss_mb()
     with Bookie(settings) as bookie:
         seconds = round_robin(bookie, ledgers, adds)
@@ -112,16 +119,19 @@ def measure_adds(workdir: str, ledgers: int, adds: int) -> dict:
         started = time.perf_counter()
         bookie.checkpoint()
         final = time.perf_counter() - started
-        gc.collect()
         growth = rss_mb() - before
-        index_bytes = bookie.gauges().index_bytes
+        states = bookie.ledger_states_in_memory
+        gauges = bookie.gauges()
+        assert gauges is not None
+        index_bytes = gauges.index_bytes
     figures = {"adds": adds, "seconds": round(seconds, 3),
                "adds_per_s": round(adds / seconds, 1),
                "checkpoints": count,
                "checkpoint_mean_s": round(total_ms / count / 1000, 3) if count else None,
                "final_checkpoint_s": round(final, 3),
                "index_bytes_per_entry": round(index_bytes / adds, 1),
-               "memory_growth_mb": round(growth, 1)}
+               "memory_growth_mb": round(growth, 1),
+               "ledger_states_in_memory": states}
     say(f"N={ledgers}: {figures['adds_per_s']:.0f} adds/s, {count} checkpoints of "
         f"{figures['checkpoint_mean_s']} s, final {figures['final_checkpoint_s']} s, "
         f"index {figures['index_bytes_per_entry']} B/entry, +{figures['memory_growth_mb']} MiB")
