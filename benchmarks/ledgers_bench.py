@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.writer:
         run_writer(args.writer, args.ledgers, args.adds)
         return 0
-    counts = FULL_LEDGER_COUNTS if args.full else LEDGER_COUNTS
+    counts: tuple[int, ...] = FULL_LEDGER_COUNTS if args.full else LEDGER_COUNTS
     if args.counts:
         counts = tuple(sorted({1, *map(int, args.counts.split(","))}))
     adds = QUICK_ADDS if args.quick else ADDS
