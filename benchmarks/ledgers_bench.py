@@ -22,7 +22,7 @@ settings (a checkpoint every second).  Measured:
   the CPU seconds of the open (on a shared machine, wall time also counts other work).
 
 Ratios to N=1 of the same run come with each N.  Progress goes to stderr; stdout gets one
-JSON line.
+JSON line.  ``--plot PNG`` draws the ratios to N=1 against N (matplotlib).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from plot import PlottingUnavailable, check_plotting  # noqa: E402
 from rawdisk import MIB, mb_per_s, ratio, run_and_report  # noqa: E402
 from storage_bench import KEY, SMALL_ENTRY, InFlight, bookie_settings, entry_body, new_bookie_dir  # noqa: E402
 
@@ -226,7 +227,7 @@ def evaluate_targets(runs: dict[int, dict]) -> dict:
     return targets
 
 
-def run(workdir: str, counts: tuple[int, ...], adds: int) -> dict:
+def run(workdir: str, counts: tuple[int, ...], adds: int, plot: str | None) -> dict:
     started = time.perf_counter()
     load = os.getloadavg()
     runs: dict[int, dict] = {}
@@ -239,7 +240,23 @@ def run(workdir: str, counts: tuple[int, ...], adds: int) -> dict:
               "runs": {str(n): f for n, f in runs.items()},
               "targets": evaluate_targets(runs),
               "elapsed_s": round(time.perf_counter() - started, 1)}
+    if plot:
+        draw(runs, plot)
     return result
+
+
+def draw(runs: dict[int, dict], path: str) -> None:
+    """The ratios to N=1 against N, as a PNG (:func:`plot.plot_curves`)."""
+    from plot import plot_curves
+    counts = sorted(runs)
+    plot_curves(path, counts, {
+        "adds/s": [runs[n]["ratio_to_1"]["adds_per_s"] for n in counts],
+        "final checkpoint time": [runs[n]["ratio_to_1"]["final_checkpoint_s"] for n in counts],
+        "restart (Bookie() open) time": [runs[n]["ratio_to_1"]["restart_open_s"]
+                                         for n in counts],
+    }, "one bookie, 200,000 adds of 1 KiB round-robin over N ledgers",
+        "ledgers (N)", "ratio to N=1, same run")
+    say(f"plot written to {path}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -249,6 +266,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"{QUICK_ADDS} adds per N instead of {ADDS}")
     parser.add_argument("--counts", help="ledger counts to measure, comma-separated "
                         "(default 1,10000,100000; 1 is always measured, for the ratios)")
+    parser.add_argument("--plot", metavar="PNG",
+                        help="also draw the ratios to N=1 against N into PNG (matplotlib)")
     parser.add_argument("--dir", default=os.getcwd(),
                         help="where the fresh temporary directory is made")
     # Internal: the child process of the restart measurement.
@@ -267,8 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.counts:
         counts = tuple(sorted({1, *map(int, args.counts.split(","))}))
     adds = QUICK_ADDS if args.quick else ADDS
+    if args.plot:
+        try:
+            check_plotting()
+        except PlottingUnavailable as e:
+            print(f"ledgers_bench: {e}", file=sys.stderr)
+            return 2
     return run_and_report("pybk-ledgers-", args.dir,
-                          lambda workdir: run(workdir, counts, adds))
+                          lambda workdir: run(workdir, counts, adds, args.plot))
 
 
 if __name__ == "__main__":

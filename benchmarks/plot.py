@@ -1,11 +1,12 @@
 """Latency against offered load, drawn into a PNG: the figure the benchmarks' ``--plot``
 writes beside their JSON.
 
-One function, :func:`plot_latency`: for each series (a name and its sweep of points),
+:func:`plot_latency`: for each series (a name and its sweep of points),
 p99 as a solid line and p50 as a dashed one of the same colour, latency on a log scale
 (milliseconds) against offered load (operations per second).  A point is any mapping
 with ``offered_per_s``, ``p50_us`` and ``p99_us``: the rows the benchmarks' open-loop
-sweeps put in their JSON.
+sweeps put in their JSON.  :func:`plot_curves`: figures against a size (e.g. a ratio to
+the smallest size, against the number of ledgers), one line per figure.
 
 matplotlib is optional (``pip install -e '.[bench]'``; ``make bench`` installs it): a
 benchmark given ``--plot`` calls :func:`check_plotting` before it measures anything, so
@@ -76,6 +77,36 @@ def plot_latency(path: str, series: Mapping[str, Sequence[Point]], title: str,
         figure.tight_layout()
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
+        figure.savefig(path, format="png")
+    finally:
+        plt.close(figure)
+    return path
+
+
+def plot_curves(path: str, x: Sequence[float], curves: Mapping[str, Sequence[float]],
+                title: str, x_label: str, y_label: str) -> str:
+    """Draw each of ``curves`` (name -> one value per ``x``) against ``x`` (log scale when
+    it spans more than a factor of 20) into the PNG ``path``; return ``path``."""
+    check_plotting()
+    import matplotlib
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    if not x:
+        raise ValueError("nothing to plot: no x values")
+    figure, axes = plt.subplots(figsize=FIGURE_INCHES, dpi=DPI)
+    try:
+        for number, (name, values) in enumerate(curves.items()):
+            axes.plot(x, values, "o-", color=f"C{number}", label=name)
+        if max(x) > 20 * min(x) > 0:
+            axes.set_xscale("log")
+        axes.set_xlabel(x_label)
+        axes.set_ylabel(y_label)
+        axes.set_title(title)
+        axes.grid(True, which="both", alpha=0.3)
+        axes.legend(fontsize="small")
+        figure.tight_layout()
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         figure.savefig(path, format="png")
     finally:
         plt.close(figure)
