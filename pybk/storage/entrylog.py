@@ -252,11 +252,6 @@ class EntryLogger:
 
     # -- writing -----------------------------------------------------------------
 
-    def append_run(self, ledger_id: int, buffers: list[bytes]) -> list[Placement]:
-        """Append one ledger's records (``buffers`` = header, entry, header, entry, ...):
-        :meth:`append_records` with one run."""
-        return self.append_records(buffers, [(ledger_id, len(buffers) // 2)])
-
     def append_records(self, buffers: list[bytes], runs: Sequence[tuple[int, int]]
                        ) -> list[Placement]:
         """Append the records of many ledgers at once (``buffers`` = header, entry, header,

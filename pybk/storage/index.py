@@ -259,7 +259,7 @@ class Index:
                           deleted: Iterable[int], last_log_id: int) -> None:
         """Point entries at their logs, store ledger states, drop deleted ledgers' entries.
 
-        ``items`` come from :meth:`location_items`; a later item for the same key wins.
+        ``items`` come from :meth:`record_items`; a later item for the same key wins.
         """
         deleted = list(deleted)
         tombstones = sorted({*deleted, *(lid for lid, state in states.items() if state.deleted)})
