@@ -12,7 +12,9 @@ from storageutil import JournalWriteFailure
 
 from pybk.errors import BookKeeperError
 from pybk.fileio import FileIO
+from pybk.storage.entrylog import RECORD_HEADER_SIZE, EntryLogger, Location, entry_crc
 from pybk.storage.index import Index
+from pybk.storage.journal_codec import ADD, RECORD
 from pybk.storage.lastmark import FILE_NAME, read_mark
 
 pytestmark = pytest.mark.timeout(60)
@@ -86,3 +88,33 @@ def test_a_checkpoint_after_the_journal_failed_moves_no_mark(bookie_factory, set
     bookie.close()
     reopened = bookie_factory(settings)
     assert [reopened.read_entry(1, e) for e in range(2)] == [entry(1, e) for e in range(2)]
+
+
+def test_one_append_of_many_ledgers_rolls_logs_and_maps_each_ledgers_bytes(tmp_path):
+    """append_records: records of many ledgers in one call, across log rolls and
+    flushEntrylogBytes steps, land where the placements say, and each log's ledger map
+    counts exactly the bytes of each ledger's records it got."""
+    directory = tmp_path / "ledgers"
+    (directory / "current").mkdir(parents=True)
+    logs = EntryLogger([str(directory)], 8192, lambda: str(directory), flush_bytes=3000)
+    runs = [(ledger, ledger % 4 + 1) for ledger in range(1, 30)]  # 1 to 4 records each
+    records = [(ledger, e, entry(ledger, e, body=bytes([ledger]) * (100 + 37 * e)))
+               for ledger, count in runs for e in range(count)]
+    buffers = []
+    for _ledger, _e, data in records:
+        buffers += [RECORD.pack(len(data), entry_crc(data), ADD), data]
+    placements = logs.append_records(buffers, runs)
+    logs.sync()
+    assert len({log_id for log_id, _first, _offsets in placements}) > 1  # it rolled
+    expected: dict[int, dict[int, int]] = {}
+    placed = 0
+    for log_id, first, offsets in placements:
+        assert first == placed
+        for (ledger, e, data), offset in zip(records[first:], offsets):
+            assert logs.read(Location(log_id, offset), len(data), ledger, e) == data
+            per_log = expected.setdefault(log_id, {})
+            per_log[ledger] = per_log.get(ledger, 0) + RECORD_HEADER_SIZE + len(data)
+        placed += len(offsets)
+    assert placed == len(records)
+    assert {log_id: logs.ledger_maps[log_id] for log_id in expected} == expected
+    logs.close()
