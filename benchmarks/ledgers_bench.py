@@ -16,7 +16,8 @@ settings (a checkpoint every second).  Measured:
 * ``index_bytes_per_entry``: LMDB's used pages over the entries held;
 * ``memory_growth_mb``: resident memory after the adds and a checkpoint, minus before the
   bookie opened (the write cache is empty by then: what stays is per-ledger state, and
-  LMDB's mapped pages), with ``ledger_states_in_memory``;
+  LMDB's mapped pages, resident as the index is written: ``index_mb``), with
+  ``ledger_states_in_memory``;
 * ``restart``: a child process makes the same adds with no checkpoint, is SIGKILLed once
   they are durable, and the bookie is reopened: replay MiB/s and seconds to open, with
   the CPU seconds of the open (on a shared machine, wall time also counts other work).
@@ -132,6 +133,7 @@ def measure_adds(workdir: str, ledgers: int, adds: int) -> dict:
                "final_checkpoint_s": round(final, 3),
                "index_bytes_per_entry": round(index_bytes / adds, 1),
                "memory_growth_mb": round(growth, 1),
+               "index_mb": round(index_bytes / MIB, 1),
                "ledger_states_in_memory": states}
     say(f"N={ledgers}: {figures['adds_per_s']:.0f} adds/s, {count} checkpoints of "
         f"{figures['checkpoint_mean_s']} s, final {figures['final_checkpoint_s']} s, "
