@@ -165,3 +165,39 @@ def test_an_index_of_the_previous_format_is_upgraded(tmp_path):
         assert index.version() == INDEX_VERSION and index.deleted_ledgers() == [5]
     finally:
         index.close()
+
+
+def test_a_ledger_forgotten_and_made_again_survives_a_replay_of_both(bookie_factory,
+                                                                      settings_factory,
+                                                                      tmp_path):
+    """A crash after the checkpoint that made a deletion durable (GC forgot the ledger,
+    the same id was used again) but before its LastLogMark: replay sees the deletion and
+    the new ledger's master key and adds, and keeps the new ledger's adds."""
+    settings = _quiet(settings_factory, logSizeLimit=64 << 10, maxEntrySizeBytes=16 << 10,
+                      writeCacheMaxSizeMb=1)
+    bookie = bookie_factory(settings, start_background_threads=False)
+    for e in range(20):
+        bookie.add_entry(5, e, entry(5, e, body=b"o" * 4000), KEY)
+    bookie.checkpoint()
+    mark_files = [os.path.join(d, "current", "lastMark") for d in settings.ledgerDirectories]
+    marks_before_deletion = []
+    for path in mark_files:
+        with open(path, "rb") as f:
+            marks_before_deletion.append(f.read())
+    bookie.delete_ledger(5)
+    for e in range(20):  # roll past the log holding ledger 5 so that GC may remove it
+        bookie.add_entry(6, e, entry(6, e, body=b"x" * 4000), KEY)
+    bookie.checkpoint()
+    bookie.compact(1.0)  # removes ledger 5's logs, copying ledger 6's entries out of them
+    assert not bookie.ledger_exists(5)
+    bookie.add_entry(5, 0, entry(5, 0, body=b"new"), b"another key")  # a new ledger 5
+    close_as_if_crashed(bookie, str(tmp_path))
+    for path, mark in zip(mark_files, marks_before_deletion):  # as if the crash came first
+        with open(path, "wb") as f:
+            f.write(mark)
+    reopened = bookie_factory(settings, start_background_threads=False)
+    assert reopened.entry_ids(5) == [0]
+    assert reopened.read_entry(5, 0) == entry(5, 0, body=b"new")
+    with pytest.raises(Unauthorized):
+        reopened.add_entry(5, 1, entry(5, 1), KEY)
+    assert reopened.entry_ids(6) == list(range(20))

@@ -887,12 +887,22 @@ class Bookie:
                     write_pending()
                 return
             ledger_id = codec.LEDGER_ID.unpack_from(payload)[0]
+            if rtype == codec.MASTER_KEY:
+                # Journaled only for a ledger the bookie did not know (neither in memory
+                # nor in the index): a new ledger, whatever an earlier incarnation,
+                # deleted and forgotten since, left.  No index lookup.
+                if ledger_id in self._pending_deletes:
+                    # That incarnation's deletion (replayed above) must drop its entries
+                    # now, not at the first checkpoint, where it would drop these too.
+                    write_pending()
+                    self._flush(self._cut_generation())
+                states[ledger_id] = LedgerState(payload[codec.LEDGER_ID.size:])
+                dirty.add(ledger_id)
+                return
             state = self._state(ledger_id)
             if state is None:
                 state = self._states[ledger_id] = LedgerState(b"")
-            if rtype == codec.MASTER_KEY:
-                state.master_key = payload[codec.LEDGER_ID.size:]
-            elif rtype == codec.FENCE:
+            if rtype == codec.FENCE:
                 state.fenced = True
             elif rtype == codec.EXPLICIT_LAC:
                 lac = codec.LEDGER_LAC.unpack_from(payload)[1]
