@@ -173,6 +173,9 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             args.ledger, args.first, args.last, args.bookie, target.password,
             args.unconfirmed),
             admin_inspect.show_ledger_entries, admin.client)
+    if args.command == "listledgers":  # streamed: a cluster may hold millions
+        return admin.run_streamed(target, admin.list_ledgers(args.meta, args.bookie),
+                                  admin.show_ledgers)
     if args.command in ("recover", "decommission"):
         from pybk.cluster import recover_commands
         if args.command == "decommission":
@@ -192,7 +195,6 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         "lostbookierecoverydelay": (lambda a: admin.lost_bookie_recovery_delay(a.seconds),
                                     admin.show_delay),
         "listbookies": (lambda a: admin.list_bookies(a.read_only), admin.show_bookies),
-        "listledgers": (lambda a: admin.list_ledgers(a.meta, a.bookie), admin.show_ledgers),
         "ledgermetadata": (lambda a: admin.ledger_metadata(a.ledger), admin.show_metadata),
         "bookieinfo": (lambda a: admin_inspect.bookie_info(a.timeout, target.settings),
                        admin_inspect.show_bookie_info),

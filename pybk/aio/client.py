@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any
+import itertools
+from typing import Any, AsyncIterator
 
 from pybk.aio.bridge import MAX_PENDING_DEFAULT, Bridge, Feed, Submissions
 from pybk.aio.log import AsyncLogReader, AsyncLogWriter
@@ -29,6 +30,7 @@ from pybk.errors import ClientClosed, LedgerClosed
 from pybk.log.position import Position
 from pybk.log.reader import LogReader
 from pybk.log.writer import LogWriter
+from pybk.meta.layout import LIST_PAGE_NAMES
 from pybk.meta.ledger_metadata import LedgerMetadata
 from pybk.settings import ClientSettings, LogSettings
 
@@ -100,7 +102,19 @@ class AsyncBookKeeper:
         await self._bridge.call(self.bk.delete_ledger, ledger_id)
 
     async def list_ledgers(self) -> list[int]:
+        """Every ledger id, ascending, in one list (``BookKeeper.list_ledgers``)."""
         return await self._bridge.call(self.bk.list_ledgers)
+
+    async def iter_ledgers(self, page_size: int = LIST_PAGE_NAMES) -> AsyncIterator[int]:
+        """The ledger ids as ``BookKeeper.iter_ledgers`` lists them, ``page_size`` at a
+        time read on the bridge's threads: ``async for ledger_id in bk.iter_ledgers()``."""
+        ids = await self._bridge.call(self.bk.iter_ledgers, page_size)
+        while True:
+            page = await self._bridge.call(lambda: list(itertools.islice(ids, page_size)))
+            for ledger_id in page:
+                yield ledger_id
+            if len(page) < page_size:
+                return
 
     async def open_log_writer(self, name: str, settings: LogSettings | None = None,
                               password: bytes = b"") -> AsyncLogWriter:

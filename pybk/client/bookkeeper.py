@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Self, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Self, Sequence
 
 from pybk.client.deferred import WriteFlag
 from pybk.client.ledger import LedgerHandle
@@ -46,6 +46,7 @@ from pybk.errors import (
     Unauthorized,
 )
 from pybk.meta.interface import MetadataStore
+from pybk.meta.layout import LIST_PAGE_NAMES
 from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import LedgerManager, Versioned
 from pybk.settings import ClientSettings
@@ -211,9 +212,22 @@ class BookKeeper:
                             bookie_id, e)
 
     def list_ledgers(self) -> list[int]:
-        """The ids of every ledger in the metadata store."""
+        """The ids of every ledger in the metadata store, ascending, in one list: its
+        memory grows with the ledgers, so a store of many lists with
+        :meth:`iter_ledgers`."""
         self._check_open()
         return self.ledger_manager.ledger_ids()
+
+    def iter_ledgers(self, page_size: int = LIST_PAGE_NAMES) -> Iterator[int]:
+        """The ids of the ledgers in the metadata store, read a page at a time as the
+        caller goes (BookKeeper's ``listLedgers``), in the layout's order: ascending in
+        the hierarchical layout (:mod:`pybk.meta.layout`).  A ledger created or deleted
+        meanwhile may be listed or not; every other ledger is listed once.  A client
+        closed meanwhile ends the listing with ClientClosed."""
+        self._check_open()
+        for ledger_id in self.ledger_manager.iter_ledger_ids(page_size):
+            self._check_open()
+            yield ledger_id
 
     @property
     def closed(self) -> bool:

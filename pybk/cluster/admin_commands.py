@@ -29,18 +29,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
+import os
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Iterator, Sequence
 
 from pybk.cluster.replicas import coverage
-from pybk.errors import BookKeeperError, InvalidConfiguration, NoSuchBookie, NoSuchLedger
+from pybk.errors import BookKeeperError, InvalidConfiguration, NoSuchBookie
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.settings import ServerSettings
-from pybk.tables import table
+from pybk.tables import stream_table, table
 from pybk.topology import DEFAULT_LOCATION
 
 if TYPE_CHECKING:
@@ -100,6 +102,39 @@ def answer(target_: Target, result: Any, show: Callable[[Any], Sequence[str]]) -
     else:
         for line in show(result):
             print(line, flush=True)
+
+
+def run_streamed(target_: Target, work: Callable[[MetadataStore], Iterator[Any]],
+                 show: Callable[[Iterator[Any]], Iterator[str]]) -> int:
+    """:func:`run` for a listing (``listledgers``): each item is printed as soon as
+    ``work`` yields it, while the store stays open, so the first lines come before the
+    listing ends and nothing holds the whole of it.  With ``--json`` the output is still
+    one JSON document, an array with one item per line (``[`` comes with the first one,
+    and ``]`` on a line of its own).  A failure mid-way prints its reason on standard
+    error after the lines already printed (exit 1).  A reader that stops reading
+    (``| head``) ends the listing quietly."""
+    try:
+        with open_store(target_) as store:
+            items = work(store)
+            for line in (_json_lines(items) if target_.as_json else show(items)):
+                print(line, flush=True)
+    except BookKeeperError as e:
+        return fail(target_, e)
+    except BrokenPipeError:
+        # Python would complain again when it flushes stdout at exit: point it elsewhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return 0
+
+
+def _json_lines(items: Iterator[Any]) -> Iterator[str]:
+    """One JSON array, an item per line: ``[first``, ``,second``, ..., ``]`` (``[]`` if
+    empty)."""
+    opening = "["
+    for item in items:
+        yield opening + json.dumps(item, sort_keys=True)
+        opening = ","
+    yield "[]" if opening == "[" else "]"
 
 
 def fail(target_: Target, error: BaseException) -> int:
@@ -266,39 +301,46 @@ def describe(metadata: LedgerMetadata) -> dict:
 
 
 def list_ledgers(with_metadata: bool, bookie: str | None
-                 ) -> Callable[[MetadataStore], list[dict]]:
+                 ) -> Callable[[MetadataStore], Iterator[dict]]:
     """``listledgers [--meta] [--bookie ID]``: every ledger, or those with a fragment on
-    ``bookie``.  JSON: ``[{"ledger": id}, ...]``, or with ``--meta`` (or ``--bookie``,
-    which reads it anyway) :func:`describe` of each, by id.  A bookie that neither is
-    registered nor appears in any ledger is refused as unknown."""
-    def work(store: MetadataStore) -> list[dict]:
+    ``bookie``, read a page at a time and yielded as they are read (in the layout's
+    order: :meth:`~pybk.meta.ledgers.LedgerManager.iter_ledger_ids`).  JSON:
+    ``[{"ledger": id}, ...]``, or with ``--meta`` (or ``--bookie``, which reads it
+    anyway) :func:`describe` of each.  A bookie that neither is registered nor appears
+    in any ledger is refused as unknown, once the listing found none."""
+    def work(store: MetadataStore) -> Iterator[dict]:
         from pybk.meta.ledgers import LedgerManager
         ledgers = LedgerManager(store)
-        found = []
-        for ledger_id in ledgers.ledger_ids():
-            if not (with_metadata or bookie):
-                found.append({"ledger": ledger_id})
-                continue
-            try:
-                metadata = ledgers.read(ledger_id).metadata
-            except NoSuchLedger:
-                continue  # deleted meanwhile
+        if not (with_metadata or bookie):
+            yield from ({"ledger": ledger_id} for ledger_id in ledgers.iter_ledger_ids())
+            return
+        found = False
+        for metadata, _version in ledgers.iter_ledgers():
             if bookie is None or any(bookie in f.ensemble for f in metadata.fragments):
-                found.append(describe(metadata) if with_metadata else {"ledger": ledger_id})
+                found = True
+                yield describe(metadata) if with_metadata else {"ledger": metadata.ledger_id}
         if bookie is not None and not found and bookie not in store.bookies():
             raise NoSuchBookie(f"bookie {bookie} is unknown: it is not registered and "
-                                  "no ledger names it")
-        return found
+                               "no ledger names it")
     return work
 
 
-def show_ledgers(found: list[dict]) -> list[str]:
-    if found and "state" in found[0]:
-        return table(("LEDGER", "STATE", "E/Qw/Qa", "LAST ENTRY", "BYTES", "ENSEMBLES"),
-                     [(m["ledger"], m["state"], f"{m['ensemble_size']}/"
-                       f"{m['write_quorum_size']}/{m['ack_quorum_size']}",
-                       m["last_entry_id"], m["length"], _ensembles(m)) for m in found])
-    return table(("LEDGER",), [(m["ledger"],) for m in found])
+def show_ledgers(found: Iterable[dict]) -> Iterator[str]:
+    """:func:`list_ledgers`'s table, line by line as the ledgers come."""
+    found = iter(found)
+    first = next(found, None)
+    if first is None:
+        yield from table(("LEDGER",), [])
+        return
+    found = itertools.chain([first], found)
+    if "state" in first:
+        yield from stream_table(
+            ("LEDGER", "STATE", "E/Qw/Qa", "LAST ENTRY", "BYTES", "ENSEMBLES"),
+            ((m["ledger"], m["state"], f"{m['ensemble_size']}/"
+              f"{m['write_quorum_size']}/{m['ack_quorum_size']}", m["last_entry_id"],
+              m["length"], _ensembles(m)) for m in found))
+    else:
+        yield from stream_table(("LEDGER",), ((m["ledger"],) for m in found))
 
 
 def ledger_metadata(ledger_id: int) -> Callable[[MetadataStore], dict]:
@@ -366,18 +408,14 @@ def cluster_info(store: MetadataStore) -> dict:
     ledgers = LedgerManager(store)
     fewest: int | None = None
     at_risk, unreadable = [], []
-    for ledger_id in ledgers.ledger_ids():
-        try:
-            metadata = ledgers.read(ledger_id).metadata
-        except NoSuchLedger:
-            continue  # deleted meanwhile
+    for metadata, _version in ledgers.iter_ledgers():
         least = _fewest_live_replicas(metadata, live)
         if least is not None:
             fewest = least if fewest is None else min(fewest, least)
             if least == 1:
-                at_risk.append(ledger_id)
+                at_risk.append(metadata.ledger_id)
             elif least == 0:
-                unreadable.append(ledger_id)
+                unreadable.append(metadata.ledger_id)
     backlog = manager.backlog()
     return {"writable": sorted(live - set(read_only)), "read_only": read_only,
             "lost": sorted(with_cookie - live), "auditor": manager.auditor(),

@@ -292,7 +292,7 @@ class Auditor:
         """Every ledger's metadata.  Raises _Closing once the auditor is closing, so that
         a long step ends soon (and counts as not done)."""
         found = []
-        for ledger_id in self._ledgers.ledger_ids():
+        for ledger_id in self._ledgers.iter_ledger_ids():
             if self._stop:
                 raise _Closing("the auditor is closing")
             try:

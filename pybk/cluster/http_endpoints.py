@@ -45,7 +45,10 @@ GET  /api/v1/bookie/cluster_info     ``{"auditorElected", "auditorId",
                                      "readonlyBookiesCount", "unavailableBookiesCount"}`` +
                                      ``"pybk"``: ``pybk clusterinfo --json``
 GET  /api/v1/ledger/list             ``{ledger id: metadata or null}``; ``page`` N
-     ?print_metadata=true&page=N         (from 1) of :data:`LEDGER_PAGE` ledgers
+     ?print_metadata=true&page=N         (from 1) of :data:`LEDGER_PAGE` ledgers, in the
+                                     listing's order (:mod:`pybk.meta.layout`), with or
+                                     without metadata (BookKeeper pages only with it);
+                                     without ``page`` every ledger, in one reply
 GET  /api/v1/ledger/metadata         ``{ledger id: metadata}`` (``pybk ledgermetadata``)
      ?ledger_id=N
 GET  /api/v1/ledger/read             ``{entry id: payload as UTF-8 text}``, at most
@@ -74,13 +77,15 @@ from __future__ import annotations
 import base64
 import dataclasses
 import importlib.resources
+import itertools
 import os
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from pybk.cluster import admin_commands as admin
 from pybk.cluster import admin_inspect, recover_commands
 from pybk.cluster.http_admin import HttpError, Request, Response, Routes
 from pybk.errors import BookKeeperError, NoSuchLedger
+from pybk.meta.ledgers import LedgerManager
 from pybk.storage.journal_codec import journal_file_name, list_journal_ids
 from pybk.storage.lastmark import read_mark
 
@@ -287,18 +292,21 @@ class _Endpoints:
     def list_ledgers(self, r: Request) -> dict:
         with_metadata = r.bool_param("print_metadata")
         page = r.int_param("page")
-        ids = [m["ledger"] for m in admin.list_ledgers(False, None)(self.store)]
+        manager = LedgerManager(self.store)
+        ids: Iterator[int] = manager.iter_ledger_ids()
         if page is not None:
             if page < 1:
                 raise HttpError(400, f"page counts from 1, not {page}")
-            ids = ids[(page - 1) * LEDGER_PAGE:page * LEDGER_PAGE]
+            # The listing is read up to the page's end only: one page of metadata, and
+            # the ids before it (the same order every time: pybk.meta.layout).
+            ids = itertools.islice(ids, (page - 1) * LEDGER_PAGE, page * LEDGER_PAGE)
         found: dict[str, Any] = {}
         for ledger_id in ids:
             if not with_metadata:
                 found[str(ledger_id)] = None
                 continue
             try:
-                found[str(ledger_id)] = admin.ledger_metadata(ledger_id)(self.store)
+                found[str(ledger_id)] = admin.describe(manager.read(ledger_id).metadata)
             except NoSuchLedger:
                 pass  # deleted meanwhile
         return found

@@ -49,7 +49,7 @@ from pybk.cluster.admin_commands import Target, answer, client, fail, run
 from pybk.cluster.progress import Progress
 from pybk.cluster.replicas import bookie_holds_entries, holds, spans
 from pybk.cluster.rereplication import LedgerRepair, Outcome, writer_lost_bookies
-from pybk.errors import BookKeeperError, NoSuchBookie, NoSuchLedger
+from pybk.errors import BookKeeperError, NoSuchBookie
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.ledgers import LedgerManager
@@ -138,15 +138,9 @@ def _ledgers_naming(ledgers: LedgerManager, bookies: Sequence[str],
     if ledger_id is not None:
         metadata = ledgers.read(ledger_id).metadata
         return [metadata] if _named(metadata, bookies) else []
-    found = []
-    for lid in ledgers.ledger_ids():
-        try:
-            metadata = ledgers.read(lid).metadata
-        except NoSuchLedger:
-            continue  # deleted meanwhile
-        if _named(metadata, bookies):
-            found.append(metadata)
-    return found
+    found = [metadata for metadata, _version in ledgers.iter_ledgers()
+             if _named(metadata, bookies)]
+    return sorted(found, key=lambda m: m.ledger_id)
 
 
 def _named(metadata: LedgerMetadata, bookies: Sequence[str]) -> list[str]:

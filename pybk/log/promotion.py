@@ -76,7 +76,8 @@ from pybk.log.metadata import (
     store_records,
 )
 from pybk.log.position import Position
-from pybk.meta.interface import ANY_VERSION, MetadataStore
+from pybk.meta.interface import ANY_VERSION, MetadataStore, batches
+from pybk.meta.ledger_metadata import LedgerMetadata
 from pybk.meta.ledgers import LedgerManager
 
 log = logging.getLogger(__name__)
@@ -180,22 +181,20 @@ def _copy_records(embedded: MetadataStore, cluster: MetadataStore, local_log: st
     else:
         metadata = LogMetadata.from_bytes(data)
     dropping = {d.ledger_id for d in metadata.dropping}
-    local, remote = LedgerManager(embedded), LedgerManager(cluster)
-    for ledger_id in local.ledger_ids():
-        if ledger_id in dropping:
-            continue  # being deleted: see the module docstring
-        ledger = local.read(ledger_id).metadata
-        path = remote.layout.ledger_path(ledger_id)
+    remote = LedgerManager(cluster)
+    # A page of ledgers at a time, never every id at once; one create_many per batch.
+    records = ((remote.layout.ledger_path(ledger.ledger_id), ledger.to_bytes())
+               for ledger, _version in LedgerManager(embedded).iter_ledgers()
+               if ledger.ledger_id not in dropping)  # being dropped: module docstring
+    for batch in batches(records):
         try:
-            cluster.create(path, ledger.to_bytes())
-        except NodeExists:
-            # A stale copy of this ledger names the same first ensemble (this WAL's
-            # bookie, whose id no other directory has); another ledger would not.
-            if remote.read(ledger_id).metadata.fragments[0] != ledger.fragments[0]:
-                raise MetadataError(f"ledger id {ledger_id} is taken in the cluster by "
-                                    "another ledger: this WAL cannot be promoted") from None
-            cluster.set(path, ledger.to_bytes(), ANY_VERSION)
-        copied._ledger_paths.append(path)
+            cluster.create_many(batch)
+        except NodeExists:  # stale copies an unfinished promotion left: one by one
+            for path, data in batch:
+                _copy_ledger(cluster, remote, path, data)
+                copied._ledger_paths.append(path)
+        else:
+            copied._ledger_paths.extend(path for path, _data in batch)
     delete_log(cluster, cluster_log)  # a stale copy an unfinished promotion left
     start = metadata.truncated_before.segment
     # The head first: undoing walks the segment records it covers.
@@ -204,6 +203,21 @@ def _copy_records(embedded: MetadataStore, cluster: MetadataStore, local_log: st
         dropping=(), format_version=FORMAT_VERSION).to_bytes())
     store_records(cluster, cluster_log, live_segments(embedded, metadata), start,
                   metadata.next_segment, hollow=True)
+
+
+def _copy_ledger(cluster: MetadataStore, remote: LedgerManager, path: str,
+                 data: bytes) -> None:
+    """Create one ledger record in the cluster, or replace a stale copy of it."""
+    try:
+        cluster.create(path, data)
+    except NodeExists:
+        # A stale copy of this ledger names the same first ensemble (this WAL's bookie,
+        # whose id no other directory has); another ledger would not.
+        ledger = LedgerMetadata.from_bytes(data)
+        if remote.read(ledger.ledger_id).metadata.fragments[0] != ledger.fragments[0]:
+            raise MetadataError(f"ledger id {ledger.ledger_id} is taken in the cluster by "
+                                "another ledger: this WAL cannot be promoted") from None
+        cluster.set(path, data, ANY_VERSION)
 
 
 def commit(embedded: MetadataStore, address: str) -> None:

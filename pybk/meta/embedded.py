@@ -68,6 +68,7 @@ Threads
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -87,9 +88,11 @@ from pybk.meta.interface import (
     MetadataStore,
     check_batch,
     check_data,
+    check_page_size,
     check_version,
     sequential_prefix,
 )
+from pybk.meta.layout import LIST_PAGE_NAMES
 from pybk.meta.watches import Notifier, Watch, WatchCallback
 
 log = logging.getLogger(__name__)
@@ -372,6 +375,42 @@ class EmbeddedMetadataStore(MetadataStore):
             return names
 
         return self._read(op)
+
+    def iter_children(self, path: str, page_size: int = LIST_PAGE_NAMES) -> Iterator[str]:
+        """Pages of ``page_size`` names, each one cursor scan in a read transaction of its
+        own (so that no transaction stays open while the caller works on a page), each
+        starting after the last name of the page before."""
+        paths.check_path(path, root_ok=True)
+        check_page_size(page_size)
+        prefix = _children_prefix(path)
+        after: bytes | None = None
+        while True:
+            page = self._read(functools.partial(self._children_page, path=path,
+                                                prefix=prefix, after=after,
+                                                page_size=page_size))
+            yield from (name[len(prefix):].decode() for name in page)
+            if len(page) < page_size:
+                return
+            after = page[-1]
+
+    def _children_page(self, txn: lmdb.Transaction[bytes], path: str, prefix: bytes,
+                       after: bytes | None, page_size: int) -> list[bytes]:
+        """The keys of up to ``page_size`` children of ``path`` after the key ``after``
+        (from the first if None).  Raises NoNode on the first page if ``path`` has no
+        record."""
+        if after is None and path != paths.ROOT:
+            self._record(txn, path)
+        cursor = txn.cursor(db=self._records)
+        if not cursor.set_range(after if after is not None else prefix):
+            return []
+        keys: list[bytes] = []
+        for key in cursor.iternext(values=False):
+            if key == after:
+                continue
+            if not key.startswith(prefix) or len(keys) == page_size:
+                break
+            keys.append(key)
+        return keys
 
     def exists(self, path: str) -> bool:
         paths.check_path(path, root_ok=True)

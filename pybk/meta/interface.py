@@ -76,6 +76,16 @@ Ledger ids
 Ledger layout
     :attr:`~MetadataStore.layout` says where ledger metadata lives under ``/ledgers``
     (:mod:`pybk.meta.layout`): flat unless the store was formatted otherwise.
+
+Listings that page
+    :meth:`~MetadataStore.iter_children` yields a record's children in name order,
+    reading at most ``page_size`` names at a time where the store can page: the embedded
+    store reads each page in a read transaction of its own, starting after the last
+    name of the page before.  ZooKeeper cannot page one parent (``getChildren`` answers
+    with every child in one reply), so its pages are one parent each; layouts bound them
+    by spreading records over many parents (:mod:`pybk.meta.layout`).  A listing is not
+    one snapshot: a child created or deleted while it runs may be listed or not, but
+    every child present from its start to its end is listed exactly once.
 """
 
 from __future__ import annotations
@@ -87,7 +97,7 @@ from typing import Callable, Iterable, Iterator, Self, Sequence
 from pybk.errors import BookieUnavailable, MalformedMetadata, MetadataError, NodeExists, NoNode
 from pybk.meta import paths
 from pybk.meta.cookies import Cookie, cookie_path
-from pybk.meta.layout import FLAT, LedgerLayout
+from pybk.meta.layout import FLAT, LIST_PAGE_NAMES, LedgerLayout
 from pybk.meta.watches import Watch, WatchCallback
 
 ANY_VERSION = -1
@@ -161,6 +171,13 @@ def batches(records: Iterable[tuple[str, bytes]]) -> Iterator[list[tuple[str, by
         size += record_size
     if batch:
         yield batch
+
+
+def check_page_size(page_size: int) -> int:
+    """``page_size`` if it can be the size of a listing's page (a whole number over 0)."""
+    if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+        raise MetadataError(f"page size {page_size!r} is not a whole number over 0")
+    return page_size
 
 
 def sequence_number(name: str) -> int:
@@ -254,6 +271,14 @@ class MetadataStore(ABC):
     def children(self, path: str) -> list[str]:
         """The names (not paths) of the record's children, sorted; the root is allowed.
         Raises NoNode."""
+
+    def iter_children(self, path: str, page_size: int = LIST_PAGE_NAMES) -> Iterator[str]:
+        """The names of the record's children in name order, read ``page_size`` at a time
+        where the store can page (see "Listings that page" in the module docstring).
+        Raises NoNode (when it is first advanced) if there is no record at ``path``.
+        This default reads them all at once: a store that can page overrides it."""
+        check_page_size(page_size)
+        yield from self.children(path)
 
     @abstractmethod
     def exists(self, path: str) -> bool:

@@ -6,14 +6,31 @@ ledgers present.  Ids are decimal, zero-padded; names that are not ledgers (``av
 
 Flat (:data:`FLAT`, BookKeeper's ``FlatLedgerManagerFactory``)
     ``/ledgers/L<id, 10 digits or more>``: ledger 7 is ``/ledgers/L0000000007``.  One
-    parent for every ledger: simple, and what the embedded store uses.
+    parent for every ledger: simple, and what the embedded store uses (it pages through
+    one parent with a cursor).  On ZooKeeper it cannot page: listing it is one
+    ``getChildren`` of every ledger, a reply of about 15 bytes per ledger, held whole in
+    memory.  ZooKeeper's server sends it at any size, and pybk's client (kazoo) reads it,
+    but ZooKeeper's Java client refuses a reply over its ``jute.maxbuffer`` (1 MiB by
+    default, passed near 70,000 ledgers) and reconnects without end: past that size
+    BookKeeper's own tools cannot list such a cluster.  New ZooKeeper clusters are
+    hierarchical (:func:`pybk.meta.zookeeper.format_cluster`).
 
 Hierarchical (:data:`HIERARCHICAL`, BookKeeper's ``HierarchicalLedgerManagerFactory``)
     Ids below 2^31 - 1 take 10 digits split {2}{4}{4}: ledger 1 is
     ``/ledgers/00/0000/L0001``, ledger 1234567890 ``/ledgers/12/3456/L7890``.  Larger ids
     take 19 digits split {3}{4}{4}{4}{4} (BookKeeper's long hierarchical form): ledger
     2^31 is ``/ledgers/000/0000/0021/4748/L3648``.  No ZooKeeper node then holds
-    more than 10,000 children, which keeps listings and ZooKeeper's packets small.
+    more than 10,000 children, which keeps listings and ZooKeeper's packets small: a
+    listing reads one parent at a time (at most 10,000 names, about 150 KB).
+
+Listing order
+    :meth:`LedgerLayout.ledger_ids` yields ids in the order of their record names, page
+    by page (:meth:`~pybk.meta.interface.MetadataStore.iter_children`): ascending in the
+    hierarchical layout, and in the flat one ascending among ids of the same number of
+    digits (``L9999999999`` sorts after ``L10000000000``; ZooKeeper's ids have at most 10
+    digits, an embedded store's all have as many).  Each listing is in the same order, so
+    a position in it (the n-th id) means the same ledger while none is created or
+    deleted.
 
 The layout of a ZooKeeper cluster is chosen when it is formatted and kept in
 ``/ledgers/LAYOUT`` in BookKeeper's text form (see :func:`encode` and :func:`decode`):
@@ -28,6 +45,11 @@ from typing import TYPE_CHECKING, Iterator
 
 from pybk.errors import MalformedMetadata, MetadataError, NoNode
 from pybk.meta import paths
+
+#: How many names a listing reads at a time where the store pages (the embedded store's
+#: cursor; see :meth:`~pybk.meta.interface.MetadataStore.iter_children`): a bound on one
+#: read transaction's work and on what a listing holds.
+LIST_PAGE_NAMES = 1000
 
 if TYPE_CHECKING:
     from pybk.meta.interface import MetadataStore
@@ -53,8 +75,10 @@ class LedgerLayout(ABC):
         """The path of the ledger's metadata record."""
 
     @abstractmethod
-    def ledger_ids(self, store: "MetadataStore") -> Iterator[int]:
-        """The ids of the ledgers with a metadata record in ``store`` (any order)."""
+    def ledger_ids(self, store: "MetadataStore",
+                   page_size: int = LIST_PAGE_NAMES) -> Iterator[int]:
+        """The ids of the ledgers with a metadata record in ``store``, in name order (see
+        "Listing order"), read ``page_size`` names at a time where the store pages."""
 
     def __repr__(self) -> str:
         return f"<{self.name} ledger layout>"
@@ -67,8 +91,9 @@ class FlatLayout(LedgerLayout):
     def ledger_path(self, ledger_id: int) -> str:
         return f"{paths.LEDGERS}/L{_check_id(ledger_id):010d}"
 
-    def ledger_ids(self, store: "MetadataStore") -> Iterator[int]:
-        for name in _children(store, paths.LEDGERS):
+    def ledger_ids(self, store: "MetadataStore",
+                   page_size: int = LIST_PAGE_NAMES) -> Iterator[int]:
+        for name in _children(store, paths.LEDGERS, page_size):
             match = _FLAT_NAME.match(name)
             if match:
                 yield int(match.group(1))
@@ -93,25 +118,27 @@ class HierarchicalLayout(LedgerLayout):
         parts[-1] = "L" + parts[-1]
         return paths.LEDGERS + "/" + "/".join(parts)
 
-    def ledger_ids(self, store: "MetadataStore") -> Iterator[int]:
+    def ledger_ids(self, store: "MetadataStore",
+                   page_size: int = LIST_PAGE_NAMES) -> Iterator[int]:
         for widths in (self._SHORT, self._LONG):
-            for digits in self._walk(store, paths.LEDGERS, widths):
+            for digits in self._walk(store, paths.LEDGERS, widths, page_size):
                 yield int(digits)
 
     def _walk(self, store: "MetadataStore", path: str, widths: tuple[int, ...],
-              prefix: str = "") -> Iterator[str]:
+              page_size: int, prefix: str = "") -> Iterator[str]:
         """The digit strings of the ledgers below ``path`` whose remaining levels have
-        ``widths`` digits."""
+        ``widths`` digits, one parent at a time (depth first, so at most one page per
+        level is held)."""
         last = len(widths) == 1
         pattern = re.compile(("L" if last else "") + f"[0-9]{{{widths[0]}}}\\Z")
-        for name in _children(store, path):
+        for name in _children(store, path, page_size):
             if not pattern.match(name):
                 continue
             if last:
                 yield prefix + name[1:]
             else:
                 yield from self._walk(store, paths.join(path, name), widths[1:],
-                                      prefix + name)
+                                      page_size, prefix + name)
 
 
 FLAT = FlatLayout()
@@ -155,8 +182,9 @@ def _check_id(ledger_id: int) -> int:
     return ledger_id
 
 
-def _children(store: "MetadataStore", path: str) -> list[str]:
+def _children(store: "MetadataStore", path: str, page_size: int) -> Iterator[str]:
+    """``path``'s children, none if it is gone (deleted under a listing, or never made)."""
     try:
-        return store.children(path)
+        yield from store.iter_children(path, page_size)
     except NoNode:
-        return []
+        return

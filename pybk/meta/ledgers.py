@@ -7,6 +7,11 @@ version is the metadata's version: every change is a compare-and-set on it.  Bui
 on the :class:`~pybk.meta.interface.MetadataStore` contract, so it works the same on
 every store.
 
+Listings page (:meth:`LedgerManager.iter_ledger_ids`, :meth:`LedgerManager.iter_ledgers`):
+they hold one page of ids at a time, never every id, so a store of millions of ledgers
+lists in bounded memory; :meth:`LedgerManager.ledger_ids` is the whole list, for small
+stores and tests.
+
 A missing ledger raises :class:`~pybk.errors.NoSuchLedger`; a lost compare-and-set
 :class:`~pybk.errors.BadVersion`, after which the caller re-reads and decides again.
 """
@@ -15,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable, Mapping, NamedTuple, Sequence
+from typing import Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from pybk.errors import (
     InvalidLedgerMetadata,
@@ -27,6 +32,7 @@ from pybk.errors import (
     NoSuchLedger,
 )
 from pybk.meta.interface import ANY_VERSION, MetadataStore
+from pybk.meta.layout import LIST_PAGE_NAMES
 from pybk.meta.ledger_metadata import DigestType, Fragment, LedgerMetadata, hash_password
 from pybk.meta.watches import Watch
 
@@ -141,8 +147,26 @@ class LedgerManager:
             raise NoSuchLedger(f"ledger {ledger_id} has no metadata ({path})") from None
 
     def ledger_ids(self) -> list[int]:
-        """The ids of every ledger with metadata, ascending."""
-        return sorted(self.layout.ledger_ids(self.store))
+        """The ids of every ledger with metadata, ascending, in one list (memory grows
+        with the ledgers: a store of many lists with :meth:`iter_ledger_ids`)."""
+        return sorted(self.iter_ledger_ids())
+
+    def iter_ledger_ids(self, page_size: int = LIST_PAGE_NAMES) -> Iterator[int]:
+        """The ids of the ledgers with metadata, in the layout's listing order (ascending
+        in the hierarchical layout; :mod:`pybk.meta.layout`), read a page at a time.  A
+        ledger created or deleted meanwhile may be listed or not; every other ledger is
+        listed once."""
+        return self.layout.ledger_ids(self.store, page_size)
+
+    def iter_ledgers(self, page_size: int = LIST_PAGE_NAMES) -> Iterator[Versioned]:
+        """The metadata of the ledgers :meth:`iter_ledger_ids` lists, read one ledger at
+        a time as the caller goes; a ledger deleted after its id was listed is left
+        out."""
+        for ledger_id in self.iter_ledger_ids(page_size):
+            try:
+                yield self.read(ledger_id)
+            except NoSuchLedger:
+                continue  # deleted meanwhile
 
     def watch(self, ledger_id: int, callback: Callable[[int], None]) -> Watch:
         """Call ``callback(ledger_id)`` after every change of the ledger's metadata
