@@ -22,10 +22,13 @@ from clusterutil import BookieProcess, BookieProcesses, pybk, unused_port
 
 from pybk import connect
 from pybk.cluster.http_admin import AdminHttpServer, Response, Routes
+from pybk.cluster.http_endpoints import LEDGER_PAGE
+from pybk.meta import LedgerManager
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ServerSettings
 from pybk.testing import wait_until
+from pybk.testing.ledger_records import ENSEMBLE, put_ledgers
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -284,6 +287,33 @@ def test_ledger_list_and_metadata(admin, ledgers):
     metadata = get_json(url + f"/metadata?ledger_id={closed}")
     assert metadata == {str(closed): with_meta[str(closed)]}
     assert metadata[str(closed)]["ensemble_size"] == 3
+
+
+def test_ledger_list_pages_through_more_ledgers_than_a_page(admin, address, ledgers):
+    """Pages of LEDGER_PAGE ledgers, with and without metadata: ascending from one page to
+    the next, none listed twice, all of them listed, and an empty page after the last."""
+    ids = [10 ** 9 + 7 * i for i in range(2 * LEDGER_PAGE + 50)]
+    url = admin.url + "/api/v1/ledger/list"
+    with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
+        put_ledgers(store, ids)
+        try:
+            everything = [int(i) for i in get_json(url)]
+            assert set(ids) | set(ledgers) <= set(everything)
+            for params in ("", "&print_metadata=true"):
+                pages = [[int(i) for i in get_json(f"{url}?page={n}{params}")]
+                         for n in range(1, len(everything) // LEDGER_PAGE + 2)]
+                assert [len(page) for page in pages] == \
+                    [LEDGER_PAGE] * (len(everything) // LEDGER_PAGE) + \
+                    [len(everything) % LEDGER_PAGE]
+                listed = [i for page in pages for i in sorted(page)]
+                assert listed == sorted(everything)  # ascending from page to page
+                assert get_json(f"{url}?page={len(pages) + 1}{params}") == {}
+            last_page = get_json(f"{url}?page={len(pages)}&print_metadata=true")
+            assert last_page[str(ids[-1])]["fragments"] == [
+                {"first_entry": 0, "ensemble": list(ENSEMBLE)}]
+        finally:
+            for i in ids:
+                LedgerManager(store).delete(i)
 
 
 def test_ledger_read_needs_the_token_and_answers_the_entries(admin, ledgers):

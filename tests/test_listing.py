@@ -20,11 +20,11 @@ from clusterutil import child_env, failed, ok
 
 from pybk.aio.client import AsyncBookKeeper
 from pybk.errors import ClientClosed, MetadataError, NoNode
-from pybk.meta import DigestType, EmbeddedMetadataStore, LedgerManager
+from pybk.meta import EmbeddedMetadataStore, LedgerManager
 from pybk.meta.interface import MetadataStore, batches
 from pybk.meta.layout import FLAT, HIERARCHICAL, LedgerLayout
-from pybk.meta.ledger_metadata import Fragment, LedgerMetadata, hash_password
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
+from pybk.testing.ledger_records import put_ledgers
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,20 +33,6 @@ PAGE = 4
 #: Bytes the test's end of a CLI's pipe holds: the CLI blocks once it is this far ahead.
 PIPE_BYTES = 4096
 WAIT_S = 60
-
-
-def metadata(ledger_id: int, ensemble: tuple[str, ...] = ("b1", "b2")) -> LedgerMetadata:
-    return LedgerMetadata(ledger_id=ledger_id, ensemble_size=len(ensemble),
-                          write_quorum_size=len(ensemble), ack_quorum_size=len(ensemble),
-                          fragments=(Fragment(0, ensemble),), digest_type=DigestType.CRC32C,
-                          password_hash=hash_password(b""))
-
-
-def put_ledgers(store: MetadataStore, ids: list[int]) -> None:
-    """Ledger records for ``ids``, written in batches (create_many)."""
-    records = ((store.layout.ledger_path(i), metadata(i).to_bytes()) for i in ids)
-    for batch in batches(records):
-        store.create_many(batch)
 
 
 def zookeeper_store(zookeeper, layout: LedgerLayout) -> ZooKeeperMetadataStore:

@@ -9,6 +9,9 @@
 :mod:`pybk.testing.faultyio`
     :class:`~pybk.testing.faultyio.FaultyFileIO`: a file layer that acts out power loss
     (unsynced writes undone, zeroed or garbled) and crashes at a chosen operation.
+:mod:`pybk.testing.ledger_records`
+    :func:`~pybk.testing.ledger_records.put_ledgers`: many ledger records written straight
+    into a metadata store, in batches (listings and audits of many ledgers).
 :func:`wait_until`
     A bounded wait for something another thread or process does.
 
