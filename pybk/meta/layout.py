@@ -10,10 +10,11 @@ Flat (:data:`FLAT`, BookKeeper's ``FlatLedgerManagerFactory``)
     one parent with a cursor).  On ZooKeeper it cannot page: listing it is one
     ``getChildren`` of every ledger, a reply of about 15 bytes per ledger, held whole in
     memory.  ZooKeeper's server sends it at any size, and pybk's client (kazoo) reads it,
-    but ZooKeeper's Java client refuses a reply over its ``jute.maxbuffer`` (1 MiB by
-    default, passed near 70,000 ledgers) and reconnects without end: past that size
-    BookKeeper's own tools cannot list such a cluster.  New ZooKeeper clusters are
-    hierarchical (:func:`pybk.meta.zookeeper.format_cluster`).
+    but ZooKeeper's Java client drops the connection on a reply over its
+    ``jute.maxbuffer`` (1 MiB by default, passed near 70,000 ledgers; ZooKeeper 3.9's
+    own CLI gets ConnectionLoss listing 80,000), so BookKeeper's tools cannot list such
+    a cluster.  New ZooKeeper clusters are hierarchical
+    (:func:`pybk.meta.zookeeper.format_cluster`).
 
 Hierarchical (:data:`HIERARCHICAL`, BookKeeper's ``HierarchicalLedgerManagerFactory``)
     Ids below 2^31 - 1 take 10 digits split {2}{4}{4}: ledger 1 is
