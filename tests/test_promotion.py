@@ -3,6 +3,7 @@ real ZooKeeper, real bookie processes, the WAL's data not copied."""
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import socket
 import subprocess
@@ -15,10 +16,13 @@ from clusterutil import address, bookies, child_env, pybk_command  # noqa: F401 
 import pybk
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import BookKeeperError, ClientClosed, InvalidConfiguration, NotEnoughBookies
-from pybk.log import Position
+from pybk.log import Position, promotion
 from pybk.log.metadata import list_logs, read_log
+from pybk.meta.embedded import EmbeddedMetadataStore
+from pybk.meta.interface import MAX_BATCH_RECORDS
 from pybk.meta.ledgers import LedgerManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
+from pybk.testing.ledger_records import put_ledgers
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -123,6 +127,27 @@ def test_a_promotion_that_fails_after_copying_is_undone(tmp_path, address):
     _cluster_holds_nothing_of(address, bookie_id)
     with pybk.open(directory) as wal:
         assert list(wal.read()) == written
+
+
+def test_promotion_copies_more_ledgers_than_a_batch_and_undoes_them(tmp_path,
+                                                                   zookeeper):
+    """More ledgers than one create_many batch, one of them left in the cluster by an
+    unfinished promotion: every ledger record is copied (the stale one replaced), then
+    the copy is undone without a trace."""
+    ids = [2 ** 40 + i for i in range(MAX_BATCH_RECORDS + 500)]
+    address = zkutil.formatted_cluster(zookeeper)
+    with EmbeddedMetadataStore(tmp_path / "meta") as embedded, \
+            ZooKeeperMetadataStore(address, zkutil.settings()) as cluster:
+        put_ledgers(embedded, ids)
+        stale = LedgerManager(embedded).read(ids[MAX_BATCH_RECORDS + 1]).metadata
+        cluster.create(cluster.layout.ledger_path(stale.ledger_id),
+                       dataclasses.replace(stale, custom_metadata={"old": b"1"}).to_bytes())
+        copied = promotion.copy(embedded, cluster, address, "wal", "wal-copy")
+        remote = LedgerManager(cluster)
+        assert remote.ledger_ids() == ids
+        assert remote.read(stale.ledger_id).metadata == stale
+        copied.undo()
+        assert remote.ledger_ids() == [] and list_logs(cluster) == []
 
 
 _KILLED_BEFORE_COMMIT = """
