@@ -22,7 +22,8 @@ one JSON document on standard output, described with each command.  Exit status 
 success, 1 with one line ``pybk COMMAND: reason`` on standard error if the cluster
 cannot be reached, the ledger or bookie is unknown, or the metadata is malformed; never
 a traceback.  :func:`run` does this for every command, on the metadata store or, for
-those that read or delete ledgers, on a ledger client (:func:`client`).
+those that read or delete ledgers, on a ledger client (:func:`client`);
+:func:`run_streamed` for ``listledgers``, which prints each ledger as it reads it.
 """
 
 from __future__ import annotations
