@@ -12,6 +12,9 @@ First, what one message round trip costs in CPU (``round_trip_cpu``), one in fli
 
 * ``raw_zmq``: a DEALER here, a ROUTER echo child (this script with ``--echo``) sending
   every 1 KiB message back: the floor of one message each way, wake-ups included;
+* ``raw_zmq_durable``: the same echo child writing each message to a file and
+  fdatasyncing it before sending it back (``--echo --sync-dir``): the floor of a durable
+  add's round trip, with no protocol, one thread per side;
 * ``fdatasync``: write(4 KiB) + fdatasync over zeros already synced (as the journal
   writes), here (``rawdisk.timed_sync_loop``): the CPU a durable add cannot avoid on the
   bookie;
@@ -24,8 +27,10 @@ process: all its threads) and of the ``server`` (the child: its own
 ``time.process_time``, asked for over its stdin before and after), and ``server_threads``
 (the child's threads' share, from ``/proc``, 10 ms ticks).  Ratios:
 ``add_round_trip_cpu_to_raw`` (client + server of ``pybk_add`` over those of
-``raw_zmq``; target at most 2) and ``add_round_trip_cpu_less_fdatasync_to_raw`` (the
-same less the fdatasync's CPU).  ``--round-trips-only`` stops there.  Then:
+``raw_zmq``; target at most 2), ``add_round_trip_cpu_less_fdatasync_to_raw`` (the
+same less the fdatasync's CPU), ``raw_durable_round_trip_cpu_to_raw`` (the floor's
+own ratio) and ``add_round_trip_cpu_to_raw_durable`` (pybk over that floor).
+``--round-trips-only`` stops there.  Then:
 
 * ``sequential_rtt_per_s``: LAC reads, one in flight (a round trip through both Python
   event loops, no disk);
@@ -78,6 +83,8 @@ LOOPBACK_ANY_PORT = "tcp://127.0.0.1:*"
 CHILD_TIMEOUT_S = 60.0  # a child prints its address, or answers a CPU request
 WARM_UP_ROUND_TRIPS = 200  # before each counted round trip loop
 TARGET_ADD_CPU_TO_RAW = 2.0  # add_round_trip_cpu_to_raw at most this
+SYNC_FILE_BYTES = 16 * 1024 * 1024  # the durable echo's file, rewritten from its start
+MAX_ECHO_BYTES = 64 * 1024  # messages sent to the durable echo are smaller
 
 
 def serve(directory: str, keys: str | None) -> None:
@@ -97,19 +104,34 @@ def serve(directory: str, keys: str | None) -> None:
         answer_cpu_requests()
 
 
-def echo() -> None:
+def echo(sync_directory: str | None) -> None:
     """Child process: a ROUTER sending every message back (raw pyzmq, no protocol);
-    prints its address, answers CPU requests on stdin, and exits when stdin ends."""
+    prints its address, answers CPU requests on stdin, and exits when stdin ends.  With
+    ``sync_directory``, each message is first written to a file there and fdatasync'd
+    (over zeros synced before, wrapping at ``SYNC_FILE_BYTES``): the least a durable add
+    costs on a bookie."""
     socket = zmq.Context().socket(zmq.ROUTER)
     socket.bind(LOOPBACK_ANY_PORT)
+    fd = -1
+    if sync_directory is not None:
+        fd = os.open(os.path.join(sync_directory, "echo-sync.dat"),
+                     os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        prepare_zero_fill(fd, SYNC_FILE_BYTES)
     print(socket.getsockopt_string(zmq.LAST_ENDPOINT), flush=True)
 
     def control() -> None:
         answer_cpu_requests()
         os._exit(0)  # the main thread is blocked in recv
     threading.Thread(target=control, name="control", daemon=True).start()
+    recv, send, offset = socket.recv_multipart, socket.send_multipart, 0
     while True:
-        socket.send_multipart(socket.recv_multipart())
+        message = recv()
+        if fd >= 0:
+            if offset > SYNC_FILE_BYTES - MAX_ECHO_BYTES:
+                offset = os.lseek(fd, 0, os.SEEK_SET)
+            offset += os.writev(fd, message[1:])
+            os.fdatasync(fd)
+        send(message)
 
 
 def thread_cpu_s() -> dict[str, float]:
@@ -265,10 +287,12 @@ def cpu_us(figures: dict) -> float:
 
 
 def measure_round_trip_cpu(directory: str, bookie_child: Child, seconds: float) -> dict:
-    """``round_trip_cpu``: raw pyzmq, fdatasync, pybk adds and LAC reads, in that order
-    and then the other way round, each figure from its round with less CPU per round
-    trip (a load that comes and goes on the machine weighs on every figure alike)."""
+    """``round_trip_cpu``: raw pyzmq, the durable echo, fdatasync, pybk adds and LAC
+    reads, in that order and then the other way round, each figure from its round with
+    less CPU per round trip (a load that comes and goes on the machine weighs on every
+    figure alike)."""
     echo_child = Child("--echo")
+    durable_child = Child("--echo", "--sync-dir", directory)
     best: dict[str, Any] = {}
     try:
         def keep(name: str, figures: dict) -> None:
@@ -278,6 +302,7 @@ def measure_round_trip_cpu(directory: str, bookie_child: Child, seconds: float) 
 
         steps: list[tuple[str, Callable[[int], dict]]] = [
             ("raw_zmq", lambda _: raw_zmq_round_trips(echo_child, seconds)),
+            ("raw_zmq_durable", lambda _: raw_zmq_round_trips(durable_child, seconds)),
             ("fdatasync", lambda _: fdatasync_cpu(directory, seconds, 100_000)),
             ("pybk", lambda n: pybk_round_trips(bookie_child, seconds,
                                                 LEDGER_ROUND_TRIP_ADDS + n))]
@@ -288,10 +313,13 @@ def measure_round_trip_cpu(directory: str, bookie_child: Child, seconds: float) 
                     keep(key, value)
     finally:
         echo_child.stop()
+        durable_child.stop()
     raw, add = cpu_us(best["raw_zmq"]), cpu_us(best["pybk_add"])
     best["add_round_trip_cpu_to_raw"] = ratio(add, raw)
     best["add_round_trip_cpu_less_fdatasync_to_raw"] = ratio(
         add - cpu_us(best["fdatasync"]), raw)
+    best["raw_durable_round_trip_cpu_to_raw"] = ratio(cpu_us(best["raw_zmq_durable"]), raw)
+    best["add_round_trip_cpu_to_raw_durable"] = ratio(add, cpu_us(best["raw_zmq_durable"]))
     best["read_lac_round_trip_cpu_to_raw"] = ratio(cpu_us(best["pybk_read_lac"]), raw)
     value = best["add_round_trip_cpu_to_raw"]
     best["target"] = {"value": value, "target": f"<= {TARGET_ADD_CPU_TO_RAW}",
@@ -354,12 +382,13 @@ def main() -> None:
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--keys", help=argparse.SUPPRESS)
     parser.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--sync-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.keys)
         return
     if args.echo:
-        echo()
+        echo(args.sync_dir)
         return
     print(f"load average at start: {os.getloadavg()[0]:.2f}", file=sys.stderr)
     scale = 1 if args.quick else 5
