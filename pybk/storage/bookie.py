@@ -403,15 +403,23 @@ class Bookie:
     def leading(self) -> ContextManager[None]:
         """Adds this thread makes inside the block are written and synced by this thread
         at its end when the journal is idle (no thread switch; their callbacks run here).
-        For a caller that is about to wait for them, e.g. through an in-process client,
-        or one that answers from its own thread (the bookie server)."""
+        For a caller that is about to wait for them through layers it does not control,
+        e.g. an in-process client (see :meth:`commit_queued` for one that does)."""
         return self._journal.leading()
+
+    def commit_queued(self) -> None:
+        """Write and sync what is queued on this thread when the journal is idle, and run
+        the completions here; when a commit is already running, the journal thread takes
+        it next.  For a caller that queued adds with ``wake=False`` (the bookie server,
+        once it has read every request that was ready)."""
+        self._journal.lead()
 
     def is_completing_thread(self) -> bool:
         """Whether this thread is running add completions (it must not block on adds)."""
         return self._journal.is_committer_thread()
 
-    def add_entries_async(self, runs: Sequence[AddRun], callback: BatchCallback) -> None:
+    def add_entries_async(self, runs: Sequence[AddRun], callback: BatchCallback,
+                          wake: bool = True) -> None:
         """Add runs of entries, of any ledgers, as one journal group.
 
         ``runs`` holds ``(ledger id, entry ids, entries, master key, recovery[, deferred])``
@@ -426,6 +434,9 @@ class Bookie:
         caching are a few C-level operations, not a round of Python per add.  When every run
         is ``deferred`` the callback comes once the adds are written (see
         :meth:`add_entry_async`); one durable run makes the whole batch wait for durability.
+        ``wake=False`` leaves the journal thread asleep: the caller then calls
+        :meth:`commit_queued` (which commits the group on its thread when the journal is
+        idle).
         """
         errors: list[BaseException | None] = [None] * sum(len(run[1]) for run in runs)
         try:
@@ -468,7 +479,7 @@ class Bookie:
                     callback(errors)
                 try:
                     self._journal.submit_many_locked(buffers, sum(map(len, buffers)), done,
-                                                     deferred=deferred)
+                                                     wake, deferred)
                 except BookKeeperError as e:  # the journal failed or closed meanwhile
                     for i in queued:
                         errors[i] = e

@@ -205,18 +205,22 @@ class Journal:
     @contextlib.contextmanager
     def leading(self) -> Iterator[None]:
         """Records this thread submits inside the block do not wake the journal thread;
-        at its end, when nobody is writing, this thread writes and syncs the queued group
-        itself and runs its callbacks (one fdatasync, no thread switch: for a caller
-        about to wait for those records).  Otherwise the journal thread takes them."""
+        at its end, :meth:`lead` (for a caller that submits through layers it does not
+        control)."""
         self._leaders.active = True
         try:
             yield
         finally:
             self._leaders.active = False
-            self._lead_one_group()
+            self.lead()
 
-    def _lead_one_group(self) -> None:
-        if self._flush_when_empty and not self.is_committer_thread() \
+    def lead(self) -> None:
+        """Commit what is queued on this thread when nobody is writing: write and sync
+        the group and run its callbacks here (one fdatasync, no thread switch: for a
+        caller that submitted with ``wake=False`` and is about to wait for those records
+        or answer them).  Otherwise, when a commit is already running, the journal thread
+        takes the records as its next group."""
+        if self._flush_when_empty and self._committer is None \
                 and self._commit_lock.acquire(blocking=False):
             self._committer = threading.get_ident()
             try:
@@ -224,7 +228,7 @@ class Journal:
             finally:
                 self._committer = None
                 self._commit_lock.release()
-        if self._sleeping and self._pending():
+        if self._sleeping and (self._callbacks or self._markers or self._written):
             self._wake()
 
     def wait(self, waiter: Waiter) -> None:
@@ -368,7 +372,8 @@ class Journal:
 
     def _commit_one_group(self) -> bool:
         """Write and sync one group, then complete it.  Caller holds the commit lock."""
-        buffers, callbacks, markers, nbytes, written = self._take_group()
+        buffers, callbacks, markers, nbytes, written = (
+            self._swap_queue() if self._flush_when_empty else self._take_group())
         if not callbacks and not markers and not written:
             return False
         error: BaseException | None = self._failure
@@ -377,7 +382,8 @@ class Journal:
             if buffers and error is None:
                 self._write(buffers, nbytes)
             acknowledged = True
-            _complete_all(written, error)
+            if written:
+                _complete_all(written, error)
             if (callbacks or markers) and self._unsynced and error is None:
                 self._sync()
         except OSError as e:
