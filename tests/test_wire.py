@@ -223,6 +223,16 @@ def test_malformed_read_answers_are_refused(body):
         wire.decode_read_answers(body, 4, MAX)
 
 
+@pytest.mark.parametrize("count", [1, 2, 1000])
+def test_the_reply_to_adds_that_all_succeeded_is_the_general_encoding(count):
+    """The server's shortcut for an ADD reply encodes exactly what encode_reply does."""
+    general = wire.encode_reply(Reply(Op.ADD, 2**64 - 1, body=wire.encode_add_statuses(
+        [0] * count)), MAX)
+    assert wire.encode_adds_durable(2**64 - 1, count) == general
+    assert wire.decode_add_statuses(wire.decode_reply(general, MAX).required_body(),
+                                    count) is None
+
+
 def test_add_bodies_and_statuses_round_trip():
     assert wire.decode_adds(wire.encode_adds(RUNS, MAX), MAX) == RUNS
     assert wire.decode_add_statuses(wire.encode_add_statuses([0, 0]), 2) is None

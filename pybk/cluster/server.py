@@ -1,17 +1,28 @@
 """``BookieServer``: one :class:`pybk.storage.Bookie` served over ZeroMQ.
 
 The protocol is :mod:`pybk.cluster.wire`.  One server thread owns a ROUTER socket bound
-at the server's address and does all socket I/O and dispatch.  Work that completes on
-other threads (an add made durable by the journal thread, a fence, an explicit LAC, a
-delete on the server's delete thread, a long poll whose LAC moved) comes back through a
-:class:`~pybk.cluster.mailbox.Mailbox`, and its reply leaves from the server thread.
+at the server's address and does all socket I/O and dispatch.
+
+Adds: on each wake-up the server thread reads every request that is ready (up to
+``_READ_BATCH``), queues the adds in the journal without waking the journal thread, and
+then, when no commit is running, commits them itself (one write, one ``fdatasync``) and
+answers them all (:meth:`pybk.storage.Bookie.commit_queued`): no thread hand-off and no
+mailbox wake-up for a lone writer, nor for a full server whose reads alternate with its
+commits.  When a commit is already running (the journal thread's, or a blocking caller's
+of an in-process bookie), the adds ride on the journal thread's next group instead.
+
+Work that completes on other threads (adds committed by the journal thread, a fence, an
+explicit LAC, a delete on the server's delete thread, a long poll whose LAC moved) comes
+back through a :class:`~pybk.cluster.mailbox.Mailbox`, and its reply leaves from the
+server thread.
 
 Guarantees:
 
-* ADD, WRITE_LAC and DELETE are answered once durable in the journal; a fencing READ
-  reads only once the fence is durable.  The adds of one ADD message go to the bookie
-  together (:meth:`pybk.storage.Bookie.add_entries_async`: one lock, one journal
-  hand-off) and are answered together, each with its own status.
+* ADD, WRITE_LAC and DELETE are answered once durable in the journal (after the
+  ``fdatasync`` that covers them, whichever thread issued it); a fencing READ reads only
+  once the fence is durable.  The adds of one ADD message go to the bookie together
+  (:meth:`pybk.storage.Bookie.add_entries_async`: one lock, one journal submission) and
+  are answered together, each with its own status.
 * Each client may have many requests in flight; replies go out in completion order and
   are matched by request id.
 * Bounded work: with ``maxAddsInProgressLimit`` journal-bound requests (adds, explicit
@@ -329,7 +340,8 @@ class BookieServer:
 
     def _add(self, identity: bytes, r: Request) -> None:
         runs = wire.decode_adds(r.required_body(), self._max_entry)
-        self._adds_in_progress += sum(len(run.entry_ids) for run in runs)
+        for run in runs:
+            self._adds_in_progress += len(run.entry_ids)
         self._bookie.add_entries_async(runs, partial(self._adds_done, identity, r,
                                                      time.monotonic()), wake=False)
 
