@@ -510,6 +510,25 @@ def test_a_second_bookie_on_the_same_directories_is_refused(bookie_factory, sett
     bookie_factory(settings).add_entry(1, 0, entry(1, 0), KEY)  # free again once closed
 
 
+def test_adds_queued_without_waking_are_committed_by_the_caller(bookie):
+    """``add_entries_async(wake=False)`` leaves the journal thread asleep and
+    ``commit_queued`` writes and syncs the group on the calling thread, which runs the
+    callback (unless the journal thread, awake for its own reasons, took the group
+    first): how the bookie server answers a lone writer without a thread switch."""
+    on_caller = 0
+    for entry_id in range(100):
+        outcomes: list[tuple[int, list]] = []
+        bookie.add_entries_async([(7, [entry_id], [entry(7, entry_id)], KEY, False)],
+                                 lambda errors, outcomes=outcomes: outcomes.append(
+                                     (threading.get_ident(), errors)), wake=False)
+        bookie.commit_queued()
+        bookie.force(7).result(timeout=10)  # also when the journal thread took it
+        assert [errors for _thread, errors in outcomes] == [[None]]
+        on_caller += outcomes[0][0] == threading.get_ident()
+    assert on_caller >= 90
+    assert bookie.entry_ids(7) == list(range(100))
+
+
 def test_a_leading_thread_syncs_its_own_adds(bookie):
     """Inside ``leading()`` an asynchronous add does not wake the journal thread; at the
     end of the block the caller writes the group itself, so the callback has run on the
