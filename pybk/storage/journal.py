@@ -104,15 +104,22 @@ class Waiter:
 class Journal:
     """Appends records durably with group commit; one instance per journal directory.
 
-    Two ways in:
+    Ways in:
 
     * :meth:`submit` queues a record with a completion callback (many in flight); the
       journal thread writes and syncs groups.
     * :meth:`submit` with ``wake=False`` and then :meth:`wait`: when nobody is writing,
       the caller writes the group itself instead of handing it to the journal thread (a
       blocking caller then pays one fdatasync and no thread switch).
+    * Submits with ``wake=False`` and then :meth:`lead`: the same for a caller that
+      answers the records itself from their callbacks (the bookie server, once it has
+      read every request that was ready); if a commit is running, the journal thread
+      takes them as its next group.
     * :meth:`leading`: the same for a caller that submits through layers it does not
       control (asynchronous calls whose future it is about to wait for).
+
+    Whichever thread commits, a record's callback runs only after the fdatasync that
+    covers it (see "Crash guarantees").
 
     Callbacks run on the thread that synced the group, in queue order, as ``callback(None)``
     or ``callback(error)``; a marker's callback gets the :class:`LogMark` just after the
