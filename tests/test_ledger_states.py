@@ -167,14 +167,10 @@ def test_an_index_of_the_previous_format_is_upgraded(tmp_path):
         index.close()
 
 
-def test_a_ledger_forgotten_and_made_again_survives_a_replay_of_both(bookie_factory,
-                                                                      settings_factory,
-                                                                      tmp_path):
-    """A crash after the checkpoint that made a deletion durable (GC forgot the ledger,
-    the same id was used again) but before its LastLogMark: replay sees the deletion and
-    the new ledger's master key and adds, and keeps the new ledger's adds."""
-    settings = _quiet(settings_factory, logSizeLimit=64 << 10, maxEntrySizeBytes=16 << 10,
-                      writeCacheMaxSizeMb=1)
+def _replay_a_ledger_forgotten_and_made_again(bookie_factory, settings, scratch):
+    """A crash after the checkpoint that made ledger 5's deletion durable (GC forgot it,
+    the same id was used again, one entry added) but before its LastLogMark; the
+    bookie reopened from that crash (ledger 6 holds 20 entries throughout)."""
     bookie = bookie_factory(settings, start_background_threads=False)
     for e in range(20):
         bookie.add_entry(5, e, entry(5, e, body=b"o" * 4000), KEY)
@@ -191,13 +187,48 @@ def test_a_ledger_forgotten_and_made_again_survives_a_replay_of_both(bookie_fact
     bookie.compact(1.0)  # removes ledger 5's logs, copying ledger 6's entries out of them
     assert not bookie.ledger_exists(5)
     bookie.add_entry(5, 0, entry(5, 0, body=b"new"), b"another key")  # a new ledger 5
-    close_as_if_crashed(bookie, str(tmp_path))
+    close_as_if_crashed(bookie, scratch)
     for path, mark in zip(mark_files, marks_before_deletion):  # as if the crash came first
         with open(path, "wb") as f:
             f.write(mark)
-    reopened = bookie_factory(settings, start_background_threads=False)
+    return bookie_factory(settings, start_background_threads=False)
+
+
+def test_a_ledger_forgotten_and_made_again_survives_a_replay_of_both(bookie_factory,
+                                                                      settings_factory,
+                                                                      tmp_path):
+    """Replay sees the deletion and the new ledger's master key and adds, and keeps the
+    new ledger's adds."""
+    settings = _quiet(settings_factory, logSizeLimit=64 << 10, maxEntrySizeBytes=16 << 10,
+                      writeCacheMaxSizeMb=1)
+    reopened = _replay_a_ledger_forgotten_and_made_again(bookie_factory, settings,
+                                                         str(tmp_path))
     assert reopened.entry_ids(5) == [0]
     assert reopened.read_entry(5, 0) == entry(5, 0, body=b"new")
     with pytest.raises(Unauthorized):
         reopened.add_entry(5, 1, entry(5, 1), KEY)
     assert reopened.entry_ids(6) == list(range(20))
+
+
+def test_a_ledger_made_again_in_replay_is_not_collected_as_deleted(bookie_factory,
+                                                                   settings_factory, tmp_path):
+    """After that replay the new ledger 5 is live: GC and compaction keep its entry, and
+    the index has no deletion row for it (a later start would take it for deleted)."""
+    settings = _quiet(settings_factory, logSizeLimit=64 << 10, maxEntrySizeBytes=16 << 10,
+                      writeCacheMaxSizeMb=1)
+    reopened = _replay_a_ledger_forgotten_and_made_again(bookie_factory, settings,
+                                                         str(tmp_path))
+    for e in range(20, 40):  # roll past the log the replay wrote to, so GC may take it
+        reopened.add_entry(6, e, entry(6, e, body=b"x" * 4000), KEY)
+    reopened.checkpoint()
+    reopened.compact(1.0)
+    assert reopened.read_entry(5, 0) == entry(5, 0, body=b"new")
+    assert reopened.gauges().ledgers == 2
+    reopened.close()
+    states, tombstones = _index_rows(settings)
+    assert 5 in states and not states[5].deleted and tombstones == []
+    again = bookie_factory(settings, start_background_threads=False)
+    again.compact(1.0)
+    assert again.read_entry(5, 0) == entry(5, 0, body=b"new")
+    again.add_entry(5, 1, entry(5, 1), b"another key")  # its key came back from the index
+    assert again.entry_ids(6) == list(range(40))

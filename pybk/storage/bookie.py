@@ -802,6 +802,11 @@ class Bookie:
         self.stats.flush.observe_since(started)
         self.stats.flush_bytes.observe(generation.cache.size_bytes)
         with self._lock:
+            if self._durably_deleted:
+                # A ledger made again after it was forgotten, whose deletion a replay
+                # made durable once more: it is live, GC must not take its entries.
+                self._durably_deleted.difference_update(
+                    lid for lid, st in generation.states.items() if not st.deleted)
             self._durably_deleted |= gone
             self._evict_idle_states()
         if gone:
@@ -860,8 +865,7 @@ class Bookie:
         ledger_ids: list[int] = []  # one per record
         entry_ids: list[int] = []
         pending_bytes = 0
-        states = self._states
-        dirty = self._dirty
+        states = self._states  # never replaced (self._dirty is, by each cut)
         pack_header = codec.RECORD.pack
         unpack_entry_header = ENTRY_HEADER.unpack_from
 
@@ -883,12 +887,12 @@ class Bookie:
                 state = states.get(ledger_id) or self._state(ledger_id)
                 if state is None:
                     state = states[ledger_id] = LedgerState(b"")
-                    dirty.add(ledger_id)
+                    self._dirty.add(ledger_id)
                 if state.deleted:
                     return
                 if lac > state.lac:
                     state.lac = lac
-                    dirty.add(ledger_id)
+                    self._dirty.add(ledger_id)
                 buffers.append(pack_header(size, crc, codec.ADD))
                 buffers.append(payload)
                 ledger_ids.append(ledger_id)
@@ -908,7 +912,7 @@ class Bookie:
                     write_pending()
                     self._flush(self._cut_generation())
                 states[ledger_id] = LedgerState(payload[codec.LEDGER_ID.size:])
-                dirty.add(ledger_id)
+                self._dirty.add(ledger_id)
                 return
             state = self._state(ledger_id)
             if state is None:

@@ -258,6 +258,8 @@ class Index:
                           states: dict[int, StoredLedgerState],
                           deleted: Iterable[int], last_log_id: int) -> None:
         """Point entries at their logs, store ledger states, drop deleted ledgers' entries.
+        A ledger's ``deleted`` row follows its state: added with a deleted one (or a
+        deletion in ``deleted``), removed with a live one.
 
         ``items`` come from :meth:`record_items`; a later item for the same key wins.
         """
@@ -277,8 +279,16 @@ class Index:
             ledgers = txn.cursor(db=self._ledgers)
             ledgers.putmulti([(LEDGER_KEY.pack(ledger_id), encode_ledger_state(state))
                               for ledger_id, state in sorted(states.items())])
-            txn.cursor(db=self._deleted).putmulti(
-                [(LEDGER_KEY.pack(ledger_id), b"") for ledger_id in tombstones])
+            deletions = txn.cursor(db=self._deleted)
+            if txn.stat(self._deleted)["entries"]:
+                # A live state of a ledger with a deletion row: a ledger forgotten and
+                # made again whose deletion was replayed once more (a crash before its
+                # LastLogMark).  Left there, the row would have the new ledger's entry
+                # logs collected.  (Empty table, the usual case: no lookup at all.)
+                for ledger_id, state in states.items():
+                    if not state.deleted and deletions.set_key(LEDGER_KEY.pack(ledger_id)):
+                        deletions.delete()
+            deletions.putmulti([(LEDGER_KEY.pack(ledger_id), b"") for ledger_id in tombstones])
             txn.put(LAST_LOG_ID_KEY, struct.pack(">Q", last_log_id), db=self._meta)
 
     def _delete_entries(self, txn: lmdb.Transaction, ledger_id: int) -> None:
