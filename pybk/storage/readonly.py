@@ -305,6 +305,11 @@ class BookieReader:
             learned.lac = max(learned.lac, lac)
             return
         fields = codec.decode_payload(rtype, payload)
+        if rtype == codec.MASTER_KEY:
+            # Journaled only for a ledger the bookie did not know: a new one, whatever
+            # was learned of an earlier one of that id (deleted, forgotten since).
+            self._learned[fields.ledger_id] = _Learned()
+            return
         learned = self._learned.setdefault(fields.ledger_id, _Learned())
         if rtype == codec.EXPLICIT_LAC:
             assert fields.lac is not None
