@@ -167,6 +167,23 @@ def test_an_index_of_the_previous_format_is_upgraded(tmp_path):
         index.close()
 
 
+@pytest.mark.parametrize("live", [1, 30], ids=["fewer-states", "fewer-rows"])
+def test_a_live_state_removes_the_ledgers_deletion_row(tmp_path, live):
+    """Whichever of the deletion rows and the committed states is the smaller, a ledger
+    committed live loses its deletion row, and the other rows stay."""
+    index = Index(str(tmp_path / "index"))
+    try:
+        index.commit_checkpoint(iter(()), {lid: StoredLedgerState(KEY, False, True, 3, None)
+                                           for lid in range(10, 20)}, [], 0)
+        index.commit_checkpoint(iter(()), {lid: StoredLedgerState(b"k2", False, False, -1, None)
+                                           for lid in range(15, 15 + live)}, [], 0)
+        assert index.deleted_ledgers() == [lid for lid in range(10, 20)
+                                           if not 15 <= lid < 15 + live]
+        assert not index.ledger_state(15).deleted
+    finally:
+        index.close()
+
+
 def _replay_a_ledger_forgotten_and_made_again(bookie_factory, settings, scratch):
     """A crash after the checkpoint that made ledger 5's deletion durable (GC forgot it,
     the same id was used again, one entry added) but before its LastLogMark; the

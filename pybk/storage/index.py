@@ -280,14 +280,23 @@ class Index:
             ledgers.putmulti([(LEDGER_KEY.pack(ledger_id), encode_ledger_state(state))
                               for ledger_id, state in sorted(states.items())])
             deletions = txn.cursor(db=self._deleted)
-            if txn.stat(self._deleted)["entries"]:
+            rows = txn.stat(self._deleted)["entries"]
+            if rows:
                 # A live state of a ledger with a deletion row: a ledger forgotten and
                 # made again whose deletion was replayed once more (a crash before its
                 # LastLogMark).  Left there, the row would have the new ledger's entry
-                # logs collected.  (Empty table, the usual case: no lookup at all.)
-                for ledger_id, state in states.items():
-                    if not state.deleted and deletions.set_key(LEDGER_KEY.pack(ledger_id)):
-                        deletions.delete()
+                # logs collected.  The smaller side is searched: the rows or the states
+                # (an empty table, the usual case, costs nothing).
+                live = [LEDGER_KEY.pack(lid) for lid, state in states.items()
+                        if not state.deleted]
+                if rows < len(live):
+                    wanted = set(live)
+                    revived = [key for key in deletions.iternext(values=False)
+                               if key in wanted]
+                else:
+                    revived = [key for key in live if deletions.set_key(key)]
+                for key in revived:
+                    txn.delete(key, db=self._deleted)
             deletions.putmulti([(LEDGER_KEY.pack(ledger_id), b"") for ledger_id in tombstones])
             txn.put(LAST_LOG_ID_KEY, struct.pack(">Q", last_log_id), db=self._meta)
 
