@@ -27,7 +27,9 @@ LMDB replaces BookKeeper's per-ledger index files.  The environment lives in
 
 A deleted ledger keeps its ``ledgers`` row (flag deleted) and its ``deleted`` row until
 garbage collection removed every entry log holding its entries; then both rows go
-(:meth:`Index.forget_ledgers`) and the index holds nothing of it.
+(:meth:`Index.forget_ledgers`) and the index holds nothing of it.  A live state committed
+for a ledger with a ``deleted`` row (made again after it was forgotten, its deletion
+replayed once more after a crash) removes that row.
 
 Durability: the index is written only by the checkpoint, GC and compaction, each in one
 transaction; a committed transaction is durable (LMDB syncs data pages, then the meta
