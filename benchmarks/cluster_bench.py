@@ -4,7 +4,7 @@ disk, raw pyzmq and a three-server ZooKeeper, all measured in one run.
 
 Usage::
 
-    python benchmarks/cluster_bench.py [--quick] [--dir DIR]
+    python benchmarks/cluster_bench.py [--quick] [--dir DIR] [--plot FILE.png]
 
 Measured, in order (each on an otherwise idle machine: every child process of one
 measurement is stopped before the next starts):
@@ -15,7 +15,9 @@ measurement is stopped before the next starts):
 3. pybk: three bookie child processes (this script with ``--serve``), one client here
    (an :class:`EmbeddedMetadataStore`, three :class:`ZmqBookieClient` on one
    :class:`ClientLoop`), 1 KiB entries, for E=3/Qw=3/Qa=2 and E=3/Qw=2/Qa=2: full load
-   (a window of adds in flight), then an open-loop load at half the full-load rate;
+   (a window of adds in flight), then open-loop loads at half the full-load rate and at
+   a fixed 5,000 entries/s (and, with ``--plot``, at a few more fixed rates: latency
+   against offered load, drawn as a PNG);
 4. ZooKeeper: a three-server ensemble on loopback (fsync on, as bookies do), kazoo's
    ``create_async`` of 1 KiB znodes with a window in flight.
 
@@ -39,7 +41,7 @@ import time
 from collections import deque
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import zmq
 from kazoo.client import KazooClient
@@ -65,6 +67,11 @@ BOOKIES = 3
 CONFIGS = (("e3_qw3_qa2", 3, 3, 2), ("e3_qw2_qa2", 3, 2, 2))
 REFERENCE_CONFIG = "e3_qw3_qa2"    # the configuration the targets and ratios use
 HALF_LOAD_FRACTION = 0.5
+#: The fixed offered rate measured beside half load: a light load whatever the machine.
+FIXED_RATE_PER_S = 5000.0
+#: With ``--plot``, the reference configuration is also measured at these offered rates
+#: (besides the fixed rate, half load and full load), for the latency curve.
+SWEEP_RATES_PER_S = (1000.0, 2000.0)
 #: The open-loop producer sleeps at least this long between rounds, then submits every
 #: add that fell due (charged from its scheduled time): an application's adds come in
 #: bursts too, and one wake-up per add would cost the client more than the add.
@@ -83,9 +90,12 @@ DRAIN_TIMEOUT_S = 60.0             # outstanding adds / creates are acknowledged
 RECV_TIMEOUT_MS = 10_000           # one raw pyzmq reply
 ZK_CONNECT_TIMEOUT_S = 30.0
 
-TARGET_ENTRIES_PER_S = 30_000
+TARGET_ENTRIES_PER_S = 60_000
 TARGET_ZOOKEEPER_RATIO = 10.0
-TARGET_HALF_LOAD_P99_US = 10_000
+TARGET_LIGHT_LOAD_P99_US = 10_000     # at half load and at the fixed rate
+TARGET_LIGHT_LOAD_P50_US = 2_000
+#: CPU per entry (client + bookies) at the fixed rate, at most this times full load's.
+TARGET_CPU_PER_ENTRY_FIXED_TO_FULL = 1.5
 
 
 @dataclass(frozen=True)
@@ -221,11 +231,12 @@ class CpuUse:
         return time.process_time(), sum(process_cpu_s(pid) for pid in self.server_pids)
 
     def per_op(self, ops: int) -> dict:
-        """µs of CPU per operation: ``client``, ``servers``, and ``cpu_limit_per_s``, the
-        rate at which these processes alone would keep every core of the machine busy."""
+        """µs of CPU per operation: ``client``, ``servers``, their ``total``, and
+        ``cpu_limit_per_s``, the rate at which these processes alone would keep every
+        core of the machine busy."""
         client, servers = (round((now - then) / max(ops, 1) * 1e6, 1)
                            for now, then in zip(self._now(), self.started))
-        return {"client": client, "servers": servers,
+        return {"client": client, "servers": servers, "total": round(client + servers, 1),
                 "cpu_limit_per_s": round(os.cpu_count() * 1e6 / (client + servers), 1)
                 if client + servers else None}
 
@@ -430,22 +441,44 @@ def load_phase(bk: BookKeeper, quorums: tuple[int, int, int], bookie_pids: list[
     return figures
 
 
+def say_phase(name: str, label: str, figures: dict) -> None:
+    """The progress line of one load phase."""
+    cpu = figures["cpu_us_per_add"]
+    say(f"{name} {label}: {figures['per_s']:,.0f} entries/s, p50 "
+        f"{figures['p50_us'] / 1000:.1f} ms, p99 {figures['p99_us'] / 1000:.1f} ms; CPU per "
+        f"add: client {cpu['client']} µs, bookies {cpu['servers']} µs")
+
+
 def measure_config(bk: BookKeeper, name: str, quorums: tuple[int, int, int],
-                   bookie_pids: list[int], profile: Profile) -> dict:
-    """Full load, then half of its rate, for one (E, Qw, Qa)."""
+                   bookie_pids: list[int], profile: Profile,
+                   sweep_rates: tuple[float, ...] = ()) -> dict:
+    """Full load, then half of its rate, then :data:`FIXED_RATE_PER_S`, for one (E, Qw,
+    Qa); with ``sweep_rates``, also those offered rates, and ``sweep``: every phase as a
+    point of latency against offered load (full load at the rate it reached)."""
+    def open_phase(rate: float) -> dict:
+        figures = load_phase(bk, quorums, bookie_pids,
+                             lambda adds: open_loop(adds, rate, profile))
+        say_phase(name, f"at {rate:,.0f}/s offered", figures)
+        return figures
+
     full = load_phase(bk, quorums, bookie_pids, lambda adds: closed_loop(adds, profile))
-    say(f"{name} full load: {full['per_s']:,.0f} entries/s, {full['mb_per_s']} MiB/s, "
-        f"p50 {full['p50_us'] / 1000:.1f} ms, p99 {full['p99_us'] / 1000:.1f} ms; CPU per "
-        f"add: client {full['cpu_us_per_add']['client']} µs, bookies "
-        f"{full['cpu_us_per_add']['servers']} µs")
-    half_rate = full["per_s"] * HALF_LOAD_FRACTION
-    half = load_phase(bk, quorums, bookie_pids, lambda adds: open_loop(adds, half_rate, profile))
-    say(f"{name} at {half['offered_per_s']:,.0f}/s offered: {half['per_s']:,.0f} entries/s, "
-        f"p50 {half['p50_us'] / 1000:.1f} ms, p99 {half['p99_us'] / 1000:.1f} ms")
+    say_phase(name, "full load", full)
+    half = open_phase(full["per_s"] * HALF_LOAD_FRACTION)
+    fixed = open_phase(FIXED_RATE_PER_S)
     ensemble, write_quorum, ack_quorum = quorums
-    return {"ensemble": ensemble, "write_quorum": write_quorum, "ack_quorum": ack_quorum,
-            "full_load": full, "half_load": half,
-            "bookie_adds_per_s": round(full["per_s"] * write_quorum, 1)}
+    figures = {"ensemble": ensemble, "write_quorum": write_quorum, "ack_quorum": ack_quorum,
+               "full_load": full, "half_load": half, "fixed_rate": fixed,
+               "bookie_adds_per_s": round(full["per_s"] * write_quorum, 1)}
+    if sweep_rates:
+        phases = [(rate, open_phase(rate)) for rate in sweep_rates]
+        phases += [(half["offered_per_s"], half), (FIXED_RATE_PER_S, fixed),
+                   (full["per_s"], full)]
+        figures["sweep"] = [
+            {"offered_per_s": round(rate, 1), "closed_loop": phase is full,
+             "per_s": phase["per_s"], "p50_us": phase["p50_us"], "p99_us": phase["p99_us"],
+             "cpu_us_per_entry": phase["cpu_us_per_add"]["total"]}
+            for rate, phase in sorted(phases, key=lambda point: point[0])]
+    return figures
 
 
 @contextlib.contextmanager
@@ -556,34 +589,89 @@ def target(value: float, passed: bool, wanted: str) -> dict:
 def evaluate(raw: dict, pybk: dict, zookeeper: dict) -> tuple[dict, dict]:
     """The ratios and the targets, from the reference configuration."""
     reference = pybk[REFERENCE_CONFIG]
-    per_s = reference["full_load"]["per_s"]
-    half_p99 = reference["half_load"]["p99_us"]
+    full = reference["full_load"]
+    per_s = full["per_s"]
+    cpu_full = full["cpu_us_per_add"]["total"]
     ratios = {"pybk_to_zookeeper": ratio(per_s, zookeeper["creates_per_s"]),
               "pybk_to_raw_zmq_pipelined": ratio(per_s, raw["zmq"]["pipelined"]["per_s"]),
               "pybk_half_load_p99_to_raw_fdatasync_p99": ratio(
-                  half_p99, raw["fdatasync_append"]["p99_us"])}
+                  reference["half_load"]["p99_us"], raw["fdatasync_append"]["p99_us"]),
+              "cpu_per_entry_half_to_full": ratio(
+                  reference["half_load"]["cpu_us_per_add"]["total"], cpu_full),
+              "cpu_per_entry_5k_to_full": ratio(
+                  reference["fixed_rate"]["cpu_us_per_add"]["total"], cpu_full)}
     targets = {
         "replicated_1k_entries_per_s": target(per_s, per_s >= TARGET_ENTRIES_PER_S,
                                               f">= {TARGET_ENTRIES_PER_S} ({REFERENCE_CONFIG})"),
         "ratio_to_zookeeper": target(ratios["pybk_to_zookeeper"],
                                      ratios["pybk_to_zookeeper"] >= TARGET_ZOOKEEPER_RATIO,
                                      f">= {TARGET_ZOOKEEPER_RATIO:g} x ZooKeeper creates/s"),
-        "half_load_p99_us": target(half_p99, half_p99 <= TARGET_HALF_LOAD_P99_US,
-                                   f"<= {TARGET_HALF_LOAD_P99_US} ({REFERENCE_CONFIG})"),
     }
+    for phase in ("half_load", "fixed_rate"):
+        for quantile, most in (("p50_us", TARGET_LIGHT_LOAD_P50_US),
+                               ("p99_us", TARGET_LIGHT_LOAD_P99_US)):
+            value = reference[phase][quantile]
+            targets[f"{phase}_{quantile}"] = target(value, value <= most,
+                                                    f"<= {most} ({REFERENCE_CONFIG})")
+    fixed_to_full = ratios["cpu_per_entry_5k_to_full"]
+    targets["cpu_per_entry_5k_to_full"] = target(
+        fixed_to_full, fixed_to_full <= TARGET_CPU_PER_ENTRY_FIXED_TO_FULL,
+        f"<= {TARGET_CPU_PER_ENTRY_FIXED_TO_FULL:g} ({REFERENCE_CONFIG}, client + bookies)")
     targets["all_pass"] = all(t["pass"] for t in targets.values())
     return ratios, targets
 
 
-def run(profile: Profile, workdir: str, children: Children) -> dict:
-    """Every measurement, in order; returns the JSON-ready result."""
+def plot_latency(path: str, title: str, curves: dict[str, list[dict]],
+                 guides_ms: Sequence[tuple[float, str]] = ()) -> None:
+    """Draw p50 and p99 latency (ms, log scale) against offered load (entries/s) as a PNG
+    at ``path``: one pair of lines per curve, from points with ``offered_per_s``,
+    ``p50_us`` and ``p99_us`` (a point with ``closed_loop`` true is labelled as full
+    load); ``guides_ms``, dotted horizontal lines with their labels (targets)."""
+    import matplotlib
+    matplotlib.use("Agg")  # a file, no display
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(7.5, 4.5), layout="constrained")
+    for name, points in curves.items():
+        offered = [point["offered_per_s"] for point in points]
+        for quantile, style in (("p50", "o-"), ("p99", "s--")):
+            axes.plot(offered, [point[f"{quantile}_us"] / 1000 for point in points], style,
+                      label=f"{name} {quantile}")
+        for point in points:
+            if point.get("closed_loop"):
+                axes.annotate("full load", (point["offered_per_s"], point["p99_us"] / 1000),
+                              textcoords="offset points", xytext=(-20, 8), fontsize=8)
+    for value, label in guides_ms:
+        axes.axhline(value, color="grey", linestyle=":", linewidth=1)
+        axes.annotate(label, (0, value), xycoords=("axes fraction", "data"),
+                      textcoords="offset points", xytext=(4, 3), fontsize=8, color="grey")
+    axes.set_yscale("log")
+    axes.set_xlabel("offered load (entries/s)")
+    axes.set_ylabel("latency (ms)")
+    axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.savefig(path, dpi=110)
+    pyplot.close(figure)
+
+
+def run(profile: Profile, workdir: str, children: Children,
+        plot_path: str | None = None) -> dict:
+    """Every measurement, in order; returns the JSON-ready result (and, with
+    ``plot_path``, draws the reference configuration's latency curve there)."""
     started = time.perf_counter()
     load_1m = os.getloadavg()[0]
     say(f"{profile.name} run in {workdir}; load average {load_1m:.2f} on {os.cpu_count()} "
         "CPUs (other work on the machine skews every figure)")
     raw = measure_raw(workdir, profile.raw_seconds, profile.raw_max_ops, 0, say)
     raw["zmq"] = measure_raw_zmq(children, profile)
-    pybk = measure_pybk(workdir, children, profile)
+
+    def measure(bk: BookKeeper, name: str, quorums: tuple[int, int, int],
+                bookie_pids: list[int], profile: Profile) -> dict:
+        sweep = SWEEP_RATES_PER_S if plot_path and name == REFERENCE_CONFIG else ()
+        return measure_config(bk, name, quorums, bookie_pids, profile, sweep)
+
+    pybk = measure_pybk(workdir, children, profile, measure)
     zookeeper = measure_zookeeper(workdir, profile)
     ratios, targets = evaluate(raw, pybk, zookeeper)
     for name, value in ratios.items():
@@ -592,6 +680,13 @@ def run(profile: Profile, workdir: str, children: Children) -> dict:
         if name != "all_pass":
             say(f"target {name}: {entry['value']} (want {entry['target']}): "
                 f"{'pass' if entry['pass'] else 'MISSED'}")
+    if plot_path:
+        plot_latency(plot_path, f"pybk replicated adds, {REFERENCE_CONFIG}, 1 KiB entries "
+                                f"({profile.name} run)",
+                     {REFERENCE_CONFIG: pybk[REFERENCE_CONFIG]["sweep"]},
+                     [(TARGET_LIGHT_LOAD_P50_US / 1000, "p50 target"),
+                      (TARGET_LIGHT_LOAD_P99_US / 1000, "p99 target")])
+        say(f"latency against offered load drawn in {plot_path}")
     return {"mode": profile.name, "dir": workdir, "python": sys.version.split()[0],
             "cpus": os.cpu_count(), "load_average_1m_at_start": round(load_1m, 2),
             "raw": raw, "pybk": pybk, "zookeeper": zookeeper, "ratios": ratios,
@@ -605,6 +700,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dir", default=os.getcwd(),
                         help="where the fresh temporary directory is made (default: the "
                              "current directory, i.e. its disk is the one under test)")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="also measure a few more offered rates and draw p50 and p99 "
+                             "latency against offered load in FILE.png (needs matplotlib)")
     # Internal: the child processes.
     parser.add_argument("--serve", metavar="BOOKIE_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
@@ -623,10 +721,21 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C, so the finally blocks stop the children.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     profile = QUICK if args.quick else FULL
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401  (checked now, not after the run)
+        except ImportError:
+            print("cluster_bench: --plot needs matplotlib (pip install matplotlib)",
+                  file=sys.stderr)
+            return 2
+        directory = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(directory):
+            print(f"cluster_bench: --plot: no directory {directory}", file=sys.stderr)
+            return 2
 
     def measure(workdir: str) -> dict:
         with Children() as children:
-            return run(profile, workdir, children)
+            return run(profile, workdir, children, args.plot)
 
     return run_and_report("pybk-cluster-bench-", args.dir, measure)
 
