@@ -6,8 +6,12 @@ pipelined: each carries a request id (unique within its :class:`ClientLoop`) and
 are matched by id, in whatever order they come (:mod:`pybk.cluster.wire`).
 
 Threads.  A :class:`ClientLoop` is one I/O thread that owns the sockets of every client
-made on it; callers on any thread hand it their requests through a
-:class:`~pybk.cluster.mailbox.Mailbox`.  Share one loop between the clients of a process
+made on it: it opens and closes them, follows their connections, times requests out and
+receives every reply.  Callers on any thread hand it their other requests through a
+:class:`~pybk.cluster.mailbox.Mailbox`; adds they send themselves when they can (a
+thread that queues an add writes the ADD message to the socket when nobody else is using
+it, under the connection's lock, so a light load costs no wake-up of the loop on the way
+out; see :class:`_Connection`).  Share one loop between the clients of a process
 (``ZmqBookieClient(..., loop=loop)``); a client made without one gets its own.  The
 futures a client returns complete on the loop's thread, so their callbacks must be short
 and must not wait for other requests (the ledger client's callbacks are written that way,
@@ -40,7 +44,7 @@ what is queued for a bookie as one ADD message (of any ledgers, up to the body l
 meanwhile gather and leave together when one is answered (Nagle's idea, with the
 bookie's group commit as the clock).  So messages grow with the load and the
 per-message costs (system calls, thread wake-ups, ZeroMQ, Python) are paid per batch;
-an add made on an idle client leaves at once, alone.
+an add made on an idle client leaves at once, alone, sent by the caller's thread.
 
 Catch-up reads ask for many entries in one READ_BATCH request
 (:meth:`ZmqBookieClient.read_batch`; :mod:`pybk.client.reads` keeps several in flight).
@@ -62,7 +66,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -91,6 +95,9 @@ _READ_BATCH = 256
 _LEAST_ADD_OVERHEAD = wire.RUN_HEADER.size + wire.RUN_BYTES_PER_ADD
 #: The first reconnection attempt waits this long; later ones back off.
 _RECONNECT_MS = 100
+#: The loop sleeps at most this long, so that the deadline of a request another thread
+#: sent (due later than this) needs no wake-up: the loop takes it at its next round.
+_MAX_SLEEP_MS = 1000
 
 _UP_EVENT = zmq.EVENT_HANDSHAKE_SUCCEEDED
 _DOWN_EVENTS: dict[int, str] = {  # keyed by the monitor's event number
@@ -127,9 +134,15 @@ class ClientLoop:
         self._ids = itertools.count(1)
         self._poller = zmq.Poller()
         self._poller.register(self._mailbox.fileno(), zmq.POLLIN)
-        self._handlers: dict[zmq.Socket, Callable[[], None]] = {}
+        self._handlers: dict[zmq.Socket | int, Callable[[], None]] = {}
         self._connections: set[_Connection] = set()
         self.deadlines: Deadlines[_Pending] = Deadlines(lambda p: not p.done)
+        # Requests other threads sent, with their deadlines, for the loop to time
+        # (appended there, taken here), and when the loop wakes at the latest.
+        self._sent_elsewhere: deque[tuple[float, _Pending]] = deque()
+        self._sleep_until = 0.0
+        # Connections to serve at the next round without waiting for their descriptor.
+        self._ready: list[_Connection] = []
         self._stopping = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="pybk-zmq-client",
@@ -152,6 +165,30 @@ class ClientLoop:
     def post(self, work: Callable[[], None]) -> bool:
         """Run ``work`` on the loop's thread; False if the loop is closed."""
         return self._mailbox.post(work)
+
+    def on_loop_thread(self) -> bool:
+        return threading.get_ident() == self._thread.ident
+
+    def start_timer(self, pending: "_Pending") -> None:
+        """Fail ``pending`` with Timeout once its time limit passes (any thread: a request
+        sent by another thread is timed from the loop's next round, which comes before
+        the deadline, or is woken for it)."""
+        deadline = time.monotonic() + pending.timeout_s
+        if self.on_loop_thread():
+            self.deadlines.add(deadline, pending)
+            return
+        self._sent_elsewhere.append((deadline, pending))
+        if deadline < self._sleep_until:  # read after the append: see _sleep_ms
+            self.post(_nothing)
+
+    def serve_soon(self, connection: "_Connection") -> None:
+        """Have the loop serve ``connection``'s socket (read replies, send its backlog)
+        though its descriptor may not say so: another use of the socket took the
+        signal (ZeroMQ's descriptor is edge-triggered)."""
+        if self.on_loop_thread():
+            self._ready.append(connection)
+        else:
+            self.post(connection.serve)
 
     def run_and_wait(self, work: Callable[[], None]) -> None:
         """Run ``work`` on the loop's thread and wait for it (not at all once closed)."""
@@ -184,9 +221,10 @@ class ClientLoop:
 
     # -- on the loop's thread ---------------------------------------------------------
 
-    def attach(self, connection: "_Connection", handlers: dict[zmq.Socket,
-                                                               Callable[[], None]]) -> bool:
-        """Start polling a connection's sockets; False if the loop is stopping."""
+    def attach(self, connection: "_Connection",
+               handlers: dict[zmq.Socket | int, Callable[[], None]]) -> bool:
+        """Start polling a connection's sockets and descriptors (for POLLIN); False if
+        the loop is stopping."""
         if self._stopping:
             return False
         self._connections.add(connection)
@@ -195,29 +233,47 @@ class ClientLoop:
             self._poller.register(socket, zmq.POLLIN)
         return True
 
-    def detach(self, connection: "_Connection", sockets: list[zmq.Socket]) -> None:
+    def detach(self, connection: "_Connection", sockets: list[zmq.Socket | int]) -> None:
         self._connections.discard(connection)
         for socket in sockets:
             self._handlers.pop(socket, None)
             self._poller.unregister(socket)
 
-    def watch(self, socket: zmq.Socket, flags: int) -> None:
-        self._poller.register(socket, flags)
-
     def _stop(self) -> None:
         self._stopping = True
+
+    def _sleep_ms(self) -> int:
+        """How long the next poll may sleep, once the deadlines of requests sent by other
+        threads are taken in.  ``_sleep_until`` is published before they are taken: a
+        thread that appends one later reads it after its append (see
+        :meth:`start_timer`),
+        and so sees at most the time this round really sleeps until."""
+        now = time.monotonic()
+        self._sleep_until = now if self._ready else now + _MAX_SLEEP_MS / 1000
+        sent = self._sent_elsewhere
+        for _ in range(len(sent)):
+            self.deadlines.add(*sent.popleft())
+        if self._ready:
+            return 0
+        due = self.deadlines.timeout_ms(now)
+        sleep_ms = _MAX_SLEEP_MS if due is None else min(due, _MAX_SLEEP_MS)
+        self._sleep_until = now + sleep_ms / 1000
+        return sleep_ms
 
     def _run(self) -> None:
         try:
             mailbox = self._mailbox.fileno()  # the poller reports it by number
             while not self._stopping:
-                for socket, _ in self._poller.poll(self.deadlines.timeout_ms()):
+                for socket, _ in self._poller.poll(self._sleep_ms()):
                     if socket == mailbox:
                         self._mailbox.run_posted()
                     else:
                         handler = self._handlers.get(socket)
                         if handler is not None:  # None: detached earlier in this round
                             handler()
+                ready, self._ready = self._ready, []
+                for connection in ready:
+                    connection.serve()
                 for pending in self.deadlines.pop_due():
                     pending.connection.expire(pending)
         except Exception:  # a bug here must fail requests, not leave them hanging
@@ -335,7 +391,8 @@ class _AddBatch(_Pending):
 
     def _finish(self, errors: list[BaseException | None] | None) -> None:
         connection = self.connection
-        connection.add_batches_in_flight -= 1
+        with connection.lock:
+            connection.add_batches_in_flight -= 1
         _report(self.reports, errors)
         connection.send_adds()  # the adds that gathered while this one was out
 
@@ -352,6 +409,10 @@ def _report(reports: list[tuple[AddsDone, list]],
         except Exception:
             log.exception("an add callback raised")
         start = end
+
+
+def _nothing() -> None:
+    """Posted work that only wakes the loop (to take a deadline in)."""
 
 
 def _call_each(callbacks: Sequence[AddCallback],
@@ -426,7 +487,7 @@ class _LedgerAdds:
         connection.adds.append(_QueuedAdd(self, entry_id, entry, token))
         if not connection.adds_posted \
                 and connection.add_batches_in_flight < connection.add_batches_limit:
-            connection.post_adds()
+            connection.lead_adds()
         return True
 
 
@@ -438,8 +499,19 @@ class _State(enum.Enum):
 
 
 class _Connection:
-    """One DEALER socket to one bookie, and its outstanding requests (loop thread only,
-    except for the constructor)."""
+    """One DEALER socket to one bookie, and its outstanding requests.
+
+    The loop's thread owns the connection's life (open, up, down, close) and reads every
+    reply.  A thread queuing an add sends the ADD message itself when the socket is free
+    (:meth:`lead_adds`), instead of waking the loop.  ``lock`` serialises every use of
+    the socket (ZeroMQ sockets are not thread-safe; a lock's memory barrier makes passing
+    one between threads safe) and of the sending state: the backlog, the ADD messages in
+    flight, the state changes.  The loop never sleeps inside ZeroMQ on the socket: it
+    polls the socket's descriptor (``ZMQ_FD``), which is edge-triggered, so whoever used
+    the socket last checks ``ZMQ_EVENTS`` and has the loop serve it if replies wait.
+    Only the loop's thread waits for the lock; other threads only try it (and post the
+    work to the loop when it is taken), so no thread waits for another's callbacks.
+    """
 
     def __init__(self, loop: ClientLoop, bookie_id: str, address: str,
                  settings: ClientSettings,
@@ -451,6 +523,7 @@ class _Connection:
         self._curve_keys = curve_keys  # this client's pair and the bookie's public key
         self._state = _State.CONNECTING
         self._down_reason = ""
+        self.lock = threading.RLock()  # see the class docstring
         self._pending: dict[int, _Pending] = {}
         self._backlog: deque[_Pending] = deque()  # not yet taken by ZeroMQ
         # Adds from any thread, batched into ADD messages on the loop's thread.
@@ -468,8 +541,8 @@ class _Connection:
         self._max_add_body = wire.max_add_body_bytes(settings.maxEntrySizeBytes)
         self.max_entry_bytes = settings.maxEntrySizeBytes
         self._socket: zmq.Socket | None = None
+        self._fd = -1  # the socket's ZMQ_FD, which the loop polls
         self._monitor: zmq.Socket | None = None
-        self._flags = zmq.POLLIN
 
     @property
     def is_down(self) -> bool:
@@ -495,12 +568,13 @@ class _Connection:
         if self._curve_keys is not None:
             curve.connect_as_client(socket, *self._curve_keys)
         monitor = socket.get_monitor_socket(_MONITORED)
-        if not self.loop.attach(self, {socket: self._on_socket, monitor: self._on_monitor}):
+        fd = socket.getsockopt(zmq.FD)
+        if not self.loop.attach(self, {fd: self.serve, monitor: self._on_monitor}):
             _close_sockets(socket, monitor)
             self._state = _State.CLOSED
             self.refusing = True
             return
-        self._socket, self._monitor = socket, monitor
+        self._socket, self._fd, self._monitor = socket, fd, monitor
         try:
             socket.connect(self.address)
         except zmq.ZMQError as e:  # a malformed address: nothing will ever connect
@@ -521,7 +595,20 @@ class _Connection:
         """Queue an add for the next ADD message (any thread)."""
         self.adds.append(_QueuedAdd(adds, entry_id, entry, token))
         if not self.adds_posted and self.add_batches_in_flight < self.add_batches_limit:
-            self.post_adds()
+            self.lead_adds()
+
+    def lead_adds(self) -> None:
+        """Send the queued adds from this thread if the connection is up and nobody is
+        using its socket (no wake-up of the loop, no thread switch); else have the loop
+        send them."""
+        if self._state is _State.UP and self.lock.acquire(blocking=False):
+            try:
+                if self._state is _State.UP:  # may have changed before the lock
+                    self.send_adds()
+                    return
+            finally:
+                self.lock.release()
+        self.post_adds()
 
     def post_adds(self) -> None:
         """Have the loop send the queued adds (an add queued while a post is due goes
@@ -536,18 +623,20 @@ class _Connection:
     def send_adds(self) -> None:
         """Send the queued adds in ADD messages, each as large as the body limit allows,
         while fewer than ``zmqAddMessagesInFlight`` of this connection's ADD messages
-        wait for their answer; the rest wait for an answer, and then go together."""
-        self.adds_posted = False  # before taking: an add queued from now on posts again
-        if self._sending_adds:
-            return  # re-entered from a message that failed at once: the loop below goes on
-        self._sending_adds = True
-        try:
-            while self.adds and self.add_batches_in_flight < self.add_batches_limit:
-                runs, reports = self._take_batch()
-                if runs:
-                    self._send_batch(runs, reports)
-        finally:
-            self._sending_adds = False
+        wait for their answer; the rest wait for an answer, and then go together.  Any
+        thread (see :meth:`lead_adds`)."""
+        with self.lock:
+            self.adds_posted = False  # before taking: an add queued from now on posts again
+            if self._sending_adds:
+                return  # re-entered from a message that failed at once: the loop below goes on
+            self._sending_adds = True
+            try:
+                while self.adds and self.add_batches_in_flight < self.add_batches_limit:
+                    runs, reports = self._take_batch()
+                    if runs:
+                        self._send_batch(runs, reports)
+            finally:
+                self._sending_adds = False
 
     def _take_batch(self) -> tuple[list[wire.AddRun], list[tuple[AddsDone, list]]]:
         """The queued adds that fit one ADD message, as runs, and their ``(sink,
@@ -557,8 +646,9 @@ class _Connection:
         # Taken with popleft, never through an iterator of the deque: other threads
         # append to it, and an append after an iterator was made fails the iterator's
         # next step ("deque mutated during iteration"); the interpreter lock can pass to
-        # another thread between the two.  Only this thread takes from the left, so the
-        # adds that do not fit go back there, in order, ahead of any appended meanwhile.
+        # another thread between the two.  Only the lock's holder takes from the left, so
+        # the adds that do not fit go back there, in order, ahead of any appended
+        # meanwhile.
         popleft = adds.popleft
         items = [popleft() for _ in range(min(len(adds), wire.MAX_ADDS_PER_MESSAGE))]
         # The most bytes each add takes in the body: its entry, and a run of its own.
@@ -630,18 +720,21 @@ class _Connection:
             self.send(batch)
 
     def send(self, pending: _Pending) -> None:
-        if self._state is _State.CLOSED:
-            pending.fail(BookieUnavailable(f"the client of bookie {self.bookie_id} is "
-                                           "closed"))
-            return
-        if self._state is _State.DOWN:
-            pending.fail(BookieUnavailable(self._down_reason))
-            return
-        self._pending[pending.request_id] = pending
-        self.loop.deadlines.add(time.monotonic() + pending.timeout_s, pending)
-        self._backlog.append(pending)
-        if self._state is _State.UP:
-            self._flush()
+        """Send a request, or queue it until the connection is up (any thread; fails it
+        at once when down or closed, which only the loop's thread meets)."""
+        with self.lock:
+            if self._state is _State.CLOSED:
+                pending.fail(BookieUnavailable(f"the client of bookie {self.bookie_id} is "
+                                               "closed"))
+                return
+            if self._state is _State.DOWN:
+                pending.fail(BookieUnavailable(self._down_reason))
+                return
+            self._pending[pending.request_id] = pending
+            self.loop.start_timer(pending)
+            self._backlog.append(pending)
+            if self._state is _State.UP:
+                self._flush()
 
     def expire(self, pending: _Pending) -> None:
         if self._pending.pop(pending.request_id, None) is not None:
@@ -649,24 +742,31 @@ class _Connection:
                                    f"{pending.op.name} within {pending.timeout_s} s"))
 
     def close(self) -> None:
-        if self._state is _State.CLOSED:
-            return
-        self._state = _State.CLOSED
-        self.refusing = True
-        self._fail_all(BookieUnavailable(f"the client of bookie {self.bookie_id} was "
-                                         "closed"))
-        if self._socket is not None:
-            assert self._monitor is not None  # set with the socket
-            self.loop.detach(self, [self._socket, self._monitor])
-            self._socket.disable_monitor()
-            _close_sockets(self._socket, self._monitor)
+        with self.lock:
+            if self._state is _State.CLOSED:
+                return
+            self._state = _State.CLOSED
+            self.refusing = True
+            self._fail_all(BookieUnavailable(f"the client of bookie {self.bookie_id} was "
+                                             "closed"))
+            if self._socket is not None:
+                assert self._monitor is not None  # set with the socket
+                self.loop.detach(self, [self._fd, self._monitor])
+                self._socket.disable_monitor()
+                _close_sockets(self._socket, self._monitor)
 
     # -- socket events ----------------------------------------------------------------
 
-    def _on_socket(self) -> None:
-        self._read_replies()
-        if self._backlog and self._state is _State.UP:
-            self._flush()
+    def serve(self) -> None:
+        """Loop thread: handle the replies waiting, and hand ZeroMQ the backlog."""
+        with self.lock:
+            if self._state is _State.CLOSED:
+                return
+            replies = self._take_replies()
+            if self._backlog and self._state is _State.UP:
+                self._flush()
+        for frames in replies:
+            self._on_reply(frames)
 
     def _on_monitor(self) -> None:
         assert self._monitor is not None  # attached by open(), with the socket
@@ -681,60 +781,78 @@ class _Connection:
                 self._went_down(_DOWN_EVENTS[event])
 
     def _went_up(self) -> None:
-        if self._state is not _State.UP:
-            log.info("connected to bookie %s at %s", self.bookie_id, self.address)
-        self._state = _State.UP
-        self.refusing = False
-        self._flush()
+        with self.lock:
+            if self._state is _State.CLOSED:
+                return
+            if self._state is not _State.UP:
+                log.info("connected to bookie %s at %s", self.bookie_id, self.address)
+            self._state = _State.UP
+            self.refusing = False
+            self._flush()
 
     def _went_down(self, reason: str) -> None:
-        self._read_replies()  # replies that arrived before the loss still count
-        if self._state is _State.DOWN:
-            return
-        self._state = _State.DOWN
-        self.refusing = True
-        self._down_reason = f"bookie {self.bookie_id} at {self.address}: {reason}"
-        log.warning("%s; failing %d outstanding requests", self._down_reason,
-                    len(self._pending))
-        self._fail_all(BookieUnavailable(self._down_reason))
+        """Loop thread: fail every outstanding request (the replies that arrived before
+        the loss still count)."""
+        with self.lock:
+            if self._state is _State.CLOSED:
+                return
+            replies = self._take_replies()
+        for frames in replies:
+            self._on_reply(frames)
+        with self.lock:
+            if self._state in (_State.DOWN, _State.CLOSED):
+                return
+            self._state = _State.DOWN
+            self.refusing = True
+            self._down_reason = f"bookie {self.bookie_id} at {self.address}: {reason}"
+            log.warning("%s; failing %d outstanding requests", self._down_reason,
+                        len(self._pending))
+            self._fail_all(BookieUnavailable(self._down_reason))
 
     def _fail_all(self, error: BookKeeperError) -> None:
         pending, self._pending = self._pending, {}
         self._backlog.clear()
-        self._update_flags()
         for p in pending.values():
             p.fail(error)
 
     # -- sending and receiving --------------------------------------------------------
 
     def _flush(self) -> None:
-        """Hand queued requests to ZeroMQ until its send queue is full."""
+        """Hand queued requests to ZeroMQ until its send queue is full (lock held)."""
         backlog = self._backlog
-        assert self._socket is not None  # UP: open() connected it
+        socket = self._socket
+        assert socket is not None  # UP: open() connected it
         try:
             while backlog:
                 pending = backlog[0]
                 if not pending.done:  # done: timed out while queued here
-                    send_message(self._socket, pending.frames)
+                    send_message(socket, pending.frames)
                 pending.frames = []
                 backlog.popleft()
         except zmq.Again:
-            pass  # full (or no connection yet): POLLOUT says when to go on
+            pass  # full: the descriptor signals when ZeroMQ can take more
         except zmq.ZMQError as e:
-            self._went_down(f"send failed: {e}")
-        self._update_flags()
+            if self.loop.on_loop_thread():
+                self._went_down(f"send failed: {e}")
+            else:
+                self.loop.post(partial(self._went_down, f"send failed: {e}"))
+            return
+        # The sends may have taken the descriptor's signal of waiting replies (or of
+        # room for the backlog): then nothing else would wake the loop for them.
+        events = cast(int, socket.getsockopt(zmq.EVENTS))  # an int option
+        if events & zmq.POLLIN or backlog and events & zmq.POLLOUT:
+            self.loop.serve_soon(self)
 
-    def _update_flags(self) -> None:
-        flags = zmq.POLLIN | (zmq.POLLOUT if self._backlog and self._state is _State.UP
-                              else 0)
-        if flags != self._flags and self._socket is not None:
-            self.loop.watch(self._socket, flags)
-            self._flags = flags
-
-    def _read_replies(self) -> None:
-        assert self._socket is not None  # its events come once open() attached it
-        for frames in received(self._socket, _READ_BATCH):
-            self._on_reply(frames)
+    def _take_replies(self) -> list[list[bytes]]:
+        """The replies waiting (at most ``_READ_BATCH``; the loop comes back for more),
+        to handle once the lock is released (lock held)."""
+        socket = self._socket
+        if socket is None:
+            return []
+        replies = list(received(socket, _READ_BATCH))
+        if len(replies) == _READ_BATCH:
+            self.loop.serve_soon(self)
+        return replies
 
     def _on_reply(self, frames: list[bytes]) -> None:
         try:
@@ -807,8 +925,10 @@ class ZmqBookieClient(BookieClient):
     def add_then(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
                  callback: AddCallback, recovery: bool = False, *,
                  deferred: bool = False) -> None:
-        """Queue the add for the bookie's next ADD message (the loop batches every add
-        ready when it runs); ``callback`` runs on the loop's thread."""
+        """Queue the add for the bookie's next ADD message (sent now by this thread when
+        the socket is free, else with every add ready when the loop or an answer sends
+        them); ``callback`` runs on the loop's thread (for an entry over the maximum,
+        refused before it leaves, on the thread that sends)."""
         connection = self._connection
         connection.queue(connection.ledger_adds(ledger_id, master_key, recovery, _call_each,
                                                 deferred),
