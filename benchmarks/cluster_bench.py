@@ -41,7 +41,7 @@ import time
 from collections import deque
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator
 
 import zmq
 from kazoo.client import KazooClient
@@ -50,6 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from plot import PlottingUnavailable, check_plotting, plot_latency  # noqa: E402
 from rawdisk import latency_summary, mb_per_s, measure_raw, ratio, run_and_report  # noqa: E402
 
 from pybk.client.bookkeeper import BookKeeper  # noqa: E402
@@ -621,40 +622,6 @@ def evaluate(raw: dict, pybk: dict, zookeeper: dict) -> tuple[dict, dict]:
     return ratios, targets
 
 
-def plot_latency(path: str, title: str, curves: dict[str, list[dict]],
-                 guides_ms: Sequence[tuple[float, str]] = ()) -> None:
-    """Draw p50 and p99 latency (ms, log scale) against offered load (entries/s) as a PNG
-    at ``path``: one pair of lines per curve, from points with ``offered_per_s``,
-    ``p50_us`` and ``p99_us`` (a point with ``closed_loop`` true is labelled as full
-    load); ``guides_ms``, dotted horizontal lines with their labels (targets)."""
-    import matplotlib
-    matplotlib.use("Agg")  # a file, no display
-    from matplotlib import pyplot
-
-    figure, axes = pyplot.subplots(figsize=(7.5, 4.5), layout="constrained")
-    for name, points in curves.items():
-        offered = [point["offered_per_s"] for point in points]
-        for quantile, style in (("p50", "o-"), ("p99", "s--")):
-            axes.plot(offered, [point[f"{quantile}_us"] / 1000 for point in points], style,
-                      label=f"{name} {quantile}")
-        for point in points:
-            if point.get("closed_loop"):
-                axes.annotate("full load", (point["offered_per_s"], point["p99_us"] / 1000),
-                              textcoords="offset points", xytext=(-20, 8), fontsize=8)
-    for value, label in guides_ms:
-        axes.axhline(value, color="grey", linestyle=":", linewidth=1)
-        axes.annotate(label, (0, value), xycoords=("axes fraction", "data"),
-                      textcoords="offset points", xytext=(4, 3), fontsize=8, color="grey")
-    axes.set_yscale("log")
-    axes.set_xlabel("offered load (entries/s)")
-    axes.set_ylabel("latency (ms)")
-    axes.set_title(title)
-    axes.grid(True, which="both", alpha=0.3)
-    axes.legend()
-    figure.savefig(path, dpi=110)
-    pyplot.close(figure)
-
-
 def run(profile: Profile, workdir: str, children: Children,
         plot_path: str | None = None) -> dict:
     """Every measurement, in order; returns the JSON-ready result (and, with
@@ -681,11 +648,9 @@ def run(profile: Profile, workdir: str, children: Children,
             say(f"target {name}: {entry['value']} (want {entry['target']}): "
                 f"{'pass' if entry['pass'] else 'MISSED'}")
     if plot_path:
-        plot_latency(plot_path, f"pybk replicated adds, {REFERENCE_CONFIG}, 1 KiB entries "
-                                f"({profile.name} run)",
-                     {REFERENCE_CONFIG: pybk[REFERENCE_CONFIG]["sweep"]},
-                     [(TARGET_LIGHT_LOAD_P50_US / 1000, "p50 target"),
-                      (TARGET_LIGHT_LOAD_P99_US / 1000, "p99 target")])
+        plot_latency(plot_path, {REFERENCE_CONFIG: pybk[REFERENCE_CONFIG]["sweep"]},
+                     f"pybk replicated adds, 1 KiB entries, 3 bookies on loopback "
+                     f"({profile.name} run)", "offered load (entries/s)")
         say(f"latency against offered load drawn in {plot_path}")
     return {"mode": profile.name, "dir": workdir, "python": sys.version.split()[0],
             "cpus": os.cpu_count(), "load_average_1m_at_start": round(load_1m, 2),
@@ -723,14 +688,9 @@ def main(argv: list[str] | None = None) -> int:
     profile = QUICK if args.quick else FULL
     if args.plot:
         try:
-            import matplotlib  # noqa: F401  (checked now, not after the run)
-        except ImportError:
-            print("cluster_bench: --plot needs matplotlib (pip install matplotlib)",
-                  file=sys.stderr)
-            return 2
-        directory = os.path.dirname(os.path.abspath(args.plot))
-        if not os.path.isdir(directory):
-            print(f"cluster_bench: --plot: no directory {directory}", file=sys.stderr)
+            check_plotting()  # now, not after the run
+        except PlottingUnavailable as e:
+            print(f"cluster_bench: {e}", file=sys.stderr)
             return 2
 
     def measure(workdir: str) -> dict:
