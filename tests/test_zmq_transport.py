@@ -17,6 +17,7 @@ from conftest import KEY, entry
 from zmqutil import LOOPBACK, RawRouter
 
 from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient, wire
+from pybk.cluster import client as client_module
 from pybk.errors import BookieUnavailable, EntryTooLarge, LedgerFenced, MalformedMessage, Timeout
 from pybk.settings import ClientSettings
 from pybk.testing import wait_until
@@ -233,6 +234,63 @@ def test_adds_gather_while_the_bookies_answers_are_outstanding(closing):
     assert [f.result(timeout=10) for f in waiting[:50]] == [None] * 50
     with pytest.raises(LedgerFenced, match="bookie B1: LedgerFenced: ledger 6 is fenced"):
         waiting[50].result(timeout=10)
+
+
+def add_message(router):
+    """The next ADD message the raw bookie reads: (identity, request id, runs)."""
+    identity, header, body = router.receive(timeout_s=10)
+    request = wire.decode_request([header, body], 1024 * 1024)
+    return identity, request.request_id, wire.decode_adds(request.entry, 1024 * 1024)
+
+
+def answer_adds(router, identity, request_id, count):
+    router.send([identity, *wire.encode_reply(wire.Reply(
+        wire.Op.ADD, request_id, body=wire.encode_add_statuses([0] * count)), 1024 * 1024)])
+
+
+def test_an_add_on_an_idle_connection_leaves_from_the_calling_thread(closing):
+    """The caller's thread writes the ADD message itself: it reaches the bookie while
+    the loop's thread is busy; the answer is handled once the loop is free again."""
+    router = closing.enter_context(RawRouter())
+    loop = closing.enter_context(ClientLoop())
+    client = closing.enter_context(ZmqBookieClient("B1", router.address, PATIENT,
+                                                   loop=loop))
+    first = client.add(5, 0, entry(5, 0), KEY)  # connects (sent by the loop or not)
+    identity, request_id, _ = add_message(router)
+    answer_adds(router, identity, request_id, 1)
+    assert first.result(timeout=10) is None
+
+    busy, release = threading.Event(), threading.Event()
+    closing.callback(release.set)  # the loop is freed even if the test fails
+    loop.post(lambda: (busy.set(), release.wait(30)))
+    assert busy.wait(10)
+    second = client.add(5, 1, entry(5, 1), KEY)
+    identity, request_id, runs = add_message(router)  # while the loop is held
+    assert runs == [wire.AddRun(5, [1], [entry(5, 1)], KEY)]
+    answer_adds(router, identity, request_id, 1)
+    time.sleep(0.2)
+    assert not second.done()  # replies are the loop's
+    release.set()
+    assert second.result(timeout=10) is None
+
+
+def test_an_unanswered_add_sent_by_the_caller_times_out_on_time(closing, monkeypatch):
+    """The deadline of an add the caller's thread sent wakes the loop when it is due
+    before the loop would wake anyway (here: its idle sleep made long)."""
+    monkeypatch.setattr(client_module, "_MAX_SLEEP_MS", 60_000)
+    router = closing.enter_context(RawRouter())
+    client = closing.enter_context(ZmqBookieClient(
+        "B1", router.address, ClientSettings(addEntryTimeout=0.5)))
+    first = client.add(5, 0, entry(5, 0), KEY)
+    identity, request_id, _ = add_message(router)
+    answer_adds(router, identity, request_id, 1)
+    assert first.result(timeout=10) is None
+    time.sleep(0.3)  # the loop is asleep, with nothing to time
+    started = time.monotonic()
+    unanswered = client.add(5, 1, entry(5, 1), KEY)
+    add_message(router)
+    assert isinstance(unanswered.exception(timeout=30), Timeout)
+    assert time.monotonic() - started < 10  # its deadline, not the loop's idle sleep
 
 
 class NotIterable(deque):
