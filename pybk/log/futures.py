@@ -37,7 +37,7 @@ import os
 import threading
 from concurrent.futures import Future, _base
 from functools import partial
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 #: Seconds the callback thread waits for more work before it ends (a later callback
 #: starts it again).
@@ -46,6 +46,7 @@ CALLBACK_THREAD_IDLE_S = 0.5
 CALLBACK_DRAIN_AT_EXIT_S = 10.0
 
 _FIELDS = ("_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks")
+_FINISHED = getattr(_base, "FINISHED", None)
 _LAYOUT_KNOWN = (set(_FIELDS) <= set(vars(Future())) and hasattr(Future, "_invoke_callbacks")
                  and hasattr(_base, "RUNNING") and hasattr(_base, "FINISHED"))
 
@@ -148,6 +149,18 @@ class _SharedConditionFuture(Future):
         self._waiters: list = []
         self._done_callbacks: list = []
 
+    # A pipelining caller asks every record's future for its result, mostly once it is
+    # done: then the answer needs no lock.  A batch sets ``_result`` (or ``_exception``)
+    # before ``_state``, and the GIL orders those stores, so FINISHED means the outcome
+    # is there.
+    def result(self, timeout: float | None = None) -> Any:
+        if self._state is _FINISHED and self._exception is None:
+            return self._result
+        return super().result(timeout)
+
+    def done(self) -> bool:
+        return self._state is _FINISHED or super().done()
+
 
 class BatchFutures:
     """The futures of one batch's records, completed all at once."""
@@ -177,7 +190,7 @@ class BatchFutures:
         with self._condition:
             for future, result in zip(self.futures, results):
                 future._result = result
-                future._state = _base.FINISHED
+                future._state = _FINISHED
                 for waiter in future._waiters:
                     waiter.add_result(future)
             self._condition.notify_all()
@@ -193,7 +206,7 @@ class BatchFutures:
             failed = [f for f in self.futures if f._state != _base.FINISHED]
             for future in failed:
                 future._exception = error
-                future._state = _base.FINISHED
+                future._state = _FINISHED
                 for waiter in future._waiters:
                     waiter.add_exception(future)
             self._condition.notify_all()

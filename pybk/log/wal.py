@@ -139,8 +139,7 @@ class WAL:
                 ackQuorumSize=ack_quorum)
         _prepare_directory(self.path, server)
         self._node: BookieNode | None = None  # once joined to a cluster
-        self._counts_lock = threading.Lock()
-        self._appends = self._appended_bytes = 0
+        self._closed = False  # what every call checks (cheaper than the finalizer's alive)
         # Everything the WAL holds open, closed in reverse order by close() or when the
         # WAL is garbage collected (the finalizer must not refer to the WAL itself).
         resources = ExitStack()
@@ -224,7 +223,6 @@ class WAL:
                                   "for itself; use append_async")
         with self.bookie.leading():  # a lone append is synced on this thread
             future = self._writer.append_async(data)
-            self._count_append(len(data))
         return future.result()
 
     def append_async(self, data: bytes) -> Future:
@@ -233,15 +231,9 @@ class WAL:
         appends in flight share fsyncs and entries.  The future's done-callbacks run on
         pybk's callback thread, in position order, never on the bookie's journal thread
         (:mod:`pybk.log.futures`)."""
-        self._check_open()
-        future = self._writer.append_async(data)
-        self._count_append(len(data))
-        return future
-
-    def _count_append(self, size: int) -> None:
-        with self._counts_lock:
-            self._appends += 1
-            self._appended_bytes += size
+        if self._closed:
+            self._check_open()
+        return self._writer.append_async(data)
 
     def read(self, start: Position | str | None = None) -> Iterator[Record]:
         """``(position, data)`` of every record from ``start`` (the first record when
@@ -293,8 +285,7 @@ class WAL:
     def stats(self) -> walinfo.WALStats:
         """The WAL's figures since it was opened (:class:`walinfo.WALStats`)."""
         journal = self.bookie.journal_stats
-        with self._counts_lock:
-            appends, appended_bytes = self._appends, self._appended_bytes
+        appends, appended_bytes = self._writer.append_counts()
         return walinfo.WALStats(self.first_position, self.last_position, self.space_used,
                                 appends=appends, appended_bytes=appended_bytes,
                                 syncs=journal.sync.count,
@@ -305,11 +296,12 @@ class WAL:
     def close(self) -> None:
         """Finish in-flight appends and release everything (the directory's lock too).
         Closing again does nothing."""
+        self._closed = True
         if self._finalizer.detach() is not None:
             self._resources.close()
 
     def _check_open(self) -> None:
-        if not self._finalizer.alive:
+        if self._closed:
             raise LogClosed(f"the WAL at {self.path} is closed: open it again "
                             "(pybk.open) to go on")
 

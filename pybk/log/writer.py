@@ -81,7 +81,7 @@ from pybk.log.metadata import (
     update_log,
     write_segment,
 )
-from pybk.log.position import Position
+from pybk.log.position import Position, positions
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.settings import LogSettings
 
@@ -138,6 +138,11 @@ class LogWriter:
         self._closed = False
         self._roller = ThreadPoolExecutor(max_workers=1,
                                           thread_name_prefix=f"pybk-log-{name}")
+        # The settings each append reads, as plain attributes.
+        self._record_max_bytes = settings.recordMaxBytes
+        self._batch_max_bytes = settings.batchMaxBytes
+        self._outstanding_max = settings.maxOutstandingBatches
+        self._appends = self._appended_bytes = 0  # see append_counts
 
     # -- opening ------------------------------------------------------------------
 
@@ -203,29 +208,43 @@ class LogWriter:
         """Append a record; the future gives its :class:`Position` once it is durable.
 
         Records appended from one thread get increasing positions in call order."""
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"a log record must be bytes, not {type(data).__name__}")
+        # The path every record takes: one lock, no call that a check can spare (a
+        # pipelining caller pays this per record; everything else is per batch).
+        if type(data) is not bytes:
+            if not isinstance(data, (bytearray, memoryview)):
+                raise TypeError(f"a log record must be bytes, not {type(data).__name__}")
+            data = bytes(data)  # a snapshot: the caller may reuse its buffer
         size = len(data)
-        if size > self.settings.recordMaxBytes:
+        if size > self._record_max_bytes:
             raise EntryTooLarge(f"record of {size} bytes is over recordMaxBytes="
-                                f"{self.settings.recordMaxBytes}")
+                                f"{self._record_max_bytes}")
         with self._lock:
-            self._check_open()
+            if self._failure is not None or self._closed:
+                self._check_open()
+            self._appends += 1
+            self._appended_bytes += size
             batch = self._batch
-            if batch.records and batch.size + RECORD_OVERHEAD_BYTES + size \
-                    > self.settings.batchMaxBytes:
+            grown = batch.size + RECORD_OVERHEAD_BYTES + size
+            if grown > self._batch_max_bytes and batch.records:
                 self._seal()  # full: it goes out now, the record starts the next
                 batch = self._batch
-            batch.records.append(bytes(data))
+                grown = batch.size + RECORD_OVERHEAD_BYTES + size
+            batch.records.append(data)
             future = batch.futures.new()
-            batch.size += RECORD_OVERHEAD_BYTES + size
-            if len(self._outstanding) < self.settings.maxOutstandingBatches \
-                    or batch.size >= self.settings.batchMaxBytes:
+            batch.size = grown
+            if len(self._outstanding) < self._outstanding_max \
+                    or grown >= self._batch_max_bytes:
                 self._seal()
             elif not self._ready:
                 return future  # it goes out with the batch when one in flight completes
         self._send_ready()
         return future
+
+    def append_counts(self) -> tuple[int, int]:
+        """``(records, bytes)`` appends took since the writer opened, whether or not they
+        then became durable."""
+        with self._lock:
+            return self._appends, self._appended_bytes
 
     def _check_open(self) -> None:
         if self._failure is not None:
@@ -293,9 +312,8 @@ class LogWriter:
                 self._seal()
         self._send_ready()  # the next batch first: the pipeline stays busy
         assert batch.segment is not None and entry_id is not None  # sent, then acknowledged
-        number = batch.segment.number
-        batch.futures.set_results([Position(number, entry_id, slot)
-                                   for slot in range(len(batch.futures))])
+        batch.futures.set_results(positions(batch.segment.number, entry_id,
+                                            len(batch.futures)))
 
     def _finished(self, batch: _Batch) -> None:
         """Account for a completed batch.  Caller holds the lock."""
