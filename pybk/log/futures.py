@@ -46,7 +46,7 @@ CALLBACK_THREAD_IDLE_S = 0.5
 CALLBACK_DRAIN_AT_EXIT_S = 10.0
 
 _FIELDS = ("_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks")
-_FINISHED = getattr(_base, "FINISHED", None)
+_FINISHED: str = getattr(_base, "FINISHED", "FINISHED")
 _LAYOUT_KNOWN = (set(_FIELDS) <= set(vars(Future())) and hasattr(Future, "_invoke_callbacks")
                  and hasattr(_base, "RUNNING") and hasattr(_base, "FINISHED"))
 
@@ -181,7 +181,7 @@ class BatchFutures:
         self.futures.append(future)
         return future
 
-    def set_results(self, results: list[object]) -> None:
+    def set_results(self, results: Sequence[object]) -> None:
         """Complete the futures with ``results`` (one each, in order): waiters wake now,
         callbacks run on the callback thread."""
         if self._condition is None:
