@@ -3,7 +3,7 @@
 
 Usage::
 
-    python benchmarks/wal_bench.py [--quick] [--dir DIR]
+    python benchmarks/wal_bench.py [--quick] [--dir DIR] [--plot FILE.png] [--sweep-only]
 
 Every figure is for durable 1 KiB appends (acknowledged only once fdatasync'd):
 
@@ -13,6 +13,9 @@ Every figure is for durable 1 KiB appends (acknowledged only once fdatasync'd):
   flight with ``submit``, and 64 tasks each awaiting ``append``, with their ratios to
   the thread rows above;
 * the raw write(4 KiB)+fdatasync loops of :mod:`rawdisk`, on the same disk;
+* latency against offered load: ``append_async`` open loop at a sweep of fixed rates up
+  to the pipelined rate, p50 and p99 at each (``--sweep-only`` runs just this, after the
+  pipelined rate it is scaled to); ``--plot FILE.png`` draws it (:mod:`plot`);
 * the cost of metrics: the WAL pipelined and with one thread, with and without a
   Prometheus registry (``pybk.open(..., metrics_registry=)``), alternating, three times each
   (``--metrics-only`` runs just this);
@@ -48,6 +51,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from plot import PlottingUnavailable, check_plotting, plot_latency  # noqa: E402
 from rawdisk import MIB, latency_summary, measure_raw, ratio, run_and_report  # noqa: E402
 
 import pybk  # noqa: E402
@@ -56,9 +60,20 @@ import pybk.aio  # noqa: E402
 RECORD = 1024
 THREAD_COUNTS = (1, 8, 64)
 ASYNCIO_TASKS = 64
-TARGET_PIPELINED_PER_S = 100_000
-TARGET_64_THREADS_PER_S = 20_000
+TARGET_PIPELINED_PER_S = 200_000
+TARGET_64_THREADS_PER_S = 40_000
 TARGET_SINGLE_P50_RATIO = 1.5
+TARGET_SINGLE_OVER_SQLITE = 1.0     # one thread's appends/s over SQLite's, same run
+#: Offered loads of the open-loop sweep (appends/s): those under the pipelined rate
+#: measured in the same run, then SWEEP_TOP_FRACTION of that rate.
+SWEEP_RATES = (500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000)
+SWEEP_TOP_FRACTION = 0.9
+#: The open-loop producer sleeps at least this long between rounds, then appends every
+#: record that fell due (each charged from its scheduled time), as an application's
+#: records come in bursts too.
+OPEN_LOOP_TICK_S = 0.001
+SWEEP_IN_FLIGHT_MAX = 200_000      # a safety limit: past it the producer waits
+SWEEP_DRAIN_TIMEOUT_S = 60.0       # the last appends of a rate are acknowledged
 
 
 @dataclass(frozen=True)
@@ -69,12 +84,14 @@ class Profile:
     pipelined: int         # records appended with append_async
     window: int            # records in flight at most
     seconds: float         # each threaded measurement
+    sweep_warmup: float    # start of each open-loop rate, not counted
+    sweep_seconds: float   # counted part of each open-loop rate
 
 
 QUICK = Profile("quick", raw_seconds=1.5, raw_max_ops=16_384, pipelined=200_000,
-                window=20_000, seconds=2.0)
+                window=20_000, seconds=2.0, sweep_warmup=0.5, sweep_seconds=1.5)
 FULL = Profile("full", raw_seconds=5.0, raw_max_ops=65_536, pipelined=1_000_000,
-               window=20_000, seconds=6.0)
+               window=20_000, seconds=6.0, sweep_warmup=1.0, sweep_seconds=5.0)
 
 
 def say(message: str) -> None:
@@ -236,6 +253,121 @@ def asyncio_rows(directory: str, profile: Profile) -> dict:
     return asyncio.run(measure())
 
 
+class _Completions:
+    """Timestamps the acknowledgement of each open-loop append, on a thread of its own
+    that waits for the futures in order (as an application waiting for its records
+    would; a batch's records complete together, so it wakes once per batch)."""
+
+    def __init__(self) -> None:
+        self.futures: deque = deque()
+        self.done_ns: list[int] = []
+        self.errors: list[BaseException] = []
+        self._more = threading.Semaphore(0)
+        self._thread = threading.Thread(target=self._run, name="sweep-completions")
+        self._thread.start()
+
+    def add(self, future) -> None:
+        self.futures.append(future)
+        self._more.release()
+
+    def finish(self, timeout: float) -> None:
+        """Wait for every future added (TimeoutError after ``timeout`` seconds)."""
+        self.futures.append(None)  # the end
+        self._more.release()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"open-loop appends unacknowledged after {timeout} s")
+        if self.errors:
+            raise RuntimeError(f"{len(self.errors)} open-loop appends failed; first: "
+                               f"{self.errors[0]!r}")
+
+    def _run(self) -> None:
+        clock, done = time.perf_counter_ns, self.done_ns
+        while True:
+            self._more.acquire()
+            future = self.futures.popleft()
+            if future is None:
+                return
+            try:
+                future.result(SWEEP_DRAIN_TIMEOUT_S)
+            except Exception as e:  # reported by finish()
+                self.errors.append(e)
+            done.append(clock())
+
+
+def open_loop(wal, rate_per_s: float, profile: Profile) -> dict:
+    """``rate_per_s`` ``append_async`` calls per second on a fixed schedule, whatever the
+    acknowledgements do: the rate and latency of the appends acknowledged in the counted
+    part.  Latency counts from each record's scheduled time, so an append that fell
+    behind is charged its delay (no coordinated omission)."""
+    payload = os.urandom(RECORD)
+    clock = time.perf_counter_ns
+    interval_ns = 1e9 / rate_per_s
+    completions = _Completions()
+    scheduled: list[int] = []
+    begin = clock()
+    measure_from = begin + int(profile.sweep_warmup * 1e9)
+    measure_to = measure_from + int(profile.sweep_seconds * 1e9)
+    try:
+        while (now := clock()) < measure_to:
+            due = int((now - begin) / interval_ns) + 1
+            while len(scheduled) < due:
+                if len(scheduled) - len(completions.done_ns) >= SWEEP_IN_FLIGHT_MAX:
+                    time.sleep(OPEN_LOOP_TICK_S)
+                    break
+                scheduled.append(begin + int(len(scheduled) * interval_ns))
+                completions.add(wal.append_async(payload))
+            pause_ns = begin + int(len(scheduled) * interval_ns) - clock()
+            if pause_ns > 0:
+                time.sleep(max(pause_ns / 1e9, OPEN_LOOP_TICK_S))
+    finally:
+        completions.finish(SWEEP_DRAIN_TIMEOUT_S)
+    latencies = [done - start for start, done in zip(scheduled, completions.done_ns)
+                 if measure_from <= done < measure_to]
+    figures = latency_summary(latencies, profile.sweep_seconds)
+    figures["offered_per_s"] = round(rate_per_s, 1)
+    return figures
+
+
+def sweep_rates(pipelined_per_s: float) -> list[float]:
+    """The offered loads for a WAL whose pipelined rate is ``pipelined_per_s``."""
+    top = SWEEP_TOP_FRACTION * pipelined_per_s
+    return [rate for rate in SWEEP_RATES if rate < top] + [round(top, -2)]
+
+
+def sweep(workdir: str, profile: Profile, pipelined_per_s: float) -> list[dict]:
+    """The WAL's latency at each offered load of :func:`sweep_rates`, each rate in a
+    fresh WAL (so no rate inherits another's backlog or journal files)."""
+    rows = []
+    for number, rate in enumerate(sweep_rates(pipelined_per_s)):
+        directory = os.path.join(workdir, f"sweep-{number}")
+        os.makedirs(directory)
+        system = WalSystem(directory)
+        try:
+            rows.append(figures := open_loop(system.wal, rate, profile))
+        finally:
+            system.close()
+        shutil.rmtree(directory, ignore_errors=True)
+        say(f"WAL open loop at {rate:,.0f}/s offered: {figures['per_s']:,.0f}/s, "
+            f"p50 {figures['p50_us']} µs, p99 {figures['p99_us']} µs")
+    return rows
+
+
+def sweep_only(workdir: str, profile: Profile) -> dict:
+    """The pipelined rate (in a WAL of its own), then the sweep scaled to it."""
+    directory = os.path.join(workdir, "pipelined")
+    os.makedirs(directory)
+    system = WalSystem(directory)
+    try:
+        figures = pipelined(system.wal, profile.pipelined, profile.window)
+    finally:
+        system.close()
+    shutil.rmtree(directory, ignore_errors=True)
+    say(f"WAL append_async pipelined: {figures['per_s']:,.0f}/s")
+    return {"profile": profile.name, "record_bytes": RECORD, "wal_pipelined": figures,
+            "wal_sweep": sweep(workdir, profile, figures["per_s"])}
+
+
 def compare(workdir: str, profile: Profile, topic: str,
             variants: dict[str, dict]) -> dict[str, dict[str, float]]:
     """The WAL opened with each of ``variants`` (name -> WalSystem options), alternating
@@ -316,6 +448,7 @@ def run(workdir: str, profile: Profile, metrics_only: bool = False,
             say(f"WAL asyncio: {aio['pipelined']['per_s']:,.0f}/s pipelined (submit), "
                 f"{aio[f'tasks_{ASYNCIO_TASKS}']['per_s']:,.0f}/s with {ASYNCIO_TASKS} "
                 "tasks")
+            results["wal_sweep"] = sweep(workdir, profile, results["wal_pipelined"]["per_s"])
     results["ratios"] = ratios = {}
     aio = results["wal_asyncio"]
     ratios["asyncio_to_threads"] = {
@@ -345,6 +478,10 @@ def run(workdir: str, profile: Profile, metrics_only: bool = False,
                              >= TARGET_64_THREADS_PER_S},
         "single_p50_ratio": {"target": TARGET_SINGLE_P50_RATIO, "measured": reference,
                              "met": reference <= TARGET_SINGLE_P50_RATIO},
+        "threads_1_over_sqlite": {
+            "target": TARGET_SINGLE_OVER_SQLITE,
+            "measured": ratios["wal_to_sqlite_threads_1"],
+            "met": ratios["wal_to_sqlite_threads_1"] >= TARGET_SINGLE_OVER_SQLITE},
     }
     for name, target in results["targets"].items():
         say(f"target {name}: {target['measured']} vs {target['target']}: "
@@ -354,6 +491,16 @@ def run(workdir: str, profile: Profile, metrics_only: bool = False,
     return results
 
 
+def draw(results: dict, path: str) -> None:
+    """The open-loop sweep of ``results`` as a PNG at ``path`` (noted in ``results``)."""
+    rate = results["wal_pipelined"]["per_s"]
+    results["plot"] = plot_latency(
+        path, {"pybk WAL append_async": results["wal_sweep"]},
+        f"Embedded WAL, durable 1 KiB appends, open loop (pipelined: {rate:,.0f}/s)",
+        load_label="offered load (appends/s)")
+    say(f"latency against offered load drawn in {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short run (under a minute)")
@@ -361,13 +508,34 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the WAL with and without metrics")
     parser.add_argument("--deferred-only", action="store_true",
                         help="only the WAL with durable appends and with deferred sync")
+    parser.add_argument("--sweep-only", action="store_true",
+                        help="only the pipelined rate and the open-loop sweep")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="draw latency against offered load into FILE.png (needs "
+                             "matplotlib: pip install -e '.[bench]')")
     parser.add_argument("--dir", default=os.getcwd(),
                         help="where to make the temporary work directory (the disk tested)")
     args = parser.parse_args(argv)
     profile = QUICK if args.quick else FULL
-    return run_and_report("pybk-wal-bench-", args.dir,
-                          lambda workdir: run(workdir, profile, args.metrics_only,
-                                              args.deferred_only))
+    if args.plot is not None:
+        if args.metrics_only or args.deferred_only:
+            parser.error("--plot draws the sweep, which --metrics-only and "
+                         "--deferred-only leave out")
+        try:
+            check_plotting()
+        except PlottingUnavailable as e:
+            parser.error(str(e))
+
+    def measure(workdir: str) -> dict:
+        if args.sweep_only:
+            results = sweep_only(workdir, profile)
+        else:
+            results = run(workdir, profile, args.metrics_only, args.deferred_only)
+        if args.plot is not None:
+            draw(results, args.plot)
+        return results
+
+    return run_and_report("pybk-wal-bench-", args.dir, measure)
 
 
 if __name__ == "__main__":
