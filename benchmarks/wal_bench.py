@@ -13,6 +13,10 @@ Every figure is for durable 1 KiB appends (acknowledged only once fdatasync'd):
   flight with ``submit``, and 64 tasks each awaiting ``append``, with their ratios to
   the thread rows above;
 * the raw write(4 KiB)+fdatasync loops of :mod:`rawdisk`, on the same disk;
+* the floor of blocking appends from many threads in Python: the same thread counts
+  around a bare group commit (no storage: one committer thread sleeps the same run's raw
+  fdatasync p50 per group, GIL released, and wakes the group's threads), so the WAL's
+  thread rows have a same-run bound to be read against;
 * latency against offered load: ``append_async`` open loop at a sweep of fixed rates up
   to the pipelined rate, p50 and p99 at each (``--sweep-only`` runs just this, after the
   pipelined rate it is scaled to); ``--plot FILE.png`` draws it (:mod:`plot`);
@@ -74,6 +78,7 @@ SWEEP_TOP_FRACTION = 0.9
 OPEN_LOOP_TICK_S = 0.001
 SWEEP_IN_FLIGHT_MAX = 200_000      # a safety limit: past it the producer waits
 SWEEP_DRAIN_TIMEOUT_S = 60.0       # the last appends of a rate are acknowledged
+FLOOR_WAIT_S = 1.0                 # the thread floor's waits (bounded: its stop is a flag)
 
 
 @dataclass(frozen=True)
@@ -194,6 +199,54 @@ def threaded(system, threads: int, seconds: float) -> dict:
         worker.join()
     return latency_summary([s for mine in samples for s in mine],
                            time.perf_counter() - started)
+
+
+def thread_floor(threads: int, sync_s: float, seconds: float) -> dict:
+    """What ``threads`` Python threads that each wait for a group commit reach with no
+    storage at all: each puts a token in the current group and waits for its event; one
+    committer takes the group, sleeps ``sync_s`` (an fdatasync, GIL released) and sets
+    the event.  Appends/s and CPU µs per append (the whole process's)."""
+    lock = threading.Lock()
+    arrived = threading.Condition(lock)
+    state: dict = {"group": 0, "event": threading.Event(), "stop": False}
+    counts = [0] * threads
+
+    def work(number: int) -> None:
+        done = 0
+        while not state["stop"]:
+            with lock:
+                state["group"] += 1
+                event = state["event"]
+                arrived.notify()
+            event.wait(FLOOR_WAIT_S)
+            done += 1
+        counts[number] = done
+
+    def commit() -> None:
+        while not state["stop"]:
+            with lock:
+                while not state["group"] and not state["stop"]:
+                    arrived.wait(FLOOR_WAIT_S)
+                event = state["event"]
+                state["group"], state["event"] = 0, threading.Event()
+            time.sleep(sync_s)
+            event.set()
+        state["event"].set()
+
+    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+    workers.append(threading.Thread(target=commit))
+    cpu_before, started = time.process_time(), time.perf_counter()
+    for worker in workers:
+        worker.start()
+    time.sleep(seconds)
+    state["stop"] = True
+    for worker in workers:
+        worker.join(FLOOR_WAIT_S * 10)
+    elapsed = time.perf_counter() - started
+    total = sum(counts)
+    return {"threads": threads, "sync_us": round(sync_s * 1e6, 1),
+            "per_s": round(total / elapsed, 1),
+            "cpu_us_per_append": round((time.process_time() - cpu_before) / total * 1e6, 1)}
 
 
 def pipelined(wal, count: int, window: int) -> dict:
@@ -423,6 +476,12 @@ def run(workdir: str, profile: Profile, metrics_only: bool = False,
         return results
     raw = measure_raw(workdir, profile.raw_seconds, profile.raw_max_ops, 0, say)
     results["raw"] = raw
+    sync_s = raw["fdatasync_overwrite"]["p50_us"] / 1e6  # what a journal group pays
+    for threads in THREAD_COUNTS:
+        results[f"floor_threads_{threads}"] = figures = thread_floor(threads, sync_s,
+                                                                     profile.seconds)
+        say(f"floor, {threads} threads around a bare group commit: "
+            f"{figures['per_s']:,.0f}/s, {figures['cpu_us_per_append']} µs CPU per append")
     systems = {"wal": WalSystem, "sqlite": SqliteSystem, "lmdb": LmdbSystem}
     for key, make in systems.items():
         directory = os.path.join(workdir, key)
@@ -461,6 +520,8 @@ def run(workdir: str, profile: Profile, metrics_only: bool = False,
             wal, results[f"sqlite_threads_{threads}"]["per_s"])
         ratios[f"wal_to_lmdb_threads_{threads}"] = ratio(
             wal, results[f"lmdb_threads_{threads}"]["per_s"])
+        ratios[f"wal_to_floor_threads_{threads}"] = ratio(
+            wal, results[f"floor_threads_{threads}"]["per_s"])
     ratios["wal_pipelined_to_sqlite_threads_1"] = ratio(
         results["wal_pipelined"]["per_s"], results["sqlite_threads_1"]["per_s"])
     single_p50 = results["wal_threads_1"]["p50_us"]
