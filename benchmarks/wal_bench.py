@@ -12,7 +12,10 @@ Every figure is for durable 1 KiB appends (acknowledged only once fdatasync'd):
 * the WAL through its asyncio face (:mod:`pybk.aio`): one task keeping as many records in
   flight with ``submit``, and 64 tasks each awaiting ``append``, with their ratios to
   the thread rows above;
-* the raw write(4 KiB)+fdatasync loops of :mod:`rawdisk`, on the same disk;
+* the raw write(4 KiB)+fdatasync loops and durable sequential bandwidth of
+  :mod:`rawdisk`, on the same disk; the pipelined row notes the bytes the process wrote
+  to disk per append (journal, its zero fill, entry logs, index: /proc/self/io) and the
+  rate the raw bandwidth allows at that;
 * the floor of blocking appends from many threads in Python: the same thread counts
   around a bare group commit (no storage: one committer thread sleeps the same run's raw
   fdatasync p50 per group, GIL released, and wakes the group's threads), so the WAL's
@@ -89,14 +92,15 @@ class Profile:
     pipelined: int         # records appended with append_async
     window: int            # records in flight at most
     seconds: float         # each threaded measurement
+    bandwidth_mb: int      # the raw durable bandwidth test writes this many MiB
     sweep_warmup: float    # start of each open-loop rate, not counted
     sweep_seconds: float   # counted part of each open-loop rate
 
 
 QUICK = Profile("quick", raw_seconds=1.5, raw_max_ops=16_384, pipelined=200_000,
-                window=20_000, seconds=2.0, sweep_warmup=0.5, sweep_seconds=1.5)
+                window=20_000, seconds=2.0, bandwidth_mb=256, sweep_warmup=0.5, sweep_seconds=1.5)
 FULL = Profile("full", raw_seconds=5.0, raw_max_ops=65_536, pipelined=1_000_000,
-               window=20_000, seconds=6.0, sweep_warmup=1.0, sweep_seconds=5.0)
+               window=20_000, seconds=6.0, bandwidth_mb=1024, sweep_warmup=1.0, sweep_seconds=5.0)
 
 
 def say(message: str) -> None:
@@ -249,10 +253,23 @@ def thread_floor(threads: int, sync_s: float, seconds: float) -> dict:
             "cpu_us_per_append": round((time.process_time() - cpu_before) / total * 1e6, 1)}
 
 
+def written_bytes() -> int:
+    """Bytes this process sent to storage so far (journal, zero fill ahead of it, entry
+    logs, index), from /proc; 0 where there is no such count."""
+    try:
+        with open("/proc/self/io", encoding="ascii") as io:
+            return next(int(line.split()[1]) for line in io
+                        if line.startswith("write_bytes:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
 def pipelined(wal, count: int, window: int) -> dict:
-    """One thread keeps up to ``window`` ``append_async`` calls in flight."""
+    """One thread keeps up to ``window`` ``append_async`` calls in flight; with the bytes
+    the process wrote to disk per append meanwhile."""
     payload = os.urandom(RECORD)
     in_flight: deque = deque()
+    written_before = written_bytes()
     started = time.perf_counter()
     for _ in range(count):
         in_flight.append(wal.append_async(payload))
@@ -264,7 +281,8 @@ def pipelined(wal, count: int, window: int) -> dict:
     wal.sync()  # a no-op for durable appends; what makes deferred ones durable
     elapsed = time.perf_counter() - started
     return {"records": count, "per_s": round(count / elapsed, 1),
-            "mb_per_s": round(count * RECORD / MIB / elapsed, 1), "last_position": str(last)}
+            "mb_per_s": round(count * RECORD / MIB / elapsed, 1), "last_position": str(last),
+            "disk_bytes_per_append": round((written_bytes() - written_before) / count)}
 
 
 def asyncio_rows(directory: str, profile: Profile) -> dict:
@@ -474,7 +492,8 @@ def run(workdir: str, profile: Profile, metrics_only: bool = False,
     say(f"ratio metrics on/off: {metrics['on_to_off']}")
     if metrics_only:
         return results
-    raw = measure_raw(workdir, profile.raw_seconds, profile.raw_max_ops, 0, say)
+    raw = measure_raw(workdir, profile.raw_seconds, profile.raw_max_ops,
+                      profile.bandwidth_mb, say)
     results["raw"] = raw
     sync_s = raw["fdatasync_overwrite"]["p50_us"] / 1e6  # what a journal group pays
     for threads in THREAD_COUNTS:
@@ -491,8 +510,14 @@ def run(workdir: str, profile: Profile, metrics_only: bool = False,
             if key == "wal":
                 results["wal_pipelined"] = figures = pipelined(system.wal, profile.pipelined,
                                                                profile.window)
+                bytes_per_append = figures["disk_bytes_per_append"]
+                if bytes_per_append:  # what the disk's durable bandwidth allows
+                    figures["disk_bound_per_s"] = round(
+                        raw["durable_write_mb_s"] * MIB / bytes_per_append, 1)
                 say(f"{system.name} append_async pipelined: {figures['per_s']:,.0f}/s "
-                    f"({figures['mb_per_s']} MiB/s)")
+                    f"({figures['mb_per_s']} MiB/s; {bytes_per_append} bytes to disk per "
+                    f"append, {figures.get('disk_bound_per_s', 0):,.0f}/s at the raw "
+                    "durable bandwidth)")
             for threads in THREAD_COUNTS:
                 results[f"{key}_threads_{threads}"] = figures = threaded(system, threads,
                                                                          profile.seconds)
