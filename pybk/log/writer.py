@@ -211,7 +211,7 @@ class LogWriter:
         # The path every record takes: one lock, no call that a check can spare (a
         # pipelining caller pays this per record; everything else is per batch).
         if type(data) is not bytes:
-            if not isinstance(data, (bytearray, memoryview)):
+            if not isinstance(data, (bytes, bytearray, memoryview)):
                 raise TypeError(f"a log record must be bytes, not {type(data).__name__}")
             data = bytes(data)  # a snapshot: the caller may reuse its buffer
         size = len(data)
