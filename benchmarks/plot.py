@@ -42,9 +42,12 @@ def check_plotting(option: str = "--plot") -> None:
 
 
 def plot_latency(path: str, series: Mapping[str, Sequence[Point]], title: str,
-                 load_label: str = "offered load (operations/s)") -> str:
+                 load_label: str = "offered load (operations/s)",
+                 references_us: Mapping[str, float] | None = None) -> str:
     """Draw p50 and p99 latency (log scale) against offered load for each of ``series``
     (name -> points, in any order) into the PNG ``path``; return ``path``.
+    ``references_us`` (name -> latency in µs, e.g. the same run's raw fdatasync p50) are
+    drawn as dotted horizontal lines.
 
     A series whose points span more than a factor of 20 in offered load gets a log load
     axis too (all of them then share it)."""
@@ -66,6 +69,8 @@ def plot_latency(path: str, series: Mapping[str, Sequence[Point]], title: str,
                       label=f"{name} p99")
             axes.plot(x, [p["p50_us"] / 1000 for p in ordered], "s--", color=colour,
                       label=f"{name} p50")
+        for name, latency_us in (references_us or {}).items():
+            axes.axhline(latency_us / 1000, color="grey", linestyle=":", label=name)
         axes.set_yscale("log")
         if max(loads) > 20 * min(loads) > 0:
             axes.set_xscale("log")

@@ -580,10 +580,13 @@ def run(workdir: str, profile: Profile, metrics_only: bool = False,
 def draw(results: dict, path: str) -> None:
     """The open-loop sweep of ``results`` as a PNG at ``path`` (noted in ``results``)."""
     rate = results["wal_pipelined"]["per_s"]
+    raw = results.get("raw")  # not measured by --sweep-only
+    references = {} if raw is None else {
+        "raw write+fdatasync p50 (overwrite)": raw["fdatasync_overwrite"]["p50_us"]}
     results["plot"] = plot_latency(
         path, {"pybk WAL append_async": results["wal_sweep"]},
         f"Embedded WAL, durable 1 KiB appends, open loop (pipelined: {rate:,.0f}/s)",
-        load_label="offered load (appends/s)")
+        load_label="offered load (appends/s)", references_us=references)
     say(f"latency against offered load drawn in {path}")
 
 
