@@ -13,7 +13,9 @@ taken back, so ``cancel()`` returns False and never wakes the shared condition.
 They are ordinary Futures to their users (``result``, ``exception``,
 ``add_done_callback``, ``concurrent.futures.wait`` and ``as_completed`` all work).  This
 relies on the instance layout of ``concurrent.futures.Future``, unchanged since Python
-3.2; it is checked at import, and plain Futures are used if it ever differs.
+3.2 (and on ``threading.Condition`` keeping its waiters in a deque, so that a batch
+nobody waits for skips ``notify_all``); it is checked at import, and plain Futures are
+used if it ever differs.
 
 Where callbacks run.  A batch completes on whichever thread acknowledged it: the
 bookie's journal thread, a thread that led a group commit (a blocking ``append``), a
@@ -48,7 +50,9 @@ CALLBACK_DRAIN_AT_EXIT_S = 10.0
 _FIELDS = ("_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks")
 _FINISHED: str = getattr(_base, "FINISHED", "FINISHED")
 _LAYOUT_KNOWN = (set(_FIELDS) <= set(vars(Future())) and hasattr(Future, "_invoke_callbacks")
-                 and hasattr(_base, "RUNNING") and hasattr(_base, "FINISHED"))
+                 and hasattr(_base, "RUNNING") and hasattr(_base, "FINISHED")
+                 and isinstance(getattr(threading.Condition(), "_waiters", None),
+                                collections.deque))
 
 
 class _CallbackThread:
@@ -193,7 +197,8 @@ class BatchFutures:
                 future._state = _FINISHED
                 for waiter in future._waiters:
                     waiter.add_result(future)
-            self._condition.notify_all()
+            if self._condition._waiters:  # type: ignore[attr-defined]  # checked at import
+                self._condition.notify_all()  # a dozen Python calls, even for no waiter
         self._call_back(self.futures)
 
     def set_exception(self, error: BaseException) -> None:

@@ -122,6 +122,7 @@ class LogWriter:
         self._password = password
         self._lock = threading.Lock()
         self._progress = threading.Condition(self._lock)  # a batch completed
+        self._progress_waiters = 0  # so that completions notify only when one waits
         self._meta_lock = threading.Lock()   # one change of the ledger list at a time
         self._metadata, self._version = metadata, version
         self._segment, self._ledger = segment, ledger
@@ -308,9 +309,12 @@ class LogWriter:
             return
         with self._lock:
             self._finished(batch)
-            if len(self._outstanding) < self.settings.maxOutstandingBatches:
+            if len(self._outstanding) < self._outstanding_max:
                 self._seal()
-        self._send_ready()  # the next batch first: the pipeline stays busy
+            # Nothing to send and no roll to start (a lone append's case): no send round.
+            send = bool(self._ready) or (not self._rolling and self._roll_due())
+        if send:
+            self._send_ready()  # the next batch first: the pipeline stays busy
         assert batch.segment is not None and entry_id is not None  # sent, then acknowledged
         batch.futures.set_results(positions(batch.segment.number, entry_id,
                                             len(batch.futures)))
@@ -320,7 +324,16 @@ class LogWriter:
         self._outstanding.discard(batch)
         if batch.ledger is not None and batch.ledger.id in self._in_flight:
             self._in_flight[batch.ledger.id] -= 1
-        self._progress.notify_all()
+        if self._progress_waiters:  # a notify_all is a dozen Python calls, even for none
+            self._progress.notify_all()
+
+    def _wait_for_progress(self, timeout: float | None) -> None:
+        """Wait until a batch completes or ``timeout`` passes.  Caller holds the lock."""
+        self._progress_waiters += 1
+        try:
+            self._progress.wait(timeout)
+        finally:
+            self._progress_waiters -= 1
 
     def _batch_failed(self, batch: _Batch, error: BaseException) -> None:
         if not isinstance(error, BookKeeperError):
@@ -365,7 +378,7 @@ class LogWriter:
                 if remaining is not None and remaining <= 0:
                     raise Timeout(f"log {self.name}: appends still in flight after "
                                        f"{timeout} s")
-                self._progress.wait(remaining)
+                self._wait_for_progress(remaining)
             if self._failure is not None:
                 raise self._failure
             if self.settings.deferredSync:
@@ -435,7 +448,7 @@ class LogWriter:
             deadline = time.monotonic() + 2 * self._bk.settings.addEntryTimeout
             while self._in_flight[previous.id] and self._failure is None \
                     and time.monotonic() < deadline:
-                self._progress.wait(0.1)
+                self._wait_for_progress(0.1)
             del self._in_flight[previous.id]
         try:
             previous.close()
