@@ -403,7 +403,8 @@ def open_loop(wal, rate_per_s: float, profile: Profile) -> dict:
 def sweep_rates(pipelined_per_s: float) -> list[float]:
     """The offered loads for a WAL whose pipelined rate is ``pipelined_per_s``."""
     top = SWEEP_TOP_FRACTION * pipelined_per_s
-    return [rate for rate in SWEEP_RATES if rate < top] + [round(top, -2)]
+    return [rate for rate in SWEEP_RATES if rate < top] + [
+        round(top, -2) if top >= 1000 else max(1.0, round(top))]
 
 
 def sweep(workdir: str, profile: Profile, pipelined_per_s: float) -> list[dict]:
