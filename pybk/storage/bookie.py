@@ -211,6 +211,10 @@ class Bookie:
                                            settings.flushEntrylogBytes)
             self._gc = GarbageCollector(self._entry_logs, self._index, self._entrylog_lock)
             self._durably_deleted = set(self._index.deleted_ledgers())
+            # No state row has a higher ledger id (the highest committed; states above
+            # it are in memory): a new ledger, whose id comes from an increasing
+            # counter, needs no index lookup.
+            self._highest_stored_ledger = self._index.highest_ledger_id()
             self.replayed_records, last_journal_id = self._replay()
             self._journal = jr.Journal(self.journal_dir, settings, io,
                                        first_journal_id=last_journal_id + 1,
@@ -322,6 +326,8 @@ class Bookie:
         """The ledger's state, loaded from the index on first use.  Caller holds the lock."""
         state = self._states.get(ledger_id)
         if state is None:
+            if ledger_id > self._highest_stored_ledger:
+                return None
             stored = self._index.ledger_state(ledger_id)
             if stored is None:
                 return None
@@ -808,6 +814,9 @@ class Bookie:
                 self._durably_deleted.difference_update(
                     lid for lid, st in generation.states.items() if not st.deleted)
             self._durably_deleted |= gone
+            if generation.states:  # before any of them may be evicted
+                self._highest_stored_ledger = max(self._highest_stored_ledger,
+                                                  max(generation.states))
             self._evict_idle_states()
         if gone:
             self._gc_wanted.set()

@@ -84,13 +84,7 @@ def flush_generation(generation: Generation, entry_logs: EntryLogger, index: Ind
     gone = deletes | {lid for lid, st in states.items() if st.deleted}
     # Every ledger's records in one sequence: one append (a writev per flushEntrylogBytes
     # step, not per ledger) and index items built in C for all of them.
-    buffers: list[bytes] = []
-    entry_ids: list[int] = []
-    runs: list[tuple[int, int]] = []  # (ledger id, records)
-    for ledger_id, ids, records in cache.runs(gone):
-        buffers += records
-        entry_ids += ids
-        runs.append((ledger_id, len(ids)))
+    buffers, entry_ids, runs = cache.records(gone)
     flush_records(buffers, entry_ids, runs, states, deletes, entry_logs, index, gc,
                   entrylog_lock)
     return gone

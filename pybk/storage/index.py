@@ -210,6 +210,12 @@ class Index:
             value = txn.get(LEDGER_KEY.pack(ledger_id))
             return decode_ledger_state(value) if value is not None else None
 
+    def highest_ledger_id(self) -> int:
+        """The highest ledger id with a state row (-1: none)."""
+        with self._env.begin(db=self._ledgers) as txn:
+            cursor = txn.cursor()
+            return LEDGER_KEY.unpack(cursor.key())[0] if cursor.last() else -1
+
     def ledger_states(self) -> Iterator[tuple[int, StoredLedgerState]]:
         """Every ledger the bookie knows, deleted ones included."""
         with self._env.begin(db=self._ledgers) as txn:

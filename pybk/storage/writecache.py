@@ -5,90 +5,156 @@ to an entry log one ledger after the other, so a ledger's entries sit together. 
 look here first.  A cache is filled by one "active" generation while the previous one is
 flushed.
 
-Each ledger keeps its records exactly as an entry log stores them (record header, entry,
-record header, entry, ... in arrival order; the record header is the one the journal
-wrote), so the checkpoint hands a ledger's records to one ``writev`` without touching
-them one by one.
+Layout: one flat append buffer for the whole generation, whatever the number of
+ledgers.  Record ``i`` (in arrival order) is ``headers[i]`` (the record header the
+journal wrote) and ``entries[i]``, of ledger ``ledger_ids[i]`` and entry
+``entry_ids[i]`` (two ``array('q')``: no Python object per record).  Lookups go
+through two dicts holding only ints, which the garbage collector does not track:
+``(ledger id << 64 | entry id) -> record`` (the latest put of an entry id wins) and
+``ledger id -> highest entry id``.  So an add appends to four sequences and sets two
+dict slots, and neither a ledger nor an add leaves an object the collector must walk:
+the cost of an add does not depend on how many ledgers the cache holds.  The checkpoint
+groups the records by ledger with one stable sort (:meth:`WriteCache.records`).
 """
 
 from __future__ import annotations
 
 import itertools
+import operator
+from array import array
 from collections.abc import Set
-from typing import Iterator, Sequence
+from typing import Iterable, Sequence
 
-
-class _LedgerRecords:
-    __slots__ = ("entries", "buffers", "entry_ids", "last")
-
-    def __init__(self) -> None:
-        self.entries: dict[int, bytes] = {}
-        self.buffers: list[bytes] = []   # header, entry, header, entry, ...
-        self.entry_ids: list[int] = []   # one per record, in the same order
-        self.last = -1
+#: ``ledger_ids`` value of a record dropped with its ledger (ledger ids are >= 0).
+_DROPPED = -1
 
 
 class WriteCache:
-    """Entries by ledger id and entry id, with their byte count."""
+    """Entries by ledger id and entry id, with their byte count (see the module doc)."""
 
-    __slots__ = ("_ledgers", "size_bytes")
+    __slots__ = ("_headers", "_entries", "_ledger_ids", "_entry_ids", "_records", "_last",
+                 "size_bytes")
 
     def __init__(self) -> None:
-        self._ledgers: dict[int, _LedgerRecords] = {}
+        self._headers: list[bytes] = []
+        self._entries: list[bytes] = []
+        self._ledger_ids = array("q")
+        self._entry_ids = array("q")
+        self._records: dict[int, int] = {}   # ledger id << 64 | entry id -> record
+        self._last: dict[int, int] = {}      # ledger id -> highest entry id
         self.size_bytes = 0
 
     def put(self, ledger_id: int, entry_id: int, record_header: bytes, entry: bytes) -> None:
         """Add an entry with its record header (a later put of the same id wins)."""
-        self.put_run(ledger_id, (entry_id,), (record_header,), (entry,))
+        entries = self._entries
+        self._records[ledger_id << 64 | entry_id] = len(entries)
+        entries.append(entry)
+        self._headers.append(record_header)
+        self._ledger_ids.append(ledger_id)
+        self._entry_ids.append(entry_id)
+        if entry_id > self._last.get(ledger_id, -1):
+            self._last[ledger_id] = entry_id
+        self.size_bytes += len(entry)
 
     def put_run(self, ledger_id: int, entry_ids: Sequence[int],
                 record_headers: Sequence[bytes], entries: Sequence[bytes]) -> None:
         """Add one ledger's entries with their record headers, in order (a later put of
         the same id wins): a few C-level operations for the whole run."""
-        records = self._ledgers.get(ledger_id)
-        if records is None:
-            records = self._ledgers[ledger_id] = _LedgerRecords()
-        records.entries.update(zip(entry_ids, entries))
-        records.buffers += itertools.chain.from_iterable(zip(record_headers, entries))
-        records.entry_ids += entry_ids
+        first = len(self._entries)
+        self._records.update(zip(map(operator.or_, itertools.repeat(ledger_id << 64),
+                                     entry_ids), itertools.count(first)))
+        self._entries += entries
+        self._headers += record_headers
+        self._ledger_ids.extend(itertools.repeat(ledger_id, len(entry_ids)))
+        self._entry_ids.extend(entry_ids)
         last = max(entry_ids)
-        if last > records.last:
-            records.last = last
+        if last > self._last.get(ledger_id, -1):
+            self._last[ledger_id] = last
         self.size_bytes += sum(map(len, entries))
 
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
-        records = self._ledgers.get(ledger_id)
-        return records.entries.get(entry_id) if records is not None else None
+        record = self._records.get(ledger_id << 64 | entry_id)
+        return self._entries[record] if record is not None else None
 
     def last_entry_id(self, ledger_id: int) -> int | None:
-        records = self._ledgers.get(ledger_id)
-        return records.last if records is not None else None
+        return self._last.get(ledger_id)
 
     def entry_ids(self, ledger_id: int) -> list[int]:
-        records = self._ledgers.get(ledger_id)
-        return list(records.entries) if records is not None else []
+        """The ledger's entry ids held, in arrival order (a scan of the cache, in C)."""
+        if ledger_id not in self._last:
+            return []
+        return list(itertools.compress(self._entry_ids,
+                                       map(ledger_id.__eq__, self._ledger_ids)))
 
     def drop_ledger(self, ledger_id: int) -> None:
-        records = self._ledgers.pop(ledger_id, None)
-        if records is not None:
-            self.size_bytes -= sum(map(len, records.buffers[1::2]))
+        """Forget a ledger's records (a scan of the cache, in C, plus a step per record
+        of the ledger); their slots stay, marked dropped, and hold no entry."""
+        if self._last.pop(ledger_id, None) is None:
+            return
+        for record in itertools.compress(itertools.count(),
+                                         map(ledger_id.__eq__, self._ledger_ids)):
+            del self._records[ledger_id << 64 | self._entry_ids[record]]
+            self.size_bytes -= len(self._entries[record])
+            self._ledger_ids[record] = _DROPPED
+            self._entries[record] = self._headers[record] = b""
 
     def ledger_ids(self) -> list[int]:
-        return list(self._ledgers)
+        return list(self._last)
 
     def absorb(self, newer: "WriteCache") -> None:
         """Add every record of ``newer`` after this cache's own (newer records win)."""
-        for ledger_id, entry_ids, buffers in newer.runs():
-            for entry_id, header, entry in zip(entry_ids, buffers[0::2], buffers[1::2]):
-                self.put(ledger_id, entry_id, header, entry)
+        first = len(self._entries)
+        self._records.update(zip(newer._records, map(first.__add__,
+                                                     newer._records.values())))
+        self._entries += newer._entries
+        self._headers += newer._headers
+        self._ledger_ids += newer._ledger_ids
+        self._entry_ids += newer._entry_ids
+        for ledger_id, last in newer._last.items():
+            if last > self._last.get(ledger_id, -1):
+                self._last[ledger_id] = last
+        self.size_bytes += newer.size_bytes
 
-    def runs(self, skip_ledgers: Set[int] = frozenset()) -> Iterator[tuple[int, list[int],
-                                                                           list[bytes]]]:
-        """``(ledger id, entry ids, record buffers)`` of each ledger, by ledger id.
-
-        A re-added entry id appears twice; the later record is the one that counts.
+    def records(self, skip_ledgers: Set[int] = frozenset()
+                ) -> tuple[list[bytes], list[int], list[tuple[int, int]]]:
+        """Every record but those of ``skip_ledgers``, grouped by ledger, in arrival order
+        within a ledger: ``(buffers, entry ids, runs)`` with ``buffers`` = record header,
+        entry, record header, entry, ..., one entry id per record and ``runs`` = ``(ledger
+        id, number of records)`` in order, as :func:`pybk.storage.checkpoint.flush_records`
+        takes them.  A few C-level passes, and a stable sort by ledger id when some
+        ledger's records are not already together, whatever the number of ledgers.  A
+        re-added entry id appears twice; the later record is the one that counts.
         """
-        for ledger_id in sorted(self._ledgers):
-            if ledger_id not in skip_ledgers:
-                records = self._ledgers[ledger_id]
-                yield ledger_id, records.entry_ids, records.buffers
+        ledger_ids = self._ledger_ids
+        order: Iterable[int] | None = None  # the records to take, in order (None: all)
+        runs = _runs(ledger_ids)
+        if len(set(map(_first, runs))) < len(runs):
+            order = sorted(range(len(ledger_ids)), key=ledger_ids.__getitem__)
+            runs = _runs(list(map(ledger_ids.__getitem__, order)))
+        skipped = {*skip_ledgers, _DROPPED}
+        if not skipped.isdisjoint(map(_first, runs)):
+            order = list(itertools.compress(
+                range(len(ledger_ids)) if order is None else order,
+                map(operator.not_, map(skipped.__contains__, ledger_ids) if order is None
+                    else map(skipped.__contains__, map(ledger_ids.__getitem__, order)))))
+            runs = [run for run in runs if run[0] not in skipped]
+        if order is None:
+            return (list(itertools.chain.from_iterable(zip(self._headers, self._entries))),
+                    list(self._entry_ids), runs)
+        return (list(itertools.chain.from_iterable(zip(
+                    map(self._headers.__getitem__, order), map(self._entries.__getitem__, order)))),
+                list(map(self._entry_ids.__getitem__, order)), runs)
+
+
+_first = operator.itemgetter(0)
+
+
+def _runs(ledger_ids: Sequence[int]) -> list[tuple[int, int]]:
+    """``(ledger id, length)`` of each run of equal ledger ids (C-level passes)."""
+    if not ledger_ids:
+        return []
+    starts = [0, *itertools.compress(itertools.count(1), map(
+        operator.ne, ledger_ids, itertools.islice(ledger_ids, 1, None)))]
+    lengths = map(operator.sub, itertools.chain(itertools.islice(starts, 1, None),
+                                                (len(ledger_ids),)), starts)
+    return list(zip(map(ledger_ids.__getitem__, starts), lengths))
