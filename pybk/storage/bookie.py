@@ -35,8 +35,10 @@ logged and harms nothing else.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
+import operator
 import os
 import threading
 import time
@@ -99,9 +101,13 @@ class LedgerState:
         self.lac = lac
         self.explicit_lac = explicit_lac
 
-    def stored(self) -> StoredLedgerState:
-        return StoredLedgerState(self.master_key, self.fenced, self.deleted, self.lac,
-                                 self.explicit_lac)
+
+
+#: The stored form (:class:`StoredLedgerState`) of a :class:`LedgerState`, built in C: a
+#: NamedTuple's own constructor runs Python code, and the checkpoint's cut makes one per
+#: changed ledger while it holds the bookie's lock (adds wait).
+_state_fields = operator.attrgetter(*StoredLedgerState._fields)
+_stored_state = functools.partial(tuple.__new__, StoredLedgerState)
 
 
 #: Ledger states kept in memory beyond those of the ledgers changed since the last
@@ -364,10 +370,10 @@ class Bookie:
         state = self._state(ledger_id)
         if state is None:
             payload = codec.LEDGER_ID.pack(ledger_id) + master_key
-            self._journal.submit_locked(codec.record_header(codec.MASTER_KEY, payload),
-                                        payload, _ignore)
-            state = LedgerState(master_key)
-            self._states[ledger_id] = state
+            header = codec.record_header(codec.MASTER_KEY, payload)
+            self._journal.submit_many_locked((header, payload), len(header) + len(payload),
+                                             _ignore)
+            state = self._states[ledger_id] = LedgerState(master_key)
             self._dirty.add(ledger_id)
             return state
         if state.deleted:
@@ -790,9 +796,9 @@ class Bookie:
         """Hand what was acknowledged since the last cut to a checkpoint; reads go on
         finding its entries in ``_flushing`` until :meth:`_flush` is done.  Caller holds
         the lock."""
-        generation = Generation(self._active,
-                                {lid: self._states[lid].stored() for lid in self._dirty},
-                                self._pending_deletes)
+        dirty = self._dirty
+        generation = Generation(self._active, dict(zip(dirty, map(_stored_state, map(
+            _state_fields, map(self._states.__getitem__, dirty))))), self._pending_deletes)
         self._flushing = self._active
         self._active = WriteCache()
         self._dirty = set()
