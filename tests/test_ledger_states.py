@@ -249,3 +249,31 @@ def test_a_ledger_made_again_in_replay_is_not_collected_as_deleted(bookie_factor
     assert again.read_entry(5, 0) == entry(5, 0, body=b"new")
     again.add_entry(5, 1, entry(5, 1), b"another key")  # its key came back from the index
     assert again.entry_ids(6) == list(range(40))
+
+
+def test_a_new_ledger_above_every_stored_id_needs_no_index_lookup(
+        few_states, bookie_factory, settings_factory, monkeypatch):
+    settings = _quiet(settings_factory)
+    bookie = bookie_factory(settings)
+    _fill(bookie)
+    bookie.checkpoint()  # ledgers 1..40 stored, most evicted
+    lookups: list[int] = []
+    looked_up = Index.ledger_state
+    monkeypatch.setattr(Index, "ledger_state",
+                        lambda index, ledger_id: lookups.append(ledger_id)
+                        or looked_up(index, ledger_id))
+    bookie.add_entry(100, 0, entry(100, 0), KEY)
+    assert lookups == []
+    bookie.checkpoint()
+    # Ids need not come in order: one below the highest stored is looked up, then made.
+    bookie.add_entry(50, 0, entry(50, 0), KEY)
+    assert lookups == [50]
+    with pytest.raises(Unauthorized):  # an evicted ledger below it is still found
+        bookie.add_entry(2, 2, entry(2, 2), b"another key")
+    assert lookups[-1] == 2
+    bookie.close()
+    reopened = bookie_factory(settings)
+    for ledger in (100, 50, 2):
+        assert reopened.read_entry(ledger, 0) == entry(ledger, 0)
+        with pytest.raises(Unauthorized):
+            reopened.add_entry(ledger, 3, entry(ledger, 3), b"another key")
