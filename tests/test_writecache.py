@@ -107,3 +107,17 @@ def test_no_object_per_ledger_or_add_for_the_garbage_collector() -> None:
         put(cache, ledger_id, 0)
     cache.put_run(5, [1, 2], [header(5, 1), header(5, 2)], [entry(5, 1), entry(5, 2)])
     assert len(gc.get_objects()) - before < 10
+
+
+def test_ids_up_to_the_entry_headers_range() -> None:
+    """Entry headers hold unsigned 64-bit ids: the largest is kept apart from the rest."""
+    top = 2**64 - 1
+    cache = WriteCache()
+    put(cache, top, top)
+    put(cache, top, 0)
+    put(cache, 0, top)
+    assert cache.get(top, top) == entry(top, top) and cache.get(0, top) == entry(0, top)
+    assert cache.last_entry_id(top) == top
+    cache.drop_ledger(top)
+    put(cache, top, 1)
+    assert cache.records()[2] == [(0, 1), (top, 1)]

@@ -8,7 +8,8 @@ flushed.
 Layout: one flat append buffer for the whole generation, whatever the number of
 ledgers.  Record ``i`` (in arrival order) is ``headers[i]`` (the record header the
 journal wrote) and ``entries[i]``, of ledger ``ledger_ids[i]`` and entry
-``entry_ids[i]`` (two ``array('q')``: no Python object per record).  Lookups go
+``entry_ids[i]`` (two ``array('Q')``, as entry headers hold them: no Python object per
+record).  Lookups go
 through two dicts holding only ints, which the garbage collector does not track:
 ``(ledger id << 64 | entry id) -> record`` (the latest put of an entry id wins) and
 ``ledger id -> highest entry id``.  So an add appends to four sequences and sets two
@@ -25,33 +26,31 @@ from array import array
 from collections.abc import Set
 from typing import Iterable, Sequence
 
-#: ``ledger_ids`` value of a record dropped with its ledger (ledger ids are >= 0).
-_DROPPED = -1
-
 
 class WriteCache:
     """Entries by ledger id and entry id, with their byte count (see the module doc)."""
 
     __slots__ = ("_headers", "_entries", "_ledger_ids", "_entry_ids", "_records", "_last",
-                 "size_bytes")
+                 "_dropped", "size_bytes")
 
     def __init__(self) -> None:
         self._headers: list[bytes] = []
         self._entries: list[bytes] = []
-        self._ledger_ids = array("q")
-        self._entry_ids = array("q")
+        self._ledger_ids = array("Q")
+        self._entry_ids = array("Q")
         self._records: dict[int, int] = {}   # ledger id << 64 | entry id -> record
         self._last: dict[int, int] = {}      # ledger id -> highest entry id
+        self._dropped: set[int] = set()      # records of dropped ledgers
         self.size_bytes = 0
 
     def put(self, ledger_id: int, entry_id: int, record_header: bytes, entry: bytes) -> None:
         """Add an entry with its record header (a later put of the same id wins)."""
         entries = self._entries
+        self._ledger_ids.append(ledger_id)  # first: the one step that checks the ids
+        self._entry_ids.append(entry_id)
         self._records[ledger_id << 64 | entry_id] = len(entries)
         entries.append(entry)
         self._headers.append(record_header)
-        self._ledger_ids.append(ledger_id)
-        self._entry_ids.append(entry_id)
         if entry_id > self._last.get(ledger_id, -1):
             self._last[ledger_id] = entry_id
         self.size_bytes += len(entry)
@@ -61,12 +60,12 @@ class WriteCache:
         """Add one ledger's entries with their record headers, in order (a later put of
         the same id wins): a few C-level operations for the whole run."""
         first = len(self._entries)
+        self._ledger_ids.extend(itertools.repeat(ledger_id, len(entry_ids)))
+        self._entry_ids.extend(entry_ids)
         self._records.update(zip(map(operator.or_, itertools.repeat(ledger_id << 64),
                                      entry_ids), itertools.count(first)))
         self._entries += entries
         self._headers += record_headers
-        self._ledger_ids.extend(itertools.repeat(ledger_id, len(entry_ids)))
-        self._entry_ids.extend(entry_ids)
         last = max(entry_ids)
         if last > self._last.get(ledger_id, -1):
             self._last[ledger_id] = last
@@ -93,9 +92,11 @@ class WriteCache:
             return
         for record in itertools.compress(itertools.count(),
                                          map(ledger_id.__eq__, self._ledger_ids)):
+            if record in self._dropped:
+                continue  # an earlier incarnation's, dropped before
+            self._dropped.add(record)
             del self._records[ledger_id << 64 | self._entry_ids[record]]
             self.size_bytes -= len(self._entries[record])
-            self._ledger_ids[record] = _DROPPED
             self._entries[record] = self._headers[record] = b""
 
     def ledger_ids(self) -> list[int]:
@@ -110,6 +111,7 @@ class WriteCache:
         self._headers += newer._headers
         self._ledger_ids += newer._ledger_ids
         self._entry_ids += newer._entry_ids
+        self._dropped.update(map(first.__add__, newer._dropped))
         for ledger_id, last in newer._last.items():
             if last > self._last.get(ledger_id, -1):
                 self._last[ledger_id] = last
@@ -131,13 +133,12 @@ class WriteCache:
         if len(set(map(_first, runs))) < len(runs):
             order = sorted(range(len(ledger_ids)), key=ledger_ids.__getitem__)
             runs = _runs(list(map(ledger_ids.__getitem__, order)))
-        skipped = {*skip_ledgers, _DROPPED}
-        if not skipped.isdisjoint(map(_first, runs)):
-            order = list(itertools.compress(
-                range(len(ledger_ids)) if order is None else order,
-                map(operator.not_, map(skipped.__contains__, ledger_ids) if order is None
-                    else map(skipped.__contains__, map(ledger_ids.__getitem__, order)))))
-            runs = [run for run in runs if run[0] not in skipped]
+        if self._dropped or not skip_ledgers.isdisjoint(map(_first, runs)):
+            taken = itertools.filterfalse(self._dropped.__contains__, range(
+                len(ledger_ids)) if order is None else order)
+            order = list(itertools.filterfalse(
+                lambda record: ledger_ids[record] in skip_ledgers, taken))
+            runs = _runs(list(map(ledger_ids.__getitem__, order)))
         if order is None:
             return (list(itertools.chain.from_iterable(zip(self._headers, self._entries))),
                     list(self._entry_ids), runs)
