@@ -34,7 +34,7 @@ def test_lookups_and_a_later_put_wins() -> None:
     assert cache.get(3, 3) is None and cache.get(4, 0) is None
     assert cache.last_entry_id(7) == 1 and cache.last_entry_id(3) == 2
     assert cache.last_entry_id(4) is None
-    assert cache.entry_ids(7) == [0, 1, 0] and cache.entry_ids(4) == []
+    assert cache.entry_ids(7) == [0, 1] and cache.entry_ids(4) == []
     assert sorted(cache.ledger_ids()) == [3, 7]
     assert cache.size_bytes == sum(len(entry(7, i)) for i in (0, 1, 0)) + sum(
         len(entry(3, i)) for i in range(3))
@@ -76,6 +76,7 @@ def test_a_dropped_ledger_leaves_nothing_and_may_come_back() -> None:
     assert cache.entry_ids(2) == [] and cache.ledger_ids() == [1]
     assert cache.size_bytes == len(entry(1, 0)) + len(entry(1, 1))
     put(cache, 2, 5)
+    assert cache.entry_ids(2) == [5] and cache.last_entry_id(2) == 5
     buffers, entry_ids, runs = cache.records()
     assert runs == [(1, 2), (2, 1)]
     assert entry_ids == [0, 1, 5]

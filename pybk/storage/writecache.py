@@ -79,11 +79,15 @@ class WriteCache:
         return self._last.get(ledger_id)
 
     def entry_ids(self, ledger_id: int) -> list[int]:
-        """The ledger's entry ids held, in arrival order (a scan of the cache, in C)."""
+        """The ledger's entry ids held, each once, in order of first arrival (a scan of
+        the cache, in C)."""
         if ledger_id not in self._last:
             return []
-        return list(itertools.compress(self._entry_ids,
-                                       map(ledger_id.__eq__, self._ledger_ids)))
+        records: Iterable[int] = itertools.compress(itertools.count(),
+                                                    map(ledger_id.__eq__, self._ledger_ids))
+        if self._dropped:
+            records = itertools.filterfalse(self._dropped.__contains__, records)
+        return list(dict.fromkeys(map(self._entry_ids.__getitem__, records)))
 
     def drop_ledger(self, ledger_id: int) -> None:
         """Forget a ledger's records (a scan of the cache, in C, plus a step per record
