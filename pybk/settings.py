@@ -232,6 +232,12 @@ class ServerSettings(_Settings):
     #: The ZooKeeper session timeout in ms (BookKeeper's ``zkTimeout``): a bookie silent
     #: for longer loses its session and its registration.
     zkTimeout: int = 10_000
+    #: How long one ZooKeeper call of this process keeps retrying through connection
+    #: loss before it gives up (MetadataUnavailable), and the first and longest pause
+    #: between its retries, in ms (:class:`pybk.meta.zookeeper.ZooKeeperSettings`).
+    zkOperationTimeoutMs: int = 30_000
+    zkRetryBackoffStartMs: int = 100
+    zkRetryBackoffMaxMs: int = 2_000
     #: When the ZooKeeper session expires, shut the bookie down instead of refusing
     #: writes until it is registered again in a new session.
     shutdownOnSessionExpiry: bool = False
@@ -487,6 +493,7 @@ def _validate(s: ServerSettings) -> None:
                 "journalBufferedWritesThreshold", "logSizeLimit", "flushInterval",
                 "writeCacheMaxSizeMb", "maxEntrySizeBytes", "gcWaitTime", "diskCheckInterval",
                 "maxAddsInProgressLimit", "maxReadsInProgressLimit", "zkTimeout",
+                "zkOperationTimeoutMs", "zkRetryBackoffStartMs", "zkRetryBackoffMaxMs",
                 "lockReleaseOfFailedLedgerGracePeriod", "rereplicationEntryBatchSize",
                 "httpServerMaxRequestBytes", "httpServerMaxConcurrentRequests",
                 "httpServerSocketTimeoutMs"):
@@ -532,6 +539,8 @@ def _validate(s: ServerSettings) -> None:
                            "/<region>/<rack> or /<rack>, or empty") from e
     _check_placement(s)
     _check_curve(s)
+    _require(s.zkRetryBackoffStartMs <= s.zkRetryBackoffMaxMs, "zkRetryBackoffStartMs",
+             s.zkRetryBackoffStartMs, "at most zkRetryBackoffMaxMs")
     _require(not s.zkEnableSecurity or bool(s.zkDigestAuthFile), "zkDigestAuthFile",
              s.zkDigestAuthFile, "a file holding user:password when zkEnableSecurity is on")
     _require(0 <= s.httpServerPort < 65536, "httpServerPort", s.httpServerPort,

@@ -62,6 +62,8 @@ def test_conf_file_then_environment_then_overrides(tmp_path):
     ("openLedgerRereplicationGracePeriod", "-1"),
     ("lockReleaseOfFailedLedgerGracePeriod", "0"),
     ("logSizeLimit", str(1 << 20)),  # under twice maxEntrySizeBytes
+    ("zkOperationTimeoutMs", "0"),
+    ("zkRetryBackoffStartMs", "5000"),  # above zkRetryBackoffMaxMs
 ])
 def test_invalid_value_names_the_key(key, value):
     with pytest.raises(InvalidConfiguration, match=key):

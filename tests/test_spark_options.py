@@ -34,13 +34,16 @@ def test_the_credentials_options_reach_the_client_and_zookeeper_settings(tmp_pat
     opts = parse({"metadataServiceUri": URI, "log": "x", "zmqcurveenabled": "true",
                   "zmqCurveSecretKeyFile": "/etc/pybk/client.key_secret",
                   "zkenablesecurity": "true", "zkDigestAuthFile": str(auth),
-                  "zkWorldReadable": "false", "zkTimeout": "5000"}, READ)
+                  "zkWorldReadable": "false", "zkTimeout": "5000",
+                  "zkOperationTimeoutMs": "7000", "zkRetryBackoffMaxMs": "400"}, READ)
     client = opts.client_settings()
     assert (client.zmqCurveEnabled, client.zmqCurveSecretKeyFile) == \
         (True, "/etc/pybk/client.key_secret")
     zookeeper = opts.zookeeper_settings()
     assert (zookeeper.zkEnableSecurity, zookeeper.zkDigestAuthFile, zookeeper.zkWorldReadable,
             zookeeper.zkTimeout) == (True, str(auth), False, 5000)
+    assert (zookeeper.zkOperationTimeoutMs, zookeeper.zkRetryBackoffStartMs,
+            zookeeper.zkRetryBackoffMaxMs) == (7000, 100, 400)
     assert parse({"path": "/data/wal"}, WRITE).zookeeper_settings().zkEnableSecurity is False
     with pytest.raises(InvalidConfiguration, match="zkDigestAuthFile"):
         parse({"metadataServiceUri": URI, "log": "x", "zkEnableSecurity": "true"}, READ)

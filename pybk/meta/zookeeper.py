@@ -176,8 +176,12 @@ class ZooKeeperSettings:
     @classmethod
     def of(cls, settings: "ServerSettings") -> "ZooKeeperSettings":
         """The ZooKeeper settings among a process's settings (a ServerSettings: its
-        ``zkTimeout`` and the ``zk*`` security settings)."""
-        return cls(zkTimeout=settings.zkTimeout, zkEnableSecurity=settings.zkEnableSecurity,
+        ``zkTimeout``, operation timeout, retry pauses and the ``zk*`` security settings)."""
+        return cls(zkTimeout=settings.zkTimeout,
+                   zkOperationTimeoutMs=settings.zkOperationTimeoutMs,
+                   zkRetryBackoffStartMs=settings.zkRetryBackoffStartMs,
+                   zkRetryBackoffMaxMs=settings.zkRetryBackoffMaxMs,
+                   zkEnableSecurity=settings.zkEnableSecurity,
                    zkDigestAuthFile=settings.zkDigestAuthFile,
                    zkWorldReadable=settings.zkWorldReadable)
 

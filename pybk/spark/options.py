@@ -157,7 +157,9 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
 
 #: The ServerSettings names that configure the clients' ZooKeeper sessions (those
 #: :meth:`ZooKeeperSettings.of <pybk.meta.zookeeper.ZooKeeperSettings.of>` takes).
-ZOOKEEPER_SETTINGS = ("zkTimeout", "zkEnableSecurity", "zkDigestAuthFile", "zkWorldReadable")
+ZOOKEEPER_SETTINGS = ("zkTimeout", "zkOperationTimeoutMs", "zkRetryBackoffStartMs",
+                      "zkRetryBackoffMaxMs", "zkEnableSecurity", "zkDigestAuthFile",
+                      "zkWorldReadable")
 
 _CLIENT_SETTINGS = {f.name for f in fields(ClientSettings)}
 _LOG_SETTINGS = {f.name for f in fields(LogSettings)}
