@@ -171,13 +171,15 @@ class ZooKeeperServer(TempDirectoryProcesses):
 
     ``port`` 0 picks a free one.  ``tick_time_ms`` is ZooKeeper's ``tickTime``: sessions
     may time out after 2 to 300 ticks (``minSessionTimeout``, ``maxSessionTimeout``), so
-    a small tick lets tests expire sessions quickly.  ``heap_mb`` caps the JVM's heap.
+    a small tick lets tests expire sessions quickly.  ``heap_mb`` caps the JVM's heap;
+    ``jvm_options`` are more options of the ``java`` command (e.g. a short-lived test
+    server's ``-XX:TieredStopAtLevel=1``, which starts it with less CPU).
     """
 
     def __init__(self, directory: str | os.PathLike | None = None, *, port: int = 0,
                  force_sync: bool = True, tick_time_ms: int = 2000, heap_mb: int = 256,
-                 start_timeout_s: float = 60.0, _peer: _Peer | None = None,
-                 _ensemble: Sequence[_Peer] = ()) -> None:
+                 start_timeout_s: float = 60.0, jvm_options: Sequence[str] = (),
+                 _peer: _Peer | None = None, _ensemble: Sequence[_Peer] = ()) -> None:
         super().__init__(directory, "pybk-zk-")
         self.port = _peer.client_port if _peer else port
         self._picked_port = not self.port
@@ -185,6 +187,7 @@ class ZooKeeperServer(TempDirectoryProcesses):
         self.tick_time_ms = tick_time_ms
         self.heap_mb = heap_mb
         self.start_timeout_s = start_timeout_s
+        self.jvm_options = tuple(jvm_options)
         self._peer = _peer
         self._ensemble = tuple(_ensemble)
         self._process: subprocess.Popen | None = None
@@ -338,7 +341,7 @@ class ZooKeeperServer(TempDirectoryProcesses):
 
     def _spawn(self) -> None:
         command = [
-            find_java(), f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC",
+            find_java(), f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC", *self.jvm_options,
             "-Dlog4j2.configurationFile=" + os.path.join(self.directory, "log4j2.properties"),
             "-Dzookeeper.jmx.log4j.disable=true",
             *([] if self.force_sync else ["-Dzookeeper.forceSync=no"]),
@@ -370,7 +373,7 @@ class ZooKeeperEnsemble(TempDirectoryProcesses):
 
     def __init__(self, size: int = 3, directory: str | os.PathLike | None = None, *,
                  force_sync: bool = True, tick_time_ms: int = 2000, heap_mb: int = 256,
-                 start_timeout_s: float = 60.0) -> None:
+                 start_timeout_s: float = 60.0, jvm_options: Sequence[str] = ()) -> None:
         if size < 1:
             raise ValueError(f"an ensemble has at least one server, not {size}")
         super().__init__(directory, "pybk-zk-ensemble-")
@@ -379,8 +382,8 @@ class ZooKeeperEnsemble(TempDirectoryProcesses):
         self.servers = [
             ZooKeeperServer(os.path.join(self.directory, f"server{p.server_id}"),
                             force_sync=force_sync, tick_time_ms=tick_time_ms,
-                            heap_mb=heap_mb, start_timeout_s=start_timeout_s, _peer=p,
-                            _ensemble=peers)
+                            heap_mb=heap_mb, start_timeout_s=start_timeout_s,
+                            jvm_options=jvm_options, _peer=p, _ensemble=peers)
             for p in peers]
 
     @property
