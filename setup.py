@@ -24,8 +24,9 @@ setup(
         # pyspark's wheel ships ZooKeeper 3.9's jars: the tests run a real ZooKeeper.
         # ruff and mypy: `make lint`, the gate `make test` runs first.  Pinned: a newer
         # release brings new checks, which a change of its own should take on.
-        "test": ["pytest>=7.4", "pytest-timeout>=2.2", "pytest-asyncio>=1.0", "pyspark>=4.0",
-                 "pyarrow>=18", "ruff==0.17.6", "mypy==2.4.1"],
+        "test": ["pytest>=7.4", "pytest-timeout>=2.2", "pytest-asyncio>=1.0",
+                 "pytest-xdist>=3.5", "pyspark>=4.0", "pyarrow>=18", "ruff==0.17.6",
+                 "mypy==2.4.1"],
         "spark": ["pyspark>=4.0", "pyarrow>=18"],
         # The benchmarks' --plot (benchmarks/plot.py); `make bench` installs it.
         "bench": ["matplotlib>=3.7"],
