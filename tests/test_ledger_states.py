@@ -277,3 +277,45 @@ def test_a_new_ledger_above_every_stored_id_needs_no_index_lookup(
         assert reopened.read_entry(ledger, 0) == entry(ledger, 0)
         with pytest.raises(Unauthorized):
             reopened.add_entry(ledger, 3, entry(ledger, 3), b"another key")
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["clean-restart", "crash"])
+def test_deleting_a_durably_deleted_ledger_again_survives_a_failed_checkpoint_and_gc(
+        bookie_factory, settings_factory, monkeypatch, tmp_path, crash):
+    """Ledger 5's deletion is committed; it is deleted again, and the next checkpoint's
+    index commit fails while a GC pass forgets ledger 5.  The retried checkpoint succeeds,
+    and ledger 5 stays gone (as one the bookie never held), also after a restart."""
+    settings = _quiet(settings_factory)
+    bookie = bookie_factory(settings, start_background_threads=False)
+    bookie.fence(5, KEY).result(timeout=10)  # a ledger with a key and no entries
+    bookie.add_entry(6, 0, entry(6, 0), KEY)
+    bookie.checkpoint()
+    bookie.delete_ledger(5)
+    bookie.checkpoint()  # the deletion is durable; no entry log holds ledger 5
+    bookie.delete_ledger(5)  # a second delete (a retried request)
+    commit = bookie._index.commit_checkpoint
+    failures: list[OSError] = []
+
+    def commit_failing_once_after_gc(*args, **kwargs):
+        if failures:
+            return commit(*args, **kwargs)
+        bookie.collect_garbage()  # the housekeeping thread's pass, mid-checkpoint
+        failures.append(OSError("injected index commit failure"))
+        raise failures[-1]
+
+    monkeypatch.setattr(bookie._index, "commit_checkpoint", commit_failing_once_after_gc)
+    with pytest.raises(OSError, match="injected"):
+        bookie.checkpoint()
+    bookie.checkpoint()  # the retry
+    bookie.collect_garbage()
+    assert not bookie.ledger_exists(5) and bookie.gauges().ledgers == 1
+    if crash:
+        close_as_if_crashed(bookie, str(tmp_path))
+    else:
+        bookie.close()
+    states, tombstones = _index_rows(settings)
+    assert sorted(states) == [6] and tombstones == []
+    reopened = bookie_factory(settings, start_background_threads=False)
+    reopened.collect_garbage()
+    assert not reopened.ledger_exists(5) and reopened.gauges().ledgers == 1
+    assert reopened.read_entry(6, 0) == entry(6, 0)
