@@ -649,15 +649,20 @@ class Bookie:
         with self._lock:
             self._journal.submit_locked(codec.record_header(codec.DELETE, payload), payload,
                                         waiter, wake=False)
-            state = self._state(ledger_id)
-            if state is None:
-                state = self._states[ledger_id] = LedgerState(b"")
-            state.deleted = True
-            self._dirty.add(ledger_id)
-            self._pending_deletes.add(ledger_id)
-            self._active.drop_ledger(ledger_id)
+            # Deleted in the index already (a repeated request): GC may forget the ledger
+            # at any moment, so it must not enter a checkpoint's batch again.
+            already_durable = ledger_id in self._durably_deleted
+            if not already_durable:
+                state = self._state(ledger_id)
+                if state is None:
+                    state = self._states[ledger_id] = LedgerState(b"")
+                state.deleted = True
+                self._dirty.add(ledger_id)
+                self._pending_deletes.add(ledger_id)
+                self._active.drop_ledger(ledger_id)
         self._journal.wait(waiter)
-        self._checkpointer.request()  # the space can be collected once this is durable
+        if not already_durable:
+            self._checkpointer.request()  # the space can be collected once this is durable
 
     def force(self, ledger_id: int) -> Future:
         """A Future that completes once everything added to the ledger so far is durable
