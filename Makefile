@@ -21,16 +21,15 @@ lint: $(VENV)/.installed
 	$(PY) -m mypy pybk
 
 # Two pytest-xdist workers (the suite waits on processes, fsync and JVMs about as much as
-# it computes); --dist loadgroup keeps each file on one worker, so that a module's
-# fixtures (its SparkSession, its cluster of bookies) start once, keeps the Spark files
-# on one worker, and the workers take them in collection order, which puts the long ones
-# first (tests/conftest.py).
+# it computes); --dist loadfile keeps each file on one worker, so that a module's
+# fixtures (its SparkSession, its cluster of bookies) start once, and the workers take
+# the files in collection order, which puts the long ones first (tests/conftest.py).
 # Each worker has its own session ZooKeeper server.  `make test PYTEST_WORKERS=0` runs
 # in one process.
 PYTEST_WORKERS ?= 2
 
 test: lint
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 $(VENV)/.bench-installed: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[bench]'

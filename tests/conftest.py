@@ -161,12 +161,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _long_modules_first(items: list[pytest.Item]) -> None:
     """Put the modules with Spark tests first, then those with ``processes`` tests, the
     rest after (a stable sort: each module's tests, and modules of one kind, keep their
-    order), and give each test its xdist group: its module's, or ``spark`` for every
-    module with Spark tests.  ``make test``'s workers take whole groups in this order
-    (``--dist loadgroup --no-loadscope-reorder``): a module's fixtures start once, the
-    longest groups start early, and one worker runs the Spark modules one after another
-    while the other takes the rest: two Spark JVMs at once on two cores starve Spark's
-    Python workers, which must connect back within a fixed 10 s."""
+    order).  ``make test``'s workers take whole files in this order (``--dist loadfile
+    --no-loadscope-reorder``): the longest start early, so that both end at about the
+    same time instead of one running a Spark module alone at the end."""
     rank: dict[str, int] = {}
     for item in items:
         kind = (0 if item.get_closest_marker("spark") else
@@ -174,9 +171,6 @@ def _long_modules_first(items: list[pytest.Item]) -> None:
         module = item.nodeid.split("::")[0]
         rank[module] = min(rank.get(module, kind), kind)
     items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("spark" if rank[module] == 0 else module))
 
 
 # -- a module's cluster of bookie processes and its SparkSession (the Spark tests) ---------
