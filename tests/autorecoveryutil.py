@@ -5,6 +5,8 @@ ledgers' metadata say, and what the bookies hold (read from each one)."""
 
 from __future__ import annotations
 
+from typing import Collection
+
 import pytest
 import zkutil
 from clusterutil import PASSWORD, BookieProcess, payload
@@ -75,11 +77,15 @@ def repaired(bk: BookKeeper, manager: UnderreplicationManager, lost: str) -> boo
         for ledger_id in bk.list_ledgers())
 
 
-def check_replicas(bk: BookKeeper, metadata: LedgerMetadata, last: int) -> None:
-    """Every entry up to ``last`` is on every bookie of its write set, as written."""
+def check_replicas(bk: BookKeeper, metadata: LedgerMetadata, last: int,
+                   on: Collection[str] | None = None) -> None:
+    """Every entry up to ``last`` is on every bookie of its write set (of those among
+    ``on``, if given), as written."""
     digest = DigestManager(metadata.ledger_id, metadata.digest_type, PASSWORD)
     for entry_id in range(last + 1):
         for bookie_id in metadata.write_set(entry_id):
+            if on is not None and bookie_id not in on:
+                continue
             data = bk.bookie_client(bookie_id).read(metadata.ledger_id, entry_id).result(10)
             assert digest.decode(entry_id, data).data == payload(entry_id), \
                 (metadata.ledger_id, entry_id, bookie_id)
