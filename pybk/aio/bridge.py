@@ -38,7 +38,7 @@ import queue
 import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, AsyncIterator, Callable, Generic, Iterator, TypeVar
+from typing import Any, AsyncIterator, Callable, Generic, Iterator, Self, TypeVar
 
 from pybk.log.futures import wait_for_callbacks
 
@@ -62,6 +62,20 @@ _END = object()  # a feed's last item
 #: ``(entry_id, data)`` pair of a ledger whose caller gives entry ids).  It must see to it that each
 #: outcome is posted (:meth:`Bridge.post`, :meth:`Bridge.land`) and raise nothing.
 Start = Callable[[list[tuple[Any, asyncio.Future]]], None]
+
+
+class AsyncClosing:
+    """``async with`` for a handle whose ``close()`` is a coroutine: the block's end
+    awaits it, also when the block raised."""
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 class Bridge:

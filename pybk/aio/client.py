@@ -21,7 +21,7 @@ import functools
 import itertools
 from typing import Any, AsyncIterator
 
-from pybk.aio.bridge import MAX_PENDING_DEFAULT, Bridge, Feed, Submissions
+from pybk.aio.bridge import MAX_PENDING_DEFAULT, AsyncClosing, Bridge, Feed, Submissions
 from pybk.aio.log import AsyncLogReader, AsyncLogWriter
 from pybk.client import BookKeeper
 from pybk.client.ledger import LedgerEntry, LedgerHandle
@@ -63,7 +63,7 @@ def _room_for(settings: ClientSettings, max_pending: int | None) -> int:
     return settings.throttle or MAX_PENDING_DEFAULT
 
 
-class AsyncBookKeeper:
+class AsyncBookKeeper(AsyncClosing):
     """A ledger client for asyncio code, over ``bk`` (which it owns: closing this closes
     ``bk``).  Make it inside the loop that will use it."""
 
@@ -134,14 +134,8 @@ class AsyncBookKeeper:
         does nothing."""
         await self._bridge.close(self.bk.close)
 
-    async def __aenter__(self) -> "AsyncBookKeeper":
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-
-class AsyncLedger:
+class AsyncLedger(AsyncClosing):
     """A ledger for asyncio code, as its writer or a reader (see the module)."""
 
     def __init__(self, bridge: Bridge, handle: LedgerHandle) -> None:
@@ -226,12 +220,6 @@ class AsyncLedger:
         await self._bridge.barrier()
         await self._bridge.call(self.handle.close)  # once its adds' callbacks ran
         self._bridge.deliver()
-
-    async def __aenter__(self) -> "AsyncLedger":
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 class AsyncLedgerAdv(AsyncLedger):

@@ -33,7 +33,7 @@ import time
 from concurrent.futures import Future
 from typing import Callable, Iterator
 
-from pybk.aio.bridge import CLOSE_TIMEOUT_S, Bridge, Feed, Submissions
+from pybk.aio.bridge import CLOSE_TIMEOUT_S, AsyncClosing, Bridge, Feed, Submissions
 from pybk.errors import LogClosed
 from pybk.log.futures import wait_for_callbacks
 from pybk.log.position import Position
@@ -103,7 +103,7 @@ def _then_callbacks(fn: Callable[[], None]) -> None:
     wait_for_callbacks(CLOSE_TIMEOUT_S)
 
 
-class AsyncLogWriter:
+class AsyncLogWriter(AsyncClosing):
     """The asyncio face of a :class:`~pybk.log.LogWriter` (see the module).  Made by
     :meth:`pybk.aio.AsyncBookKeeper.open_log_writer`; close it, or use ``async with``."""
 
@@ -120,12 +120,6 @@ class AsyncLogWriter:
     async def close(self) -> None:
         """Finish what was queued and close the writer (``LogWriter.close``)."""
         await self._appends.close(self.writer.close)
-
-    async def __aenter__(self) -> "AsyncLogWriter":
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 class AsyncLogReader:

@@ -17,7 +17,7 @@ import functools
 import os
 from typing import Any, Callable, TypeVar
 
-from pybk.aio.bridge import MAX_PENDING_DEFAULT, Bridge, Feed
+from pybk.aio.bridge import MAX_PENDING_DEFAULT, AsyncClosing, Bridge, Feed
 from pybk.aio.log import Appends, AsyncLogReader
 from pybk.errors import LogClosed
 from pybk.log.position import Position
@@ -65,7 +65,7 @@ async def _open_on(bridge: Bridge, fn: Callable[[], T], close: Callable[[T], obj
         raise
 
 
-class AsyncWAL:
+class AsyncWAL(AsyncClosing):
     """An embedded WAL for asyncio code.  Close it (``await wal.close()``) or use
     ``async with``; it closes the WAL underneath."""
 
@@ -96,14 +96,8 @@ class AsyncWAL:
         self._appends.refuse()
         await self._bridge.close(self.wal.close)
 
-    async def __aenter__(self) -> "AsyncWAL":
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-
-class AsyncReadOnlyWAL:
+class AsyncReadOnlyWAL(AsyncClosing):
     """A WAL read from another process, for asyncio code.  Close it (``await
     wal.close()``) or use ``async with``; it closes the :class:`pybk.ReadOnlyWAL`
     underneath."""
@@ -144,9 +138,3 @@ class AsyncReadOnlyWAL:
     async def close(self) -> None:
         """Stop the streams and close the read-only WAL.  Closing again does nothing."""
         await self._bridge.close(self.wal.close)
-
-    async def __aenter__(self) -> "AsyncReadOnlyWAL":
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
