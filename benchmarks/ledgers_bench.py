@@ -32,8 +32,6 @@ import argparse
 import ctypes
 import gc
 import os
-import signal
-import subprocess
 import sys
 import time
 
@@ -43,9 +41,18 @@ if ROOT not in sys.path:
 
 from plot import PlottingUnavailable, check_plotting  # noqa: E402
 from rawdisk import MIB, mb_per_s, ratio, run_and_report  # noqa: E402
-from storage_bench import KEY, SMALL_ENTRY, InFlight, bookie_settings, entry_body, new_bookie_dir  # noqa: E402
+from storage_bench import (  # noqa: E402
+    KEY,
+    SMALL_ENTRY,
+    InFlight,
+    bookie_settings,
+    entry_body,
+    new_bookie_dir,
+    replay_writer_settings,
+    run_until_durable_then_kill,
+    say_durable_then_wait_for_kill,
+)
 
-from pybk.settings import ServerSettings  # noqa: E402
 from pybk.storage.bookie import Bookie, format_bookie  # noqa: E402
 from pybk.storage.entries import make_entry  # noqa: E402
 
@@ -55,7 +62,6 @@ CHUNK = 50_000               # entries built at a time (bounds the benchmark's o
 LEDGER_COUNTS = (1, 10_000, 100_000)
 FULL_LEDGER_COUNTS = (*LEDGER_COUNTS, 1_000_000)
 QUICK_ADDS = 50_000
-NO_CHECKPOINT_MS = 3_600_000
 TARGET_ADD_RATIO = 0.8
 TARGET_REPLAY_MB_S = 400
 
@@ -143,40 +149,20 @@ def measure_adds(workdir: str, ledgers: int, adds: int) -> dict:
 
 # -- restart after a crash --------------------------------------------------------------
 
-def writer_settings(bookie_dir: str, adds: int) -> ServerSettings:
-    """Settings under which ``adds`` 1 KiB adds never checkpoint."""
-    data_mb = adds * SMALL_ENTRY // MIB + 1
-    return bookie_settings(bookie_dir, flushInterval=NO_CHECKPOINT_MS,
-                           writeCacheMaxSizeMb=2 * data_mb + 64)
-
-
 def run_writer(bookie_dir: str, ledgers: int, adds: int) -> None:
     """Child process: make the adds durably, say so, then wait to be SIGKILLed."""
-    bookie = Bookie(writer_settings(bookie_dir, adds))
+    bookie = Bookie(replay_writer_settings(bookie_dir, adds))
     round_robin(bookie, ledgers, adds)
-    print(f"durable {adds}", flush=True)
-    while True:
-        signal.pause()  # never closed: the close-time checkpoint must not happen
+    say_durable_then_wait_for_kill(adds)
 
 
 def measure_restart(workdir: str, ledgers: int, adds: int) -> dict:
     """Replay speed and open time of a bookie SIGKILLed after ``adds`` adds."""
     bookie_dir = new_bookie_dir(workdir, f"restart-{ledgers}")
     format_bookie(bookie_settings(bookie_dir))
-    command = [sys.executable, os.path.abspath(__file__), "--writer", bookie_dir,
-               "--ledgers", str(ledgers), "--adds", str(adds)]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline().strip()
-        if line != f"durable {adds}":
-            raise RuntimeError(f"the writer failed (said {line!r}, exit code {child.poll()})")
-    finally:
-        if child.poll() is None:
-            child.send_signal(signal.SIGKILL)
-        child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
+    run_until_durable_then_kill([sys.executable, os.path.abspath(__file__), "--writer",
+                                 bookie_dir, "--ledgers", str(ledgers), "--adds", str(adds)],
+                                adds)
     started, cpu_started = time.perf_counter(), time.process_time()
     bookie = Bookie(bookie_settings(bookie_dir))
     open_seconds = time.perf_counter() - started

@@ -317,26 +317,43 @@ def run_replay_writer(bookie_dir: str, entries: int, window: int) -> None:
     bookie = Bookie(settings)
     pump(bookie, LEDGER_REPLAY, 0, build_entries(LEDGER_REPLAY, 0, entries, SMALL_ENTRY),
          window, InFlight())
+    say_durable_then_wait_for_kill(entries)
+
+
+def say_durable_then_wait_for_kill(entries: int) -> None:
+    """A crash writer's end: tell the parent its ``entries`` adds are durable, then
+    wait for SIGKILL (the bookie is never closed: the close-time checkpoint must not
+    happen)."""
     print(f"durable {entries}", flush=True)
     while True:
-        signal.pause()  # never closed: the close-time checkpoint must not happen
+        signal.pause()
 
 
-def write_then_crash(bookie_dir: str, profile: Profile) -> None:
-    """Run the writing phase in a child process and SIGKILL it once it is durable."""
-    command = [sys.executable, os.path.abspath(__file__), "--replay-writer", bookie_dir,
-               "--replay-entries", str(profile.replay_entries), "--window", str(profile.window)]
+def run_until_durable_then_kill(command: list[str], entries: int) -> None:
+    """Start the crash writer ``command`` and SIGKILL it once it says its ``entries``
+    adds are durable (:func:`say_durable_then_wait_for_kill`); raise if it says
+    anything else first."""
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout is not None
         line = child.stdout.readline().strip()
-        if line != f"durable {profile.replay_entries}":
-            raise RuntimeError(f"the replay writer failed (said {line!r}, "
+        if line != f"durable {entries}":
+            raise RuntimeError(f"the crash writer failed (said {line!r}, "
                                f"exit code {child.poll()})")
     finally:
         if child.poll() is None:
             child.send_signal(signal.SIGKILL)
         child.wait()
-        child.stdout.close()
+        if child.stdout is not None:
+            child.stdout.close()
+
+
+def write_then_crash(bookie_dir: str, profile: Profile) -> None:
+    """Run the writing phase in a child process and SIGKILL it once it is durable."""
+    run_until_durable_then_kill(
+        [sys.executable, os.path.abspath(__file__), "--replay-writer", bookie_dir,
+         "--replay-entries", str(profile.replay_entries), "--window", str(profile.window)],
+        profile.replay_entries)
 
 
 def measure_replay(workdir: str, profile: Profile) -> dict:
