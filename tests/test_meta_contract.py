@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import lmdb
 import pytest
@@ -782,6 +783,27 @@ def children():
         proc.wait(timeout=WAIT_S)
 
 
+def start_crash_child(script_and_args: list[str], stderr_path: Path,
+                      children: list[subprocess.Popen], acks: Callable[[], int],
+                      progress: int) -> subprocess.Popen:
+    """Start ``python -c script args...`` (its stderr kept in ``stderr_path``, the process
+    in ``children`` for cleanup) and return it once ``acks()`` grew by ``progress``:
+    bounded, and failing with the child's stderr if it dies first."""
+    before = acks()
+    with open(stderr_path, "wb") as stderr:
+        child = subprocess.Popen([sys.executable, "-c", *script_and_args],
+                                 env=dict(os.environ, PYTHONPATH=ROOT),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=stderr)
+    children.append(child)
+    deadline = time.monotonic() + WAIT_S * 3
+    while acks() < before + progress:
+        assert child.poll() is None, stderr_path.read_text()
+        assert time.monotonic() < deadline, "the child made no progress"
+        time.sleep(0.01)
+    return child
+
+
 def test_kill_minus_nine_during_compare_and_set_leaves_a_consistent_record(stores, tmp_path,
                                                                            children):
     """A child sets a 4 KiB record in a CAS loop (and takes a ledger id per step) and is
@@ -790,21 +812,10 @@ def test_kill_minus_nine_during_compare_and_set_leaves_a_consistent_record(store
     bookie registration is gone."""
     acks_path = tmp_path / "acks"
     rng = random.Random(20240611)
-    env = dict(os.environ, PYTHONPATH=ROOT)
     for round_no in range(CRASH_ROUNDS):
-        before = len(read_acks(acks_path))
-        stderr = open(tmp_path / f"child-{round_no}.stderr", "wb")
-        with stderr:
-            child = subprocess.Popen([sys.executable, "-c", CHILD, stores.kind,
-                                      stores.location, str(acks_path)], env=env,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=stderr)
-        children.append(child)
-        deadline = time.monotonic() + WAIT_S * 3
-        while len(read_acks(acks_path)) < before + 20:
-            assert child.poll() is None, (tmp_path / f"child-{round_no}.stderr").read_text()
-            assert time.monotonic() < deadline, "the child made no progress"
-            time.sleep(0.01)
+        child = start_crash_child([CHILD, stores.kind, stores.location, str(acks_path)],
+                                  tmp_path / f"child-{round_no}.stderr", children,
+                                  lambda: len(read_acks(acks_path)), 20)
         if stores.single_session:
             with pytest.raises(DirectoryLocked, match="locked"):
                 stores.open()
@@ -851,22 +862,11 @@ def test_kill_minus_nine_during_batches_leaves_each_batch_whole_or_absent(stores
     all records or none."""
     acks_path = tmp_path / "acks"
     rng = random.Random(20251126)
-    env = dict(os.environ, PYTHONPATH=ROOT)
     next_batch = 0
     for round_no in range(3):
-        before = len(read_batch_acks(acks_path))
-        stderr = open(tmp_path / f"child-{round_no}.stderr", "wb")
-        with stderr:
-            child = subprocess.Popen([sys.executable, "-c", BATCH_CHILD, stores.kind,
-                                      stores.location, str(acks_path), str(next_batch)],
-                                     env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=stderr)
-        children.append(child)
-        deadline = time.monotonic() + WAIT_S * 3
-        while len(read_batch_acks(acks_path)) < before + 2:
-            assert child.poll() is None, (tmp_path / f"child-{round_no}.stderr").read_text()
-            assert time.monotonic() < deadline, "the child made no progress"
-            time.sleep(0.01)
+        child = start_crash_child([BATCH_CHILD, stores.kind, stores.location, str(acks_path),
+                                   str(next_batch)], tmp_path / f"child-{round_no}.stderr",
+                                  children, lambda: len(read_batch_acks(acks_path)), 2)
         time.sleep(rng.uniform(0.0, 0.2))
         child.send_signal(signal.SIGKILL)
         assert child.wait(timeout=WAIT_S) == -signal.SIGKILL
