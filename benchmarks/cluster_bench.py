@@ -12,13 +12,17 @@ measurement is stopped before the next starts):
 1. the raw disk: :func:`rawdisk.measure_raw`'s write(4 KiB)+fdatasync loops;
 2. raw pyzmq between two processes (a DEALER here, a ROUTER echo child): round trips with
    one message in flight, and 1 KiB messages with ``ZMQ_PIPELINE`` in flight;
-3. pybk: three bookie child processes (this script with ``--serve``), one client here
+3. the replication floor (:mod:`replication_floor`): E=3/Qw=3/Qa=2 with no protocol, three
+   group-committing echo servers that fdatasync and one Python client thread, in the
+   same phases as pybk's, so that pybk's figures can be read against the least this
+   machine needs for the same work;
+4. pybk: three bookie child processes (this script with ``--serve``), one client here
    (an :class:`EmbeddedMetadataStore`, three :class:`ZmqBookieClient` on one
    :class:`ClientLoop`), 1 KiB entries, for E=3/Qw=3/Qa=2 and E=3/Qw=2/Qa=2: full load
    (a window of adds in flight), then open-loop loads at half the full-load rate and at
    a fixed 5,000 entries/s (and, with ``--plot``, at a few more fixed rates: latency
    against offered load, drawn as a PNG);
-4. ZooKeeper: a three-server ensemble on loopback (fsync on, as bookies do), kazoo's
+5. ZooKeeper: a three-server ensemble on loopback (fsync on, as bookies do), kazoo's
    ``create_async`` of 1 KiB znodes with a window in flight.
 
 Progress goes to stderr; stdout gets one line, a JSON object with every figure (see
@@ -52,6 +56,7 @@ if ROOT not in sys.path:
 
 from plot import PlottingUnavailable, check_plotting, plot_latency  # noqa: E402
 from rawdisk import latency_summary, mb_per_s, measure_raw, ratio, run_and_report  # noqa: E402
+from replication_floor import FloorClient, serve_durable_group_echo  # noqa: E402
 
 from pybk.client.bookkeeper import BookKeeper  # noqa: E402
 from pybk.client.ledger import LedgerHandle  # noqa: E402
@@ -305,6 +310,51 @@ def measure_raw_zmq(children: Children, profile: Profile) -> dict:
         socket.close()
         context.term()
         children.stop(child)
+
+
+# -- the floor of a replicated add -----------------------------------------------------
+
+def measure_floor(workdir: str, children: Children, profile: Profile) -> dict:
+    """:mod:`replication_floor` for the reference configuration (three servers, each
+    entry to all three, acknowledged by two): full load, half of its rate and
+    :data:`FIXED_RATE_PER_S`, with the CPU per entry of each (client + servers)."""
+    servers = []
+    try:
+        for number in range(BOOKIES):
+            directory = os.path.join(workdir, f"floor-{number}")
+            os.makedirs(directory)
+            servers.append(children.start("--floor-echo", directory))
+        client = FloorClient([endpoint for _, endpoint in servers], ack_quorum=2,
+                             payload=PAYLOAD)
+        pids = [child.pid for child, _ in servers]
+        try:
+            def phase(label: str, run: Callable[[], dict]) -> dict:
+                cpu = CpuUse(pids)
+                figures = run()
+                figures["cpu_us_per_add"] = cpu.per_op(figures["entries"])
+                say_phase("replication floor", label, figures)
+                return figures
+
+            full = phase("full load", lambda: client.closed_loop(
+                profile.window, profile.warmup_seconds, profile.load_seconds))
+            half_rate = full["per_s"] * HALF_LOAD_FRACTION
+            half = phase(f"at {half_rate:,.0f}/s offered", lambda: client.open_loop(
+                half_rate, profile.warmup_seconds, profile.load_seconds))
+            fixed = phase(f"at {FIXED_RATE_PER_S:,.0f}/s offered", lambda: client.open_loop(
+                FIXED_RATE_PER_S, profile.warmup_seconds, profile.load_seconds))
+        finally:
+            client.close()
+        return {"full_load": full, "half_load": half, "fixed_rate": fixed,
+                "cpu_per_entry_5k_to_full": ratio(fixed["cpu_us_per_add"]["total"],
+                                                  full["cpu_us_per_add"]["total"]),
+                "sweep": [{"offered_per_s": phase.get("offered_per_s", phase["per_s"]),
+                           "closed_loop": phase is full, "per_s": phase["per_s"],
+                           "p50_us": phase["p50_us"], "p99_us": phase["p99_us"],
+                           "cpu_us_per_entry": phase["cpu_us_per_add"]["total"]}
+                          for phase in (fixed, half, full)]}
+    finally:
+        for child, _ in servers:
+            children.stop(child)
 
 
 # -- pybk ---------------------------------------------------------------------------------
@@ -588,7 +638,8 @@ def target(value: float, passed: bool, wanted: str) -> dict:
 
 
 def evaluate(raw: dict, pybk: dict, zookeeper: dict) -> tuple[dict, dict]:
-    """The ratios and the targets, from the reference configuration."""
+    """The ratios and the targets, from the reference configuration (and the replication
+    floor, ``raw["replication_floor"]``)."""
     reference = pybk[REFERENCE_CONFIG]
     full = reference["full_load"]
     per_s = full["per_s"]
@@ -601,6 +652,13 @@ def evaluate(raw: dict, pybk: dict, zookeeper: dict) -> tuple[dict, dict]:
                   reference["half_load"]["cpu_us_per_add"]["total"], cpu_full),
               "cpu_per_entry_5k_to_full": ratio(
                   reference["fixed_rate"]["cpu_us_per_add"]["total"], cpu_full)}
+    floor = raw["replication_floor"]
+    for phase in ("full_load", "half_load", "fixed_rate"):
+        ratios[f"cpu_per_entry_{phase}_to_floor"] = ratio(
+            reference[phase]["cpu_us_per_add"]["total"],
+            floor[phase]["cpu_us_per_add"]["total"])
+    ratios["full_load_to_floor"] = ratio(per_s, floor["full_load"]["per_s"])
+    ratios["floor_cpu_per_entry_5k_to_full"] = floor["cpu_per_entry_5k_to_full"]
     targets = {
         "replicated_1k_entries_per_s": target(per_s, per_s >= TARGET_ENTRIES_PER_S,
                                               f">= {TARGET_ENTRIES_PER_S} ({REFERENCE_CONFIG})"),
@@ -632,6 +690,7 @@ def run(profile: Profile, workdir: str, children: Children,
         "CPUs (other work on the machine skews every figure)")
     raw = measure_raw(workdir, profile.raw_seconds, profile.raw_max_ops, 0, say)
     raw["zmq"] = measure_raw_zmq(children, profile)
+    raw["replication_floor"] = measure_floor(workdir, children, profile)
 
     def measure(bk: BookKeeper, name: str, quorums: tuple[int, int, int],
                 bookie_pids: list[int], profile: Profile) -> dict:
@@ -648,7 +707,8 @@ def run(profile: Profile, workdir: str, children: Children,
             say(f"target {name}: {entry['value']} (want {entry['target']}): "
                 f"{'pass' if entry['pass'] else 'MISSED'}")
     if plot_path:
-        plot_latency(plot_path, {REFERENCE_CONFIG: pybk[REFERENCE_CONFIG]["sweep"]},
+        plot_latency(plot_path, {REFERENCE_CONFIG: pybk[REFERENCE_CONFIG]["sweep"],
+                                 "floor (no protocol)": raw["replication_floor"]["sweep"]},
                      f"pybk replicated adds, 1 KiB entries, 3 bookies on loopback "
                      f"({profile.name} run)", "offered load (entries/s)")
         say(f"latency against offered load drawn in {plot_path}")
@@ -671,6 +731,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # Internal: the child processes.
     parser.add_argument("--serve", metavar="BOOKIE_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--floor-echo", metavar="DIR", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -682,6 +743,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.echo:
         serve_echo()
+        return 0
+    if args.floor_echo:
+        on_lifeline_lost(lambda: os._exit(0))
+        serve_durable_group_echo(args.floor_echo)
         return 0
     # SIGTERM unwinds like Ctrl-C, so the finally blocks stop the children.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
