@@ -20,6 +20,9 @@ Every figure is for durable 1 KiB appends (acknowledged only once fdatasync'd):
   around a bare group commit (no storage: one committer thread sleeps the same run's raw
   fdatasync p50 per group, GIL released, and wakes the group's threads), so the WAL's
   thread rows have a same-run bound to be read against;
+* the floor of a pipelined durable append in Python (:mod:`append_floor`: a checksum and
+  a Future per record, a group commit into a zero-filled journal file, a second write to
+  an entry-log file, no engine), driven by the same loop as the WAL's pipelined row;
 * latency against offered load: ``append_async`` open loop at a sweep of fixed rates up
   to the pipelined rate, p50 and p99 at each (``--sweep-only`` runs just this, after the
   pipelined rate it is scaled to); ``--plot FILE.png`` draws it (:mod:`plot`);
@@ -58,6 +61,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from append_floor import AppendFloor  # noqa: E402
 from plot import PlottingUnavailable, check_plotting, plot_latency  # noqa: E402
 from rawdisk import MIB, latency_summary, measure_raw, ratio, run_and_report  # noqa: E402
 
@@ -266,11 +270,12 @@ def written_bytes() -> int:
 
 def pipelined(wal, count: int, window: int) -> dict:
     """One thread keeps up to ``window`` ``append_async`` calls in flight; with the bytes
-    the process wrote to disk per append meanwhile."""
+    the process wrote to disk per append meanwhile, and the CPU it used per append (all
+    its threads)."""
     payload = os.urandom(RECORD)
     in_flight: deque = deque()
     written_before = written_bytes()
-    started = time.perf_counter()
+    cpu_before, started = time.process_time(), time.perf_counter()
     for _ in range(count):
         in_flight.append(wal.append_async(payload))
         if len(in_flight) >= window:
@@ -280,9 +285,24 @@ def pipelined(wal, count: int, window: int) -> dict:
         last = future.result()
     wal.sync()  # a no-op for durable appends; what makes deferred ones durable
     elapsed = time.perf_counter() - started
+    cpu_us = (time.process_time() - cpu_before) / count * 1e6
     return {"records": count, "per_s": round(count / elapsed, 1),
+            "cpu_us_per_append": round(cpu_us, 2),
             "mb_per_s": round(count * RECORD / MIB / elapsed, 1), "last_position": str(last),
             "disk_bytes_per_append": round((written_bytes() - written_before) / count)}
+
+
+def floor_pipelined(workdir: str, profile: Profile) -> dict:
+    """:func:`pipelined` against :class:`append_floor.AppendFloor`: the least a pipelined
+    durable append costs here in Python."""
+    directory = os.path.join(workdir, "floor")
+    os.makedirs(directory)
+    floor = AppendFloor(directory)
+    try:
+        return pipelined(floor, profile.pipelined, profile.window)
+    finally:
+        floor.close()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def asyncio_rows(directory: str, profile: Profile) -> dict:
@@ -502,6 +522,9 @@ def run(workdir: str, profile: Profile, metrics_only: bool = False,
                                                                      profile.seconds)
         say(f"floor, {threads} threads around a bare group commit: "
             f"{figures['per_s']:,.0f}/s, {figures['cpu_us_per_append']} µs CPU per append")
+    results["floor_pipelined"] = figures = floor_pipelined(workdir, profile)
+    say(f"floor, append_async pipelined with no engine: {figures['per_s']:,.0f}/s "
+        f"({figures['disk_bytes_per_append']} bytes to disk per append)")
     systems = {"wal": WalSystem, "sqlite": SqliteSystem, "lmdb": LmdbSystem}
     for key, make in systems.items():
         directory = os.path.join(workdir, key)
@@ -548,6 +571,8 @@ def run(workdir: str, profile: Profile, metrics_only: bool = False,
             wal, results[f"lmdb_threads_{threads}"]["per_s"])
         ratios[f"wal_to_floor_threads_{threads}"] = ratio(
             wal, results[f"floor_threads_{threads}"]["per_s"])
+    ratios["wal_pipelined_to_floor_pipelined"] = ratio(
+        results["wal_pipelined"]["per_s"], results["floor_pipelined"]["per_s"])
     ratios["wal_pipelined_to_sqlite_threads_1"] = ratio(
         results["wal_pipelined"]["per_s"], results["sqlite_threads_1"]["per_s"])
     single_p50 = results["wal_threads_1"]["p50_us"]
