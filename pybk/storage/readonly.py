@@ -20,6 +20,11 @@ waits for it.  What it reads, and why each read is safe beside a running bookie:
   are kept in memory until a later mark covers them (the checkpoint put them in the
   index before it wrote the mark), so memory stays within about one checkpoint's worth.
   A file the bookie removed because a mark passed it is skipped for that mark.
+  What those records say of each ledger (its LACs, its deletion) is kept the same way:
+  until a mark passes the last record that changed it, since the checkpoint that wrote
+  the mark first committed the state of every ledger changed before it to the index.
+  So the reader holds facts of at most the ledgers named in the journal after the
+  mark (:attr:`ReaderStats.learned_ledgers`), never of every ledger it ever saw.
 
 Each :meth:`BookieReader.refresh` (every :meth:`read_lac`, and a read that misses) reads
 the marks and scans the journal from where the last one stopped.
@@ -84,8 +89,11 @@ _LOOKUPS_MAX = 3
 
 @dataclass
 class _Learned:
-    """What the journal after the mark says of one ledger (all of it only grows)."""
+    """What the journal after the mark says of one ledger (all of it only grows), and
+    where the last record that changed it ends: once a mark passes there, the index
+    says all of it."""
 
+    end: codec.LogMark = codec.LogMark(0, 0)
     lac: int = -1
     explicit_lac: int | None = None
     deleted: bool = False
@@ -98,6 +106,7 @@ class ReaderStats:
     refreshes: int = 0
     journal_records: int = 0  # scanned since it opened
     tail_entries: int = 0  # kept from the journal now, not yet covered by a mark
+    learned_ledgers: int = 0  # ledgers with facts kept from the journal now, likewise
 
 
 class BookieReader:
@@ -123,11 +132,12 @@ class BookieReader:
         self.stats = ReaderStats()
         # The journal after the mark: where the next scan starts, the entries found
         # (ledger -> entry -> (entry bytes, the journal position just after it)), in the
-        # order found, and what was learned of each ledger.
+        # order found, and what was learned of each ledger, in the order of the records
+        # that last changed it (so the ones a new mark covers come first).
         self._scan_at = codec.LogMark(0, 0)
         self._tail: dict[int, dict[int, tuple[bytes, codec.LogMark]]] = {}
         self._found: collections.deque[tuple[codec.LogMark, int, int]] = collections.deque()
-        self._learned: dict[int, _Learned] = {}
+        self._learned: collections.OrderedDict[int, _Learned] = collections.OrderedDict()
         self._log_paths: dict[int, str] = {}
         self._log_fds: dict[int, int] = {}
         self.refresh()
@@ -258,9 +268,12 @@ class BookieReader:
                 del entries[entry_id]
                 if not entries:
                     del self._tail[ledger_id]
+        while self._learned and next(iter(self._learned.values())).end <= mark:
+            self._learned.popitem(last=False)  # the index says all of it now
         self._scan_at = max(self._scan_at, mark)
         self._scan_journal()
         self.stats.tail_entries = sum(map(len, self._tail.values()))
+        self.stats.learned_ledgers = len(self._learned)
         for log_id in [i for i, path in self._log_paths.items()
                        if i in self._log_fds and not os.path.exists(path)]:
             self._forget_log(log_id)  # deleted by GC: let its space go
@@ -297,9 +310,10 @@ class BookieReader:
         self.stats.journal_records += 1
         if rtype == codec.ADD:
             ledger_id, entry_id, lac = ENTRY_HEADER.unpack_from(payload)
-            learned = self._learned.setdefault(ledger_id, _Learned())
-            if learned.deleted:
+            learned = self._learned.get(ledger_id)
+            if learned is not None and learned.deleted:
                 return
+            learned = self._changed(ledger_id, end)
             self._tail.setdefault(ledger_id, {})[entry_id] = (payload, end)
             self._found.append((end, ledger_id, entry_id))
             learned.lac = max(learned.lac, lac)
@@ -308,9 +322,10 @@ class BookieReader:
         if rtype == codec.MASTER_KEY:
             # Journaled only for a ledger the bookie did not know: a new one, whatever
             # was learned of an earlier one of that id (deleted, forgotten since).
-            self._learned[fields.ledger_id] = _Learned()
+            self._learned.pop(fields.ledger_id, None)
+            self._changed(fields.ledger_id, end)
             return
-        learned = self._learned.setdefault(fields.ledger_id, _Learned())
+        learned = self._changed(fields.ledger_id, end)
         if rtype == codec.EXPLICIT_LAC:
             assert fields.lac is not None
             learned.explicit_lac = max(fields.lac, learned.explicit_lac
@@ -318,6 +333,17 @@ class BookieReader:
         elif rtype == codec.DELETE:
             learned.deleted = True
             self._tail.pop(fields.ledger_id, None)
+
+    def _changed(self, ledger_id: int, end: codec.LogMark) -> _Learned:
+        """What was learned of the ledger, about to be changed by the record ending at
+        ``end``: kept until a mark passes ``end``."""
+        learned = self._learned.get(ledger_id)
+        if learned is None:
+            learned = self._learned[ledger_id] = _Learned(end)
+        else:
+            learned.end = end
+            self._learned.move_to_end(ledger_id)
+        return learned
 
     # -- what a bookie client may ask besides reads ------------------------------------------
 
