@@ -12,6 +12,7 @@ it saw the change.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import re
 import subprocess
 
@@ -21,13 +22,17 @@ from autorecoveryutil import cluster, expected_marks, full_log, holds_entries, m
 from clusterutil import BookieProcess, address, bookies, child_env, pybk_command  # noqa: F401
 
 from pybk.client import BookKeeper
+from pybk.client.transport import BookieClient
+from pybk.cluster.auditor import Auditor
 from pybk.cluster.autorecovery import AutoRecovery
-from pybk.meta.ledger_metadata import DigestType, LedgerState
+from pybk.errors import BookKeeperError
+from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import LedgerManager
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ServerSettings
 from pybk.testing import wait_until
+from pybk.testing.ledger_records import put_ledgers
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -343,3 +348,43 @@ def test_trigger_audit_marks_a_bookie_within_its_delay_at_once(bookies, cluster)
     manager.trigger_audit()  # the delay written again, unchanged
     wait_until(lambda: set(marks(manager)) == expected, "marked at once")
     assert manager.lost_bookie_recovery_delay() == 3600
+
+
+class _CountingMarks(UnderreplicationManager):
+    """Counts, at every tenth mark, the metadata objects of ledgers ``ids`` alive in the
+    process."""
+
+    def __init__(self, store, ids: range) -> None:
+        super().__init__(store)
+        self.ids = ids
+        self.marked = 0
+        self.alive_at_marks: list[int] = []
+
+    def mark_underreplicated(self, *args, **kwargs):
+        if self.marked % 10 == 0:
+            self.alive_at_marks.append(sum(isinstance(o, LedgerMetadata)
+                                           and o.ledger_id in self.ids
+                                           for o in gc.get_objects()))
+        self.marked += 1
+        return super().mark_underreplicated(*args, **kwargs)
+
+
+def test_an_audit_holds_one_ledgers_metadata_at_a_time(address, closing):
+    """An audit of many ledgers reads them one by one as it marks them: at every mark
+    one or two ledgers' metadata are alive, not every ledger's."""
+    store = closing.enter_context(ZooKeeperMetadataStore(address, zkutil.settings()))
+    ids = range(2 ** 40, 2 ** 40 + 150)  # no other test's ledgers
+    put_ledgers(store, ids)  # OPEN on bookies b1, b2, which are not registered
+    manager = _CountingMarks(store, ids)
+
+    def no_bookie(bookie_id: str) -> BookieClient:
+        raise BookKeeperError(f"{bookie_id} is not reachable here")
+
+    # Its bookie check finds b1 and b2 holding entries unregistered: two lost together,
+    # audited at once.
+    auditor = Auditor(store, manager, ServerSettings(), no_bookie, "auditor").start()
+    closing.callback(auditor.close)
+    wait_until(lambda: manager.marked == len(ids), "every ledger is marked", timeout_s=120)
+    assert set(marks(manager)) == set(ids)
+    assert len(manager.alive_at_marks) == len(ids) // 10
+    assert max(manager.alive_at_marks) <= 2, manager.alive_at_marks

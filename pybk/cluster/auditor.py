@@ -47,6 +47,14 @@ The backlog (pybk's; BookKeeper reports only what each audit marked)
     registered), and the fewest live replicas any acknowledged entry has.  An open
     ledger's entries are counted up to the highest LAC its live bookies report.
 
+Memory
+    Every step that looks at all ledgers walks them one at a time, as BookKeeper's
+    auditor does: ids a page at a time, then each ledger's metadata read when its turn
+    comes and let go after it.  So a step holds one ledger's metadata, one page of ids,
+    and what it keeps across ledgers: bookie ids (lost, missing, holding entries),
+    counters, and, for the backlog, the marks of the ledgers under-replicated now; never
+    something for every ledger of the cluster.
+
 Failures
     A step that fails on the metadata store (ZooKeeper unavailable) is logged and tried
     again after :data:`RETRY_S`; what is missing stays missing meanwhile.
@@ -58,12 +66,12 @@ import logging
 import math
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 from pybk.client.transport import BookieClient
 from pybk.cluster.ledger_check import bookies_lacking_entries
 from pybk.cluster.replicas import bookie_holds_entries, coverage, spans
-from pybk.errors import BookKeeperError, NoSuchLedger
+from pybk.errors import BookKeeperError
 from pybk.meta import paths
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
@@ -269,7 +277,7 @@ class Auditor:
         """Mark every ledger with an entry on a bookie of ``lost``; how many."""
         marked = 0
         try:
-            for metadata in self._all_ledgers():
+            for metadata in self._each_ledger():
                 replicas = [b for b in lost if bookie_holds_entries(metadata, b)]
                 if replicas:
                     self._mark(metadata.ledger_id, replicas)
@@ -288,18 +296,16 @@ class Auditor:
             with_time=self.settings.storeSystemtimeAsLedgerUnderreplicatedMarkTime,
             announce=False)
 
-    def _all_ledgers(self) -> list[LedgerMetadata]:
-        """Every ledger's metadata.  Raises _Closing once the auditor is closing, so that
-        a long step ends soon (and counts as not done)."""
-        found = []
-        for ledger_id in self._ledgers.iter_ledger_ids():
+    def _each_ledger(self) -> Iterator[LedgerMetadata]:
+        """Every ledger's metadata, read one ledger at a time as the step goes (ids a
+        page at a time: :meth:`~pybk.meta.ledgers.LedgerManager.iter_ledgers`), so a
+        step holds one ledger's metadata, whatever the number of ledgers.  Raises
+        _Closing once the auditor is closing, so that a long step ends soon (and counts
+        as not done)."""
+        for versioned in self._ledgers.iter_ledgers():
             if self._stop:
                 raise _Closing("the auditor is closing")
-            try:
-                found.append(self._ledgers.read(ledger_id).metadata)
-            except NoSuchLedger:
-                continue  # deleted meanwhile
-        return found
+            yield versioned.metadata
 
     # -- the periodic checks --------------------------------------------------------------------
 
@@ -311,7 +317,7 @@ class Auditor:
         several lost together."""
         registered = set(self.store.bookies())
         holding: set[str] = set()
-        for metadata in self._all_ledgers():
+        for metadata in self._each_ledger():
             for span in spans(metadata):
                 holding.update(b for b in span.ensemble
                                if b not in registered and b not in holding
@@ -335,7 +341,7 @@ class Auditor:
         registered = set(self.store.bookies())
         checked = marked = 0
         try:
-            for metadata in self._all_ledgers():
+            for metadata in self._each_ledger():
                 lacking = bookies_lacking_entries(
                     metadata, registered, self._client_for,
                     self.settings.auditorLedgerVerificationPercentage, READ_TIMEOUT_S)
@@ -356,7 +362,7 @@ class Auditor:
         marks = {mark.ledger_id: mark for mark in self.manager.underreplicated()}
         ledgers = entries = 0
         fewest: int | None = None
-        for metadata in self._all_ledgers():
+        for metadata in self._each_ledger():
             mark = marks.get(metadata.ledger_id)
             missing = set(mark.replicas if mark else ())
             for span in spans(metadata):
