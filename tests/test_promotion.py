@@ -4,6 +4,7 @@ real ZooKeeper, real bookie processes, the WAL's data not copied."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import signal
 import socket
 import subprocess
@@ -15,14 +16,20 @@ from clusterutil import address, bookies, child_env, pybk_command  # noqa: F401 
 
 import pybk
 from pybk.client.transport import InProcessBookieClient
-from pybk.errors import BookKeeperError, ClientClosed, InvalidConfiguration, NotEnoughBookies
+from pybk.errors import (
+    BookKeeperError,
+    ClientClosed,
+    InvalidConfiguration,
+    MetadataError,
+    NotEnoughBookies,
+)
 from pybk.log import Position, promotion
 from pybk.log.metadata import list_logs, read_log
 from pybk.meta.embedded import EmbeddedMetadataStore
-from pybk.meta.interface import MAX_BATCH_RECORDS
+from pybk.meta.interface import MAX_BATCH_RECORDS, MetadataStore
 from pybk.meta.ledgers import LedgerManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
-from pybk.testing.ledger_records import put_ledgers
+from pybk.testing.ledger_records import ledger_record, put_ledgers
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -146,8 +153,42 @@ def test_promotion_copies_more_ledgers_than_a_batch_and_undoes_them(tmp_path,
         remote = LedgerManager(cluster)
         assert remote.ledger_ids() == ids
         assert remote.read(stale.ledger_id).metadata == stale
+        # What it keeps to undo does not grow with the ledgers copied.
+        assert _held_by(copied) == _held_by(promotion.Copy(embedded, cluster, "wal-copy"))
         copied.undo()
         assert remote.ledger_ids() == [] and list_logs(cluster) == []
+
+
+def _held_by(copied: promotion.Copy) -> int:
+    """How many objects ``copied`` holds, not counting the stores it was given."""
+    seen: set[int] = set()
+    todo: list[object] = [copied]
+    while todo:
+        held = todo.pop()
+        if id(held) in seen or isinstance(held, (type, MetadataStore)):
+            continue
+        seen.add(id(held))
+        todo.extend(gc.get_referents(held))
+    return len(seen)
+
+
+def test_a_promotion_stopped_by_a_ledger_id_the_cluster_took_undoes_only_its_copies(
+        tmp_path, zookeeper):
+    """A ledger of the cluster (another first ensemble) has the id of one of the WAL's:
+    the copy fails, and undoing it removes the WAL's copies, not that ledger."""
+    ids = [2 ** 40 + i for i in range(MAX_BATCH_RECORDS + 10)]
+    address = zkutil.formatted_cluster(zookeeper)
+    with EmbeddedMetadataStore(tmp_path / "meta") as embedded, \
+            ZooKeeperMetadataStore(address, zkutil.settings()) as cluster:
+        put_ledgers(embedded, ids)
+        theirs = ledger_record(ids[-1], ensemble=("elsewhere:1",))
+        cluster.create(cluster.layout.ledger_path(theirs.ledger_id), theirs.to_bytes())
+        with pytest.raises(MetadataError, match=f"ledger id {theirs.ledger_id} is taken"):
+            promotion.copy(embedded, cluster, address, "wal", "wal-copy")
+        remote = LedgerManager(cluster)
+        assert remote.ledger_ids() == [theirs.ledger_id] and list_logs(cluster) == []
+        assert remote.read(theirs.ledger_id).metadata == theirs
+        assert promotion.promoting_to(embedded) is None  # the intent went with the copies
 
 
 _KILLED_BEFORE_COMMIT = """

@@ -59,9 +59,11 @@ from typing import Callable, NamedTuple
 from pybk.errors import (
     BookKeeperError,
     InvalidConfiguration,
+    MalformedMetadata,
     MetadataError,
     NodeExists,
     NoNode,
+    NoSuchLedger,
     NotEnoughBookies,
 )
 from pybk.log.metadata import (
@@ -128,26 +130,35 @@ def check(embedded: MetadataStore, cluster: MetadataStore, address: str,
 
 
 class Copy:
-    """What :func:`copy` wrote to the cluster, so that a failed promotion can undo it."""
+    """What :func:`copy` wrote to the cluster, so that a failed promotion can undo it.
+
+    It keeps no list of the copies: :meth:`undo` finds them by walking the WAL's ledgers
+    again (a page of ids at a time), so what a promotion holds does not grow with the
+    ledgers it copies."""
 
     def __init__(self, embedded: MetadataStore, cluster: MetadataStore,
                  cluster_log: str) -> None:
         self._embedded = embedded
         self._cluster = cluster
         self._log = cluster_log
-        self._ledger_paths: list[str] = []
 
     def undo(self) -> None:
         """Delete the copies from the cluster (metadata only: the entries are on the
-        WAL's bookie), then the intent.  If the cluster cannot be reached the intent
+        WAL's bookie), then the intent.  A copy is the cluster's record of a ledger of
+        the embedded store that names the same first ensemble (:func:`_is_copy`), as
+        this copy or an unfinished promotion's wrote it, or as the cluster changed it
+        since (a recovery of the log's last ledger); a ledger of the cluster that took
+        one of those ids is left alone.  If the cluster cannot be reached the intent
         stays, and the next promotion replaces what is left there."""
+        remote = LedgerManager(self._cluster)
         try:
             delete_log(self._cluster, self._log)
-            for path in reversed(self._ledger_paths):
+            for ledger, _version in LedgerManager(self._embedded).iter_ledgers():
                 try:
-                    self._cluster.delete(path, ANY_VERSION)
-                except NoNode:
-                    pass
+                    if _is_copy(remote.read(ledger.ledger_id).metadata, ledger):
+                        remote.delete(ledger.ledger_id)
+                except (NoSuchLedger, MalformedMetadata):
+                    pass  # not copied (yet), deleted meanwhile, or no copy of this WAL's
         except BookKeeperError as e:
             log.warning("a failed promotion could not remove its copies from the cluster "
                         "(%s); the next promotion there replaces them", e)
@@ -165,7 +176,7 @@ def copy(embedded: MetadataStore, cluster: MetadataStore, address: str, local_lo
     _put(embedded, PROMOTING, address)
     copied = Copy(embedded, cluster, cluster_log)
     try:
-        _copy_records(embedded, cluster, local_log, cluster_log, copied)
+        _copy_records(embedded, cluster, local_log, cluster_log)
     except BaseException:
         copied.undo()
         raise
@@ -173,7 +184,7 @@ def copy(embedded: MetadataStore, cluster: MetadataStore, address: str, local_lo
 
 
 def _copy_records(embedded: MetadataStore, cluster: MetadataStore, local_log: str,
-                  cluster_log: str, copied: Copy) -> None:
+                  cluster_log: str) -> None:
     try:
         data, _version = embedded.get(log_path(local_log))
     except NoNode:
@@ -192,9 +203,6 @@ def _copy_records(embedded: MetadataStore, cluster: MetadataStore, local_log: st
         except NodeExists:  # stale copies an unfinished promotion left: one by one
             for path, data in batch:
                 _copy_ledger(cluster, remote, path, data)
-                copied._ledger_paths.append(path)
-        else:
-            copied._ledger_paths.extend(path for path, _data in batch)
     delete_log(cluster, cluster_log)  # a stale copy an unfinished promotion left
     start = metadata.truncated_before.segment
     # The head first: undoing walks the segment records it covers.
@@ -211,13 +219,18 @@ def _copy_ledger(cluster: MetadataStore, remote: LedgerManager, path: str,
     try:
         cluster.create(path, data)
     except NodeExists:
-        # A stale copy of this ledger names the same first ensemble (this WAL's bookie,
-        # whose id no other directory has); another ledger would not.
         ledger = LedgerMetadata.from_bytes(data)
-        if remote.read(ledger.ledger_id).metadata.fragments[0] != ledger.fragments[0]:
+        if not _is_copy(remote.read(ledger.ledger_id).metadata, ledger):
             raise MetadataError(f"ledger id {ledger.ledger_id} is taken in the cluster by "
                                 "another ledger: this WAL cannot be promoted") from None
         cluster.set(path, data, ANY_VERSION)
+
+
+def _is_copy(remote: LedgerMetadata, ledger: LedgerMetadata) -> bool:
+    """Whether the cluster's record ``remote`` is a copy of the WAL's ``ledger``: it
+    names the same first ensemble (this WAL's bookie, whose id no other directory has);
+    another ledger of that id would not."""
+    return remote.fragments[0] == ledger.fragments[0]
 
 
 def commit(embedded: MetadataStore, address: str) -> None:
