@@ -77,10 +77,11 @@ ADD, MASTER_KEY, FENCE, EXPLICIT_LAC, DELETE = 1, 2, 3, 4, 5
 RECORD_TYPES = frozenset((ADD, MASTER_KEY, FENCE, EXPLICIT_LAC, DELETE))
 RECORD_TYPE_NAMES = {ADD: "ADD", MASTER_KEY: "MASTER_KEY", FENCE: "FENCE",
                      EXPLICIT_LAC: "EXPLICIT_LAC", DELETE: "DELETE"}
-_TYPE_SEED = {t: crc32c(bytes([t])) for t in RECORD_TYPES}
+#: The CRC-32C seed of each record type: a record's checksum covers its type byte first.
+TYPE_SEEDS = {t: crc32c(bytes([t])) for t in RECORD_TYPES}
 
 #: Seed of an ADD record's checksum; entry logs store entries with the same checksum.
-ENTRY_CRC_SEED = _TYPE_SEED[ADD]
+ENTRY_CRC_SEED = TYPE_SEEDS[ADD]
 
 #: The payloads of records other than ADD start with these.
 LEDGER_ID = struct.Struct(">Q")
@@ -92,7 +93,7 @@ Record = tuple[int, bytes, int, int]
 
 def record_header(record_type: int, payload: bytes) -> bytes:
     """The 9 bytes that precede ``payload`` in a journal record."""
-    return RECORD.pack(len(payload), crc32c(payload, _TYPE_SEED[record_type]), record_type)
+    return RECORD.pack(len(payload), crc32c(payload, TYPE_SEEDS[record_type]), record_type)
 
 
 def file_header(journal_id: int) -> bytes:
@@ -214,7 +215,7 @@ def scan_journal(path: str, start_offset: int = 0,
                     report.reason = "truncated record"
                     break
                 payload = data[pos + RECORD.size:body_end]
-                if crc32c(payload, _TYPE_SEED[rtype]) != crc:
+                if crc32c(payload, TYPE_SEEDS[rtype]) != crc:
                     report.reason = "checksum mismatch"
                     break
                 pos = body_end
