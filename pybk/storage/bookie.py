@@ -43,7 +43,7 @@ import os
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable, ContextManager, Sequence
+from typing import Callable, ContextManager, Iterable, Sequence
 
 from pybk.checksum import crc32c
 from pybk.errors import (
@@ -119,6 +119,71 @@ IDLE_STATES_KEPT = 100_000
 
 #: The file whose presence lock a running bookie holds, in ``<journalDirectory>/current``.
 OWNER_FILE = "OWNER"
+
+#: Replayed ADD records held before they are written to entry logs (besides half the
+#: write cache of bytes): bounds the memory of a replay of small entries.
+REPLAY_PENDING_RECORDS_MAX = 65_536
+
+#: The fields of an entry header unpacked by replay: ledger id, entry id, LAC.
+_HEAD_LEDGER, _HEAD_ENTRY, _HEAD_LAC = map(operator.itemgetter, range(3))
+
+
+class _ReplayedAdds:
+    """ADD records replayed and not yet written to entry logs, as
+    :meth:`EntryLogger.append_spans` and :func:`flush_records` take them: ``spans``,
+    memoryviews of the journal batches read, each holding records back to back (a run
+    of records read together and kept is one span, whatever its number of records);
+    ``ends``, the bytes of the first ``i`` records; one entry id per record; ``runs`` of
+    ``(ledger id, records)``; ``nbytes``, the entry bytes."""
+
+    __slots__ = ("spans", "ends", "entry_ids", "runs", "nbytes", "_open")
+
+    def __init__(self) -> None:
+        self.spans: list[memoryview] = []
+        self.ends = [0]
+        self.entry_ids: list[int] = []
+        self.runs: list[tuple[int, int]] = []
+        self.nbytes = 0
+        self._open: tuple[bytes, int, int] | None = None  # the last span: data, start, end
+
+    def add(self, batch: codec.RecordBatch, first: int, last: int, ledger_id: int,
+            entry_ids: Iterable[int]) -> None:
+        """Records ``first`` .. ``last - 1`` of ``batch``, all of ledger ``ledger_id``."""
+        bounds = batch.bounds
+        start, end = bounds[first], bounds[last]
+        if self._open is not None and self._open[0] is batch.data and self._open[2] == start:
+            self._open = (batch.data, self._open[1], end)  # they follow the last span
+        else:
+            self._close_span()
+            self._open = (batch.data, start, end)
+        self.ends.extend(map((self.ends[-1] - start).__add__, bounds[first + 1:last + 1]))
+        self.entry_ids.extend(entry_ids)
+        self.runs.append((ledger_id, last - first))
+        self.nbytes += batch.payload_bytes(first, last)
+
+    def _close_span(self) -> None:
+        if self._open is not None:
+            data, start, end = self._open
+            self.spans.append(memoryview(data)[start:end])
+            self._open = None
+
+    def lengths(self) -> list[int]:
+        """The entry length of each record."""
+        ends = self.ends
+        return list(map(operator.sub, ends[1:], map(codec.RECORD.size.__add__, ends[:-1])))
+
+    def take_spans(self) -> list[memoryview]:
+        """Every span, the last one included (call once all records were added)."""
+        self._close_span()
+        return self.spans
+
+    def clear(self) -> None:
+        self.spans.clear()
+        self.ends = [0]
+        self.entry_ids.clear()
+        self.runs.clear()
+        self.nbytes = 0
+        self._open = None
 
 
 def owner_path(settings: ServerSettings) -> str:
@@ -870,88 +935,36 @@ class Bookie:
     def _replay(self) -> tuple[int, int]:
         """Replay the journal from LastLogMark.
 
-        ADD records go straight to entry logs and the index in journal order, every
-        half write cache of bytes (:meth:`_write_replayed`), not through the write cache:
-        the cost is per byte and per record, whatever the number of ledgers.  Ledger
-        states (key, fence, LACs, deletion) stay in memory, dirty, until the first
-        checkpoint writes them all at once; the mark moves only then, so a crash during
-        replay replays again from the same mark (an entry written twice is found at its
-        later copy).
+        The journal is read in batches of records (:func:`codec.scan_batches`: checksums
+        verified per batch in C).  ADD records go straight to entry logs and the index in
+        journal order, every half write cache of bytes (:meth:`_write_replayed`), not
+        through the write cache: their bytes are the entry logs' records already, so they
+        are written as they were read, and the bookie steps once per run of consecutive
+        records of a ledger, not per record.  Ledger states (key, fence, LACs, deletion)
+        stay in memory, dirty, until the first checkpoint writes them all at once; the
+        mark moves only then, so a crash during replay replays again from the same mark
+        (an entry written twice is found at its later copy).
         """
         mark = read_mark(self._ledger_dirs)
         started = time.monotonic()
         replayed_bytes = 0
-        buffers: list[bytes] = []   # record header, entry, record header, entry, ...
-        ledger_ids: list[int] = []  # one per record
-        entry_ids: list[int] = []
-        pending_bytes = 0
-        states = self._states  # never replaced (self._dirty is, by each cut)
-        pack_header = codec.RECORD.pack
-        unpack_entry_header = ENTRY_HEADER.unpack_from
+        pending = _ReplayedAdds()
 
-        def write_pending() -> None:
-            nonlocal pending_bytes
-            if ledger_ids:
-                self._write_replayed(buffers, ledger_ids, entry_ids)
-                buffers.clear()
-                ledger_ids.clear()
-                entry_ids.clear()
-            pending_bytes = 0
-
-        def apply(rtype: int, payload: bytes, crc: int) -> None:
-            nonlocal replayed_bytes, pending_bytes
-            size = len(payload)
-            replayed_bytes += size
-            if rtype == codec.ADD:
-                ledger_id, entry_id, lac = unpack_entry_header(payload)
-                state = states.get(ledger_id) or self._state(ledger_id)
-                if state is None:
-                    state = states[ledger_id] = LedgerState(b"")
-                    self._dirty.add(ledger_id)
-                if state.deleted:
-                    return
-                if lac > state.lac:
-                    state.lac = lac
-                    self._dirty.add(ledger_id)
-                buffers.append(pack_header(size, crc, codec.ADD))
-                buffers.append(payload)
-                ledger_ids.append(ledger_id)
-                entry_ids.append(entry_id)
-                pending_bytes += size
-                if pending_bytes >= self._cache_half_bytes:
-                    write_pending()
-                return
-            ledger_id = codec.LEDGER_ID.unpack_from(payload)[0]
-            if rtype == codec.MASTER_KEY:
-                # Journaled only for a ledger the bookie did not know (neither in memory
-                # nor in the index): a new ledger, whatever an earlier incarnation,
-                # deleted and forgotten since, left.  No index lookup.
-                if ledger_id in self._pending_deletes:
-                    # That incarnation's deletion (replayed above) must drop its entries
-                    # now, not at the first checkpoint, where it would drop these too.
-                    write_pending()
-                    self._flush(self._cut_generation())
-                states[ledger_id] = LedgerState(payload[codec.LEDGER_ID.size:])
-                self._dirty.add(ledger_id)
-                return
-            state = self._state(ledger_id)
-            if state is None:
-                state = self._states[ledger_id] = LedgerState(b"")
-            if rtype == codec.FENCE:
-                state.fenced = True
-            elif rtype == codec.EXPLICIT_LAC:
-                lac = codec.LEDGER_LAC.unpack_from(payload)[1]
-                state.explicit_lac = max(lac, state.explicit_lac if state.explicit_lac
-                                         is not None else lac)
-            elif rtype == codec.DELETE:
-                # Its entries written so far leave the index with the deletion (at the
-                # first checkpoint); later ADD records of it are skipped.
-                state.deleted = True
-                self._pending_deletes.add(ledger_id)
-            self._dirty.add(ledger_id)
+        def apply(batch: codec.RecordBatch) -> None:
+            nonlocal replayed_bytes
+            replayed_bytes += batch.payload_bytes()
+            first = 0
+            for rtype, run in itertools.groupby(batch.types):
+                last = first + len(list(run))
+                if rtype == codec.ADD:
+                    self._replay_adds(batch, first, last, pending)
+                else:
+                    for payload in map(bytes, batch.payloads(first, last)):
+                        self._replay_state_record(rtype, payload, pending)
+                first = last
 
         records, last_id = codec.replay(self.journal_dir, mark, apply)
-        write_pending()
+        self._write_replayed(pending)
         self._flush(self._cut_generation())  # the states and deletions, once
         elapsed = time.monotonic() - started
         self.replay_stats = {"records": records, "bytes": replayed_bytes, "seconds": elapsed}
@@ -959,13 +972,79 @@ class Bookie:
                  replayed_bytes, mark, elapsed)
         return records, last_id
 
-    def _write_replayed(self, buffers: list[bytes], ledger_ids: list[int],
-                        entry_ids: list[int]) -> None:
+    def _replay_adds(self, batch: codec.RecordBatch, first: int, last: int,
+                     pending: _ReplayedAdds) -> None:
+        """Replay the ADD records ``first`` .. ``last - 1`` of ``batch``: for each run of
+        consecutive records of one ledger, one state update (its highest LAC) and the
+        records queued for the entry logs, unless the ledger is deleted."""
+        bounds = batch.bounds
+        shortest = min(map(operator.sub, bounds[first + 1:last + 1], bounds[first:last])) \
+            - codec.RECORD.size
+        if shortest < ENTRY_HEADER_SIZE:
+            raise MalformedEntry(f"journal ADD record of {shortest} bytes, shorter than an "
+                                 "entry header: the bookie never writes one")
+        heads = list(map(ENTRY_HEADER.unpack_from, itertools.repeat(batch.data),
+                         batch.payload_starts(first, last)))  # (ledger id, entry id, LAC)
+        states = self._states
+        start = first
+        for ledger_id, same_ledger in itertools.groupby(heads, _HEAD_LEDGER):
+            run = list(same_ledger)
+            end = start + len(run)
+            state = states.get(ledger_id) or self._state(ledger_id)
+            if state is None:
+                state = states[ledger_id] = LedgerState(b"")
+                self._dirty.add(ledger_id)
+            if not state.deleted:
+                lac = max(map(_HEAD_LAC, run))
+                if lac > state.lac:
+                    state.lac = lac
+                    self._dirty.add(ledger_id)
+                pending.add(batch, start, end, ledger_id, map(_HEAD_ENTRY, run))
+                if pending.nbytes >= self._cache_half_bytes or \
+                        len(pending.entry_ids) >= REPLAY_PENDING_RECORDS_MAX:
+                    self._write_replayed(pending)
+            start = end
+
+    def _replay_state_record(self, rtype: int, payload: bytes, pending: _ReplayedAdds
+                             ) -> None:
+        """Replay a record other than ADD into the ledger states."""
+        ledger_id = codec.LEDGER_ID.unpack_from(payload)[0]
+        if rtype == codec.MASTER_KEY:
+            # Journaled only for a ledger the bookie did not know (neither in memory nor
+            # in the index): a new ledger, whatever an earlier incarnation, deleted and
+            # forgotten since, left.  No index lookup.
+            if ledger_id in self._pending_deletes:
+                # That incarnation's deletion (replayed above) must drop its entries now,
+                # not at the first checkpoint, where it would drop these too.
+                self._write_replayed(pending)
+                self._flush(self._cut_generation())
+            self._states[ledger_id] = LedgerState(payload[codec.LEDGER_ID.size:])
+            self._dirty.add(ledger_id)
+            return
+        state = self._state(ledger_id)
+        if state is None:
+            state = self._states[ledger_id] = LedgerState(b"")
+        if rtype == codec.FENCE:
+            state.fenced = True
+        elif rtype == codec.EXPLICIT_LAC:
+            lac = codec.LEDGER_LAC.unpack_from(payload)[1]
+            state.explicit_lac = max(lac, state.explicit_lac if state.explicit_lac
+                                     is not None else lac)
+        elif rtype == codec.DELETE:
+            # Its entries written so far leave the index with the deletion (at the first
+            # checkpoint); later ADD records of it are skipped.
+            state.deleted = True
+            self._pending_deletes.add(ledger_id)
+        self._dirty.add(ledger_id)
+
+    def _write_replayed(self, pending: _ReplayedAdds) -> None:
         """Write replayed ADD records (in journal order) to entry logs and the index."""
-        runs = [(ledger_id, len(list(run))) for ledger_id, run in
-                itertools.groupby(ledger_ids)]
-        flush_records(buffers, entry_ids, runs, {}, set(), self._entry_logs, self._index,
-                      self._gc, self._entrylog_lock)
+        if pending.runs:
+            flush_records(functools.partial(self._entry_logs.append_spans,
+                                            pending.take_spans(), pending.ends, pending.runs),
+                          pending.lengths(), pending.entry_ids, pending.runs, {}, set(),
+                          self._entry_logs, self._index, self._gc, self._entrylog_lock)
+        pending.clear()
 
     # -- housekeeping --------------------------------------------------------------
 
