@@ -43,7 +43,7 @@ import os
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable, ContextManager, Iterable, Sequence
+from typing import Callable, ContextManager, Sequence
 
 from pybk.checksum import crc32c
 from pybk.errors import (
@@ -124,31 +124,29 @@ OWNER_FILE = "OWNER"
 #: write cache of bytes): bounds the memory of a replay of small entries.
 REPLAY_PENDING_RECORDS_MAX = 65_536
 
-#: The fields of an entry header unpacked by replay: ledger id, entry id, LAC.
-_HEAD_LEDGER, _HEAD_ENTRY, _HEAD_LAC = map(operator.itemgetter, range(3))
-
 
 class _ReplayedAdds:
     """ADD records replayed and not yet written to entry logs, as
     :meth:`EntryLogger.append_spans` and :func:`flush_records` take them: ``spans``,
-    memoryviews of the journal batches read, each holding records back to back (a run
-    of records read together and kept is one span, whatever its number of records);
-    ``ends``, the bytes of the first ``i`` records; one entry id per record; ``runs`` of
-    ``(ledger id, records)``; ``nbytes``, the entry bytes."""
+    memoryviews of the journal batches read, each holding records back to back (records
+    read together and kept are one span, whatever their number); ``ends``, the bytes of
+    the first ``i`` records; one ledger id and one entry id per record; ``nbytes``, the
+    entry bytes."""
 
-    __slots__ = ("spans", "ends", "entry_ids", "runs", "nbytes", "_open")
+    __slots__ = ("spans", "ends", "ledger_ids", "entry_ids", "nbytes", "_open")
 
     def __init__(self) -> None:
         self.spans: list[memoryview] = []
         self.ends = [0]
+        self.ledger_ids: list[int] = []
         self.entry_ids: list[int] = []
-        self.runs: list[tuple[int, int]] = []
         self.nbytes = 0
         self._open: tuple[bytes, int, int] | None = None  # the last span: data, start, end
 
-    def add(self, batch: codec.RecordBatch, first: int, last: int, ledger_id: int,
-            entry_ids: Iterable[int]) -> None:
-        """Records ``first`` .. ``last - 1`` of ``batch``, all of ledger ``ledger_id``."""
+    def add(self, batch: codec.RecordBatch, first: int, last: int,
+            ledger_ids: Sequence[int], entry_ids: Sequence[int]) -> None:
+        """Records ``first`` .. ``last - 1`` of ``batch``, with their ledger and entry
+        ids."""
         bounds = batch.bounds
         start, end = bounds[first], bounds[last]
         if self._open is not None and self._open[0] is batch.data and self._open[2] == start:
@@ -157,8 +155,8 @@ class _ReplayedAdds:
             self._close_span()
             self._open = (batch.data, start, end)
         self.ends.extend(map((self.ends[-1] - start).__add__, bounds[first + 1:last + 1]))
+        self.ledger_ids.extend(ledger_ids)
         self.entry_ids.extend(entry_ids)
-        self.runs.append((ledger_id, last - first))
         self.nbytes += batch.payload_bytes(first, last)
 
     def _close_span(self) -> None:
@@ -166,6 +164,11 @@ class _ReplayedAdds:
             data, start, end = self._open
             self.spans.append(memoryview(data)[start:end])
             self._open = None
+
+    def runs(self) -> list[tuple[int, int]]:
+        """``(ledger id, records)`` of each run of consecutive records of a ledger."""
+        return [(ledger_id, len(list(run)))
+                for ledger_id, run in itertools.groupby(self.ledger_ids)]
 
     def lengths(self) -> list[int]:
         """The entry length of each record."""
@@ -180,8 +183,8 @@ class _ReplayedAdds:
     def clear(self) -> None:
         self.spans.clear()
         self.ends = [0]
+        self.ledger_ids.clear()
         self.entry_ids.clear()
-        self.runs.clear()
         self.nbytes = 0
         self._open = None
 
@@ -974,36 +977,51 @@ class Bookie:
 
     def _replay_adds(self, batch: codec.RecordBatch, first: int, last: int,
                      pending: _ReplayedAdds) -> None:
-        """Replay the ADD records ``first`` .. ``last - 1`` of ``batch``: for each run of
-        consecutive records of one ledger, one state update (its highest LAC) and the
-        records queued for the entry logs, unless the ledger is deleted."""
+        """Replay the ADD records ``first`` .. ``last - 1`` of ``batch``: one state update
+        per ledger (its highest LAC) and the records queued for the entry logs as they
+        lie, but for those of deleted ledgers.  Python steps per ledger, not per record:
+        the columns (ledger ids, entry ids, LACs) and each ledger's highest LAC are built
+        by C-level maps."""
         bounds = batch.bounds
         shortest = min(map(operator.sub, bounds[first + 1:last + 1], bounds[first:last])) \
             - codec.RECORD.size
         if shortest < ENTRY_HEADER_SIZE:
             raise MalformedEntry(f"journal ADD record of {shortest} bytes, shorter than an "
                                  "entry header: the bookie never writes one")
-        heads = list(map(ENTRY_HEADER.unpack_from, itertools.repeat(batch.data),
-                         batch.payload_starts(first, last)))  # (ledger id, entry id, LAC)
+        ledger_ids, entry_ids, lacs = zip(*map(ENTRY_HEADER.unpack_from,
+                                               itertools.repeat(batch.data),
+                                               batch.payload_starts(first, last)))
+        # A ledger's LACs only grow along its journal records, but for a recovery's
+        # re-adds: the last one is the highest unless some record says otherwise.
+        top_lacs = dict(zip(ledger_ids, lacs))
+        if any(map(operator.gt, lacs, map(top_lacs.__getitem__, ledger_ids))):
+            top_lacs = dict(sorted(zip(ledger_ids, lacs)))  # the last of each is the max
         states = self._states
-        start = first
-        for ledger_id, same_ledger in itertools.groupby(heads, _HEAD_LEDGER):
-            run = list(same_ledger)
-            end = start + len(run)
+        deleted = set()
+        for ledger_id, lac in top_lacs.items():
             state = states.get(ledger_id) or self._state(ledger_id)
             if state is None:
                 state = states[ledger_id] = LedgerState(b"")
                 self._dirty.add(ledger_id)
-            if not state.deleted:
-                lac = max(map(_HEAD_LAC, run))
-                if lac > state.lac:
-                    state.lac = lac
-                    self._dirty.add(ledger_id)
-                pending.add(batch, start, end, ledger_id, map(_HEAD_ENTRY, run))
-                if pending.nbytes >= self._cache_half_bytes or \
-                        len(pending.entry_ids) >= REPLAY_PENDING_RECORDS_MAX:
-                    self._write_replayed(pending)
-            start = end
+            if state.deleted:
+                deleted.add(ledger_id)
+            elif lac > state.lac:
+                state.lac = lac
+                self._dirty.add(ledger_id)
+        if not deleted:
+            pending.add(batch, first, last, ledger_ids, entry_ids)
+        else:  # the records of live ledgers, each group of consecutive ones as it lies
+            start = first
+            for dropped, group in itertools.groupby(ledger_ids, deleted.__contains__):
+                count = len(list(group))
+                if not dropped:
+                    keep = slice(start - first, start - first + count)
+                    pending.add(batch, start, start + count, ledger_ids[keep],
+                                entry_ids[keep])
+                start += count
+        if pending.nbytes >= self._cache_half_bytes or \
+                len(pending.entry_ids) >= REPLAY_PENDING_RECORDS_MAX:
+            self._write_replayed(pending)
 
     def _replay_state_record(self, rtype: int, payload: bytes, pending: _ReplayedAdds
                              ) -> None:
@@ -1039,10 +1057,11 @@ class Bookie:
 
     def _write_replayed(self, pending: _ReplayedAdds) -> None:
         """Write replayed ADD records (in journal order) to entry logs and the index."""
-        if pending.runs:
+        if pending.entry_ids:
+            runs = pending.runs()
             flush_records(functools.partial(self._entry_logs.append_spans,
-                                            pending.take_spans(), pending.ends, pending.runs),
-                          pending.lengths(), pending.entry_ids, pending.runs, {}, set(),
+                                            pending.take_spans(), pending.ends, runs),
+                          pending.lengths(), pending.entry_ids, runs, {}, set(),
                           self._entry_logs, self._index, self._gc, self._entrylog_lock)
         pending.clear()
 
