@@ -41,10 +41,11 @@ checksum (and type) marks the end of the records.
 
 Reading guarantees
 ------------------
-:func:`scan_journal` reads records in order and stops a file at the first record that is
+:func:`scan_batches` (batches of records, for replay) and :func:`scan_journal` (record by
+record, built on it) read records in order and stop a file at the first record that is
 truncated, fails its checksum or has an unknown type (a torn write), and at zeros
 followed by data: nothing from there on in that file is returned, and its
-:class:`ScanReport` says where and why.  :func:`replay` applies the records after a
+:class:`ScanReport` says where and why, whatever the batch limits.  :func:`replay` applies the records after a
 :class:`LogMark` file by file: records of files after a damaged one (written after a
 restart) are still replayed.
 """
