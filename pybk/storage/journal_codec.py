@@ -45,9 +45,9 @@ Reading guarantees
 record, built on it) read records in order and stop a file at the first record that is
 truncated, fails its checksum or has an unknown type (a torn write), and at zeros
 followed by data: nothing from there on in that file is returned, and its
-:class:`ScanReport` says where and why, whatever the batch limits.  :func:`replay` applies the records after a
-:class:`LogMark` file by file: records of files after a damaged one (written after a
-restart) are still replayed.
+:class:`ScanReport` says where and why, whatever the batch limits.  :func:`replay`
+applies the records after a :class:`LogMark` file by file: records of files after a
+damaged one (written after a restart) are still replayed.
 """
 
 from __future__ import annotations
