@@ -962,7 +962,7 @@ class Bookie:
                 if rtype == codec.ADD:
                     self._replay_adds(batch, first, last, pending)
                 else:
-                    for payload in map(bytes, batch.payloads(first, last)):
+                    for payload in batch.payloads(first, last):
                         self._replay_state_record(rtype, payload, pending)
                 first = last
 

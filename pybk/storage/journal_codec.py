@@ -52,9 +52,7 @@ damaged one (written after a restart) are still replayed.
 
 from __future__ import annotations
 
-import itertools
 import logging
-import operator
 import os
 import struct
 from dataclasses import dataclass
@@ -171,18 +169,21 @@ class RecordBatch:
     :func:`scan_batches`, their types and checksums already verified).
 
     Record ``i`` lies in ``data`` from ``bounds[i]`` (its 9-byte header) to
-    ``bounds[i + 1]``; ``data[0]`` is at file offset ``base``; ``types[i]`` is its type.
-    Payloads are handed out as memoryviews of ``data``: no copy, and ``data`` lives as
-    long as one of them does.
+    ``bounds[i + 1]``; ``data[0]`` is at file offset ``base``; ``types[i]`` is its type
+    and ``crcs[i]`` its checksum.
+    Replay hands spans of ``data`` to the entry logs as memoryviews (no copy): ``data``
+    lives as long as one of them does.
     """
 
-    __slots__ = ("data", "base", "bounds", "types")
+    __slots__ = ("data", "base", "bounds", "types", "crcs")
 
-    def __init__(self, data: bytes, base: int, bounds: list[int], types: list[int]) -> None:
+    def __init__(self, data: bytes, base: int, bounds: list[int], types: list[int],
+                 crcs: list[int]) -> None:
         self.data = data
         self.base = base
         self.bounds = bounds
         self.types = types
+        self.crcs = crcs
 
     def __len__(self) -> int:
         return len(self.types)
@@ -196,33 +197,21 @@ class RecordBatch:
         """Where the payloads of records ``first`` .. ``last - 1`` start in ``data``."""
         return list(map(RECORD.size.__add__, self.bounds[first:last]))
 
-    def payloads(self, first: int = 0, last: int | None = None) -> Iterator[memoryview]:
-        """The payloads of records ``first`` .. ``last - 1``, as memoryviews of ``data``."""
+    def payloads(self, first: int = 0, last: int | None = None) -> Iterator[bytes]:
+        """The payloads of records ``first`` .. ``last - 1``, each copied out of ``data``."""
         last = len(self) if last is None else last
-        return map(memoryview(self.data).__getitem__,
+        return map(self.data.__getitem__,
                    map(slice, self.payload_starts(first, last), self.bounds[first + 1:last + 1]))
-
-    def record_views(self, first: int, last: int) -> Iterator[memoryview]:
-        """Records ``first`` .. ``last - 1`` as two memoryviews each, header then payload:
-        the buffers of an entry log append (an entry log record is the journal ADD
-        record, byte for byte)."""
-        view = memoryview(self.data)
-        starts = self.bounds[first:last]
-        payload_starts = self.payload_starts(first, last)
-        return itertools.chain.from_iterable(zip(
-            map(view.__getitem__, map(slice, starts, payload_starts)),
-            map(view.__getitem__, map(slice, payload_starts, self.bounds[first + 1:last + 1]))))
-
-    def crcs(self) -> Iterator[int]:
-        """The checksum of each record."""
-        return map(operator.itemgetter(1), map(RECORD.unpack_from, itertools.repeat(self.data),
-                                               self.bounds[:-1]))
 
 
 #: Most records per :class:`RecordBatch`, and most bytes read per batch (a record longer
 #: than that is read whole, alone): a scan's memory stays bounded whatever the file size.
 BATCH_RECORDS_MAX = 65_536
 BATCH_READ_BYTES = 4 * 1024 * 1024
+#: The first read of a scan; each next one doubles, up to BATCH_READ_BYTES.  A look at
+#: the tail of a journal being written (a live reader's) then reads a little, not
+#: megabytes of the zeros preallocated after the records.
+BATCH_FIRST_READ_BYTES = 64 * 1024
 
 
 def scan_batches(path: str, start_offset: int = 0,
@@ -260,17 +249,17 @@ def scan_batches(path: str, start_offset: int = 0,
             raise BookKeeperError(f"journal {path} has format version {version}, "
                                   f"this pybk reads version {VERSION}")
         pos = max(start_offset, HEADER_SIZE)
-        read_bytes = BATCH_READ_BYTES
+        read_bytes = min(BATCH_FIRST_READ_BYTES, BATCH_READ_BYTES)
         while True:
             wanted = min(read_bytes, size - pos)
             data = os.pread(fd, wanted, pos)
             if len(data) < wanted:
                 size = pos + len(data)  # cut short since the scan began: it ends there
-            read_bytes = BATCH_READ_BYTES
-            bounds, types = _valid_records(data)
+            read_bytes = min(2 * read_bytes, BATCH_READ_BYTES)
+            bounds, types, crcs = _valid_records(data)
             if types:
                 report.records += len(types)
-                yield RecordBatch(data, pos, bounds, types)
+                yield RecordBatch(data, pos, bounds, types, crcs)
             stop = bounds[-1]
             pos += stop
             if len(types) == BATCH_RECORDS_MAX:
@@ -305,16 +294,18 @@ def scan_batches(path: str, start_offset: int = 0,
     return report
 
 
-def _valid_records(data: bytes) -> tuple[list[int], list[int]]:
+def _valid_records(data: bytes) -> tuple[list[int], list[int], list[int]]:
     """The valid records at the start of ``data``: where they start, and where the last
-    one ends (``bounds``), and their types.  At most :data:`BATCH_RECORDS_MAX`; stops at
-    the first record that does not fit in ``data``, is of an unknown type (the zeros
-    after the records too) or fails its checksum: the caller finds which.  The loop that
-    steps once per record, so it does nothing else (a plain loop costs less here than
-    C-level maps building columns, each of which makes an object per record)."""
+    one ends (``bounds``), their types and their checksums.  At most
+    :data:`BATCH_RECORDS_MAX`; stops at the first record that does not fit in ``data``,
+    is of an unknown type (the zeros after the records too) or fails its checksum: the
+    caller finds which.  The loop that steps once per record, so it does nothing else
+    (a plain loop costs less here than C-level maps building columns, each of which
+    makes an object per record)."""
     bounds = [0]
     types: list[int] = []
-    add_bound, add_type = bounds.append, types.append
+    crcs: list[int] = []
+    add_bound, add_type, add_crc = bounds.append, types.append, crcs.append
     view = memoryview(data)
     unpack, header_size, seeds = RECORD.unpack_from, RECORD.size, TYPE_SEEDS
     limit = len(data)
@@ -330,7 +321,8 @@ def _valid_records(data: bytes) -> tuple[list[int], list[int]]:
             break
         add_bound(pos)
         add_type(rtype)
-    return bounds, types
+        add_crc(crc)
+    return bounds, types, crcs
 
 
 def scan_journal(path: str, start_offset: int = 0,
@@ -345,8 +337,8 @@ def scan_journal(path: str, start_offset: int = 0,
         except StopIteration as stop:
             report: ScanReport = stop.value
             return report
-        yield from zip(batch.types, map(bytes, batch.payloads()),
-                       map(batch.base.__add__, batch.bounds[1:]), batch.crcs())
+        yield from zip(batch.types, batch.payloads(),
+                       map(batch.base.__add__, batch.bounds[1:]), batch.crcs)
 
 
 def _all_zero(fd: int, start: int, end: int) -> bool:
