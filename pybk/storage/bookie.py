@@ -143,21 +143,31 @@ class _ReplayedAdds:
         self.nbytes = 0
         self._open: tuple[bytes, int, int] | None = None  # the last span: data, start, end
 
-    def add(self, batch: codec.RecordBatch, first: int, last: int,
+    def add(self, data: bytes, starts: Sequence[int], ends: Sequence[int],
             ledger_ids: Sequence[int], entry_ids: Sequence[int]) -> None:
-        """Records ``first`` .. ``last - 1`` of ``batch``, with their ledger and entry
-        ids."""
-        bounds = batch.bounds
-        start, end = bounds[first], bounds[last]
-        if self._open is not None and self._open[0] is batch.data and self._open[2] == start:
-            self._open = (batch.data, self._open[1], end)  # they follow the last span
-        else:
+        """Records read into ``data``, from ``starts`` to ``ends`` (ascending), with their
+        ledger and entry ids.  Records that lie back to back are taken as they lie (they
+        extend the last span when they follow it); others, between which other records
+        lie, are copied into one new span (C-level copies: cheaper than a span each)."""
+        if not starts:
+            return
+        if starts[1:] != ends[:-1]:
+            joined = b"".join(map(data.__getitem__, map(slice, starts, ends)))
             self._close_span()
-            self._open = (batch.data, start, end)
-        self.ends.extend(map((self.ends[-1] - start).__add__, bounds[first + 1:last + 1]))
+            self._open = (joined, 0, len(joined))
+            self.ends.extend(itertools.islice(itertools.accumulate(
+                map(operator.sub, ends, starts), initial=self.ends[-1]), 1, None))
+        else:
+            start, end = starts[0], ends[-1]
+            if self._open is not None and self._open[0] is data and self._open[2] == start:
+                self._open = (data, self._open[1], end)  # they follow the last span
+            else:
+                self._close_span()
+                self._open = (data, start, end)
+            self.ends.extend(map((self.ends[-1] - start).__add__, ends))
         self.ledger_ids.extend(ledger_ids)
         self.entry_ids.extend(entry_ids)
-        self.nbytes += batch.payload_bytes(first, last)
+        self.nbytes += sum(ends) - sum(starts) - codec.RECORD.size * len(starts)
 
     def _close_span(self) -> None:
         if self._open is not None:
@@ -956,11 +966,26 @@ class Bookie:
         def apply(batch: codec.RecordBatch) -> None:
             nonlocal replayed_bytes
             replayed_bytes += batch.payload_bytes()
+            types = batch.types
+            if types.count(codec.ADD) == len(types):
+                self._replay_adds(batch, range(len(types)), pending)
+                return
+            others = list(itertools.compress(range(len(types)),
+                                             map(codec.ADD.__ne__, types)))
+            if self._adds_commute(batch, others):
+                # Usual: the state records first (a new ledger's key, a fence), then every
+                # ADD record of the batch at once.
+                for i in others:
+                    self._replay_state_record(types[i], batch.payload(i), pending)
+                adds = list(itertools.compress(range(len(types)),
+                                               map(codec.ADD.__eq__, types)))
+                self._replay_adds(batch, adds, pending)
+                return
             first = 0
-            for rtype, run in itertools.groupby(batch.types):
+            for rtype, run in itertools.groupby(types):  # in journal order, run by run
                 last = first + len(list(run))
                 if rtype == codec.ADD:
-                    self._replay_adds(batch, first, last, pending)
+                    self._replay_adds(batch, range(first, last), pending)
                 else:
                     for payload in batch.payloads(first, last):
                         self._replay_state_record(rtype, payload, pending)
@@ -975,22 +1000,52 @@ class Bookie:
                  replayed_bytes, mark, elapsed)
         return records, last_id
 
-    def _replay_adds(self, batch: codec.RecordBatch, first: int, last: int,
+    def _adds_commute(self, batch: codec.RecordBatch, others: list[int]) -> bool:
+        """Whether the state records of ``batch`` (at ``others``) may be replayed before
+        its ADD records without changing the outcome: no deletion (later adds of its
+        ledger are dropped), and no master key of a ledger deleted before it (it flushes
+        what came before) or of a ledger with adds before it in the batch (those belong
+        to an incarnation that the key replaces)."""
+        types = batch.types
+        if codec.DELETE in map(types.__getitem__, others):
+            return False
+        keys = [i for i in others if types[i] == codec.MASTER_KEY]
+        if not keys:
+            return True
+        key_ledgers = [batch.ledger_id(i) for i in keys]
+        if len(set(key_ledgers)) < len(keys) or \
+                not self._pending_deletes.isdisjoint(key_ledgers):
+            return False
+        # The index of each ledger's first record in the batch (every payload starts with
+        # its ledger id): a key must be its ledger's first.
+        ledgers = list(map(codec.LEDGER_ID.unpack_from, itertools.repeat(batch.data),
+                           batch.payload_starts()))
+        first_records = dict(zip(reversed(ledgers), reversed(range(len(ledgers)))))
+        return all(first_records[(ledger_id,)] == i for i, ledger_id in zip(keys, key_ledgers))
+
+    def _replay_adds(self, batch: codec.RecordBatch, indices: Sequence[int],
                      pending: _ReplayedAdds) -> None:
-        """Replay the ADD records ``first`` .. ``last - 1`` of ``batch``: one state update
-        per ledger (its highest LAC) and the records queued for the entry logs as they
-        lie, but for those of deleted ledgers.  Python steps per ledger, not per record:
-        the columns (ledger ids, entry ids, LACs) and each ledger's highest LAC are built
-        by C-level maps."""
+        """Replay the ADD records of ``batch`` at ``indices`` (ascending): one state
+        update per ledger (its highest LAC) and the records queued for the entry logs as
+        they lie, but for those of deleted ledgers.  Python steps per ledger, not per
+        record: the columns (ledger ids, entry ids, LACs) and each ledger's highest LAC
+        are built by C-level maps."""
+        if not indices:
+            return
         bounds = batch.bounds
-        shortest = min(map(operator.sub, bounds[first + 1:last + 1], bounds[first:last])) \
-            - codec.RECORD.size
+        if isinstance(indices, range):
+            starts, ends = bounds[indices[0]:indices[-1] + 1], bounds[indices[0] + 1:
+                                                                      indices[-1] + 2]
+        else:
+            starts = list(map(bounds.__getitem__, indices))
+            ends = list(map(bounds.__getitem__, map((1).__add__, indices)))
+        shortest = min(map(operator.sub, ends, starts)) - codec.RECORD.size
         if shortest < ENTRY_HEADER_SIZE:
             raise MalformedEntry(f"journal ADD record of {shortest} bytes, shorter than an "
                                  "entry header: the bookie never writes one")
         ledger_ids, entry_ids, lacs = zip(*map(ENTRY_HEADER.unpack_from,
                                                itertools.repeat(batch.data),
-                                               batch.payload_starts(first, last)))
+                                               map(codec.RECORD.size.__add__, starts)))
         # A ledger's LACs only grow along its journal records, but for a recovery's
         # re-adds: the last one is the highest unless some record says otherwise.
         top_lacs = dict(zip(ledger_ids, lacs))
@@ -1008,17 +1063,12 @@ class Bookie:
             elif lac > state.lac:
                 state.lac = lac
                 self._dirty.add(ledger_id)
-        if not deleted:
-            pending.add(batch, first, last, ledger_ids, entry_ids)
-        else:  # the records of live ledgers, each group of consecutive ones as it lies
-            start = first
-            for dropped, group in itertools.groupby(ledger_ids, deleted.__contains__):
-                count = len(list(group))
-                if not dropped:
-                    keep = slice(start - first, start - first + count)
-                    pending.add(batch, start, start + count, ledger_ids[keep],
-                                entry_ids[keep])
-                start += count
+        if deleted:  # keep the records of live ledgers only
+            kept = [k for k, ledger_id in enumerate(ledger_ids) if ledger_id not in deleted]
+            starts, ends = [starts[k] for k in kept], [ends[k] for k in kept]
+            ledger_ids = tuple(ledger_ids[k] for k in kept)
+            entry_ids = tuple(entry_ids[k] for k in kept)
+        pending.add(batch.data, starts, ends, ledger_ids, entry_ids)
         if pending.nbytes >= self._cache_half_bytes or \
                 len(pending.entry_ids) >= REPLAY_PENDING_RECORDS_MAX:
             self._write_replayed(pending)

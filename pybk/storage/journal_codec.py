@@ -197,6 +197,14 @@ class RecordBatch:
         """Where the payloads of records ``first`` .. ``last - 1`` start in ``data``."""
         return list(map(RECORD.size.__add__, self.bounds[first:last]))
 
+    def payload(self, i: int) -> bytes:
+        """The payload of record ``i``, copied out of ``data``."""
+        return self.data[self.bounds[i] + RECORD.size:self.bounds[i + 1]]
+
+    def ledger_id(self, i: int) -> int:
+        """The ledger id that starts the payload of record ``i`` (every type's does)."""
+        return int(LEDGER_ID.unpack_from(self.data, self.bounds[i] + RECORD.size)[0])
+
     def payloads(self, first: int = 0, last: int | None = None) -> Iterator[bytes]:
         """The payloads of records ``first`` .. ``last - 1``, each copied out of ``data``."""
         last = len(self) if last is None else last
