@@ -195,7 +195,8 @@ class RecordBatch:
 
     def payload_starts(self, first: int = 0, last: int | None = None) -> list[int]:
         """Where the payloads of records ``first`` .. ``last - 1`` start in ``data``."""
-        return list(map(RECORD.size.__add__, self.bounds[first:last]))
+        return list(map(RECORD.size.__add__, self.bounds[first:len(self) if last is None
+                                                         else last]))
 
     def payload(self, i: int) -> bytes:
         """The payload of record ``i``, copied out of ``data``."""
