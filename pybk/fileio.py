@@ -39,7 +39,7 @@ _WRITE_AND_WAIT = 1 | 2 | 4
 class FileIO:
     """Plain POSIX calls: whole writes (retrying short ones), fdatasync and fsync."""
 
-    def write_all(self, fd: int, buffers: Sequence[bytes | memoryview]) -> int:
+    def write_all(self, fd: int, buffers: Sequence[bytes]) -> int:
         """Write ``buffers`` at the file position, in order, completely; return the byte count."""
         total = 0
         for start in range(0, len(buffers), _IOV_MAX):

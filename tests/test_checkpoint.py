@@ -4,8 +4,6 @@ already hold durably, and not at all once the journal has failed."""
 from __future__ import annotations
 
 import errno
-import itertools
-import operator
 import os
 
 import pytest
@@ -92,28 +90,8 @@ def test_a_checkpoint_after_the_journal_failed_moves_no_mark(bookie_factory, set
     assert [reopened.read_entry(1, e) for e in range(2)] == [entry(1, e) for e in range(2)]
 
 
-def append_as_records(logs: EntryLogger, buffers: list[bytes], runs: list[tuple[int, int]]
-                      ) -> list:
-    return logs.append_records(buffers, runs)
-
-
-def append_as_spans(logs: EntryLogger, buffers: list[bytes], runs: list[tuple[int, int]]
-                    ) -> list:
-    """The same records as three spans of bytes cut in the middle of records, as replay
-    hands over a journal's ADD records."""
-    joined = b"".join(buffers)
-    ends = list(itertools.accumulate(map(operator.add, map(len, buffers[0::2]),
-                                         map(len, buffers[1::2])), initial=0))
-    cuts = [0, len(joined) // 3 + 5, 2 * len(joined) // 3 - 7, len(joined)]
-    spans = [memoryview(joined)[a:b] for a, b in zip(cuts, cuts[1:])]
-    return logs.append_spans(spans, ends, runs)
-
-
-@pytest.mark.parametrize("append", [append_as_records, append_as_spans],
-                         ids=["append_records", "append_spans"])
-def test_one_append_of_many_ledgers_rolls_logs_and_maps_each_ledgers_bytes(tmp_path, append):
-    """append_records (a header and an entry buffer per record) and append_spans (records
-    back to back in spans): records of many ledgers in one call, across log rolls and
+def test_one_append_of_many_ledgers_rolls_logs_and_maps_each_ledgers_bytes(tmp_path):
+    """append_records: records of many ledgers in one call, across log rolls and
     flushEntrylogBytes steps, land where the placements say, and each log's ledger map
     counts exactly the bytes of each ledger's records it got."""
     directory = tmp_path / "ledgers"
@@ -125,7 +103,7 @@ def test_one_append_of_many_ledgers_rolls_logs_and_maps_each_ledgers_bytes(tmp_p
     buffers = []
     for _ledger, _e, data in records:
         buffers += [RECORD.pack(len(data), entry_crc(data), ADD), data]
-    placements = append(logs, buffers, runs)
+    placements = logs.append_records(buffers, runs)
     logs.sync()
     assert len({log_id for log_id, _first, _offsets in placements}) > 1  # it rolled
     expected: dict[int, dict[int, int]] = {}

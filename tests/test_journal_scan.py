@@ -1,6 +1,6 @@
-"""The journal scan reads a file in batches (a few MiB read at a time, a bounded number of
-records each): whatever the batch limits, it returns the records written, and stops at
-the first damaged one with the reason, exactly where a record-by-record reading would."""
+"""The journal scan returns the records written, from any record's start, and stops at the
+first damaged one (garbled, of an unknown type, cut, or zeroed with records after it) with
+the reason, for records of every type and of sizes from 8 bytes to 2 KiB."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ZEROS_AFTER = 4096  # preallocated space after the records, as on disk
 
 
 def journal_records() -> list[tuple[int, bytes]]:
-    """Records of every type, of sizes around and above the small read size below."""
+    """Records of every type and of many sizes."""
     records = []
     for i in range(40):
         records.append((codec.ADD, bytes([i]) * (24 + 13 * i)))
@@ -24,7 +24,7 @@ def journal_records() -> list[tuple[int, bytes]]:
         if i % 11 == 5:
             records.append((codec.MASTER_KEY, codec.LEDGER_ID.pack(i) + b"key"))
             records.append((codec.EXPLICIT_LAC, codec.LEDGER_LAC.pack(i, i - 1)))
-    records.append((codec.ADD, b"x" * 2000))  # longer than a small read
+    records.append((codec.ADD, b"x" * 2000))
     records.append((codec.DELETE, codec.LEDGER_ID.pack(3)))
     return records
 
@@ -56,16 +56,7 @@ def scan(path: str) -> tuple[list[tuple[int, bytes, int]], codec.ScanReport]:
         found.append((rtype, payload, end))
 
 
-@pytest.fixture(params=["default", "small"])
-def batch_limits(request, monkeypatch):
-    """The default batch limits, and limits small enough that records cross reads, a
-    record is longer than a read, and batches end on the record count."""
-    if request.param == "small":
-        monkeypatch.setattr(codec, "BATCH_READ_BYTES", 300)
-        monkeypatch.setattr(codec, "BATCH_RECORDS_MAX", 4)
-
-
-def test_scan_returns_every_record_whatever_the_batches(tmp_path, batch_limits):
+def test_scan_returns_every_record(tmp_path):
     path = str(tmp_path / codec.journal_file_name(JOURNAL_ID))
     records = journal_records()
     starts = write_journal(path, records)
@@ -74,8 +65,7 @@ def test_scan_returns_every_record_whatever_the_batches(tmp_path, batch_limits):
                      for (rtype, payload), end in zip(records, starts[1:])]
     assert (report.records, report.end_offset, report.reason) == \
         (len(records), starts[-1], "")
-    batches = list(codec.scan_batches(path, start_offset=starts[10]))
-    assert sum(map(len, batches)) == len(records) - 10
+    assert [end for _t, _p, end, _c in codec.scan_journal(path, starts[10])] == starts[11:]
 
 
 def damage_checksum(f, start: int, size: int) -> str:
@@ -107,7 +97,7 @@ def damage_zeros(f, start: int, size: int) -> str:
 @pytest.mark.parametrize("damage", [damage_checksum, damage_type, damage_truncate,
                                     damage_zeros], ids=lambda d: d.__name__)
 @pytest.mark.parametrize("target", [0, 3, 17, 41, -2])
-def test_scan_stops_at_the_first_damaged_record(tmp_path, batch_limits, damage, target):
+def test_scan_stops_at_the_first_damaged_record(tmp_path, damage, target):
     path = str(tmp_path / codec.journal_file_name(JOURNAL_ID))
     records = journal_records()
     starts = write_journal(path, records)

@@ -1,8 +1,7 @@
-"""Replay of a journal whose records are interleaved across ledgers: replay works on a
-batch's ADD records at once (a step per ledger, the records written to entry logs as they
-were read), so what it does per record must still hold: a deleted ledger's records are
-dropped from among the others', a ledger's LAC is the highest its records carry (not the
-last), and everything survives a second start."""
+"""Replay of a journal whose records are interleaved across ledgers: a deleted ledger's
+records are dropped from among the others', a new ledger's key among the adds changes
+nothing for the others, a ledger's LAC is the highest its records carry (not the last),
+and everything survives a second start."""
 
 from __future__ import annotations
 

@@ -120,84 +120,6 @@ IDLE_STATES_KEPT = 100_000
 #: The file whose presence lock a running bookie holds, in ``<journalDirectory>/current``.
 OWNER_FILE = "OWNER"
 
-#: Replayed ADD records held before they are written to entry logs (besides half the
-#: write cache of bytes): bounds the memory of a replay of small entries.
-REPLAY_PENDING_RECORDS_MAX = 65_536
-
-
-class _ReplayedAdds:
-    """ADD records replayed and not yet written to entry logs, as
-    :meth:`EntryLogger.append_spans` and :func:`flush_records` take them: ``spans``,
-    memoryviews of the journal batches read, each holding records back to back (records
-    read together and kept are one span, whatever their number); ``ends``, the bytes of
-    the first ``i`` records; one ledger id and one entry id per record; ``nbytes``, the
-    entry bytes."""
-
-    __slots__ = ("spans", "ends", "ledger_ids", "entry_ids", "nbytes", "_open")
-
-    def __init__(self) -> None:
-        self.spans: list[memoryview] = []
-        self.ends = [0]
-        self.ledger_ids: list[int] = []
-        self.entry_ids: list[int] = []
-        self.nbytes = 0
-        self._open: tuple[bytes, int, int] | None = None  # the last span: data, start, end
-
-    def add(self, data: bytes, starts: Sequence[int], ends: Sequence[int],
-            ledger_ids: Sequence[int], entry_ids: Sequence[int]) -> None:
-        """Records read into ``data``, from ``starts`` to ``ends`` (ascending), with their
-        ledger and entry ids.  Records that lie back to back are taken as they lie (they
-        extend the last span when they follow it); others, between which other records
-        lie, are copied into one new span (C-level copies: cheaper than a span each)."""
-        if not starts:
-            return
-        if starts[1:] != ends[:-1]:
-            joined = b"".join(map(data.__getitem__, map(slice, starts, ends)))
-            self._close_span()
-            self._open = (joined, 0, len(joined))
-            self.ends.extend(itertools.islice(itertools.accumulate(
-                map(operator.sub, ends, starts), initial=self.ends[-1]), 1, None))
-        else:
-            start, end = starts[0], ends[-1]
-            if self._open is not None and self._open[0] is data and self._open[2] == start:
-                self._open = (data, self._open[1], end)  # they follow the last span
-            else:
-                self._close_span()
-                self._open = (data, start, end)
-            self.ends.extend(map((self.ends[-1] - start).__add__, ends))
-        self.ledger_ids.extend(ledger_ids)
-        self.entry_ids.extend(entry_ids)
-        self.nbytes += sum(ends) - sum(starts) - codec.RECORD.size * len(starts)
-
-    def _close_span(self) -> None:
-        if self._open is not None:
-            data, start, end = self._open
-            self.spans.append(memoryview(data)[start:end])
-            self._open = None
-
-    def runs(self) -> list[tuple[int, int]]:
-        """``(ledger id, records)`` of each run of consecutive records of a ledger."""
-        return [(ledger_id, len(list(run)))
-                for ledger_id, run in itertools.groupby(self.ledger_ids)]
-
-    def lengths(self) -> list[int]:
-        """The entry length of each record."""
-        ends = self.ends
-        return list(map(operator.sub, ends[1:], map(codec.RECORD.size.__add__, ends[:-1])))
-
-    def take_spans(self) -> list[memoryview]:
-        """Every span, the last one included (call once all records were added)."""
-        self._close_span()
-        return self.spans
-
-    def clear(self) -> None:
-        self.spans.clear()
-        self.ends = [0]
-        self.ledger_ids.clear()
-        self.entry_ids.clear()
-        self.nbytes = 0
-        self._open = None
-
 
 def owner_path(settings: ServerSettings) -> str:
     """Where a running bookie of these directories holds its presence lock
@@ -948,51 +870,88 @@ class Bookie:
     def _replay(self) -> tuple[int, int]:
         """Replay the journal from LastLogMark.
 
-        The journal is read in batches of records (:func:`codec.scan_batches`: checksums
-        verified per batch in C).  ADD records go straight to entry logs and the index in
-        journal order, every half write cache of bytes (:meth:`_write_replayed`), not
-        through the write cache: their bytes are the entry logs' records already, so they
-        are written as they were read, and the bookie steps once per run of consecutive
-        records of a ledger, not per record.  Ledger states (key, fence, LACs, deletion)
-        stay in memory, dirty, until the first checkpoint writes them all at once; the
-        mark moves only then, so a crash during replay replays again from the same mark
-        (an entry written twice is found at its later copy).
+        ADD records go straight to entry logs and the index in journal order, every
+        half write cache of bytes (:meth:`_write_replayed`), not through the write cache:
+        the cost is per byte and per record, whatever the number of ledgers.  Ledger
+        states (key, fence, LACs, deletion) stay in memory, dirty, until the first
+        checkpoint writes them all at once; the mark moves only then, so a crash during
+        replay replays again from the same mark (an entry written twice is found at its
+        later copy).
         """
         mark = read_mark(self._ledger_dirs)
         started = time.monotonic()
         replayed_bytes = 0
-        pending = _ReplayedAdds()
+        buffers: list[bytes] = []   # record header, entry, record header, entry, ...
+        ledger_ids: list[int] = []  # one per record
+        entry_ids: list[int] = []
+        pending_bytes = 0
+        states = self._states  # never replaced (self._dirty is, by each cut)
+        pack_header = codec.RECORD.pack
+        unpack_entry_header = ENTRY_HEADER.unpack_from
 
-        def apply(batch: codec.RecordBatch) -> None:
-            nonlocal replayed_bytes
-            replayed_bytes += batch.payload_bytes()
-            types = batch.types
-            if types.count(codec.ADD) == len(types):
-                self._replay_adds(batch, range(len(types)), pending)
+        def write_pending() -> None:
+            nonlocal pending_bytes
+            if ledger_ids:
+                self._write_replayed(buffers, ledger_ids, entry_ids)
+                buffers.clear()
+                ledger_ids.clear()
+                entry_ids.clear()
+            pending_bytes = 0
+
+        def apply(rtype: int, payload: bytes, crc: int) -> None:
+            nonlocal replayed_bytes, pending_bytes
+            size = len(payload)
+            replayed_bytes += size
+            if rtype == codec.ADD:
+                ledger_id, entry_id, lac = unpack_entry_header(payload)
+                state = states.get(ledger_id) or self._state(ledger_id)
+                if state is None:
+                    state = states[ledger_id] = LedgerState(b"")
+                    self._dirty.add(ledger_id)
+                if state.deleted:
+                    return
+                if lac > state.lac:
+                    state.lac = lac
+                    self._dirty.add(ledger_id)
+                buffers.append(pack_header(size, crc, codec.ADD))
+                buffers.append(payload)
+                ledger_ids.append(ledger_id)
+                entry_ids.append(entry_id)
+                pending_bytes += size
+                if pending_bytes >= self._cache_half_bytes:
+                    write_pending()
                 return
-            others = list(itertools.compress(range(len(types)),
-                                             map(codec.ADD.__ne__, types)))
-            if self._adds_commute(batch, others):
-                # Usual: the state records first (a new ledger's key, a fence), then every
-                # ADD record of the batch at once.
-                for i in others:
-                    self._replay_state_record(types[i], batch.payload(i), pending)
-                adds = list(itertools.compress(range(len(types)),
-                                               map(codec.ADD.__eq__, types)))
-                self._replay_adds(batch, adds, pending)
+            ledger_id = codec.LEDGER_ID.unpack_from(payload)[0]
+            if rtype == codec.MASTER_KEY:
+                # Journaled only for a ledger the bookie did not know (neither in memory
+                # nor in the index): a new ledger, whatever an earlier incarnation,
+                # deleted and forgotten since, left.  No index lookup.
+                if ledger_id in self._pending_deletes:
+                    # That incarnation's deletion (replayed above) must drop its entries
+                    # now, not at the first checkpoint, where it would drop these too.
+                    write_pending()
+                    self._flush(self._cut_generation())
+                states[ledger_id] = LedgerState(payload[codec.LEDGER_ID.size:])
+                self._dirty.add(ledger_id)
                 return
-            first = 0
-            for rtype, run in itertools.groupby(types):  # in journal order, run by run
-                last = first + len(list(run))
-                if rtype == codec.ADD:
-                    self._replay_adds(batch, range(first, last), pending)
-                else:
-                    for payload in batch.payloads(first, last):
-                        self._replay_state_record(rtype, payload, pending)
-                first = last
+            state = self._state(ledger_id)
+            if state is None:
+                state = self._states[ledger_id] = LedgerState(b"")
+            if rtype == codec.FENCE:
+                state.fenced = True
+            elif rtype == codec.EXPLICIT_LAC:
+                lac = codec.LEDGER_LAC.unpack_from(payload)[1]
+                state.explicit_lac = max(lac, state.explicit_lac if state.explicit_lac
+                                         is not None else lac)
+            elif rtype == codec.DELETE:
+                # Its entries written so far leave the index with the deletion (at the
+                # first checkpoint); later ADD records of it are skipped.
+                state.deleted = True
+                self._pending_deletes.add(ledger_id)
+            self._dirty.add(ledger_id)
 
         records, last_id = codec.replay(self.journal_dir, mark, apply)
-        self._write_replayed(pending)
+        write_pending()
         self._flush(self._cut_generation())  # the states and deletions, once
         elapsed = time.monotonic() - started
         self.replay_stats = {"records": records, "bytes": replayed_bytes, "seconds": elapsed}
@@ -1000,120 +959,13 @@ class Bookie:
                  replayed_bytes, mark, elapsed)
         return records, last_id
 
-    def _adds_commute(self, batch: codec.RecordBatch, others: list[int]) -> bool:
-        """Whether the state records of ``batch`` (at ``others``) may be replayed before
-        its ADD records without changing the outcome: no deletion (later adds of its
-        ledger are dropped), and no master key of a ledger deleted before it (it flushes
-        what came before) or of a ledger with adds before it in the batch (those belong
-        to an incarnation that the key replaces)."""
-        types = batch.types
-        if codec.DELETE in map(types.__getitem__, others):
-            return False
-        keys = [i for i in others if types[i] == codec.MASTER_KEY]
-        if not keys:
-            return True
-        key_ledgers = [batch.ledger_id(i) for i in keys]
-        if len(set(key_ledgers)) < len(keys) or \
-                not self._pending_deletes.isdisjoint(key_ledgers):
-            return False
-        # The index of each ledger's first record in the batch (every payload starts with
-        # its ledger id): a key must be its ledger's first.
-        ledgers = list(map(codec.LEDGER_ID.unpack_from, itertools.repeat(batch.data),
-                           batch.payload_starts()))
-        first_records = dict(zip(reversed(ledgers), reversed(range(len(ledgers)))))
-        return all(first_records[(ledger_id,)] == i for i, ledger_id in zip(keys, key_ledgers))
-
-    def _replay_adds(self, batch: codec.RecordBatch, indices: Sequence[int],
-                     pending: _ReplayedAdds) -> None:
-        """Replay the ADD records of ``batch`` at ``indices`` (ascending): one state
-        update per ledger (its highest LAC) and the records queued for the entry logs as
-        they lie, but for those of deleted ledgers.  Python steps per ledger, not per
-        record: the columns (ledger ids, entry ids, LACs) and each ledger's highest LAC
-        are built by C-level maps."""
-        if not indices:
-            return
-        bounds = batch.bounds
-        if isinstance(indices, range):
-            starts, ends = bounds[indices[0]:indices[-1] + 1], bounds[indices[0] + 1:
-                                                                      indices[-1] + 2]
-        else:
-            starts = list(map(bounds.__getitem__, indices))
-            ends = list(map(bounds.__getitem__, map((1).__add__, indices)))
-        shortest = min(map(operator.sub, ends, starts)) - codec.RECORD.size
-        if shortest < ENTRY_HEADER_SIZE:
-            raise MalformedEntry(f"journal ADD record of {shortest} bytes, shorter than an "
-                                 "entry header: the bookie never writes one")
-        ledger_ids, entry_ids, lacs = zip(*map(ENTRY_HEADER.unpack_from,
-                                               itertools.repeat(batch.data),
-                                               map(codec.RECORD.size.__add__, starts)))
-        # A ledger's LACs only grow along its journal records, but for a recovery's
-        # re-adds: the last one is the highest unless some record says otherwise.
-        top_lacs = dict(zip(ledger_ids, lacs))
-        if any(map(operator.gt, lacs, map(top_lacs.__getitem__, ledger_ids))):
-            top_lacs = dict(sorted(zip(ledger_ids, lacs)))  # the last of each is the max
-        states = self._states
-        deleted = set()
-        for ledger_id, lac in top_lacs.items():
-            state = states.get(ledger_id) or self._state(ledger_id)
-            if state is None:
-                state = states[ledger_id] = LedgerState(b"")
-                self._dirty.add(ledger_id)
-            if state.deleted:
-                deleted.add(ledger_id)
-            elif lac > state.lac:
-                state.lac = lac
-                self._dirty.add(ledger_id)
-        if deleted:  # keep the records of live ledgers only
-            kept = [k for k, ledger_id in enumerate(ledger_ids) if ledger_id not in deleted]
-            starts, ends = [starts[k] for k in kept], [ends[k] for k in kept]
-            ledger_ids = tuple(ledger_ids[k] for k in kept)
-            entry_ids = tuple(entry_ids[k] for k in kept)
-        pending.add(batch.data, starts, ends, ledger_ids, entry_ids)
-        if pending.nbytes >= self._cache_half_bytes or \
-                len(pending.entry_ids) >= REPLAY_PENDING_RECORDS_MAX:
-            self._write_replayed(pending)
-
-    def _replay_state_record(self, rtype: int, payload: bytes, pending: _ReplayedAdds
-                             ) -> None:
-        """Replay a record other than ADD into the ledger states."""
-        ledger_id = codec.LEDGER_ID.unpack_from(payload)[0]
-        if rtype == codec.MASTER_KEY:
-            # Journaled only for a ledger the bookie did not know (neither in memory nor
-            # in the index): a new ledger, whatever an earlier incarnation, deleted and
-            # forgotten since, left.  No index lookup.
-            if ledger_id in self._pending_deletes:
-                # That incarnation's deletion (replayed above) must drop its entries now,
-                # not at the first checkpoint, where it would drop these too.
-                self._write_replayed(pending)
-                self._flush(self._cut_generation())
-            self._states[ledger_id] = LedgerState(payload[codec.LEDGER_ID.size:])
-            self._dirty.add(ledger_id)
-            return
-        state = self._state(ledger_id)
-        if state is None:
-            state = self._states[ledger_id] = LedgerState(b"")
-        if rtype == codec.FENCE:
-            state.fenced = True
-        elif rtype == codec.EXPLICIT_LAC:
-            lac = codec.LEDGER_LAC.unpack_from(payload)[1]
-            state.explicit_lac = max(lac, state.explicit_lac if state.explicit_lac
-                                     is not None else lac)
-        elif rtype == codec.DELETE:
-            # Its entries written so far leave the index with the deletion (at the first
-            # checkpoint); later ADD records of it are skipped.
-            state.deleted = True
-            self._pending_deletes.add(ledger_id)
-        self._dirty.add(ledger_id)
-
-    def _write_replayed(self, pending: _ReplayedAdds) -> None:
+    def _write_replayed(self, buffers: list[bytes], ledger_ids: list[int],
+                        entry_ids: list[int]) -> None:
         """Write replayed ADD records (in journal order) to entry logs and the index."""
-        if pending.entry_ids:
-            runs = pending.runs()
-            flush_records(functools.partial(self._entry_logs.append_spans,
-                                            pending.take_spans(), pending.ends, runs),
-                          pending.lengths(), pending.entry_ids, runs, {}, set(),
-                          self._entry_logs, self._index, self._gc, self._entrylog_lock)
-        pending.clear()
+        runs = [(ledger_id, len(list(run))) for ledger_id, run in
+                itertools.groupby(ledger_ids)]
+        flush_records(buffers, entry_ids, runs, {}, set(), self._entry_logs, self._index,
+                      self._gc, self._entrylog_lock)
 
     # -- housekeeping --------------------------------------------------------------
 

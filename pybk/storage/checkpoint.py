@@ -43,16 +43,15 @@ the bookie checkpoints once more at close.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import threading
-from typing import Callable, Iterator, NamedTuple, Sequence
+from typing import Callable, Iterator, NamedTuple
 
 from pybk.errors import BookKeeperError
 from pybk.fileio import DEFAULT_IO, FileIO
 from pybk.settings import ServerSettings
-from pybk.storage.entrylog import EntryLogger, Placement
+from pybk.storage.entrylog import EntryLogger
 from pybk.storage.gc import GarbageCollector
 from pybk.storage.index import Index, StoredLedgerState
 from pybk.storage.journal import Journal, Waiter
@@ -86,23 +85,19 @@ def flush_generation(generation: Generation, entry_logs: EntryLogger, index: Ind
     # Every ledger's records in one sequence: one append (a writev per flushEntrylogBytes
     # step, not per ledger) and index items built in C for all of them.
     buffers, entry_ids, runs = cache.records(gone)
-    flush_records(functools.partial(entry_logs.append_records, buffers, runs),
-                  list(map(len, buffers[1::2])), entry_ids, runs, states, deletes,
-                  entry_logs, index, gc, entrylog_lock)
+    flush_records(buffers, entry_ids, runs, states, deletes, entry_logs, index, gc,
+                  entrylog_lock)
     return gone
 
 
-def flush_records(append: Callable[[], list[Placement]], lengths: Sequence[int],
-                  entry_ids: list[int], runs: list[tuple[int, int]],
+def flush_records(buffers: list[bytes], entry_ids: list[int], runs: list[tuple[int, int]],
                   states: dict[int, StoredLedgerState], deletes: set[int],
                   entry_logs: EntryLogger, index: Index, gc: GarbageCollector,
                   entrylog_lock: threading.Lock) -> None:
-    """Append records to entry logs with ``append()`` (:meth:`EntryLogger.append_records`
-    or :meth:`EntryLogger.append_spans`, given the records and ``runs``), sync them, then
-    commit their index items with ``states`` and ``deletes`` in one transaction.
-    ``lengths`` (of the entries) and ``entry_ids`` have one item per record, ``runs`` =
-    ``(ledger id, number of records)`` in order.  The cost is per byte and per record,
-    with a few C-level operations per run."""
+    """Append records (``buffers`` = record header, entry, ...; ``runs`` = ``(ledger id,
+    number of records)`` in order) to entry logs, sync them, then commit their index
+    items with ``states`` and ``deletes`` in one transaction.  The cost is per byte and
+    per record, with a few C-level operations per run."""
     ledger_ids = list(itertools.chain.from_iterable(
         itertools.starmap(itertools.repeat, runs)))  # one per record
     items: list[Iterator[tuple[bytes, bytes]]] = []  # lazy: LMDB packs them in C
@@ -110,12 +105,12 @@ def flush_records(append: Callable[[], list[Placement]], lengths: Sequence[int],
     try:
         with entrylog_lock:
             try:
-                for log_id, first, offsets in append():
+                for log_id, first, offsets in entry_logs.append_records(buffers, runs):
                     touched.add(log_id)
                     last = first + len(offsets)
                     items.append(Index.record_items(
                         ledger_ids[first:last], entry_ids[first:last], log_id, offsets,
-                        lengths[first:last]))
+                        map(len, buffers[2 * first + 1:2 * last:2])))
             finally:
                 gc.hold(touched)  # until the index points at what was appended
             entry_logs.sync()

@@ -212,21 +212,6 @@ def entry_of_record(record: bytes, length: int, ledger_id: int, entry_id: int) -
     return data
 
 
-def _byte_range(spans: Sequence[bytes | memoryview], span_ends: list[int], start: int,
-                end: int) -> list[memoryview]:
-    """Bytes ``start`` .. ``end - 1`` of the concatenation of ``spans`` (``span_ends``:
-    cumulative lengths, from 0), as views of the spans that hold them."""
-    views = []
-    i = bisect.bisect_right(span_ends, start) - 1
-    while start < end:
-        span_start = span_ends[i]
-        stop = min(end, span_ends[i + 1])
-        views.append(memoryview(spans[i])[start - span_start:stop - span_start])
-        start = stop
-        i += 1
-    return views
-
-
 class EntryLogger:
     """All entry logs of a bookie: appending, sealing, reading, scanning and deleting.
 
@@ -267,8 +252,8 @@ class EntryLogger:
 
     # -- writing -----------------------------------------------------------------
 
-    def append_records(self, buffers: Sequence[bytes | memoryview],
-                       runs: Sequence[tuple[int, int]]) -> list[Placement]:
+    def append_records(self, buffers: list[bytes], runs: Sequence[tuple[int, int]]
+                       ) -> list[Placement]:
         """Append the records of many ledgers at once (``buffers`` = header, entry, header,
         entry, ...; ``runs`` = ``(ledger id, number of records)`` of each ledger's records,
         in the order of ``buffers``).
@@ -291,27 +276,6 @@ class EntryLogger:
         # step below finds its cut by bisection, so long calls stay linear).
         ends = list(itertools.accumulate(map(operator.add, sizes[0::2], sizes[1::2]),
                                          initial=0))
-        return self._append(ends, runs, lambda first, last: buffers[2 * first:2 * last])
-
-    def append_spans(self, spans: Sequence[bytes | memoryview], ends: list[int],
-                     runs: Sequence[tuple[int, int]]) -> list[Placement]:
-        """Append records that lie back to back in ``spans`` (in their concatenation,
-        record ``i`` is bytes ``ends[i]`` .. ``ends[i + 1] - 1``; ``ends[0]`` is 0), as
-        :meth:`append_records` does: same ``runs``, same placements.  Each write is the
-        spans' bytes as they are, a buffer or two per step whatever the number of records
-        in it (for records already in entry log form, such as a journal's ADD records)."""
-        span_ends = list(itertools.accumulate(map(len, spans), initial=0))
-        if span_ends[-1] != ends[-1]:
-            raise ValueError(f"spans of {span_ends[-1]} bytes for records of {ends[-1]}")
-        return self._append(ends, runs, lambda first, last: _byte_range(
-            spans, span_ends, ends[first], ends[last]))
-
-    def _append(self, ends: list[int], runs: Sequence[tuple[int, int]],
-                buffers_of: Callable[[int, int], Sequence[bytes | memoryview]]
-                ) -> list[Placement]:
-        """Append the records whose cumulative sizes are ``ends`` (``ends[i]``: bytes of
-        the first ``i`` records), ``buffers_of(first, last)`` giving the bytes of records
-        ``first`` .. ``last - 1``; see :meth:`append_records`."""
         # run_ends[j]: the records of the first j + 1 runs.
         run_ends = list(itertools.accumulate(map(operator.itemgetter(1), runs)))
         count = len(ends) - 1
@@ -334,7 +298,7 @@ class EntryLogger:
                                            lo=first + 1) - 1
                 last = min(last, max(step, first + 1))
             end_offset = offset + ends[last] - base
-            self._write_current(buffers_of(first, last), end_offset)
+            self._write_current(buffers[2 * first:2 * last], end_offset)
             if self._flush_bytes:
                 self._unflushed += end_offset - offset
                 if self._unflushed >= self._flush_bytes:
@@ -362,7 +326,7 @@ class EntryLogger:
             start = end
             run += 1
 
-    def _write_current(self, buffers: Sequence[bytes | memoryview], end_offset: int) -> None:
+    def _write_current(self, buffers: list[bytes], end_offset: int) -> None:
         """Write buffered records to the current log, which then ends at ``end_offset``."""
         try:
             written = self._io.write_all(self._current_fd, buffers)

@@ -126,11 +126,10 @@ class WriteCache:
         """Every record but those of ``skip_ledgers``, grouped by ledger, in arrival order
         within a ledger: ``(buffers, entry ids, runs)`` with ``buffers`` = record header,
         entry, record header, entry, ..., one entry id per record and ``runs`` = ``(ledger
-        id, number of records)`` in order, as
-        :meth:`pybk.storage.entrylog.EntryLogger.append_records` takes them.  A few
-        C-level passes, and a stable sort by ledger id when some ledger's records are not
-        already together, whatever the number of ledgers.  A re-added entry id appears
-        twice; the later record is the one that counts.
+        id, number of records)`` in order, as :func:`pybk.storage.checkpoint.flush_records`
+        takes them.  A few C-level passes, and a stable sort by ledger id when some
+        ledger's records are not already together, whatever the number of ledgers.  A
+        re-added entry id appears twice; the later record is the one that counts.
         """
         ledger_ids = self._ledger_ids
         order: Iterable[int] | None = None  # the records to take, in order (None: all)

@@ -63,7 +63,7 @@ class FaultyFileIO(FileIO):
         self._log_fd = (os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                         if log_path else -1)
 
-    def write_all(self, fd: int, buffers: Sequence[bytes | memoryview]) -> int:
+    def write_all(self, fd: int, buffers: Sequence[bytes]) -> int:
         self._before_write(fd, os.lseek(fd, 0, os.SEEK_CUR), sum(len(b) for b in buffers))
         return super().write_all(fd, buffers)
 
