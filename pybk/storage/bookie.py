@@ -362,17 +362,22 @@ class Bookie:
         if failure is not None:
             raise failure
 
-    def _writable_state(self, ledger_id: int, master_key: bytes) -> LedgerState:
-        """The ledger's state for a mutation, created (and its key journaled) on first use.
+    def _writable_state(self, ledger_id: int, master_key: bytes, records: list[bytes]
+                        ) -> LedgerState:
+        """The ledger's state for a mutation, created on first use.
 
-        Caller holds the lock.
+        A new ledger's MASTER_KEY record (header, payload) is appended to ``records``: the
+        caller appends its own records after it and journals them all in one submission
+        before releasing the lock.  So the key is written with the mutation that needs it,
+        in one write, ahead of it (replay meets the key first, and a torn tail that keeps
+        the mutation keeps the key), and the mutation completes only once both are durable
+        (written, for a deferred add).  Caller holds the lock.
         """
         state = self._state(ledger_id)
         if state is None:
             payload = codec.LEDGER_ID.pack(ledger_id) + master_key
-            header = codec.record_header(codec.MASTER_KEY, payload)
-            self._journal.submit_many_locked((header, payload), len(header) + len(payload),
-                                             _ignore)
+            records.append(codec.record_header(codec.MASTER_KEY, payload))
+            records.append(payload)
             state = self._states[ledger_id] = LedgerState(master_key)
             self._dirty.add(ledger_id)
             return state
@@ -474,7 +479,7 @@ class Bookie:
             for ledger_id, master_key, recovery, positions, entry_ids, entries, record_headers, \
                     lac in checked:
                 try:
-                    state = self._state_for_add(ledger_id, master_key, recovery)
+                    state = self._state_for_add(ledger_id, master_key, recovery, buffers)
                 except BookKeeperError as e:
                     for i in positions:
                         errors[i] = e
@@ -536,12 +541,14 @@ class Bookie:
         record_header = _record_headers((entry,))[0]
         self._make_room()
         due: list[LacWatcher] = []
+        records: list[bytes] = []  # a new ledger's key record, then the add's
         with self._lock:
-            state = self._state_for_add(ledger_id, master_key, recovery)
+            state = self._state_for_add(ledger_id, master_key, recovery, records)
             self._active.put(ledger_id, entry_id, record_header, entry)
             self._raise_lac_locked(ledger_id, state, lac, due)
-            self._journal.submit_many_locked((record_header, entry),
-                                             len(record_header) + len(entry), callback, wake,
+            records.append(record_header)
+            records.append(entry)
+            self._journal.submit_many_locked(records, sum(map(len, records)), callback, wake,
                                              deferred)
         if due:
             _notify(due)
@@ -568,15 +575,17 @@ class Bookie:
             self._wait_for_cache_space()
         self._journal.wait_for_queue_space()
 
-    def _state_for_add(self, ledger_id: int, master_key: bytes, recovery: bool
-                       ) -> LedgerState:
-        """The state of a ledger taking adds, checked (closed bookie, key, fence).  Caller
-        holds the lock, and journals the adds before releasing it."""
+    def _state_for_add(self, ledger_id: int, master_key: bytes, recovery: bool,
+                       records: list[bytes]) -> LedgerState:
+        """The state of a ledger taking adds, checked (closed bookie, key, fence); a new
+        ledger's key record goes to ``records`` (see :meth:`_writable_state`).  Caller
+        holds the lock, and journals ``records`` and the adds after them before releasing
+        it."""
         if self._closed:
             raise BookieClosed("the bookie is closed")
         state = self._states.get(ledger_id)
         if state is None or state.master_key != master_key or state.deleted:
-            state = self._writable_state(ledger_id, master_key)
+            state = self._writable_state(ledger_id, master_key, records)
         if state.fenced and not recovery:
             raise LedgerFenced(f"ledger {ledger_id} is fenced")
         return state
@@ -611,13 +620,13 @@ class Bookie:
         self._check_journal()
         future: Future = Future()
         payload = codec.LEDGER_ID.pack(ledger_id)
+        records: list[bytes] = []
         with self._lock:
             state = self._state(ledger_id)
             if state is not None and state.deleted:  # recovering it finds nothing
                 raise NoSuchLedger(f"ledger {ledger_id} was deleted")
-            state = self._writable_state(ledger_id, master_key)
-            self._journal.submit_locked(codec.record_header(codec.FENCE, payload), payload,
-                                        _future_setter(future))
+            state = self._writable_state(ledger_id, master_key, records)
+            _submit_after(self._journal, records, codec.FENCE, payload, _future_setter(future))
             state.fenced = True
             self._dirty.add(ledger_id)
         return future
@@ -628,10 +637,11 @@ class Bookie:
         future: Future = Future()
         payload = codec.LEDGER_LAC.pack(ledger_id, lac)
         due: list[LacWatcher] = []
+        records: list[bytes] = []
         with self._lock:
-            state = self._writable_state(ledger_id, master_key)
-            self._journal.submit_locked(codec.record_header(codec.EXPLICIT_LAC, payload),
-                                        payload, _future_setter(future))
+            state = self._writable_state(ledger_id, master_key, records)
+            _submit_after(self._journal, records, codec.EXPLICIT_LAC, payload,
+                          _future_setter(future))
             if state.explicit_lac is None or lac > state.explicit_lac:
                 state.explicit_lac = lac
                 self._dirty.add(ledger_id)
@@ -1171,8 +1181,13 @@ def _record_headers(entries: Sequence[bytes]) -> list[bytes]:
                     itertools.repeat(codec.ADD)))
 
 
-def _ignore(_result: object) -> None:
-    """Completion of a record whose outcome rides on a later record's (the master key)."""
+def _submit_after(journal: jr.Journal, records: list[bytes], record_type: int,
+                  payload: bytes, callback: jr.RecordCallback) -> None:
+    """Journal a record after ``records`` (a new ledger's key record, or none), all in one
+    submission completed by ``callback``.  Caller holds the journal's queue lock."""
+    records.append(codec.record_header(record_type, payload))
+    records.append(payload)
+    journal.submit_many_locked(records, sum(map(len, records)), callback)
 
 
 def _future_setter(future: Future, result: object = None) -> Callable[[object], None]:
