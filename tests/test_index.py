@@ -1,10 +1,11 @@
-"""The LMDB index on its own: a checkpoint's locations land whole, however many."""
+"""The LMDB index on its own: a checkpoint's locations and ledger states land whole,
+however many."""
 
 from __future__ import annotations
 
 import pytest
 
-from pybk.storage.index import PUT_SLICE_ITEMS, Index, StoredLocation
+from pybk.storage.index import PUT_SLICE_ITEMS, Index, StoredLedgerState, StoredLocation
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,5 +25,26 @@ def test_a_checkpoint_commits_every_location_in_slices_and_newer_ones_replace_ol
         assert [index.location(5, e) for e in range(count)] == \
             [StoredLocation(2, e, 20) for e in range(count)]
         assert index.last_log_id() == 2
+    finally:
+        index.close()
+
+
+def test_a_checkpoint_stores_every_ledger_state_in_slices(tmp_path):
+    """States are encoded and put a slice at a time: each of more than two slices' worth
+    reads back as committed (fence, deletion, LACs, key), and a later commit replaces
+    them; the deleted ones get their ``deleted`` rows."""
+    count = 2 * PUT_SLICE_ITEMS + 7
+
+    def state(ledger_id: int, lac: int) -> StoredLedgerState:
+        return StoredLedgerState(b"key-%d" % ledger_id, ledger_id % 3 == 0, ledger_id % 5 == 0,
+                                 lac, ledger_id if ledger_id % 2 else None)
+
+    index = Index(str(tmp_path))
+    try:
+        for lac in (1, 2):
+            states = {lid: state(lid, lac) for lid in range(count, 0, -1)}  # unordered
+            index.commit_checkpoint(iter(()), states, (), 1)
+            assert dict(index.ledger_states()) == states
+        assert index.deleted_ledgers() == [lid for lid in range(1, count + 1) if lid % 5 == 0]
     finally:
         index.close()

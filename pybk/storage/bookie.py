@@ -71,7 +71,7 @@ from pybk.storage.diskcheck import DiskMonitor, UsageFunction, free_and_total_by
 from pybk.storage.entries import ENTRY_HEADER, ENTRY_HEADER_SIZE, LAST_ENTRY
 from pybk.storage.entrylog import EntryLogger, Location
 from pybk.storage.gc import GarbageCollector, GcStats, GcStatus
-from pybk.storage.index import Index, StoredLedgerState
+from pybk.storage.index import Index, StoredLedgerState, live_ledgers_of
 from pybk.storage.lastmark import read_mark
 from pybk.storage.writecache import WriteCache
 
@@ -832,8 +832,7 @@ class Bookie:
             if self._durably_deleted:
                 # A ledger made again after it was forgotten, whose deletion a replay
                 # made durable once more: it is live, GC must not take its entries.
-                self._durably_deleted.difference_update(
-                    lid for lid, st in generation.states.items() if not st.deleted)
+                self._durably_deleted.difference_update(live_ledgers_of(generation.states))
             self._durably_deleted |= gone
             if generation.states:  # before any of them may be evicted
                 self._highest_stored_ledger = max(self._highest_stored_ledger,

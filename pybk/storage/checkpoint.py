@@ -53,7 +53,7 @@ from pybk.fileio import DEFAULT_IO, FileIO
 from pybk.settings import ServerSettings
 from pybk.storage.entrylog import EntryLogger
 from pybk.storage.gc import GarbageCollector
-from pybk.storage.index import Index, StoredLedgerState
+from pybk.storage.index import Index, StoredLedgerState, deleted_ledgers_of
 from pybk.storage.journal import Journal, Waiter
 from pybk.storage.journal_codec import LogMark
 from pybk.storage.lastmark import write_mark
@@ -81,7 +81,7 @@ def flush_generation(generation: Generation, entry_logs: EntryLogger, index: Ind
     Entries of ledgers deleted in the generation are not written.
     """
     cache, states, deletes = generation
-    gone = deletes | {lid for lid, st in states.items() if st.deleted}
+    gone = deletes.union(deleted_ledgers_of(states))
     # Every ledger's records in one sequence: one append (a writev per flushEntrylogBytes
     # step, not per ledger) and index items built in C for all of them.
     buffers, entry_ids, runs = cache.records(gone)
