@@ -15,6 +15,10 @@ written), each thread forcing a ledger after every ``FORCE_EVERY`` of its adds: 
 to the ``--acks`` file only once a force after it completed, and to the ``--written`` file
 once it was acknowledged as written.
 
+``--new-ledgers`` makes every add the first of a new ledger (its entry 0, ledgers from
+``crashutil.NEW_LEDGERS_FROM`` on, each thread every ``threads``-th id), blocking and
+asynchronous as above: the adds that journal a ledger's master key with its first entry.
+
 ``--faulty-log`` puts a :class:`pybk.testing.faultyio.FaultyFileIO` under the bookie that logs its
 unsynced writes there; with ``--kill-before-sync N`` the child SIGKILLs itself just before
 its N-th sync (of a file whose name ends with ``--kill-sync-of``), with
@@ -24,13 +28,14 @@ its N-th sync (of a file whose name ends with ``--kill-sync-of``), with
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
 import sys
 import threading
 import traceback
 
-from crashutil import KEY, LEDGERS, AckLog, expected_entry
+from crashutil import KEY, LEDGERS, NEW_LEDGERS_FROM, AckLog, expected_entry
 
 from pybk.errors import NoSuchLedger
 from pybk.fileio import DEFAULT_IO
@@ -83,33 +88,56 @@ def next_entry_id(bookie: Bookie, ledger_id: int) -> int:
     return 0 if last is None else last + 1
 
 
+class Adder:
+    """One thread's adds, blocking or asynchronous at random (ASYNC_WINDOW in flight),
+    each written to the ack log once acknowledged."""
+
+    def __init__(self, bookie: Bookie, rng: random.Random, acks: AckLog) -> None:
+        self._bookie = bookie
+        self._rng = rng
+        self._acks = acks
+        self._window = threading.BoundedSemaphore(ASYNC_WINDOW)
+
+    def add(self, ledger_id: int, entry_id: int) -> None:
+        data = expected_entry(ledger_id, entry_id)
+        if self._rng.random() < 0.5:
+            self._bookie.add_entry(ledger_id, entry_id, data, KEY)
+            self._acks.entry(ledger_id, entry_id)
+            return
+        if not self._window.acquire(timeout=30):
+            raise TimeoutError("asynchronous adds not acknowledged within 30 s")
+
+        def done(error: BaseException | None) -> None:
+            if error is not None:
+                print(f"add {ledger_id}/{entry_id} failed: {error!r}", file=sys.stderr)
+                os._exit(2)
+            self._acks.entry(ledger_id, entry_id)
+            self._window.release()
+
+        self._bookie.add_entry_async(ledger_id, entry_id, data, KEY, callback=done)
+
+
+def new_ledger_writer(bookie: Bookie, first_ledger: int, step: int, rng: random.Random,
+                      acks: AckLog) -> None:
+    """Entry 0 of ledgers ``first_ledger``, ``first_ledger + step``, ...: each add is its
+    ledger's first."""
+    try:
+        adder = Adder(bookie, rng, acks)
+        for ledger_id in itertools.count(first_ledger, step):
+            adder.add(ledger_id, 0)
+    except BaseException:
+        fail()
+
+
 def writer(bookie: Bookie, ledgers: list[int], rng: random.Random, acks: AckLog) -> None:
     try:
         next_ids = {ledger_id: next_entry_id(bookie, ledger_id) for ledger_id in ledgers}
-        window = threading.BoundedSemaphore(ASYNC_WINDOW)
-
-        def completion(ledger_id: int, entry_id: int):
-            def done(error: BaseException | None) -> None:
-                if error is not None:
-                    print(f"add {ledger_id}/{entry_id} failed: {error!r}", file=sys.stderr)
-                    os._exit(2)
-                acks.entry(ledger_id, entry_id)
-                window.release()
-            return done
-
+        adder = Adder(bookie, rng, acks)
         for count in range(1, 1 << 62):
             ledger_id = rng.choice(ledgers)
             entry_id = next_ids[ledger_id]
             next_ids[ledger_id] += 1
-            data = expected_entry(ledger_id, entry_id)
-            if rng.random() < 0.5:
-                bookie.add_entry(ledger_id, entry_id, data, KEY)
-                acks.entry(ledger_id, entry_id)
-            else:
-                if not window.acquire(timeout=30):
-                    raise TimeoutError("asynchronous adds not acknowledged within 30 s")
-                bookie.add_entry_async(ledger_id, entry_id, data, KEY,
-                                       callback=completion(ledger_id, entry_id))
+            adder.add(ledger_id, entry_id)
             if count % LAC_EVERY == 0:
                 bookie.set_explicit_lac(ledger_id, entry_id, KEY).result(timeout=30)
                 acks.lac(ledger_id, entry_id)
@@ -130,6 +158,8 @@ def main() -> None:
     parser.add_argument("--kill-before-log-header", action="store_true")
     parser.add_argument("--deferred", action="store_true", help="deferred adds and forces")
     parser.add_argument("--written", help="--deferred: file of adds acknowledged as written")
+    parser.add_argument("--new-ledgers", action="store_true",
+                        help="every add is the first of a new ledger")
     parser.add_argument("settings", nargs="+", help="ServerSettings as key=value")
     args = parser.parse_args()
     settings = ServerSettings.from_mapping(dict(kv.split("=", 1) for kv in args.settings))
@@ -155,7 +185,10 @@ def main() -> None:
     for t in range(args.threads):
         rng = random.Random(args.seed * 1000 + t)
         ledgers = list(LEDGERS[t::args.threads])
-        if args.deferred:
+        if args.new_ledgers:
+            threading.Thread(target=new_ledger_writer, args=(
+                bookie, NEW_LEDGERS_FROM + t, args.threads, rng, acks), daemon=True).start()
+        elif args.deferred:
             assert written is not None, "--deferred needs --written"
             threading.Thread(target=deferred_writer, args=(bookie, ledgers, rng, acks, written),
                              daemon=True).start()

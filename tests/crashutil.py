@@ -29,6 +29,9 @@ ROOT = os.path.dirname(TESTS)
 CHILD = os.path.join(TESTS, "crash_child.py")
 KEY = b"crash-test-key"
 LEDGERS = tuple(range(101, 109))  # 8 ledgers; the child's threads own them round-robin
+#: ``crash_child.py --new-ledgers``: the first ledger id; thread t takes every
+#: ``threads``-th id from ``NEW_LEDGERS_FROM + t``.
+NEW_LEDGERS_FROM = 1001
 KIB, MIB = 1024, 1024 * 1024
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from crashutil import expected_entry, files, restore_image, take_image
 
-from pybk.errors import NoSuchEntry
-from pybk.storage import Bookie, format_bookie
+from pybk.errors import NoSuchEntry, NoSuchLedger, Unauthorized
+from pybk.storage import Bookie, format_bookie, make_entry
 from pybk.storage import journal_codec as codec
 from pybk.storage.entries import ENTRY_HEADER
 
@@ -149,6 +149,56 @@ def test_torn_journal_tail_loses_only_what_follows_the_damage(journal_image, tmp
     restore_image(second_crash, settings)
     with Bookie(settings) as bookie:
         assert_entries(bookie, range(40))
+
+
+@pytest.mark.timeout(120)
+def test_a_torn_first_add_never_leaves_an_entry_without_its_key(tmp_path, settings_factory):
+    """A new ledger's first add journals its master key record and the ADD record in one
+    write, key first.  Whatever a crash tore of that write (cut at every byte, or the
+    key record garbled or zeroed with the ADD record intact), the restarted bookie holds
+    nothing of the ledger, or its key alone, or its key and the entry: never the entry
+    without its key (a ledger its writer could no longer add to)."""
+    settings = settings_factory(flushInterval=HOUR_MS)
+    format_bookie(settings)
+    ledger_id, key, first = 9, b"key", make_entry(9, 0, -1, b"first entry")
+    with Bookie(settings) as bookie:
+        bookie.add_entry(ledger_id, 0, first, key)
+        image = take_image(settings, tmp_path / "image")
+    [journal] = files(settings, ".txn")
+    records = list(codec.scan_journal(journal))
+    (key_type, key_payload, key_end, _), (add_type, add_payload, add_end, _) = records[-2:]
+    assert (key_type, key_payload, add_type, add_payload) == \
+        (codec.MASTER_KEY, codec.LEDGER_ID.pack(ledger_id) + key, codec.ADD, first)
+    key_start = key_end - codec.RECORD.size - len(key_payload)
+
+    def damaged(offset: int, garbage: bytes | None = None) -> str:
+        """What the bookie holds of the ledger once the journal was cut at ``offset`` (or,
+        with ``garbage``, once that was written there)."""
+        restore_image(image, settings)
+        with open(journal, "r+b") as f:
+            if garbage is None:
+                f.truncate(offset)
+            else:
+                f.seek(offset)
+                f.write(garbage)
+        with Bookie(settings) as bookie:
+            try:
+                held = "entry" if bookie.read_entry(ledger_id, 0) == first else "wrong"
+            except NoSuchLedger:
+                return "nothing"
+            except NoSuchEntry:
+                held = "key"
+            with pytest.raises(Unauthorized):  # the key is the ledger's, not an empty one
+                bookie.add_entry(ledger_id, 1, make_entry(ledger_id, 1, 0, b"x"), b"other")
+            bookie.add_entry(ledger_id, 1, make_entry(ledger_id, 1, 0, b"x"), key)
+            return held
+
+    for cut in range(key_start, add_end + 1):
+        expected = "nothing" if cut < key_end else "key" if cut < add_end else "entry"
+        assert damaged(cut) == expected, f"cut at {cut}"
+    for garbage in (b"\xff", bytes(len(key_payload))):  # garbled, or a lost page
+        assert damaged(key_end - len(key_payload), garbage) == "nothing", \
+            f"key record's payload overwritten with {garbage[:1]!r}"
 
 
 ENTRY_LOG_DAMAGES = ["garbage_appended", "unindexed_records", "torn_unindexed_record",
