@@ -315,16 +315,18 @@ class EntryLogger:
     def _account(self, runs: Sequence[tuple[int, int]], run_ends: list[int], ends: list[int],
                  first: int, last: int) -> None:
         """Add the bytes of records ``first`` .. ``last - 1``, just written to the current
-        log, to its ledger map, ledger by ledger."""
+        log, to its ledger map, ledger by ledger: C-level passes over the runs, no Python
+        step per ledger (a checkpoint's step may hold thousands of them)."""
         ledger_map = self.ledger_maps[self._current_id]
         run = bisect.bisect_right(run_ends, first)  # the run holding record ``first``
-        start = first
-        while start < last:
-            end = min(run_ends[run], last)
-            ledger_id = runs[run][0]
-            ledger_map[ledger_id] = ledger_map.get(ledger_id, 0) + ends[end] - ends[start]
-            start = end
-            run += 1
+        stop = bisect.bisect_right(run_ends, last - 1)  # the run holding ``last - 1``
+        bounds = list(map(ends.__getitem__, [first, *run_ends[run:stop], last]))
+        ledger_ids = list(map(operator.itemgetter(0), runs[run:stop + 1]))
+        # update() inserts as it reads, so a ledger of several runs (replay's journal
+        # order) gets the sum of their bytes.
+        ledger_map.update(zip(ledger_ids, map(
+            operator.add, map(ledger_map.get, ledger_ids, itertools.repeat(0)),
+            map(operator.sub, itertools.islice(bounds, 1, None), bounds))))
 
     def _write_current(self, buffers: list[bytes], end_offset: int) -> None:
         """Write buffered records to the current log, which then ends at ``end_offset``."""
