@@ -35,7 +35,6 @@ logged and harms nothing else.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import operator
@@ -103,11 +102,10 @@ class LedgerState:
 
 
 
-#: The stored form (:class:`StoredLedgerState`) of a :class:`LedgerState`, built in C: a
-#: NamedTuple's own constructor runs Python code, and the checkpoint's cut makes one per
-#: changed ledger while it holds the bookie's lock (adds wait).
-_state_fields = operator.attrgetter(*StoredLedgerState._fields)
-_stored_state = functools.partial(tuple.__new__, StoredLedgerState)
+#: The stored form (:data:`~pybk.storage.index.StateRow`) of a :class:`LedgerState`,
+#: built in C: the checkpoint's cut makes one per changed ledger while it holds the
+#: bookie's lock (adds wait).
+_state_row = operator.attrgetter(*StoredLedgerState._fields)
 
 
 #: Ledger states kept in memory beyond those of the ledgers changed since the last
@@ -812,8 +810,8 @@ class Bookie:
         finding its entries in ``_flushing`` until :meth:`_flush` is done.  Caller holds
         the lock."""
         dirty = self._dirty
-        generation = Generation(self._active, dict(zip(dirty, map(_stored_state, map(
-            _state_fields, map(self._states.__getitem__, dirty))))), self._pending_deletes)
+        generation = Generation(self._active, dict(zip(dirty, map(
+            _state_row, map(self._states.__getitem__, dirty)))), self._pending_deletes)
         self._flushing = self._active
         self._active = WriteCache()
         self._dirty = set()

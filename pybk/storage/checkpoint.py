@@ -53,7 +53,7 @@ from pybk.fileio import DEFAULT_IO, FileIO
 from pybk.settings import ServerSettings
 from pybk.storage.entrylog import EntryLogger
 from pybk.storage.gc import GarbageCollector
-from pybk.storage.index import Index, StoredLedgerState, deleted_ledgers_of
+from pybk.storage.index import Index, StateRow, deleted_ledgers_of
 from pybk.storage.journal import Journal, Waiter
 from pybk.storage.journal_codec import LogMark
 from pybk.storage.lastmark import write_mark
@@ -68,7 +68,7 @@ class Generation(NamedTuple):
     #: The entries added.
     cache: WriteCache
     #: The states of the ledgers that changed, as the index stores them.
-    states: dict[int, StoredLedgerState]
+    states: dict[int, StateRow]
     #: The ledgers deleted (their entries leave the index).
     deletes: set[int]
 
@@ -91,7 +91,7 @@ def flush_generation(generation: Generation, entry_logs: EntryLogger, index: Ind
 
 
 def flush_records(buffers: list[bytes], entry_ids: list[int], runs: list[tuple[int, int]],
-                  states: dict[int, StoredLedgerState], deletes: set[int],
+                  states: dict[int, StateRow], deletes: set[int],
                   entry_logs: EntryLogger, index: Index, gc: GarbageCollector,
                   entrylog_lock: threading.Lock) -> None:
     """Append records (``buffers`` = record header, entry, ...; ``runs`` = ``(ledger id,
