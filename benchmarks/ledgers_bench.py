@@ -10,7 +10,10 @@ For each ledger count N, one in-process bookie takes 200,000 adds of 1 KiB round
 over N ledgers (entry i goes to ledger ``i % N + 1``), 4,000 in flight, with the default
 settings (a checkpoint every second).  Measured:
 
-* ``adds_per_s``: the adds' rate (entries are built outside the timed part);
+* ``adds_per_s``: the adds' rate (entries are built outside the timed part), and
+  ``cpu_us_per_add``: the CPU time of all the process's threads (adds, journal,
+  checkpoints) over the adds, entries' building included (the same at every N), which
+  other work on a shared machine does not inflate as it does the rate;
 * ``checkpoints``: how many ran during the adds and their mean duration, then the
   duration of the final checkpoint (``final_checkpoint_s``);
 * ``index_bytes_per_entry``: LMDB's used pages over the entries held;
@@ -93,7 +96,8 @@ def chunk_entries(ledgers: int, first: int, count: int, body: bytes
 
 
 def round_robin(bookie: Bookie, ledgers: int, adds: int) -> float:
-    """Make ``adds`` round-robin adds, ``WINDOW`` in flight; the seconds spent adding."""
+    """Make ``adds`` round-robin adds, ``WINDOW`` in flight; the seconds spent adding
+    (building the entries excluded)."""
     body = entry_body(SMALL_ENTRY)
     flight = InFlight()
     add = bookie.add_entry_async
@@ -121,7 +125,9 @@ def measure_adds(workdir: str, ledgers: int, adds: int) -> dict:
     format_bookie(settings)
     before = rss_mb()
     with Bookie(settings) as bookie:
+        cpu_started = time.process_time()
         seconds = round_robin(bookie, ledgers, adds)
+        cpu_seconds = time.process_time() - cpu_started
         flush = bookie.stats.flush
         count, total_ms = flush.count, flush.sum
         started = time.perf_counter()
@@ -134,6 +140,7 @@ def measure_adds(workdir: str, ledgers: int, adds: int) -> dict:
         index_bytes = gauges.index_bytes
     figures = {"adds": adds, "seconds": round(seconds, 3),
                "adds_per_s": round(adds / seconds, 1),
+               "cpu_us_per_add": round(cpu_seconds / adds * 1e6, 2),
                "checkpoints": count,
                "checkpoint_mean_s": round(total_ms / count / 1000, 3) if count else None,
                "final_checkpoint_s": round(final, 3),
@@ -141,7 +148,8 @@ def measure_adds(workdir: str, ledgers: int, adds: int) -> dict:
                "memory_growth_mb": round(growth, 1),
                "index_mb": round(index_bytes / MIB, 1),
                "ledger_states_in_memory": states}
-    say(f"N={ledgers}: {figures['adds_per_s']:.0f} adds/s, {count} checkpoints of "
+    say(f"N={ledgers}: {figures['adds_per_s']:.0f} adds/s ({figures['cpu_us_per_add']} us "
+        f"of CPU each), {count} checkpoints of "
         f"{figures['checkpoint_mean_s']} s, final {figures['final_checkpoint_s']} s, "
         f"index {figures['index_bytes_per_entry']} B/entry, +{figures['memory_growth_mb']} MiB")
     return figures
@@ -195,6 +203,7 @@ def with_ratios(runs: dict[int, dict]) -> None:
     for figures in runs.values():
         figures["ratio_to_1"] = {
             "adds_per_s": ratio(figures["adds_per_s"], base["adds_per_s"]),
+            "cpu_us_per_add": ratio(figures["cpu_us_per_add"], base["cpu_us_per_add"]),
             "checkpoint_mean_s": ratio(figures["checkpoint_mean_s"] or 0,
                                        base["checkpoint_mean_s"] or 0),
             "final_checkpoint_s": ratio(figures["final_checkpoint_s"],
