@@ -539,15 +539,17 @@ class Bookie:
         record_header = _record_headers((entry,))[0]
         self._make_room()
         due: list[LacWatcher] = []
-        records: list[bytes] = []  # a new ledger's key record, then the add's
+        key_record: list[bytes] = []  # a new ledger's (see _writable_state)
         with self._lock:
-            state = self._state_for_add(ledger_id, master_key, recovery, records)
+            state = self._state_for_add(ledger_id, master_key, recovery, key_record)
             self._active.put(ledger_id, entry_id, record_header, entry)
             self._raise_lac_locked(ledger_id, state, lac, due)
-            records.append(record_header)
-            records.append(entry)
-            self._journal.submit_many_locked(records, sum(map(len, records)), callback, wake,
-                                             deferred)
+            records: Sequence[bytes] = (record_header, entry)
+            nbytes = len(record_header) + len(entry)
+            if key_record:  # the key first, in the same write
+                records = [*key_record, *records]
+                nbytes += sum(map(len, key_record))
+            self._journal.submit_many_locked(records, nbytes, callback, wake, deferred)
         if due:
             _notify(due)
 
