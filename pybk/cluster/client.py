@@ -108,6 +108,8 @@ _DOWN_EVENTS: dict[int, str] = {  # keyed by the monitor's event number
     zmq.EVENT_HANDSHAKE_FAILED_AUTH: "ZeroMQ handshake failed (authentication)",
 }
 _MONITORED = _UP_EVENT | sum(_DOWN_EVENTS)
+# Plain ints: an enum operand makes every test build a flag object in Python.
+_EVENTS, _POLLIN, _POLLOUT = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.POLLOUT)
 
 #: What each operation's future gives, from its success reply (adds: see _AddBatch).
 _RESULTS: dict[Op, Callable[[Reply], object]] = {
@@ -134,7 +136,9 @@ class ClientLoop:
         self._ids = itertools.count(1)
         self._poller = zmq.Poller()
         self._poller.register(self._mailbox.fileno(), zmq.POLLIN)
-        self._handlers: dict[zmq.Socket | int, Callable[[], None]] = {}
+        # Keyed by descriptor: the poller reports descriptors for a third of the cost of
+        # sockets (which it asks ZeroMQ about one by one at every poll).
+        self._handlers: dict[int, Callable[[], None]] = {}
         self._connections: set[_Connection] = set()
         self.deadlines: Deadlines[_Pending] = Deadlines(lambda p: not p.done)
         # Requests other threads sent, with their deadlines, for the loop to time
@@ -222,9 +226,10 @@ class ClientLoop:
     # -- on the loop's thread ---------------------------------------------------------
 
     def attach(self, connection: "_Connection",
-               handlers: dict[zmq.Socket | int, Callable[[], None]]) -> bool:
-        """Start polling a connection's sockets and descriptors (for POLLIN); False if
-        the loop is stopping."""
+               handlers: dict[int, Callable[[], None]]) -> bool:
+        """Start polling a connection's descriptors (for POLLIN; a ZeroMQ socket's is its
+        edge-triggered ``ZMQ_FD``, so its handler takes everything waiting); False if the
+        loop is stopping."""
         if self._stopping:
             return False
         self._connections.add(connection)
@@ -233,11 +238,11 @@ class ClientLoop:
             self._poller.register(socket, zmq.POLLIN)
         return True
 
-    def detach(self, connection: "_Connection", sockets: list[zmq.Socket | int]) -> None:
+    def detach(self, connection: "_Connection", descriptors: list[int]) -> None:
         self._connections.discard(connection)
-        for socket in sockets:
-            self._handlers.pop(socket, None)
-            self._poller.unregister(socket)
+        for fd in descriptors:
+            self._handlers.pop(fd, None)
+            self._poller.unregister(fd)
 
     def _stop(self) -> None:
         self._stopping = True
@@ -264,11 +269,11 @@ class ClientLoop:
         try:
             mailbox = self._mailbox.fileno()  # the poller reports it by number
             while not self._stopping:
-                for socket, _ in self._poller.poll(self._sleep_ms()):
-                    if socket == mailbox:
+                for fd, _ in self._poller.poll(self._sleep_ms()):
+                    if fd == mailbox:
                         self._mailbox.run_posted()
                     else:
-                        handler = self._handlers.get(socket)
+                        handler = self._handlers.get(fd)
                         if handler is not None:  # None: detached earlier in this round
                             handler()
                 ready, self._ready = self._ready, []
@@ -526,6 +531,8 @@ class _Connection:
         self.lock = threading.RLock()  # see the class docstring
         self._pending: dict[int, _Pending] = {}
         self._backlog: deque[_Pending] = deque()  # not yet taken by ZeroMQ
+        # Requests other than adds that the loop is to send (see submit), in order.
+        self.calls: deque[_Pending] = deque()
         # Adds from any thread, batched into ADD messages on the loop's thread.
         self.adds: deque[_QueuedAdd] = deque()
         self.adds_posted = False
@@ -543,6 +550,7 @@ class _Connection:
         self._socket: zmq.Socket | None = None
         self._fd = -1  # the socket's ZMQ_FD, which the loop polls
         self._monitor: zmq.Socket | None = None
+        self._monitor_fd = -1  # the monitor socket's ZMQ_FD, which the loop polls
 
     @property
     def is_down(self) -> bool:
@@ -569,12 +577,16 @@ class _Connection:
             curve.connect_as_client(socket, *self._curve_keys)
         monitor = socket.get_monitor_socket(_MONITORED)
         fd = socket.getsockopt(zmq.FD)
-        if not self.loop.attach(self, {fd: self.serve, monitor: self._on_monitor}):
+        monitor_fd = monitor.getsockopt(zmq.FD)
+        if not self.loop.attach(self, {fd: self.serve, monitor_fd: self._on_monitor}):
             _close_sockets(socket, monitor)
             self._state = _State.CLOSED
             self.refusing = True
             return
         self._socket, self._fd, self._monitor = socket, fd, monitor
+        self._monitor_fd = monitor_fd
+        # A ZMQ_FD signals new messages only once a receive found none: try one now.
+        self._on_monitor()
         try:
             socket.connect(self.address)
         except zmq.ZMQError as e:  # a malformed address: nothing will ever connect
@@ -719,6 +731,32 @@ class _Connection:
         else:
             self.send(batch)
 
+    def submit(self, call: _Pending) -> None:
+        """Send a request from this thread when the connection is up, nobody is using its
+        socket and no request submitted earlier waits for the loop (so requests leave in
+        the order made): no wake-up of the loop, no thread switch.  Else queue it for the
+        loop, which sends what is queued in order (failing it at once if the loop is
+        closed)."""
+        if not self.calls and self._state is _State.UP and self.lock.acquire(blocking=False):
+            try:
+                if self._state is _State.UP:  # may have changed before the lock
+                    self.send(call)
+                    return
+            finally:
+                self.lock.release()
+        self.calls.append(call)
+        if not self.loop.post(self.send_calls):
+            error = BookieUnavailable(f"the client of bookie {self.bookie_id} is closed")
+            for _ in range(len(self.calls)):
+                self.calls.popleft().fail(error)
+
+    def send_calls(self) -> None:
+        """Loop thread: send the requests queued by :meth:`submit`, in order."""
+        calls = self.calls
+        with self.lock:
+            for _ in range(len(calls)):
+                self.send(calls.popleft())
+
     def send(self, pending: _Pending) -> None:
         """Send a request, or queue it until the connection is up (any thread; fails it
         at once when down or closed, which only the loop's thread meets)."""
@@ -751,7 +789,7 @@ class _Connection:
                                              "closed"))
             if self._socket is not None:
                 assert self._monitor is not None  # set with the socket
-                self.loop.detach(self, [self._fd, self._monitor])
+                self.loop.detach(self, [self._fd, self._monitor_fd])
                 self._socket.disable_monitor()
                 _close_sockets(self._socket, self._monitor)
 
@@ -839,8 +877,8 @@ class _Connection:
             return
         # The sends may have taken the descriptor's signal of waiting replies (or of
         # room for the backlog): then nothing else would wake the loop for them.
-        events = cast(int, socket.getsockopt(zmq.EVENTS))  # an int option
-        if events & zmq.POLLIN or backlog and events & zmq.POLLOUT:
+        events = cast(int, socket.getsockopt(_EVENTS))  # an int option
+        if events & _POLLIN or backlog and events & _POLLOUT:
             self.loop.serve_soon(self)
 
     def _take_replies(self) -> list[list[bytes]]:
@@ -1035,10 +1073,9 @@ class ZmqBookieClient(BookieClient):
         return future
 
     def _post(self, call: _Call) -> None:
-        """Hand ``call`` to the loop, which sends it (or fails it at once if closed)."""
-        if not self._loop.post(partial(self._connection.send, call)):
-            call.future.set_exception(BookieUnavailable(f"the client of bookie "
-                                                        f"{self.bookie_id} is closed"))
+        """Send ``call`` from this thread, or have the loop send it (see
+        :meth:`_Connection.submit`; fails it at once if the loop is closed)."""
+        self._connection.submit(call)
 
 
 def _close_sockets(*sockets: zmq.Socket | None) -> None:
