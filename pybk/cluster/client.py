@@ -60,6 +60,7 @@ import enum
 import itertools
 import logging
 import operator
+import select
 import threading
 import time
 from collections import deque
@@ -134,10 +135,10 @@ class ClientLoop:
         self._context = zmq.Context(io_threads=1)
         self._mailbox = Mailbox()
         self._ids = itertools.count(1)
-        self._poller = zmq.Poller()
-        self._poller.register(self._mailbox.fileno(), zmq.POLLIN)
-        # Keyed by descriptor: the poller reports descriptors for a third of the cost of
-        # sockets (which it asks ZeroMQ about one by one at every poll).
+        # Descriptors only (a ZeroMQ socket's ZMQ_FD): a plain poll, a third of the cost
+        # of zmq.Poller with sockets, which asks ZeroMQ about each at every poll.
+        self._poller = select.poll()
+        self._poller.register(self._mailbox.fileno(), select.POLLIN)
         self._handlers: dict[int, Callable[[], None]] = {}
         self._connections: set[_Connection] = set()
         self.deadlines: Deadlines[_Pending] = Deadlines(lambda p: not p.done)
@@ -147,6 +148,10 @@ class ClientLoop:
         self._sleep_until = 0.0
         # Connections to serve at the next round without waiting for their descriptor.
         self._ready: list[_Connection] = []
+        # Replies received this round, handled last, just before the loop sleeps (see
+        # _run), and whether their handling started a request's timer.
+        self._replies: list[tuple[_Connection, list[list[bytes]]]] = []
+        self._timer_started = False
         self._stopping = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="pybk-zmq-client",
@@ -180,6 +185,7 @@ class ClientLoop:
         deadline = time.monotonic() + pending.timeout_s
         if self.on_loop_thread():
             self.deadlines.add(deadline, pending)
+            self._timer_started = True
             return
         self._sent_elsewhere.append((deadline, pending))
         if deadline < self._sleep_until:  # read after the append: see _sleep_ms
@@ -235,7 +241,7 @@ class ClientLoop:
         self._connections.add(connection)
         for socket, handler in handlers.items():
             self._handlers[socket] = handler
-            self._poller.register(socket, zmq.POLLIN)
+            self._poller.register(socket, select.POLLIN)
         return True
 
     def detach(self, connection: "_Connection", descriptors: list[int]) -> None:
@@ -246,6 +252,25 @@ class ClientLoop:
 
     def _stop(self) -> None:
         self._stopping = True
+
+    def handle_later(self, connection: "_Connection", replies: list[list[bytes]]) -> None:
+        """Have ``connection`` handle ``replies`` at the end of this round (loop thread)."""
+        self._replies.append((connection, replies))
+
+    def handle_replies(self) -> None:
+        """Handle the replies received so far (loop thread; before a connection fails
+        what is outstanding, as the replies that came before still count)."""
+        replies, self._replies = self._replies, []
+        for connection, frames in replies:
+            connection.handle_replies(frames)
+
+    def _handle_replies(self, sleep_ms: int) -> int:
+        """Handle the replies of this round; return how long the loop may sleep now
+        (``sleep_ms``, unless their callbacks sent a request or left a socket to serve).
+        """
+        self._timer_started = False
+        self.handle_replies()
+        return self._sleep_ms() if self._ready or self._timer_started else sleep_ms
 
     def _sleep_ms(self) -> int:
         """How long the next poll may sleep, once the deadlines of requests sent by other
@@ -269,7 +294,13 @@ class ClientLoop:
         try:
             mailbox = self._mailbox.fileno()  # the poller reports it by number
             while not self._stopping:
-                for fd, _ in self._poller.poll(self._sleep_ms()):
+                sleep_ms = self._sleep_ms()
+                if self._replies:
+                    # Last before sleeping: a reply's callback wakes the thread waiting
+                    # for it, which then finds the interpreter lock free instead of
+                    # waiting for it a second time while this thread goes on.
+                    sleep_ms = self._handle_replies(sleep_ms)
+                for fd, _ in self._poller.poll(sleep_ms):
                     if fd == mailbox:
                         self._mailbox.run_posted()
                     else:
@@ -285,6 +316,7 @@ class ClientLoop:
             log.exception("ZeroMQ client loop failed; closing its connections")
         finally:
             self._stopping = True
+            self.handle_replies()
             self._mailbox.close()
             self._mailbox.run_posted()  # work posted before the close: it fails cleanly
             for connection in list(self._connections):
@@ -780,6 +812,9 @@ class _Connection:
                                    f"{pending.op.name} within {pending.timeout_s} s"))
 
     def close(self) -> None:
+        """Loop thread: fail what is outstanding (after the replies already received) and
+        close the sockets."""
+        self.loop.handle_replies()
         with self.lock:
             if self._state is _State.CLOSED:
                 return
@@ -803,6 +838,11 @@ class _Connection:
             replies = self._take_replies()
             if self._backlog and self._state is _State.UP:
                 self._flush()
+        if replies:
+            self.loop.handle_later(self, replies)
+
+    def handle_replies(self, replies: list[list[bytes]]) -> None:
+        """Loop thread: complete the requests ``replies`` answer."""
         for frames in replies:
             self._on_reply(frames)
 
@@ -835,8 +875,8 @@ class _Connection:
             if self._state is _State.CLOSED:
                 return
             replies = self._take_replies()
-        for frames in replies:
-            self._on_reply(frames)
+        self.loop.handle_replies()
+        self.handle_replies(replies)
         with self.lock:
             if self._state in (_State.DOWN, _State.CLOSED):
                 return
