@@ -687,6 +687,14 @@ class _Connection:
         tokens)`` groups in message order (failing entries over the maximum alone, at
         once)."""
         adds = self.adds
+        max_entry = self._settings.maxEntrySizeBytes
+        if len(adds) == 1 and len(adds[0].entry) <= max_entry:  # the light load's message
+            add = adds.popleft()
+            ledger_adds = add.ledger_adds
+            return ([wire.AddRun(ledger_adds.ledger_id, [add.entry_id], [add.entry],
+                                 ledger_adds.master_key, ledger_adds.recovery,
+                                 ledger_adds.deferred)],
+                    [(ledger_adds.sink, [add.token])])
         # Taken with popleft, never through an iterator of the deque: other threads
         # append to it, and an append after an iterator was made fails the iterator's
         # next step ("deque mutated during iteration"); the interpreter lock can pass to
@@ -697,7 +705,6 @@ class _Connection:
         items = [popleft() for _ in range(min(len(adds), wire.MAX_ADDS_PER_MESSAGE))]
         # The most bytes each add takes in the body: its entry, and a run of its own.
         costs = [len(add.entry) + add.ledger_adds.overhead for add in items]
-        max_entry = self._settings.maxEntrySizeBytes
         oversized = max(costs) > max_entry + _LEAST_ADD_OVERHEAD and \
             max(len(add.entry) for add in items) > max_entry
         if oversized:  # they fail alone below, not in a message they would fail whole
@@ -747,9 +754,8 @@ class _Connection:
                     ) -> None:
         request_id = self.loop.next_request_id()
         try:
-            body = wire.encode_adds(runs, self._settings.maxEntrySizeBytes)
-            frames = wire.encode_request(Request(Op.ADD, request_id, entry=body),
-                                         self._settings.maxEntrySizeBytes)
+            frames = wire.encode_add_request(request_id, runs,
+                                             self._settings.maxEntrySizeBytes)
         except BookKeeperError as e:
             frames = []
             error: BookKeeperError | None = e
