@@ -67,7 +67,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Sequence
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -157,6 +157,7 @@ class ClientLoop:
         self._thread = threading.Thread(target=self._run, name="pybk-zmq-client",
                                         daemon=True)
         self._thread.start()
+        self._thread_id = self._thread.ident  # read at every send: a field, not a property
 
     def __enter__(self) -> "ClientLoop":
         return self
@@ -176,7 +177,7 @@ class ClientLoop:
         return self._mailbox.post(work)
 
     def on_loop_thread(self) -> bool:
-        return threading.get_ident() == self._thread.ident
+        return threading.get_ident() == self._thread_id
 
     def start_timer(self, pending: "_Pending") -> None:
         """Fail ``pending`` with Timeout once its time limit passes (any thread: a request
@@ -923,7 +924,7 @@ class _Connection:
             return
         # The sends may have taken the descriptor's signal of waiting replies (or of
         # room for the backlog): then nothing else would wake the loop for them.
-        events = cast(int, socket.getsockopt(_EVENTS))  # an int option
+        events: int = socket.getsockopt(_EVENTS)  # type: ignore[assignment]  # an int
         if events & _POLLIN or backlog and events & _POLLOUT:
             self.loop.serve_soon(self)
 
