@@ -849,14 +849,16 @@ class LedgerHandle:
         return None
 
     def read_last_add_confirmed(self) -> int:
-        """Ask the bookies of the last fragment for the LAC; the highest answer wins."""
+        """Ask the bookies of the last fragment for the LAC, all at once (one wait for
+        their answers, within ``readTimeout``); the highest answer wins."""
         if self._metadata.state is LedgerState.CLOSED:
             return self._metadata.closed_last_entry_id()
+        asked = [self._read_lac_of(b) for b in self._metadata.fragments[-1].ensemble]
+        deadline = time.monotonic() + self._bk.settings.readTimeout
         answers = []
-        for bookie_id in self._metadata.fragments[-1].ensemble:
-            future = self._bk.bookie_client(bookie_id).read_lac(self.id)
+        for future in asked:
             try:
-                answers.append(future.result(timeout=self._bk.settings.readTimeout))
+                answers.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
             except (BookKeeperError, FutureTimeout):
                 continue
         with self._lock:

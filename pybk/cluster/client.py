@@ -7,15 +7,18 @@ are matched by id, in whatever order they come (:mod:`pybk.cluster.wire`).
 
 Threads.  A :class:`ClientLoop` is one I/O thread that owns the sockets of every client
 made on it: it opens and closes them, follows their connections, times requests out and
-receives every reply.  Callers on any thread hand it their other requests through a
-:class:`~pybk.cluster.mailbox.Mailbox`; adds they send themselves when they can (a
-thread that queues an add writes the ADD message to the socket when nobody else is using
-it, under the connection's lock, so a light load costs no wake-up of the loop on the way
-out; see :class:`_Connection`).  Share one loop between the clients of a process
-(``ZmqBookieClient(..., loop=loop)``); a client made without one gets its own.  The
-futures a client returns complete on the loop's thread, so their callbacks must be short
-and must not wait for other requests (the ledger client's callbacks are written that way,
-as they are for the bookie's journal thread).
+receives every reply.  Callers on any thread send their requests themselves when they
+can (a thread writes its request, or the ADD message of the adds queued, to the socket
+when nobody else is using it, under the connection's lock, so a light load costs no
+wake-up of the loop on the way out; see :class:`_Connection`), and else hand them to the
+loop through a :class:`~pybk.cluster.mailbox.Mailbox`.  Share one loop between the
+clients of a process (``ZmqBookieClient(..., loop=loop)``); a client made without one
+gets its own.  The futures a client returns complete on the loop's thread, so their
+callbacks must be short and must not wait for other requests (the ledger client's
+callbacks are written that way, as they are for the bookie's journal thread).  The loop
+handles the replies of a round last, just before it sleeps: a completion wakes the
+thread waiting for it, which then finds the interpreter lock free rather than waiting
+for it a second time (a thread switch each way) while the loop goes on.
 
 Failures:
 
@@ -541,7 +544,8 @@ class _Connection:
 
     The loop's thread owns the connection's life (open, up, down, close) and reads every
     reply.  A thread queuing an add sends the ADD message itself when the socket is free
-    (:meth:`lead_adds`), instead of waking the loop.  ``lock`` serialises every use of
+    (:meth:`lead_adds`), and a thread making another request sends it (:meth:`submit`),
+    instead of waking the loop.  ``lock`` serialises every use of
     the socket (ZeroMQ sockets are not thread-safe; a lock's memory barrier makes passing
     one between threads safe) and of the sending state: the backlog, the ADD messages in
     flight, the state changes.  The loop never sleeps inside ZeroMQ on the socket: it
