@@ -387,6 +387,44 @@ def test_an_entry_over_the_maximum_fails_alone(bookie_factory, settings_factory,
     assert bookie.entry_ids(3) == list(range(6))
 
 
+def test_a_callers_requests_leave_in_order_whether_it_sends_them_or_the_loop_does(closing):
+    """A caller sends its request itself when the connection's socket is free; while
+    another thread uses it, the request waits for the loop, and the caller's next
+    requests wait behind it rather than overtake it once the socket is free again."""
+    router = closing.enter_context(RawRouter())
+    client = closing.enter_context(ZmqBookieClient("B1", router.address, PATIENT))
+    client.read_lac(1)  # the first request waits for the connection: then it is up
+    identity, header = router.receive(timeout_s=10)
+    router.send([identity, *wire.encode_reply(wire.Reply(
+        wire.Op.READ_LAC, wire.decode_request([header], 1024).request_id), 1024)])
+    wait_until(lambda: not client._connection.calls, "the first request answered")
+    connection = client._connection
+    held, release = threading.Event(), threading.Event()
+
+    def hold_socket() -> None:  # another thread using the socket
+        with connection.lock:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold_socket)
+    holder.start()
+    try:
+        assert held.wait(10)
+        client.read_lac(2)  # the socket is taken: left to the loop
+        assert connection.calls, "a request sent while another thread held the socket"
+    finally:
+        release.set()
+        holder.join(10)
+    for ledger_id in range(3, 8):  # socket free again, maybe before the loop sent 2
+        client.read_lac(ledger_id)
+    ledgers = []
+    for _ in range(6):
+        message = router.receive(timeout_s=10)
+        assert message is not None, f"requests received: {ledgers}"
+        ledgers.append(wire.decode_request(message[1:], 1024).ledger_id)
+    assert ledgers == list(range(2, 8))
+
+
 def test_a_ledger_sender_queues_runs_and_refuses_once_the_connection_is_down(closing):
     """ledger_adds: each send is one add of that ledger, key and sink (sent as runs of
     one ADD message); once the bookie went away, send queues nothing and says so, so

@@ -545,9 +545,9 @@ class _Connection:
     The loop's thread owns the connection's life (open, up, down, close) and reads every
     reply.  A thread queuing an add sends the ADD message itself when the socket is free
     (:meth:`lead_adds`), and a thread making another request sends it (:meth:`submit`),
-    instead of waking the loop.  ``lock`` serialises every use of
-    the socket (ZeroMQ sockets are not thread-safe; a lock's memory barrier makes passing
-    one between threads safe) and of the sending state: the backlog, the ADD messages in
+    instead of waking the loop.  ``lock`` serialises every use of the socket (ZeroMQ
+    sockets are not thread-safe; a lock's memory barrier makes passing one between
+    threads safe) and of the sending state: the backlog, the ADD messages in
     flight, the state changes.  The loop never sleeps inside ZeroMQ on the socket: it
     polls the socket's descriptor (``ZMQ_FD``), which is edge-triggered, so whoever used
     the socket last checks ``ZMQ_EVENTS`` and has the loop serve it if replies wait.
@@ -790,8 +790,11 @@ class _Connection:
         self.calls.append(call)
         if not self.loop.post(self.send_calls):
             error = BookieUnavailable(f"the client of bookie {self.bookie_id} is closed")
-            for _ in range(len(self.calls)):
-                self.calls.popleft().fail(error)
+            while self.calls:  # another thread failing them too may take the last one
+                try:
+                    self.calls.popleft().fail(error)
+                except IndexError:
+                    break
 
     def send_calls(self) -> None:
         """Loop thread: send the requests queued by :meth:`submit`, in order."""
