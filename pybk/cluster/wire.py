@@ -176,6 +176,7 @@ ADD_COUNT = struct.Struct(">I")
 RUN_HEADER = struct.Struct(">QHHI")
 assert (REQUEST_HEADER.size, ADD_COUNT.size, RUN_HEADER.size) == (44, 4, 16), \
     "request headers, ADD counts and run headers are documented as 44, 4 and 16 bytes"
+_RUN_FIELDS = RUN_HEADER.format.lstrip(">")  # a run header inside a larger pack
 #: Bytes an add takes in a run besides its entry: its entry id and its length.
 RUN_BYTES_PER_ADD = 12
 _ADD_STATUS = struct.Struct(">i")
@@ -502,7 +503,7 @@ def encode_adds(runs: Sequence[AddRun | tuple], max_entry_bytes: int) -> bytes:
     # One pack per run: its header, key, entry ids and lengths (the first run's with the
     # body's count before them), then its entries as they are.
     parts: list[bytes] = []
-    count_format, count_fields = ">I", [len(runs)]
+    count_format, count_fields = ADD_COUNT.format, [len(runs)]
     for ledger_id, entry_ids, entries, key, recovery, *deferred in runs:
         n = len(entry_ids)
         lengths = list(map(len, entries))
@@ -518,8 +519,9 @@ def encode_adds(runs: Sequence[AddRun | tuple], max_entry_bytes: int) -> bytes:
             raise MalformedMessage(f"a run of ledger {ledger_id} has an entry id out of "
                                    "range")
         flags = (RECOVERY if recovery else 0) | (DEFERRED_SYNC if any(deferred) else 0)
-        parts.append(struct.pack(f"{count_format}QHHI{len(key)}s{n}q{n}I", *count_fields,
-                                 ledger_id, flags, len(key), n, key, *entry_ids, *lengths))
+        parts.append(struct.pack(f"{count_format}{_RUN_FIELDS}{len(key)}s{n}q{n}I",
+                                 *count_fields, ledger_id, flags, len(key), n, key,
+                                 *entry_ids, *lengths))
         parts += entries
         count_format, count_fields = ">", []
     body = b"".join(parts)
