@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import zkutil
@@ -24,7 +25,7 @@ from pybk.errors import (
     NotEnoughBookies,
 )
 from pybk.log import Position, promotion
-from pybk.log.metadata import list_logs, read_log
+from pybk.log.metadata import list_logs, live_segments, read_log
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.interface import MAX_BATCH_RECORDS, MetadataStore
 from pybk.meta.ledgers import LedgerManager
@@ -201,6 +202,14 @@ pybk.open(sys.argv[1], cluster=sys.argv[2], ensemble=1, write_quorum=1, ack_quor
 """
 
 
+def _promote_and_kill_before_commit(directory: Path, address: str) -> None:
+    """An unfinished promotion of ``directory`` to ``address``: its copies stay in the
+    cluster and its intent in the directory."""
+    child = subprocess.run([sys.executable, "-c", _KILLED_BEFORE_COMMIT, str(directory),
+                            address], env=child_env(), capture_output=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode(errors="replace")
+
+
 def test_a_promotion_killed_before_its_commit_is_redone_from_the_directory(tmp_path,
                                                                            address):
     """kill -9 at the last step of a promotion: the directory is still an embedded WAL;
@@ -210,9 +219,7 @@ def test_a_promotion_killed_before_its_commit_is_redone_from_the_directory(tmp_p
     with pybk.open(directory, segmentMaxBytes=2048) as wal:
         written = [(wal.append(bytes(200) + b"%d" % i), bytes(200) + b"%d" % i)
                    for i in range(50)]
-    child = subprocess.run([sys.executable, "-c", _KILLED_BEFORE_COMMIT, str(directory),
-                            address], env=child_env(), capture_output=True, timeout=120)
-    assert child.returncode == -signal.SIGKILL, child.stderr.decode(errors="replace")
+    _promote_and_kill_before_commit(directory, address)
     with pybk.open(directory, segmentMaxBytes=2048) as wal:
         assert list(wal.read()) == written
         written += [(wal.append(bytes(200) + b"late %d" % i), bytes(200) + b"late %d" % i)
@@ -228,6 +235,62 @@ def test_a_promotion_killed_before_its_commit_is_redone_from_the_directory(tmp_p
             log = read_log(store, wal.log_name).metadata
             assert log.truncated_before == keep
             assert log.tail == wal._writer.metadata.tail
+
+
+def _truncated_after_an_unfinished_promotion(directory: Path, address: str) -> set[int]:
+    """Write a WAL of several segments, promote it to ``address`` and kill the promotion
+    before its commit, then truncate the WAL's leading segments as an embedded WAL: the
+    ledgers the cluster holds records of and the WAL does not (those the truncation
+    took, and the one the promotion's writer made in the cluster)."""
+    with pybk.open(directory, segmentMaxBytes=2048) as wal:
+        written = [wal.append(bytes(200) + b"%d" % i) for i in range(50)]
+    _promote_and_kill_before_commit(directory, address)
+    with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
+        copied = set(LedgerManager(store).ledger_ids())
+    with pybk.open(directory, segmentMaxBytes=2048) as wal:
+        wal.truncate(written[30])
+        wal.append(b"after the truncation")
+    with EmbeddedMetadataStore(directory / "metadata") as embedded:
+        kept = set(LedgerManager(embedded).ledger_ids())
+    dropped = copied - kept
+    assert len(dropped) > 1, "the truncation dropped no copied ledger"
+    return dropped
+
+
+def test_a_promotion_after_an_unfinished_one_removes_its_copies_of_dropped_ledgers(
+        tmp_path, zookeeper):
+    """An unfinished promotion copied ledgers that the embedded WAL truncated away
+    since: promoting again leaves the cluster with records of the log's ledgers only,
+    none naming a ledger the WAL's bookie no longer holds."""
+    address = zkutil.formatted_cluster(zookeeper)
+    directory = tmp_path / "wal"
+    dropped = _truncated_after_an_unfinished_promotion(directory, address)
+    with pybk.open(directory, cluster=address, ensemble=1, write_quorum=1, ack_quorum=1,
+                   listenAddress="127.0.0.1:0") as wal:
+        with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
+            log = read_log(store, wal.log_name).metadata
+            segments = {s.ledger_id for s in live_segments(store, log)}
+            assert set(LedgerManager(store).ledger_ids()) == segments
+        assert not dropped & segments
+
+
+def test_a_failed_promotion_removes_the_copies_an_unfinished_one_left(tmp_path, zookeeper):
+    """An unfinished promotion copied ledgers that the embedded WAL truncated away
+    since; the next promotion fails after copying: undoing it removes every copy of
+    this WAL's from the cluster, those of the dropped ledgers too."""
+    address = zkutil.formatted_cluster(zookeeper)
+    directory = tmp_path / "wal"
+    _truncated_after_an_unfinished_promotion(directory, address)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(BookKeeperError):
+            pybk.open(directory, cluster=address, ensemble=1, write_quorum=1, ack_quorum=1,
+                      listenAddress=f"127.0.0.1:{port}")
+    with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
+        assert LedgerManager(store).ledger_ids() == [], "copied ledger records were left"
+        assert list_logs(store) == [], "the copied log was left"
 
 
 # -- demotion -------------------------------------------------------------------------

@@ -22,7 +22,8 @@ All or nothing.  :class:`pybk.log.wal.WAL` promotes in these steps:
    and the cluster has enough writable bookies for the log's ensemble.
 2. :func:`copy`: the intent (:data:`PROMOTING`, the cluster's address) goes into the
    embedded store, then the ledger records and the log are copied, replacing copies an
-   unfinished promotion left (until the commit the embedded store is the truth).
+   unfinished promotion left, and deleting its copies of ledgers the WAL no longer
+   holds or is dropping (until the commit the embedded store is the truth).
 3. The WAL's bookie joins the cluster and the log's writer opens there.
 4. :func:`commit`: :data:`PROMOTED` (the address) is written to the embedded store, the
    last step; from then on the directory opens only as a cluster member.  Then the
@@ -75,6 +76,7 @@ from pybk.log.metadata import (
     live_segments,
     log_path,
     mark_dead,
+    read_log,
     store_records,
 )
 from pybk.log.position import Position
@@ -148,10 +150,13 @@ class Copy:
         the embedded store that names the same first ensemble (:func:`_is_copy`), as
         this copy or an unfinished promotion's wrote it, or as the cluster changed it
         since (a recovery of the log's last ledger); a ledger of the cluster that took
-        one of those ids is left alone.  If the cluster cannot be reached the intent
-        stays, and the next promotion replaces what is left there."""
+        one of those ids is left alone.  Deleted too: the record of every other ledger
+        that the cluster's copy of the log names (:func:`_remove_copies_left`).  If the
+        cluster cannot be reached the intent stays, and the next promotion replaces what
+        is left there."""
         remote = LedgerManager(self._cluster)
         try:
+            _remove_copies_left(self._embedded, self._cluster, self._log, set())
             delete_log(self._cluster, self._log)
             for ledger, _version in LedgerManager(self._embedded).iter_ledgers():
                 try:
@@ -203,7 +208,10 @@ def _copy_records(embedded: MetadataStore, cluster: MetadataStore, local_log: st
         except NodeExists:  # stale copies an unfinished promotion left: one by one
             for path, data in batch:
                 _copy_ledger(cluster, remote, path, data)
-    delete_log(cluster, cluster_log)  # a stale copy an unfinished promotion left
+    # A stale copy an unfinished promotion left: first the ledgers it names that are not
+    # copied now, which nothing else would find.
+    _remove_copies_left(embedded, cluster, cluster_log, dropping)
+    delete_log(cluster, cluster_log)
     start = metadata.truncated_before.segment
     # The head first: undoing walks the segment records it covers.
     _put(cluster, log_path(cluster_log), dataclasses.replace(
@@ -224,6 +232,35 @@ def _copy_ledger(cluster: MetadataStore, remote: LedgerManager, path: str,
             raise MetadataError(f"ledger id {ledger.ledger_id} is taken in the cluster by "
                                 "another ledger: this WAL cannot be promoted") from None
         cluster.set(path, data, ANY_VERSION)
+
+
+def _remove_copies_left(embedded: MetadataStore, cluster: MetadataStore, cluster_log: str,
+                        dropping: set[int]) -> None:
+    """Delete the cluster's records of the ledgers that the cluster's log ``cluster_log``
+    (a copy of this WAL's log, as a promotion of it left it) names and that a walk of
+    the embedded store's ledgers would not find, or that are in ``dropping``: those the
+    embedded WAL deleted after an unfinished promotion copied them (it truncated or
+    dropped their segments since), and a ledger the writer of that promotion made in the
+    cluster.  Such a record is a copy of this WAL's by the log that names it; one of a
+    ledger the embedded store still holds is deleted only if it is a copy
+    (:func:`_is_copy`)."""
+    try:
+        metadata = read_log(cluster, cluster_log).metadata
+    except NoNode:
+        return
+    local, remote = LedgerManager(embedded), LedgerManager(cluster)
+    for segment in live_segments(cluster, metadata):
+        try:
+            ledger: LedgerMetadata | None = local.read(segment.ledger_id).metadata
+        except NoSuchLedger:
+            ledger = None
+        if ledger is not None and segment.ledger_id not in dropping:
+            continue  # copied, or found by Copy.undo's walk
+        try:
+            if ledger is None or _is_copy(remote.read(segment.ledger_id).metadata, ledger):
+                remote.delete(segment.ledger_id)
+        except (NoSuchLedger, MalformedMetadata):
+            pass  # deleted meanwhile, or no ledger record of a promotion's
 
 
 def _is_copy(remote: LedgerMetadata, ledger: LedgerMetadata) -> bool:
