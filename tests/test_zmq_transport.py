@@ -458,3 +458,15 @@ def test_a_ledger_sender_queues_runs_and_refuses_once_the_connection_is_down(clo
     wait_until(lambda: len(reported) == 2, "both failures reported")
     assert reported[1][0] == ["t1", "t2"]
     assert [type(e) for e in reported[1][1]] == [BookieUnavailable] * 2
+
+
+def test_every_add_after_a_client_closed_fails_at_once(closing):
+    """Adds made after the client (and its own loop) closed each fail at once with
+    BookieUnavailable: the first failing does not leave the next ones waiting for a loop
+    that is gone."""
+    router = closing.enter_context(RawRouter())
+    client = closing.enter_context(ZmqBookieClient("B1", router.address, PATIENT))
+    client.close()
+    for entry_id in range(3):
+        error = client.add(5, entry_id, entry(5, entry_id), KEY).exception(timeout=5)
+        assert isinstance(error, BookieUnavailable), f"add {entry_id}: {error!r}"

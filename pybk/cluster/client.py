@@ -664,10 +664,17 @@ class _Connection:
         with it, so an add posts only when none is due)."""
         self.adds_posted = True
         if not self.loop.post(self.send_adds):
+            # No send_adds will clear the flag: clear it before failing what is queued,
+            # so that an add appended meanwhile is either taken below (it saw the flag
+            # set before the clear) or fails through a post of its own (it saw it clear).
+            self.adds_posted = False
             error = BookieUnavailable(f"the client of bookie {self.bookie_id} is closed")
-            failed = [self.adds.popleft() for _ in range(len(self.adds))]
-            _report([(add.ledger_adds.sink, [add.token]) for add in failed],
-                    [error] * len(failed))
+            while self.adds:  # another thread failing them too may take the last one
+                try:
+                    add = self.adds.popleft()
+                except IndexError:
+                    break
+                _report([(add.ledger_adds.sink, [add.token])], [error])
 
     def send_adds(self) -> None:
         """Send the queued adds in ADD messages, each as large as the body limit allows,
