@@ -470,3 +470,35 @@ def test_every_add_after_a_client_closed_fails_at_once(closing):
     for entry_id in range(3):
         error = client.add(5, entry_id, entry(5, entry_id), KEY).exception(timeout=5)
         assert isinstance(error, BookieUnavailable), f"add {entry_id}: {error!r}"
+
+
+def test_a_reply_received_in_the_round_its_deadline_passes_still_counts(closing):
+    """A reply the loop reads in the same round as its request's deadline passes settles
+    the request (it came before the loop looked at the deadline): the loop handles the
+    replies it read before it expires requests, not after."""
+    router = closing.enter_context(RawRouter())
+    loop = closing.enter_context(ClientLoop())
+    client = closing.enter_context(ZmqBookieClient(
+        "B1", router.address, ClientSettings(addEntryTimeout=30, readTimeout=0.3),
+        loop=loop))
+
+    def answer_lac(lac: int) -> None:
+        message = router.receive(timeout_s=10)
+        assert message is not None
+        identity, header = message
+        router.send([identity, *wire.encode_reply(wire.Reply(
+            wire.Op.READ_LAC, wire.decode_request([header], 1024).request_id, lac=lac),
+            1024)])
+
+    first = client.read_lac(1)  # waits for the connection: then it is up
+    answer_lac(4)
+    assert first.result(timeout=10) == 4
+    busy, release = threading.Event(), threading.Event()
+    closing.callback(release.set)  # the loop is freed even if the test fails
+    loop.post(lambda: (busy.set(), release.wait(30)))
+    assert busy.wait(10)
+    answered = client.read_lac(1)  # sent by this thread: the loop times it next round
+    answer_lac(7)  # received by ZeroMQ at once; read by the loop when it is free
+    time.sleep(0.6)  # past the deadline, while the loop is held
+    release.set()
+    assert answered.result(timeout=10) == 7

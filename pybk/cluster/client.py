@@ -314,7 +314,12 @@ class ClientLoop:
                 ready, self._ready = self._ready, []
                 for connection in ready:
                     connection.serve()
-                for pending in self.deadlines.pop_due():
+                due = self.deadlines.pop_due()
+                if due and self._replies:
+                    # The replies read this round came before the deadlines were looked
+                    # at: they settle their requests rather than lose to the timer.
+                    self.handle_replies()
+                for pending in due:
                     pending.connection.expire(pending)
         except Exception:  # a bug here must fail requests, not leave them hanging
             log.exception("ZeroMQ client loop failed; closing its connections")
