@@ -117,6 +117,19 @@ def test_a_promotion_without_enough_bookies_changes_nothing(tmp_path, address):
         wal.append(b"still embedded")
 
 
+def _promotion_fails_after_copying(directory, address: str) -> None:
+    """Promote ``directory`` to ``address`` with the WAL's bookie unable to serve (its
+    listen address is taken): the cluster checks pass, the copy is made, and the promotion
+    fails with BookKeeperError."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(BookKeeperError):
+            pybk.open(directory, cluster=address, ensemble=1, write_quorum=1, ack_quorum=1,
+                      listenAddress=f"127.0.0.1:{port}")
+
+
 def test_a_promotion_that_fails_after_copying_is_undone(tmp_path, address):
     """The cluster checks pass, then the WAL's bookie cannot serve (its listen address is
     taken): what was copied into the cluster is removed and the directory stays an
@@ -125,13 +138,7 @@ def test_a_promotion_that_fails_after_copying_is_undone(tmp_path, address):
     with pybk.open(directory) as wal:
         written = [(wal.append(b"r%d" % i), b"r%d" % i) for i in range(100)]
         bookie_id = wal.bookie_id
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        with pytest.raises(BookKeeperError):
-            pybk.open(directory, cluster=address, ensemble=1, write_quorum=1, ack_quorum=1,
-                      listenAddress=f"127.0.0.1:{port}")
+    _promotion_fails_after_copying(directory, address)
     _cluster_holds_nothing_of(address, bookie_id)
     with pybk.open(directory) as wal:
         assert list(wal.read()) == written
@@ -281,13 +288,7 @@ def test_a_failed_promotion_removes_the_copies_an_unfinished_one_left(tmp_path, 
     address = zkutil.formatted_cluster(zookeeper)
     directory = tmp_path / "wal"
     _truncated_after_an_unfinished_promotion(directory, address)
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        with pytest.raises(BookKeeperError):
-            pybk.open(directory, cluster=address, ensemble=1, write_quorum=1, ack_quorum=1,
-                      listenAddress=f"127.0.0.1:{port}")
+    _promotion_fails_after_copying(directory, address)
     with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
         assert LedgerManager(store).ledger_ids() == [], "copied ledger records were left"
         assert list_logs(store) == [], "the copied log was left"
