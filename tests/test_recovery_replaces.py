@@ -32,7 +32,14 @@ from clusterutil import PASSWORD, TESTS, address, bookies, child_env, payload  #
 
 import pybk
 from pybk.client import BookKeeper
-from pybk.errors import BookKeeperError, LedgerRecoveryError
+from pybk.errors import (
+    BookieReadOnly,
+    BookKeeperError,
+    LedgerClosed,
+    LedgerFenced,
+    LedgerRecoveryError,
+    NotEnoughBookies,
+)
 from pybk.log import LogReader, LogWriter, Position
 from pybk.log.metadata import read_log
 from pybk.meta.ledger_metadata import Fragment, LedgerMetadata, LedgerState
@@ -226,6 +233,93 @@ def test_without_a_spare_recovery_fails_and_leaves_the_ledger_to_a_later_recover
         f"nothing failed this time, yet the fragments changed: {list(closed.fragments)}"
     check_on_whole_write_sets(cluster, closed, ACKED_FIRST)
     check_reads(cluster, lh.id, LAST)
+
+
+# -- two bookies of the ensemble refuse recovery's adds --------------------------------
+
+#: How a bookie refuses the recovering client's adds: with an error (the fault hook fails
+#: them), by never answering (the hook drops them), or by being read-only for real (the
+#: Bookie itself refuses every add, recovery adds included, with BookieReadOnly).
+REFUSALS = ("error", "timeout", "read-only")
+#: A recovering client without quarantine: nothing but recovery itself keeps it from
+#: choosing a bookie that refused it as the replacement of another (with quarantine, a
+#: client with too few other bookies falls back to quarantined ones just the same).
+NO_QUARANTINE = dataclasses.replace(FAST, bookieQuarantineTimeSeconds=0)
+
+
+def refuse_adds(cluster: Cluster, bookie_id: str, refusal: str) -> None:
+    if refusal == "error":
+        cluster.faults[bookie_id].fail.add("add")
+        cluster.faults[bookie_id].error = lambda: BookieReadOnly("injected: disk full")
+    elif refusal == "timeout":
+        cluster.faults[bookie_id].drop.add("add")
+    else:
+        cluster.bookies[bookie_id].set_read_only("the test switched it read-only")
+
+
+@pytest.mark.parametrize("refusal", REFUSALS)
+def test_recovery_replaces_two_bookies_that_refuse_its_adds(cluster_of, refusal):
+    """Five bookies; a live writer had entries 0..9 acknowledged on ensemble A, B, C.
+    Entry 9 carries LAC 8, so recovery re-writes entry 9, whose write set is A, B; both
+    refuse recovery's adds.  Recovery replaces them with the two spares D, E (never with
+    each other: before, A replaced by D and then B by A again, and so on, until
+    LedgerRecoveryError "re-writing entries did not finish") in a fragment from entry 9
+    written with state CLOSED, closes the ledger at 9, and every entry reads back from a
+    fresh client.  The old writer stays fenced: its next add fails and lands nowhere, and
+    its close accepts the end recovery chose."""
+    cluster = cluster_of(5)
+    writer = cluster.client()
+    lh = writer.create_ledger(3, 2, 2, password=PASSWORD)
+    for i in range(10):
+        assert lh.add_entry(payload(i)) == i
+    ensemble = lh.metadata.fragments[0].ensemble
+    refusing = ensemble[:2]
+    assert lh.metadata.write_set(9) == refusing
+    spares = sorted(b for b in cluster.bookie_ids if b not in ensemble)
+    for bookie_id in refusing:
+        refuse_adds(cluster, bookie_id, refusal)
+
+    recovered = recover(cluster.client(NO_QUARANTINE), lh.id, " and ".join(refusing))
+    closed = recovered.metadata
+    assert closed.state is LedgerState.CLOSED and closed.last_entry_id == 9, closed
+    assert closed.fragments[0] == Fragment(0, ensemble), list(closed.fragments)
+    assert len(closed.fragments) == 2, \
+        f"expected one new fragment replacing {refusing}: {list(closed.fragments)}"
+    new = closed.fragments[1]
+    assert new.first_entry_id == 9, f"new fragment {new} must start at the re-written 9"
+    assert sorted(new.ensemble[:2]) == spares and new.ensemble[2] == ensemble[2], \
+        f"new fragment {new}: expected {refusing} replaced by {spares} in place"
+    check_on_whole_write_sets(cluster, closed, 9)
+    assert cluster.client().ledger_manager.read(lh.id).metadata == closed
+
+    with pytest.raises((LedgerFenced, LedgerClosed)):
+        lh.add_entry(payload(10))
+    assert not cluster.holders(lh.id, 10), "the fenced writer's entry 10 was stored"
+    lh.close()
+    assert cluster.client().ledger_manager.read(lh.id).metadata == closed
+    check_reads(cluster, lh.id, 9)
+
+
+def test_recovery_without_bookies_to_replace_the_refusing_ones_fails_clearly(cluster_of):
+    """Four bookies: the one spare cannot replace both A and B, which refuse recovery's
+    adds with an error.  Recovery never chooses a bookie that refused it again (the
+    client's quarantine would let it: too few bookies outside it), so it fails with
+    NotEnoughBookies as the cause, not when its wait for the re-writes runs out, and
+    leaves the ledger IN_RECOVERY with its fragments for a later recovery."""
+    cluster = cluster_of(4)
+    writer = cluster.client()
+    lh = writer.create_ledger(3, 2, 2, password=PASSWORD)
+    for i in range(10):
+        assert lh.add_entry(payload(i)) == i
+    original = lh.metadata.fragments
+    for bookie_id in original[0].ensemble[:2]:
+        refuse_adds(cluster, bookie_id, "error")
+
+    with pytest.raises(LedgerRecoveryError) as failed:
+        cluster.client().open_ledger(lh.id, password=PASSWORD, recovery=True)
+    assert isinstance(failed.value.__cause__, NotEnoughBookies), failed.value
+    stored = cluster.client().ledger_manager.read(lh.id).metadata
+    assert stored.state is LedgerState.IN_RECOVERY and stored.fragments == original, stored
 
 
 # -- processes, killed with SIGKILL --------------------------------------------------------

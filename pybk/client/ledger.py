@@ -162,6 +162,9 @@ class LedgerHandle:
         self._metadata_closed: Future | None = None     # the CLOSED write's outcome
         self._changing_ensemble = False
         self._failed_bookies: set[str] = set()
+        # Recovery mode: every bookie replaced so far, never chosen again (see
+        # _replace_bookies).
+        self._replaced: set[str] = set()
         self._reader_closed = False
         self._lac_sent = last_add_confirmed
         self._ack_sinks: dict[str, AddsDone] = {}  # per bookie: see BookieClient.add_grouped
@@ -493,7 +496,8 @@ class LedgerHandle:
                 failed = set(self._failed_bookies)
                 metadata, version = self._metadata, self._version
                 first_entry = self._lac + 1
-            changed = self._replace_bookies(metadata, failed, first_entry)
+                shunned = failed | self._replaced
+            changed = self._replace_bookies(metadata, failed, first_entry, shunned)
             new_version = self._record_change(changed, version)
             if new_version is None:
                 continue  # lost a race with another metadata change: decide again
@@ -506,6 +510,8 @@ class LedgerHandle:
             with self._lock:
                 self._adopt(changed, new_version)
                 self._failed_bookies -= failed
+                if self._recovery:
+                    self._replaced |= failed
                 for bookie_id in failed:
                     self._senders.pop(bookie_id, None)
                 if self._state is not _WriteState.OPEN:
@@ -521,13 +527,22 @@ class LedgerHandle:
             return
 
     def _replace_bookies(self, metadata: LedgerMetadata, failed: set[str],
-                         first_entry: int) -> LedgerMetadata:
+                         first_entry: int, shunned: set[str]) -> LedgerMetadata:
         """``metadata`` with ``failed`` replaced in a fragment from ``first_entry`` on
-        (the last fragment replaced in place if it starts there)."""
+        (the last fragment replaced in place if it starts there), by bookies outside
+        ``shunned``.
+
+        A writer shuns only the bookies failing now: one it replaced long ago may serve
+        again (the client's quarantine keeps it out for a while).  Recovery also shuns
+        every bookie it replaced before: it is short, and a bookie that refused its adds
+        (read-only, disk full, silent) would refuse them again; choosing it back, when
+        the quarantine lets it (too few other bookies, or no quarantine), would swap two
+        refusing bookies for each other until recovery's wait ran out, instead of
+        failing at once with NotEnoughBookies."""
         ensemble = metadata.fragments[-1].ensemble
         replacements = self._bk.choose_replacements(
             self.id, ensemble, [i for i, b in enumerate(ensemble) if b in failed],
-            metadata.write_quorum_size, exclude=failed)
+            metadata.write_quorum_size, exclude=shunned)
         new_ensemble = tuple(replacements.pop(0) if b in failed else b for b in ensemble)
         fragments = list(metadata.fragments)
         if fragments[-1].first_entry_id == first_entry:
