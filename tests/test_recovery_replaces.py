@@ -1,18 +1,19 @@
 """Recovery replaces a bookie it cannot write to, as a writer would (contract point 7).
 
 Recovery re-writes every entry past the LAC to its whole write set.  When a bookie of
-the last fragment is dead (or does not answer adds), recovery does not give up with
-LedgerRecoveryError: it replaces that bookie with a writable one, in a new fragment that
-it writes together with state CLOSED.  The ledger then closes at its last entry with a
-readable copy, every acknowledged entry reads back, and every entry of the new fragment
-is on its whole write set.
+the last fragment is dead, does not answer adds, or refuses them (an error, a read-only
+bookie: issue 31, section 7), recovery does not give up with LedgerRecoveryError: it
+replaces that bookie with a writable one (never with one it replaced before), in a new
+fragment that it writes together with state CLOSED.  The ledger then closes at its last
+entry with a readable copy, every acknowledged entry reads back, and every entry of the
+new fragment is on its whole write set.
 
 Two kinds of test: bookies in this process with fault hooks (deterministic: which entry
 is on which bookie is known), each run twice, with the bookies called in process and
 over ZeroMQ with CURVE on both sides (clientutil's ``"zmq-curve"`` transport); and ``pybk
 bookie`` processes with a writer process, both killed with SIGKILL (bookie processes
 serving CURVE re-replicate in tests/test_security.py).  Every ledger is E=3, Qw=2,
-Qa=2; with four bookies one is a spare.
+Qa=2; with four bookies one is a spare, with five two are.
 """
 
 from __future__ import annotations
@@ -239,7 +240,8 @@ def test_without_a_spare_recovery_fails_and_leaves_the_ledger_to_a_later_recover
 
 #: How a bookie refuses the recovering client's adds: with an error (the fault hook fails
 #: them), by never answering (the hook drops them), or by being read-only for real (the
-#: Bookie itself refuses every add, recovery adds included, with BookieReadOnly).
+#: Bookie itself refuses every add, recovery adds included, with BookieReadOnly;
+#: BookKeeper's read-only bookie takes recovery adds while its disks have room for them).
 REFUSALS = ("error", "timeout", "read-only")
 #: A recovering client without quarantine: nothing but recovery itself keeps it from
 #: choosing a bookie that refused it as the replacement of another (with quarantine, a

@@ -25,8 +25,8 @@ race: still OPEN, close over it; CLOSED at the same entry, done; otherwise an er
 
 Recovery (:mod:`pybk.client.recovery`) re-writes the entries it found through a handle
 in *recovery mode*: the same pending adds, timeouts and ensemble changes, with the
-recovery flag on every add, and new fragments kept in memory until recovery writes them
-together with the CLOSED state.
+recovery flag on every add, never choosing a bookie it replaced before, and new
+fragments kept in memory until recovery writes them together with the CLOSED state.
 
 Deferred sync (:mod:`pybk.client.deferred`): a ledger created with
 ``WriteFlag.DEFERRED_SYNC`` sends its adds with that flag (acknowledged once written, not

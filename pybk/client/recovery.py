@@ -17,8 +17,13 @@ Exactly the procedure of docs/DESIGN.md, "Fencing and recovery":
 4. Re-write every present entry to its whole write set with the recovery flag (a fenced
    bookie accepts those), waiting for Qa acknowledgements.  The re-writes go through a
    ledger handle in recovery mode (:class:`~pybk.client.ledger.LedgerHandle`): a bookie
-   that fails or does not answer them is replaced as a writer would replace it, in a new
-   fragment from the first entry not yet re-written, kept in memory.
+   that refuses them (an error, e.g. a read-only or full bookie's) or does not answer
+   them is replaced as a writer would replace it, several at once if need be, in a new
+   fragment from the first entry not yet re-written (replacing the last fragment in
+   place if it starts there), kept in memory as BookKeeper's ``ReadOnlyLedgerHandle``
+   keeps its ``newEnsemblesFromRecovery``.  Unlike a writer, recovery never chooses a
+   bookie it replaced: when too few others are writable it fails at once with
+   NotEnoughBookies as the cause, and the ledger stays IN_RECOVERY with its fragments.
 5. CAS the metadata to CLOSED with the last present entry and the new fragments.  If
    another recoverer closed it first, adopt its result: all recoverers converge on one
    last entry.  If the fragments changed under recovery (the ledger is still IN_RECOVERY
