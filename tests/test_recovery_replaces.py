@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -249,6 +250,14 @@ REFUSALS = ("error", "timeout", "read-only")
 NO_QUARANTINE = dataclasses.replace(FAST, bookieQuarantineTimeSeconds=0)
 
 
+def ten_acknowledged(cluster: Cluster):
+    """A live writer's ledger, E=3, Qw=2, Qa=2, with entries 0..9 acknowledged."""
+    lh = cluster.client().create_ledger(3, 2, 2, password=PASSWORD)
+    for i in range(10):
+        assert lh.add_entry(payload(i)) == i
+    return lh
+
+
 def refuse_adds(cluster: Cluster, bookie_id: str, refusal: str) -> None:
     if refusal == "error":
         cluster.faults[bookie_id].fail.add("add")
@@ -270,10 +279,7 @@ def test_recovery_replaces_two_bookies_that_refuse_its_adds(cluster_of, refusal)
     fresh client.  The old writer stays fenced: its next add fails and lands nowhere, and
     its close accepts the end recovery chose."""
     cluster = cluster_of(5)
-    writer = cluster.client()
-    lh = writer.create_ledger(3, 2, 2, password=PASSWORD)
-    for i in range(10):
-        assert lh.add_entry(payload(i)) == i
+    lh = ten_acknowledged(cluster)
     ensemble = lh.metadata.fragments[0].ensemble
     refusing = ensemble[:2]
     assert lh.metadata.write_set(9) == refusing
@@ -309,10 +315,7 @@ def test_recovery_without_bookies_to_replace_the_refusing_ones_fails_clearly(clu
     NotEnoughBookies as the cause, not when its wait for the re-writes runs out, and
     leaves the ledger IN_RECOVERY with its fragments for a later recovery."""
     cluster = cluster_of(4)
-    writer = cluster.client()
-    lh = writer.create_ledger(3, 2, 2, password=PASSWORD)
-    for i in range(10):
-        assert lh.add_entry(payload(i)) == i
+    lh = ten_acknowledged(cluster)
     original = lh.metadata.fragments
     for bookie_id in original[0].ensemble[:2]:
         refuse_adds(cluster, bookie_id, "error")
@@ -322,6 +325,43 @@ def test_recovery_without_bookies_to_replace_the_refusing_ones_fails_clearly(clu
     assert isinstance(failed.value.__cause__, NotEnoughBookies), failed.value
     stored = cluster.client().ledger_manager.read(lh.id).metadata
     assert stored.state is LedgerState.IN_RECOVERY and stored.fragments == original, stored
+
+
+def test_a_recovery_that_replaced_bookies_adopts_the_close_of_another_recovery(
+        cluster_of):
+    """Two recoveries of one ledger, each replacing A and B, which refuse their adds with
+    an error.  The first one's CLOSED write is held until the second one's landed: its
+    compare-and-set loses, it re-reads the ledger CLOSED and adopts that record, writing
+    nothing more, so both recoveries end on the one stored record."""
+    cluster = cluster_of(5)
+    lh = ten_acknowledged(cluster)
+    for bookie_id in lh.metadata.fragments[0].ensemble[:2]:
+        refuse_adds(cluster, bookie_id, "error")
+    faults = cluster.metadata_faults
+    pool = ThreadPoolExecutor(2, thread_name_prefix="recovery")
+    try:
+        faults.hold_writes = True
+        first = pool.submit(recover, cluster.client(NO_QUARANTINE), lh.id, "A and B")
+        (to_recovery,) = faults.wait_held(1, WAIT_S)
+        faults.release(to_recovery)
+        (first_close,) = faults.wait_held(1, WAIT_S)
+        second = pool.submit(recover, cluster.client(NO_QUARANTINE), lh.id, "A and B")
+        second_close = faults.wait_held(2, WAIT_S)[1]
+        faults.release(second_close)
+        closed = second.result(WAIT_S).metadata
+        assert closed.state is LedgerState.CLOSED and closed.last_entry_id == 9, closed
+        assert len(closed.fragments) == 2 and closed.fragments[1].first_entry_id == 9, \
+            f"the second recovery did not replace A and B from entry 9: {closed}"
+        stored = cluster.client().ledger_manager.read(lh.id)
+        faults.release_all()
+        assert first.result(WAIT_S).metadata == closed, \
+            "the first recovery did not adopt the second one's close"
+        assert cluster.client().ledger_manager.read(lh.id) == stored, \
+            "the first recovery wrote after losing its compare-and-set"
+    finally:
+        faults.release_all()
+        pool.shutdown()
+    check_reads(cluster, lh.id, 9)
 
 
 # -- processes, killed with SIGKILL --------------------------------------------------------
