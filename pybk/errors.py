@@ -225,6 +225,13 @@ class InvalidEntryId(BookKeeperError, ValueError):
     code = -14  # IncorrectParameterException; never sent over the wire
 
 
+class InvalidLedgerId(BookKeeperError, ValueError):
+    """A ledger id given by the caller is not an integer in [0, 2^63): no ledger can
+    have it."""
+
+    code = -14  # IncorrectParameterException; never sent over the wire
+
+
 class DuplicateEntryId(InvalidEntryId):
     """An entry id given by the caller was added already: it is at or below the LAC, or
     an add of it is outstanding."""

@@ -33,6 +33,36 @@ START_TIMEOUT_S = 60.0
 _SERVING = re.compile(r"pybk bookie: (\S+) serving at (\S+),")
 
 
+def listening_sockets(pid: int) -> set[tuple[str, int]]:
+    """The (IPv4 address, port) pairs process ``pid`` listens on over TCP (its sockets,
+    matched by inode against the kernel's table of listening sockets); an IPv6 socket's
+    address is given as ``"::"`` or ``"::1"`` only when all-zero or loopback."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    hex_host, _, hex_port = fields[1].partition(":")
+                    found.add((_kernel_address(hex_host), int(hex_port, 16)))
+    return found
+
+
+def _kernel_address(hex_host: str) -> str:
+    """An address of /proc/net/tcp{,6}: IPv4 in host byte order (little-endian here)."""
+    if len(hex_host) == 8:
+        return socket.inet_ntoa(bytes.fromhex(hex_host)[::-1])
+    return {"0" * 32: "::", "0" * 24 + "01000000": "::1"}.get(hex_host, hex_host)
+
+
 def pybk_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "pybk", "--log-level", "INFO", *args]
 

@@ -22,7 +22,7 @@ from pybk.spark.bookies import executor_bookies
 def main(address: str, master: str, count: int, local_dir: str,
          settings: dict[str, str]) -> None:
     with sparkutil.spark_session(master, **{"spark.local.dir": local_dir}) as spark, \
-            executor_bookies(spark, address, count=count, listen_host="127.0.0.1",
+            executor_bookies(spark, address, count=count,
                              session_timeout_ms=2_000, settings=settings) as hosted:
         print(json.dumps([dataclasses.asdict(b) for b in hosted.bookies]), flush=True)
         time.sleep(600)  # until killed; a test that forgets to kill it still ends

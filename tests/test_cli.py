@@ -23,11 +23,14 @@ from pybk import __version__
 from pybk.cli import _parser
 from pybk.testing import wait_until
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)
 
-#: The longest a command may take where it must be prompt (a few hundred ms is typical;
-#: the bound allows for a busy machine).  Without the fixes these waits were 10-60 s.
-PROMPT_S = 10.0
+#: The bounded wait for what must come at once (a few hundred ms is typical), never a
+#: bound the test asserts: each test makes the wait it must not do (a session, an
+#: operation's timeout) ten minutes long, or tells the two apart by what was printed.
+PROMPT_S = 60.0
+#: What the tests set the timeouts to that a prompt answer must not wait for, in ms.
+NEVER_MS = 600_000
 #: The longest a cluster or bookie may take to start.
 START_S = 60.0
 
@@ -86,9 +89,10 @@ def test_bad_arguments_get_usage_and_status_2_not_a_traceback(args, message):
 # -- an unreachable ZooKeeper -------------------------------------------------------------
 
 def test_an_unknown_zookeeper_host_fails_at_once_in_one_line():
-    started = time.monotonic()
-    result = run("format-cluster", "--zk", "zk://no-such-host.invalid:2181/ledgers")
-    assert time.monotonic() - started < PROMPT_S
+    # Waiting for a session would outlast run()'s bound: it fails at once or times out.
+    result = run("format-cluster", "--zk", "zk://no-such-host.invalid:2181/ledgers",
+                 "--set", f"zkTimeout={NEVER_MS}",
+                 "--set", f"zkOperationTimeoutMs={NEVER_MS}", timeout_s=PROMPT_S)
     assert result.returncode == 1, result
     assert result.stderr.startswith("pybk format-cluster: no ZooKeeper host of "
                                     "no-such-host.invalid:2181 resolves"), result.stderr
@@ -164,37 +168,35 @@ def start_bookie(tmp_path: Path, address: str, *options: str) -> BookieProcess:
 
 def test_sigterm_abandons_a_bookie_start_that_waits_for_zookeeper(tmp_path, leftovers):
     """Its ZooKeeper accepts the connection and never answers: the start would wait
-    zkTimeout (60 s here).  SIGTERM ends it at once, and the exit is a clean one."""
+    zkTimeout (ten minutes here).  SIGTERM ends it at once, and the exit is a clean one."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         silent.settimeout(START_S)
         port = silent.getsockname()[1]
         bookie = start_bookie(tmp_path, f"zk://127.0.0.1:{port}/ledgers",
-                              "--set", "zkTimeout=60000")
+                              "--set", f"zkTimeout={NEVER_MS}")
         connection, _ = silent.accept()  # the bookie's start now waits for an answer
         with connection:
-            stopped = time.monotonic()
             bookie.process.send_signal(signal.SIGTERM)
             assert bookie.process.wait(PROMPT_S) == 0, bookie.output
-            assert time.monotonic() - stopped < PROMPT_S
     assert "pybk bookie: SIGTERM while starting: stopped" in bookie.output
     assert "Traceback" not in bookie.output
 
 
 def test_a_second_sigterm_stops_a_bookie_at_once(tmp_path, own_zookeeper, leftovers):
     """A graceful stop unregisters from ZooKeeper first; with ZooKeeper paused that waits
-    (zkOperationTimeoutMs, 30 s).  The second SIGTERM does not wait for it."""
+    (zkOperationTimeoutMs, ten minutes here, bounded by the node's unregistration wait).
+    The second SIGTERM does not wait for it: the exit is the second signal's, status 1."""
     address = zkutil.formatted_cluster(own_zookeeper)
-    bookie = start_bookie(tmp_path, address).wait_serving()
+    bookie = start_bookie(tmp_path, address, "--set",
+                          f"zkOperationTimeoutMs={NEVER_MS}").wait_serving()
     os.killpg(own_zookeeper.pid, signal.SIGSTOP)
     bookie.process.send_signal(signal.SIGTERM)
     wait_for_text(bookie.log_path, "stopping (a second signal stops it at once)",
                   bookie.process, PROMPT_S)
-    stopped = time.monotonic()
     bookie.process.send_signal(signal.SIGTERM)
     assert bookie.process.wait(PROMPT_S) == 1, bookie.output
-    assert time.monotonic() - stopped < PROMPT_S
     assert "pybk bookie: a second signal (SIGTERM): exiting now" in bookie.output
 
 
@@ -244,10 +246,9 @@ def test_ctrl_c_stops_a_starting_localcluster_and_a_second_kills_it(tmp_path, le
                   cluster, PROMPT_S)
     time.sleep(0.5)
     assert cluster.poll() is None  # waiting for the hung bookie's graceful stop
-    stopped = time.monotonic()
     ctrl_c(cluster)
     assert cluster.wait(PROMPT_S) == 1, out.read_text()
-    assert time.monotonic() - stopped < PROMPT_S
+    # Killed, not stopped after the hung bookie's 15 s grace.
     assert out.read_text().endswith("pybk localcluster: killed\n"), out.read_text()
     wait_until_gone(tmp_path)
     assert not list(tmp_path.glob("pybk-cluster-*")), "its directory was left behind"

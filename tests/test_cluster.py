@@ -45,7 +45,7 @@ from pybk.meta.ledger_metadata import LedgerState
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import format_bookie
-from pybk.testing import wait_until
+from pybk.testing import returns_in_time, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -100,10 +100,8 @@ def test_pybk_bookie_refuses_to_start_with_a_clear_error(tmp_path, zookeeper):
         dead = f"zk://127.0.0.1:{sock.getsockname()[1]}/ledgers"
     unformatted = zookeeper.address(zkutil.fresh_root())
     dirs = ["--journal-dir", str(tmp_path / "journal"), "--ledger-dir", str(tmp_path / "l")]
-    started = time.monotonic()
     result = run_pybk("bookie", "--zk", dead, "--set", "zkTimeout=1000", "--format", *dirs)
     assert result.returncode == 1 and "within 1 s" in result.stderr, result.stderr
-    assert time.monotonic() - started < 30
     result = run_pybk("bookie", "--zk", unformatted, *dirs, "--format")
     assert result.returncode == 1, result.stderr
     assert f"pybk format-cluster --zk {unformatted}" in result.stderr
@@ -228,7 +226,7 @@ def test_a_node_cut_off_from_zookeeper_for_a_session_timeout_refuses_adds(
     lost = time.monotonic()
     node.bookie.add_entry(1, 0, entry(1, 0), KEY)  # the session may live: adds go on
     while not node.bookie.is_read_only:
-        assert time.monotonic() - lost < 10, "the node kept taking adds"
+        assert time.monotonic() - lost < 120, "the node kept taking adds"
         time.sleep(0.02)
     assert time.monotonic() - lost >= 1.9  # not before zkTimeout
     with pytest.raises(BookieReadOnly, match="not registered in the cluster.*2000 ms"):
@@ -247,7 +245,8 @@ def test_a_node_closes_promptly_while_zookeeper_is_down(tmp_path, closing, own_z
     settings = ServerSettings(journalDirectory=str(tmp_path / "journal"),
                               ledgerDirectories=(str(tmp_path / "ledgers"),),
                               journalPreAllocSizeMB=1, metadataServiceUri=address,
-                              listenAddress="127.0.0.1:0", zkTimeout=zkutil.SESSION_TIMEOUT_MS)
+                              listenAddress="127.0.0.1:0", zkTimeout=zkutil.SESSION_TIMEOUT_MS,
+                              zkOperationTimeoutMs=600_000)
     format_bookie(settings)
     node = BookieNode(settings)
     closing.callback(node.close)
@@ -256,9 +255,8 @@ def test_a_node_closes_promptly_while_zookeeper_is_down(tmp_path, closing, own_z
     while node._connected:  # the node heard that the connection is down
         assert time.monotonic() < deadline, "the node did not notice ZooKeeper was gone"
         time.sleep(0.02)
-    started = time.monotonic()
-    node.close()  # does not wait zkOperationTimeoutMs (30 s) to unregister
-    assert time.monotonic() - started < 5
+    # zkOperationTimeoutMs is ten minutes here: the close does not wait for it
+    returns_in_time(node.close, "the close, unregistering while ZooKeeper is down")
     own_zookeeper.start()
     registry = observer(closing, address)
     deadline = time.monotonic() + 30
@@ -363,11 +361,9 @@ def test_a_secured_localcluster_serves_clients_with_its_credentials_only(tmp_pat
                 (("--conf", conf, "--set",
                   f"zmqCurveSecretKeyFile={data / 'keys' / 'allowed' / 'client.key'}"),
                  "no secret key")]:
-            started = time.monotonic()
             said = failed("simpletest", *options, "--ensemble", "2", "--write-quorum", "2",
                           "--ack-quorum", "2")
             assert said.startswith("pybk simpletest: ") and reason in said, said
-            assert time.monotonic() - started < 20, said
         assert "NoAuth" in failed("lostbookierecoverydelay", "--zk", address, "9")
         # The other cluster commands take --conf too.
         assert "no log is named" in failed("clean-orphans", "some-log", "--conf", conf)
@@ -481,8 +477,8 @@ def test_the_children_of_a_killed_localcluster_die_with_it(tmp_path):
         assert cluster.wait(30) == -signal.SIGKILL
         killed = time.monotonic()
         while left := [pid for pid, start in children.items() if alive(pid, start)]:
-            assert time.monotonic() - killed < 20, \
-                f"still running 20 s after their parent died: {left}"
+            assert time.monotonic() - killed < 120, \
+                f"still running 120 s after their parent died: {left}"
             time.sleep(0.1)
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=1).close()

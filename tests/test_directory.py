@@ -31,8 +31,6 @@ pytestmark = pytest.mark.timeout(120)
 
 FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0, explicitLacInterval=20)
 PASSWORD = b"directory-test"
-#: What "promptly" means for a lookup that must not wait for the store.
-PROMPT_S = 0.2
 WAIT_S = 20.0
 
 
@@ -63,9 +61,7 @@ def test_a_lookup_runs_in_the_background_and_waiting_requests_go_out_once_it_end
     directory = BookieDirectory(registry, loop, FAST)  # type: ignore[arg-type]
     closing.callback(directory.close)
 
-    started = time.monotonic()
-    stand_in = directory.client("b1")  # never looked up: the registry does not answer
-    assert time.monotonic() - started < PROMPT_S
+    stand_in = directory.client("b1")  # returns while the registry does not answer
     assert not isinstance(stand_in, ZmqBookieClient)
     adds = [stand_in.add(1, i, entry(1, i), KEY) for i in range(50)]
     time.sleep(0.1)
@@ -114,9 +110,8 @@ def test_waiting_requests_are_bounded_and_fail_when_the_directory_closes(
     errors: queue.Queue = queue.Queue()
     stand_in.add_then(1, 0, entry(1, 0), KEY, errors.put)
     assert errors.get(timeout=1) is not None
-    started = time.monotonic()
-    directory.close()  # its lookup thread is still in the registry read: not waited for
-    assert time.monotonic() - started < PROMPT_S
+    directory.close()  # returns while its lookup thread is still in the registry read
+    assert not registry.gate.is_set()
     for f in waiting:
         with pytest.raises(BookieUnavailable, match="closed"):
             f.result(timeout=1)
@@ -165,14 +160,34 @@ def test_a_ledgers_bookies_are_resolved_when_it_is_created_or_opened(tmp_path, z
     assert [e.data for e in handle.read_entries(0, 9)] == [b"entry %d" % i for i in range(10)]
 
 
+class LookupWatch:
+    """Wraps a store's ``bookie_endpoint``: which threads read it, and how many reads
+    are in progress."""
+
+    def __init__(self, store, monkeypatch) -> None:
+        self.threads: list[str] = []
+        self.running = 0
+        read = store.bookie_endpoint
+
+        def watched(bookie_id: str) -> str:
+            self.threads.append(threading.current_thread().name)
+            self.running += 1
+            try:
+                return read(bookie_id)
+            finally:
+                self.running -= 1
+        monkeypatch.setattr(store, "bookie_endpoint", watched)
+
+
 def test_lookups_never_stall_the_client_loop_while_zookeeper_is_down_and_a_moved_bookie_is_found(
-        tmp_path, own_zookeeper, closing):
+        tmp_path, own_zookeeper, closing, monkeypatch):
     address = zkutil.formatted_cluster(own_zookeeper)
     nodes = Nodes(tmp_path, address, closing)
     # Sessions that outlive the outage: b2 keeps taking adds while ZooKeeper is down.
     b1 = nodes.start("b1", zkTimeout=30_000)
     nodes.start("b2", zkTimeout=30_000)
-    operation_timeout_ms = 3000
+    # Lookups wait this long for the absent ZooKeeper: the test sees them in progress.
+    operation_timeout_ms = 10_000
     bk = closing.enter_context(connect(address, FAST, zk_settings=zkutil.settings(
         zkOperationTimeoutMs=operation_timeout_ms)))
     bk.resolve_bookies(["b1", "b2"])
@@ -187,26 +202,26 @@ def test_lookups_never_stall_the_client_loop_while_zookeeper_is_down_and_a_moved
     # next batch): a refresh of a known bookie, a first lookup of an unknown one.
     seen: queue.Queue = queue.Queue()
 
+    lookups = LookupWatch(bk.metadata, monkeypatch)
+
     def on_added(_future) -> None:
-        started = time.monotonic()
         known, unknown = bk.bookie_client("b1"), bk.bookie_client("b9")
         requests = (known.read(1, 0), unknown.read(1, 0))
-        seen.put((time.monotonic() - started, threading.current_thread().name, requests))
+        seen.put((threading.current_thread().name, requests))
 
     bk.bookie_client("b2").add(2, 0, entry(2, 0), KEY).add_done_callback(on_added)
-    took_s, thread_name, (known_read, unknown_read) = seen.get(timeout=10)
+    thread_name, (known_read, unknown_read) = seen.get(timeout=60)
     assert thread_name == "pybk-zmq-client"
-    assert took_s < PROMPT_S, f"lookups took {took_s:.3f} s on the loop's thread"
-    started = time.monotonic()  # the loop goes on serving the other bookies
-    assert bk.bookie_client("b2").add(2, 1, entry(2, 1), KEY).result(timeout=5) is None
-    assert time.monotonic() - started < 1.0
+    # the loop goes on serving the other bookies
+    assert bk.bookie_client("b2").add(2, 1, entry(2, 1), KEY).result(timeout=60) is None
+    wait_until(lambda: lookups.running, "a lookup waiting for ZooKeeper")
+    assert "pybk-zmq-client" not in lookups.threads  # never looked up on the loop
     # Past REFRESH_WAIT_S, requests to the known bookie no longer wait for the lookup:
-    # they go to its last client, which fails them at once.
+    # they go to its last client, which fails them while the lookup still waits.
     time.sleep(REFRESH_WAIT_S)
-    started = time.monotonic()
     with pytest.raises(BookieUnavailable):
-        bk.bookie_client("b1").read(1, 0).result(timeout=5)
-    assert time.monotonic() - started < PROMPT_S
+        bk.bookie_client("b1").read(1, 0).result(timeout=60)
+    assert lookups.running, "the request waited for the lookup"
     # Those that waited end with the lookups, bounded by zkOperationTimeoutMs.
     for request in (known_read, unknown_read):
         with pytest.raises(BookieUnavailable):

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 import zkutil
 from clientutil import FAST, clusters
-from clusterutil import address, bookies, unused_port  # noqa: F401 (fixtures)
+from clusterutil import address, bookies, listening_sockets, unused_port  # noqa: F401
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -53,24 +53,7 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 
 def listening_ports(pid: int) -> set[int]:
-    """The TCP ports process ``pid`` listens on (its sockets, matched by inode against
-    the kernel's table of listening sockets)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue  # closed meanwhile
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                    ports.add(int(fields[1].rpartition(":")[2], 16))
-    return ports
+    return {port for _host, port in listening_sockets(pid)}
 
 
 def endpoint_port(endpoint: str) -> int:

@@ -18,7 +18,7 @@ import time
 import pytest
 import sparkutil
 import zkutil
-from clusterutil import TESTS, address, bookies  # noqa: F401 (fixtures)
+from clusterutil import TESTS, address, bookies, listening_sockets  # noqa: F401
 from securityutil import secured_cluster_of_bookies
 
 import pybk
@@ -56,9 +56,10 @@ def store(address):
 
 
 def hosted_by(spark, address, **options):
-    """executor_bookies with loopback bookies and a short driver session."""
-    return executor_bookies(spark, address, listen_host="127.0.0.1",
-                            session_timeout_ms=zkutil.SESSION_TIMEOUT_MS, **options)
+    """executor_bookies with a short driver session; the bookies listen on the
+    executor's host, loopback here (``SPARK_LOCAL_IP``, :mod:`sparkutil`)."""
+    return executor_bookies(spark, address, session_timeout_ms=zkutil.SESSION_TIMEOUT_MS,
+                            **options)
 
 
 def write_ledgers(address: str, count: int, _partition: object) -> list[tuple[list[str], bool]]:
@@ -130,6 +131,9 @@ def test_bookies_start_register_take_writes_first_on_their_host_and_stop(
         assert store.bookies_on_host("127.0.0.1") == [bookie.bookie_id]
         assert store.bookie_endpoint(bookie.bookie_id) == bookie.endpoint
         assert not process_gone(bookie.pid)
+        # It listens on its executor's host only, the address it registered.
+        port = int(bookie.endpoint.rpartition(":")[2])
+        assert listening_sockets(bookie.pid) == {("127.0.0.1", port)}
         # Data under the executor's local directory (Spark's, under spark.local.dir).
         local_dir = spark.sparkContext.getConf().get("spark.local.dir")
         assert bookie.directory.startswith(local_dir)

@@ -49,20 +49,19 @@ def test_a_closed_server_fails_outstanding_requests_promptly_and_clients_reconne
     time.sleep(0.3)
     assert not poll.done() and not any(f.done() for f in outstanding)
 
-    started = time.monotonic()
     server.close()
     # The server answers the parked long poll on its way out; the answer races the
     # connection loss on the client (IMMEDIATE drops what it has not read yet), so the
-    # poll ends promptly either answered or failed, never left waiting.
+    # poll ends promptly either answered or failed, never left waiting.  Failed as
+    # unavailable, not by their time limit (a Timeout): they did not wait for it.
     try:
-        assert poll.result(timeout=5) == (-1, None)
+        assert poll.result(timeout=60) == (-1, None)
     except BookieUnavailable:
         pass
     for future in outstanding:
-        assert isinstance(future.exception(timeout=5), BookieUnavailable)
-    assert time.monotonic() - started < 5, "outstanding requests waited for their timeout"
+        assert isinstance(future.exception(timeout=60), BookieUnavailable)
     with pytest.raises(BookieUnavailable):  # and new requests fail at once meanwhile
-        client.read_lac(1).result(timeout=5)
+        client.read_lac(1).result(timeout=60)
 
     closing.enter_context(BookieServer(bookie, server.address))  # back, same address
     wait_until(lambda: client.read_lac(1).exception(timeout=5) is None,
@@ -74,10 +73,8 @@ def test_a_bookie_nobody_serves_fails_requests_at_once(closing):
     with RawRouter() as gone:
         address = gone.address  # a port that was free a moment ago and is closed now
     client = closing.enter_context(ZmqBookieClient("B9", address, PATIENT))
-    started = time.monotonic()
-    with pytest.raises(BookieUnavailable, match="B9"):
-        client.add(1, 0, entry(1, 0), KEY).result(timeout=10)
-    assert time.monotonic() - started < 5
+    with pytest.raises(BookieUnavailable, match="B9"):  # not PATIENT's Timeout
+        client.add(1, 0, entry(1, 0), KEY).result(timeout=60)
     nowhere = closing.enter_context(ZmqBookieClient("B8", "tcp://not an address", PATIENT))
     with pytest.raises(BookieUnavailable, match="cannot connect"):
         nowhere.read_lac(1).result(timeout=10)
@@ -100,14 +97,13 @@ def test_a_hung_bookie_is_detected_by_heartbeats(closing):
     closing.callback(peer.kill)  # runs first (SIGKILL also ends a stopped process)
     address = f"tcp://127.0.0.1:{int(peer.stdout.readline())}"
     client = closing.enter_context(ZmqBookieClient("B1", address, ClientSettings(
-        readTimeout=30, zmqHeartbeatIntervalMs=100, zmqHeartbeatTimeoutMs=500)))
+        readTimeout=600, zmqHeartbeatIntervalMs=100, zmqHeartbeatTimeoutMs=500)))
     unanswered = client.read_lac(1)
     time.sleep(0.5)  # connected, request delivered, heartbeats answered: still waiting
     assert not unanswered.done()
     os.kill(peer.pid, signal.SIGSTOP)
-    started = time.monotonic()
-    assert isinstance(unanswered.exception(timeout=10), BookieUnavailable)
-    assert time.monotonic() - started < 5
+    # Unavailable by the heartbeats, long before the read's own limit (a Timeout).
+    assert isinstance(unanswered.exception(timeout=60), BookieUnavailable)
 
 
 def test_timeouts_are_per_request_and_late_or_wrong_replies_are_handled(closing):
@@ -277,7 +273,7 @@ def test_an_add_on_an_idle_connection_leaves_from_the_calling_thread(closing):
 def test_an_unanswered_add_sent_by_the_caller_times_out_on_time(closing, monkeypatch):
     """The deadline of an add the caller's thread sent wakes the loop when it is due
     before the loop would wake anyway (here: its idle sleep made long)."""
-    monkeypatch.setattr(client_module, "_MAX_SLEEP_MS", 60_000)
+    monkeypatch.setattr(client_module, "_MAX_SLEEP_MS", 600_000)
     router = closing.enter_context(RawRouter())
     client = closing.enter_context(ZmqBookieClient(
         "B1", router.address, ClientSettings(addEntryTimeout=0.5)))
@@ -286,11 +282,10 @@ def test_an_unanswered_add_sent_by_the_caller_times_out_on_time(closing, monkeyp
     answer_adds(router, identity, request_id, 1)
     assert first.result(timeout=10) is None
     time.sleep(0.3)  # the loop is asleep, with nothing to time
-    started = time.monotonic()
     unanswered = client.add(5, 1, entry(5, 1), KEY)
     add_message(router)
-    assert isinstance(unanswered.exception(timeout=30), Timeout)
-    assert time.monotonic() - started < 10  # its deadline, not the loop's idle sleep
+    # Its deadline ends it, not the loop's idle sleep, which would outlast this wait.
+    assert isinstance(unanswered.exception(timeout=120), Timeout)
 
 
 class NotIterable(deque):

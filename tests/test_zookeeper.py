@@ -20,7 +20,7 @@ from pybk.meta.address import open_metadata_store
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.layout import FLAT, HIERARCHICAL
 from pybk.meta.zookeeper import SessionState, ZooKeeperMetadataStore, format_cluster
-from pybk.testing import wait_until
+from pybk.testing import returns_in_time, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -141,11 +141,9 @@ def test_an_unreachable_zookeeper_fails_within_the_timeout_saying_why_quietly(ca
     caplog.set_level(logging.DEBUG)
     for attempt in (lambda: ZooKeeperMetadataStore(address, zkutil.settings(zkTimeout=1000)),
                     lambda: format_cluster(address, settings=zkutil.settings(zkTimeout=1000))):
-        started = time.monotonic()
         with pytest.raises(MetadataUnavailable, match=r"within 1 s \(last: Connection "
                                                       r"dropped: .*Connection refused\)"):
             attempt()
-        assert time.monotonic() - started < 5
     wait_until(lambda: threading.active_count() <= threads_before, "kazoo's threads ending")
     # kazoo's retries are there for whoever asks for DEBUG, and only then
     assert any(r.name == "pybk.meta.kazoo" and "Connection refused" in r.getMessage()
@@ -154,12 +152,11 @@ def test_an_unreachable_zookeeper_fails_within_the_timeout_saying_why_quietly(ca
 
 
 def test_a_host_name_that_does_not_resolve_fails_at_once():
-    started = time.monotonic()
     with pytest.raises(MetadataUnavailable, match="no ZooKeeper host of no-such-host"
                                                   ".invalid:2181 resolves .*check the"):
-        ZooKeeperMetadataStore("zk://no-such-host.invalid/ledgers",
-                               zkutil.settings(zkTimeout=30_000))
-    assert time.monotonic() - started < 5
+        returns_in_time(lambda: ZooKeeperMetadataStore(  # not waiting the ten minutes
+            "zk://no-such-host.invalid/ledgers", zkutil.settings(zkTimeout=600_000)),
+            "opening a store whose one host does not resolve")
 
 
 def test_a_host_that_does_not_resolve_is_skipped_when_another_does(zookeeper, caplog):
@@ -177,7 +174,7 @@ def test_a_bookie_id_registered_by_another_session_is_refused(address):
             started = time.monotonic()
             with pytest.raises(MetadataError, match="held by ZooKeeper session"):
                 second.register_bookie("b1:3181")
-            assert 2.0 <= time.monotonic() - started < 6  # it waited 2 x zkTimeout first
+            assert time.monotonic() - started >= 2.0  # it waited 2 x zkTimeout first
             first.close()  # the holder's session ends: the id is free at once
             second.register_bookie("b1:3181")
             assert second.bookies() == ["b1:3181"]
@@ -226,10 +223,8 @@ def test_a_client_rides_out_a_zookeeper_restart(own_zookeeper):
         try:
             wait_until(lambda: increments[0] >= 20, "progress before the restart")
             own_zookeeper.shutdown(graceful=False)
-            started = time.monotonic()
-            with pytest.raises(MetadataUnavailable):
-                impatient.get("/counter")
-            assert time.monotonic() - started < 5
+            with pytest.raises(MetadataUnavailable, match="did not answer within 1 s"):
+                impatient.get("/counter")  # its zkOperationTimeoutMs, 1000 ms
             own_zookeeper.start()
             before = increments[0]
             wait_until(lambda: increments[0] >= before + 20 or errors, "progress after it")

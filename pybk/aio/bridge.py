@@ -54,6 +54,8 @@ FEED_BUFFER_RECORDS = 1024
 LAND_RUN_MAX = 256
 #: Seconds a closing bridge waits for its threads (a feed blocked in a read included).
 CLOSE_TIMEOUT_S = 30.0
+#: How often the loop looks whether a thread that is returning has ended, in seconds.
+THREAD_END_POLL_S = 0.001
 
 _END = object()  # a feed's last item
 
@@ -289,10 +291,19 @@ class Bridge:
             # A cancelled closer stops waiting; the close goes on, and its thread is
             # joined once it is done (at once when awaited to the end).
             if done.done():
-                closer.join()
+                await _ended(closer)
             else:
                 done.add_done_callback(lambda _: closer.join())
         self.deliver()
+
+
+async def _ended(thread: threading.Thread) -> None:
+    """Once ``thread``, which has posted its last item and is returning, has ended: the
+    loop turns meanwhile instead of joining it (a busy machine may take a while to run
+    those last steps of the thread's)."""
+    while thread.is_alive():
+        await asyncio.sleep(THREAD_END_POLL_S)
+    thread.join()  # ended: returns at once
 
 
 def _outcome(done: Future) -> tuple[Any, BaseException | None]:
@@ -430,7 +441,7 @@ class Feed(Generic[T]):
         self._finished = True
         _stop_feed(self._stop, self._space)
         await asyncio.shield(self._ended)
-        self._thread.join()  # it posted its last item: it is ending now
+        await _ended(self._thread)  # it posted its last item: it is ending now
 
     async def __aenter__(self) -> "Feed[T]":
         return self
@@ -492,11 +503,20 @@ def _read_into(loop: asyncio.AbstractEventLoop, items: asyncio.Queue,
     """A feed's thread: put items on the loop's queue while the consumer makes space."""
     last: Any = _END
     try:
-        for item in source(stop):
-            space.acquire()
-            if stop.is_set():
-                break
-            loop.call_soon_threadsafe(items.put_nowait, item)
+        produced = source(stop)
+        try:
+            for item in produced:
+                space.acquire()
+                if stop.is_set():
+                    break
+                loop.call_soon_threadsafe(items.put_nowait, item)
+        finally:
+            # Before the last item is posted, so that what the source's end does (a
+            # generator's cleanup: a reader's close) is done when the consumer learns
+            # that the feed ended, not after.
+            close = getattr(produced, "close", None)
+            if close is not None:
+                close()
     except Exception as e:  # raised to the consumer (a bug underneath too, not a hang)
         last = _Failed(e)
     try:

@@ -42,6 +42,7 @@ import http.server
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 import urllib.parse
@@ -85,10 +86,12 @@ class Request:
     def param(self, name: str, default: str | None = None) -> str | None:
         return self.query.get(name, default)
 
-    def int_param(self, name: str, default: int | None = None) -> int | None:
-        """The query parameter ``name`` as an integer (``default`` if absent); 400 if it
-        is not one."""
-        return _as_int(name, self.query.get(name), default)
+    def int_param(self, name: str, low: int, high: int,
+                  default: int | None = None) -> int | None:
+        """The query parameter ``name`` as an integer in [``low``, ``high``] (``default``
+        if absent); 400 if it is not one, or out of that range (never a value that
+        fails deeper down as something else, such as the metadata's 503)."""
+        return _as_int(name, self.query.get(name), low, high, default)
 
     def bool_param(self, name: str, default: bool = False) -> bool:
         """``true``/``false`` (any case) as a bool; 400 otherwise."""
@@ -292,9 +295,8 @@ class AdminHttpServer:
     def _body(self, headers: Any, read_body: Callable[[int], bytes]) -> bytes:
         if headers.get("Transfer-Encoding"):
             raise HttpError(411, "send the body with a Content-Length, not chunked")
-        length = _as_int("Content-Length", headers.get("Content-Length"), 0)
-        if length is None or length < 0:
-            raise HttpError(400, "Content-Length must be 0 or more")
+        length = _as_int("Content-Length", headers.get("Content-Length"), 0, sys.maxsize, 0)
+        assert length is not None  # a default is given
         if length > self._max_body:
             raise HttpError(413, f"the body has {length} bytes; at most "
                                  f"{self._max_body} (httpServerMaxRequestBytes)")
@@ -371,13 +373,20 @@ def _message(text: str) -> bytes:
     return (json.dumps({"message": text}) + "\n").encode()
 
 
-def _as_int(name: str, raw: str | None, default: int | None) -> int | None:
+def _as_int(name: str, raw: str | None, low: int, high: int,
+            default: int | None) -> int | None:
     if raw is None:
         return default
     try:
-        return int(raw)
-    except ValueError:
-        raise HttpError(400, f"{name} must be an integer, not {raw!r}") from None
+        # Digits only: int() also takes "1_000", " 7 " and "+7", which no client means.
+        value = int(raw) if raw.lstrip("-").isdecimal() and raw.isascii() else None
+    except ValueError:  # more digits than int() converts
+        value = None
+    if value is None:
+        raise HttpError(400, f"{name} must be an integer, not {raw[:40]!r}")
+    if not low <= value <= high:
+        raise HttpError(400, f"{name} must be in [{low}, {high}], not {raw[:40]}")
+    return value
 
 
 def _as_bool(name: str, raw: str | None, default: bool) -> bool:

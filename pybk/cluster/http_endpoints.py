@@ -9,6 +9,9 @@ are BookKeeper's (``org.apache.bookkeeper.server.http.service``); where BookKeep
 plain text, pybk answers ``{"message": that text, ...the values}``, and ``/heartbeat`` and
 ``/api/v1/bookie/is_ready`` keep BookKeeper's text for probes.  Privileged (the admin
 token): every method but GET, and ``/api/v1/ledger/read`` (it reads the ledgers' data).
+Numbers in a query (``ledger_id``, entry ids, ``page``) and in a body are checked against
+their range: a value out of it, negative where that means nothing, or not a number is a
+400 naming the parameter, never a 5xx.
 
 GET  /heartbeat                      ``OK``
 GET  /api/v1/config/server_config    the settings (secrets shown as ``******``)
@@ -32,6 +35,13 @@ GET  /api/v1/bookie/gc_details       ``[{"forceCompacting", "majorCompacting",
                                      "minorCompacting", "lastMajorCompactionTime",
                                      "lastMinorCompactionTime", "majorCompactionCounter",
                                      "minorCompactionCounter"}]``
+GET  /api/v1/bookie/gc/suspend_compaction  ``{"isMajorGcSuspended",
+                                     "isMinorGcSuspended"}`` (``"true"``/``"false"``)
+PUT  /api/v1/bookie/gc/suspend_compaction  body ``{"suspendMajor": "true", "suspendMinor":
+                                     "true"}`` (either; true or "true"): start no more
+                                     compactions of that kind, scheduled or forced, until
+                                     resumed (not kept across a restart); the same answer
+PUT  /api/v1/bookie/gc/resume_compaction   body ``{"resumeMajor": .., "resumeMinor": ..}``
 GET  /api/v1/bookie/state/readonly   ``{"readOnly"}``
 PUT  /api/v1/bookie/state/readonly   body ``{"readOnly": bool}``: refuse adds and
                                      register read-only, or undo it
@@ -85,6 +95,7 @@ from pybk.cluster import admin_commands as admin
 from pybk.cluster import admin_inspect, recover_commands
 from pybk.cluster.http_admin import HttpError, Request, Response, Routes
 from pybk.errors import BookKeeperError, NoSuchLedger
+from pybk.meta import paths
 from pybk.meta.ledgers import LedgerManager
 from pybk.storage.journal_codec import journal_file_name, list_journal_ids
 from pybk.storage.lastmark import read_mark
@@ -94,10 +105,16 @@ if TYPE_CHECKING:
 
 #: Ledgers on one page of ``/api/v1/ledger/list?page=N``.
 LEDGER_PAGE = 100
+#: The highest entry id (a Java long).
+ENTRY_ID_MAX = 2 ** 63 - 1
 #: Most entries one ``/api/v1/ledger/read`` answers (a longer range is cut there).
 READ_ENTRIES_MAX = 1000
 #: Seconds ``list_bookie_info`` and ``bookie_info`` wait for the bookies together.
 BOOKIE_INFO_TIMEOUT_S = 5.0
+#: The highest ``page`` of ``/api/v1/ledger/list`` (ZooKeeper's ledger ids are 31-bit).
+PAGE_MAX = 2 ** 31 - 1
+#: The longest ``lostBookieRecoveryDelay`` that may be set, in seconds (a Java int).
+DELAY_MAX_S = 2 ** 31 - 1
 #: The longest ``timeout_s`` a decommission request may ask for.
 DECOMMISSION_TIMEOUT_MAX_S = 3600.0
 _SECRETS = ("httpServerAdminToken", "bookieRecoveryPasswd")
@@ -120,6 +137,7 @@ def admin_routes(node: "BookieNode") -> Routes:
         ("/api/v1/bookie/list_disk_file", endpoints.list_disk_file),
         ("/api/v1/bookie/gc", endpoints.gc),
         ("/api/v1/bookie/gc_details", endpoints.gc_details),
+        ("/api/v1/bookie/gc/suspend_compaction", endpoints.suspend_compaction),
         ("/api/v1/bookie/state/readonly", endpoints.read_only),
         ("/api/v1/bookie/list_bookies", endpoints.list_bookies),
         ("/api/v1/bookie/list_bookie_info", endpoints.list_bookie_info),
@@ -137,6 +155,8 @@ def admin_routes(node: "BookieNode") -> Routes:
     routes.add("/api/v1/ledger/read", "GET", endpoints.read_ledger, privileged=True)
     for method, path, handler in [
         ("PUT", "/api/v1/bookie/gc", endpoints.gc),
+        ("PUT", "/api/v1/bookie/gc/suspend_compaction", endpoints.suspend_compaction),
+        ("PUT", "/api/v1/bookie/gc/resume_compaction", endpoints.resume_compaction),
         ("PUT", "/api/v1/bookie/state/readonly", endpoints.read_only),
         ("DELETE", "/api/v1/ledger/delete", endpoints.delete_ledger),
         ("PUT", "/api/v1/autorecovery/status", endpoints.autorecovery_status),
@@ -237,6 +257,24 @@ class _Endpoints:
             self.bookie.request_gc()
         return {"is_in_force_gc": str(self.bookie.is_in_force_gc).lower()}
 
+    def suspend_compaction(self, r: Request) -> dict:
+        if r.method == "PUT":
+            body = r.json()
+            self.bookie.suspend_compaction(major=_flag(body, "suspendMajor"),
+                                           minor=_flag(body, "suspendMinor"))
+        return self._suspension()
+
+    def resume_compaction(self, r: Request) -> dict:
+        body = r.json()
+        self.bookie.resume_compaction(major=_flag(body, "resumeMajor"),
+                                      minor=_flag(body, "resumeMinor"))
+        return self._suspension()
+
+    def _suspension(self) -> dict:
+        s = self.bookie.gc_status
+        return {"isMajorGcSuspended": str(s.major_suspended).lower(),
+                "isMinorGcSuspended": str(s.minor_suspended).lower()}
+
     def gc_details(self, _r: Request) -> list[dict]:
         s = self.bookie.gc_status
         return [{"forceCompacting": s.forced, "majorCompacting": s.compacting == "major",
@@ -291,12 +329,10 @@ class _Endpoints:
 
     def list_ledgers(self, r: Request) -> dict:
         with_metadata = r.bool_param("print_metadata")
-        page = r.int_param("page")
+        page = r.int_param("page", 1, PAGE_MAX)
         manager = LedgerManager(self.store)
         ids: Iterator[int] = manager.iter_ledger_ids()
         if page is not None:
-            if page < 1:
-                raise HttpError(400, f"page counts from 1, not {page}")
             # The listing is read up to the page's end only: one page of metadata, and
             # the ids before it (the same order every time: pybk.meta.layout).
             ids = itertools.islice(ids, (page - 1) * LEDGER_PAGE, page * LEDGER_PAGE)
@@ -317,10 +353,9 @@ class _Endpoints:
 
     def read_ledger(self, r: Request) -> dict:
         ledger_id = _ledger_id(r)
-        first = r.int_param("start_entry_id") or 0
-        last = r.int_param("end_entry_id")
-        if first < 0:
-            raise HttpError(400, f"start_entry_id must be 0 or more, not {first}")
+        first = r.int_param("start_entry_id", 0, ENTRY_ID_MAX, default=0)
+        last = r.int_param("end_entry_id", -1, ENTRY_ID_MAX)  # -1: to the end
+        assert first is not None
         last = first + READ_ENTRIES_MAX - 1 if last is None or last < 0 else \
             min(last, first + READ_ENTRIES_MAX - 1)
         if last < first:
@@ -371,8 +406,10 @@ class _Endpoints:
         seconds = None
         if r.method == "PUT":
             seconds = r.json().get("delay_seconds")
-            if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < 0:
-                raise HttpError(400, 'the body must be {"delay_seconds": N}, N >= 0')
+            if not isinstance(seconds, int) or isinstance(seconds, bool) or \
+                    not 0 <= seconds <= DELAY_MAX_S:
+                raise HttpError(400, 'the body must be {"delay_seconds": N}, '
+                                     f'0 <= N <= {DELAY_MAX_S}')
         result = admin.lost_bookie_recovery_delay(seconds)(self.store)
         verb = "Successfully update lostBookieRecoveryDelay to" if result["set"] else \
             "lostBookieRecoveryDelay value:"
@@ -409,10 +446,22 @@ class _Endpoints:
 
 
 def _ledger_id(r: Request) -> int:
-    ledger_id = r.int_param("ledger_id")
+    ledger_id = r.int_param("ledger_id", 0, paths.LEDGER_ID_MAX)
     if ledger_id is None:
         raise HttpError(400, "give the ledger: ?ledger_id=N")
     return ledger_id
+
+
+def _flag(body: dict, name: str) -> bool:
+    """A body's boolean ``name``, given as BookKeeper's clients give it (``"true"`` /
+    ``"false"``) or as JSON's; absent is false; 400 otherwise."""
+    value = body.get(name, False)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise HttpError(400, f'{name} must be true or false (or "true" / "false"), '
+                             f"not {value!r}")
+    return value
 
 
 def _listdir(path: str) -> list[str]:

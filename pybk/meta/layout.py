@@ -90,7 +90,7 @@ class FlatLayout(LedgerLayout):
     factory_class = _FACTORY_PACKAGE + "FlatLedgerManagerFactory"
 
     def ledger_path(self, ledger_id: int) -> str:
-        return f"{paths.LEDGERS}/L{_check_id(ledger_id):010d}"
+        return f"{paths.LEDGERS}/L{paths.check_ledger_id(ledger_id):010d}"
 
     def ledger_ids(self, store: "MetadataStore",
                    page_size: int = LIST_PAGE_NAMES) -> Iterator[int]:
@@ -109,7 +109,7 @@ class HierarchicalLayout(LedgerLayout):
     _LONG = (3, 4, 4, 4, 4)
 
     def ledger_path(self, ledger_id: int) -> str:
-        _check_id(ledger_id)
+        paths.check_ledger_id(ledger_id)
         widths = self._SHORT if ledger_id < _SHORT_ID_MAX else self._LONG
         digits = f"{ledger_id:0{sum(widths)}d}"
         parts, start = [], 0
@@ -174,13 +174,6 @@ def decode(data: bytes) -> LedgerLayout:
             return layout
     raise MalformedMetadata(f"LAYOUT names ledger manager {lines[1]!r}, which pybk does not "
                             f"implement (it knows {', '.join(sorted(LAYOUTS))})")
-
-
-def _check_id(ledger_id: int) -> int:
-    if not isinstance(ledger_id, int) or isinstance(ledger_id, bool) \
-            or not 0 <= ledger_id < 2 ** 63:
-        raise MetadataError(f"ledger id {ledger_id!r} is not an integer in [0, 2^63)")
-    return ledger_id
 
 
 def _children(store: "MetadataStore", path: str, page_size: int) -> Iterator[str]:

@@ -36,7 +36,7 @@ BookKeeper's layout of a cluster under ``/ledgers``:
 
 from __future__ import annotations
 
-from pybk.errors import MetadataError
+from pybk.errors import InvalidLedgerId, MetadataError
 
 ROOT = "/"
 LEDGERS = "/ledgers"
@@ -107,3 +107,16 @@ def ancestors(path: str) -> list[str]:
 def host_bookie(host: str, bookie_id: str) -> str:
     """The record saying that ``bookie_id`` is registered on ``host``."""
     return join(join(HOSTS, host), bookie_id)
+
+
+#: Ledger ids are BookKeeper's: Java longs that are not negative.
+LEDGER_ID_MAX = 2 ** 63 - 1
+
+
+def check_ledger_id(ledger_id: int) -> int:
+    """``ledger_id`` if a ledger may have it (an integer in [0, 2^63)), else
+    InvalidLedgerId: a caller's mistake, not the store's."""
+    if not isinstance(ledger_id, int) or isinstance(ledger_id, bool) \
+            or not 0 <= ledger_id <= LEDGER_ID_MAX:
+        raise InvalidLedgerId(f"ledger id {ledger_id!r} is not an integer in [0, 2^63)")
+    return ledger_id

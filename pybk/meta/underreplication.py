@@ -95,14 +95,14 @@ _BACKLOG_KEYS = frozenset({"auditor", "time_ms", "ledgers", "entries", "min_repl
 
 def mark_path(ledger_id: int) -> str:
     """Where the mark of ``ledger_id`` lives (see the module docstring)."""
-    _check_id(ledger_id)
+    paths.check_ledger_id(ledger_id)
     levels = "/".join(f"{ledger_id >> shift & 0xFFFF:04x}" for shift in (48, 32, 16, 0))
     return f"{MARKS}/{levels}/urL{ledger_id:010d}"
 
 
 def lock_path(ledger_id: int) -> str:
     """Where the claim of ``ledger_id`` lives."""
-    return f"{LOCKS}/urL{_check_id(ledger_id):010d}"
+    return f"{LOCKS}/urL{paths.check_ledger_id(ledger_id):010d}"
 
 
 @dataclass(frozen=True)
@@ -536,13 +536,6 @@ def _delay_bytes(seconds: int) -> bytes:
         raise MetadataError(f"lostBookieRecoveryDelay {seconds!r} is not a whole number of "
                             "seconds, 0 or more")
     return str(seconds).encode()
-
-
-def _check_id(ledger_id: int) -> int:
-    if not isinstance(ledger_id, int) or isinstance(ledger_id, bool) \
-            or not 0 <= ledger_id < 2 ** 63:
-        raise MetadataError(f"ledger id {ledger_id!r} is not an integer in [0, 2^63)")
-    return ledger_id
 
 
 def _children(store: MetadataStore, path: str) -> list[str]:

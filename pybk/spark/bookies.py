@@ -110,6 +110,10 @@ On a real cluster
       ``directory`` on a hostPath or persistent volume keeps the data across
       applications.  The pod's IP is its host (``SPARK_LOCAL_IP`` is set to it), which
       other pods reach directly.
+    * Interfaces: each bookie listens on its executor's host (the address it registers
+      and the other hosts reach it by: ``SPARK_LOCAL_IP`` or the host's name), never on
+      every interface unless ``listen_host="0.0.0.0"`` says so.  Between hosts the
+      bookies' traffic crosses the network: turn on CURVE (``settings``, below).
     * Ports: each bookie listens on ``listen_host:port``; ``port`` 0 (the default) takes
       any free port, which is registered, so clients find it; a firewall between hosts
       needs a fixed ``port`` (then one bookie per host: give ``directory``).  Clients
@@ -186,7 +190,7 @@ class ExecutorBookies:
 
 @contextlib.contextmanager
 def executor_bookies(spark: "SparkSession", address: str, *, count: int | None = None,
-                     directory: str | None = None, listen_host: str = "0.0.0.0",
+                     directory: str | None = None, listen_host: str | None = None,
                      port: int = 0, bookie_args: Sequence[str] = (),
                      settings: Mapping[str, Any] | None = None,
                      session_timeout_ms: int = 10_000, start_timeout_s: float = 120.0,
@@ -199,9 +203,13 @@ def executor_bookies(spark: "SparkSession", address: str, *, count: int | None =
 
     ``directory``: the bookie directory on every host (absolute), or None for one in
     each executor's local directories.  ``listen_host``/``port``: where bookies listen
-    (port 0: any free one).  ``bookie_args``: more ``pybk bookie`` options (``--set
-    KEY=VALUE``).  ``settings``: ServerSettings names and values for every bookie and
-    for the ZooKeeper clients of the driver and the holders, which use their
+    (port 0: any free one); ``listen_host`` None (the default) is each executor's own
+    host (:func:`~pybk.spark.holder.executor_host`, the address the bookie registers),
+    so a bookie is reachable by the other hosts on that one interface only; give
+    ``"0.0.0.0"`` to listen on every interface (and see CURVE in the README).
+    ``bookie_args``: more ``pybk bookie`` options (``--set KEY=VALUE``).
+    ``settings``: ServerSettings names and values for every bookie and for the
+    ZooKeeper clients of the driver and the holders, which use their
     ``zkEnableSecurity``, ``zkDigestAuthFile`` and ``zkWorldReadable``: how a secured
     cluster's credentials are given (CURVE: ``zmqCurveEnabled``,
     ``zmqCurveSecretKeyFile``, ``zmqCurveAllowedClientKeysDirectory``).  Their files are
@@ -244,7 +252,7 @@ def executor_bookies(spark: "SparkSession", address: str, *, count: int | None =
 
 
 def _check_arguments(sc: "SparkContext", address: str, count: int | None,
-                     directory: str | None, listen_host: str, port: int) -> int:
+                     directory: str | None, listen_host: str | None, port: int) -> int:
     """The number of holders to run, once the arguments are checked."""
     if not is_zookeeper_address(address):
         raise InvalidConfiguration(f"executor bookies join a cluster: {address!r} is not "
@@ -263,7 +271,8 @@ def _check_arguments(sc: "SparkContext", address: str, count: int | None,
                                    "same on every host")
     if not 0 <= port < 65536:
         raise InvalidConfiguration(f"port={port!r}: 0 (any free port) to 65535")
-    if not listen_host or any(c.isspace() or c in "/[]" for c in listen_host):
+    if listen_host is not None and (not listen_host or any(
+            c.isspace() or c in "/[]" for c in listen_host)):
         raise InvalidConfiguration(f"listen_host={listen_host!r} is not a host name or "
                                    "address")
     return count

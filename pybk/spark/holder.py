@@ -82,7 +82,8 @@ class HolderConfig:
     address: str
     lease: str
     directory: str | None
-    listen_host: str
+    #: Where the bookie listens; None: the executor's host (:func:`executor_host`).
+    listen_host: str | None
     port: int
     bookie_args: tuple[str, ...]
     start_timeout_s: float
@@ -155,7 +156,7 @@ def _start_bookie(config: HolderConfig, directory: str, host: str,
         os.remove(info)  # a previous holder's; this one names the new bookie
     command = child.command(
         "--log-level", "INFO", "bookie", "--zk", config.address,
-        "--listen", f"{config.listen_host}:{config.port}", "--format",
+        "--listen", f"{config.listen_host or host}:{config.port}", "--format",
         "--journal-dir", os.path.join(directory, "journal"),
         "--ledger-dir", os.path.join(directory, "ledgers"),
         "--set", f"advertisedAddress={host}", "--set", f"bookieHost={host}",

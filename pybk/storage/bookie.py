@@ -1030,6 +1030,25 @@ class Bookie:
         self._force_gc = True
         self._gc_wanted.set()
 
+    def suspend_compaction(self, *, major: bool, minor: bool) -> None:
+        """Stop starting the major and/or minor compactions the housekeeping thread runs
+        (scheduled or asked for by :meth:`request_gc`) until :meth:`resume_compaction`;
+        one already running finishes.  Entry logs of deleted ledgers are still removed.
+        Operators use it during maintenance (BookKeeper's ``suspend_compaction``)."""
+        status = self.gc_status
+        status.major_suspended |= major
+        status.minor_suspended |= minor
+        log.info("compaction suspended: major %s, minor %s", status.major_suspended,
+                 status.minor_suspended)
+
+    def resume_compaction(self, *, major: bool, minor: bool) -> None:
+        """Undo :meth:`suspend_compaction` for the kinds named."""
+        status = self.gc_status
+        status.major_suspended &= not major
+        status.minor_suspended &= not minor
+        log.info("compaction resumed: major suspended %s, minor suspended %s",
+                 status.major_suspended, status.minor_suspended)
+
     @property
     def is_in_force_gc(self) -> bool:
         """Whether a requested GC is waiting or running."""
@@ -1084,14 +1103,16 @@ class Bookie:
                 log.exception("housekeeping failed")
 
     def _scheduled_gc(self, now: float) -> None:
-        s = self.settings
+        s, suspended = self.settings, self.gc_status
         forced, self._force_gc = self._force_gc, False
-        if forced or (s.majorCompactionInterval
-                      and now - self._last_major >= s.majorCompactionInterval):
+        if not suspended.major_suspended and (
+                forced or (s.majorCompactionInterval
+                           and now - self._last_major >= s.majorCompactionInterval)):
             self._last_major = self._last_minor = now
             self._compact_now(True, forced)
             self.stats.major_compactions += 1
-        elif s.minorCompactionInterval and now - self._last_minor >= s.minorCompactionInterval:
+        elif not suspended.minor_suspended and s.minorCompactionInterval \
+                and now - self._last_minor >= s.minorCompactionInterval:
             self._last_minor = now
             self._compact_now(False, False)
             self.stats.minor_compactions += 1

@@ -91,6 +91,12 @@ class GcStatus:
     last_minor_ms: int = 0
     major_count: int = 0
     minor_count: int = 0
+    #: Compactions an operator suspended (:meth:`pybk.storage.Bookie.suspend_compaction`):
+    #: the housekeeping thread skips them, forced or scheduled, until resumed; garbage
+    #: collection of entry logs that hold no live ledger goes on.  Not kept across a
+    #: restart, as in BookKeeper.
+    major_suspended: bool = False
+    minor_suspended: bool = False
 
     def finished(self, major: bool) -> None:
         now_ms = int(time.time() * 1000)

@@ -12,8 +12,9 @@
 :mod:`pybk.testing.ledger_records`
     :func:`~pybk.testing.ledger_records.put_ledgers`: many ledger records written straight
     into a metadata store, in batches (listings and audits of many ledgers).
-:func:`wait_until`
-    A bounded wait for something another thread or process does.
+:func:`wait_until`, :func:`returns_in_time`
+    A bounded wait for something another thread or process does; a call shown not to
+    wait for what takes far longer than the bound, by its returning at all.
 
 A throwaway ZooKeeper is :class:`pybk.cluster.zookeeper_server.ZooKeeperServer` and a
 local cluster of bookie processes :class:`pybk.cluster.local.LocalCluster`; both serve
@@ -21,6 +22,6 @@ local cluster of bookie processes :class:`pybk.cluster.local.LocalCluster`; both
 this package.
 """
 
-from pybk.testing.waiting import wait_until
+from pybk.testing.waiting import returns_in_time, wait_until
 
-__all__ = ["wait_until"]
+__all__ = ["returns_in_time", "wait_until"]
