@@ -159,7 +159,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple
 
-from pybk.errors import MalformedMetadata, NodeExists, NoNode
+from pybk.errors import BadVersion, MalformedMetadata, MetadataError, NodeExists, NoNode
 from pybk.log.position import START, Position
 from pybk.meta import paths
 from pybk.meta.interface import ANY_VERSION, MetadataStore, batches
@@ -184,6 +184,8 @@ SINKS_MAX = 256
 SINK_ID_MAX_CHARS = 128
 #: How many orphan jobs one CAS gives up (the rest wait for the next one).
 ORPHANS_PER_CAS_MAX = 32
+#: How many times :func:`record_progress` makes its CAS again on a head that changed.
+PROGRESS_ATTEMPTS_MAX = 10
 _NUMBER_DIGITS = 20
 
 
@@ -242,10 +244,11 @@ class LogMetadata:
                              f"{self.committing} and aborted {self.aborted}")
 
     def same_owner(self, other: "LogMetadata") -> bool:
-        """Whether ``other`` differs from this head in job bookkeeping only (``committing``
-        and ``aborted``): no writer or commit took the log over in between."""
-        return dataclasses.replace(other, committing=self.committing,
-                                   aborted=self.aborted) == self
+        """Whether ``other`` differs from this head in job bookkeeping (``committing`` and
+        ``aborted``) and truncation's progress (``oldest_segment``) only: no writer or
+        commit took the log over in between."""
+        return dataclasses.replace(other, committing=self.committing, aborted=self.aborted,
+                                   oldest_segment=self.oldest_segment) == self
 
     def with_new_segment(self, ledger_id: int) -> "LogMetadata":
         """The log with one more segment at its end, in format 2: the oldest tail segment
@@ -456,19 +459,38 @@ def list_logs(store: MetadataStore) -> list[str]:
 
 def delete_log(store: MetadataStore, name: str) -> None:
     """Delete the log's records (segments, consumers, jobs), head last (its ledgers are
-    left alone, those of its jobs too); nothing if it has no head."""
-    try:
-        metadata = read_log(store, name).metadata
-    except NoNode:
-        return
-    delete_records(store, name, metadata.oldest_segment, metadata.next_segment)
+    left alone, those of its jobs too); nothing if it has no head.  The head is first
+    truncated before its next segment number, so that the segment records go as a
+    truncation's do, and a crash leaves an empty log that the next call deletes."""
+    for _ in range(PROGRESS_ATTEMPTS_MAX):
+        try:
+            metadata, version = read_log(store, name)
+        except NoNode:
+            return
+        end = metadata.next_segment
+        if metadata.truncated_before.segment == end and not metadata.tail \
+                and metadata.format_version == FORMAT_VERSION:
+            break
+        try:
+            update_log(store, dataclasses.replace(
+                metadata, tail=(), truncated_before=Position(end, 0, 0),
+                format_version=FORMAT_VERSION), version)
+            break
+        except BadVersion:
+            pass  # a writer changed it: truncate that head
+    else:
+        raise MetadataError(f"log {name}: lost the race to truncate it before deleting it "
+                            f"{PROGRESS_ATTEMPTS_MAX} times in a row")
+    delete_records(store, name, end)
+    # Listed, once the walk deleted the rest: a hollow record a crash left (see
+    # delete_records), if any.
+    delete_tree(store, segments_path(name))
     delete_tree(store, jobs_path(name))
     delete_tree(store, consumers_path(name))
-    for path in (segments_path(name), log_path(name)):
-        try:
-            store.delete(path, ANY_VERSION)
-        except NoNode:
-            pass
+    try:
+        store.delete(log_path(name), ANY_VERSION)
+    except NoNode:
+        pass
 
 
 def delete_tree(store: MetadataStore, path: str) -> None:
@@ -597,12 +619,14 @@ def mark_dropped(store: MetadataStore, metadata: LogMetadata) -> None:
             mark_dead(store, metadata.name, dropped.number, after)
 
 
-def delete_records(store: MetadataStore, name: str, start: int, end: int,
+def delete_records(store: MetadataStore, name: str, end: int,
                    delete_ledger: Callable[[int], None] | None = None) -> None:
-    """Delete the records numbered from ``start`` up to ``end`` (below truncated_before's
-    segment), calling ``delete_ledger`` first with the ledger of each segment record:
-    one step per number, hollow runs skipped."""
-    number = start
+    """Delete the records numbered from the head's oldest_segment up to ``end`` (at most
+    truncated_before's segment), in number order, calling ``delete_ledger`` first with
+    the ledger of each segment record; before a hollow record is deleted, the head's
+    oldest_segment moves past its run (:func:`record_progress`), so that no walk ever
+    steps through the run's numbers (see "Truncation" in the module docstring)."""
+    number = read_log(store, name).metadata.oldest_segment
     while number < end:
         record = read_segment(store, name, number)
         if record is None:
@@ -610,12 +634,34 @@ def delete_records(store: MetadataStore, name: str, start: int, end: int,
             continue
         if record.ledger_id is not None and delete_ledger is not None:
             delete_ledger(record.ledger_id)
-        delete_segment(store, name, number)
         if record.hollow:
             assert record.skip_to is not None  # from_bytes: a hollow record is dead
+            record_progress(store, name, record.skip_to)
+            delete_segment(store, name, number)
             number = record.skip_to
         else:
+            delete_segment(store, name, number)
             number += 1
+
+
+def record_progress(store: MetadataStore, name: str, oldest_segment: int) -> None:
+    """Compare-and-set the head's oldest_segment up to ``oldest_segment`` (every record
+    numbered below it is deleted, or is a hollow record whose run reaches it), unless it
+    is there already.  The CAS changes that field only, so it is made again on whatever
+    head it meets (at most PROGRESS_ATTEMPTS_MAX times), and it takes the log over from
+    no one (:meth:`LogMetadata.same_owner`)."""
+    for _ in range(PROGRESS_ATTEMPTS_MAX):
+        head, version = read_log(store, name)
+        if head.oldest_segment >= oldest_segment:
+            return
+        try:
+            update_log(store, dataclasses.replace(head, oldest_segment=oldest_segment),
+                       version)
+            return
+        except BadVersion:
+            pass  # another change of the head: make this one again on it
+    raise MetadataError(f"log {name}: lost the race to record truncation's progress "
+                        f"{PROGRESS_ATTEMPTS_MAX} times in a row")
 
 
 def delete_segment(store: MetadataStore, name: str, number: int) -> None:
