@@ -44,6 +44,7 @@ from pybk.log.metadata import (
     store_records,
     update_log,
 )
+from pybk.log.ranges import plan as plan_ranges
 from pybk.meta import MAX_DATA_BYTES, interface
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
@@ -503,10 +504,10 @@ def test_the_head_cas_fences_a_writer_that_truncates_or_rolls_after_another_open
 # -- a truncation across a hollow run, stopped at every step ----------------------------------
 
 #: What finishing the walk below may cost, in metadata calls on the log's records: its
-#: log has 11 segment records (3 segments, a dead run, the hollow run of a demotion, 6
-#: segments past it), so an opener reads and deletes each at most a few times (an
-#: opener whose own walk recorded progress opens twice).  Stepping through the 2^32
-#: numbers of the hollow run one by one goes past it at once.
+#: log has about a dozen records (3 segments, a dead record, a demotion's hollow record,
+#: 7 segments past the jump), and an opener reads or writes each a few times (twice
+#: over if its own walk recorded progress and it opens again).  Stepping through the
+#: 2^32 numbers of the hollow run one by one goes past it at once.
 FINISH_CALLS_MAX = 200
 
 
@@ -605,3 +606,28 @@ def test_a_truncation_across_a_hollow_run_stopped_at_any_step_is_finished_within
                 break
             stop += 1
         assert stop > 8  # every delete and CAS of the walk
+
+
+@pytest.mark.parametrize("kind", ["embedded", "zookeeper"])
+def test_a_position_inside_a_hollow_run_is_found_without_stepping_through_it(
+        request, tmp_path, bookie, kind):
+    """A reader, a range plan and a truncation given a position inside a demotion's jump
+    (a number no record names) go on at the first segment after the jump in at most
+    FINISH_CALLS_MAX metadata calls on the log's records: from the record before it,
+    not one number at a time."""
+    with _store_of(request, tmp_path, kind) as real, contextlib.ExitStack() as stack:
+        store = FaultyMetadataStore(real)
+        bk = stack.enter_context(BookKeeper(store, {"B1": InProcessBookieClient(
+            "B1", bookie)}, FAST))
+        written, jump = _demoted_and_written(bk, "log")
+        inside = Position(jump + 1000, 0, 0)
+        writer = LogWriter.open(bk, "log", SMALL_SEGMENTS)
+        stack.callback(_close_quietly, writer)
+        store.prefix, store.calls_max = log_path("log"), FINISH_CALLS_MAX
+        assert find_segment(store, _head(bk), inside.segment).number == written[3][0].segment
+        assert list(LogReader(bk, "log", inside, writer=writer).read()) == written[3:]
+        assert [r.start for r in plan_ranges(bk, "log", inside).ranges][:1] == [written[3][0]]
+        assert writer.truncate(inside) == 3
+        assert _head(bk).truncated_before == written[3][0]
+        store.calls_max = None
+        assert list(LogReader(bk, "log", writer=writer).read()) == written[3:]

@@ -19,7 +19,8 @@ The head's body::
                         increasing, at most TAIL_SEGMENTS (4) of them, except for a moment
                         after a commit (below): then up to TAIL_SEGMENTS + COMMIT_LEDGERS_MAX
     "oldest_segment"    every segment record numbered below it is deleted (truncation's
-                        progress: below truncated_before's segment while one is unfinished)
+                        progress: below truncated_before's segment while one is unfinished;
+                        but see "Truncation" for the one record a crash may leave)
     "dropping"          [[segment number, ledger id], ...]: empty segments the last writer
                         to open dropped from the log, whose ledgers it deletes (at most 2;
                         a null number is a ledger that a format-1 record was deleting)
@@ -49,8 +50,14 @@ be listed in one packet): they are found by number.
 **Finding a segment** (:func:`find_segment`), the first one numbered ``k`` or more:
 below truncated_before's segment, start there; from the tail's first number on, the tail
 has it; below that, read the record of ``k``: a ledger is the answer; a dead number goes
-on at its ``skip_to``; a missing record (a dead number inside a run, or one whose dead
-record is not written yet) goes on at ``k + 1``.  A reader entering the next segment
+on at its ``skip_to``.  A missing record is a number inside a hollow run (``k`` given by a
+caller), a number below a truncation newer than the head the search was given, or a dead
+number whose record is being written: the search reads the stored head, and unless it
+reached the number walking from truncated_before's segment (or the number is below the
+stored truncated_before), it walks the records from the stored truncated_before's segment
+to ``k``; only a number that walk reaches and finds without a record goes on at ``k + 1``.
+So no search steps through the numbers of a hollow run: its cost is bounded by the
+records between truncated_before's segment and ``k``.  A reader entering the next segment
 below the tail reads the head and one record, whatever the number of segments: the first
 number of every run of dead numbers between two segments has a dead record pointing past
 the run, and truncated_before's segment is a segment or such a first number.
@@ -92,15 +99,33 @@ record exists, leaves the tail if it is full), then write the new segment's reco
 
 **Truncation** before position ``p`` (moved to the start of the first segment at or
 after it if ``p.segment`` is a dead number): CAS the head (truncated_before = p, tail
-without the segments below ``p.segment``); then a walk over the numbers from
-``oldest_segment`` up to ``p.segment`` deletes the ledger each segment record names and
-then every record, skipping hollow runs; then CAS ``oldest_segment = p.segment``.  A
-writer that dies on the way leaves ``oldest_segment`` behind truncated_before: the next
-opener finishes the walk.  The cost is one step per segment number ever used in the
-range (each number was given to a segment once), whatever the log's length.
+without the segments below ``p.segment``); then a walk (:func:`delete_records`) from the
+stored head's ``oldest_segment`` up to ``p.segment``, in number order: a missing record
+goes on at the next number; a segment record has its ledger deleted, then the record; a
+non-hollow dead record is deleted; a hollow record (number ``h``, run up to ``s``) is
+kept while a CAS of the head moves ``oldest_segment`` up to ``s`` (a CAS of that field
+alone, made again on a head that changed meanwhile, never moving it back:
+:func:`record_progress`), then deleted, and the walk goes on at ``s``.  Last, CAS
+``oldest_segment = p.segment``.  A walk that stops anywhere (a crash, MetadataUnavailable)
+leaves ``oldest_segment`` behind truncated_before; the next opener, commit, or the writer
+truncating again, walks again from the stored ``oldest_segment`` (never from a head read
+before the stop).  Crash guarantee: every record below the stored ``oldest_segment`` is
+deleted, and from it up to truncated_before's segment every hollow run still has its
+record, so no walk ever steps through a hollow run's numbers: a walk costs a read per
+segment number ever used and per dead record in its range (each number was given to a
+segment once; a resumed walk reads again those the stopped one deleted after its last
+CAS), plus two calls per hollow run, whatever the log's length and the numbers the runs
+skip.  The one exception to the first half: a stop between the CAS past a hollow run
+and the delete of its record leaves that record, below ``oldest_segment``, where no
+reader or walk looks (about 90 bytes; :func:`delete_log` removes it with the log).  A
+CAS that changes only ``oldest_segment`` takes the log over from no one
+(:meth:`LogMetadata.same_owner`): a writer whose head CAS meets one makes its change
+again on it; an opener or committer whose own walk made one loses its CAS once and
+starts again from the new head.
 
 **Demotion** (:mod:`pybk.log.promotion`) makes the next segment number jump by 2^32: a
-hollow dead record at the first number skipped covers the jump.
+hollow dead record at the first number skipped covers the jump (written before the head
+CAS that makes the jump, so every head that says so has it).
 
 **Commits** (:mod:`pybk.log.commit`) append the closed ledgers of a job (a Spark job's
 tasks each wrote ledgers of their own) to the log as new segments, in one CAS, so that
@@ -677,19 +702,31 @@ def delete_segment(store: MetadataStore, name: str, number: int) -> None:
 
 def find_segment(store: MetadataStore, metadata: LogMetadata, number: int) -> Segment | None:
     """The first segment of the log numbered ``number`` or more, as of the head
-    ``metadata``; None if there is none (yet)."""
-    number = max(number, metadata.truncated_before.segment)
+    ``metadata``; None if there is none (yet).  Never one read per number of a hollow
+    run: see "Finding a segment" in the module docstring."""
+    name = metadata.name
+    target = number = max(number, metadata.truncated_before.segment)
     if metadata.format_version != 1:  # a format-1 tail is the whole log
         end = metadata.tail[0].number if metadata.tail else metadata.next_segment
+        reached = number == metadata.truncated_before.segment  # by the walk of records
         while number < end:
-            record = read_segment(store, metadata.name, number)
+            record = read_segment(store, name, number)
             if record is None:
-                number += 1
+                truncated = read_log(store, name).metadata.truncated_before.segment
+                if truncated > number or not reached:
+                    # Below a newer truncation, or maybe inside a hollow run: walk the
+                    # records from truncated_before's segment to the target.
+                    target, number, reached = max(target, truncated), truncated, True
+                else:
+                    number += 1  # a dead number whose record is being written
             elif record.ledger_id is None:
                 assert record.skip_to is not None  # from_bytes: a dead record names it
-                number = record.skip_to
-            else:
+                number, reached = record.skip_to, True
+            elif number >= target:
                 return Segment(number, record.ledger_id)
+            else:
+                number, reached = number + 1, True
+        number = max(number, target)
     return next((s for s in metadata.tail if s.number >= number), None)
 
 
