@@ -19,8 +19,7 @@ The head's body::
                         increasing, at most TAIL_SEGMENTS (4) of them, except for a moment
                         after a commit (below): then up to TAIL_SEGMENTS + COMMIT_LEDGERS_MAX
     "oldest_segment"    every segment record numbered below it is deleted (truncation's
-                        progress: below truncated_before's segment while one is unfinished;
-                        but see "Truncation" for the one record a crash may leave)
+                        progress: below truncated_before's segment while one is unfinished)
     "dropping"          [[segment number, ledger id], ...]: empty segments the last writer
                         to open dropped from the log, whose ledgers it deletes (at most 2;
                         a null number is a ledger that a format-1 record was deleting)
@@ -103,25 +102,22 @@ without the segments below ``p.segment``); then a walk (:func:`delete_records`) 
 stored head's ``oldest_segment`` up to ``p.segment``, in number order: a missing record
 goes on at the next number; a segment record has its ledger deleted, then the record; a
 non-hollow dead record is deleted; a hollow record (number ``h``, run up to ``s``) is
-kept while a CAS of the head moves ``oldest_segment`` up to ``s`` (a CAS of that field
-alone, made again on a head that changed meanwhile, never moving it back:
-:func:`record_progress`), then deleted, and the walk goes on at ``s``.  Last, CAS
+deleted in one atomic step with a CAS of the head that moves ``oldest_segment`` up to
+``s`` (:func:`pass_hollow`: a CAS of that field alone, made again on a head that changed
+meanwhile, never moving it back), and the walk goes on at ``s``.  Last, CAS
 ``oldest_segment = p.segment``.  A walk that stops anywhere (a crash, MetadataUnavailable)
 leaves ``oldest_segment`` behind truncated_before; the next opener, commit, or the writer
 truncating again, walks again from the stored ``oldest_segment`` (never from a head read
-before the stop).  Crash guarantee: every record below the stored ``oldest_segment`` is
-deleted, and from it up to truncated_before's segment every hollow run still has its
-record, so no walk ever steps through a hollow run's numbers: a walk costs a read per
-segment number ever used and per dead record in its range (each number was given to a
-segment once; a resumed walk reads again those the stopped one deleted after its last
-CAS), plus two calls per hollow run, whatever the log's length and the numbers the runs
-skip.  The one exception to the first half: a stop between the CAS past a hollow run
-and the delete of its record leaves that record, below ``oldest_segment``, where no
-reader or walk looks (about 90 bytes; :func:`delete_log` removes it with the log).  A
-CAS that changes only ``oldest_segment`` takes the log over from no one
-(:meth:`LogMetadata.same_owner`): a writer whose head CAS meets one makes its change
-again on it; an opener or committer whose own walk made one loses its CAS once and
-starts again from the new head.
+before the stop).  Crash guarantee: after every step, every record below the stored
+``oldest_segment`` is deleted, and every hollow run from it up to truncated_before's
+segment still has its record, so no walk ever steps through a hollow run's numbers.  A
+walk costs a read per segment number ever used and per dead record in its range (each
+number was given to a segment once; a resumed walk reads again those the stopped one
+deleted after its last CAS), and one read and one write per hollow run, whatever the
+log's length and however many numbers the runs skip.  A CAS that changes only
+``oldest_segment`` takes the log over from no one (:meth:`LogMetadata.same_owner`): a
+writer whose head CAS meets one makes its change again on it; an opener or committer
+whose own walk made one loses its CAS once and starts again from the new head.
 
 **Demotion** (:mod:`pybk.log.promotion`) makes the next segment number jump by 2^32: a
 hollow dead record at the first number skipped covers the jump (written before the head
@@ -209,7 +205,8 @@ SINKS_MAX = 256
 SINK_ID_MAX_CHARS = 128
 #: How many orphan jobs one CAS gives up (the rest wait for the next one).
 ORPHANS_PER_CAS_MAX = 32
-#: How many times :func:`record_progress` makes its CAS again on a head that changed.
+#: How many times :func:`pass_hollow` (and :func:`delete_log`'s first CAS) is made again
+#: on a head that changed.
 PROGRESS_ATTEMPTS_MAX = 10
 _NUMBER_DIGITS = 20
 
@@ -507,15 +504,13 @@ def delete_log(store: MetadataStore, name: str) -> None:
         raise MetadataError(f"log {name}: lost the race to truncate it before deleting it "
                             f"{PROGRESS_ATTEMPTS_MAX} times in a row")
     delete_records(store, name, end)
-    # Listed, once the walk deleted the rest: a hollow record a crash left (see
-    # delete_records), if any.
-    delete_tree(store, segments_path(name))
     delete_tree(store, jobs_path(name))
     delete_tree(store, consumers_path(name))
-    try:
-        store.delete(log_path(name), ANY_VERSION)
-    except NoNode:
-        pass
+    for path in (segments_path(name), log_path(name)):
+        try:
+            store.delete(path, ANY_VERSION)
+        except NoNode:
+            pass
 
 
 def delete_tree(store: MetadataStore, path: str) -> None:
@@ -646,11 +641,12 @@ def mark_dropped(store: MetadataStore, metadata: LogMetadata) -> None:
 
 def delete_records(store: MetadataStore, name: str, end: int,
                    delete_ledger: Callable[[int], None] | None = None) -> None:
-    """Delete the records numbered from the head's oldest_segment up to ``end`` (at most
-    truncated_before's segment), in number order, calling ``delete_ledger`` first with
-    the ledger of each segment record; before a hollow record is deleted, the head's
-    oldest_segment moves past its run (:func:`record_progress`), so that no walk ever
-    steps through the run's numbers (see "Truncation" in the module docstring)."""
+    """Delete the records numbered from the stored head's oldest_segment up to ``end``
+    (at most truncated_before's segment), in number order, calling ``delete_ledger``
+    first with the ledger of each segment record; a hollow record goes in the same
+    atomic step as the head's oldest_segment moves past its run (:func:`pass_hollow`),
+    so no walk ever steps through the run's numbers ("Truncation" in the module
+    docstring)."""
     number = read_log(store, name).metadata.oldest_segment
     while number < end:
         record = read_segment(store, name, number)
@@ -661,27 +657,28 @@ def delete_records(store: MetadataStore, name: str, end: int,
             delete_ledger(record.ledger_id)
         if record.hollow:
             assert record.skip_to is not None  # from_bytes: a hollow record is dead
-            record_progress(store, name, record.skip_to)
-            delete_segment(store, name, number)
+            pass_hollow(store, name, number, record.skip_to)
             number = record.skip_to
         else:
             delete_segment(store, name, number)
             number += 1
 
 
-def record_progress(store: MetadataStore, name: str, oldest_segment: int) -> None:
-    """Compare-and-set the head's oldest_segment up to ``oldest_segment`` (every record
-    numbered below it is deleted, or is a hollow record whose run reaches it), unless it
-    is there already.  The CAS changes that field only, so it is made again on whatever
-    head it meets (at most PROGRESS_ATTEMPTS_MAX times), and it takes the log over from
-    no one (:meth:`LogMetadata.same_owner`)."""
+def pass_hollow(store: MetadataStore, name: str, number: int, skip_to: int) -> None:
+    """Delete the hollow record of ``number`` and compare-and-set the head's
+    oldest_segment up to its ``skip_to`` in one atomic step
+    (:meth:`~pybk.meta.interface.MetadataStore.set_and_delete`); only the delete if the
+    head is past it already.  The CAS changes that field only, so it is made again on
+    whatever head it meets (at most PROGRESS_ATTEMPTS_MAX times), and it takes the log
+    over from no one (:meth:`LogMetadata.same_owner`)."""
     for _ in range(PROGRESS_ATTEMPTS_MAX):
         head, version = read_log(store, name)
-        if head.oldest_segment >= oldest_segment:
+        if head.oldest_segment >= skip_to:
+            delete_segment(store, name, number)
             return
         try:
-            update_log(store, dataclasses.replace(head, oldest_segment=oldest_segment),
-                       version)
+            store.set_and_delete(log_path(name), dataclasses.replace(
+                head, oldest_segment=skip_to).to_bytes(), version, segment_path(name, number))
             return
         except BadVersion:
             pass  # another change of the head: make this one again on it

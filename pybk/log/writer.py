@@ -33,7 +33,7 @@ bytes and one segment record are written.
 Truncation deletes whole segments before a position, but never past the slowest
 consumer's committed position (:mod:`pybk.log.consumers`): the head is updated first,
 then the ledgers and segment records are deleted, then the head notes how far that got
-(also before it deletes the record of a hollow run: :mod:`pybk.log.metadata`).  A writer
+(also as it deletes the record of a hollow run: :mod:`pybk.log.metadata`).  A writer
 opening the log, or truncating again, finishes deletions a crash interrupted.
 """
 

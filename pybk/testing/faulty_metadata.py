@@ -2,7 +2,8 @@
 
 :class:`FaultyMetadataStore` wraps any :class:`~pybk.meta.interface.MetadataStore` and
 passes every call through, except that record writes (``set``, ``create``, ``delete``,
-and ``create_many``, as one write named by its first path under ``prefix``) can be
+``set_and_delete`` named by the record it sets, and ``create_many``, as one write named
+by its first path under ``prefix``) can be
 *held*: the calling thread blocks inside the call, as it would behind a slow or
 restarting ZooKeeper, until the test releases that write, which then reaches the real
 store.  Releasing held writes one by one decides the order in which they land, which is
@@ -38,7 +39,7 @@ class CallsExceeded(AssertionError):
 class HeldWrite:
     """One write waiting in a :class:`FaultyMetadataStore`."""
 
-    operation: str  # "set", "create", "create_many" or "delete"
+    operation: str  # "set", "create", "create_many", "delete" or "set_and_delete"
     path: str
     expected_version: int | None
     _go: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -95,6 +96,12 @@ class FaultyMetadataStore:
     def set(self, path: str, data: bytes, expected_version: int) -> int:
         return self._write("set", path, expected_version,
                            lambda: self._store.set(path, data, expected_version))
+
+    def set_and_delete(self, path: str, data: bytes, expected_version: int,
+                       delete_path: str) -> int:
+        return self._write("set_and_delete", path, expected_version,
+                           lambda: self._store.set_and_delete(path, data, expected_version,
+                                                              delete_path))
 
     def create(self, path: str, data: bytes, ephemeral: bool = False) -> int:
         return self._write("create", path, None,
