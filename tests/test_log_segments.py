@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import itertools
 import threading
 import time
 
@@ -35,16 +36,20 @@ from pybk.log.metadata import (
     find_segment,
     live_segments,
     log_path,
+    mark_dead,
     read_log,
     read_segment,
     segment_path,
     segments_path,
     store_records,
+    update_log,
 )
+from pybk.log.ranges import plan as plan_ranges
 from pybk.meta import MAX_DATA_BYTES, interface
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import LogSettings
+from pybk.testing.faulty_metadata import FaultyMetadataStore
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -494,3 +499,132 @@ def test_the_head_cas_fences_a_writer_that_truncates_or_rolls_after_another_open
         _roll(first, 2)
     mine = _roll(second, 2)
     assert _read(bk2, writer=second) == written + mine
+
+
+# -- a truncation across a hollow run, stopped at every step ----------------------------------
+
+#: What finishing the walk below may cost, in metadata calls on the log's records: its
+#: log has about a dozen records (3 segments, a dead record, a demotion's hollow record,
+#: 7 segments past the jump), and an opener reads or writes each a few times (twice
+#: over if its own walk recorded progress and it opens again).  Stepping through the
+#: 2^32 numbers of the hollow run one by one goes past it at once.
+FINISH_CALLS_MAX = 200
+
+
+def _store_of(request, tmp_path, kind: str):
+    """A real metadata store of ``kind``: embedded under tmp_path, or a cluster of its
+    own on the session's ZooKeeper."""
+    if kind == "zookeeper":
+        return ZooKeeperMetadataStore(
+            zkutil.formatted_cluster(request.getfixturevalue("zookeeper")), zkutil.settings())
+    return EmbeddedMetadataStore(tmp_path / "metadata")
+
+
+def _fails_at_write(index: int, failed: list[str]):
+    """A FaultyMetadataStore.fail_when that fails write ``index`` (0: the first) and
+    appends its path to ``failed``."""
+    counter = itertools.count()
+
+    def fails(_operation: str, path: str) -> bool:
+        if next(counter) != index:
+            return False
+        failed.append(path)
+        return True
+
+    return fails
+
+
+def _demoted_and_written(bk, name: str) -> tuple[list[tuple[Position, bytes]], int]:
+    """Log ``name`` as demotion leaves it (a hollow dead record at the number the next
+    segment would have had, and the next number 2^32 later) with segments written on
+    both sides of the jump; its records and the first number of the jump."""
+    with LogWriter.open(bk, name, SMALL_SEGMENTS) as writer:
+        written = _roll(writer, 3)                  # segments 0, 1, 2; 3 empty
+    head, version = read_log(bk.metadata, name)
+    jump = head.next_segment
+    mark_dead(bk.metadata, name, jump, jump + promotion.SEGMENT_GAP_AFTER_DEMOTION,
+              hollow=True)
+    update_log(bk.metadata, dataclasses.replace(
+        head, next_segment=jump + promotion.SEGMENT_GAP_AFTER_DEMOTION), version)
+    with LogWriter.open(bk, name, SMALL_SEGMENTS) as writer:   # drops 3
+        written += _roll(writer, 6)                 # past the jump
+    assert written[3][0].segment == jump + promotion.SEGMENT_GAP_AFTER_DEMOTION
+    return written, jump
+
+
+@pytest.mark.parametrize("finisher", ["opener", "truncate"])
+@pytest.mark.parametrize("kind", ["embedded", "zookeeper"])
+def test_a_truncation_across_a_hollow_run_stopped_at_any_step_is_finished_within_a_bound(
+        request, tmp_path, bookie, kind, finisher):
+    """A truncation past a demotion's jump of 2^32 segment numbers, stopped at each of
+    its metadata writes in turn (the write fails, as a process that dies there leaves
+    it): the next writer that opens the log, or the same writer truncating again,
+    finishes the walk in at most FINISH_CALLS_MAX metadata calls on the log's records
+    (never one step per number of the jump); the log then reads the records from the
+    cut on and nothing else, every segment record and ledger before the cut is gone, and
+    the head's numbers say so."""
+    with _store_of(request, tmp_path, kind) as real, contextlib.ExitStack() as stack:
+        store = FaultyMetadataStore(real)
+        bk = stack.enter_context(BookKeeper(store, {"B1": InProcessBookieClient(
+            "B1", bookie)}, FAST))
+        stop = 0
+        while True:  # stop at write 0, 1, 2, ... until the truncation has none left
+            name = f"cut-{stop:02d}"
+            written, jump = _demoted_and_written(bk, name)
+            cut = written[5][0]  # the third segment past the jump
+            before = {n: read_segment(store, name, n) for n in (*range(jump + 1),
+                      *range(written[3][0].segment, cut.segment))}
+            writer = LogWriter.open(bk, name, SMALL_SEGMENTS)
+            stack.callback(_close_quietly, writer)
+            store.prefix, failed = log_path(name), []
+            store.fail_when = _fails_at_write(stop, failed)
+            try:
+                writer.truncate(cut)
+                finished = True
+            except MetadataUnavailable:
+                finished = False
+            store.fail_when = None
+            store.calls, store.calls_max = 0, FINISH_CALLS_MAX
+            if finisher == "opener":
+                writer = LogWriter.open(bk, name, SMALL_SEGMENTS)
+                stack.callback(_close_quietly, writer)
+            writer.truncate(cut)  # after an opener: only if the first write failed
+            store.calls_max = None
+            head = read_log(store, name).metadata
+            assert head.truncated_before == cut, f"stopped at write {stop}"
+            assert head.oldest_segment == cut.segment, f"stopped at write {stop}"
+            assert head.next_segment == writer.metadata.tail[-1].number + 1
+            assert [n for n in before if read_segment(store, name, n) is not None] == [], \
+                f"stopped at write {stop} ({failed})"
+            gone = {r.ledger_id for r in before.values() if r and r.ledger_id is not None}
+            assert not gone & set(bk.list_ledgers()), f"stopped at write {stop}"
+            assert list(LogReader(bk, name, writer=writer).read()) == written[5:]
+            if finished:
+                break
+            stop += 1
+        assert stop > 8  # every delete and CAS of the walk
+
+
+@pytest.mark.parametrize("kind", ["embedded", "zookeeper"])
+def test_a_position_inside_a_hollow_run_is_found_without_stepping_through_it(
+        request, tmp_path, bookie, kind):
+    """A reader, a range plan and a truncation given a position inside a demotion's jump
+    (a number no record names) go on at the first segment after the jump in at most
+    FINISH_CALLS_MAX metadata calls on the log's records: from the record before it,
+    not one number at a time."""
+    with _store_of(request, tmp_path, kind) as real, contextlib.ExitStack() as stack:
+        store = FaultyMetadataStore(real)
+        bk = stack.enter_context(BookKeeper(store, {"B1": InProcessBookieClient(
+            "B1", bookie)}, FAST))
+        written, jump = _demoted_and_written(bk, "log")
+        inside = Position(jump + 1000, 0, 0)
+        writer = LogWriter.open(bk, "log", SMALL_SEGMENTS)
+        stack.callback(_close_quietly, writer)
+        store.prefix, store.calls_max = log_path("log"), FINISH_CALLS_MAX
+        assert find_segment(store, _head(bk), inside.segment).number == written[3][0].segment
+        assert list(LogReader(bk, "log", inside, writer=writer).read()) == written[3:]
+        assert [r.start for r in plan_ranges(bk, "log", inside).ranges][:1] == [written[3][0]]
+        assert writer.truncate(inside) == 3
+        assert _head(bk).truncated_before == written[3][0]
+        store.calls_max = None
+        assert list(LogReader(bk, "log", writer=writer).read()) == written[3:]

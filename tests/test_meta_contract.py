@@ -214,6 +214,26 @@ def test_stale_set_and_delete_raise_bad_version_and_change_nothing(store):
     assert store.get("/r") == (b"v1", 1)
 
 
+def test_set_and_delete_sets_one_record_and_deletes_another_in_one_step(store):
+    """Both, or neither: a stale version or a delete refused (children) changes nothing;
+    a record to delete that is not there (any more) leaves the set alone."""
+    store.create("/head", b"v0")
+    store.create("/runs/h", b"hollow")
+    store.create("/runs/p/child", b"")
+    with pytest.raises(BadVersion):
+        store.set_and_delete("/head", b"stale", 5, "/runs/h")
+    with pytest.raises(MetadataError, match="children"):
+        store.set_and_delete("/head", b"refused", 0, "/runs/p")
+    with pytest.raises(NoNode):
+        store.set_and_delete("/missing", b"x", ANY_VERSION, "/runs/h")
+    assert store.get("/head") == (b"v0", 0) and store.exists("/runs/h")
+    assert store.set_and_delete("/head", b"v1", 0, "/runs/h") == 1
+    assert store.get("/head") == (b"v1", 1) and not store.exists("/runs/h")
+    assert store.set_and_delete("/head", b"v2", 1, "/runs/h") == 2  # nothing to delete
+    assert store.get("/head") == (b"v2", 2)
+    assert store.children("/runs") == ["p"]
+
+
 def test_any_version_skips_the_check(store):
     store.create("/r", b"v0")
     store.set("/r", b"v1", 0)

@@ -49,8 +49,14 @@ be listed in one packet): they are found by number.
 **Finding a segment** (:func:`find_segment`), the first one numbered ``k`` or more:
 below truncated_before's segment, start there; from the tail's first number on, the tail
 has it; below that, read the record of ``k``: a ledger is the answer; a dead number goes
-on at its ``skip_to``; a missing record (a dead number inside a run, or one whose dead
-record is not written yet) goes on at ``k + 1``.  A reader entering the next segment
+on at its ``skip_to``.  A missing record is a number inside a hollow run (``k`` given by a
+caller), a number below a truncation newer than the head the search was given, or a dead
+number whose record is being written: the search reads the stored head, and unless it
+reached the number walking from truncated_before's segment (or the number is below the
+stored truncated_before), it walks the records from the stored truncated_before's segment
+to ``k``; only a number that walk reaches and finds without a record goes on at ``k + 1``.
+So no search steps through the numbers of a hollow run: its cost is bounded by the
+records between truncated_before's segment and ``k``.  A reader entering the next segment
 below the tail reads the head and one record, whatever the number of segments: the first
 number of every run of dead numbers between two segments has a dead record pointing past
 the run, and truncated_before's segment is a segment or such a first number.
@@ -92,15 +98,30 @@ record exists, leaves the tail if it is full), then write the new segment's reco
 
 **Truncation** before position ``p`` (moved to the start of the first segment at or
 after it if ``p.segment`` is a dead number): CAS the head (truncated_before = p, tail
-without the segments below ``p.segment``); then a walk over the numbers from
-``oldest_segment`` up to ``p.segment`` deletes the ledger each segment record names and
-then every record, skipping hollow runs; then CAS ``oldest_segment = p.segment``.  A
-writer that dies on the way leaves ``oldest_segment`` behind truncated_before: the next
-opener finishes the walk.  The cost is one step per segment number ever used in the
-range (each number was given to a segment once), whatever the log's length.
+without the segments below ``p.segment``); then a walk (:func:`delete_records`) from the
+stored head's ``oldest_segment`` up to ``p.segment``, in number order: a missing record
+goes on at the next number; a segment record has its ledger deleted, then the record; a
+non-hollow dead record is deleted; a hollow record (number ``h``, run up to ``s``) is
+deleted in one atomic step with a CAS of the head that moves ``oldest_segment`` up to
+``s`` (:func:`pass_hollow`: a CAS of that field alone, made again on a head that changed
+meanwhile, never moving it back), and the walk goes on at ``s``.  Last, CAS
+``oldest_segment = p.segment``.  A walk that stops anywhere (a crash, MetadataUnavailable)
+leaves ``oldest_segment`` behind truncated_before; the next opener, commit, or the writer
+truncating again, walks again from the stored ``oldest_segment`` (never from a head read
+before the stop).  Crash guarantee: after every step, every record below the stored
+``oldest_segment`` is deleted, and every hollow run from it up to truncated_before's
+segment still has its record, so no walk ever steps through a hollow run's numbers.  A
+walk costs a read per segment number ever used and per dead record in its range (each
+number was given to a segment once; a resumed walk reads again those the stopped one
+deleted after its last CAS), and one read and one write per hollow run, whatever the
+log's length and however many numbers the runs skip.  A CAS that changes only
+``oldest_segment`` takes the log over from no one (:meth:`LogMetadata.same_owner`): a
+writer whose head CAS meets one makes its change again on it; an opener or committer
+whose own walk made one loses its CAS once and starts again from the new head.
 
 **Demotion** (:mod:`pybk.log.promotion`) makes the next segment number jump by 2^32: a
-hollow dead record at the first number skipped covers the jump.
+hollow dead record at the first number skipped covers the jump (written before the head
+CAS that makes the jump, so every head that says so has it).
 
 **Commits** (:mod:`pybk.log.commit`) append the closed ledgers of a job (a Spark job's
 tasks each wrote ledgers of their own) to the log as new segments, in one CAS, so that
@@ -159,7 +180,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple
 
-from pybk.errors import MalformedMetadata, NodeExists, NoNode
+from pybk.errors import BadVersion, MalformedMetadata, MetadataError, NodeExists, NoNode
 from pybk.log.position import START, Position
 from pybk.meta import paths
 from pybk.meta.interface import ANY_VERSION, MetadataStore, batches
@@ -184,6 +205,9 @@ SINKS_MAX = 256
 SINK_ID_MAX_CHARS = 128
 #: How many orphan jobs one CAS gives up (the rest wait for the next one).
 ORPHANS_PER_CAS_MAX = 32
+#: How many times :func:`pass_hollow` (and :func:`delete_log`'s first CAS) is made again
+#: on a head that changed.
+PROGRESS_ATTEMPTS_MAX = 10
 _NUMBER_DIGITS = 20
 
 
@@ -242,10 +266,11 @@ class LogMetadata:
                              f"{self.committing} and aborted {self.aborted}")
 
     def same_owner(self, other: "LogMetadata") -> bool:
-        """Whether ``other`` differs from this head in job bookkeeping only (``committing``
-        and ``aborted``): no writer or commit took the log over in between."""
-        return dataclasses.replace(other, committing=self.committing,
-                                   aborted=self.aborted) == self
+        """Whether ``other`` differs from this head in job bookkeeping (``committing`` and
+        ``aborted``) and truncation's progress (``oldest_segment``) only: no writer or
+        commit took the log over in between."""
+        return dataclasses.replace(other, committing=self.committing, aborted=self.aborted,
+                                   oldest_segment=self.oldest_segment) == self
 
     def with_new_segment(self, ledger_id: int) -> "LogMetadata":
         """The log with one more segment at its end, in format 2: the oldest tail segment
@@ -456,12 +481,29 @@ def list_logs(store: MetadataStore) -> list[str]:
 
 def delete_log(store: MetadataStore, name: str) -> None:
     """Delete the log's records (segments, consumers, jobs), head last (its ledgers are
-    left alone, those of its jobs too); nothing if it has no head."""
-    try:
-        metadata = read_log(store, name).metadata
-    except NoNode:
-        return
-    delete_records(store, name, metadata.oldest_segment, metadata.next_segment)
+    left alone, those of its jobs too); nothing if it has no head.  The head is first
+    truncated before its next segment number, so that the segment records go as a
+    truncation's do, and a crash leaves an empty log that the next call deletes."""
+    for _ in range(PROGRESS_ATTEMPTS_MAX):
+        try:
+            metadata, version = read_log(store, name)
+        except NoNode:
+            return
+        end = metadata.next_segment
+        if metadata.truncated_before.segment == end and not metadata.tail \
+                and metadata.format_version == FORMAT_VERSION:
+            break
+        try:
+            update_log(store, dataclasses.replace(
+                metadata, tail=(), truncated_before=Position(end, 0, 0),
+                format_version=FORMAT_VERSION), version)
+            break
+        except BadVersion:
+            pass  # a writer changed it: truncate that head
+    else:
+        raise MetadataError(f"log {name}: lost the race to truncate it before deleting it "
+                            f"{PROGRESS_ATTEMPTS_MAX} times in a row")
+    delete_records(store, name, end)
     delete_tree(store, jobs_path(name))
     delete_tree(store, consumers_path(name))
     for path in (segments_path(name), log_path(name)):
@@ -597,12 +639,15 @@ def mark_dropped(store: MetadataStore, metadata: LogMetadata) -> None:
             mark_dead(store, metadata.name, dropped.number, after)
 
 
-def delete_records(store: MetadataStore, name: str, start: int, end: int,
+def delete_records(store: MetadataStore, name: str, end: int,
                    delete_ledger: Callable[[int], None] | None = None) -> None:
-    """Delete the records numbered from ``start`` up to ``end`` (below truncated_before's
-    segment), calling ``delete_ledger`` first with the ledger of each segment record:
-    one step per number, hollow runs skipped."""
-    number = start
+    """Delete the records numbered from the stored head's oldest_segment up to ``end``
+    (at most truncated_before's segment), in number order, calling ``delete_ledger``
+    first with the ledger of each segment record; a hollow record goes in the same
+    atomic step as the head's oldest_segment moves past its run (:func:`pass_hollow`),
+    so no walk ever steps through the run's numbers ("Truncation" in the module
+    docstring)."""
+    number = read_log(store, name).metadata.oldest_segment
     while number < end:
         record = read_segment(store, name, number)
         if record is None:
@@ -610,12 +655,35 @@ def delete_records(store: MetadataStore, name: str, start: int, end: int,
             continue
         if record.ledger_id is not None and delete_ledger is not None:
             delete_ledger(record.ledger_id)
-        delete_segment(store, name, number)
         if record.hollow:
             assert record.skip_to is not None  # from_bytes: a hollow record is dead
+            pass_hollow(store, name, number, record.skip_to)
             number = record.skip_to
         else:
+            delete_segment(store, name, number)
             number += 1
+
+
+def pass_hollow(store: MetadataStore, name: str, number: int, skip_to: int) -> None:
+    """Delete the hollow record of ``number`` and compare-and-set the head's
+    oldest_segment up to its ``skip_to`` in one atomic step
+    (:meth:`~pybk.meta.interface.MetadataStore.set_and_delete`); only the delete if the
+    head is past it already.  The CAS changes that field only, so it is made again on
+    whatever head it meets (at most PROGRESS_ATTEMPTS_MAX times), and it takes the log
+    over from no one (:meth:`LogMetadata.same_owner`)."""
+    for _ in range(PROGRESS_ATTEMPTS_MAX):
+        head, version = read_log(store, name)
+        if head.oldest_segment >= skip_to:
+            delete_segment(store, name, number)
+            return
+        try:
+            store.set_and_delete(log_path(name), dataclasses.replace(
+                head, oldest_segment=skip_to).to_bytes(), version, segment_path(name, number))
+            return
+        except BadVersion:
+            pass  # another change of the head: make this one again on it
+    raise MetadataError(f"log {name}: lost the race to record truncation's progress "
+                        f"{PROGRESS_ATTEMPTS_MAX} times in a row")
 
 
 def delete_segment(store: MetadataStore, name: str, number: int) -> None:
@@ -631,19 +699,31 @@ def delete_segment(store: MetadataStore, name: str, number: int) -> None:
 
 def find_segment(store: MetadataStore, metadata: LogMetadata, number: int) -> Segment | None:
     """The first segment of the log numbered ``number`` or more, as of the head
-    ``metadata``; None if there is none (yet)."""
-    number = max(number, metadata.truncated_before.segment)
+    ``metadata``; None if there is none (yet).  Never one read per number of a hollow
+    run: see "Finding a segment" in the module docstring."""
+    name = metadata.name
+    target = number = max(number, metadata.truncated_before.segment)
     if metadata.format_version != 1:  # a format-1 tail is the whole log
         end = metadata.tail[0].number if metadata.tail else metadata.next_segment
+        reached = number == metadata.truncated_before.segment  # by the walk of records
         while number < end:
-            record = read_segment(store, metadata.name, number)
+            record = read_segment(store, name, number)
             if record is None:
-                number += 1
+                truncated = read_log(store, name).metadata.truncated_before.segment
+                if truncated > number or not reached:
+                    # Below a newer truncation, or maybe inside a hollow run: walk the
+                    # records from truncated_before's segment to the target.
+                    target, number, reached = max(target, truncated), truncated, True
+                else:
+                    number += 1  # a dead number whose record is being written
             elif record.ledger_id is None:
                 assert record.skip_to is not None  # from_bytes: a dead record names it
-                number = record.skip_to
-            else:
+                number, reached = record.skip_to, True
+            elif number >= target:
                 return Segment(number, record.ledger_id)
+            else:
+                number, reached = number + 1, True
+        number = max(number, target)
     return next((s for s in metadata.tail if s.number >= number), None)
 
 

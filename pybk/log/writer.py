@@ -32,8 +32,9 @@ bytes and one segment record are written.
 
 Truncation deletes whole segments before a position, but never past the slowest
 consumer's committed position (:mod:`pybk.log.consumers`): the head is updated first,
-then the ledgers and segment records are deleted, then the head notes how far that got.  A writer
-opening the log finishes deletions a crash interrupted.
+then the ledgers and segment records are deleted, then the head notes how far that got
+(also as it deletes the record of a hollow run: :mod:`pybk.log.metadata`).  A writer
+opening the log, or truncating again, finishes deletions a crash interrupted.
 """
 
 from __future__ import annotations
@@ -463,8 +464,9 @@ class LogWriter:
         """Compare-and-set the log's head.  Caller holds the metadata lock.
 
         It clears ``dropping``: this writer finished those deletions when it opened.  A
-        head that changed in job bookkeeping only (an orphan cleaner's CAS) is not a
-        takeover: the change is made again on it (see :mod:`pybk.log.metadata`)."""
+        head that changed in job bookkeeping or truncation's progress only (an orphan
+        cleaner's CAS, a truncation walk's) is not a takeover: the change is made again
+        on it, never moving oldest_segment back (see :mod:`pybk.log.metadata`)."""
         metadata = dataclasses.replace(metadata, dropping=())
         version = self._version
         for _ in range(OPEN_ATTEMPTS_MAX):
@@ -477,8 +479,9 @@ class LogWriter:
             if not self._metadata.same_owner(current):
                 raise LogFenced(f"log {self.name}: another writer or a commit changed its "
                                 "head") from None
-            metadata = dataclasses.replace(metadata, committing=current.committing,
-                                           aborted=current.aborted)
+            metadata = dataclasses.replace(
+                metadata, committing=current.committing, aborted=current.aborted,
+                oldest_segment=max(metadata.oldest_segment, current.oldest_segment))
         raise MetadataError(f"log {self.name}: lost the race to change its head "
                             f"{OPEN_ATTEMPTS_MAX} times in a row to job bookkeeping")
 
@@ -491,7 +494,8 @@ class LogWriter:
 
         Truncation stops at the slowest registered consumer's committed position
         (:mod:`pybk.log.consumers`; logged at INFO when it holds truncation back).
-        Truncating to an earlier position than before changes nothing."""
+        Truncating to an earlier position than before changes nothing, except that it
+        finishes the deletions of a truncation that stopped half-way (a metadata error)."""
         before = Position.of(before, "truncate(before)")
         slowest = consumers.slowest(self._bk.metadata, self.name)
         if slowest is not None and slowest.position < before:
@@ -507,16 +511,19 @@ class LogWriter:
                                  f"the current segment {current}")
             metadata = self._metadata
             if before <= metadata.truncated_before:
-                return 0
-            # Readers start at truncated_before's segment: make it one that exists (no
-            # record lies between a dead number and the next segment).
-            first = find_segment(self._bk.metadata, metadata, before.segment)
-            assert first is not None  # the current segment, at least
-            if first.number > before.segment:
-                before = Position(first.number, 0, 0)
-            self._store_metadata(dataclasses.replace(
-                metadata, truncated_before=before,
-                tail=tuple(s for s in metadata.tail if s.number >= before.segment)))
+                if metadata.oldest_segment == metadata.truncated_before.segment:
+                    return 0
+                before = metadata.truncated_before  # an earlier walk stopped: finish it
+            else:
+                # Readers start at truncated_before's segment: make it one that exists
+                # (no record lies between a dead number and the next segment).
+                first = find_segment(self._bk.metadata, metadata, before.segment)
+                assert first is not None  # the current segment, at least
+                if first.number > before.segment:
+                    before = Position(first.number, 0, 0)
+                self._store_metadata(dataclasses.replace(
+                    metadata, truncated_before=before,
+                    tail=tuple(s for s in metadata.tail if s.number >= before.segment)))
             deleted = delete_segments(self._bk, self._metadata)
             if self._metadata.oldest_segment != before.segment:
                 self._store_metadata(dataclasses.replace(self._metadata,
@@ -655,11 +662,11 @@ def _finish_dropping(bk: "BookKeeper", metadata: LogMetadata) -> None:
 
 
 def delete_segments(bk: "BookKeeper", metadata: LogMetadata) -> int:
-    """Delete the ledgers and records of the segments numbered from the head's
-    oldest_segment up to its truncated_before's; return how many ledgers were deleted."""
+    """Delete the ledgers and records of the segments numbered from the stored head's
+    oldest_segment up to ``metadata``'s truncated_before's; return how many ledgers were
+    deleted."""
     deleted = []
-    delete_records(bk.metadata, metadata.name, metadata.oldest_segment,
-                   metadata.truncated_before.segment,
+    delete_records(bk.metadata, metadata.name, metadata.truncated_before.segment,
                    lambda ledger_id: deleted.append(delete_ledger(bk, ledger_id)))
     return sum(deleted)
 

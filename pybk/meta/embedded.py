@@ -340,6 +340,24 @@ class EmbeddedMetadataStore(MetadataStore):
 
         return self._write(op)
 
+    def set_and_delete(self, path: str, data: bytes, expected_version: int,
+                       delete_path: str) -> int:
+        paths.check_path(path)
+        paths.check_path(delete_path)
+        data = check_data(data)
+        check_version(expected_version)
+
+        def op(txn: lmdb.Transaction[bytes]) -> tuple[int, list[str]]:
+            version, flags, _old = self._record(txn, path)
+            self._check_expected(path, version, expected_version)
+            changed = [path]
+            if txn.get(_key(delete_path), db=self._records) is not None:
+                changed += self._delete(txn, delete_path)
+            txn.put(_key(path), _RECORD.pack(version + 1, flags) + data, db=self._records)
+            return version + 1, changed
+
+        return self._write(op)
+
     def delete(self, path: str, expected_version: int) -> None:
         paths.check_path(path)
         check_version(expected_version)
@@ -347,16 +365,21 @@ class EmbeddedMetadataStore(MetadataStore):
         def op(txn: lmdb.Transaction[bytes]) -> tuple[None, list[str]]:
             version, _flags, _data = self._record(txn, path)
             self._check_expected(path, version, expected_version)
-            prefix = _children_prefix(path)
-            cursor = txn.cursor(db=self._records)
-            if cursor.set_range(prefix) and cursor.key().startswith(prefix):
-                raise MetadataError(f"cannot delete {path}: it has children (first: "
-                                    f"{_path(cursor.key())}); delete them first")
-            txn.delete(_key(path), db=self._records)
-            txn.delete(_key(path), db=self._ephemerals)
-            return None, _with_parents([path])
+            return None, self._delete(txn, path)
 
         self._write(op)
+
+    def _delete(self, txn: lmdb.Transaction[bytes], path: str) -> list[str]:
+        """Delete the record at ``path`` (it is there) in ``txn``; the changed paths.
+        Raises MetadataError if it has children."""
+        prefix = _children_prefix(path)
+        cursor = txn.cursor(db=self._records)
+        if cursor.set_range(prefix) and cursor.key().startswith(prefix):
+            raise MetadataError(f"cannot delete {path}: it has children (first: "
+                                f"{_path(cursor.key())}); delete them first")
+        txn.delete(_key(path), db=self._records)
+        txn.delete(_key(path), db=self._ephemerals)
+        return _with_parents([path])
 
     def children(self, path: str) -> list[str]:
         paths.check_path(path, root_ok=True)

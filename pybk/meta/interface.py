@@ -24,6 +24,11 @@ Compare-and-set
     returns.  Concurrent calls are linearizable: of several CAS calls that expect the
     same version, exactly one wins.
 
+A set with a delete
+    :meth:`~MetadataStore.set_and_delete` compare-and-sets one record and deletes another
+    (if it is there) in one atomic step: a record that says how far a walk got moves on
+    together with the deletion of the record that carried the walk there.
+
 Batches
     :meth:`~MetadataStore.create_many` creates many persistent records (and their missing
     ancestors; a record's parent in the batch comes before it) in one atomic, durable
@@ -266,6 +271,15 @@ class MetadataStore(ABC):
     def delete(self, path: str, expected_version: int) -> None:
         """Delete the record if its version is ``expected_version``.  Raises BadVersion,
         NoNode, or MetadataError if it has children."""
+
+    @abstractmethod
+    def set_and_delete(self, path: str, data: bytes, expected_version: int,
+                       delete_path: str) -> int:
+        """Compare-and-set the record at ``path`` (as :meth:`set`) and delete the record at
+        ``delete_path`` if there is one, in one atomic, durable step (one LMDB
+        transaction; one ZooKeeper ``multi``); return the new version of ``path``.
+        Raises BadVersion or NoNode for ``path``, MetadataError if ``delete_path`` has
+        children: then neither changes."""
 
     @abstractmethod
     def children(self, path: str) -> list[str]:

@@ -524,13 +524,50 @@ class ZooKeeperMetadataStore(MetadataStore):
             try:
                 return self._conn.wait(client.set_async(zk, data, expected_version)).version
             except BadVersionError:
-                if retrying and expected_version != ANY_VERSION:
-                    found, stat = self._conn.wait(client.get_async(zk))
-                    if stat.version == expected_version + 1 and found == data:
-                        return stat.version  # an earlier attempt took effect
-                raise
+                return self._set_earlier(client, zk, data, expected_version, retrying)
 
         return self._run("set", path, op)
+
+    def set_and_delete(self, path: str, data: bytes, expected_version: int,
+                       delete_path: str) -> int:
+        paths.check_path(path)
+        paths.check_path(delete_path)
+        data = check_data(data)
+        check_version(expected_version)
+        zk, zk_delete = self._ns.zk(path), self._ns.zk(delete_path)
+
+        def op(client: KazooClient, retrying: bool) -> int:
+            txn = client.transaction()
+            txn.set_data(zk, data, expected_version)
+            txn.delete(zk_delete, ANY_VERSION)
+            results = self._conn.wait(txn.commit_async())
+            failure = next((r for r in results if isinstance(r, Exception)
+                            and not isinstance(r, RolledBackError)), None)
+            if failure is None:
+                return results[0].version
+            if isinstance(failure, NoNodeError) and not isinstance(results[0], NoNodeError):
+                # Nothing to delete (any more): the set alone.
+                try:
+                    return self._conn.wait(client.set_async(zk, data, expected_version)).version
+                except BadVersionError:
+                    return self._set_earlier(client, zk, data, expected_version, retrying)
+            if isinstance(failure, BadVersionError) \
+                    and self._conn.wait(client.exists_async(zk_delete)) is None:
+                return self._set_earlier(client, zk, data, expected_version, retrying)
+            raise failure
+
+        return self._run("set", path, op)
+
+    def _set_earlier(self, client: KazooClient, zk: str, data: bytes, expected_version: int,
+                     retrying: bool) -> int:
+        """After BadVersion for a set of ``zk`` to ``data``: its new version if an earlier
+        attempt of this retried call took effect (its answer was lost); else raises the
+        BadVersionError again."""
+        if retrying and expected_version != ANY_VERSION:
+            found, stat = self._conn.wait(client.get_async(zk))
+            if stat.version == expected_version + 1 and found == data:
+                return stat.version
+        raise BadVersionError()
 
     def delete(self, path: str, expected_version: int) -> None:
         paths.check_path(path)

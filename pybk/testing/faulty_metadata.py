@@ -2,14 +2,21 @@
 
 :class:`FaultyMetadataStore` wraps any :class:`~pybk.meta.interface.MetadataStore` and
 passes every call through, except that record writes (``set``, ``create``, ``delete``,
-and ``create_many``, as one write named by its first path under ``prefix``) can be
+``set_and_delete`` named by the record it sets, and ``create_many``, as one write named
+by its first path under ``prefix``) can be
 *held*: the calling thread blocks inside the call, as it would behind a slow or
 restarting ZooKeeper, until the test releases that write, which then reaches the real
 store.  Releasing held writes one by one decides the order in which they land, which is
 how tests reproduce races between metadata updates (a close against an ensemble change,
-two recoverers).  ``delay_s`` slows every write down instead.
+two recoverers).  ``delay_s`` slows every write down instead.  ``fail_when`` makes
+chosen writes fail with :class:`~pybk.errors.MetadataUnavailable` before they reach the
+store, as a process that dies (or loses its connection) there leaves them.
 
 Only writes under ``prefix`` (default: every path) are affected; reads never are.
+:attr:`~FaultyMetadataStore.calls` counts the calls on records under ``prefix`` (reads
+and writes), and past :attr:`~FaultyMetadataStore.calls_max` each one raises
+:class:`CallsExceeded`: a test bounds the work of a walk over records with it, where an
+unbounded walk would run for hours.
 """
 
 from __future__ import annotations
@@ -19,14 +26,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from pybk.errors import MetadataUnavailable
 from pybk.meta.interface import MetadataStore
+
+
+class CallsExceeded(AssertionError):
+    """More calls on the records under a :class:`FaultyMetadataStore`'s prefix than its
+    ``calls_max``."""
 
 
 @dataclass
 class HeldWrite:
     """One write waiting in a :class:`FaultyMetadataStore`."""
 
-    operation: str  # "set", "create", "create_many" or "delete"
+    operation: str  # "set", "create", "create_many", "delete" or "set_and_delete"
     path: str
     expected_version: int | None
     _go: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -43,17 +56,52 @@ class FaultyMetadataStore:
         self.hold_writes = False
         #: Seconds every write under ``prefix`` takes in addition.
         self.delay_s = 0.0
+        #: Called with the operation and path of each write under ``prefix``: when it
+        #: returns true, the write raises MetadataUnavailable without reaching the store.
+        self.fail_when: Callable[[str, str], bool] | None = None
+        #: Calls (reads and writes) on records under ``prefix`` so far.
+        self.calls = 0
+        #: When set, every call under ``prefix`` past this many raises CallsExceeded.
+        self.calls_max: int | None = None
         self._held: list[HeldWrite] = []
         self._changed = threading.Condition()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
+    # -- the reads ------------------------------------------------------------------
+
+    def get(self, path: str) -> tuple[bytes, int]:
+        self._count(path)
+        return self._store.get(path)
+
+    def exists(self, path: str) -> bool:
+        self._count(path)
+        return self._store.exists(path)
+
+    def children(self, path: str) -> list[str]:
+        self._count(path)
+        return self._store.children(path)
+
+    def _count(self, path: str) -> None:
+        if not path.startswith(self.prefix):
+            return
+        self.calls += 1
+        if self.calls_max is not None and self.calls > self.calls_max:
+            raise CallsExceeded(f"more than {self.calls_max} metadata calls under "
+                                f"{self.prefix!r} (this one on {path})")
+
     # -- the writes -----------------------------------------------------------------
 
     def set(self, path: str, data: bytes, expected_version: int) -> int:
         return self._write("set", path, expected_version,
                            lambda: self._store.set(path, data, expected_version))
+
+    def set_and_delete(self, path: str, data: bytes, expected_version: int,
+                       delete_path: str) -> int:
+        return self._write("set_and_delete", path, expected_version,
+                           lambda: self._store.set_and_delete(path, data, expected_version,
+                                                              delete_path))
 
     def create(self, path: str, data: bytes, ephemeral: bool = False) -> int:
         return self._write("create", path, None,
@@ -72,6 +120,10 @@ class FaultyMetadataStore:
                call: Callable[[], Any]) -> Any:
         if not path.startswith(self.prefix):
             return call()
+        self._count(path)
+        if self.fail_when is not None and self.fail_when(operation, path):
+            raise MetadataUnavailable(f"injected: the {operation} of {path} failed before "
+                                      "it reached the store")
         if self.delay_s > 0:
             time.sleep(self.delay_s)
         if not self.hold_writes:
