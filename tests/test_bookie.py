@@ -246,9 +246,10 @@ def test_deleting_an_unknown_ledger_refuses_its_later_adds(bookie):
         bookie.add_entry(12, 0, entry(12, 0), KEY)
 
 
-def test_force_completes_once_durable(bookie):
+def test_force_completes_once_durable_with_the_highest_entry_held(bookie):
     bookie.add_entry_async(1, 0, entry(1, 0), KEY)
-    assert bookie.force(1).result(timeout=10) is None
+    bookie.add_entry_async(1, 1, entry(1, 1), KEY)
+    assert bookie.force(1).result(timeout=10) == 1
     with pytest.raises(NoSuchLedger):
         bookie.force(99)
 

@@ -107,9 +107,11 @@ class BookieClient(abc.ABC):
         """Delete the ledger's entries on the bookie (its metadata is already gone)."""
 
     def force_ledger(self, ledger_id: int) -> Future:
-        """Complete (None) once every add of the ledger this bookie answered so far is
-        durable there (BookKeeper's FORCE_LEDGER, for DEFERRED_SYNC ledgers).  A
-        transport without it fails the future with BookKeeperError."""
+        """Complete once every add of the ledger this bookie answered so far is durable
+        there (BookKeeper's FORCE_LEDGER, for DEFERRED_SYNC ledgers), with the highest
+        entry id the bookie holds for the ledger (-1: none; see
+        :meth:`pybk.storage.Bookie.force`).  A transport without it fails the future
+        with BookKeeperError."""
         return failed_future(BookKeeperError(f"the client of bookie {self.bookie_id} "
                                              "cannot force a ledger"))
 

@@ -676,10 +676,14 @@ class Bookie:
 
     def force(self, ledger_id: int) -> Future:
         """A Future that completes once everything added to the ledger so far is durable
-        (deferred adds too: BookKeeper's FORCE_LEDGER)."""
+        (deferred adds too: BookKeeper's FORCE_LEDGER), with the highest entry id held
+        for the ledger when it was called (-1: none), durable then too: a writer's
+        force counts a bookie only for the entries it still holds (it may have lost
+        deferred adds in a power cut)."""
         self._readable_state(ledger_id)
+        last = self.last_entry_id(ledger_id)  # every add taken so far is cached by now
         future: Future = Future()
-        self._journal.mark(_future_setter(future, result=None))
+        self._journal.mark(_future_setter(future, result=-1 if last is None else last))
         return future
 
     def _check_open(self) -> None:
