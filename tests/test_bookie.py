@@ -246,10 +246,11 @@ def test_deleting_an_unknown_ledger_refuses_its_later_adds(bookie):
         bookie.add_entry(12, 0, entry(12, 0), KEY)
 
 
-def test_force_completes_once_durable_with_the_highest_entry_held(bookie):
-    bookie.add_entry_async(1, 0, entry(1, 0), KEY)
-    bookie.add_entry_async(1, 1, entry(1, 1), KEY)
-    assert bookie.force(1).result(timeout=10) == 1
+def test_force_completes_once_durable_with_the_entries_held_of_a_range(bookie):
+    for entry_id in (0, 1, 3):
+        bookie.add_entry_async(1, entry_id, entry(1, entry_id), KEY)
+    assert bookie.force(1).result(timeout=10) == 0  # an empty range: nothing asked
+    assert bookie.force(1, 1, 4).result(timeout=10) == 2
     with pytest.raises(NoSuchLedger):
         bookie.force(99)
 

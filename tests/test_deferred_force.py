@@ -73,7 +73,9 @@ def test_a_bookie_that_refused_an_add_does_not_count_for_it_in_a_force(tmp_path)
         for i in range(5):
             lh.add_entry(payload(i))
         assert lh.force() == 4
-        # Its refusal comes late (held back), after the writer forced.
+        # Its refusal comes late (held back), after the writer forced.  (It took the
+        # entries before: read-only must not catch one of them still on its way.)
+        wait_until(lambda: cluster.bookies[refusing].last_entry_id(lh.id) == 4)
         cluster.faults[refusing].hold.add("add")
         cluster.bookies[refusing].set_read_only("test: refuses entry 5")
         assert lh.add_entry(payload(5)) == 5
@@ -88,12 +90,14 @@ def test_a_bookie_that_refused_an_add_does_not_count_for_it_in_a_force(tmp_path)
         assert sorted(cluster.holders(lh.id, 5)) == sorted([first, second])
 
 
+@pytest.mark.parametrize("later", [0, 3], ids=["force-next", "adds-before-force"])
 def test_a_bookie_that_lost_acknowledged_adds_in_a_power_cut_does_not_count_for_them(
-        tmp_path):
+        tmp_path, later):
     """The third bookie acknowledges entries 5..9 as written, then a power cut takes them
-    (they were never synced) and it restarts at the same address while the writer lives.
-    Its answer to the next force says it holds entries up to 4 only: the force waits for
-    the second bookie."""
+    (they were never synced) and it restarts at the same address while the writer lives,
+    which may add ``later`` entries more (the restarted bookie takes them) before it
+    forces.  The bookie's answer says it holds fewer entries of the range than it should:
+    the force waits for the second bookie."""
     with clusters(tmp_path, "zmq") as make, contextlib.ExitStack() as stack:
         cluster = make(3)
         cut = "B3"
@@ -115,8 +119,16 @@ def test_a_bookie_that_lost_acknowledged_adds_in_a_power_cut_does_not_count_for_
         for i in range(5):
             lh.add_entry(payload(i))
         assert lh.force() == 4
+        # Entries 5..9 acknowledged by the bookie cut among the first two (the second
+        # bookie's answers held back till then), so none is in flight when it goes.
+        first, second = (b for b in lh.metadata.fragments[0].ensemble if b != cut)
+        slow = cluster.faults[second]
+        slow.only_entries, slow.hold = set(range(5, 10)), {"add"}
         for i in range(5, 10):
             lh.add_entry(payload(i))
+        slow.wait_answered()
+        slow.release()
+        slow.only_entries, slow.hold = None, set()
 
         # The power cut: the files as they are now, less their unsynced writes.
         server.close()
@@ -140,11 +152,14 @@ def test_a_bookie_that_lost_acknowledged_adds_in_a_power_cut_does_not_count_for_
             return True
 
         wait_until(reconnected)
-        first, second = (b for b in lh.metadata.fragments[0].ensemble if b != cut)
-        assert force_held(cluster, lh, (first, cut), second) == 9
+        last = 9 + later
+        for i in range(10, last + 1):
+            lh.add_entry(payload(i))
+        assert force_held(cluster, lh, (first, cut), second) == last
         lh.close()
-        assert lh.metadata.last_entry_id == 9
-        assert [e.data for e in lh.read_entries(0, 9)] == [payload(i) for i in range(10)]
+        assert lh.metadata.last_entry_id == last
+        assert [e.data for e in lh.read_entries(0, last)] == \
+            [payload(i) for i in range(last + 1)]
 
 
 def test_a_force_fails_when_the_bookies_that_synced_did_not_all_store_the_entry(tmp_path):
@@ -156,27 +171,29 @@ def test_a_force_fails_when_the_bookies_that_synced_did_not_all_store_the_entry(
                                             write_flags=DEFERRED)
         first, second, refusing = lh.metadata.fragments[0].ensemble
         lh.add_entry(payload(0))
+        wait_until(lambda: cluster.bookies[refusing].last_entry_id(lh.id) == 0)
         cluster.faults[refusing].hold.add("add")
         cluster.bookies[refusing].set_read_only("test: refuses entry 1")
         assert lh.add_entry(payload(1)) == 1
         cluster.faults[second].fail.add("force_ledger")
-        with pytest.raises(BookKeeperError, match="acknowledged the adds of its write sets "
-                                                  "up to 0"):
+        with pytest.raises(BookKeeperError, match="force failed"):
             lh.force()
         assert lh.last_add_forced == -1
 
 
-def test_a_force_answers_the_highest_entry_held_only_to_a_client_that_asks(bookie):
-    """With the flag HELD the reply's LAC is the highest entry the bookie holds for the
-    ledger; a client of before the flag sends none and gets the reply it knows (LAC 0)."""
-    for entry_id in range(3):
+def test_a_force_answers_how_many_entries_it_holds_only_to_a_client_that_asks(bookie):
+    """With the flag HELD the reply's LAC is how many entries of the range asked about
+    the bookie holds; a client of before the flag sends none (and no range) and gets the
+    reply it knows (LAC 0)."""
+    for entry_id in (0, 1, 3):
         bookie.add_entry(7, entry_id, make_entry(7, entry_id, -1, b"x"), KEY)
     with BookieServer(bookie, LOOPBACK) as server, RawDealer(server.address) as dealer:
-        for request_id, flags in ((1, wire.HELD), (2, 0)):
-            dealer.send(wire.encode_request(Request(Op.FORCE_LEDGER, request_id, 7,
-                                                    flags=flags), MAX_ENTRY_BYTES))
+        for request_id, flags, first, last, held in ((1, wire.HELD, 1, 4, 2),
+                                                     (2, wire.HELD, 2, 1, 0),
+                                                     (3, 0, 0, 0, 0)):
+            dealer.send(wire.encode_request(Request(Op.FORCE_LEDGER, request_id, 7, first,
+                                                    last, flags=flags), MAX_ENTRY_BYTES))
             frames = dealer.receive(timeout_s=10)
             assert frames is not None, "no answer to the force"
             reply = wire.decode_reply(frames, MAX_ENTRY_BYTES)
-            assert (reply.request_id, reply.status, reply.lac) == (
-                request_id, 0, 2 if flags else 0)
+            assert (reply.request_id, reply.status, reply.lac) == (request_id, 0, held)

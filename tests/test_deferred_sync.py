@@ -17,7 +17,7 @@ from test_client import bookie_pool, cluster_of, payload  # noqa: F401
 
 from pybk import WriteFlag
 from pybk.aio.client import AsyncBookKeeper
-from pybk.client.deferred import AckWatermarks, ForceOp
+from pybk.client.deferred import AckWatermarks, ForceOp, entries_stored
 from pybk.cluster import wire
 from pybk.cluster.wire import Op, Request
 from pybk.errors import (
@@ -118,7 +118,8 @@ def test_the_deferred_flag_travels_per_run_and_older_bookies_refuse_it():
 
 
 def answered(held: int | None = None, error: BaseException | None = None) -> Future:
-    """A FORCE_LEDGER future, done: the bookie holds entries up to ``held``, or failed."""
+    """A FORCE_LEDGER future, done: the bookie holds ``held`` entries of the range forced,
+    or failed."""
     future: Future = Future()
     if error is None:
         future.set_result(held)
@@ -130,7 +131,8 @@ def answered(held: int | None = None, error: BaseException | None = None) -> Fut
 def test_a_force_needs_ack_quorum_of_every_write_set():
     outcomes: list[BaseException | None] = []
     acked = {"B1": 2, "B2": 2, "B3": 2}.__getitem__
-    force = ForceOp([(1, ("B1", "B2", "B3")), (2, ("B2", "B3", "B1"))], 2, acked,
+    stored = {"B1": 2, "B2": 2, "B3": 2}
+    force = ForceOp([(1, ("B1", "B2", "B3")), (2, ("B2", "B3", "B1"))], stored, 2, acked,
                     outcomes.append)
     assert force.bookies == {"B1", "B2", "B3"}
     force.answer("B1", answered(error=BookKeeperError("down")))
@@ -139,28 +141,37 @@ def test_a_force_needs_ack_quorum_of_every_write_set():
     force.answer("B3", answered(2))
     assert outcomes == [None]
     failing: list[BaseException | None] = []
-    force = ForceOp([(0, ("B1", "B2"))], 2, acked, failing.append)
+    force = ForceOp([(0, ("B1", "B2"))], stored, 2, acked, failing.append)
     force.answer("B1", answered(error=BookKeeperError("down")))
     assert len(failing) == 1 and isinstance(failing[0], BookKeeperError)
     # A bookie of before deferred sync answers FORCE_LEDGER as an unknown operation.
     old: list[BaseException | None] = []
-    ForceOp([(0, ("B1",))], 1, acked, old.append).answer(
+    ForceOp([(0, ("B1",))], stored, 1, acked, old.append).answer(
         "B1", answered(error=MalformedMessage("unknown operation 9")))
     assert "without deferred sync" in str(old[0])
 
 
 def test_a_force_counts_a_bookie_only_for_entries_it_acknowledged_and_holds():
-    """B3 refused entry 5 (its watermark stays at 4) and B2 lost entry 5 (it holds up to
-    4): their OK counts for entry 4, not 5, so entry 5 needs B1 and a third bookie."""
+    """Entries 4 and 5 forced, Qa=2: B3 refused entry 5 (its watermark stays at 4), so
+    its OK counts for entry 4, not 5; B2 lost entry 4 (it holds one of the two), so it
+    counts for neither, and entry 5 has only B1."""
     acked = {"B1": 5, "B2": 5, "B3": 4}.__getitem__
+    stored = entries_stored([("B1", "B2", "B3")], 4, 5)
+    assert stored == {"B1": 2, "B2": 2, "B3": 2}
     outcomes: list[BaseException | None] = []
-    force = ForceOp([(4, ("B1", "B2", "B3")), (5, ("B1", "B2", "B3"))], 2, acked,
-                    outcomes.append)
-    force.answer("B1", answered(5))
-    force.answer("B3", answered(5))
+    force = ForceOp([(5, ("B1", "B2", "B3"))], stored, 2, acked, outcomes.append)
+    force.answer("B1", answered(2))
+    force.answer("B3", answered(2))
     assert outcomes == []
-    force.answer("B2", answered(4))
-    assert len(outcomes) == 1 and "holds entries up to 4" in str(outcomes[0])
+    force.answer("B2", answered(1))
+    assert len(outcomes) == 1 and "holds 1 of the 2 entries" in str(outcomes[0])
+
+
+def test_entries_stored_counts_each_bookies_share_of_a_range():
+    # E=3, Qw=2: B1 stores entries 0, 2, 3, 5...; B2 0, 1, 3, 4...; B3 1, 2, 4, 5...
+    write_sets = [("B1", "B2"), ("B2", "B3"), ("B3", "B1")]
+    assert entries_stored(write_sets, 2, 6) == {"B1": 4, "B2": 3, "B3": 3}
+    assert entries_stored(write_sets, 0, -1) == {"B1": 0, "B2": 0, "B3": 0}
 
 
 def test_ack_watermarks_follow_each_bookie_through_its_write_sets():

@@ -156,8 +156,10 @@ DEFERRED_ADD_RUNS = (wire.AddRun(LOG_LEDGER.ledger_id, [0, 1, 2], LOG_LEDGER.ent
                                  FENCED_LEDGER.master_key))
 FORCE_REQUEST = Request(Op.FORCE_LEDGER, 45, LOG_LEDGER.ledger_id)
 FORCE_REPLY = Reply(Op.FORCE_LEDGER, 45)
-#: The force a writer sends since the flag HELD, answered with the highest entry held.
-FORCE_HELD_REQUEST = Request(Op.FORCE_LEDGER, 46, LOG_LEDGER.ledger_id, flags=wire.HELD)
+#: The force a writer sends since the flag HELD (of entries 1..2), answered with how many
+#: of them the bookie holds.
+FORCE_HELD_REQUEST = Request(Op.FORCE_LEDGER, 46, LOG_LEDGER.ledger_id, entry_id=1, lac=2,
+                             flags=wire.HELD)
 FORCE_HELD_REPLY = Reply(Op.FORCE_LEDGER, 46, lac=2)
 
 

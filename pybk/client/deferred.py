@@ -4,10 +4,10 @@ A ledger created with ``write_flags={WriteFlag.DEFERRED_SYNC}`` has its adds ack
 by each bookie once written to its journal (page cache), before fdatasync: an
 acknowledged add survives its bookies' processes dying, not a power cut or a kernel
 crash.  :meth:`pybk.client.LedgerHandle.force` makes them durable: it sends FORCE_LEDGER
-to the bookies of the write sets of the entries acknowledged since the last force, each
-of which answers once a journal marker queued behind everything it had received (a
-client's requests reach a bookie in order) is synced, with the highest entry it holds for
-the ledger.  The entry it covered up to becomes the *durable LAC* (BookKeeper's
+for the entries acknowledged since the last force to the bookies of their write sets,
+each of which answers once a journal marker queued behind everything it had received (a
+client's requests reach a bookie in order) is synced, with how many of those entries it
+holds.  The entry it covered up to becomes the *durable LAC* (BookKeeper's
 ``lastAddForced``).
 
 Which answers count.  A force covers entry *e* once Qa bookies of *e*'s write set each
@@ -16,9 +16,10 @@ Which answers count.  A force covers entry *e* once Qa bookies of *e*'s write se
   up to which the bookie acknowledged every add of its write sets (:class:`AckWatermarks`),
   so a bookie that refused an add (read-only, failing) or never got it counts for
   nothing from there on, even though it syncs its journal and answers the force OK; and
-* answered this force OK, holding an entry at or past *e*: a bookie that restarted
-  after a power cut lost the unsynced adds it had acknowledged, and then holds less than
-  the writer saw acknowledged, so it does not count for them.
+* answered this force OK, holding every entry of the range forced that its write sets
+  give it: a bookie that restarted after a power cut lost the unsynced adds it had
+  acknowledged (and may have taken later ones since), so it holds fewer than it should
+  and counts for none of the range.
 
 A bookie counts for an entry only together with every earlier entry of its write sets (a
 watermark, not a set of entries), which is how the force decides per range: for each
@@ -31,10 +32,6 @@ The rules, as BookKeeper's:
 * a DEFERRED_SYNC ledger never changes its ensemble: a bookie failing an add closes the
   ledger at the durable LAC (entries past it were never promised);
 * close forces first, and closes at the durable LAC.
-
-Not covered: a bookie that lost acknowledged adds in a power cut and then took later
-adds of the ledger before the force holds an entry past the lost ones, so its answer
-cannot show the gap (the writer would need to know that the bookie restarted).
 """
 
 from __future__ import annotations
@@ -103,25 +100,42 @@ class AckWatermarks:
         raise AssertionError(f"bookie {bookie_id} is in no write set")
 
 
+def entries_stored(write_sets: Sequence[tuple[str, ...]], first: int,
+                   last: int) -> dict[str, int]:
+    """Per bookie, how many of the entries ``first..last`` it stores, ``write_sets[i]``
+    being the write set of the entries ``e`` with ``e % len(write_sets) == i``."""
+    size = len(write_sets)
+    stored: dict[str, int] = {}
+    for i, write_set in enumerate(write_sets):
+        count = (last - i) // size - (first - 1 - i) // size  # e in first..last, e % E == i
+        for bookie_id in write_set:
+            stored[bookie_id] = stored.get(bookie_id, 0) + count
+    return stored
+
+
 class ForceOp:
-    """One force: FORCE_LEDGER to the bookies of ``entries`` (``(entry id, write set)``,
-    the highest entry of the range forced in each write set), complete once each entry
-    has ``ack_quorum`` bookies of its write set that answered OK holding it and whose
-    watermark (``acked_through(bookie_id)``) reaches it, failed once one cannot get there.
+    """One force of a range of entries: FORCE_LEDGER to the bookies of ``entries``
+    (``(entry id, write set)``, the highest entry of the range in each write set),
+    complete once each entry has ``ack_quorum`` bookies of its write set that answered OK
+    holding all the entries of the range they store (``stored[bookie_id]`` of them) and
+    whose watermark (``acked_through(bookie_id)``) reaches it, failed once one cannot get
+    there.
 
     ``on_done(None)`` or ``on_done(error)`` is called once, on the thread of the answer
     that decided it.
     """
 
-    def __init__(self, entries: Sequence[tuple[int, tuple[str, ...]]], ack_quorum: int,
+    def __init__(self, entries: Sequence[tuple[int, tuple[str, ...]]],
+                 stored: dict[str, int], ack_quorum: int,
                  acked_through: Callable[[str], int],
                  on_done: Callable[[BaseException | None], None]) -> None:
         self._entries = list(entries)
+        self._stored = stored
         self._ack_quorum = ack_quorum
         self._acked_through = acked_through
         self._on_done = on_done
         self._lock = threading.Lock()
-        # Per bookie that answered, the highest entry it counts for (-2: none, failed).
+        # Per bookie that answered, the highest entry it counts for (-1: none).
         self._reach: dict[str, int] = {}
         self._decided = False
 
@@ -131,12 +145,12 @@ class ForceOp:
         return {bookie for _, write_set in self._entries for bookie in write_set}
 
     def answer(self, bookie_id: str, future: Future) -> None:
-        """Take a bookie's answer (its FORCE_LEDGER future, done: the highest entry the
-        bookie holds for the ledger, durable now)."""
+        """Take a bookie's answer (its FORCE_LEDGER future, done: how many entries of the
+        range the bookie holds, durable now)."""
         error = future.exception()
+        held = None if error is not None else future.result()
         # Read after the answer came: the bookie answered its adds before the force.
-        reach = -2 if error is not None else min(future.result(),
-                                                 self._acked_through(bookie_id))
+        reach = self._acked_through(bookie_id) if held == self._stored[bookie_id] else -1
         with self._lock:
             if self._decided:
                 return
@@ -150,9 +164,10 @@ class ForceOp:
                                       "or one that does not say what it holds)"
                                       if isinstance(error, MalformedMessage) else "")
                         if error is not None else
-                        f"it holds entries up to {future.result()} and acknowledged the "
-                        f"adds of its write sets up to {self._acked_through(bookie_id)}"))
-            elif all(sum(answered.get(b, -2) >= entry_id for b in write_set) >= qa
+                        f"it holds {held} of the {self._stored[bookie_id]} entries forced "
+                        "that it stores, and acknowledged the adds of its write sets up to "
+                        f"{self._acked_through(bookie_id)}"))
+            elif all(sum(answered.get(b, -1) >= entry_id for b in write_set) >= qa
                      for entry_id, write_set in self._entries):
                 outcome = None
             else:
@@ -161,4 +176,4 @@ class ForceOp:
         self._on_done(outcome)
 
 
-__all__ = ["AckWatermarks", "ForceOp", "WriteFlag"]
+__all__ = ["AckWatermarks", "ForceOp", "WriteFlag", "entries_stored"]

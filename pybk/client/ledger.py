@@ -57,7 +57,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from pybk.client.completions import AddDone, CompletionQueue
-from pybk.client.deferred import AckWatermarks, ForceOp, WriteFlag
+from pybk.client.deferred import AckWatermarks, ForceOp, WriteFlag, entries_stored
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.client.reads import RangeRead, read_error
 from pybk.client.transport import AddsDone, LedgerAdds, failed_future
@@ -674,13 +674,16 @@ class LedgerHandle:
 
         # The last E entries of the range: one per write set, each covering the earlier
         # entries of its write set (a bookie counts up to a watermark).
+        size = metadata.ensemble_size
         force = ForceOp([(e, metadata.write_set(e))
-                         for e in range(max(forced, target - metadata.ensemble_size) + 1,
-                                        target + 1)],
+                         for e in range(max(forced, target - size) + 1, target + 1)],
+                        entries_stored([metadata.write_set(i) for i in range(size)],
+                                       forced + 1, target),
                         metadata.ack_quorum_size, acks.through, done)
         for bookie_id in force.bookies:
             try:
-                answer = self._bk.bookie_client(bookie_id).force_ledger(self.id)
+                answer = self._bk.bookie_client(bookie_id).force_ledger(self.id, forced + 1,
+                                                                        target)
             except BookKeeperError as e:
                 answer = failed_future(e)
             answer.add_done_callback(partial(force.answer, bookie_id))

@@ -384,7 +384,9 @@ class BookieServer:
         self._adds_in_progress += 1
 
     def _force_ledger(self, identity: bytes, r: Request) -> None:
-        forced = self._bookie.force(r.ledger_id)
+        # Without HELD the range is empty (0..0 counts nothing the reply carries).
+        forced = self._bookie.force(r.ledger_id, r.entry_id, r.lac) if r.flags & wire.HELD \
+            else self._bookie.force(r.ledger_id)
         forced.add_done_callback(
             lambda done: self._mailbox.post(partial(self._finish_force, identity, r, done)))
         self._adds_in_progress += 1
@@ -505,7 +507,8 @@ def _success_or_raise(r: Request, error: BaseException | None) -> Reply:
 
 
 def _forced_reply(r: Request, forced: Future) -> Reply:
-    """A FORCE_LEDGER's answer: with the flag HELD, the highest entry held (wire.py)."""
+    """A FORCE_LEDGER's answer: with the flag HELD, how many entries of the range asked
+    about the bookie holds (wire.py)."""
     error = forced.exception()
     if error is not None:
         raise error

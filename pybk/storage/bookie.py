@@ -674,17 +674,26 @@ class Bookie:
         if not already_durable:
             self._checkpointer.request()  # the space can be collected once this is durable
 
-    def force(self, ledger_id: int) -> Future:
+    def force(self, ledger_id: int, first: int = 0, last: int = -1) -> Future:
         """A Future that completes once everything added to the ledger so far is durable
-        (deferred adds too: BookKeeper's FORCE_LEDGER), with the highest entry id held
-        for the ledger when it was called (-1: none), durable then too: a writer's
-        force counts a bookie only for the entries it still holds (it may have lost
-        deferred adds in a power cut)."""
+        (deferred adds too: BookKeeper's FORCE_LEDGER), with how many of the entries
+        ``first..last`` the bookie held when called (durable then too): a writer counts
+        a bookie's force only if it holds every entry of the range it should (it may
+        have lost deferred adds in a power cut).  Costs a lookup per id of the range."""
         self._readable_state(ledger_id)
-        last = self.last_entry_id(ledger_id)  # every add taken so far is cached by now
+        held = self._count_held(ledger_id, first, last)  # every add taken is cached by now
         future: Future = Future()
-        self._journal.mark(_future_setter(future, result=-1 if last is None else last))
+        self._journal.mark(_future_setter(future, result=held))
         return future
+
+    def _count_held(self, ledger_id: int, first: int, last: int) -> int:
+        """How many of the entries ``first..last`` the bookie holds.  The caches are
+        looked at before the index, the order in which a flush hands an entry over."""
+        caches = [c for c in (self._active, self._flushing) if c is not None]
+        location = self._index.location
+        return sum(1 for entry_id in range(first, last + 1)
+                   if any(c.get(ledger_id, entry_id) is not None for c in caches)
+                   or location(ledger_id, entry_id) is not None)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -272,8 +272,9 @@ class FaultyBookieClient(BookieClient):
     def delete_ledger(self, ledger_id: int) -> Future:
         return self._apply("delete_ledger", None, lambda: self.inner.delete_ledger(ledger_id))
 
-    def force_ledger(self, ledger_id: int) -> Future:
-        return self._apply("force_ledger", None, lambda: self.inner.force_ledger(ledger_id))
+    def force_ledger(self, ledger_id: int, first: int = 0, last: int = -1) -> Future:
+        return self._apply("force_ledger", None,
+                           lambda: self.inner.force_ledger(ledger_id, first, last))
 
 
 def _after(seconds: float, fn: Callable[[], None]) -> None:
