@@ -30,8 +30,10 @@ together with the CLOSED state.
 
 Deferred sync (:mod:`pybk.client.deferred`): a ledger created with
 ``WriteFlag.DEFERRED_SYNC`` sends its adds with that flag (acknowledged once written, not
-yet durable), piggybacks the durable LAC that :meth:`LedgerHandle.force` advances, never
-changes its ensemble, and forces before it closes.
+yet durable), piggybacks the durable LAC that :meth:`LedgerHandle.force` advances (a
+force counts a bookie only for the entries it acknowledged, as each bookie's watermark of
+acknowledgements records, and still holds), never changes its ensemble, and forces
+before it closes.
 
 Reading: an entry is asked of the bookies of its write set in turn, moving on after an
 error, a digest mismatch or ``readTimeout``; every entry's digest is verified.  A range
