@@ -679,7 +679,7 @@ class Bookie:
         (deferred adds too: BookKeeper's FORCE_LEDGER), with how many of the entries
         ``first..last`` the bookie held when called (durable then too): a writer counts
         a bookie's force only if it holds every entry of the range it should (it may
-        have lost deferred adds in a power cut).  Costs a lookup per id of the range."""
+        have lost deferred adds in a power cut)."""
         self._readable_state(ledger_id)
         held = self._count_held(ledger_id, first, last)  # every add taken is cached by now
         future: Future = Future()
@@ -687,11 +687,16 @@ class Bookie:
         return future
 
     def _count_held(self, ledger_id: int, first: int, last: int) -> int:
-        """How many of the entries ``first..last`` the bookie holds.  The caches are
-        looked at before the index, the order in which a flush hands an entry over."""
+        """How many of the entries ``first..last`` the bookie holds: a lookup per id up
+        to the highest one held (so a range asked for past it costs nothing more).  The
+        caches are looked at before the index, the order in which a flush hands an entry
+        over."""
+        highest = self.last_entry_id(ledger_id)
+        if highest is None:
+            return 0
         caches = [c for c in (self._active, self._flushing) if c is not None]
         location = self._index.location
-        return sum(1 for entry_id in range(first, last + 1)
+        return sum(1 for entry_id in range(first, min(last, highest) + 1)
                    if any(c.get(ledger_id, entry_id) is not None for c in caches)
                    or location(ledger_id, entry_id) is not None)
 
