@@ -20,7 +20,7 @@ from zmqutil import LOOPBACK, RawDealer
 from pybk import WriteFlag
 from pybk.cluster import BookieServer, wire
 from pybk.cluster.wire import Op, Request
-from pybk.errors import BookKeeperError
+from pybk.errors import BookKeeperError, MalformedMessage
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie, make_entry
@@ -197,3 +197,7 @@ def test_a_force_answers_how_many_entries_it_holds_only_to_a_client_that_asks(bo
             assert frames is not None, "no answer to the force"
             reply = wire.decode_reply(frames, MAX_ENTRY_BYTES)
             assert (reply.request_id, reply.status, reply.lac) == (request_id, 0, held)
+    for first, last, flags in ((1, 4, 0), (5, 3, wire.HELD)):  # no HELD, a reversed range
+        with pytest.raises(MalformedMessage):
+            wire.encode_request(Request(Op.FORCE_LEDGER, 4, 7, first, last, flags=flags),
+                                MAX_ENTRY_BYTES)
