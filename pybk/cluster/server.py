@@ -384,7 +384,7 @@ class BookieServer:
         self._adds_in_progress += 1
 
     def _force_ledger(self, identity: bytes, r: Request) -> None:
-        # Without HELD the range is empty (0..0 counts nothing the reply carries).
+        # Without HELD there is no range (its fields are 0) and no count to look up.
         forced = self._bookie.force(r.ledger_id, r.entry_id, r.lac) if r.flags & wire.HELD \
             else self._bookie.force(r.ledger_id)
         forced.add_done_callback(
