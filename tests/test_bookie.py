@@ -246,9 +246,12 @@ def test_deleting_an_unknown_ledger_refuses_its_later_adds(bookie):
         bookie.add_entry(12, 0, entry(12, 0), KEY)
 
 
-def test_force_completes_once_durable(bookie):
-    bookie.add_entry_async(1, 0, entry(1, 0), KEY)
-    assert bookie.force(1).result(timeout=10) is None
+def test_force_completes_once_durable_with_the_entries_held_of_a_range(bookie):
+    for entry_id in (0, 1, 3):
+        bookie.add_entry_async(1, entry_id, entry(1, entry_id), KEY)
+    assert bookie.force(1).result(timeout=10) == 0  # an empty range: nothing asked
+    assert bookie.force(1, 1, 4).result(timeout=10) == 2
+    assert bookie.force(1, 2, 2 ** 62).result(timeout=10) == 1  # as far as it holds
     with pytest.raises(NoSuchLedger):
         bookie.force(99)
 

@@ -17,7 +17,7 @@ from test_client import bookie_pool, cluster_of, payload  # noqa: F401
 
 from pybk import WriteFlag
 from pybk.aio.client import AsyncBookKeeper
-from pybk.client.deferred import ForceOp
+from pybk.client.deferred import AckWatermarks, ForceOp, entries_stored
 from pybk.cluster import wire
 from pybk.cluster.wire import Op, Request
 from pybk.errors import (
@@ -117,32 +117,80 @@ def test_the_deferred_flag_travels_per_run_and_older_bookies_refuse_it():
     assert wire.decode_request(wire.encode_request(force, 1024), 1024) == force
 
 
+def answered(held: int | None = None, error: BaseException | None = None) -> Future:
+    """A FORCE_LEDGER future, done: the bookie holds ``held`` entries of the range forced,
+    or failed."""
+    future: Future = Future()
+    if error is None:
+        future.set_result(held)
+    else:
+        future.set_exception(error)
+    return future
+
+
 def test_a_force_needs_ack_quorum_of_every_write_set():
     outcomes: list[BaseException | None] = []
-    force = ForceOp([("B1", "B2", "B3"), ("B2", "B3", "B1")], 2, outcomes.append)
+    acked = {"B1": 2, "B2": 2, "B3": 2}.__getitem__
+    stored = {"B1": 2, "B2": 2, "B3": 2}
+    force = ForceOp([(1, ("B1", "B2", "B3")), (2, ("B2", "B3", "B1"))], stored, 2, acked,
+                    outcomes.append)
     assert force.bookies == {"B1", "B2", "B3"}
-    answers = {}
-    for bookie_id, error in (("B1", BookKeeperError("down")), ("B2", None), ("B3", None)):
-        answers[bookie_id] = future = Future()
-        if error is None:
-            future.set_result(None)
-        else:
-            future.set_exception(error)
-    force.answer("B1", answers["B1"])
-    force.answer("B2", answers["B2"])
+    force.answer("B1", answered(error=BookKeeperError("down")))
+    force.answer("B2", answered(2))
     assert outcomes == []
-    force.answer("B3", answers["B3"])
+    force.answer("B3", answered(2))
     assert outcomes == [None]
     failing: list[BaseException | None] = []
-    force = ForceOp([("B1", "B2")], 2, failing.append)
-    force.answer("B1", answers["B1"])
+    force = ForceOp([(0, ("B1", "B2"))], stored, 2, acked, failing.append)
+    force.answer("B1", answered(error=BookKeeperError("down")))
     assert len(failing) == 1 and isinstance(failing[0], BookKeeperError)
     # A bookie of before deferred sync answers FORCE_LEDGER as an unknown operation.
     old: list[BaseException | None] = []
-    refused: Future = Future()
-    refused.set_exception(MalformedMessage("unknown operation 9"))
-    ForceOp([("B1",)], 1, old.append).answer("B1", refused)
+    ForceOp([(0, ("B1",))], stored, 1, acked, old.append).answer(
+        "B1", answered(error=MalformedMessage("unknown operation 9")))
     assert "without deferred sync" in str(old[0])
+
+
+def test_a_force_counts_a_bookie_only_for_entries_it_acknowledged_and_holds():
+    """Entries 4 and 5 forced, Qa=2: B3 refused entry 5 (its watermark stays at 4), so
+    its OK counts for entry 4, not 5; B2 lost entry 4 (it holds one of the two), so it
+    counts for neither, and entry 5 has only B1."""
+    acked = {"B1": 5, "B2": 5, "B3": 4}.__getitem__
+    stored = entries_stored([("B1", "B2", "B3")], 4, 5)
+    assert stored == {"B1": 2, "B2": 2, "B3": 2}
+    outcomes: list[BaseException | None] = []
+    force = ForceOp([(5, ("B1", "B2", "B3"))], stored, 2, acked, outcomes.append)
+    force.answer("B1", answered(2))
+    force.answer("B3", answered(2))
+    assert outcomes == []
+    force.answer("B2", answered(1))
+    assert len(outcomes) == 1 and "holds 1 of the 2 entries" in str(outcomes[0])
+
+
+def test_entries_stored_counts_each_bookies_share_of_a_range():
+    # E=3, Qw=2: B1 stores entries 0, 2, 3, 5...; B2 0, 1, 3, 4...; B3 1, 2, 4, 5...
+    write_sets = [("B1", "B2"), ("B2", "B3"), ("B3", "B1")]
+    assert entries_stored(write_sets, 2, 6) == {"B1": 4, "B2": 3, "B3": 3}
+    assert entries_stored(write_sets, 0, -1) == {"B1": 0, "B2": 0, "B3": 0}
+
+
+def test_ack_watermarks_follow_each_bookie_through_its_write_sets():
+    # E=3, Qw=2: B1 stores entries 0, 2, 3, 5...; B2 0, 1, 3, 4...; B3 1, 2, 4, 5...
+    ensemble = ("B1", "B2", "B3")
+    write_set = {e: (ensemble[e % 3], ensemble[(e + 1) % 3]) for e in range(12)}
+    marks = AckWatermarks(-1, lambda b, e: b in write_set[e], 3)
+    for e in (0, 2, 3):
+        marks.acked("B1", e)
+    assert marks.through("B1") == 3
+    marks.acked("B2", 3)  # before 0 and 1: waits above the watermark
+    assert marks.through("B2") == -1
+    marks.acked("B2", 0)
+    marks.acked("B2", 1)
+    assert marks.through("B2") == 3
+    # B3 refused entry 1: what it acknowledges later never counts.
+    for e in (2, 4, 5):
+        marks.acked("B3", e)
+    assert marks.through("B3") == -1
 
 
 # -- the ledger protocol, over every transport ------------------------------------------

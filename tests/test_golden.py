@@ -4,9 +4,9 @@
 bookie leaves them, a directory cookie, a closed ledger's metadata, a bookie's cookie in
 the cluster, a log's head and segment records, and the frames of wire ADD and READ
 requests and replies (and of deferred sync's: an ADD with a DEFERRED_SYNC run, a
-FORCE_LEDGER and its reply), all written from the fixed inputs below (ids, keys, payloads,
-salts, times, instance ids).  Its README.md says which code writes each file and what a
-change of format must do.  Each format has two tests:
+FORCE_LEDGER and its reply, without and with the flag HELD), all written from the fixed
+inputs below (ids, keys, payloads, salts, times, instance ids).  Its README.md says which
+code writes each file and what a change of format must do.  Each format has two tests:
 
 * ``test_writes_*``: the code writes exactly the golden bytes today, byte for byte (the
   storage files through a real :class:`~pybk.storage.Bookie` in a temporary directory);
@@ -68,6 +68,7 @@ GOLDEN_FILES = frozenset({
     "wire/read-request.0.bin", "wire/read-reply.0.bin", "wire/read-reply.1.bin",
     "wire/deferred-add-request.0.bin", "wire/deferred-add-request.1.bin",
     "wire/force-request.0.bin", "wire/force-reply.0.bin",
+    "wire/force-held-request.0.bin", "wire/force-held-reply.0.bin",
 })
 
 
@@ -155,6 +156,11 @@ DEFERRED_ADD_RUNS = (wire.AddRun(LOG_LEDGER.ledger_id, [0, 1, 2], LOG_LEDGER.ent
                                  FENCED_LEDGER.master_key))
 FORCE_REQUEST = Request(Op.FORCE_LEDGER, 45, LOG_LEDGER.ledger_id)
 FORCE_REPLY = Reply(Op.FORCE_LEDGER, 45)
+#: The force a writer sends since the flag HELD (of entries 1..2), answered with how many
+#: of them the bookie holds.
+FORCE_HELD_REQUEST = Request(Op.FORCE_LEDGER, 46, LOG_LEDGER.ledger_id, entry_id=1, lac=2,
+                             flags=wire.HELD)
+FORCE_HELD_REPLY = Reply(Op.FORCE_LEDGER, 46, lac=2)
 
 
 def add_request() -> Request:
@@ -535,6 +541,10 @@ def test_writes_wire_messages():
                   wire.encode_request(deferred_add_request(), MAX_ENTRY_BYTES))
     pinned_frames("wire/force-request", wire.encode_request(FORCE_REQUEST, MAX_ENTRY_BYTES))
     pinned_frames("wire/force-reply", wire.encode_reply(FORCE_REPLY, MAX_ENTRY_BYTES))
+    pinned_frames("wire/force-held-request",
+                  wire.encode_request(FORCE_HELD_REQUEST, MAX_ENTRY_BYTES))
+    pinned_frames("wire/force-held-reply",
+                  wire.encode_reply(FORCE_HELD_REPLY, MAX_ENTRY_BYTES))
 
 
 def test_reads_wire_messages():
@@ -559,6 +569,10 @@ def test_reads_wire_messages():
         FORCE_REQUEST
     assert wire.decode_reply(golden_frames("wire/force-reply"), MAX_ENTRY_BYTES) == \
         FORCE_REPLY
+    assert wire.decode_request(golden_frames("wire/force-held-request"),
+                               MAX_ENTRY_BYTES) == FORCE_HELD_REQUEST
+    assert wire.decode_reply(golden_frames("wire/force-held-reply"), MAX_ENTRY_BYTES) == \
+        FORCE_HELD_REPLY
 
 
 # -- the directory ----------------------------------------------------------------------------

@@ -30,8 +30,10 @@ fragments kept in memory until recovery writes them together with the CLOSED sta
 
 Deferred sync (:mod:`pybk.client.deferred`): a ledger created with
 ``WriteFlag.DEFERRED_SYNC`` sends its adds with that flag (acknowledged once written, not
-yet durable), piggybacks the durable LAC that :meth:`LedgerHandle.force` advances, never
-changes its ensemble, and forces before it closes.
+yet durable), piggybacks the durable LAC that :meth:`LedgerHandle.force` advances (a
+force counts a bookie only for the entries it acknowledged, as each bookie's watermark of
+acknowledgements records, and still holds), never changes its ensemble, and forces
+before it closes.
 
 Reading: an entry is asked of the bookies of its write set in turn, moving on after an
 error, a digest mismatch or ``readTimeout``; every entry's digest is verified.  A range
@@ -57,7 +59,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from pybk.client.completions import AddDone, CompletionQueue
-from pybk.client.deferred import ForceOp, WriteFlag
+from pybk.client.deferred import AckWatermarks, ForceOp, WriteFlag, entries_stored
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.client.reads import RangeRead, read_error
 from pybk.client.transport import AddsDone, LedgerAdds, failed_future
@@ -157,6 +159,11 @@ class LedgerHandle:
         # The durable LAC and its length: the LAC itself unless deferred (then force's).
         self._forced = last_add_confirmed
         self._forced_length = length
+        # Deferred: what each bookie acknowledged, which a force answer counts up to.
+        self._acks = AckWatermarks(
+            last_add_confirmed, lambda bookie_id, entry_id: bookie_id in
+            self._metadata.write_set(entry_id), self._metadata.ensemble_size) \
+            if self._deferred else None
         self._state = _WriteState.OPEN
         self._closed_by: BookKeeperError | None = None  # why the close was decided
         self._metadata_closed: Future | None = None     # the CLOSED write's outcome
@@ -375,7 +382,10 @@ class LedgerHandle:
                 self._on_add_error(bookie_id, failed[0])
                 ops = [op for op, error in zip(ops, errors) if error is None]
         with self._lock:
+            acks = self._acks
             for op in ops:
+                if acks is not None:  # also late ones: a force may count this bookie
+                    acks.acked(bookie_id, op.entry_id)
                 # skipped: finished already, or a late answer from a replaced bookie
                 if not op.finished and bookie_id in op.write_set:
                     op.acked.add(bookie_id)
@@ -652,19 +662,22 @@ class LedgerHandle:
     def force_async(self) -> Future:
         """FORCE_LEDGER to the bookies of the acknowledged entries' write sets (BookKeeper's
         ``force()``); the future gives the durable LAC once every entry acknowledged
-        before the call is fdatasync'd on Qa bookies of its write set, or fails (the
-        durable LAC stays where it was).  A ledger without DEFERRED_SYNC is durable at
-        every acknowledgement: its future gives the LAC at once."""
+        before the call is fdatasync'd on Qa bookies of its write set that acknowledged
+        it (:mod:`pybk.client.deferred`), or fails (the durable LAC stays where it was).
+        A ledger without DEFERRED_SYNC is durable at every acknowledgement: its future
+        gives the LAC at once."""
         future: Future = Future()
         with self._lock:
             if self._state is not _WriteState.OPEN or not self._writable or self._recovery:
                 self._check_can_add()
-            target, length = self._lac, self._confirmed_length
+            target, length, forced = self._lac, self._confirmed_length, self._forced
             metadata = self._metadata
-        if not self._deferred or target <= self._forced:
+        if not self._deferred or target <= forced:
             future.set_result(self.last_add_forced)
             return future
         assert len(metadata.fragments) == 1, "a DEFERRED_SYNC ledger changed its ensemble"
+        acks = self._acks
+        assert acks is not None
 
         def done(error: BaseException | None) -> None:
             if error is not None:
@@ -676,15 +689,20 @@ class LedgerHandle:
                 forced = self._forced
             future.set_result(forced)
 
-        force = ForceOp([metadata.write_set(e) for e in range(min(metadata.ensemble_size,
-                                                                   target + 1))],
-                        metadata.ack_quorum_size, done)
+        # The last E entries of the range: one per write set, each covering the earlier
+        # entries of its write set (a bookie counts up to a watermark).
+        size = metadata.ensemble_size
+        force = ForceOp([(e, metadata.write_set(e))
+                         for e in range(max(forced, target - size) + 1, target + 1)],
+                        entries_stored([metadata.write_set(i) for i in range(size)],
+                                       forced + 1, target),
+                        metadata.ack_quorum_size, acks.through, done)
         for bookie_id in force.bookies:
             try:
-                answer = self._bk.bookie_client(bookie_id).force_ledger(self.id)
+                answer = self._bk.bookie_client(bookie_id).force_ledger(self.id, forced + 1,
+                                                                        target)
             except BookKeeperError as e:
-                answer = Future()
-                answer.set_exception(e)
+                answer = failed_future(e)
             answer.add_done_callback(partial(force.answer, bookie_id))
         return future
 

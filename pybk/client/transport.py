@@ -106,10 +106,12 @@ class BookieClient(abc.ABC):
     def delete_ledger(self, ledger_id: int) -> Future:
         """Delete the ledger's entries on the bookie (its metadata is already gone)."""
 
-    def force_ledger(self, ledger_id: int) -> Future:
-        """Complete (None) once every add of the ledger this bookie answered so far is
-        durable there (BookKeeper's FORCE_LEDGER, for DEFERRED_SYNC ledgers).  A
-        transport without it fails the future with BookKeeperError."""
+    def force_ledger(self, ledger_id: int, first: int = 0, last: int = -1) -> Future:
+        """Complete once every add of the ledger this bookie answered so far is durable
+        there (BookKeeper's FORCE_LEDGER, for DEFERRED_SYNC ledgers), with how many of
+        the entries ``first..last`` the bookie holds (see
+        :meth:`pybk.storage.Bookie.force`).  A transport without it fails the future
+        with BookKeeperError."""
         return failed_future(BookKeeperError(f"the client of bookie {self.bookie_id} "
                                              "cannot force a ledger"))
 
@@ -247,9 +249,9 @@ class InProcessBookieClient(BookieClient):
     def delete_ledger(self, ledger_id: int) -> Future:
         return _completed(lambda: self._bookie.delete_ledger(ledger_id))
 
-    def force_ledger(self, ledger_id: int) -> Future:
+    def force_ledger(self, ledger_id: int, first: int = 0, last: int = -1) -> Future:
         try:
-            return self._bookie.force(ledger_id)
+            return self._bookie.force(ledger_id, first, last)
         except BookKeeperError as e:
             return failed_future(e)
 

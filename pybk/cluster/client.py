@@ -123,7 +123,7 @@ _RESULTS: dict[Op, Callable[[Reply], object]] = {
     Op.LONG_POLL: lambda reply: (reply.lac, reply.body),
     Op.INFO: lambda reply: wire.decode_info(reply.required_body()),
     Op.DELETE: lambda reply: None,
-    Op.FORCE_LEDGER: lambda reply: None,
+    Op.FORCE_LEDGER: lambda reply: reply.lac,  # asked with HELD: the entries held
 }
 
 
@@ -1091,11 +1091,12 @@ class ZmqBookieClient(BookieClient):
     def delete_ledger(self, ledger_id: int) -> Future:
         return self._call(Op.DELETE, self._settings.addEntryTimeout, ledger_id=ledger_id)
 
-    def force_ledger(self, ledger_id: int) -> Future:
-        """One FORCE_LEDGER request: completes once the bookie synced the ledger's adds
-        (a bookie too old to know it fails the request with MalformedMessage)."""
+    def force_ledger(self, ledger_id: int, first: int = 0, last: int = -1) -> Future:
+        """One FORCE_LEDGER request (flag HELD): completes once the bookie synced the
+        ledger's adds, with how many of the entries ``first..last`` it holds (a bookie
+        too old to know the request or the flag fails it with MalformedMessage)."""
         return self._call(Op.FORCE_LEDGER, self._settings.addEntryTimeout,
-                          ledger_id=ledger_id)
+                          ledger_id=ledger_id, entry_id=first, lac=last, flags=wire.HELD)
 
     @property
     def is_down(self) -> bool:

@@ -405,8 +405,8 @@ class _Waiting(BookieClient):
     def delete_ledger(self, ledger_id: int) -> Future:
         return self._future(lambda c: c.delete_ledger(ledger_id))
 
-    def force_ledger(self, ledger_id: int) -> Future:
-        return self._future(lambda c: c.force_ledger(ledger_id))
+    def force_ledger(self, ledger_id: int, first: int = 0, last: int = -1) -> Future:
+        return self._future(lambda c: c.force_ledger(ledger_id, first, last))
 
 
 def _connect(bookie_id: str, registered: str, settings: ClientSettings,

@@ -384,8 +384,11 @@ class BookieServer:
         self._adds_in_progress += 1
 
     def _force_ledger(self, identity: bytes, r: Request) -> None:
-        forced = self._bookie.force(r.ledger_id)
-        forced.add_done_callback(_outcome(self._later(identity, r, self._finish_write)))
+        # Without HELD there is no range (its fields are 0) and no count to look up.
+        forced = self._bookie.force(r.ledger_id, r.entry_id, r.lac) if r.flags & wire.HELD \
+            else self._bookie.force(r.ledger_id)
+        forced.add_done_callback(
+            lambda done: self._mailbox.post(partial(self._finish_force, identity, r, done)))
         self._adds_in_progress += 1
 
     def _delete(self, identity: bytes, r: Request) -> None:
@@ -397,6 +400,10 @@ class BookieServer:
     def _finish_write(self, identity: bytes, r: Request, error: BaseException | None) -> None:
         self._adds_in_progress -= 1
         self._answer(identity, r, partial(_success_or_raise, r, error))
+
+    def _finish_force(self, identity: bytes, r: Request, forced: Future) -> None:
+        self._adds_in_progress -= 1
+        self._answer(identity, r, partial(_forced_reply, r, forced))
 
     def _read(self, identity: bytes, r: Request) -> Reply | None:
         if not r.flags & wire.FENCE:
@@ -497,6 +504,15 @@ def _success_or_raise(r: Request, error: BaseException | None) -> Reply:
     if error is not None:
         raise error
     return Reply(r.op, r.request_id)
+
+
+def _forced_reply(r: Request, forced: Future) -> Reply:
+    """A FORCE_LEDGER's answer: with the flag HELD, how many entries of the range asked
+    about the bookie holds (wire.py)."""
+    error = forced.exception()
+    if error is not None:
+        raise error
+    return Reply(r.op, r.request_id, lac=forced.result() if r.flags & wire.HELD else 0)
 
 
 def _nothing() -> None:

@@ -18,6 +18,7 @@ Request header, 44 + K bytes::
          2     1  version: 3
          3     1  operation (table below)
          4     2  flags: bit 0 FENCE (READ: fence the ledger, durably, before reading);
+                  bit 1 HELD (FORCE_LEDGER: answer how many entries it holds);
                   every other bit 0
          6     2  K: master key length, 0..1024
          8     8  request id (unsigned): chosen by the client, carried back in the reply
@@ -67,10 +68,14 @@ except an ADD reply some of whose adds failed::
        7  DELETE     -                                            -         sent once durable
        8  READ_BATCH -                                            entry     body: answers
                                                                   ids
-       9  FORCE_LEDGER -                                          -         sent once every
-                                                                            add of the ledger
-                                                                            made so far is
-                                                                            durable
+       9  FORCE_LEDGER flag HELD, entry id >= 0,                  -         sent once every
+                     LAC >= entry id - 1: the                               add of the ledger
+                     entries first..last asked                              made so far is
+                     about (no HELD: both 0)                                durable; LAC: with
+                                                                            HELD, how many
+                                                                            entries of first..
+                                                                            last the bookie
+                                                                            holds, else 0
 
 Adds travel in batches: one ADD message carries every add a client has ready for the
 bookie (of any ledgers), so that the per-message costs on both sides are paid once per
@@ -102,7 +107,8 @@ error code of its failure; the reply's message then describes the first failed a
 The bookie answers once every add of the message is durable or failed (written or failed,
 when every run of the message is DEFERRED_SYNC).
 
-Only READ_LAC and LONG_POLL replies carry a LAC; it is 0 in the others.
+Only READ_LAC and LONG_POLL replies carry a LAC, and FORCE_LEDGER replies a count of
+entries held in that field; it is 0 in the others.
 
 Catch-up reads travel in batches too (BookKeeper 4.17's batch read): one READ_BATCH asks
 for many entries of one ledger, listed by id (so a reader of a ledger striped over an
@@ -135,6 +141,11 @@ as BookKeeper's ForceLedger request).  A bookie that does not know them answers
 MalformedMessage: to a FORCE_LEDGER ("unknown operation"), and to a whole ADD message
 with a DEFERRED_SYNC run ("out of range" flags), so an older bookie never takes a deferred
 add for a durable one; the client reports it as a bookie too old for deferred sync.
+The flag HELD came after that, again without changing any other message: a writer counts
+a bookie's force only if the bookie holds every entry of the range forced that it should
+(one that restarted after a power cut may have lost deferred adds it acknowledged, and
+taken later ones since: :mod:`pybk.client.deferred`).  A bookie of before it refuses the
+flag as malformed; a client of before it does not set it and gets LAC 0, as before.
 
 Decoding checks everything above (frame count, header length against K or M, magic,
 version, operation, flags, key, unused fields, ranges, UTF-8, body sizes against the
@@ -159,6 +170,8 @@ VERSION = 3
 
 #: Request flag: fence the ledger before reading (READ).
 FENCE = 0x1
+#: Request flag: answer how many entries of the range asked about are held (FORCE_LEDGER).
+HELD = 0x2
 #: Add record flag: a recovery add, accepted by a fenced ledger.
 RECOVERY = 0x2
 #: Add record flag: an add of a DEFERRED_SYNC ledger (acknowledged once written).
@@ -257,7 +270,7 @@ _SPECS: dict[int, _Spec] = {  # keyed by Op, an int
     Op.INFO: _Spec(reply_body=_Body.INFO),
     Op.DELETE: _Spec(),
     Op.READ_BATCH: _Spec(request_body=True, reply_body=_Body.READS),
-    Op.FORCE_LEDGER: _Spec(),
+    Op.FORCE_LEDGER: _Spec(flags=HELD, entry_id_min=0, lac=True, reply_lac=True),
 }
 _OPS = {int(op): op for op in Op}
 
@@ -391,6 +404,10 @@ def _check_request(r: Request, max_entry_bytes: int) -> None:
         raise MalformedMessage(f"entry id {r.entry_id} not allowed on {_name(r.op)}")
     if not (-1 <= r.lac <= _I64_MAX if spec.lac else r.lac == 0):
         raise MalformedMessage(f"LAC {r.lac} not allowed on {_name(r.op)}")
+    if r.op == Op.FORCE_LEDGER and not (r.entry_id - 1 <= r.lac if r.flags & HELD
+                                        else r.entry_id == r.lac == 0):
+        raise MalformedMessage(f"a FORCE_LEDGER range {r.entry_id}..{r.lac} without HELD, "
+                               "or empty by more than one")
     if not (1 <= r.timeout_ms <= MAX_LONG_POLL_MS if spec.timeout else r.timeout_ms == 0):
         raise MalformedMessage(f"timeout {r.timeout_ms} ms not allowed on {_name(r.op)} "
                                f"(long polls: 1..{MAX_LONG_POLL_MS})")

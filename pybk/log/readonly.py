@@ -176,7 +176,7 @@ class _ReadOnlyBookieClient(BookieClient):
             recovery: bool = False, *, deferred: bool = False) -> Future:
         return failed_future(self._reader.refuse("add"))
 
-    def force_ledger(self, ledger_id: int) -> Future:
+    def force_ledger(self, ledger_id: int, first: int = 0, last: int = -1) -> Future:
         return failed_future(self._reader.refuse("force"))
 
     def read(self, ledger_id: int, entry_id: int, fence: bool = False,

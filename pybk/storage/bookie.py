@@ -674,13 +674,31 @@ class Bookie:
         if not already_durable:
             self._checkpointer.request()  # the space can be collected once this is durable
 
-    def force(self, ledger_id: int) -> Future:
+    def force(self, ledger_id: int, first: int = 0, last: int = -1) -> Future:
         """A Future that completes once everything added to the ledger so far is durable
-        (deferred adds too: BookKeeper's FORCE_LEDGER)."""
+        (deferred adds too: BookKeeper's FORCE_LEDGER), with how many of the entries
+        ``first..last`` the bookie held when called (durable then too): a writer counts
+        a bookie's force only if it holds every entry of the range it should (it may
+        have lost deferred adds in a power cut)."""
         self._readable_state(ledger_id)
+        held = self._count_held(ledger_id, first, last)  # every add taken is cached by now
         future: Future = Future()
-        self._journal.mark(_future_setter(future, result=None))
+        self._journal.mark(_future_setter(future, result=held))
         return future
+
+    def _count_held(self, ledger_id: int, first: int, last: int) -> int:
+        """How many of the entries ``first..last`` the bookie holds: a lookup per id up
+        to the highest one held (so a range asked for past it costs nothing more).  The
+        caches are looked at before the index, the order in which a flush hands an entry
+        over."""
+        highest = self.last_entry_id(ledger_id)
+        if highest is None:
+            return 0
+        caches = [c for c in (self._active, self._flushing) if c is not None]
+        location = self._index.location
+        return sum(1 for entry_id in range(first, min(last, highest) + 1)
+                   if any(c.get(ledger_id, entry_id) is not None for c in caches)
+                   or location(ledger_id, entry_id) is not None)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -69,6 +70,15 @@ class Faults:
             if not self._held_lock.wait_for(lambda: len(self._held) >= count, timeout):
                 raise TimeoutError(f"{len(self._held)} replies held after {timeout} s, "
                                    f"not {count}")
+
+    def wait_answered(self, timeout: float = 10.0) -> None:
+        """Wait until the bookie answered every operation held now (their replies are in,
+        still held back), so that :meth:`release` delivers them on the caller's thread
+        (TimeoutError after ``timeout`` seconds)."""
+        with self._held_lock:
+            replies = [reply for _, _, reply, _ in self._held]
+        if futures_wait(replies, timeout).not_done:
+            raise TimeoutError(f"the bookie did not answer a held operation in {timeout} s")
 
     def release(self, error: BookKeeperError | None = None,
                 entries: set[int] | None = None) -> int:
@@ -262,8 +272,9 @@ class FaultyBookieClient(BookieClient):
     def delete_ledger(self, ledger_id: int) -> Future:
         return self._apply("delete_ledger", None, lambda: self.inner.delete_ledger(ledger_id))
 
-    def force_ledger(self, ledger_id: int) -> Future:
-        return self._apply("force_ledger", None, lambda: self.inner.force_ledger(ledger_id))
+    def force_ledger(self, ledger_id: int, first: int = 0, last: int = -1) -> Future:
+        return self._apply("force_ledger", None,
+                           lambda: self.inner.force_ledger(ledger_id, first, last))
 
 
 def _after(seconds: float, fn: Callable[[], None]) -> None:
