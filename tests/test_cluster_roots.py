@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import uuid
 
 import pytest
 import zkutil
 from clientutil import FAST
+from clusterutil import ok
 
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
+from pybk.errors import MalformedMetadata, MetadataError
 from pybk.log import LogReader, LogWriter, consumers, jobs
-from pybk.log.metadata import list_logs, read_log
+from pybk.log.metadata import LogMetadata, list_logs, read_log
 from pybk.log.position import Position
+from pybk.meta import migrate
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 from pybk.settings import LogSettings
@@ -44,16 +48,27 @@ class ClusterUnderTest:
                  settings_factory, tmp_path, root: str, name: str) -> None:
         self.root = root
         self.address = zookeeper.address(root)
+        self.name = name
+        self._stack = stack
         format_cluster(self.address, settings=zkutil.settings())
-        self.store = stack.enter_context(ZooKeeperMetadataStore(self.address,
-                                                                zkutil.settings()))
         base = tmp_path / name
-        bookie = bookie_factory(settings_factory(
+        self._bookie = bookie_factory(settings_factory(
             journalDirectory=str(base / "journal"),
             ledgerDirectories=(str(base / "ledgers"),)))
-        self.bk = stack.enter_context(BookKeeper(self.store, {"B1": InProcessBookieClient(
-            "B1", bookie)}, FAST))
-        self.name = name
+        self.open()
+
+    def open(self) -> None:
+        """Open the cluster's store and a client (closed with the test's stack, or by
+        :meth:`close`)."""
+        self._opened = contextlib.ExitStack()
+        self._stack.callback(self._opened.close)
+        self.store = self._opened.enter_context(ZooKeeperMetadataStore(self.address,
+                                                                       zkutil.settings()))
+        self.bk = self._opened.enter_context(BookKeeper(
+            self.store, {"B1": InProcessBookieClient("B1", self._bookie)}, FAST))
+
+    def close(self) -> None:
+        self._opened.close()
 
     def write(self, log: str) -> list[bytes]:
         """Rows in ``log`` (several segments), a consumer, a job, a bookie location and
@@ -71,32 +86,46 @@ class ClusterUnderTest:
         UnderreplicationManager(self.store).mark_underreplicated(7, [f"bookie-{self.name}"])
         return rows
 
-    def check(self, log: str, rows: list[bytes]) -> None:
-        """This cluster holds what :meth:`write` left and nothing of another cluster."""
+    def check(self, log: str, rows: list[bytes], registered: bool = True) -> None:
+        """This cluster holds what :meth:`write` left (the bookie's registration only
+        while ``registered``: it ends with the store's session) and nothing of another
+        cluster."""
         assert [data for _position, data in LogReader(self.bk, log).read()] == rows
-        assert list_logs(self.store) == [log]
         assert [c.consumer_id for c in consumers.list_consumers(self.store, log)] == [
             f"consumer-{self.name}"]
-        head = read_log(self.store, log).metadata
         assert jobs.read_job(self.store, log, f"job{self.name}") is not None
         assert self.store.children(f"/logs/{log}/jobs") == [f"job{self.name}"]
-        assert len(head.tail) > 1
-        assert self.store.bookies() == [f"bookie-{self.name}"]
-        assert self.store.bookie_location(f"bookie-{self.name}") == f"/region/{self.name}"
+        assert len(read_log(self.store, log).metadata.tail) > 1
+        if registered:
+            assert self.store.bookies() == [f"bookie-{self.name}"]
+            assert self.store.bookie_location(f"bookie-{self.name}") == \
+                f"/region/{self.name}"
         mark = UnderreplicationManager(self.store).get(7)
         assert mark is not None and list(mark.replicas) == [f"bookie-{self.name}"]
 
+    def append(self, log: str, row: bytes) -> None:
+        """Append ``row`` with a new writer of ``log``."""
+        writer = LogWriter.open(self.bk, log, SMALL_SEGMENTS)
+        try:
+            writer.append(row)
+        finally:
+            writer.close()
+
 
 @pytest.fixture
-def cluster_pair(zookeeper, bookie_factory, settings_factory, tmp_path):
-    """``make(root_a, root_b)``: two clusters on the session's ZooKeeper."""
+def make_cluster(zookeeper, bookie_factory, settings_factory, tmp_path):
+    """``make(root, name)``: a cluster on the session's ZooKeeper, closed at the end."""
     with contextlib.ExitStack() as stack:
-        def make(root_a: str, root_b: str) -> tuple[ClusterUnderTest, ClusterUnderTest]:
-            return (ClusterUnderTest(zookeeper, stack, bookie_factory, settings_factory,
-                                     tmp_path, root_a, "a"),
-                    ClusterUnderTest(zookeeper, stack, bookie_factory, settings_factory,
-                                     tmp_path, root_b, "b"))
+        def make(root: str, name: str) -> ClusterUnderTest:
+            return ClusterUnderTest(zookeeper, stack, bookie_factory, settings_factory,
+                                    tmp_path, root, name)
         yield make
+
+
+@pytest.fixture
+def cluster_pair(make_cluster):
+    """``make(root_a, root_b)``: two clusters on the session's ZooKeeper."""
+    return lambda root_a, root_b: (make_cluster(root_a, "a"), make_cluster(root_b, "b"))
 
 
 def _pair_roots(case: str) -> tuple[str, str]:
@@ -116,8 +145,152 @@ def test_two_clusters_on_one_zookeeper_see_nothing_of_each_other(cluster_pair, k
     rows = {a: a.write(log), b: b.write(log)}
     for cluster in (a, b):
         cluster.check(log, rows[cluster])
+        assert list_logs(cluster.store) == [log]
     parent = root_b.rsplit("/", 1)[0] or "/"
     if case != "default ledgers beside a root at the top":
         # Nothing outside the roots: the parent holds the two roots only
         assert sorted(kazoo.get_children(parent)) == ["ra", "rb"]
     assert not kazoo.exists("/logs")
+
+
+# -- clusters of the former layout --------------------------------------------------------
+
+
+def _tree(kazoo, top: str) -> dict[str, bytes]:
+    """``top`` and every node below it: path relative to ``top`` -> data, parents first."""
+    found = {}
+
+    def walk(rel: str) -> None:
+        found[rel] = kazoo.get(top + rel)[0]
+        for name in sorted(kazoo.get_children(top + rel)):
+            walk(f"{rel}/{name}")
+
+    walk("")
+    return found
+
+
+def _to_former_layout(kazoo, cluster: ClusterUnderTest) -> None:
+    """Make the (closed) cluster one that pybk before the namespace node wrote: its logs
+    at ``<parent>/logs`` (shared with its siblings' logs), no ``<root>/pybk``."""
+    parent = cluster.root.rsplit("/", 1)[0]
+    kazoo.ensure_path(f"{parent}/logs")
+    for rel, data in _tree(kazoo, f"{cluster.root}/pybk/logs").items():
+        if rel:
+            kazoo.create(f"{parent}/logs{rel}", data)
+    kazoo.delete(f"{cluster.root}/pybk", recursive=True)
+
+
+def _former_cluster(make_cluster, kazoo, root: str, name: str, logs: list[str]
+                    ) -> tuple[ClusterUnderTest, dict[str, list[bytes]]]:
+    """A closed cluster of the former layout holding ``logs`` (the first with a record
+    of every kind), and the rows of each."""
+    cluster = make_cluster(root, name)
+    rows = {logs[0]: cluster.write(logs[0])}
+    for log in logs[1:]:
+        cluster.append(log, f"{log} row".encode())
+        rows[log] = [f"{log} row".encode()]
+    cluster.close()
+    _to_former_layout(kazoo, cluster)
+    return cluster, rows
+
+
+def _check_moved(kazoo, cluster: ClusterUnderTest, rows: dict[str, list[bytes]]) -> None:
+    """The cluster holds its logs (and writers go on); their old heads are moved records
+    with nothing below, on which a pybk of the former layout fails."""
+    parent = cluster.root.rsplit("/", 1)[0]
+    assert list_logs(cluster.store) == sorted(rows)
+    first = min(rows)
+    cluster.check(first, rows[first], registered=False)
+    for log, written in rows.items():
+        cluster.append(log, b"after the move")
+        assert [data for _p, data in LogReader(cluster.bk, log).read()] == [
+            *written, b"after the move"]
+        assert kazoo.get_children(f"{parent}/logs/{log}") == []
+        with pytest.raises(MalformedMetadata, match="PBKM"):
+            LogMetadata.from_bytes(kazoo.get(f"{parent}/logs/{log}")[0])
+    assert kazoo.get(f"{cluster.root}/pybk")[0] == migrate.READY
+
+
+def test_a_cluster_of_the_former_layout_opens_with_its_logs_moved_under_its_root(
+        make_cluster, kazoo, caplog):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1", "L2"])
+    former = _tree(kazoo, f"{parent}/logs")
+    with caplog.at_level(logging.WARNING, logger="pybk.meta.migrate"):
+        cluster.open()
+    assert f"moved 2 log(s) (L1, L2) from {parent}/logs to {parent}/ra/pybk/logs" \
+        in caplog.text
+    assert _tree(kazoo, f"{parent}/ra/pybk/logs") == former  # record for record
+    _check_moved(kazoo, cluster, rows)
+
+
+def test_clusters_of_the_former_layout_that_shared_their_logs_are_told_apart_by_the_operator(
+        make_cluster, kazoo):
+    parent = f"/{_unique()}"
+    a, rows_a = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["La"])
+    b, rows_b = _former_cluster(make_cluster, kazoo, f"{parent}/rb", "b", ["Lb"])
+    former = _tree(kazoo, f"{parent}/logs")
+    for cluster in (a, b):
+        with pytest.raises(MetadataError, match=f"other clusters of that layout "
+                                                f"\\({parent}/r.\\).*cannot tell whose"):
+            cluster.open()
+    assert _tree(kazoo, f"{parent}/logs") == former  # refused before anything changed
+    said = ok("migrate-logs", "--zk", a.address, "--logs", "La")
+    assert f"moved 1 log(s) (La) from {parent}/logs to {parent}/ra/pybk/logs" in said
+    a.open()
+    b.open()  # the last cluster of the former layout takes the rest
+    _check_moved(kazoo, a, rows_a)
+    _check_moved(kazoo, b, rows_b)
+
+
+class Crash(Exception):
+    """The migrating process dies here."""
+
+
+def _crash_in(monkeypatch, name: str, after: bool,
+              when=lambda *args: True) -> None:
+    """Make migrate's step ``name`` crash (before or ``after`` it did its work) the
+    first time it is called with arguments that ``when`` accepts."""
+    original = getattr(migrate, name)
+
+    def crashing(*args):
+        if not when(*args):
+            return original(*args)
+        monkeypatch.setattr(migrate, name, original)  # once
+        if not after:
+            raise Crash(name)
+        original(*args)
+        raise Crash(name)
+
+    monkeypatch.setattr(migrate, name, crashing)
+
+
+@pytest.mark.parametrize("where, switched", [
+    ("copying a record", False), ("before the switch", False),
+    ("after the switch", True), ("deleting the old records", True)])
+def test_a_migration_that_crashes_leaves_one_layout_whole_and_the_next_opening_finishes(
+        make_cluster, kazoo, monkeypatch, where, switched):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1", "L2"])
+    former = _tree(kazoo, f"{parent}/logs")
+    old_records = f"{parent}/logs/"
+    {"copying a record": lambda: _crash_in(monkeypatch, "_create_all", after=False),
+     "before the switch": lambda: _crash_in(monkeypatch, "_switch", after=False),
+     "after the switch": lambda: _crash_in(monkeypatch, "_switch", after=True),
+     "deleting the old records": lambda: _crash_in(
+         monkeypatch, "_delete_below", after=True,
+         when=lambda _conn, top: top.startswith(old_records)),
+     }[where]()
+    with pytest.raises(Crash):
+        cluster.open()
+    monkeypatch.undo()
+    found = kazoo.exists(f"{parent}/ra/pybk") and kazoo.get(f"{parent}/ra/pybk")[0]
+    if switched:  # the new layout is complete
+        assert found == migrate.CLEANING
+        assert _tree(kazoo, f"{parent}/ra/pybk/logs") == former
+    else:  # the former layout is whole, and the new one not in use
+        assert found not in (migrate.READY, migrate.CLEANING)
+        assert _tree(kazoo, f"{parent}/logs") == former
+    assert not kazoo.exists(f"{parent}/ra/{migrate.LOCK_NAME}")
+    cluster.open()
+    _check_moved(kazoo, cluster, rows)
