@@ -232,7 +232,8 @@ def test_clusters_of_the_former_layout_that_shared_their_logs_are_told_apart_by_
     former = _tree(kazoo, f"{parent}/logs")
     for cluster in (a, b):
         with pytest.raises(MetadataError, match=f"other clusters of that layout "
-                                                f"\\({parent}/r.\\).*cannot tell whose"):
+                                                f"\\({parent}/r.\\).*cannot tell whose.*"
+                                                f"pybk migrate-logs --zk zk://"):
             cluster.open()
     assert _tree(kazoo, f"{parent}/logs") == former  # refused before anything changed
     said = ok("migrate-logs", "--zk", a.address, "--logs", "La")
@@ -241,6 +242,28 @@ def test_clusters_of_the_former_layout_that_shared_their_logs_are_told_apart_by_
     b.open()  # the last cluster of the former layout takes the rest
     _check_moved(kazoo, a, rows_a)
     _check_moved(kazoo, b, rows_b)
+
+
+def test_a_head_that_a_former_pybk_changes_during_the_move_fails_the_switch_and_is_copied_again(
+        make_cluster, kazoo, monkeypatch):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1"])
+    original = migrate._copy_tree
+
+    def copy_then_a_former_writer_takes_the_log_over(conn, source, target):
+        version = original(conn, source, target)
+        monkeypatch.setattr(migrate, "_copy_tree", original)  # once
+        data, stat = kazoo.get(source)
+        head = LogMetadata.from_bytes(data)
+        kazoo.set(source, dataclasses.replace(head, epoch=head.epoch + 1).to_bytes(),
+                  version=stat.version)
+        return version
+
+    epoch = LogMetadata.from_bytes(kazoo.get(f"{parent}/logs/L1")[0]).epoch
+    monkeypatch.setattr(migrate, "_copy_tree", copy_then_a_former_writer_takes_the_log_over)
+    cluster.open()
+    assert read_log(cluster.store, "L1").metadata.epoch == epoch + 1  # the change moved
+    _check_moved(kazoo, cluster, rows)
 
 
 class Crash(Exception):

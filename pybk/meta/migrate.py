@@ -59,9 +59,9 @@ logs.  A cluster with more is refused, saying so.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Collection, Iterator
 
 from kazoo.client import KazooClient
@@ -91,6 +91,7 @@ MOVED_MAGIC = b"PBKM"
 MOVED_VERSION = 1
 _MOVED_KEYS = frozenset(("moved_to",))
 _LOG_MAGIC = b"PBKG"  # pybk.log.metadata.MAGIC: a log head of any format
+_LAYOUT_NAME = paths.split(paths.LAYOUT)[1]  # a formatted cluster has it
 #: The largest switch transaction, in bytes (paths and data of its operations).
 SWITCH_BYTES_MAX = 512 * 1024
 _SWITCH_OP_OVERHEAD_BYTES = 32
@@ -103,7 +104,7 @@ _LOCK_POLL_S = 0.1
 _REQUESTS_IN_FLIGHT_MAX = 1000
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Migration:
     """What a migration did: the logs it moved, from where to where."""
 
@@ -154,19 +155,21 @@ def migrate(conn: "_Connection", root: str,
             if found[0] == CLEANING:
                 _clean(conn, root)
             return None
-        former = _former_logs(conn, source)
+        # A root named like the former parent of the logs could hold none (that pybk
+        # refused the contract path /<root's name>)
+        former = _former_logs(conn, source) if source != root else set()
         if logs is None:
             taken = sorted(former)
             others = _former_clusters(conn, parent, root) if taken else []
             if others:
+                example = dataclasses.replace(conn.address, root=others[0])
                 raise MetadataError(
                     f"{conn.address}: {source} holds logs of pybk's former layout "
                     f"({', '.join(taken[:10])}), and {parent} holds other clusters of that "
                     f"layout ({', '.join(others[:10])}), which shared them: it cannot tell "
                     "whose a log is.  Stop every pybk process of these clusters, then give "
-                    "each but the last its logs: pybk migrate-logs --zk "
-                    f"zk://{conn.address.connect_string}<root> --logs NAME,NAME (the last "
-                    "one takes the rest when opened)")
+                    "all of them but one their logs (pybk migrate-logs --zk "
+                    f"{example} --logs NAME,...); the last one opened takes the rest")
         else:
             taken = sorted(set(logs))
             missing = [name for name in taken if name not in former]
@@ -187,7 +190,7 @@ def migrate(conn: "_Connection", root: str,
                                 "cluster again")
         _clean(conn, root)
     migration = Migration(tuple(taken), source, target)
-    log.warning("%s: %s", conn.address, migration)
+    log.log(logging.WARNING if taken else logging.INFO, "%s: %s", conn.address, migration)
     return migration
 
 
@@ -212,7 +215,7 @@ def _former_clusters(conn: "_Connection", parent: str, root: str) -> list[str]:
     others = []
     for name in _children(conn, parent):
         child = paths.join(parent, name)
-        if child == root or conn.read(paths.join(child, "LAYOUT")) is None:
+        if child == root or conn.read(paths.join(child, _LAYOUT_NAME)) is None:
             continue
         found = conn.read(namespace_path(child))
         if found is None or found[0] not in (READY, CLEANING):
@@ -320,8 +323,8 @@ def _check_switch_size(conn: "_Connection", source: str, target: str,
     if size > SWITCH_BYTES_MAX:
         raise MetadataError(f"{conn.address}: moving the {len(names)} logs of {source} "
                             f"takes a ZooKeeper transaction of {size} bytes, over "
-                            f"SWITCH_BYTES_MAX={SWITCH_BYTES_MAX}: move them in parts "
-                            "(pybk migrate-logs --logs) or delete logs no longer needed")
+                            f"SWITCH_BYTES_MAX={SWITCH_BYTES_MAX}: delete the logs no "
+                            "longer needed with the former pybk, then open it again")
 
 
 def _delete_below(conn: "_Connection", top: str) -> int:
@@ -342,16 +345,22 @@ def _copy_tree(conn: "_Connection", source: str, target: str) -> int:
     the version of ``source`` as read before the nodes below it."""
     def op(client: KazooClient, _retrying: bool) -> int:
         nodes = iter(_read_tree(client, conn, source))
-        _rel, data, version = next(nodes)
-        _create(conn, client.create_async(target, data, makepath=True))
+        head = next(nodes, None)
+        if head is None:
+            raise MetadataError(f"{conn.address}: {source} was deleted while it was being "
+                                "moved: a pybk of the former layout is running; stop it "
+                                "and open the cluster again")
+        _rel, data, version = head
+        _create_all(conn, client, [(target, data, client.create_async(target, data,
+                                                                      makepath=True))])
         window = []
         for rel, data, _version in nodes:
             # Sent in order on one session: each parent is made before its children.
-            window.append(client.create_async(target + rel, data))
+            window.append((target + rel, data, client.create_async(target + rel, data)))
             if len(window) == _REQUESTS_IN_FLIGHT_MAX:
-                _create_all(conn, window)
+                _create_all(conn, client, window)
                 window = []
-        _create_all(conn, window)
+        _create_all(conn, client, window)
         return version
 
     return conn.call(f"copy {source} to {target}", op)
@@ -364,9 +373,15 @@ def _create(conn: "_Connection", async_result: Any) -> None:
         pass  # made by an attempt whose answer was lost (no one else writes here)
 
 
-def _create_all(conn: "_Connection", pending: list[Any]) -> None:
-    for async_result in pending:
-        _create(conn, async_result)
+def _create_all(conn: "_Connection", client: KazooClient,
+                pending: list[tuple[str, bytes, Any]]) -> None:
+    """Wait for the creates of ``(path, data, async result)``; a node found made by an
+    earlier attempt (whose connection was lost) gets this attempt's data."""
+    for path, data, async_result in pending:
+        try:
+            conn.wait(async_result)
+        except NodeExistsError:
+            conn.wait(client.set_async(path, data))
 
 
 def _moved(target: str) -> bytes:
