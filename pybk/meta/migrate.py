@@ -4,12 +4,13 @@ pybk's former layout kept beside the root.
 The layouts
     The ZooKeeper store (:mod:`pybk.meta.zookeeper`) keeps the contract's records
     outside ``/ledgers`` (the logs, :mod:`pybk.log.metadata`) under
-    ``<root>/pybk``, the *namespace node*; its data says the cluster is in this layout:
-    :data:`READY`, or :data:`CLEANING` while old records of a migration are still being
-    deleted.  pybk before it kept them under the root's parent: log ``L`` of the cluster
-    at ``/p/ra`` was ``/p/logs/L``, where the cluster at ``/p/rb`` kept its log ``L`` too
-    (issue 31 section 8: the two shared it).  A cluster without the namespace node's
-    data (formatted by that pybk, or by BookKeeper) is in the *former* layout.
+    ``<root>/pybk``, the *namespace node*; its data (ASCII) says the cluster is in this
+    layout: ``1`` (:data:`READY`), or ``1 cleaning`` (:data:`CLEANING`) while the old
+    records of a migration are still being deleted.  pybk before it kept them under the
+    root's parent: log ``L`` of the cluster at ``/p/ra`` was ``/p/logs/L``, where the
+    cluster at ``/p/rb`` kept its log ``L`` too (issue 31 section 8: the two shared it).
+    A cluster without that data (formatted by that pybk, or by BookKeeper) is in the
+    *former* layout.  That pybk wrote nothing else outside the root: only ``logs`` moves.
 
 Which logs are whose
     The former layout cannot tell whose a log in ``<parent>/logs`` is.  Opening a
@@ -17,9 +18,14 @@ Which logs are whose
     root only when no other cluster of the former layout shares its parent (a child of
     the parent with a ``LAYOUT`` and no namespace data); otherwise it refuses with
     MetadataError, and the operator says which logs each cluster takes
-    (``pybk migrate-logs --zk <address> --logs L1,L2``, :func:`migrate`); the last
-    cluster left takes the rest when opened.  A child of ``<parent>/logs`` that is no
+    (``pybk migrate-logs --zk <address> --logs L1,L2``, :func:`migrate`; ``--logs ""``:
+    none); the last cluster left takes the rest when opened.  Logs are moved into a
+    cluster of the former layout only, once.  A child of ``<parent>/logs`` that is no
     pybk log head (another program's node) is left where it is, with a warning.
+
+What the operator is told: a migration logs one warning, ``<address>: moved N log(s)
+(L1, L2) from <parent>/logs to <root>/pybk/logs; ...`` (``pybk migrate-logs`` prints
+the same line).
 
 The migration, under an ephemeral lock node ``<root>/pybk-migration`` (one migrator at
 a time; a migrator that dies loses it with its session):
@@ -42,8 +48,9 @@ it) and the new one is not in use (no store serves a cluster without the namespa
 data; the next opening starts again at step 1); after it, the new one is complete (step
 2 copied everything before the switch) and the former one is no longer used; what
 step 4 had not deleted yet is deleted by the next opening.  The moved records stay for
-good: a pybk of the former layout that opens such a log fails on its head
-(MalformedMetadata, naming magic b"PBKM") instead of starting a second copy of the log.
+good (a sibling's migration skips them): a pybk of the former layout that opens such a
+log fails on its head (MalformedMetadata, naming magic b"PBKM") instead of starting a
+second copy of the log.
 
 What the migration cannot fence: a process of the former pybk still running keeps
 writing to the old records.  A head change of its after step 2 fails the switch (and
