@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 import uuid
 
 import pytest
@@ -263,6 +264,26 @@ def test_a_head_that_a_former_pybk_changes_during_the_move_fails_the_switch_and_
     monkeypatch.setattr(migrate, "_copy_tree", copy_then_a_former_writer_takes_the_log_over)
     cluster.open()
     assert read_log(cluster.store, "L1").metadata.epoch == epoch + 1  # the change moved
+    _check_moved(kazoo, cluster, rows)
+
+
+def test_processes_opening_a_cluster_of_the_former_layout_together_move_it_once(
+        make_cluster, kazoo, caplog):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1"])
+    opened: list[ZooKeeperMetadataStore] = []
+    with contextlib.ExitStack() as stack, caplog.at_level(logging.WARNING,
+                                                          logger="pybk.meta.migrate"):
+        threads = [threading.Thread(target=lambda: opened.append(stack.enter_context(
+            ZooKeeperMetadataStore(cluster.address, zkutil.settings())))) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert len(opened) == 3
+        assert all(list_logs(store) == ["L1"] for store in opened)
+    assert caplog.text.count("moved 1 log(s) (L1)") == 1
+    cluster.open()
     _check_moved(kazoo, cluster, rows)
 
 

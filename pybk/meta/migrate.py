@@ -403,8 +403,12 @@ def _switch(conn: "_Connection", root: str, source: str, target: str,
 
     def op(client: KazooClient, retrying: bool) -> bool:
         data, stat = conn.wait(client.get_async(namespace))
-        if retrying and data in (READY, CLEANING):
-            return True  # an earlier attempt took effect; its answer was lost
+        if data in (READY, CLEANING):
+            if retrying:
+                return True  # an earlier attempt took effect; its answer was lost
+            raise MetadataError(f"{conn.address}: {root} was moved to pybk's current "
+                                "layout by another process meanwhile, not holding "
+                                f"{paths.join(root, LOCK_NAME)}")
         txn = client.transaction()
         for name, version in versions.items():
             txn.set_data(paths.join(source, name), _moved(paths.join(target, name)), version)
