@@ -102,13 +102,14 @@ Threads
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
 import uuid
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -392,7 +393,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._conn = _Connection(self.address, self.settings, self._on_event)
         try:
             self.layout, self.instance_id = _check_layout(self._conn, self._ns, expected)
-            _ensure_namespace(self._conn)
+            with _migration_errors(self.address):
+                migrate.ensure_namespace(self._conn, self.address.root)
         except BaseException:
             self._conn.close()
             raise
@@ -799,14 +801,15 @@ def _log_failure(async_result: Any) -> None:
         log.debug("removing a ZooKeeper watch: %r", e)
 
 
-def _ensure_namespace(conn: _Connection) -> None:
-    """Move a cluster of pybk's former layout into the current one (:mod:`pybk.meta.migrate`)."""
+@contextlib.contextmanager
+def _migration_errors(address: ZooKeeperAddress) -> Iterator[None]:
+    """kazoo's errors of a migration (:mod:`pybk.meta.migrate`) as MetadataError."""
     try:
-        migrate.ensure_namespace(conn, conn.address.root)
+        yield
     except NoAuthError:
-        raise _refused(conn.address, "move the logs under the root") from None
+        raise _refused(address, "move the logs under the root") from None
     except KazooException as e:
-        raise MetadataError(f"{conn.address}: moving the logs under the root failed: "
+        raise MetadataError(f"{address}: moving the logs under the root failed: "
                             f"{e!r}") from e
 
 
@@ -822,12 +825,8 @@ def migrate_logs(address: str | ZooKeeperAddress, logs: Sequence[str] | None = N
     conn = _Connection(address, settings or ZooKeeperSettings(), lambda *_event: None)
     try:
         _check_layout(conn, _Namespace(address.root), None)
-        return migrate.migrate(conn, address.root, logs)
-    except NoAuthError:
-        raise _refused(address, "move the logs under the root") from None
-    except KazooException as e:
-        raise MetadataError(f"{address}: moving the logs under the root failed: "
-                            f"{e!r}") from e
+        with _migration_errors(address):
+            return migrate.migrate(conn, address.root, logs)
     finally:
         conn.close()
 
