@@ -17,7 +17,7 @@ import uuid
 import pytest
 import zkutil
 from clientutil import FAST
-from clusterutil import ok
+from clusterutil import failed, ok
 
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
@@ -237,6 +237,8 @@ def test_clusters_of_the_former_layout_that_shared_their_logs_are_told_apart_by_
                                                 f"pybk migrate-logs --zk zk://"):
             cluster.open()
     assert _tree(kazoo, f"{parent}/logs") == former  # refused before anything changed
+    assert "holds no log of pybk's former layout named Nope" in failed(
+        "migrate-logs", "--zk", a.address, "--logs", "La,Nope")
     said = ok("migrate-logs", "--zk", a.address, "--logs", "La")
     assert f"moved 1 log(s) (La) from {parent}/logs to {parent}/ra/pybk/logs" in said
     a.open()
