@@ -19,6 +19,10 @@
 ``pybk format-cluster``
     Format a cluster's metadata on ZooKeeper, once per cluster (with
     ``zkEnableSecurity``, its znodes get pybk's ACLs: :mod:`pybk.meta.zkclient`).
+``pybk migrate-logs --zk ADDRESS [--logs NAME,...]``
+    Move a cluster of pybk's former ZooKeeper layout (logs beside the root) under its
+    root with the logs named (all when not given): for clusters that shared their logs,
+    which opening refuses to move (:mod:`pybk.meta.migrate`).
 ``pybk keygen DIR NAME``
     Write a ZeroMQ CURVE key pair, ``NAME.key`` and ``NAME.key_secret``
     (:mod:`pybk.cluster.curve`).
@@ -144,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         return commands.run_updatecookie(settings)
     if args.command == "format-cluster":
         return commands.run_format_cluster(args.zk, args.layout, settings)
+    if args.command == "migrate-logs":
+        return commands.run_migrate_logs(
+            args.zk, None if args.logs is None else [n for n in args.logs.split(",") if n],
+            settings)
     if args.command == "localcluster":
         return commands.run_localcluster(args.bookies, args.dir, settings,
                                          _settings_args(args), args.curve, args.zk_auth)
@@ -422,6 +430,17 @@ def _parser() -> argparse.ArgumentParser:
     format_cmd.add_argument("--layout", choices=("hierarchical", "flat"),
                             default="hierarchical", help="the ledger layout")
     _add_settings(format_cmd)  # zkEnableSecurity: its znodes get ACLs
+
+    migrate_cmd = commands.add_parser(
+        "migrate-logs", help="move a cluster's logs from pybk's former ZooKeeper layout "
+                             "(beside the root) under its root")
+    migrate_cmd.add_argument("--zk", metavar="ADDRESS", required=True,
+                             help="zk://host:port[,host:port...]/root")
+    migrate_cmd.add_argument("--logs", metavar="NAME,...",
+                             help="the logs this cluster takes, comma-separated (empty: "
+                                  "none); default: all, if no other cluster of the former "
+                                  "layout shares the parent")
+    _add_settings(migrate_cmd)
 
     local = commands.add_parser(
         "localcluster", help="a throwaway ZooKeeper and N bookies on loopback")

@@ -66,11 +66,12 @@ def test_hierarchical_layout_puts_ledger_1_at_ledgers_00_0000_L0001(zookeeper, k
         assert kazoo.get("/ledgers/LAYOUT")[0] == (
             b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1")
         assert kazoo.get("/ledgers/INSTANCEID")[0].decode() == store.instance_id
-        # ZooKeeper's own node is no record of the store (other tests' roots are)
-        assert "ledgers" in store.children("/")
-        assert "zookeeper" not in store.children("/")
-        with pytest.raises(MetadataError, match="ZooKeeper's own"):
-            store.exists("/zookeeper")
+        # Nothing outside the root is a record of the store: ZooKeeper's own node and
+        # other tests' roots are out of reach
+        store.create("/zookeeper", b"mine")
+        assert kazoo.get("/ledgers/pybk/zookeeper")[0] == b"mine"
+        assert store.children("/") == ["ledgers", "zookeeper"]
+        store.delete("/zookeeper", -1)
 
 
 def test_flat_layout_keeps_ledgers_under_the_root(zookeeper, kazoo):
@@ -85,7 +86,8 @@ def test_flat_layout_keeps_ledgers_under_the_root(zookeeper, kazoo):
         assert kazoo.get(f"{root}/LAYOUT")[0].endswith(b"FlatLedgerManagerFactory:1")
 
 
-def test_a_root_not_named_ledgers_maps_ledgers_to_it(zookeeper, kazoo):
+def test_a_root_not_named_ledgers_maps_ledgers_to_it_and_the_rest_under_it(zookeeper,
+                                                                            kazoo):
     parent = zkutil.fresh_root().rsplit("/", 1)[0]
     address = zookeeper.address(f"{parent}/cluster1")
     format_cluster(address, settings=zkutil.settings())
@@ -93,10 +95,15 @@ def test_a_root_not_named_ledgers_maps_ledgers_to_it(zookeeper, kazoo):
         store.register_bookie("b1:3181")
         store.create("/logs/orders", b"ledger list")
         assert kazoo.exists(f"{parent}/cluster1/available/b1:3181")
-        assert kazoo.get(f"{parent}/logs/orders")[0] == b"ledger list"
+        assert kazoo.get(f"{parent}/cluster1/pybk/logs/orders")[0] == b"ledger list"
+        assert kazoo.get_children(parent) == ["cluster1"]
         assert store.children("/") == ["ledgers", "logs"]
-        with pytest.raises(MetadataError, match="ledgers root"):
-            store.create("/cluster1/x", b"")
+        store.create("/cluster1", b"no alias")  # the root's name is a name like any
+        assert kazoo.get(f"{parent}/cluster1/pybk/cluster1")[0] == b"no alias"
+        assert "pybk" not in store.children("/ledgers")
+        for aliased in ("/ledgers/pybk", "/ledgers/pybk/logs", "/ledgers/pybk-migration"):
+            with pytest.raises(MetadataError, match="records outside /ledgers"):
+                store.exists(aliased)
 
 
 # -- formatting ---------------------------------------------------------------------------

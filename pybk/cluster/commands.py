@@ -246,6 +246,23 @@ def run_format_cluster(address: str, layout: str,
     return 0
 
 
+def run_migrate_logs(address: str, logs: list[str] | None,
+                     settings: ServerSettings | None = None) -> int:
+    """Move the cluster at ``address`` into pybk's current ZooKeeper layout with the
+    former layout's logs named in ``logs`` (all of them when None), and say what moved
+    (:func:`pybk.meta.zookeeper.migrate_logs`)."""
+    from pybk.meta.zookeeper import ZooKeeperSettings, migrate_logs
+
+    try:
+        migration = migrate_logs(address, logs,
+                                 ZooKeeperSettings.of(settings or ServerSettings()))
+    except BookKeeperError as e:
+        return _failed("migrate-logs", e)
+    _say(f"pybk migrate-logs: {address}: "
+         f"{migration or 'in the current layout already: nothing to move'}")
+    return 0
+
+
 def run_keygen(directory: str, name: str) -> int:
     """Write a CURVE key pair, ``NAME.key`` and ``NAME.key_secret``, into ``directory``
     (:func:`pybk.cluster.curve.create_key_pair`); never overwrites one."""

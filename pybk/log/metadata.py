@@ -190,6 +190,8 @@ MAGIC = b"PBKG"
 FORMAT_VERSION = 3
 SEGMENT_MAGIC = b"PBKS"
 SEGMENT_FORMAT_VERSION = 1
+#: The parent of every log's records (in ZooKeeper under the cluster's root:
+#: ``<root>/pybk/logs``, :mod:`pybk.meta.zookeeper`).
 LOGS = "/logs"
 SEGMENTS = "segments"
 CONSUMERS = "consumers"

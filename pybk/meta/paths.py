@@ -32,6 +32,12 @@ BookKeeper's layout of a cluster under ``/ledgers``:
 ``/ledgers/underreplication/...``        under-replicated ledgers, replication claims,
                                          the auditor election
                                          (:mod:`pybk.meta.underreplication`)
+
+pybk's own records live outside ``/ledgers``: the logs, ``/logs/<name>/...``
+(:mod:`pybk.log.metadata`), and an embedded WAL's promotion records ``/pybk/...``
+(:mod:`pybk.log.promotion`).  The ZooKeeper store keeps them under the cluster's root
+too, in its node ``pybk`` (:mod:`pybk.meta.zookeeper`), so that clusters sharing one
+ZooKeeper share nothing.
 """
 
 from __future__ import annotations

@@ -3,31 +3,41 @@ cluster, through kazoo, with BookKeeper's layout.
 
 Addresses and the root
     ``zk://host:port[,host:port...]/root`` (:mod:`pybk.meta.address`); the root is
-    BookKeeper's ``zkLedgersRootPath``, ``/ledgers`` by default.  The store's namespace
-    (the contract's ``/``) is the root's parent in ZooKeeper, and the contract's
-    ``/ledgers`` is the root itself:
+    BookKeeper's ``zkLedgersRootPath``, ``/ledgers`` by default.  Everything the store
+    writes lives under the root: the contract's ``/ledgers`` is the root itself, and
+    every other contract path lives under the root's node ``pybk`` (the *namespace
+    node*, :mod:`pybk.meta.migrate`):
 
-    ======================  =====================  ============================
-    contract path           root ``/ledgers``      root ``/bk/cluster1``
-    ======================  =====================  ============================
-    ``/ledgers/LAYOUT``     ``/ledgers/LAYOUT``    ``/bk/cluster1/LAYOUT``
-    ``/logs/orders``        ``/logs/orders``       ``/bk/logs/orders``
-    ``/``                   ``/``                  ``/bk``
-    ======================  =====================  ============================
+    ===================  =============================  =================================
+    contract path        root ``/ledgers``              root ``/bk/cluster1``
+    ===================  =============================  =================================
+    ``/ledgers/LAYOUT``  ``/ledgers/LAYOUT``            ``/bk/cluster1/LAYOUT``
+    ``/logs/orders``     ``/ledgers/pybk/logs/orders``  ``/bk/cluster1/pybk/logs/orders``
+    ``/``                ``/ledgers/pybk``              ``/bk/cluster1/pybk``
+    ===================  =============================  =================================
 
-    So with the default root the paths are BookKeeper's own, and several clusters can
-    share one ZooKeeper under different parents.  When the root's name is not
-    ``ledgers``, its sibling ``ledgers`` would alias it: the contract path ``/<root's
-    name>`` is refused and ZooKeeper's ``<parent>/ledgers`` is out of reach.  Under the
-    ZooKeeper root, ``/zookeeper`` is ZooKeeper's own and refused too.
+    So ledgers, bookies, cookies and under-replication keep BookKeeper's own paths, and
+    clusters sharing one ZooKeeper (``/ra`` and ``/rb``, or ``/ledgers`` beside
+    ``/bk/cluster1``) share nothing.  The namespace node's name cannot be a ledger's
+    (the layouts' names are digits or ``L`` and digits, :mod:`pybk.meta.layout`); it
+    and ``pybk-migration`` are reserved: the contract paths ``/ledgers/pybk...`` and
+    ``/ledgers/pybk-migration...`` are refused and ``/ledgers`` does not list them.
+    ``children("/")`` lists ``ledgers`` and the namespace node's children.
+
+    pybk before this layout kept the contract's ``/logs`` under the root's *parent*,
+    where clusters with the same parent shared it.  Opening such a cluster moves its
+    logs under its root once (:mod:`pybk.meta.migrate`: crash-safe, logged as a
+    warning), or refuses when other clusters of that layout share the parent, since it
+    cannot tell whose a log is (:func:`migrate_logs`, ``pybk migrate-logs``, settles it).
 
 Formatting and the layout
     :func:`format_cluster` writes, in one ZooKeeper transaction, the root with
-    ``available/``, ``available/readonly/``, ``cookies/``, ``idgen/``, ``INSTANCEID``
-    (a UUID) and ``LAYOUT`` (the ledger layout in BookKeeper's text form,
+    ``available/``, ``available/readonly/``, ``cookies/``, ``idgen/``, ``pybk``,
+    ``INSTANCEID`` (a UUID) and ``LAYOUT`` (the ledger layout in BookKeeper's text form,
     :mod:`pybk.meta.layout`; hierarchical by default, as in BookKeeper).  Opening a
     store reads LAYOUT: an unformatted root, an unknown layout, or a layout other than
     the one the caller asked for stops the open with :class:`~pybk.errors.MetadataError`.
+    The root's ``pybk`` (the namespace node, data ``1``) is made in the same transaction.
 
 Ledger ids
     BookKeeper's ZooKeeper id generator: each id is the sequence number of a
@@ -92,13 +102,14 @@ Threads
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
 import uuid
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -116,7 +127,7 @@ from kazoo.retry import KazooRetry
 
 from pybk.errors import BadVersion, InvalidConfiguration, MetadataError, NodeExists, NoNode
 from pybk.meta import layout as layouts
-from pybk.meta import paths, zkclient
+from pybk.meta import migrate, paths, zkclient
 from pybk.meta.address import ZooKeeperAddress, parse_zookeeper_address
 from pybk.meta.interface import (
     ANY_VERSION,
@@ -136,8 +147,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _LEDGERS_NAME = paths.split(paths.LEDGERS)[1]
-_ZOOKEEPER_NAME = "zookeeper"  # ZooKeeper's own node under its root
 _IDGEN_PREFIX = "ID-"
+# The root's children that are no records of /ledgers (pybk.meta.migrate).
+_RESERVED_NAMES = frozenset((migrate.NAMESPACE_NAME, migrate.LOCK_NAME))
 # Ancestors made by a create can be deleted under it again by another client; like
 # kazoo's ensure_path, try again then, at most this many times in all.
 _CREATE_ATTEMPTS_MAX = 10
@@ -207,28 +219,29 @@ class _Namespace:
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self.base, self.root_name = paths.split(root)
+        self.base = migrate.namespace_path(root)
 
     def zk(self, path: str) -> str:
         if path == paths.ROOT:
             return self.base
-        first, sep, rest = path[1:].partition("/")
-        if first == _LEDGERS_NAME:
-            first = self.root_name
-        elif first == self.root_name:
-            raise MetadataError(f"{path} is not a path of this store: in ZooKeeper it would "
-                                f"be the ledgers root {self.root}, which is /ledgers here")
-        elif first == _ZOOKEEPER_NAME and self.base == paths.ROOT:
-            raise MetadataError(f"{path} is ZooKeeper's own and not a path of this store")
-        return paths.join(self.base, first + sep + rest)
+        first, _sep, rest = path[1:].partition("/")
+        if first != _LEDGERS_NAME:
+            return self.base + path
+        if rest.partition("/")[0] in _RESERVED_NAMES:
+            raise MetadataError(f"{path} is not a path of this store: in ZooKeeper it "
+                                f"would be under {self.root}/{rest.partition('/')[0]}, "
+                                "where the store keeps the records outside /ledgers")
+        return paths.join(self.root, rest) if rest else self.root
 
-    def root_children(self, names: list[str]) -> list[str]:
-        """The contract's names for the children of the ZooKeeper node of ``/``."""
-        hidden = {_LEDGERS_NAME} if self.root_name != _LEDGERS_NAME else set()
-        if self.base == paths.ROOT:
-            hidden.add(_ZOOKEEPER_NAME)
-        return sorted(_LEDGERS_NAME if name == self.root_name else name
-                      for name in names if name not in hidden)
+    def children(self, path: str, names: list[str]) -> list[str]:
+        """The contract's names for the children of ``path``, given those of its node in
+        ZooKeeper: under ``/``, ``ledgers`` (the root) too; under ``/ledgers``, not the
+        namespace node and the migration lock."""
+        if path == paths.ROOT:
+            return sorted({*names, _LEDGERS_NAME})
+        if path == paths.LEDGERS:
+            return sorted(name for name in names if name not in _RESERVED_NAMES)
+        return sorted(names)
 
 
 class _Connection:
@@ -380,6 +393,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._conn = _Connection(self.address, self.settings, self._on_event)
         try:
             self.layout, self.instance_id = _check_layout(self._conn, self._ns, expected)
+            with _migration_errors(self.address):
+                migrate.ensure_namespace(self._conn, self.address.root)
         except BaseException:
             self._conn.close()
             raise
@@ -592,9 +607,10 @@ class ZooKeeperMetadataStore(MetadataStore):
                 names = self._conn.wait(client.get_children_async(zk))
             except NoNodeError:
                 if path == paths.ROOT:
-                    return []  # the root always exists, even before ZooKeeper's node
-                raise
-            return self._ns.root_children(names) if path == paths.ROOT else sorted(names)
+                    names = []  # the root always exists, even before ZooKeeper's node
+                else:
+                    raise
+            return self._ns.children(path, names)
 
         return self._run("list", path, op)
 
@@ -822,6 +838,36 @@ def _log_failure(async_result: Any) -> None:
         log.debug("removing a ZooKeeper watch: %r", e)
 
 
+@contextlib.contextmanager
+def _migration_errors(address: ZooKeeperAddress) -> Iterator[None]:
+    """kazoo's errors of a migration (:mod:`pybk.meta.migrate`) as MetadataError."""
+    try:
+        yield
+    except NoAuthError:
+        raise _refused(address, "move the logs under the root") from None
+    except KazooException as e:
+        raise MetadataError(f"{address}: moving the logs under the root failed: "
+                            f"{e!r}") from e
+
+
+def migrate_logs(address: str | ZooKeeperAddress, logs: Sequence[str] | None = None,
+                 settings: ZooKeeperSettings | None = None) -> migrate.Migration | None:
+    """Move the cluster at ``address`` into pybk's current layout with the logs named in
+    ``logs`` from the former one (all of them when None, if no other cluster of the
+    former layout shares its parent); what it did, or None if the cluster was in the
+    current layout already (:mod:`pybk.meta.migrate`; opening a store does the same with
+    ``logs`` None)."""
+    address = (address if isinstance(address, ZooKeeperAddress)
+               else parse_zookeeper_address(address))
+    conn = _Connection(address, settings or ZooKeeperSettings(), lambda *_event: None)
+    try:
+        _check_layout(conn, _Namespace(address.root), None)
+        with _migration_errors(address):
+            return migrate.migrate(conn, address.root, logs)
+    finally:
+        conn.close()
+
+
 def format_cluster(address: str | ZooKeeperAddress, layout: str = "hierarchical",
                    settings: ZooKeeperSettings | None = None) -> str:
     """Format the cluster at ``address`` with the named ledger layout and return its
@@ -846,7 +892,7 @@ def format_cluster(address: str | ZooKeeperAddress, layout: str = "hierarchical"
         nodes = [(ns.zk(p), b"") for p in (paths.AVAILABLE, paths.READONLY, paths.COOKIES,
                                             paths.IDGEN)]
         nodes += [(ns.zk(paths.INSTANCE_ID), instance_id.encode()),
-                  (ns.zk(paths.LAYOUT), layouts.encode(wanted))]
+                  (ns.base, migrate.READY), (ns.zk(paths.LAYOUT), layouts.encode(wanted))]
         try:
             conn.create_with_ancestors(client, nodes)  # the root comes as an ancestor
         except NodeExistsError:

@@ -1,0 +1,452 @@
+"""A ZooKeeper cluster's own records under its root, and moving there the logs that
+pybk's former layout kept beside the root.
+
+The layouts
+    The ZooKeeper store (:mod:`pybk.meta.zookeeper`) keeps the contract's records
+    outside ``/ledgers`` (the logs, :mod:`pybk.log.metadata`) under
+    ``<root>/pybk``, the *namespace node*; its data (ASCII) says the cluster is in this
+    layout: ``1`` (:data:`READY`), or ``1 cleaning`` (:data:`CLEANING`) while the old
+    records of a migration are still being deleted.  pybk before it kept them under the
+    root's parent: log ``L`` of the cluster at ``/p/ra`` was ``/p/logs/L``, where the
+    cluster at ``/p/rb`` kept its log ``L`` too (issue 31 section 8: the two shared it).
+    A cluster without that data (formatted by that pybk, or by BookKeeper) is in the
+    *former* layout.  That pybk wrote nothing else outside the root: only ``logs`` moves.
+
+Which logs are whose
+    The former layout cannot tell whose a log in ``<parent>/logs`` is.  Opening a
+    cluster of the former layout (:func:`ensure_namespace`) moves them all under its
+    root only when no other cluster of the former layout shares its parent (a child of
+    the parent with a ``LAYOUT`` and no namespace data); otherwise it refuses with
+    MetadataError, and the operator says which logs each cluster takes
+    (``pybk migrate-logs --zk <address> --logs L1,L2``, :func:`migrate`; ``--logs ""``:
+    none); the last cluster left takes the rest when opened.  Logs are moved into a
+    cluster of the former layout only, once.  A child of ``<parent>/logs`` that is no
+    pybk log head (another program's node) is left where it is, with a warning.
+
+What the operator is told: a migration logs one warning, ``<address>: moved N log(s)
+(L1, L2) from <parent>/logs to <root>/pybk/logs; ...`` (``pybk migrate-logs`` prints
+the same line).
+
+The migration, under an ephemeral lock node ``<root>/pybk-migration`` (one migrator at
+a time; a migrator that dies loses it with its session):
+
+1. Delete what a migration that died left under the namespace node (nothing else writes
+   there before step 3).
+2. Copy each log's records (its head, segments, consumers, jobs: the whole subtree)
+   from ``<parent>/logs/<name>`` to ``<root>/pybk/logs/<name>``, noting the version of
+   each head as read before its subtree.
+3. *The switch*, one ZooKeeper transaction: each old head becomes a *moved* record
+   (sealed, magic b"PBKM", version 1, ``{"moved_to": <its new ZooKeeper path>}``) if it
+   is still at the version read in step 2, and the namespace node's data becomes
+   CLEANING.  A head that moved on (a writer of the former pybk still running) fails
+   the transaction: steps 1 to 3 run again, at most :data:`SWITCH_ATTEMPTS_MAX` times.
+4. Delete the records below each moved head that names this cluster, then set the
+   namespace data to READY.  A cluster found CLEANING when opened does this step.
+
+Crashes: before the switch commits, the former layout is whole (the migration only read
+it) and the new one is not in use (no store serves a cluster without the namespace
+data; the next opening starts again at step 1); after it, the new one is complete (step
+2 copied everything before the switch) and the former one is no longer used; what
+step 4 had not deleted yet is deleted by the next opening.  The moved records stay for
+good (a sibling's migration skips them): a pybk of the former layout that opens such a
+log fails on its head (MalformedMetadata, naming magic b"PBKM") instead of starting a
+second copy of the log.
+
+What the migration cannot fence: a process of the former pybk still running keeps
+writing to the old records.  A head change of its after step 2 fails the switch (and
+after the switch, its CAS finds the moved record: BadVersion, then MalformedMetadata),
+but a consumer position or a job registration that it writes between step 2 and the
+switch is lost.  Stop every pybk process of the cluster before upgrading it.
+
+Limit: the switch is one transaction, at most :data:`SWITCH_BYTES_MAX` bytes (ZooKeeper
+refuses a request over its ``jute.maxbuffer``, 1 MiB by default): some thousands of
+logs.  A cluster with more is refused, saying so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Collection, Iterator
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+
+from pybk.errors import MalformedMetadata, MetadataError, MetadataUnavailable
+from pybk.meta import paths
+from pybk.meta.sealed import seal, unseal
+
+if TYPE_CHECKING:
+    from pybk.meta.zookeeper import _Connection
+
+log = logging.getLogger(__name__)
+
+#: The node under the root that holds the contract's records outside ``/ledgers``.
+NAMESPACE_NAME = "pybk"
+#: The namespace node's data: the cluster is in the new layout ...
+READY = b"1"
+#: ... and the records a migration moved away are still being deleted (step 4).
+CLEANING = b"1 cleaning"
+#: The ephemeral node a migrator holds, beside the namespace node.
+LOCK_NAME = "pybk-migration"
+#: Where the former layout kept the logs, under the root's parent.
+FORMER_LOGS_NAME = "logs"
+#: The moved record that replaces an old head in the switch.
+MOVED_MAGIC = b"PBKM"
+MOVED_VERSION = 1
+_MOVED_KEYS = frozenset(("moved_to",))
+_LOG_MAGIC = b"PBKG"  # pybk.log.metadata.MAGIC: a log head of any format
+_LAYOUT_NAME = paths.split(paths.LAYOUT)[1]  # a formatted cluster has it
+#: The largest switch transaction, in bytes (paths and data of its operations).
+SWITCH_BYTES_MAX = 512 * 1024
+_SWITCH_OP_OVERHEAD_BYTES = 32
+#: How often steps 1 to 3 run before a migration whose heads keep changing gives up.
+SWITCH_ATTEMPTS_MAX = 3
+#: How long an opening waits for another process's migration to finish.
+LOCK_WAIT_S = 300.0
+_LOCK_POLL_S = 0.1
+#: How many ZooKeeper requests a copy or delete keeps in flight.
+_REQUESTS_IN_FLIGHT_MAX = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    """What a migration did: the logs it moved, from where to where."""
+
+    logs: tuple[str, ...]
+    source: str
+    target: str
+
+    def __str__(self) -> str:
+        if not self.logs:
+            return f"no logs to move from {self.source}; the cluster's records live under " \
+                   f"{paths.split(self.target)[0]}"
+        return (f"moved {len(self.logs)} log(s) ({', '.join(self.logs)}) from {self.source} "
+                f"to {self.target}; each old head now names its new place")
+
+
+def namespace_path(root: str) -> str:
+    """The namespace node of the cluster at ZooKeeper path ``root``."""
+    return paths.join(root, NAMESPACE_NAME)
+
+
+def ensure_namespace(conn: "_Connection", root: str) -> Migration | None:
+    """Make sure the cluster at ``root`` is in the new layout, migrating it if it is not
+    and it shares its parent with no other cluster of the former layout (MetadataError
+    otherwise; see the module docstring).  None if it was in the new layout already."""
+    found = conn.read(namespace_path(root))
+    if found is not None and found[0] == READY:
+        return None
+    if found is not None and found[0] == CLEANING:
+        _clean(conn, root)
+        return None
+    return migrate(conn, root)
+
+
+def migrate(conn: "_Connection", root: str,
+            logs: Collection[str] | None = None) -> Migration | None:
+    """Move the cluster at ``root`` into the new layout with the former logs named in
+    ``logs`` (all of them when None, if no other cluster of the former layout shares the
+    parent).  None if another process migrated it meanwhile (``logs`` not given)."""
+    parent = paths.split(root)[0]
+    source = paths.join(parent, FORMER_LOGS_NAME)
+    target = paths.join(namespace_path(root), FORMER_LOGS_NAME)
+    with _lock(conn, root):
+        found = conn.read(namespace_path(root))
+        if found is not None and found[0] in (READY, CLEANING):
+            if logs is not None:
+                raise MetadataError(f"{conn.address}: the cluster at {root} is in pybk's "
+                                    "current layout already: no logs can be moved into it")
+            if found[0] == CLEANING:
+                _clean(conn, root)
+            return None
+        # A root named like the former parent of the logs could hold none (that pybk
+        # refused the contract path /<root's name>)
+        former = _former_logs(conn, source) if source != root else set()
+        if logs is None:
+            taken = sorted(former)
+            others = _former_clusters(conn, parent, root) if taken else []
+            if others:
+                example = dataclasses.replace(conn.address, root=others[0])
+                raise MetadataError(
+                    f"{conn.address}: {source} holds logs of pybk's former layout "
+                    f"({', '.join(taken[:10])}), and {parent} holds other clusters of that "
+                    f"layout ({', '.join(others[:10])}), which shared them: it cannot tell "
+                    "whose a log is.  Stop every pybk process of these clusters, then give "
+                    "all of them but one their logs (pybk migrate-logs --zk "
+                    f"{example} --logs NAME,...); the last one opened takes the rest")
+        else:
+            taken = sorted(set(logs))
+            missing = [name for name in taken if name not in former]
+            if missing:
+                raise MetadataError(f"{conn.address}: {source} holds no log of pybk's "
+                                    f"former layout named {', '.join(missing)}")
+        _check_switch_size(conn, source, target, taken)
+        for _ in range(SWITCH_ATTEMPTS_MAX):
+            _delete_below(conn, namespace_path(root))
+            versions = {name: _copy_tree(conn, paths.join(source, name),
+                                         paths.join(target, name)) for name in taken}
+            if _switch(conn, root, source, target, versions):
+                break
+        else:
+            raise MetadataError(f"{conn.address}: the logs in {source} kept changing while "
+                                f"they were moved ({SWITCH_ATTEMPTS_MAX} attempts): a pybk "
+                                "of the former layout is writing them; stop it and open the "
+                                "cluster again")
+        _clean(conn, root)
+    migration = Migration(tuple(taken), source, target)
+    log.log(logging.WARNING if taken else logging.INFO, "%s: %s", conn.address, migration)
+    return migration
+
+
+# -- reading the former layout ----------------------------------------------------------
+
+
+def _former_logs(conn: "_Connection", source: str) -> set[str]:
+    """The names of the log heads in ``source`` (moved records and other nodes left
+    out, the latter with a warning)."""
+    heads = set()
+    for name, data in _children_data(conn, source):
+        if data.startswith(_LOG_MAGIC):
+            heads.add(name)
+        elif not data.startswith(MOVED_MAGIC):
+            log.warning("%s: %s/%s is no pybk log (its data starts with %r): left where "
+                        "it is", conn.address, source, name, data[:4])
+    return heads
+
+
+def _former_clusters(conn: "_Connection", parent: str, root: str) -> list[str]:
+    """The other children of ``parent`` that are clusters of the former layout."""
+    others = []
+    for name in _children(conn, parent):
+        child = paths.join(parent, name)
+        if child == root or conn.read(paths.join(child, _LAYOUT_NAME)) is None:
+            continue
+        found = conn.read(namespace_path(child))
+        if found is None or found[0] not in (READY, CLEANING):
+            others.append(child)
+    return others
+
+
+def _children(conn: "_Connection", path: str) -> list[str]:
+    def op(client: KazooClient, _retrying: bool) -> list[str]:
+        try:
+            return sorted(conn.wait(client.get_children_async(path)))
+        except NoNodeError:
+            return []
+
+    return conn.call(f"list {path}", op)
+
+
+def _children_data(conn: "_Connection", path: str) -> list[tuple[str, bytes]]:
+    """``(name, data)`` of each child of ``path`` (none if it has none or is gone)."""
+    names = _children(conn, path)
+
+    def op(client: KazooClient, _retrying: bool) -> list[tuple[str, bytes]]:
+        found = _gather(conn, [client.get_async(paths.join(path, name)) for name in names])
+        return [(name, result[0] or b"") for name, result in zip(names, found)
+                if result is not None]
+
+    return conn.call(f"read the children of {path}", op)
+
+
+def _gather(conn: "_Connection", pending: list[Any]) -> list[Any]:
+    """The results of requests sent together, None for a node that is gone."""
+    results = []
+    for async_result in pending:
+        try:
+            results.append(conn.wait(async_result))
+        except NoNodeError:
+            results.append(None)
+    return results
+
+
+def _read_tree(client: KazooClient, conn: "_Connection", top: str
+               ) -> Iterator[tuple[str, bytes, int]]:
+    """``(path relative to top, data, version)`` of ``top`` and every node below it,
+    parents first (a level at a time; a node deleted meanwhile is left out)."""
+    level = [""]
+    while level:
+        nodes = []
+        for start in range(0, len(level), _REQUESTS_IN_FLIGHT_MAX):
+            window = level[start:start + _REQUESTS_IN_FLIGHT_MAX]
+            reads = _gather(conn, [client.get_async(top + rel) for rel in window])
+            lists = _gather(conn, [client.get_children_async(top + rel) for rel in window])
+            for rel, read, names in zip(window, reads, lists):
+                if read is None or names is None:
+                    continue
+                yield rel, read[0] or b"", read[1].version
+                nodes += [f"{rel}/{name}" for name in sorted(names)]
+        level = nodes
+
+
+# -- the steps --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _lock(conn: "_Connection", root: str) -> Iterator[None]:
+    """Hold the migration lock of ``root`` (waiting up to LOCK_WAIT_S for another
+    process's)."""
+    path = paths.join(root, LOCK_NAME)
+    deadline = time.monotonic() + LOCK_WAIT_S
+
+    def take(client: KazooClient, retrying: bool) -> bool:
+        try:
+            conn.wait(client.create_async(path, b"", ephemeral=True))
+        except NodeExistsError:
+            if not retrying:
+                return False
+            found = conn.wait(client.exists_async(path))
+            return found is not None and found.ephemeralOwner == conn.session_id
+        return True
+
+    while not conn.call(f"lock {path}", take):
+        if time.monotonic() > deadline:
+            raise MetadataUnavailable(f"{conn.address}: another process has been moving "
+                                      f"the logs of {root} for over {LOCK_WAIT_S:.0f} s "
+                                      f"(it holds {path}); try again later")
+        time.sleep(_LOCK_POLL_S)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(MetadataError):
+            conn.call(f"unlock {path}", lambda client, _retrying: _delete_quietly(
+                conn, client, path))
+
+
+def _delete_quietly(conn: "_Connection", client: KazooClient, path: str) -> None:
+    try:
+        conn.wait(client.delete_async(path))
+    except NoNodeError:
+        pass
+
+
+def _check_switch_size(conn: "_Connection", source: str, target: str,
+                       names: list[str]) -> None:
+    size = sum(len(paths.join(source, name)) + len(_moved(paths.join(target, name)))
+               + _SWITCH_OP_OVERHEAD_BYTES for name in names)
+    if size > SWITCH_BYTES_MAX:
+        raise MetadataError(f"{conn.address}: moving the {len(names)} logs of {source} "
+                            f"takes a ZooKeeper transaction of {size} bytes, over "
+                            f"SWITCH_BYTES_MAX={SWITCH_BYTES_MAX}: delete the logs no "
+                            "longer needed with the former pybk, then open it again")
+
+
+def _delete_below(conn: "_Connection", top: str) -> int:
+    """Delete every node below ``top`` (not ``top``); how many."""
+    def op(client: KazooClient, _retrying: bool) -> int:
+        below = [top + rel for rel, _data, _version in _read_tree(client, conn, top) if rel]
+        below.reverse()  # children before their parents
+        for start in range(0, len(below), _REQUESTS_IN_FLIGHT_MAX):
+            window = below[start:start + _REQUESTS_IN_FLIGHT_MAX]
+            _gather(conn, [client.delete_async(path) for path in window])
+        return len(below)
+
+    return conn.call(f"delete the records below {top}", op)
+
+
+def _copy_tree(conn: "_Connection", source: str, target: str) -> int:
+    """Copy ``source`` and every node below it to ``target`` (which does not exist);
+    the version of ``source`` as read before the nodes below it."""
+    def op(client: KazooClient, _retrying: bool) -> int:
+        nodes = iter(_read_tree(client, conn, source))
+        head = next(nodes, None)
+        if head is None:
+            raise MetadataError(f"{conn.address}: {source} was deleted while it was being "
+                                "moved: a pybk of the former layout is running; stop it "
+                                "and open the cluster again")
+        _rel, data, version = head
+        _create_all(conn, client, [(target, data, client.create_async(target, data,
+                                                                      makepath=True))])
+        window = []
+        for rel, data, _version in nodes:
+            # Sent in order on one session: each parent is made before its children.
+            window.append((target + rel, data, client.create_async(target + rel, data)))
+            if len(window) == _REQUESTS_IN_FLIGHT_MAX:
+                _create_all(conn, client, window)
+                window = []
+        _create_all(conn, client, window)
+        return version
+
+    return conn.call(f"copy {source} to {target}", op)
+
+
+def _create(conn: "_Connection", async_result: Any) -> None:
+    try:
+        conn.wait(async_result)
+    except NodeExistsError:
+        pass  # made by an attempt whose answer was lost (no one else writes here)
+
+
+def _create_all(conn: "_Connection", client: KazooClient,
+                pending: list[tuple[str, bytes, Any]]) -> None:
+    """Wait for the creates of ``(path, data, async result)``; a node found made by an
+    earlier attempt (whose connection was lost) gets this attempt's data."""
+    for path, data, async_result in pending:
+        try:
+            conn.wait(async_result)
+        except NodeExistsError:
+            conn.wait(client.set_async(path, data))
+
+
+def _moved(target: str) -> bytes:
+    """The moved record that replaces a head copied to ``target``."""
+    return seal(MOVED_MAGIC, MOVED_VERSION, {"moved_to": target})
+
+
+def _switch(conn: "_Connection", root: str, source: str, target: str,
+            versions: dict[str, int]) -> bool:
+    """Step 3: False if a head moved on since it was copied."""
+    namespace = namespace_path(root)
+
+    def op(client: KazooClient, retrying: bool) -> bool:
+        data, stat = conn.wait(client.get_async(namespace))
+        if data in (READY, CLEANING):
+            if retrying:
+                return True  # an earlier attempt took effect; its answer was lost
+            raise MetadataError(f"{conn.address}: {root} was moved to pybk's current "
+                                "layout by another process meanwhile, not holding "
+                                f"{paths.join(root, LOCK_NAME)}")
+        txn = client.transaction()
+        for name, version in versions.items():
+            txn.set_data(paths.join(source, name), _moved(paths.join(target, name)), version)
+        txn.set_data(namespace, CLEANING, stat.version)
+        results = conn.wait(txn.commit_async())
+        failed = [r for r in results
+                  if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+        if not failed:
+            return True
+        if isinstance(failed[0], BadVersionError):
+            return False
+        raise failed[0]
+
+    if not versions:  # nothing to move: the namespace node may not exist yet
+        conn.call(f"create {namespace}", lambda client, _retrying: _create(
+            conn, client.create_async(namespace, b"", makepath=True)))
+    return conn.call(f"switch {root} to pybk's current layout", op)
+
+
+def _clean(conn: "_Connection", root: str) -> None:
+    """Step 4: delete the records below the moved heads naming this cluster, then mark
+    the namespace READY."""
+    source = paths.join(paths.split(root)[0], FORMER_LOGS_NAME)
+    mine = paths.join(namespace_path(root), FORMER_LOGS_NAME) + "/"
+    deleted = 0
+    for name, data in _children_data(conn, source):
+        if not data.startswith(MOVED_MAGIC):
+            continue
+        try:
+            moved_to = unseal(data, MOVED_MAGIC, MOVED_VERSION, _MOVED_KEYS,
+                              "moved log record")["moved_to"]
+        except MalformedMetadata as e:
+            log.warning("%s: %s/%s: %s; left as it is", conn.address, source, name, e)
+            continue
+        if isinstance(moved_to, str) and moved_to.startswith(mine):
+            deleted += _delete_below(conn, paths.join(source, name))
+    conn.call(f"finish moving the logs of {root}", lambda client, _retrying: conn.wait(
+        client.set_async(namespace_path(root), READY)))
+    if deleted:
+        log.info("%s: deleted the %d records below the moved heads in %s", conn.address,
+                 deleted, source)
