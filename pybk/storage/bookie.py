@@ -34,9 +34,10 @@ acknowledged (or a deferred add never forced) reads back either exactly or as No
 after a crash, never as other bytes.
 
 Thread safety: every public method may be called from any thread.  Completion callbacks
-run on the thread that synced the journal; they may read, fence and add asynchronously,
-but a blocking call (``add_entry``, ``delete_ledger``, ``checkpoint``, ``close``) from a
-callback raises instead of waiting for the thread it runs on.  A callback that raises is
+run on the thread that synced the journal (or the guard's, for an add it refused); they
+may read, fence and add asynchronously, but a blocking call (``add_entry``,
+``delete_ledger``, ``checkpoint``, ``close``) from a callback raises instead of waiting
+for the thread it runs on.  A callback that raises is
 logged and harms nothing else.
 """
 
