@@ -54,8 +54,8 @@ def payload(i: int) -> bytes:
 
 
 class CountingStore:
-    """A metadata store that counts the reads of ledger metadata (``get`` of a ledger's
-    path) and passes every call through."""
+    """A metadata store that counts the reads of ledger metadata (``get`` and
+    ``get_latest`` of a ledger's path) and passes every call through."""
 
     def __init__(self, store: MetadataStore) -> None:
         self._store = store
@@ -64,11 +64,18 @@ class CountingStore:
     def __getattr__(self, name: str):
         return getattr(self._store, name)
 
-    def get(self, path: str):
+    def _count(self, path: str) -> None:
         leaf = path.rpartition("/")[2]  # a ledger's record is L<digits> in every layout
         if leaf.startswith("L") and leaf[1:].isdigit():
             self.ledger_reads += 1
+
+    def get(self, path: str):
+        self._count(path)
         return self._store.get(path)
+
+    def get_latest(self, path: str):
+        self._count(path)
+        return self._store.get_latest(path)
 
 
 class Cluster:

@@ -13,12 +13,14 @@ this check of the ledger's metadata, which takes the add only if
 * this bookie is in its last fragment's ensemble (else BookKeeperError: the writer
   replaces this bookie, as after any failed add).
 
-Guarantees: every check runs on the thread ``pybk-ledger-admission``, never on the
-server's or the journal's thread (ZooKeeper is never awaited on the data path); the
-checks of one ledger in flight at once share one metadata read; a check never blocks
-the caller.  Each check ends within the store's operation timeout (MetadataUnavailable
-refuses the add: the writer replaces the bookie); :meth:`LedgerAdmission.close` cancels
-the checks not started, which refuses their adds.
+Guarantees: a check reads the metadata as new as every change completed before it began
+(a ZooKeeper ``sync`` first): no fence or close done before it is missed; every check runs on
+the thread ``pybk-ledger-admission``, never on the server's or the journal's thread
+(ZooKeeper is never awaited on the data path); the checks of one ledger in flight at
+once share one metadata read; a check never blocks the caller.  Each check ends within
+the store's operation timeout (MetadataUnavailable refuses the add: the writer replaces
+the bookie); :meth:`LedgerAdmission.close` cancels the checks not started, which refuses
+their adds.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ class LedgerAdmission:
             raise BookieUnavailable("the bookie is starting: it takes adds to ledgers it "
                                     "does not know once registered")
         try:
-            metadata = self._ledgers.read(ledger_id).metadata
+            # The latest: a lagging ZooKeeper server could still show a closed ledger open.
+            metadata = self._ledgers.read(ledger_id, latest=True).metadata
         except NoSuchLedger:
             log.info("refused an add to ledger %d: it has no metadata (deleted); the writer "
                      "is stale", ledger_id)
