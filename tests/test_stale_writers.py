@@ -23,6 +23,7 @@ from conftest import entry
 
 import pybk
 from pybk.client import BookKeeper
+from pybk.client.transport import InProcessBookieClient
 from pybk.cluster.node import BookieNode
 from pybk.errors import (
     BookieUnavailable,
@@ -262,9 +263,10 @@ def test_a_bookie_wiped_at_its_address_after_recovery_refuses_the_stale_writer(c
 
 
 def test_reads_of_a_ledger_a_wiped_bookie_never_held_answer_no_such_ledger(cluster):
-    """Plain and fencing reads answer NoSuchLedger (BookKeeper's NoSuchLedgerExists), the
-    next fencing read NoSuchEntry (the fence made the ledger); recovery counts both as
-    "not there" and closes the ledger; the stale writer is refused."""
+    """Plain and fencing reads answer NoSuchLedger (BookKeeper's NoSuchLedgerExists), a
+    fencing read after a fence NoSuchEntry (the fence made the ledger); recovery, whose
+    fencing reads meet the wiped bookie first, counts it as "not there", closes the
+    ledger and re-writes what it re-read there; the stale writer is refused."""
     for name in ("b1", "b2", "b3"):
         cluster.start(name)
     writer_client = cluster.client()
@@ -281,19 +283,23 @@ def test_reads_of_a_ledger_a_wiped_bookie_never_held_answer_no_such_ledger(clust
     bookie = reader.bookie_client(wiped)
     with pytest.raises(NoSuchLedger):
         bookie.read(writer.id, 0).result(timeout=WAIT_S)
+    never = writer.id + 1000  # no bookie ever held it
     with pytest.raises(NoSuchLedger):
-        bookie.read(writer.id, LAST_ENTRY, True, key).result(timeout=WAIT_S)
+        bookie.read(never, LAST_ENTRY, True, key).result(timeout=WAIT_S)
     with pytest.raises(NoSuchEntry):
-        bookie.read(writer.id, LAST_ENTRY, True, key).result(timeout=WAIT_S)
+        bookie.read(never, LAST_ENTRY, True, key).result(timeout=WAIT_S)
     recovered = reader.open_ledger(writer.id, password=PASSWORD)
     assert recovered.last_add_confirmed == 9
     assert [e.data for e in recovered.read_entries(0, 9)] == [payload(i) for i in range(10)]
+    # Recovery fenced the wiped bookie and re-wrote there what it re-reads: the entries
+    # past the highest LAC answered (entry 9 carries LAC 8).
+    assert cluster.bookie(wiped).is_fenced(writer.id)
+    assert cluster.bookie(wiped).entry_ids(writer.id) == [9]
     with pytest.raises(LedgerFenced):
         writer.add_entry(payload(10))
 
 
 def test_a_fencing_read_of_an_unknown_ledger_in_process_answers_no_such_ledger(bookie):
-    from pybk.client.transport import InProcessBookieClient
     client = InProcessBookieClient("b1", bookie)
     with pytest.raises(NoSuchLedger):
         client.read(7, LAST_ENTRY, True, b"key").result(timeout=WAIT_S)
