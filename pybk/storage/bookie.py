@@ -533,11 +533,12 @@ class Bookie:
         checked = []
         first = 0
         deferred = True
-        for ledger_id, entry_ids, entries, master_key, recovery, *run_deferred in runs:
-            deferred = deferred and any(run_deferred)
+        for ledger_id, entry_ids, entries, master_key, recovery, *run_flags in runs:
+            run_deferred = any(run_flags)
+            deferred = deferred and run_deferred
             passed = self._check_run(ledger_id, entry_ids, entries, first, errors)
             if passed is not None:
-                checked.append((ledger_id, master_key, recovery, any(run_deferred), *passed))
+                checked.append((ledger_id, master_key, recovery, run_deferred, *passed))
             first += len(entry_ids)
         self._make_room()
         buffers: list[bytes] = []
