@@ -5,6 +5,7 @@ ledger leaves nothing once garbage collection removed its entry logs."""
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future
 
 import lmdb
 import pytest
@@ -319,3 +320,51 @@ def test_deleting_a_durably_deleted_ledger_again_survives_a_failed_checkpoint_an
     reopened.collect_garbage()
     assert not reopened.ledger_exists(5) and reopened.gauges().ledgers == 1
     assert reopened.read_entry(6, 0) == entry(6, 0)
+
+
+def test_a_guarded_bookie_checks_adds_to_ledgers_it_forgot_also_after_a_restart(
+        bookie_factory, settings_factory):
+    """The highest forgotten id is a tombstone kept in the index: with a guard (a
+    cluster node's), a plain add to a ledger at or below it waits for the check and is
+    refused as the check says, before and after a restart; a recovery add, a fence and a
+    ledger above it never ask.  Without a guard (the embedded WAL) nothing is checked."""
+    settings = _quiet(settings_factory, logSizeLimit=64 << 10, maxEntrySizeBytes=16 << 10,
+                      writeCacheMaxSizeMb=1)
+    bookie = bookie_factory(settings, start_background_threads=False)
+    for e in range(20):
+        bookie.add_entry(5, e, entry(5, e, body=b"o" * 4000), KEY)
+    bookie.checkpoint()
+    bookie.delete_ledger(5)
+    for e in range(20):  # roll past the log holding ledger 5 so that GC may remove it
+        bookie.add_entry(6, e, entry(6, e, body=b"x" * 4000), KEY)
+    bookie.checkpoint()
+    bookie.compact(1.0)
+    bookie.close()
+    bookie = bookie_factory(settings, start_background_threads=False)
+    with pytest.raises(NoSuchLedger) as unknown:
+        bookie.read_entry(5, 0)
+    assert "deleted" not in str(unknown.value)  # forgotten: no state left to say so
+    asked: list[int] = []
+
+    def refuse(ledger_id: int) -> Future:
+        asked.append(ledger_id)
+        answer: Future = Future()
+        answer.set_exception(LedgerFenced(f"ledger {ledger_id} was deleted"))
+        return answer
+
+    bookie.guard_unknown_ledgers(refuse)
+    with pytest.raises(LedgerFenced, match="was deleted"):
+        bookie.add_entry(5, 20, entry(5, 20), KEY)
+    refused: Future = Future()
+    bookie.add_entries_async([(5, [21], [entry(5, 21)], KEY, False)], refused.set_result)
+    assert isinstance(refused.result(timeout=10)[0], LedgerFenced)
+    with pytest.raises(NoSuchLedger):  # an idle writer's explicit LAC makes nothing
+        bookie.set_explicit_lac(5, 20, KEY)
+    assert asked == [5, 5] and not bookie.ledger_exists(5)
+    bookie.add_entry(7, 0, entry(7, 0), KEY)  # above the tombstone: a new ledger
+    bookie.add_entry(4, 0, entry(4, 0), KEY, recovery=True)  # recovery adds never ask
+    assert not bookie.fence(3, KEY).result(timeout=10)  # fences neither (held before: no)
+    assert asked == [5, 5]
+    bookie.guard_unknown_ledgers(None)  # unguarded: a forgotten ledger is made again
+    bookie.add_entry(5, 0, entry(5, 0), b"another key")
+    assert bookie.read_entry(5, 0) == entry(5, 0) and asked == [5, 5]

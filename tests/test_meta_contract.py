@@ -202,6 +202,21 @@ def test_missing_records_raise_no_node(store):
     assert not store.exists("/missing")
 
 
+def test_get_latest_sees_what_another_session_wrote(stores):
+    """A check that must not act on an old answer (a bookie's, of a ledger a recoverer
+    closed: pybk/cluster/admission.py) reads as ``get`` does, and sees every write
+    another session completed (ZooKeeper: after a sync)."""
+    reader = stores.open()
+    # The embedded store is opened once per directory: its one session writes too.
+    writer = stores.open() if stores.kind == ZooKeeperStores.kind else reader
+    writer.create("/r", b"v0")
+    writer.set("/r", b"v1", 0)
+    assert reader.get_latest("/r") == (b"v1", 1)
+    writer.delete("/r", 1)
+    with pytest.raises(NoNode):
+        reader.get_latest("/r")
+
+
 def test_stale_set_and_delete_raise_bad_version_and_change_nothing(store):
     store.create("/r", b"v0")
     store.set("/r", b"v1", 0)

@@ -83,6 +83,18 @@ def test_a_dropped_ledger_leaves_nothing_and_may_come_back() -> None:
     assert buffers[1::2] == [entry(1, 0), entry(1, 1), entry(2, 5)]
 
 
+def test_a_ledger_with_an_entry_put_twice_is_dropped_whole() -> None:
+    """A recovery re-writes entries a bookie holds already: deleting the ledger then
+    (issue 31, section 6: fenced, recovered, deleted) must drop both records."""
+    cache = WriteCache()
+    put(cache, 1, 0)
+    put(cache, 2, 0)
+    put(cache, 1, 0, version=1)
+    cache.drop_ledger(1)
+    assert cache.get(1, 0) is None and cache.entry_ids(1) == []
+    assert cache.ledger_ids() == [2] and cache.size_bytes == len(entry(2, 0))
+
+
 def test_absorb_puts_the_newer_records_after() -> None:
     older, newer = WriteCache(), WriteCache()
     put(older, 1, 0)

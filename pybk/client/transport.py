@@ -17,7 +17,7 @@ import abc
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
-from pybk.errors import BookieUnavailable, BookKeeperError
+from pybk.errors import BookieUnavailable, BookKeeperError, NoSuchLedger
 from pybk.storage import LAST_ENTRY, Bookie
 
 AddCallback = Callable[[BaseException | None], None]
@@ -225,6 +225,10 @@ class InProcessBookieClient(BookieClient):
             error = fenced.exception()
             if error is not None:
                 future.set_exception(error)
+                return
+            if not fenced.result():  # as a bookie server answers (pybk/cluster/server.py)
+                future.set_exception(NoSuchLedger(f"ledger {ledger_id} was not on this "
+                                                  "bookie (fenced now)"))
                 return
             try:
                 future.set_result(self._bookie.read_entry(ledger_id, entry_id))

@@ -57,6 +57,16 @@ Sessions
     * ``CONNECTED``: the store has registered the bookie again (in the same or a new
       session); adds are taken again.
 
+Stale writers
+    Before it serves, the node takes a ledger id from the cluster's generator and guards
+    its bookie's unknown ledgers with it (:meth:`pybk.storage.Bookie.guard_unknown_ledgers`,
+    :mod:`pybk.cluster.admission`): a plain add to a ledger the bookie does not know,
+    created before that id (or at or below the highest id the bookie forgot), is taken
+    only once the ledger's metadata says it is open with this bookie in its last
+    ensemble.  So a writer whose ledger was recovered, closed or deleted meanwhile is
+    refused (LedgerFenced) by a bookie that forgot the ledger or was wiped, instead of
+    being told its add is durable.  The guard goes with the node's close.
+
 Autorecovery
     With ``autoRecoveryDaemonEnabled`` (the default) the node stands in the auditor
     election under its bookie id, audits the cluster while elected, and runs a
@@ -94,6 +104,7 @@ import zmq
 
 from pybk.client.transport import InProcessBookieClient
 from pybk.cluster import curve
+from pybk.cluster.admission import LedgerAdmission
 from pybk.cluster.autorecovery import AutoRecovery
 from pybk.cluster.cookies import cluster_cookie
 from pybk.cluster.http_admin import AdminHttpServer, Request, Response
@@ -156,6 +167,13 @@ class BookieNode:
             self.bookie, self._owned_bookie = _given_or_opened(
                 opened, bookie, lambda: Bookie(settings))
             metadata, bookie = self.metadata, self.bookie
+            # Guarded before it serves: a stale writer may reach a bookie started again at
+            # its address as soon as it listens.  Every ledger created before this id was
+            # taken is one the bookie may have held or been meant to hold.
+            self._admission = LedgerAdmission(metadata)
+            opened.callback(self._admission.close)
+            bookie.guard_unknown_ledgers(self._admission, metadata.next_ledger_id())
+            opened.callback(bookie.guard_unknown_ledgers, None)
             self.server = opened.enter_context(_serve(bookie, settings.listenAddress))
             host = _advertised_host(settings)
             port = int(self.server.address.rpartition(":")[2])
@@ -169,6 +187,7 @@ class BookieNode:
             local = directory_cookie(bookie.settings)
             #: The bookie's id in the cluster.
             self.bookie_id = resolve_bookie_id(settings, local.bookie_id, f"{host}:{port}")
+            self._admission.bookie_id = self.bookie_id
             if settings.httpServerEnabled:  # before the cluster records the bookie
                 self.http = opened.enter_context(AdminHttpServer(settings, admin_routes(self)))
             check_cluster_cookie(metadata, cluster_cookie(self.bookie_id, local))
@@ -353,6 +372,10 @@ class BookieNode:
                 closing.callback(self.metadata.close)
             if self._owned_bookie:
                 closing.callback(self.bookie.close)
+            # After the server (whose adds in progress may wait for a check): the checks
+            # left are refused, and a bookie the node was given is no longer guarded.
+            closing.callback(self._admission.close)
+            closing.callback(self.bookie.guard_unknown_ledgers, None)
             closing.callback(self.server.close)
             if self.http is not None:  # before the server, bookie and store it uses
                 closing.callback(self.http.close)

@@ -71,7 +71,7 @@ from pybk.cluster.deadlines import Deadlines
 from pybk.cluster.frames import received, send_message
 from pybk.cluster.mailbox import Mailbox
 from pybk.cluster.wire import Op, Reply, Request
-from pybk.errors import BookKeeperError, NoSuchEntry
+from pybk.errors import BookKeeperError, NoSuchEntry, NoSuchLedger
 from pybk.stats import ServerStats
 from pybk.storage import Bookie
 
@@ -409,17 +409,22 @@ class BookieServer:
         if not r.flags & wire.FENCE:
             return self._entry_reply(r)
         fenced = self._bookie.fence(r.ledger_id, r.master_key)
-        fenced.add_done_callback(_outcome(self._later(identity, r, self._finish_fenced_read)))
+        fenced.add_done_callback(lambda done: self._mailbox.post(
+            partial(self._finish_fenced_read, identity, r, done)))
         self._reads_in_progress += 1
         return None
 
-    def _finish_fenced_read(self, identity: bytes, r: Request,
-                            error: BaseException | None) -> None:
+    def _finish_fenced_read(self, identity: bytes, r: Request, fenced: Future) -> None:
         self._reads_in_progress -= 1
-        if error is not None:
-            self._answer(identity, r, partial(_success_or_raise, r, error))
-        else:
-            self._answer(identity, r, partial(self._entry_reply, r))
+        self._answer(identity, r, partial(self._fenced_entry_reply, r, fenced))
+
+    def _fenced_entry_reply(self, r: Request, fenced: Future) -> Reply:
+        """The entry, once the fence is durable; NoSuchLedger if the bookie did not hold
+        the ledger before this fence (BookKeeper's answer: recovery tells "never had it"
+        from "lost it")."""
+        if not fenced.result():  # raises the fence's error
+            raise NoSuchLedger(f"ledger {r.ledger_id} was not on this bookie (fenced now)")
+        return self._entry_reply(r)
 
     def _entry_reply(self, r: Request) -> Reply:
         return Reply(r.op, r.request_id, body=self._bookie.read_entry(r.ledger_id,

@@ -262,6 +262,13 @@ class MetadataStore(ABC):
     def get(self, path: str) -> tuple[bytes, int]:
         """The record's ``(data, version)``; raises NoNode."""
 
+    def get_latest(self, path: str) -> tuple[bytes, int]:
+        """As :meth:`get`, and at least as new as every write that any session of the
+        store had completed when the call began (a check that must not act on an old
+        answer: :mod:`pybk.cluster.admission`).  A store in one process reads the latest
+        already; ZooKeeper's, whose servers may lag the leader, syncs first."""
+        return self.get(path)
+
     @abstractmethod
     def set(self, path: str, data: bytes, expected_version: int) -> int:
         """Replace the record's data if its version is ``expected_version``; return the

@@ -112,10 +112,12 @@ class LedgerManager:
                                "or leave the id to the metadata store") from None
         return Versioned(metadata, version)
 
-    def read(self, ledger_id: int) -> Versioned:
+    def read(self, ledger_id: int, latest: bool = False) -> Versioned:
+        """The ledger's metadata; ``latest``: at least as new as every change completed
+        when the call began (:meth:`~pybk.meta.interface.MetadataStore.get_latest`)."""
         path = self.layout.ledger_path(ledger_id)
         try:
-            data, version = self.store.get(path)
+            data, version = (self.store.get_latest if latest else self.store.get)(path)
         except NoNode:
             raise NoSuchLedger(f"ledger {ledger_id} has no metadata ({path})") from None
         try:

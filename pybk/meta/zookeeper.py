@@ -529,6 +529,18 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         return self._run("read", path, op)
 
+    def get_latest(self, path: str) -> tuple[bytes, int]:
+        paths.check_path(path)
+        zk = self._ns.zk(path)
+
+        def op(client: KazooClient, _retrying: bool) -> tuple[bytes, int]:
+            # The server this session reads from catches up with the leader first.
+            self._conn.wait(client.sync_async(zk))
+            data, stat = self._conn.wait(client.get_async(zk))
+            return data or b"", stat.version
+
+        return self._run("read", path, op)
+
     def set(self, path: str, data: bytes, expected_version: int) -> int:
         paths.check_path(path)
         data = check_data(data)

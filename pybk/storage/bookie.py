@@ -15,6 +15,13 @@ A :class:`Bookie` ties the parts together:
   durable wakes garbage collection, so a deleted ledger's space comes back within
   moments whatever ``flushInterval`` and ``gcWaitTime`` are (and at start).
 
+Unknown ledgers: a plain add to a ledger the bookie does not know creates it, as on a
+BookKeeper bookie, unless its owner guards unknown ledgers
+(:meth:`Bookie.guard_unknown_ledgers`, a bookie of a cluster): then such an add to a
+ledger id at or below the guard's floor, or at or below the highest id the bookie ever
+forgot (a tombstone kept in the index), waits for the owner's admission check and fails
+with the error it gives.  docs/DESIGN.md, "Stale writers", has the argument.
+
 Read-only: a bookie refuses adds (BookieReadOnly; reads, fences and explicit LACs go
 on) while a disk is full (:mod:`pybk.storage.diskcheck`) or while its owner says so
 (:meth:`Bookie.set_read_only`, e.g. a node whose registration lapsed).  State listeners
@@ -27,9 +34,10 @@ acknowledged (or a deferred add never forced) reads back either exactly or as No
 after a crash, never as other bytes.
 
 Thread safety: every public method may be called from any thread.  Completion callbacks
-run on the thread that synced the journal; they may read, fence and add asynchronously,
-but a blocking call (``add_entry``, ``delete_ledger``, ``checkpoint``, ``close``) from a
-callback raises instead of waiting for the thread it runs on.  A callback that raises is
+run on the thread that synced the journal (or the guard's, for an add it refused); they
+may read, fence and add asynchronously, but a blocking call (``add_entry``,
+``delete_ledger``, ``checkpoint``, ``close``) from a callback raises instead of waiting
+for the thread it runs on.  A callback that raises is
 logged and harms nothing else.
 """
 
@@ -42,6 +50,7 @@ import os
 import threading
 import time
 from concurrent.futures import Future
+from functools import partial
 from typing import Callable, ContextManager, Sequence
 
 from pybk.checksum import crc32c
@@ -85,6 +94,16 @@ AddRun = (tuple[int, Sequence[int], Sequence[bytes], bytes, bool]
           | tuple[int, Sequence[int], Sequence[bytes], bytes, bool, bool])
 LacWatcher = Callable[[], object]  # what it returns is ignored
 StateListener = Callable[[], None]
+#: An owner's check of a plain add that would create a ledger the bookie does not know
+#: (:meth:`Bookie.guard_unknown_ledgers`): given the ledger id, a Future that completes
+#: with None to take the add, or with the error to refuse it with.  Called on the adding
+#: thread: it must not block.
+Admission = Callable[[int], Future]
+
+
+class _NeedsAdmission(Exception):
+    """Raised under the lock by the add path for a ledger the guard must check first;
+    never leaves the bookie (not a BookKeeperError, so no error handler takes it)."""
 
 
 class LedgerState:
@@ -156,6 +175,10 @@ class Bookie:
         self._entrylog_lock = threading.Lock()    # appends to entry logs
         self._cache_space = threading.Condition(threading.Lock())
         self._states: dict[int, LedgerState] = {}
+        # Unknown ledgers (guard_unknown_ledgers): the check, its floor, and the highest
+        # ledger id GC forgot (the index's tombstone; raised by _forget).
+        self._admission: Admission | None = None
+        self._guard_floor = -1
         self._dirty: set[int] = set()
         self._pending_deletes: set[int] = set()
         # ledger id -> {callback: known LAC}: long-poll reads waiting for the LAC to pass
@@ -215,6 +238,7 @@ class Bookie:
                                            settings.flushEntrylogBytes)
             self._gc = GarbageCollector(self._entry_logs, self._index, self._entrylog_lock)
             self._durably_deleted = set(self._index.deleted_ledgers())
+            self._highest_forgotten = self._index.highest_forgotten_ledger()
             # No state row has a higher ledger id (the highest committed; states above
             # it are in memory): a new ledger, whose id comes from an increasing
             # counter, needs no index lookup.
@@ -281,6 +305,26 @@ class Bookie:
     def remove_state_listener(self, listener: StateListener) -> None:
         if listener in self._state_listeners:
             self._state_listeners.remove(listener)
+
+    def guard_unknown_ledgers(self, admission: Admission | None,
+                              ledger_id_floor: int = -1) -> None:
+        """Check plain adds that would create a ledger this bookie may have held, or may
+        have been meant to hold, before they are taken; ``None`` stops checking.
+
+        Guarantee: from this call on, a plain (not recovery) add to a ledger the bookie
+        does not know, whose id is at or below ``ledger_id_floor`` or at or below the
+        highest ledger id garbage collection ever forgot here (kept in the index across
+        restarts), is taken only once ``admission(ledger id)`` completed with None, and
+        fails with the error it completed with otherwise; an explicit LAC for such a
+        ledger is refused (NoSuchLedger) and makes nothing.  Nothing of a refused ledger
+        is stored.  Adds to ledgers the bookie knows, adds to ids above both bounds (a
+        ledger created after the floor was taken), recovery adds and fences never wait
+        for ``admission``: the normal path pays nothing, and an embedded bookie, which
+        has no guard, nothing at all.
+        """
+        with self._lock:
+            self._admission = admission
+            self._guard_floor = ledger_id_floor if admission is not None else -1
 
     def _state_changed(self) -> None:
         with self._lock:
@@ -360,8 +404,8 @@ class Bookie:
         if failure is not None:
             raise failure
 
-    def _writable_state(self, ledger_id: int, master_key: bytes, records: list[bytes]
-                        ) -> LedgerState:
+    def _writable_state(self, ledger_id: int, master_key: bytes, records: list[bytes],
+                        guarded: bool = False) -> LedgerState:
         """The ledger's state for a mutation, created on first use.
 
         A new ledger's MASTER_KEY record (header, payload) is appended to ``records``: the
@@ -369,10 +413,15 @@ class Bookie:
         before releasing the lock.  So the key is written with the mutation that needs it,
         in one write, ahead of it (replay meets the key first, and a torn tail that keeps
         the mutation keeps the key), and the mutation completes only once both are durable
-        (written, for a deferred add).  Caller holds the lock.
+        (written, for a deferred add).  ``guarded``: a mutation that must not create a
+        ledger the guard has to check first (:meth:`guard_unknown_ledgers`) raises
+        _NeedsAdmission instead.  Caller holds the lock.
         """
         state = self._state(ledger_id)
         if state is None:
+            if guarded and self._admission is not None \
+                    and ledger_id <= max(self._guard_floor, self._highest_forgotten):
+                raise _NeedsAdmission(ledger_id)
             payload = codec.LEDGER_ID.pack(ledger_id) + master_key
             records.append(codec.record_header(codec.MASTER_KEY, payload))
             records.append(payload)
@@ -404,7 +453,13 @@ class Bookie:
         if callback is None:
             future = Future()
             callback = _future_setter(future)
-        self._add(ledger_id, entry_id, entry, master_key, recovery, callback, True, deferred)
+        try:
+            self._add(ledger_id, entry_id, entry, master_key, recovery, callback, True,
+                      deferred)
+        except _NeedsAdmission:
+            add_admitted = partial(self._add, ledger_id, entry_id, entry, master_key,
+                                   recovery, callback, True, deferred, admitted=True)
+            self._admit(ledger_id, add_admitted, callback)
         return future
 
     def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
@@ -412,7 +467,15 @@ class Bookie:
         """Add an entry and return once it is durable (see :meth:`add_entry_async`)."""
         self._refuse_on_journal_thread("a blocking add_entry()")
         waiter = jr.Waiter()
-        self._add(ledger_id, entry_id, entry, master_key, recovery, waiter, False)
+        try:
+            self._add(ledger_id, entry_id, entry, master_key, recovery, waiter, False)
+        except _NeedsAdmission:
+            admitted: Future[None] = Future()
+            self._admit(ledger_id, partial(admitted.set_result, None),
+                        admitted.set_exception)
+            admitted.result()
+            self._add(ledger_id, entry_id, entry, master_key, recovery, waiter, False,
+                      admitted=True)
         self._journal.wait(waiter)
 
     def leading(self) -> ContextManager[None]:
@@ -444,7 +507,8 @@ class Bookie:
         ledger refuses them (wrong key, fenced...) fail together.  ``callback(errors)`` is
         called once: when every add that passed is durable, with ``errors[i]`` None for a
         durable add and the error of a failed one, counting the adds through the runs in
-        order (at once, on this thread, if none passed).  A server receiving many adds per
+        order (at once, on this thread, if none passed; on the guard's thread if a run
+        waited for it: :meth:`guard_unknown_ledgers`).  A server receiving many adds per
         message pays the locking and the journal hand-off once, and a run's checks and
         caching are a few C-level operations, not a round of Python per add.  When every run
         is ``deferred`` the callback comes once the adds are written (see
@@ -453,6 +517,12 @@ class Bookie:
         :meth:`commit_queued` (which commits the group on its thread when the journal is
         idle).
         """
+        self._add_runs(runs, callback, wake, False)
+
+    def _add_runs(self, runs: Sequence[AddRun], callback: BatchCallback, wake: bool,
+                  admitted: bool) -> None:
+        """:meth:`add_entries_async`; ``admitted``: the runs passed the guard's check
+        (:meth:`guard_unknown_ledgers`), so they may create their ledgers."""
         errors: list[BaseException | None] = [None] * sum(len(run[1]) for run in runs)
         try:
             if self._read_only or self._closed or self._journal.failure is not None:
@@ -463,35 +533,49 @@ class Bookie:
         checked = []
         first = 0
         deferred = True
-        for ledger_id, entry_ids, entries, master_key, recovery, *run_deferred in runs:
-            deferred = deferred and any(run_deferred)
+        for ledger_id, entry_ids, entries, master_key, recovery, *run_flags in runs:
+            run_deferred = any(run_flags)
+            deferred = deferred and run_deferred
             passed = self._check_run(ledger_id, entry_ids, entries, first, errors)
             if passed is not None:
-                checked.append((ledger_id, master_key, recovery, *passed))
+                checked.append((ledger_id, master_key, recovery, run_deferred, *passed))
             first += len(entry_ids)
         self._make_room()
         buffers: list[bytes] = []
         queued: list[int] = []
         due: list[LacWatcher] = []
+        parked: list[tuple[Sequence[int], AddRun]] = []  # runs the guard checks first
         with self._lock:
-            for ledger_id, master_key, recovery, positions, entry_ids, entries, record_headers, \
-                    lac in checked:
+            for ledger_id, master_key, recovery, deferred_run, positions, entry_ids, entries, \
+                    record_headers, lac in checked:
                 try:
-                    state = self._state_for_add(ledger_id, master_key, recovery, buffers)
+                    state = self._state_for_add(ledger_id, master_key, recovery, buffers,
+                                                admitted)
                 except BookKeeperError as e:
                     for i in positions:
                         errors[i] = e
+                    continue
+                except _NeedsAdmission:
+                    parked.append((positions, (ledger_id, entry_ids, entries, master_key,
+                                               recovery, deferred_run)))
                     continue
                 self._active.put_run(ledger_id, entry_ids, record_headers, entries)
                 self._raise_lac_locked(ledger_id, state, lac, due)
                 buffers += itertools.chain.from_iterable(zip(record_headers, entries))
                 queued += positions
+            # With parked runs, the callback comes once the queued adds and each of them
+            # are done; without (the normal path), straight from the journal.
+            gather = _Gather(errors, callback, bool(queued) + len(parked)) if parked \
+                else None
             if queued:
                 def done(result: BaseException | None) -> None:
                     if result is not None:
                         for i in queued:
                             errors[i] = result
-                    callback(errors)
+                    if gather is None:
+                        callback(errors)
+                    else:
+                        gather.part_done()
                 try:
                     self._journal.submit_many_locked(buffers, sum(map(len, buffers)), done,
                                                      wake, deferred)
@@ -499,10 +583,65 @@ class Bookie:
                     for i in queued:
                         errors[i] = e
                     queued = []
+                    if gather is not None:
+                        gather.parts -= 1
         if due:
             _notify(due)
-        if not queued:
+        if gather is not None:
+            for positions, run in parked:
+                self._admit_run(positions, run, gather)
+        elif not queued:
             callback(errors)
+
+    # -- unknown ledgers (guard_unknown_ledgers) ---------------------------------
+
+    def _admit(self, ledger_id: int, take: Callable[[], None],
+               refuse: Callable[[BaseException], None]) -> None:
+        """Ask the guard about ``ledger_id``; then call ``take()`` (errors it raises go to
+        ``refuse``) or ``refuse(error)``, on the thread that completed the check."""
+        def decided(check: Future) -> None:
+            error = (BookieClosed("the bookie stopped checking unknown ledgers")
+                     if check.cancelled() else check.exception())
+            if error is None:
+                try:
+                    take()
+                    return
+                except Exception as e:  # refused below: an add never hangs
+                    error = e
+            if not isinstance(error, BookKeeperError):
+                log.error("checking ledger %d for an add failed unexpectedly: %r", ledger_id,
+                          error)
+                error = BookKeeperError(f"checking ledger {ledger_id} failed: {error!r}")
+            refuse(error)
+
+        admission = self._admission
+        try:
+            if admission is None:  # unguarded meanwhile: taken as any other add
+                check: Future = Future()
+                check.set_result(None)
+            else:
+                check = admission(ledger_id)
+        except Exception as e:  # a closed guard: refuse, never drop the add
+            check = Future()
+            check.set_exception(e)
+        check.add_done_callback(decided)
+
+    def _admit_run(self, positions: Sequence[int], run: AddRun, gather: "_Gather") -> None:
+        """A run of a ledger the guard must check: add it once admitted, with the errors
+        going to ``gather``'s positions ``positions``."""
+        errors = gather.errors
+
+        def added(run_errors: list[BaseException | None]) -> None:
+            for i, error in zip(positions, run_errors):
+                errors[i] = error
+            gather.part_done()
+
+        def refused(error: BaseException) -> None:
+            for i in positions:
+                errors[i] = error
+            gather.part_done()
+
+        self._admit(run[0], partial(self._add_runs, [run], added, True, True), refused)
 
     def _check_run(self, ledger_id: int, entry_ids: Sequence[int], entries: Sequence[bytes],
                    first: int, errors: list[BaseException | None]
@@ -531,8 +670,9 @@ class Bookie:
 
     def _add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
              recovery: bool, callback: jr.RecordCallback, wake: bool,
-             deferred: bool = False) -> None:
-        """Check an add, apply back-pressure, then cache and journal it under the lock."""
+             deferred: bool = False, admitted: bool = False) -> None:
+        """Check an add, apply back-pressure, then cache and journal it under the lock;
+        _NeedsAdmission if the guard must check its ledger first (``admitted``: it did)."""
         if self._read_only or self._closed or self._journal.failure is not None:
             self._check_writable()
         lac = self._check_entry(ledger_id, entry_id, entry)
@@ -541,7 +681,8 @@ class Bookie:
         due: list[LacWatcher] = []
         key_record: list[bytes] = []  # a new ledger's (see _writable_state)
         with self._lock:
-            state = self._state_for_add(ledger_id, master_key, recovery, key_record)
+            state = self._state_for_add(ledger_id, master_key, recovery, key_record,
+                                        admitted)
             self._active.put(ledger_id, entry_id, record_header, entry)
             self._raise_lac_locked(ledger_id, state, lac, due)
             records: Sequence[bytes] = (record_header, entry)
@@ -576,16 +717,18 @@ class Bookie:
         self._journal.wait_for_queue_space()
 
     def _state_for_add(self, ledger_id: int, master_key: bytes, recovery: bool,
-                       records: list[bytes]) -> LedgerState:
+                       records: list[bytes], admitted: bool) -> LedgerState:
         """The state of a ledger taking adds, checked (closed bookie, key, fence); a new
-        ledger's key record goes to ``records`` (see :meth:`_writable_state`).  Caller
-        holds the lock, and journals ``records`` and the adds after them before releasing
-        it."""
+        ledger's key record goes to ``records`` (see :meth:`_writable_state`), unless the
+        guard must check a plain add's ledger first (_NeedsAdmission; ``admitted``: it
+        did).  Caller holds the lock, and journals ``records`` and the adds after them
+        before releasing it."""
         if self._closed:
             raise BookieClosed("the bookie is closed")
         state = self._states.get(ledger_id)
         if state is None or state.master_key != master_key or state.deleted:
-            state = self._writable_state(ledger_id, master_key, records)
+            state = self._writable_state(ledger_id, master_key, records,
+                                         guarded=not (recovery or admitted))
         if state.fenced and not recovery:
             raise LedgerFenced(f"ledger {ledger_id} is fenced")
         return state
@@ -616,7 +759,9 @@ class Bookie:
 
     def fence(self, ledger_id: int, master_key: bytes) -> Future:
         """Fence a ledger: from now on only recovery adds are accepted (durable, survives
-        restart).  The Future completes once the fence is journaled."""
+        restart).  The Future completes once the fence is journaled, with whether the
+        bookie held the ledger before (False: this fence made it, holding no entries; a
+        fencing read answers NoSuchLedger then, as BookKeeper's bookie does)."""
         self._check_journal()
         future: Future = Future()
         payload = codec.LEDGER_ID.pack(ledger_id)
@@ -625,8 +770,10 @@ class Bookie:
             state = self._state(ledger_id)
             if state is not None and state.deleted:  # recovering it finds nothing
                 raise NoSuchLedger(f"ledger {ledger_id} was deleted")
+            held = state is not None
             state = self._writable_state(ledger_id, master_key, records)
-            _submit_after(self._journal, records, codec.FENCE, payload, _future_setter(future))
+            _submit_after(self._journal, records, codec.FENCE, payload,
+                          _future_setter(future, result=held))
             state.fenced = True
             self._dirty.add(ledger_id)
         return future
@@ -639,7 +786,10 @@ class Bookie:
         due: list[LacWatcher] = []
         records: list[bytes] = []
         with self._lock:
-            state = self._writable_state(ledger_id, master_key, records)
+            try:
+                state = self._writable_state(ledger_id, master_key, records, guarded=True)
+            except _NeedsAdmission:  # a writer's hint only: never worth a check
+                raise NoSuchLedger(f"ledger {ledger_id} is not on this bookie") from None
             _submit_after(self._journal, records, codec.EXPLICIT_LAC, payload,
                           _future_setter(future))
             if state.explicit_lac is None or lac > state.explicit_lac:
@@ -1020,6 +1170,7 @@ class Bookie:
             return
         self._index.forget_ledgers(sorted(gone))
         with self._lock:
+            self._highest_forgotten = max(self._highest_forgotten, max(gone))
             for ledger_id in gone:
                 self._durably_deleted.discard(ledger_id)
                 state = self._states.get(ledger_id)
@@ -1197,6 +1348,27 @@ class Bookie:
         if self._journal.is_committer_thread():
             raise BookKeeperError(f"{what} from a completion callback would wait for the "
                                   "thread it runs on; call it from another thread")
+
+
+class _Gather:
+    """Calls a batch's callback with its errors once each of its ``parts`` is done (the
+    adds journaled together, and each run the guard checked first)."""
+
+    __slots__ = ("errors", "callback", "parts", "_lock")
+
+    def __init__(self, errors: list[BaseException | None], callback: BatchCallback,
+                 parts: int) -> None:
+        self.errors = errors
+        self.callback = callback
+        self.parts = parts
+        self._lock = threading.Lock()
+
+    def part_done(self) -> None:
+        with self._lock:
+            self.parts -= 1
+            last = self.parts == 0
+        if last:
+            self.callback(self.errors)
 
 
 def _lac_of(state: LedgerState) -> int:

@@ -21,6 +21,11 @@ LMDB replaces BookKeeper's per-ledger index files.  The environment lives in
 
 ``meta``
     ``last_entry_log_id`` (8): the highest entry log id ever used, so ids never repeat.
+    ``highest_forgotten_ledger`` (8): the highest id of a ledger garbage collection
+    forgot (absent: none), raised in the transaction that forgets it and never lowered:
+    a compact tombstone of every ledger the bookie deleted and no longer remembers (a
+    bookie of a cluster checks a plain add to an unknown ledger at or below it against
+    the ledger's metadata, :meth:`pybk.storage.Bookie.guard_unknown_ledgers`).
     ``index_version`` (4): the format of the tables, :data:`INDEX_VERSION` (absent in
     version 1, which had no ``deleted`` table: opening it for writing adds the table,
     filled from the ``ledgers`` table, and the version).
@@ -57,6 +62,7 @@ assert (ENTRY_KEY.size, LOCATION.size, LEDGER_STATE.size) == (16, 20, 17), \
     "index keys and values are documented as 16, 20 and 17 (+ key) bytes"
 LAST_LOG_ID_KEY = b"last_entry_log_id"
 VERSION_KEY = b"index_version"
+FORGOTTEN_KEY = b"highest_forgotten_ledger"
 #: The format this pybk writes; it reads this one and version 1 (upgraded on open).
 INDEX_VERSION = 2
 _VERSION = struct.Struct(">I")
@@ -260,6 +266,12 @@ class Index:
         used_pages = self._env.info()["last_pgno"] + 1
         return used_pages * self._env.stat()["psize"], ledgers
 
+    def highest_forgotten_ledger(self) -> int:
+        """The highest ledger id :meth:`forget_ledgers` ever forgot (-1: none)."""
+        with self._env.begin(db=self._meta) as txn:
+            value = txn.get(FORGOTTEN_KEY)
+            return LEDGER_KEY.unpack(value)[0] if value else -1
+
     def last_log_id(self) -> int:
         with self._env.begin(db=self._meta) as txn:
             value = txn.get(LAST_LOG_ID_KEY)
@@ -336,12 +348,19 @@ class Index:
 
     def forget_ledgers(self, ledger_ids: Iterable[int]) -> None:
         """Remove deleted ledgers' rows (``ledgers`` and ``deleted``), in one transaction:
-        for ledgers no entry log holds any more, whose entries already left the index."""
+        for ledgers no entry log holds any more, whose entries already left the index.
+        ``highest_forgotten_ledger`` rises to the highest of them in the same transaction,
+        so no crash separates forgetting a ledger from its tombstone."""
+        highest = -1
         with self._env.begin(write=True) as txn:
             for ledger_id in ledger_ids:
                 key = LEDGER_KEY.pack(ledger_id)
                 txn.delete(key, db=self._ledgers)
                 txn.delete(key, db=self._deleted)
+                highest = max(highest, ledger_id)
+            stored = txn.get(FORGOTTEN_KEY, db=self._meta)
+            if highest > (LEDGER_KEY.unpack(stored)[0] if stored else -1):
+                txn.put(FORGOTTEN_KEY, LEDGER_KEY.pack(highest), db=self._meta)
 
     def relocate(self, moves: Iterable[tuple[LocationUpdate, int, int]]) -> int:
         """Compaction's update: ``(new location, old log id, old offset)``.

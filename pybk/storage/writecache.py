@@ -99,7 +99,8 @@ class WriteCache:
             if record in self._dropped:
                 continue  # an earlier incarnation's, dropped before
             self._dropped.add(record)
-            del self._records[ledger_id << 64 | self._entry_ids[record]]
+            # An entry put twice (a recovery's re-write) has one key for both records.
+            self._records.pop(ledger_id << 64 | self._entry_ids[record], None)
             self.size_bytes -= len(self._entries[record])
             self._entries[record] = self._headers[record] = b""
 
