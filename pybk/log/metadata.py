@@ -113,14 +113,15 @@ commit, or the writer truncating again, walks again from the stored ``oldest_seg
 (never from a head read before the stop).  Crash guarantee: after every step, every
 record below the stored ``oldest_segment`` is deleted, and every hollow run from it up
 to truncated_before's segment still has its record, so no walk ever steps through a
-hollow run's numbers.  A walk costs a read per segment number ever used and per dead
-record in its range (each number was given to a segment once; a resumed walk reads again
-those the stopped one deleted after its last CAS, with a read of the head for each), and
-one read and one write per hollow run, whatever the log's length and however many
-numbers the runs skip.  A CAS that changes only ``oldest_segment`` takes the log over
-from no one (:meth:`LogMetadata.same_owner`): a writer whose head CAS meets one makes
-its change again on it; an opener or committer whose own walk made one loses its CAS
-once and starts again from the new head.
+hollow run's numbers (a fenced writer's record written late may land below it: nothing
+reads there, and :func:`delete_log` lists and deletes such records).  A walk costs a read
+per segment number ever used and per dead record in its range (each number was given to
+a segment once; a resumed walk reads again those the stopped one deleted after its last
+CAS, with a read of the head for each), and one read and one write per hollow run,
+whatever the log's length and however many numbers the runs skip.  A CAS that changes
+only ``oldest_segment`` takes the log over from no one (:meth:`LogMetadata.same_owner`):
+a writer whose head CAS meets one makes its change again on it; an opener or committer
+whose own walk made one loses its CAS once and starts again from the new head.
 
 **Demotion** (:mod:`pybk.log.promotion`) makes the next segment number jump by 2^32: a
 hollow dead record at the first number skipped covers the jump (written before the head
@@ -507,13 +508,16 @@ def delete_log(store: MetadataStore, name: str) -> None:
         raise MetadataError(f"log {name}: lost the race to truncate it before deleting it "
                             f"{PROGRESS_ATTEMPTS_MAX} times in a row")
     delete_records(store, name, end)
+    # Listed once the walk deleted the rest: the records written late below a walk (a
+    # fenced writer's record of a segment it added, written after another writer's
+    # truncation passed its number), which no walk finds, if any.
+    delete_tree(store, segments_path(name))
     delete_tree(store, jobs_path(name))
     delete_tree(store, consumers_path(name))
-    for path in (segments_path(name), log_path(name)):
-        try:
-            store.delete(path, ANY_VERSION)
-        except NoNode:
-            pass
+    try:
+        store.delete(log_path(name), ANY_VERSION)
+    except NoNode:
+        pass
 
 
 def delete_tree(store: MetadataStore, path: str) -> None:
