@@ -32,6 +32,7 @@ from pybk.log.metadata import (
     TAIL_SEGMENTS,
     LogMetadata,
     Segment,
+    delete_log,
     ensure_records,
     find_segment,
     live_segments,
@@ -628,3 +629,82 @@ def test_a_position_inside_a_hollow_run_is_found_without_stepping_through_it(
         assert _head(bk).truncated_before == written[3][0]
         store.calls_max = None
         assert list(LogReader(bk, "log", writer=writer).read()) == written[3:]
+
+
+@pytest.mark.parametrize("kind", ["embedded", "zookeeper"])
+def test_a_truncation_walk_that_another_walk_passes_a_hollow_run_under_stays_bounded(
+        request, tmp_path, bookie, kind):
+    """Two walks at once: a writer truncates past a demotion's jump, and while its walk
+    deletes its first record (it read oldest_segment before), another writer opens the
+    log, walks the same records and passes the hollow run (its record deleted with the
+    head's CAS of oldest_segment).  The first walk then finds the hollow record gone:
+    it must go on where the stored oldest_segment says, not step through the 2^32
+    numbers of the run (it ends within FINISH_CALLS_MAX calls, fenced by the opener)."""
+    with _store_of(request, tmp_path, kind) as real, contextlib.ExitStack() as stack:
+        store = FaultyMetadataStore(real)
+        bk = stack.enter_context(BookKeeper(store, {"B1": InProcessBookieClient(
+            "B1", bookie)}, FAST))
+        written, jump = _demoted_and_written(bk, "log")
+        cut = written[5][0]  # the third segment past the jump
+        writer = LogWriter.open(bk, "log", SMALL_SEGMENTS)
+        stack.callback(_close_quietly, writer)
+        opened: list[LogWriter] = []
+        opening = []
+
+        def another_writer_opens_at_the_first_delete(operation: str, path: str) -> bool:
+            if operation == "delete" and path.startswith(segments_path("log")) \
+                    and not opening:
+                opening.append(True)  # once: the opener's own deletes pass
+                opened.append(LogWriter.open(bk, "log", SMALL_SEGMENTS))
+                stack.callback(_close_quietly, opened[0])
+                store.calls = 0  # from here on: the first walk's calls
+            return False
+
+        store.prefix = log_path("log")
+        store.fail_when = another_writer_opens_at_the_first_delete
+        store.calls_max = FINISH_CALLS_MAX
+        try:
+            writer.truncate(cut)
+        except LogFenced:
+            pass  # the opener took the log over: the walk ended, and no further
+        finally:
+            store.fail_when = store.calls_max = None
+        assert opened, "the other writer did not open during the walk"
+        head = read_log(store, "log").metadata
+        assert head.oldest_segment > jump, head
+        assert read_segment(store, "log", jump) is None
+
+
+def test_a_record_a_fenced_writer_writes_below_the_truncation_goes_with_the_log(
+        tmp_path, bookie):
+    """A writer's roll CAS lands, and its write of the new segment's record is slow.
+    Meanwhile another writer opens (dropping that empty segment) and truncates past it:
+    the walk deletes the record.  Then the slow write lands: a record below
+    oldest_segment, where no walk looks.  Deleting the log must still delete it (and the
+    log), not fail for good because the segments' parent still has a child."""
+    with EmbeddedMetadataStore(tmp_path / "metadata") as real, \
+            contextlib.ExitStack() as stack:
+        store = FaultyMetadataStore(real)
+        bk = stack.enter_context(BookKeeper(store, {"B1": InProcessBookieClient(
+            "B1", bookie)}, FAST))
+        first = LogWriter.open(bk, "log", SMALL_SEGMENTS)
+        stack.callback(_close_quietly, first)
+        store.prefix, store.hold_writes = segment_path("log", 1), True
+        stack.callback(store.release_all)
+        first.append(b"0" + bytes(300))
+        first.append_async(b"1" + bytes(300))  # rolls to segment 1: its record is held
+        (late,) = store.wait_held(1)
+        assert late.operation == "create", late
+        store.hold_writes = False  # the other writer's writes of that record go through
+        second = LogWriter.open(bk, "log", SMALL_SEGMENTS)
+        stack.callback(_close_quietly, second)
+        assert 1 not in [s.number for s in second.metadata.tail], second.metadata
+        written = _roll(second, 2)
+        second.truncate(written[-1][0])
+        assert read_log(store, "log").metadata.oldest_segment > 1
+        assert read_segment(store, "log", 1) is None
+        store.release(late)
+        assert read_segment(store, "log", 1) is not None, "the late write did not land"
+        second.close()
+        delete_log(store, "log")
+        assert not store.exists(log_path("log")) and not store.exists(segments_path("log"))

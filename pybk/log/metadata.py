@@ -100,23 +100,27 @@ record exists, leaves the tail if it is full), then write the new segment's reco
 after it if ``p.segment`` is a dead number): CAS the head (truncated_before = p, tail
 without the segments below ``p.segment``); then a walk (:func:`delete_records`) from the
 stored head's ``oldest_segment`` up to ``p.segment``, in number order: a missing record
-goes on at the next number; a segment record has its ledger deleted, then the record; a
-non-hollow dead record is deleted; a hollow record (number ``h``, run up to ``s``) is
-deleted in one atomic step with a CAS of the head that moves ``oldest_segment`` up to
-``s`` (:func:`pass_hollow`: a CAS of that field alone, made again on a head that changed
-meanwhile, never moving it back), and the walk goes on at ``s``.  Last, CAS
-``oldest_segment = p.segment``.  A walk that stops anywhere (a crash, MetadataUnavailable)
-leaves ``oldest_segment`` behind truncated_before; the next opener, commit, or the writer
-truncating again, walks again from the stored ``oldest_segment`` (never from a head read
-before the stop).  Crash guarantee: after every step, every record below the stored
-``oldest_segment`` is deleted, and every hollow run from it up to truncated_before's
-segment still has its record, so no walk ever steps through a hollow run's numbers.  A
-walk costs a read per segment number ever used and per dead record in its range (each
-number was given to a segment once; a resumed walk reads again those the stopped one
-deleted after its last CAS), and one read and one write per hollow run, whatever the
-log's length and however many numbers the runs skip.  A CAS that changes only
-``oldest_segment`` takes the log over from no one (:meth:`LogMetadata.same_owner`): a
-writer whose head CAS meets one makes its change again on it; an opener or committer
+goes on at the next number, or at the stored head's ``oldest_segment`` if that is
+further (another walk, an opener's or a committer's going on at the same time, may have
+passed a hollow run from there); a segment record has its ledger deleted, then the
+record; a non-hollow dead record is deleted; a hollow record (number ``h``, run up to
+``s``) is deleted in one atomic step with a CAS of the head that moves
+``oldest_segment`` up to ``s`` (:func:`pass_hollow`: a CAS of that field alone, made
+again on a head that changed meanwhile, never moving it back), and the walk goes on at
+``s``.  Last, CAS ``oldest_segment = p.segment``.  A walk that stops anywhere (a crash,
+MetadataUnavailable) leaves ``oldest_segment`` behind truncated_before; the next opener,
+commit, or the writer truncating again, walks again from the stored ``oldest_segment``
+(never from a head read before the stop).  Crash guarantee: after every step, every
+record below the stored ``oldest_segment`` is deleted, and every hollow run from it up
+to truncated_before's segment still has its record, so no walk ever steps through a
+hollow run's numbers (a fenced writer's record written late may land below it: nothing
+reads there, and :func:`delete_log` lists and deletes such records).  A walk costs a read
+per segment number ever used and per dead record in its range (each number was given to
+a segment once; a resumed walk reads again those the stopped one deleted after its last
+CAS, with a read of the head for each), and one read and one write per hollow run,
+whatever the log's length and however many numbers the runs skip.  A CAS that changes
+only ``oldest_segment`` takes the log over from no one (:meth:`LogMetadata.same_owner`):
+a writer whose head CAS meets one makes its change again on it; an opener or committer
 whose own walk made one loses its CAS once and starts again from the new head.
 
 **Demotion** (:mod:`pybk.log.promotion`) makes the next segment number jump by 2^32: a
@@ -506,13 +510,16 @@ def delete_log(store: MetadataStore, name: str) -> None:
         raise MetadataError(f"log {name}: lost the race to truncate it before deleting it "
                             f"{PROGRESS_ATTEMPTS_MAX} times in a row")
     delete_records(store, name, end)
+    # Listed once the walk deleted the rest: the records written late below a walk (a
+    # fenced writer's record of a segment it added, written after another writer's
+    # truncation passed its number), which no walk finds, if any.
+    delete_tree(store, segments_path(name))
     delete_tree(store, jobs_path(name))
     delete_tree(store, consumers_path(name))
-    for path in (segments_path(name), log_path(name)):
-        try:
-            store.delete(path, ANY_VERSION)
-        except NoNode:
-            pass
+    try:
+        store.delete(log_path(name), ANY_VERSION)
+    except NoNode:
+        pass
 
 
 def delete_tree(store: MetadataStore, path: str) -> None:
@@ -653,7 +660,13 @@ def delete_records(store: MetadataStore, name: str, end: int,
     while number < end:
         record = read_segment(store, name, number)
         if record is None:
-            number += 1
+            # Deleted by a walk that stopped, or by another walk going on meanwhile (an
+            # opener's, a committer's), which may have passed a hollow run from here:
+            # go on where the stored head's progress says, never through the run.
+            try:
+                number = max(number + 1, read_log(store, name).metadata.oldest_segment)
+            except NoNode:
+                return  # the log was deleted meanwhile (delete_log), its records first
             continue
         if record.ledger_id is not None and delete_ledger is not None:
             delete_ledger(record.ledger_id)
