@@ -286,7 +286,9 @@ class MetadataStore(ABC):
         ``delete_path`` if there is one, in one atomic, durable step (one LMDB
         transaction; one ZooKeeper ``multi``); return the new version of ``path``.
         Raises BadVersion or NoNode for ``path``, MetadataError if ``delete_path`` has
-        children: then neither changes."""
+        children: then neither changed by this call, except after a lost answer (as
+        :meth:`set`): a step that landed, then met another write to ``path`` before the
+        retry, is reported as BadVersion, so a caller re-reads to tell."""
 
     @abstractmethod
     def children(self, path: str) -> list[str]:
