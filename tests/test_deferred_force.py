@@ -201,3 +201,41 @@ def test_a_force_answers_how_many_entries_it_holds_only_to_a_client_that_asks(bo
         with pytest.raises(MalformedMessage):
             wire.encode_request(Request(Op.FORCE_LEDGER, 4, 7, first, last, flags=flags),
                                 MAX_ENTRY_BYTES)
+
+
+def test_a_force_that_completes_after_the_close_was_decided_does_not_pass_the_close(
+        tmp_path):
+    """The application forces (entries 0..4) while two of the three bookies are slow to
+    answer forces; meanwhile the ledger is closed, and the close's own force runs out of
+    time, so the close lands at the durable LAC of then (-1).  The slow bookies' answers
+    to the application's force come after: that force must not report entries durable
+    that the closed ledger does not have (nor move the durable LAC past the close)."""
+    with clusters(tmp_path, "zmq") as make:
+        cluster = make(3)
+        bk = cluster.client(dataclasses.replace(QUIET, addEntryTimeout=1.0))
+        lh = bk.create_ledger(3, 3, 2, password=PASSWORD, write_flags=DEFERRED)
+        fast, *slow = lh.metadata.fragments[0].ensemble
+        for i in range(5):
+            lh.add_entry(payload(i))
+        for bookie_id in slow:
+            cluster.faults[bookie_id].hold.add("force_ledger")
+        try:
+            forced = lh.force_async()
+            for bookie_id in slow:
+                cluster.faults[bookie_id].wait_held(1)
+            lh.close()  # its force is held too, and times out (2 x addEntryTimeout)
+            closed = bk.ledger_manager.read(lh.id).metadata
+            assert closed.state is LedgerState.CLOSED
+        finally:
+            for bookie_id in slow:
+                cluster.faults[bookie_id].hold.clear()
+                cluster.faults[bookie_id].wait_answered()
+                cluster.faults[bookie_id].release()
+        try:
+            durable = forced.result(timeout=10)
+        except BookKeeperError:
+            durable = -1
+        assert durable <= closed.last_entry_id, (
+            f"the force reported entries up to {durable} durable, the ledger closed at "
+            f"{closed.last_entry_id}")
+        assert lh.last_add_forced <= closed.last_entry_id
