@@ -239,3 +239,40 @@ def test_a_force_that_completes_after_the_close_was_decided_does_not_pass_the_cl
             f"the force reported entries up to {durable} durable, the ledger closed at "
             f"{closed.last_entry_id}")
         assert lh.last_add_forced <= closed.last_entry_id
+
+
+def test_a_force_of_a_range_far_past_what_is_held_costs_per_entry_held(bookie):
+    """Any client may send FORCE_LEDGER with HELD and any range (the request carries no
+    key).  On a ledger holding entries 0 and 10**12 (a writer's ids are its own: a bookie
+    takes any), the count of 0..2**63-1 must cost about the entries held, not a lookup
+    per id up to the highest one on the server's thread, which would stop the bookie
+    answering anyone for days.  The lookups are counted, and cut short past 10,000."""
+    high = 10 ** 12
+    for entry_id in (0, high):
+        bookie.add_entry(7, entry_id, make_entry(7, entry_id, -1, b"x"), KEY)
+    bookie.checkpoint()  # in the index now, as a ledger's older entries are
+    index = bookie._index
+    location = index.location
+    lookups = 0
+
+    def counted(ledger_id: int, entry_id: int):
+        nonlocal lookups
+        lookups += 1
+        if lookups > 10_000:
+            raise RuntimeError("over 10,000 index lookups to count 2 entries")
+        return location(ledger_id, entry_id)
+
+    index.location = counted
+    try:
+        with BookieServer(bookie, LOOPBACK) as server, \
+                RawDealer(server.address) as dealer:
+            dealer.send(wire.encode_request(
+                Request(Op.FORCE_LEDGER, 1, 7, 0, 2 ** 63 - 1, flags=wire.HELD),
+                MAX_ENTRY_BYTES))
+            frames = dealer.receive(timeout_s=10)
+            assert frames is not None, "no answer to the force"
+            reply = wire.decode_reply(frames, MAX_ENTRY_BYTES)
+    finally:
+        del index.location
+    assert lookups <= 10_000, f"{lookups} index lookups to count 2 entries"
+    assert (reply.status, reply.lac) == (0, 2)
