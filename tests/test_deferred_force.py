@@ -276,3 +276,18 @@ def test_a_force_of_a_range_far_past_what_is_held_costs_per_entry_held(bookie):
         del index.location
     assert lookups <= 10_000, f"{lookups} index lookups to count 2 entries"
     assert (reply.status, reply.lac) == (0, 2)
+
+
+def test_a_force_counts_the_entries_held_in_its_range_in_the_index_and_the_cache(bookie):
+    """The count of entries held, over entries in the index (checkpointed) and in the
+    write cache, for ranges shorter and longer than the cache, and past the highest."""
+    held = {0, 2, 5, 9, 10, 11, 13, 10 ** 9}
+    for entry_id in sorted(held):
+        if entry_id == 10:
+            bookie.checkpoint()  # 0..9 in the index, the rest in the cache
+        bookie.add_entry(7, entry_id, make_entry(7, entry_id, -1, b"x"), KEY)
+    bookie.add_entry(8, 12, make_entry(8, 12, -1, b"x"), KEY)  # another ledger's
+    for first, last in ((0, 20), (3, 12), (10, 10), (12, 12), (11, 13), (0, 2 ** 63 - 1),
+                        (14, 10 ** 9 - 1), (5, 4), (0, 0)):
+        assert bookie.force(7, first, last).result(timeout=10) == \
+            sum(first <= e <= last for e in held), (first, last)
