@@ -747,7 +747,7 @@ class LedgerHandle:
                 self.force_async().result(timeout=max(0.0, deadline - time.monotonic()))
             except (BookKeeperError, FutureTimeout) as e:
                 log.warning("ledger %d: force before close failed (%s); closing at the "
-                            "durable entry %d", self.id, e or "timeout", self._forced)
+                            "durable entry %d", self.id, str(e) or "timeout", self._forced)
         with self._lock:
             decided = self._state is _WriteState.OPEN
             if decided:
