@@ -201,3 +201,93 @@ def test_a_force_answers_how_many_entries_it_holds_only_to_a_client_that_asks(bo
         with pytest.raises(MalformedMessage):
             wire.encode_request(Request(Op.FORCE_LEDGER, 4, 7, first, last, flags=flags),
                                 MAX_ENTRY_BYTES)
+
+
+def test_a_force_that_completes_after_the_close_was_decided_does_not_pass_the_close(
+        tmp_path):
+    """The application forces (entries 0..4) while two of the three bookies are slow to
+    answer forces; meanwhile the ledger is closed, and the close's own force runs out of
+    time, so the close lands at the durable LAC of then (-1).  The slow bookies' answers
+    to the application's force come after: that force must not report entries durable
+    that the closed ledger does not have (nor move the durable LAC past the close)."""
+    with clusters(tmp_path, "zmq") as make:
+        cluster = make(3)
+        bk = cluster.client(dataclasses.replace(QUIET, addEntryTimeout=1.0))
+        lh = bk.create_ledger(3, 3, 2, password=PASSWORD, write_flags=DEFERRED)
+        fast, *slow = lh.metadata.fragments[0].ensemble
+        for i in range(5):
+            lh.add_entry(payload(i))
+        for bookie_id in slow:
+            cluster.faults[bookie_id].hold.add("force_ledger")
+        try:
+            forced = lh.force_async()
+            for bookie_id in slow:
+                cluster.faults[bookie_id].wait_held(1)
+            lh.close()  # its force is held too, and times out (2 x addEntryTimeout)
+            closed = bk.ledger_manager.read(lh.id).metadata
+            assert closed.state is LedgerState.CLOSED
+        finally:
+            for bookie_id in slow:
+                cluster.faults[bookie_id].hold.clear()
+                cluster.faults[bookie_id].wait_answered()
+                cluster.faults[bookie_id].release()
+        try:
+            durable = forced.result(timeout=10)
+        except BookKeeperError:
+            durable = -1
+        assert durable <= closed.last_entry_id, (
+            f"the force reported entries up to {durable} durable, the ledger closed at "
+            f"{closed.last_entry_id}")
+        assert lh.last_add_forced <= closed.last_entry_id
+
+
+def test_a_force_of_a_range_far_past_what_is_held_costs_per_entry_held(bookie):
+    """Any client may send FORCE_LEDGER with HELD and any range (the request carries no
+    key).  On a ledger holding entries 0 and 10**12 (a writer's ids are its own: a bookie
+    takes any), the count of 0..2**63-1 must cost about the entries held, not a lookup
+    per id up to the highest one on the server's thread, which would stop the bookie
+    answering anyone for days.  The lookups are counted, and cut short past 10,000."""
+    high = 10 ** 12
+    for entry_id in (0, high):
+        bookie.add_entry(7, entry_id, make_entry(7, entry_id, -1, b"x"), KEY)
+    bookie.checkpoint()  # in the index now, as a ledger's older entries are
+    index = bookie._index
+    location = index.location
+    lookups = 0
+
+    def counted(ledger_id: int, entry_id: int):
+        nonlocal lookups
+        lookups += 1
+        if lookups > 10_000:
+            raise RuntimeError("over 10,000 index lookups to count 2 entries")
+        return location(ledger_id, entry_id)
+
+    index.location = counted
+    try:
+        with BookieServer(bookie, LOOPBACK) as server, \
+                RawDealer(server.address) as dealer:
+            dealer.send(wire.encode_request(
+                Request(Op.FORCE_LEDGER, 1, 7, 0, 2 ** 63 - 1, flags=wire.HELD),
+                MAX_ENTRY_BYTES))
+            frames = dealer.receive(timeout_s=10)
+            assert frames is not None, "no answer to the force"
+            reply = wire.decode_reply(frames, MAX_ENTRY_BYTES)
+    finally:
+        del index.location
+    assert lookups <= 10_000, f"{lookups} index lookups to count 2 entries"
+    assert (reply.status, reply.lac) == (0, 2)
+
+
+def test_a_force_counts_the_entries_held_in_its_range_in_the_index_and_the_cache(bookie):
+    """The count of entries held, over entries in the index (checkpointed) and in the
+    write cache, for ranges shorter and longer than the cache, and past the highest."""
+    held = {0, 2, 5, 9, 10, 11, 13, 10 ** 9}
+    for entry_id in sorted(held):
+        if entry_id == 10:
+            bookie.checkpoint()  # 0..9 in the index, the rest in the cache
+        bookie.add_entry(7, entry_id, make_entry(7, entry_id, -1, b"x"), KEY)
+    bookie.add_entry(8, 12, make_entry(8, 12, -1, b"x"), KEY)  # another ledger's
+    for first, last in ((0, 20), (3, 12), (10, 10), (12, 12), (11, 13), (0, 2 ** 63 - 1),
+                        (14, 10 ** 9 - 1), (5, 4), (0, 0)):
+        assert bookie.force(7, first, last).result(timeout=10) == \
+            sum(first <= e <= last for e in held), (first, last)

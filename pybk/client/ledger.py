@@ -663,8 +663,10 @@ class LedgerHandle:
         """FORCE_LEDGER to the bookies of the acknowledged entries' write sets (BookKeeper's
         ``force()``); the future gives the durable LAC once every entry acknowledged
         before the call is fdatasync'd on Qa bookies of its write set that acknowledged
-        it (:mod:`pybk.client.deferred`), or fails (the durable LAC stays where it was).
-        A ledger without DEFERRED_SYNC is durable at every acknowledgement: its future
+        it (:mod:`pybk.client.deferred`), or fails (the durable LAC stays where it was;
+        LedgerClosed if the close was decided, at the durable LAC of then, before the
+        force completed: a force never moves the durable LAC past the close).  A
+        ledger without DEFERRED_SYNC is durable at every acknowledgement: its future
         gives the LAC at once."""
         future: Future = Future()
         with self._lock:
@@ -684,9 +686,19 @@ class LedgerHandle:
                 future.set_exception(error)
                 return
             with self._lock:
-                if target > self._forced:
-                    self._forced, self._forced_length = target, length
                 forced = self._forced
+                if target > forced and self._state is not _WriteState.OPEN:
+                    # The close was decided at the durable LAC of then (and may be
+                    # written already): a force landing after it must not pass it.
+                    error = LedgerClosed(f"ledger {self.id} was closed at entry {forced} "
+                                         f"before the force of entries up to {target} "
+                                         "completed")
+                elif target > forced:
+                    self._forced, self._forced_length = target, length
+                    forced = target
+            if error is not None:
+                future.set_exception(error)
+                return
             future.set_result(forced)
 
         # The last E entries of the range: one per write set, each covering the earlier
@@ -735,7 +747,7 @@ class LedgerHandle:
                 self.force_async().result(timeout=max(0.0, deadline - time.monotonic()))
             except (BookKeeperError, FutureTimeout) as e:
                 log.warning("ledger %d: force before close failed (%s); closing at the "
-                            "durable entry %d", self.id, e or "timeout", self._forced)
+                            "durable entry %d", self.id, str(e) or "timeout", self._forced)
         with self._lock:
             decided = self._state is _WriteState.OPEN
             if decided:

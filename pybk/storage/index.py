@@ -226,6 +226,22 @@ class Index:
                     ids.append(key_entry)
         return ids
 
+    def entry_ids_between(self, ledger_id: int, first: int, last: int) -> list[int]:
+        """The entry ids indexed for a ledger from ``first`` to ``last``, ascending: a
+        cursor over those held, whatever the range asked."""
+        ids: list[int] = []
+        if last < first:
+            return ids
+        with self._env.begin(db=self._entries, buffers=True) as txn:
+            cursor = txn.cursor()
+            if cursor.set_range(ENTRY_KEY.pack(ledger_id, first)):
+                for key in cursor.iternext(keys=True, values=False):
+                    key_ledger, key_entry = ENTRY_KEY.unpack(key)
+                    if key_ledger != ledger_id or key_entry > last:
+                        break
+                    ids.append(key_entry)
+        return ids
+
     def locations(self) -> Iterator[tuple[int, int, StoredLocation]]:
         """Every indexed entry as ``(ledger id, entry id, location)``, by ledger, then
         entry."""

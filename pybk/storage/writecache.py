@@ -89,6 +89,17 @@ class WriteCache:
             records = itertools.filterfalse(self._dropped.__contains__, records)
         return list(dict.fromkeys(map(self._entry_ids.__getitem__, records)))
 
+    def entry_ids_between(self, ledger_id: int, first: int, last: int) -> list[int]:
+        """The ledger's entry ids held from ``first`` to ``last``: a lookup per id of
+        the range, or a scan of the cache when the range is longer than the cache holds
+        records (so never more work than the cache's size, whatever range is asked)."""
+        if ledger_id not in self._last or last < first:
+            return []
+        if last - first < len(self._records):
+            key, records = ledger_id << 64, self._records
+            return [e for e in range(first, last + 1) if key | e in records]
+        return [e for e in self.entry_ids(ledger_id) if first <= e <= last]
+
     def drop_ledger(self, ledger_id: int) -> None:
         """Forget a ledger's records (a scan of the cache, in C, plus a step per record
         of the ledger); their slots stay, marked dropped, and hold no entry."""
