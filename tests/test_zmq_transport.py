@@ -13,8 +13,9 @@ import time
 from collections import deque
 
 import pytest
+import zmq
 from conftest import KEY, entry
-from zmqutil import LOOPBACK, RawRouter
+from zmqutil import LOOPBACK, RawDealer, RawRouter
 
 from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient, wire
 from pybk.cluster import client as client_module
@@ -154,6 +155,25 @@ def test_a_server_at_its_read_limit_stops_reading_until_reads_finish(
     bookie.add_entry(1, 1, entry(1, 1, lac=0), KEY)  # the LAC moves: the polls end
     assert [p.result(timeout=10) for p in polls] == [(0, entry(1, 0, lac=-1))] * 2
     assert behind.result(timeout=10) == 0
+
+
+def test_a_client_that_does_not_read_its_replies_stalls_no_one(bookie, closing):
+    """Replies ZeroMQ cannot take for a client that does not read them wait in the
+    server, which reads on: that client's requests and everybody else's are served."""
+    bookie.add_entry(1, 0, entry(1, 0, body=b"x" * 16384, lac=-1), KEY)
+    server = closing.enter_context(BookieServer(bookie, LOOPBACK))
+    hog = closing.enter_context(RawDealer(server.address, receive_hwm=1))
+    hog.socket.setsockopt(zmq.SNDTIMEO, 10_000)
+    # More 16 KiB replies than ZeroMQ's queue to it (1000 messages) and TCP hold.
+    reads = 4000
+    for request_id in range(reads):
+        hog.send(wire.encode_request(wire.Request(wire.Op.READ, request_id, ledger_id=1,
+                                                  entry_id=0), 1 << 20))
+    wait_until(lambda: server.requests_served()["read"] == reads,
+               "the server read every request of a client that does not read replies",
+               timeout_s=20)
+    client = closing.enter_context(ZmqBookieClient("B1", server.address, PATIENT))
+    assert client.read_lac(1).result(timeout=10) == -1
 
 
 def test_many_threads_pipeline_through_clients_sharing_one_loop(bookie_factory,
