@@ -53,9 +53,11 @@ Guarantees:
 * With ``zmqCurveEnabled`` the socket is a CURVE server: only clients whose public key
   is in ``zmqCurveAllowedClientKeysDirectory`` complete the handshake
   (:mod:`pybk.cluster.curve`); the others never get a request in.
-* :meth:`BookieServer.close` stops reading requests, answers parked long polls with the
-  current LAC, waits (up to a time limit) for requests in progress to complete and their
-  replies to leave, then closes the socket, lingering a moment so the last replies go out.
+* :meth:`BookieServer.close` stops answering requests (while replies wait, those that
+  come are read and dropped: a vanished client's replies go only once its requests are
+  read), answers parked long polls with the current LAC, waits (up to a time limit) for
+  requests in progress to complete and their replies to leave, then closes the socket,
+  lingering a moment so the last replies go out.
 
 Entry reads run on the server thread: they are served from the write cache or the page
 cache in microseconds; a read that has to wait for the disk holds up the requests behind
@@ -239,7 +241,10 @@ class BookieServer:
                 if mailbox in events:
                     self._mailbox.run_posted()
                 if socket in events:
-                    self._read_requests()
+                    if self._stop_deadline is None:
+                        self._read_requests()
+                    else:
+                        self._drop_requests()
                 if self._reads_in_progress:  # long polls among them may be due
                     for poll in self._polls.pop_due():
                         self._finish_long_poll(poll)
@@ -255,8 +260,9 @@ class BookieServer:
         # unread keeps its reply queue (full, so its replies wait here) until this
         # thread has read those requests, and one client that does not read its
         # replies must not stall the others.
-        return (self._stop_deadline is None
-                and self._adds_in_progress < self._max_adds
+        if self._stop_deadline is not None:
+            return bool(self._unsent)  # closing: see _drop_requests
+        return (self._adds_in_progress < self._max_adds
                 and self._reads_in_progress < self._max_reads)
 
     def _finished(self) -> bool:
@@ -297,6 +303,14 @@ class BookieServer:
                 self.stats.paused += 1
                 break
         self._bookie.commit_queued()
+
+    def _drop_requests(self) -> None:
+        """Closing: requests are no longer answered, but they are still read (and
+        dropped) while replies wait, so that a client that vanished with requests
+        unread releases its queues and the replies waiting for it go (see
+        :meth:`_may_read`) instead of holding the close until its deadline."""
+        for _ in received(self._socket, _READ_BATCH):
+            pass
 
     def _handle(self, identity: bytes, frames: list[bytes]) -> None:
         self.stats.messages_in += 1
