@@ -4,6 +4,7 @@ pipelining from many threads."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -13,8 +14,9 @@ import time
 from collections import deque
 
 import pytest
+import zmq
 from conftest import KEY, entry
-from zmqutil import LOOPBACK, RawRouter
+from zmqutil import LOOPBACK, RawDealer, RawRouter
 
 from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient, wire
 from pybk.cluster import client as client_module
@@ -150,6 +152,59 @@ def test_a_server_at_its_read_limit_stops_reading_until_reads_finish(
     bookie.add_entry(1, 1, entry(1, 1, lac=0), KEY)  # the LAC moves: the polls end
     assert [p.result(timeout=10) for p in polls] == [(0, entry(1, 0, lac=-1))] * 2
     assert behind.result(timeout=10) == 0
+
+
+def flood_unread(hog: RawDealer, count: int) -> None:
+    """Reads of ledger 1's entry 0 from ``hog``, which never reads the replies (each
+    send waits at most 10 s)."""
+    hog.socket.setsockopt(zmq.SNDTIMEO, 10_000)
+    for request_id in range(count):
+        hog.send(wire.encode_request(wire.Request(wire.Op.READ, request_id, ledger_id=1,
+                                                  entry_id=0), 1 << 20))
+
+
+#: More 16 KiB replies than ZeroMQ's queue to a client (1000 messages) and TCP hold.
+UNREAD_REPLIES = 4000
+
+
+def test_a_client_that_does_not_read_its_replies_stalls_no_one(bookie, closing):
+    """Replies ZeroMQ cannot take for a client that does not read them wait in the
+    server, which reads on: that client's requests and everybody else's are served."""
+    bookie.add_entry(1, 0, entry(1, 0, body=b"x" * 16384, lac=-1), KEY)
+    server = closing.enter_context(BookieServer(bookie, LOOPBACK))
+    hog = closing.enter_context(RawDealer(server.address, receive_hwm=1))
+    flood_unread(hog, UNREAD_REPLIES)
+    wait_until(lambda: server.requests_served()["read"] == UNREAD_REPLIES,
+               "the server read every request of a client that does not read replies",
+               timeout_s=20)
+    client = closing.enter_context(ZmqBookieClient("B1", server.address, PATIENT))
+    assert client.read_lac(1).result(timeout=10) == -1
+
+
+def test_a_closing_server_lets_a_vanished_clients_replies_go(
+        bookie_factory, settings_factory, closing, caplog):
+    """A client vanished with requests the server had not read and replies it could not
+    take: ZeroMQ refuses those replies until the server has read the requests, so the
+    closing server reads (and drops) them, and the close does not wait out its time
+    limit for the replies."""
+    bookie = bookie_factory(settings_factory(maxReadsInProgressLimit=1))
+    bookie.add_entry(1, 0, entry(1, 0, body=b"x" * 16384, lac=-1), KEY)
+    server = BookieServer(bookie, LOOPBACK)
+    closing.callback(server.close)
+    hog = closing.enter_context(RawDealer(server.address, receive_hwm=1))
+    flood_unread(hog, UNREAD_REPLIES)
+    wait_until(lambda: server.requests_served()["read"] == UNREAD_REPLIES,
+               "the server read every request of a client that does not read replies",
+               timeout_s=20)
+    client = closing.enter_context(ZmqBookieClient("B1", server.address, PATIENT))
+    poll = client.read_lac_long_poll(1, -1, 0, timeout_s=30)  # the server stops reading
+    wait_until(lambda: server.requests_served()["long_poll"] == 1, "the poll is parked")
+    flood_unread(hog, 10)  # not read
+    hog.close()  # reset: replies it did not read are waiting in its TCP buffer
+    with caplog.at_level(logging.WARNING, logger="pybk.cluster.server"):
+        server.close()
+    assert poll.result(timeout=10) == (-1, None)
+    assert "closing with" not in caplog.text  # the warning of a close out of time
 
 
 def test_many_threads_pipeline_through_clients_sharing_one_loop(bookie_factory,

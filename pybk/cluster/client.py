@@ -813,7 +813,11 @@ class _Connection:
         calls = self.calls
         with self.lock:
             for _ in range(len(calls)):
-                self.send(calls.popleft())
+                try:
+                    call = calls.popleft()
+                except IndexError:  # the loop closed: a submitting thread failed the rest
+                    return
+                self.send(call)
 
     def send(self, pending: _Pending) -> None:
         """Send a request, or queue it until the connection is up (any thread; fails it

@@ -27,11 +27,21 @@ Guarantees:
   are matched by request id.
 * Bounded work: with ``maxAddsInProgressLimit`` journal-bound requests (adds, explicit
   LACs, deletes) or ``maxReadsInProgressLimit`` waiting reads (long polls, fencing reads)
-  in progress, or replies that ZeroMQ cannot take yet (a client's send queue is at its
-  high-water mark), the server stops reading requests.  They then wait in ZeroMQ's
-  per-client queue (high-water mark 1000 messages) and in TCP, and the clients' own
-  queues fill: back-pressure instead of unbounded memory.  Plain reads, LAC reads and
-  INFO are answered before the next request is read, so they hold nothing.
+  in progress, the server stops reading requests.  They then wait in ZeroMQ's
+  per-client queue, which has no high-water mark: libzmq never stops reading a
+  client's connection, because libzmq 4.3.5 aborts the process when a client resets a
+  connection it had stopped reading (see ``BookieServer.__init__``).  So the requests
+  waiting are bounded by what the clients have outstanding (a pybk client: at most
+  ``zmqAddMessagesInFlight`` ADD messages per bookie, and the other requests its
+  callers wait for), not by the server; CURVE keeps strangers out.  Plain reads, LAC
+  reads and INFO are answered before the next request is read, so they hold nothing.
+* Replies that ZeroMQ cannot take yet (a client's send queue is at its high-water
+  mark: it does not read) wait in the server, in order, per client, and the server
+  goes on reading: one client that does not read its replies does not stall the
+  others, and a client that vanished with requests unread has its connection's
+  queues released once the server read them (until then ZeroMQ refuses its replies).
+  A pybk client that stops (a stopped or partitioned process) is dropped by its
+  heartbeat's time to live, ``zmqHeartbeatTimeoutMs``, and its replies with it.
 * A request that does not decode gets an error reply (MalformedMessage, EntryTooLarge)
   if it carries a request id, and is dropped with a log line otherwise; a frame over
   :func:`~pybk.cluster.wire.zmq_max_message_bytes` makes ZeroMQ drop the connection
@@ -43,9 +53,11 @@ Guarantees:
 * With ``zmqCurveEnabled`` the socket is a CURVE server: only clients whose public key
   is in ``zmqCurveAllowedClientKeysDirectory`` complete the handshake
   (:mod:`pybk.cluster.curve`); the others never get a request in.
-* :meth:`BookieServer.close` stops reading requests, answers parked long polls with the
-  current LAC, waits (up to a time limit) for requests in progress to complete and their
-  replies to leave, then closes the socket, lingering a moment so the last replies go out.
+* :meth:`BookieServer.close` stops answering requests (while replies wait, those that
+  come are read and dropped: a vanished client's replies go only once its requests are
+  read), answers parked long polls with the current LAC, waits (up to a time limit) for
+  requests in progress to complete and their replies to leave, then closes the socket,
+  lingering a moment so the last replies go out.
 
 Entry reads run on the server thread: they are served from the write cache or the page
 cache in microseconds; a read that has to wait for the disk holds up the requests behind
@@ -59,6 +71,7 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Callable
@@ -124,6 +137,18 @@ class BookieServer:
                     self._context, self._socket, settings.zmqCurveSecretKeyFile,
                     settings.zmqCurveAllowedClientKeysDirectory)
             self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            # No high-water mark on receiving, so that libzmq's I/O thread never stops
+            # reading a client's connection because the queue of its requests is full.
+            # libzmq 4.3.5 (and its master to date) aborts the process when a client
+            # resets a connection whose reading stopped so while the bytes read but
+            # not processed yet hold a heartbeat PING: once the queue drains, the
+            # connection's engine processes them and answers the PING on the failed
+            # connection (Assertion failed: !_io_error, stream_engine_base.cpp:310;
+            # zeromq/libzmq#4364, open; the patch proposed in #4852 was not merged).
+            # So any client could crash the bookie.  The
+            # requests not read yet are bounded by what the clients have outstanding
+            # instead (see the module's docstring).
+            self._socket.setsockopt(zmq.RCVHWM, 0)
             self._socket.setsockopt(zmq.MAXMSGSIZE,
                                     wire.zmq_max_message_bytes(self._max_entry))
             self._socket.setsockopt(zmq.LINGER, _CLOSE_LINGER_MS)
@@ -151,7 +176,8 @@ class BookieServer:
         # Owned by the server thread:
         self._adds_in_progress = 0
         self._reads_in_progress = 0
-        self._unsent: list[list[bytes]] = []
+        # Replies ZeroMQ could not take yet, by client, in order.
+        self._unsent: dict[bytes, deque[list[bytes]]] = {}
         self._polls: Deadlines[_LongPoll] = Deadlines(lambda poll: not poll.done)
         self._stop_deadline: float | None = None
         self._closed = False
@@ -215,7 +241,10 @@ class BookieServer:
                 if mailbox in events:
                     self._mailbox.run_posted()
                 if socket in events:
-                    self._read_requests()
+                    if self._stop_deadline is None:
+                        self._read_requests()
+                    else:
+                        self._drop_requests()
                 if self._reads_in_progress:  # long polls among them may be due
                     for poll in self._polls.pop_due():
                         self._finish_long_poll(poll)
@@ -227,8 +256,13 @@ class BookieServer:
             socket.close()
 
     def _may_read(self) -> bool:
-        return (self._stop_deadline is None and not self._unsent
-                and self._adds_in_progress < self._max_adds
+        # Replies unsent do not stop the reading: a client that vanished with requests
+        # unread keeps its reply queue (full, so its replies wait here) until this
+        # thread has read those requests, and one client that does not read its
+        # replies must not stall the others.
+        if self._stop_deadline is not None:
+            return bool(self._unsent)  # closing: see _drop_requests
+        return (self._adds_in_progress < self._max_adds
                 and self._reads_in_progress < self._max_reads)
 
     def _finished(self) -> bool:
@@ -238,7 +272,8 @@ class BookieServer:
         if not idle and time.monotonic() >= self._stop_deadline:
             log.warning("bookie server on %s closing with %d adds and %d reads in "
                         "progress and %d replies unsent", self.address,
-                        self._adds_in_progress, self._reads_in_progress, len(self._unsent))
+                        self._adds_in_progress, self._reads_in_progress,
+                        sum(map(len, self._unsent.values())))
             return True
         return idle
 
@@ -268,6 +303,14 @@ class BookieServer:
                 self.stats.paused += 1
                 break
         self._bookie.commit_queued()
+
+    def _drop_requests(self) -> None:
+        """Closing: requests are no longer answered, but they are still read (and
+        dropped) while replies wait, so that a client that vanished with requests
+        unread releases its queues and the replies waiting for it go (see
+        :meth:`_may_read`) instead of holding the close until its deadline."""
+        for _ in received(self._socket, _READ_BATCH):
+            pass
 
     def _handle(self, identity: bytes, frames: list[bytes]) -> None:
         self.stats.messages_in += 1
@@ -315,8 +358,11 @@ class BookieServer:
 
     def _send_frames(self, identity: bytes, frames: list[bytes]) -> None:
         message = [identity, *frames]
-        if not self._try_send(message):
-            self._unsent.append(message)
+        waiting = self._unsent.get(identity)
+        if waiting is not None:
+            waiting.append(message)  # behind the replies ZeroMQ could not take yet
+        elif not self._try_send(message):
+            self._unsent[identity] = deque((message,))
 
     def _try_send(self, message: list[bytes]) -> bool:
         """False if ZeroMQ cannot take the message yet; True once sent or dropped."""
@@ -333,8 +379,13 @@ class BookieServer:
         return True
 
     def _retry_unsent(self) -> None:
-        if self._unsent:
-            self._unsent = [m for m in self._unsent if not self._try_send(m)]
+        """Send each client's waiting replies in order, up to the first that ZeroMQ
+        still refuses (one try per client that does not read)."""
+        for identity, waiting in list(self._unsent.items()):
+            while waiting and self._try_send(waiting[0]):
+                waiting.popleft()
+            if not waiting:
+                del self._unsent[identity]
 
     # -- requests ---------------------------------------------------------------------
 
