@@ -18,6 +18,7 @@ import pytest
 import zkutil
 from clientutil import FAST
 from clusterutil import failed, ok
+from kazoo.client import KazooClient
 
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
@@ -340,3 +341,40 @@ def test_a_migration_that_crashes_leaves_one_layout_whole_and_the_next_opening_f
     assert not kazoo.exists(f"{parent}/ra/{migrate.LOCK_NAME}")
     cluster.open()
     _check_moved(kazoo, cluster, rows)
+
+
+# -- a migrator whose session expires (review) ----------------------------------------------
+
+
+def _expire(conn) -> None:
+    """End the session of a migrating connection from outside, as ZooKeeper does when
+    the process pauses for longer than its session timeout (its ephemeral lock goes)."""
+    intruder = KazooClient(hosts=conn.address.connect_string, client_id=conn.client.client_id)
+    intruder.start(timeout=10)
+    intruder.stop()
+    intruder.close()
+
+
+def test_a_migrator_whose_session_expired_leaves_alone_the_layout_another_one_completed(
+        make_cluster, kazoo, monkeypatch):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1"])
+    namespace = f"{parent}/ra/{migrate.NAMESPACE_NAME}"
+    original = migrate._delete_below
+
+    def paused_past_its_session_before_step_1(conn, top):
+        if top == namespace:
+            monkeypatch.setattr(migrate, "_delete_below", original)  # once
+            _expire(conn)  # A loses its session, and the lock with it
+            cluster.open()  # B takes the lock and moves the logs
+            cluster.append("L1", b"after the move")  # acknowledged in the new layout
+            cluster.close()
+        return original(conn, top)
+
+    monkeypatch.setattr(migrate, "_delete_below", paused_past_its_session_before_step_1)
+    with contextlib.suppress(MetadataError):  # A may give up; it must not undo B's move
+        ZooKeeperMetadataStore(cluster.address, zkutil.settings()).close()
+    monkeypatch.undo()
+    cluster.open()
+    assert [data for _p, data in LogReader(cluster.bk, "L1").read()] == [
+        *rows["L1"], b"after the move"]
