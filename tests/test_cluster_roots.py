@@ -362,14 +362,14 @@ def test_a_migrator_whose_session_expired_leaves_alone_the_layout_another_one_co
     namespace = f"{parent}/ra/{migrate.NAMESPACE_NAME}"
     original = migrate._delete_below
 
-    def paused_past_its_session_before_step_1(conn, top):
+    def paused_past_its_session_before_step_1(conn, top, *rest):
         if top == namespace:
             monkeypatch.setattr(migrate, "_delete_below", original)  # once
             _expire(conn)  # A loses its session, and the lock with it
             cluster.open()  # B takes the lock and moves the logs
             cluster.append("L1", b"after the move")  # acknowledged in the new layout
             cluster.close()
-        return original(conn, top)
+        return original(conn, top, *rest)
 
     monkeypatch.setattr(migrate, "_delete_below", paused_past_its_session_before_step_1)
     with contextlib.suppress(MetadataError):  # A may give up; it must not undo B's move
@@ -378,3 +378,36 @@ def test_a_migrator_whose_session_expired_leaves_alone_the_layout_another_one_co
     cluster.open()
     assert [data for _p, data in LogReader(cluster.bk, "L1").read()] == [
         *rows["L1"], b"after the move"]
+
+
+def test_a_migrator_whose_session_expired_cannot_delete_the_copy_another_one_is_making(
+        make_cluster, kazoo, monkeypatch):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1", "L2"])
+    namespace = f"{parent}/ra/{migrate.NAMESPACE_NAME}"
+    delete_below, copy_tree = migrate._delete_below, migrate._copy_tree
+
+    def paused_past_its_session_before_step_1(conn_a, top, *rest_a):
+        if top != namespace:
+            return delete_below(conn_a, top, *rest_a)
+        monkeypatch.setattr(migrate, "_delete_below", delete_below)  # once
+        _expire(conn_a)  # A loses its session, and the lock with it
+
+        def step_1_of_a_while_b_copies(conn_b, source, target, *rest_b):
+            if source.endswith("/L2"):  # B copied L1: A wakes up and does its step 1
+                monkeypatch.setattr(migrate, "_copy_tree", copy_tree)
+                with contextlib.suppress(MetadataError):
+                    delete_below(conn_a, top, *rest_a)
+            return copy_tree(conn_b, source, target, *rest_b)
+
+        monkeypatch.setattr(migrate, "_copy_tree", step_1_of_a_while_b_copies)
+        cluster.open()  # B takes the lock and moves the logs
+        cluster.close()
+        raise Crash("A")  # and A dies
+
+    monkeypatch.setattr(migrate, "_delete_below", paused_past_its_session_before_step_1)
+    with pytest.raises(Crash):
+        ZooKeeperMetadataStore(cluster.address, zkutil.settings()).close()
+    monkeypatch.undo()
+    cluster.open()
+    _check_moved(kazoo, cluster, rows)
