@@ -411,3 +411,27 @@ def test_a_migrator_whose_session_expired_cannot_delete_the_copy_another_one_is_
     monkeypatch.undo()
     cluster.open()
     _check_moved(kazoo, cluster, rows)
+
+
+def test_a_migrator_whose_session_expired_leaves_the_lock_another_one_took(
+        make_cluster, kazoo, monkeypatch):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1"])
+    lock = f"{parent}/ra/{migrate.LOCK_NAME}"
+    original = migrate._delete_below
+
+    def paused_past_its_session_then_dies(conn, top, *rest):
+        monkeypatch.setattr(migrate, "_delete_below", original)  # once
+        _expire(conn)  # A loses its session, and the lock with it
+        kazoo.create(lock, b"", ephemeral=True)  # B takes the lock
+        raise Crash("A")
+
+    monkeypatch.setattr(migrate, "_delete_below", paused_past_its_session_then_dies)
+    with pytest.raises(Crash):
+        ZooKeeperMetadataStore(cluster.address, zkutil.settings()).close()
+    found = kazoo.exists(lock)  # A, unlocking, left B's lock alone
+    assert found is not None and found.ephemeralOwner == kazoo.client_id[0]
+    kazoo.delete(lock)
+    monkeypatch.undo()
+    cluster.open()
+    _check_moved(kazoo, cluster, rows)
