@@ -19,6 +19,7 @@ import zkutil
 from clientutil import FAST
 from clusterutil import failed, ok
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
@@ -254,8 +255,8 @@ def test_a_head_that_a_former_pybk_changes_during_the_move_fails_the_switch_and_
     cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1"])
     original = migrate._copy_tree
 
-    def copy_then_a_former_writer_takes_the_log_over(conn, source, target):
-        version = original(conn, source, target)
+    def copy_then_a_former_writer_takes_the_log_over(conn, source, target, *rest):
+        version = original(conn, source, target, *rest)
         monkeypatch.setattr(migrate, "_copy_tree", original)  # once
         data, stat = kazoo.get(source)
         head = LogMetadata.from_bytes(data)
@@ -326,7 +327,7 @@ def test_a_migration_that_crashes_leaves_one_layout_whole_and_the_next_opening_f
      "after the switch": lambda: _crash_in(monkeypatch, "_switch", after=True),
      "deleting the old records": lambda: _crash_in(
          monkeypatch, "_delete_below", after=True,
-         when=lambda _conn, top: top.startswith(old_records)),
+         when=lambda _conn, top, *_rest: top.startswith(old_records)),
      }[where]()
     with pytest.raises(Crash):
         cluster.open()
@@ -435,3 +436,27 @@ def test_a_migrator_whose_session_expired_leaves_the_lock_another_one_took(
     monkeypatch.undo()
     cluster.open()
     _check_moved(kazoo, cluster, rows)
+
+
+def test_a_copy_whose_answer_is_lost_is_made_again_from_what_the_retry_reads(
+        make_cluster, kazoo, monkeypatch):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1"])
+    consumer = f"{parent}/logs/L1/consumers/consumer-a"
+    assert kazoo.exists(consumer)
+    original = migrate._create_all
+
+    def answer_lost(*args):
+        if "consumers/consumer-a" not in repr(args):
+            return original(*args)
+        monkeypatch.setattr(migrate, "_create_all", original)  # once
+        original(*args)
+        kazoo.delete(consumer)  # gone before the copy is made again
+        raise ConnectionLoss("the answer is lost")
+
+    monkeypatch.setattr(migrate, "_create_all", answer_lost)
+    former = _tree(kazoo, f"{parent}/logs")
+    del former["/L1/consumers/consumer-a"]
+    cluster.open()
+    assert _tree(kazoo, f"{parent}/ra/pybk/logs") == former
+    assert consumers.list_consumers(cluster.store, "L1") == []
