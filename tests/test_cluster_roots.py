@@ -18,6 +18,8 @@ import pytest
 import zkutil
 from clientutil import FAST
 from clusterutil import failed, ok
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
@@ -253,8 +255,8 @@ def test_a_head_that_a_former_pybk_changes_during_the_move_fails_the_switch_and_
     cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1"])
     original = migrate._copy_tree
 
-    def copy_then_a_former_writer_takes_the_log_over(conn, source, target):
-        version = original(conn, source, target)
+    def copy_then_a_former_writer_takes_the_log_over(conn, source, target, *rest):
+        version = original(conn, source, target, *rest)
         monkeypatch.setattr(migrate, "_copy_tree", original)  # once
         data, stat = kazoo.get(source)
         head = LogMetadata.from_bytes(data)
@@ -325,7 +327,7 @@ def test_a_migration_that_crashes_leaves_one_layout_whole_and_the_next_opening_f
      "after the switch": lambda: _crash_in(monkeypatch, "_switch", after=True),
      "deleting the old records": lambda: _crash_in(
          monkeypatch, "_delete_below", after=True,
-         when=lambda _conn, top: top.startswith(old_records)),
+         when=lambda _conn, top, *_rest: top.startswith(old_records)),
      }[where]()
     with pytest.raises(Crash):
         cluster.open()
@@ -340,3 +342,121 @@ def test_a_migration_that_crashes_leaves_one_layout_whole_and_the_next_opening_f
     assert not kazoo.exists(f"{parent}/ra/{migrate.LOCK_NAME}")
     cluster.open()
     _check_moved(kazoo, cluster, rows)
+
+
+# -- a migrator whose session expires (review) ----------------------------------------------
+
+
+def _expire(conn) -> None:
+    """End the session of a migrating connection from outside, as ZooKeeper does when
+    the process pauses for longer than its session timeout (its ephemeral lock goes)."""
+    intruder = KazooClient(hosts=conn.address.connect_string, client_id=conn.client.client_id)
+    intruder.start(timeout=10)
+    intruder.stop()
+    intruder.close()
+
+
+def test_a_migrator_whose_session_expired_leaves_alone_the_layout_another_one_completed(
+        make_cluster, kazoo, monkeypatch):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1"])
+    namespace = f"{parent}/ra/{migrate.NAMESPACE_NAME}"
+    original = migrate._delete_below
+
+    def paused_past_its_session_before_step_1(conn, top, *rest):
+        if top == namespace:
+            monkeypatch.setattr(migrate, "_delete_below", original)  # once
+            _expire(conn)  # A loses its session, and the lock with it
+            cluster.open()  # B takes the lock and moves the logs
+            cluster.append("L1", b"after the move")  # acknowledged in the new layout
+            cluster.close()
+        return original(conn, top, *rest)
+
+    monkeypatch.setattr(migrate, "_delete_below", paused_past_its_session_before_step_1)
+    with contextlib.suppress(MetadataError):  # A may give up; it must not undo B's move
+        ZooKeeperMetadataStore(cluster.address, zkutil.settings()).close()
+    monkeypatch.undo()
+    cluster.open()
+    assert [data for _p, data in LogReader(cluster.bk, "L1").read()] == [
+        *rows["L1"], b"after the move"]
+
+
+def test_a_migrator_whose_session_expired_cannot_delete_the_copy_another_one_is_making(
+        make_cluster, kazoo, monkeypatch):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1", "L2"])
+    namespace = f"{parent}/ra/{migrate.NAMESPACE_NAME}"
+    delete_below, copy_tree = migrate._delete_below, migrate._copy_tree
+
+    def paused_past_its_session_before_step_1(conn_a, top, *rest_a):
+        if top != namespace:
+            return delete_below(conn_a, top, *rest_a)
+        monkeypatch.setattr(migrate, "_delete_below", delete_below)  # once
+        _expire(conn_a)  # A loses its session, and the lock with it
+
+        def step_1_of_a_while_b_copies(conn_b, source, target, *rest_b):
+            if source.endswith("/L2"):  # B copied L1: A wakes up and does its step 1
+                monkeypatch.setattr(migrate, "_copy_tree", copy_tree)
+                with contextlib.suppress(MetadataError):
+                    delete_below(conn_a, top, *rest_a)
+            return copy_tree(conn_b, source, target, *rest_b)
+
+        monkeypatch.setattr(migrate, "_copy_tree", step_1_of_a_while_b_copies)
+        cluster.open()  # B takes the lock and moves the logs
+        cluster.close()
+        raise Crash("A")  # and A dies
+
+    monkeypatch.setattr(migrate, "_delete_below", paused_past_its_session_before_step_1)
+    with pytest.raises(Crash):
+        ZooKeeperMetadataStore(cluster.address, zkutil.settings()).close()
+    monkeypatch.undo()
+    cluster.open()
+    _check_moved(kazoo, cluster, rows)
+
+
+def test_a_migrator_whose_session_expired_leaves_the_lock_another_one_took(
+        make_cluster, kazoo, monkeypatch):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1"])
+    lock = f"{parent}/ra/{migrate.LOCK_NAME}"
+    original = migrate._delete_below
+
+    def paused_past_its_session_then_dies(conn, top, *rest):
+        monkeypatch.setattr(migrate, "_delete_below", original)  # once
+        _expire(conn)  # A loses its session, and the lock with it
+        kazoo.create(lock, b"", ephemeral=True)  # B takes the lock
+        raise Crash("A")
+
+    monkeypatch.setattr(migrate, "_delete_below", paused_past_its_session_then_dies)
+    with pytest.raises(Crash):
+        ZooKeeperMetadataStore(cluster.address, zkutil.settings()).close()
+    found = kazoo.exists(lock)  # A, unlocking, left B's lock alone
+    assert found is not None and found.ephemeralOwner == kazoo.client_id[0]
+    kazoo.delete(lock)
+    monkeypatch.undo()
+    cluster.open()
+    _check_moved(kazoo, cluster, rows)
+
+
+def test_a_copy_whose_answer_is_lost_is_made_again_from_what_the_retry_reads(
+        make_cluster, kazoo, monkeypatch):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1"])
+    consumer = f"{parent}/logs/L1/consumers/consumer-a"
+    assert kazoo.exists(consumer)
+    original = migrate._create_all
+
+    def answer_lost(*args):
+        if "consumers/consumer-a" not in repr(args):
+            return original(*args)
+        monkeypatch.setattr(migrate, "_create_all", original)  # once
+        original(*args)
+        kazoo.delete(consumer)  # gone before the copy is made again
+        raise ConnectionLoss("the answer is lost")
+
+    monkeypatch.setattr(migrate, "_create_all", answer_lost)
+    former = _tree(kazoo, f"{parent}/logs")
+    del former["/L1/consumers/consumer-a"]
+    cluster.open()
+    assert _tree(kazoo, f"{parent}/ra/pybk/logs") == former
+    assert consumers.list_consumers(cluster.store, "L1") == []

@@ -28,7 +28,12 @@ What the operator is told: a migration logs one warning, ``<address>: moved N lo
 the same line).
 
 The migration, under an ephemeral lock node ``<root>/pybk-migration`` (one migrator at
-a time; a migrator that dies loses it with its session):
+a time; a migrator that dies loses it with its session).  A migrator whose session
+expires loses the lock but may go on (a long pause, then a new session): so each one,
+once it holds the lock, *takes the migration over* by changing the namespace node's
+version (making the node if it is missing), and every write of its steps 1 to 3 is a
+ZooKeeper transaction that checks that version.  Another migrator taking over changes it
+again, so a migrator that lost the lock writes nothing more (MetadataError):
 
 1. Delete what a migration that died left under the namespace node (nothing else writes
    there before step 3).
@@ -72,7 +77,13 @@ import time
 from typing import TYPE_CHECKING, Any, Collection, Iterator
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
 
 from pybk.errors import MalformedMetadata, MetadataError, MetadataUnavailable
 from pybk.meta import paths
@@ -107,8 +118,14 @@ SWITCH_ATTEMPTS_MAX = 3
 #: How long an opening waits for another process's migration to finish.
 LOCK_WAIT_S = 300.0
 _LOCK_POLL_S = 0.1
-#: How many ZooKeeper requests a copy or delete keeps in flight.
+#: How many ZooKeeper requests a copy or delete keeps in flight, and how many operations
+#: one of their transactions holds ...
 _REQUESTS_IN_FLIGHT_MAX = 1000
+#: ... and how many bytes of paths and data at most (one larger node goes alone: a
+#: record's data is at most MAX_DATA_BYTES, 128 KiB under ZooKeeper's jute.maxbuffer).
+_TRANSACTION_BYTES_MAX = 256 * 1024
+#: How often taking a migration over is tried while other migrators change the node.
+_TAKE_OVER_ATTEMPTS_MAX = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,11 +201,15 @@ def migrate(conn: "_Connection", root: str,
                 raise MetadataError(f"{conn.address}: {source} holds no log of pybk's "
                                     f"former layout named {', '.join(missing)}")
         _check_switch_size(conn, source, target, taken)
+        fence = _take_over(conn, root)
         for _ in range(SWITCH_ATTEMPTS_MAX):
-            _delete_below(conn, namespace_path(root))
+            _delete_below(conn, namespace_path(root), (namespace_path(root), fence))
+            if taken:
+                _make(conn, target, (namespace_path(root), fence))
             versions = {name: _copy_tree(conn, paths.join(source, name),
-                                         paths.join(target, name)) for name in taken}
-            if _switch(conn, root, source, target, versions):
+                                         paths.join(target, name),
+                                         (namespace_path(root), fence)) for name in taken}
+            if _switch(conn, root, source, target, versions, fence):
                 break
         else:
             raise MetadataError(f"{conn.address}: the logs in {source} kept changing while "
@@ -308,19 +329,110 @@ def _lock(conn: "_Connection", root: str) -> Iterator[None]:
                                       f"the logs of {root} for over {LOCK_WAIT_S:.0f} s "
                                       f"(it holds {path}); try again later")
         time.sleep(_LOCK_POLL_S)
+
+    def release(client: KazooClient, _retrying: bool) -> None:
+        found = conn.wait(client.exists_async(path))
+        if found is None or found.ephemeralOwner != conn.session_id:
+            return  # lost with an expired session: another migrator's now, or no one's
+        try:
+            conn.wait(client.delete_async(path, found.version))
+        except (NoNodeError, BadVersionError):
+            pass
+
     try:
         yield
     finally:
         with contextlib.suppress(MetadataError):
-            conn.call(f"unlock {path}", lambda client, _retrying: _delete_quietly(
-                conn, client, path))
+            conn.call(f"unlock {path}", release)
 
 
-def _delete_quietly(conn: "_Connection", client: KazooClient, path: str) -> None:
-    try:
-        conn.wait(client.delete_async(path))
-    except NoNodeError:
-        pass
+#: A migration's fence: the namespace node and the version it has while this migrator
+#: holds the migration (:func:`_take_over`).
+Fence = tuple[str, int]
+
+
+class _TakenOver(MetadataError):
+    pass
+
+
+def _taken_over(conn: "_Connection", namespace: str) -> _TakenOver:
+    return _TakenOver(f"{conn.address}: another process took over moving the logs into "
+                      f"{namespace} (this one lost its ZooKeeper session, and the lock "
+                      "with it): this one stopped; open the cluster again")
+
+
+def _take_over(conn: "_Connection", root: str) -> int:
+    """Change the version of the namespace node (made if it is missing), which every
+    later write of this migration checks; the version."""
+    namespace = namespace_path(root)
+
+    def op(client: KazooClient, _retrying: bool) -> int:
+        for _ in range(_TAKE_OVER_ATTEMPTS_MAX):
+            try:
+                data, stat = conn.wait(client.get_async(namespace))
+            except NoNodeError:
+                with contextlib.suppress(NodeExistsError):
+                    conn.wait(client.create_async(namespace, b"", makepath=True))
+                continue
+            if data in (READY, CLEANING):
+                raise _taken_over(conn, namespace)
+            try:
+                return int(conn.wait(client.set_async(namespace, data, stat.version))
+                           .version)
+            except BadVersionError:
+                continue
+        raise _taken_over(conn, namespace)
+
+    return conn.call(f"take over moving the logs into {namespace}", op)
+
+
+def _commit_fenced(conn: "_Connection", client: KazooClient, fence: Fence,
+                   add: Any) -> None:
+    """One transaction: the check of ``fence``, then the operations ``add(txn)`` adds.
+    _TakenOver if the check fails; another failure raised as kazoo's error."""
+    txn = client.transaction()
+    txn.check(fence[0], fence[1])
+    add(txn)
+    results = conn.wait(txn.commit_async())
+    failed = [r for r in results if isinstance(r, Exception)
+              and not isinstance(r, (RolledBackError, RuntimeInconsistency))]
+    if failed and isinstance(results[0], BadVersionError):
+        raise _taken_over(conn, fence[0])
+    if failed:
+        raise failed[0]
+
+
+def _batches(nodes: list[tuple[str, bytes]]) -> Iterator[list[tuple[str, bytes]]]:
+    """``nodes`` in order, in transactions of at most _REQUESTS_IN_FLIGHT_MAX nodes and
+    _TRANSACTION_BYTES_MAX bytes (a larger node alone)."""
+    batch: list[tuple[str, bytes]] = []
+    size = 0
+    for path, data in nodes:
+        cost = len(path) + len(data) + _SWITCH_OP_OVERHEAD_BYTES
+        if batch and (len(batch) == _REQUESTS_IN_FLIGHT_MAX
+                      or size + cost > _TRANSACTION_BYTES_MAX):
+            yield batch
+            batch, size = [], 0
+        batch.append((path, data))
+        size += cost
+    if batch:
+        yield batch
+
+
+def _create_all(conn: "_Connection", client: KazooClient, fence: Fence,
+                nodes: list[tuple[str, bytes]]) -> None:
+    """Create ``nodes`` (parents first) in one transaction checking ``fence``."""
+    _commit_fenced(conn, client, fence, lambda txn: [txn.create(path, data)
+                                                     for path, data in nodes])
+
+
+def _make(conn: "_Connection", path: str, fence: Fence) -> None:
+    """Create ``path`` (its parent exists) under ``fence``, unless it exists."""
+    def op(client: KazooClient, _retrying: bool) -> None:
+        with contextlib.suppress(NodeExistsError):
+            _commit_fenced(conn, client, fence, lambda txn: txn.create(path, b""))
+
+    conn.call(f"create {path}", op)
 
 
 def _check_switch_size(conn: "_Connection", source: str, target: str,
@@ -334,23 +446,37 @@ def _check_switch_size(conn: "_Connection", source: str, target: str,
                             "longer needed with the former pybk, then open it again")
 
 
-def _delete_below(conn: "_Connection", top: str) -> int:
-    """Delete every node below ``top`` (not ``top``); how many."""
+def _delete_below(conn: "_Connection", top: str, fence: Fence | None = None) -> int:
+    """Delete every node below ``top`` (not ``top``), in transactions checking ``fence``
+    if given; how many."""
     def op(client: KazooClient, _retrying: bool) -> int:
-        below = [top + rel for rel, _data, _version in _read_tree(client, conn, top) if rel]
-        below.reverse()  # children before their parents
-        for start in range(0, len(below), _REQUESTS_IN_FLIGHT_MAX):
-            window = below[start:start + _REQUESTS_IN_FLIGHT_MAX]
-            _gather(conn, [client.delete_async(path) for path in window])
-        return len(below)
+        return _delete_tree(conn, client, top, fence, keep_top=True)
 
     return conn.call(f"delete the records below {top}", op)
 
 
-def _copy_tree(conn: "_Connection", source: str, target: str) -> int:
-    """Copy ``source`` and every node below it to ``target`` (which does not exist);
-    the version of ``source`` as read before the nodes below it."""
-    def op(client: KazooClient, _retrying: bool) -> int:
+def _delete_tree(conn: "_Connection", client: KazooClient, top: str, fence: Fence | None,
+                 keep_top: bool) -> int:
+    below = [top + rel for rel, _data, _version in _read_tree(client, conn, top)
+             if rel or not keep_top]
+    below.reverse()  # children before their parents
+    for start in range(0, len(below), _REQUESTS_IN_FLIGHT_MAX):
+        window = below[start:start + _REQUESTS_IN_FLIGHT_MAX]
+        if fence is None:
+            _gather(conn, [client.delete_async(path) for path in window])
+        else:
+            _commit_fenced(conn, client, fence, lambda txn, window=window: [
+                txn.delete(path) for path in window])
+    return len(below)
+
+
+def _copy_tree(conn: "_Connection", source: str, target: str, fence: Fence) -> int:
+    """Copy ``source`` and every node below it to ``target`` (which does not exist; its
+    parent does), in transactions checking ``fence``; the version of ``source`` as read
+    before the nodes below it."""
+    def op(client: KazooClient, retrying: bool) -> int:
+        if retrying:  # what an attempt whose connection was lost made goes first
+            _delete_tree(conn, client, target, fence, keep_top=False)
         nodes = iter(_read_tree(client, conn, source))
         head = next(nodes, None)
         if head is None:
@@ -358,37 +484,13 @@ def _copy_tree(conn: "_Connection", source: str, target: str) -> int:
                                 "moved: a pybk of the former layout is running; stop it "
                                 "and open the cluster again")
         _rel, data, version = head
-        _create_all(conn, client, [(target, data, client.create_async(target, data,
-                                                                      makepath=True))])
-        window = []
-        for rel, data, _version in nodes:
-            # Sent in order on one session: each parent is made before its children.
-            window.append((target + rel, data, client.create_async(target + rel, data)))
-            if len(window) == _REQUESTS_IN_FLIGHT_MAX:
-                _create_all(conn, client, window)
-                window = []
-        _create_all(conn, client, window)
+        # Parents before their children, in one transaction or an earlier one.
+        copies = [(target, data)] + [(target + rel, data) for rel, data, _v in nodes]
+        for batch in _batches(copies):
+            _create_all(conn, client, fence, batch)
         return version
 
     return conn.call(f"copy {source} to {target}", op)
-
-
-def _create(conn: "_Connection", async_result: Any) -> None:
-    try:
-        conn.wait(async_result)
-    except NodeExistsError:
-        pass  # made by an attempt whose answer was lost (no one else writes here)
-
-
-def _create_all(conn: "_Connection", client: KazooClient,
-                pending: list[tuple[str, bytes, Any]]) -> None:
-    """Wait for the creates of ``(path, data, async result)``; a node found made by an
-    earlier attempt (whose connection was lost) gets this attempt's data."""
-    for path, data, async_result in pending:
-        try:
-            conn.wait(async_result)
-        except NodeExistsError:
-            conn.wait(client.set_async(path, data))
 
 
 def _moved(target: str) -> bytes:
@@ -397,12 +499,12 @@ def _moved(target: str) -> bytes:
 
 
 def _switch(conn: "_Connection", root: str, source: str, target: str,
-            versions: dict[str, int]) -> bool:
+            versions: dict[str, int], fence: int) -> bool:
     """Step 3: False if a head moved on since it was copied."""
     namespace = namespace_path(root)
 
     def op(client: KazooClient, retrying: bool) -> bool:
-        data, stat = conn.wait(client.get_async(namespace))
+        data, _stat = conn.wait(client.get_async(namespace))
         if data in (READY, CLEANING):
             if retrying:
                 return True  # an earlier attempt took effect; its answer was lost
@@ -410,21 +512,20 @@ def _switch(conn: "_Connection", root: str, source: str, target: str,
                                 "layout by another process meanwhile, not holding "
                                 f"{paths.join(root, LOCK_NAME)}")
         txn = client.transaction()
+        txn.set_data(namespace, CLEANING, fence)  # first: its failure is a takeover
         for name, version in versions.items():
             txn.set_data(paths.join(source, name), _moved(paths.join(target, name)), version)
-        txn.set_data(namespace, CLEANING, stat.version)
         results = conn.wait(txn.commit_async())
-        failed = [r for r in results
-                  if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+        failed = [r for r in results if isinstance(r, Exception)
+                  and not isinstance(r, (RolledBackError, RuntimeInconsistency))]
         if not failed:
             return True
+        if isinstance(results[0], BadVersionError):
+            raise _taken_over(conn, namespace)
         if isinstance(failed[0], BadVersionError):
             return False
         raise failed[0]
 
-    if not versions:  # nothing to move: the namespace node may not exist yet
-        conn.call(f"create {namespace}", lambda client, _retrying: _create(
-            conn, client.create_async(namespace, b"", makepath=True)))
     return conn.call(f"switch {root} to pybk's current layout", op)
 
 
