@@ -20,15 +20,18 @@ import pytest
 import zkutil
 from clientutil import FAST
 from clusterutil import address, bookies, child_env  # noqa: F401 (fixtures)
+from commitutil import LosesCommitAnswer
 
 import pybk
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import (
+    BadVersion,
     BookKeeperError,
     InvalidConfiguration,
     JobFinished,
     LogFenced,
+    MetadataUnavailable,
     TooManyLedgers,
 )
 from pybk.log import LogReader, LogWriter, Position, jobs
@@ -238,9 +241,10 @@ def test_a_committer_dying_between_its_cas_and_the_tail_cut_is_finished_by_a_wri
     """The committer stalls after its CAS, before the first segment record: the head
     holds a long tail and no record of the job's segments; readers read the job
     through the tail already.  A LogWriter that opens meanwhile writes the missing
-    records, cuts the tail, deletes the failed attempt's ledger and the job's records,
-    and appends after the job.  The stalled committer then goes on, finds the log taken
-    over and leaves the head as the writer made it."""
+    records, cuts the tail, deletes the failed attempt's ledger and the job's ledger
+    records, leaves the job's committed marker, and appends after the job.  The stalled
+    committer then goes on, finds the log taken over, leaves the head as the writer made
+    it and deletes the marker."""
     bk, faults = parties.client()
     bk2, faults2 = parties.client()
     job = jobs.begin_job(bk.metadata, LOG)
@@ -264,13 +268,15 @@ def test_a_committer_dying_between_its_cas_and_the_tail_cut_is_finished_by_a_wri
     assert len(opened.tail) == TAIL_SEGMENTS and opened.committing == ()
     assert all(read_segment(bk2.metadata, LOG, s.number).ledger_id == s.ledger_id
                for s in long.tail)
-    assert not ledger_exists(bk2, failed) and not job_exists(bk2, job)
+    assert not ledger_exists(bk2, failed) and not jobs.job_ledgers(bk2.metadata, LOG, job)
+    assert jobs.read_job(bk2.metadata, LOG, job)[0].committed is not None  # its marker
     assert all(ledger_exists(bk2, ledger_id) for ledger_id in ledgers)
 
     faults.hold_writes = False
     faults.release(stalled)
     committer.join(timeout=30)
     assert not committer.is_alive() and outcome[0].committed
+    assert not job_exists(bk2, job)  # the committer knows: it forgot the marker
     assert head(bk2) == opened  # the committer saw the writer's takeover
     records = read_all(bk2, writer)
     assert values(records) == expected + [b"after"] and records[-1][0] == after
@@ -498,3 +504,106 @@ def test_pybk_clean_orphans_gives_up_a_logs_old_jobs(address, bookies):  # noqa:
             f"  {orphan}\n"
         assert not ledger_exists(bk, ledger) and not job_exists(bk, orphan)
         assert read_all(bk) == [(kept, b"kept")]
+
+
+# -- lost answers ------------------------------------------------------------------------------
+
+
+def _open_a_writer(bk2, job):
+    """Another client opens a LogWriter of the log (and appends), then closes it."""
+    with LogWriter.open(bk2, LOG, SMALL_SEGMENTS) as writer:
+        writer.append(b"writer's")
+    return [b"writer's"]
+
+
+def _commit_another_job(bk2, job):
+    other = jobs.begin_job(bk2.metadata, LOG)
+    commit_job(bk2, LOG, other, [task_ledger(bk2, other, 0, [b"other job's"])])
+    return [b"other job's"]
+
+
+def _clean_nothing(bk2, job):
+    assert clean_orphans(bk2, LOG, 3600) == []
+    return []
+
+
+MEANWHILE = {"writer-open": _open_a_writer, "another-commit": _commit_another_job,
+             "clean-orphans": _clean_nothing}
+
+
+@pytest.mark.parametrize("error", [BadVersion, MetadataUnavailable])
+@pytest.mark.parametrize("meanwhile", list(MEANWHILE))
+def test_a_commit_whose_answer_is_lost_is_reported_committed(parties, meanwhile, error):
+    """The commit's CAS lands, another client acts on the log (and settles the job the
+    head lists as committing), then the committer's store answers BadVersion (the
+    ZooKeeper store's retry found the head moved on) or MetadataUnavailable: the
+    committer reports the job committed, with its segments; its rows are in the log once,
+    and the writer's or other job's after them; nothing of the job is left pending."""
+    bk, _faults = parties.client()
+    bk2, _ = parties.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledgers = [task_ledger(bk, job, p, partition_records(p, 2)) for p in range(3)]
+    after: list[bytes] = []
+    bk.metadata = lost = LosesCommitAnswer(
+        bk.metadata, LOG, job, lambda: after.extend(MEANWHILE[meanwhile](bk2, job)), error)
+
+    result = commit_job(bk, LOG, job, ledgers)
+
+    assert lost.hit and result.committed
+    assert [s.ledger_id for s in result.segments] == ledgers
+    found = list(live_segments(bk2.metadata, head(bk2)))
+    assert [s for s in found if s.ledger_id in ledgers] == list(result.segments)
+    job_records = [r for p in range(3) for r in partition_records(p, 2)]
+    assert values(read_all(bk2)) == job_records + after
+    assert not job_exists(bk2, job) and all(ledger_exists(bk2, i) for i in ledgers)
+
+
+@pytest.mark.parametrize("meanwhile", list(MEANWHILE))
+def test_an_abort_after_a_commit_of_unknown_outcome_says_committed(parties, meanwhile):
+    """As above, but the store stays unreachable for the committer's next calls: the
+    commit fails with MetadataUnavailable, saying that its outcome is unknown.  The abort
+    that follows (Spark's, once the store is back) answers that the job was committed and
+    deletes none of its ledgers; a second commit of the job (a retried driver) reports
+    it committed and adds nothing."""
+    bk, _faults = parties.client()
+    bk2, _ = parties.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledgers = [task_ledger(bk, job, p, partition_records(p, 2)) for p in range(2)]
+    after: list[bytes] = []
+    bk.metadata = lost = LosesCommitAnswer(
+        bk.metadata, LOG, job, lambda: after.extend(MEANWHILE[meanwhile](bk2, job)),
+        MetadataUnavailable, unreachable_calls=1000)
+
+    with pytest.raises(MetadataUnavailable, match="outcome of job .* is unknown"):
+        commit_job(bk, LOG, job, ledgers)
+
+    assert lost.hit
+    assert not abort_job(bk2, LOG, job)
+    job_records = [r for p in range(2) for r in partition_records(p, 2)]
+    assert values(read_all(bk2)) == job_records + after
+    assert all(ledger_exists(bk2, i) for i in ledgers)
+    again = commit_job(bk2, LOG, job, ledgers)
+    assert again.committed and [s.ledger_id for s in again.segments] == ledgers
+    assert values(read_all(bk2)) == job_records + after
+    assert not job_exists(bk2, job)
+
+
+def test_committed_markers_of_failed_committers_are_forgotten_after_the_orphan_timeout(
+        embedded):
+    """A committer that failed not knowing leaves its job's committed marker; an orphan
+    cleaning younger than the marker keeps it (and never takes it for an orphan: the
+    plan's ledgers stay), an older one deletes it."""
+    bk, _ = embedded.client()
+    bk2, _ = embedded.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledger = task_ledger(bk, job, 0, [b"committed"])
+    bk.metadata = LosesCommitAnswer(bk.metadata, LOG, job, lambda: _clean_nothing(bk2, job),
+                                    MetadataUnavailable, unreachable_calls=1000)
+    with pytest.raises(MetadataUnavailable):
+        commit_job(bk, LOG, job, [ledger])
+    assert jobs.read_job(bk2.metadata, LOG, job)[0].committed is not None
+    assert clean_orphans(bk2, LOG, 3600) == [] and job_exists(bk2, job)
+    time.sleep(0.05)  # the marker is older than the next cleaning's timeout
+    assert clean_orphans(bk2, LOG, 0.01) == []
+    assert not job_exists(bk2, job) and ledger_exists(bk2, ledger)
+    assert values(read_all(bk2)) == [b"committed"]

@@ -16,9 +16,11 @@ pybk job (:mod:`pybk.log.jobs`), committed exactly once (:mod:`pybk.log.commit`)
   ENTRIES_IN_FLIGHT_MAX entries in flight.  A failed attempt deletes its ledgers.
 * **Driver, after the tasks** (:func:`commit`): the successful attempts' ledgers, in
   partition order, are appended to the log in one compare-and-set; the job's other
-  ledgers (failed and speculative attempts) and its records are deleted.  :func:`abort`
-  deletes everything of the job.  Both give up the log's orphans on the way: jobs
-  nothing wrote for ``orphanTimeoutSeconds`` (their driver died before committing).
+  ledgers (failed and speculative attempts) and its records are deleted; a commit whose
+  answer was lost is reported committed once it knows (:mod:`pybk.log.commit`).
+  :func:`abort` deletes everything of the job, unless its commit landed.  Both give up
+  the log's orphans on the way: jobs nothing wrote for ``orphanTimeoutSeconds`` (their
+  driver died before committing).
 
 Spark's save modes: ``append`` adds the job's records after the log's; ``overwrite``
 truncates everything before the job's first record in the same commit.  Spark itself
@@ -39,7 +41,13 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Literal, Sequence, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from pybk.errors import BookKeeperError, EntryTooLarge, InvalidConfiguration, MetadataError
+from pybk.errors import (
+    BookKeeperError,
+    EntryTooLarge,
+    InvalidConfiguration,
+    JobFinished,
+    MetadataError,
+)
 from pybk.log import jobs
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, encode_batch_parts
 from pybk.log.commit import CommitResult, Sink, abort_job, commit_job
@@ -120,9 +128,15 @@ def commit(opts: PybkOptions, job_id: str,
 
 
 def abort(opts: PybkOptions, job_id: str) -> None:
-    """Delete every ledger and record of the job (and the log's orphans)."""
+    """Delete every ledger and record of the job (and the log's orphans).  JobFinished
+    if the job's commit landed after all (its commit failed not knowing): its records
+    are in the log, once."""
     with connect(opts) as bk:
-        abort_job(bk, opts.log, job_id, orphan_timeout_s=opts.get("orphanTimeoutSeconds"))
+        if not abort_job(bk, opts.log, job_id,
+                         orphan_timeout_s=opts.get("orphanTimeoutSeconds")):
+            raise JobFinished(f"{opts.describe()}: job {job_id} was committed (its commit "
+                              "failed not knowing that it had landed): its records are in "
+                              "the log, once; do not write them again")
 
 
 def settle(opts: PybkOptions, job_id: str) -> None:
