@@ -588,11 +588,30 @@ def test_an_abort_after_a_commit_of_unknown_outcome_says_committed(parties, mean
     assert not job_exists(bk2, job)
 
 
-def test_committed_markers_of_failed_committers_are_forgotten_after_the_orphan_timeout(
+def test_a_commit_whose_answer_is_lost_is_committed_after_an_orphan_cleaning_of_0_s(
         embedded):
-    """A committer that failed not knowing leaves its job's committed marker; an orphan
-    cleaning younger than the marker keeps it (and never takes it for an orphan: the
-    plan's ledgers stay), an older one deletes it."""
+    """While the committer's answer is lost, a writer opens (it settles the job, leaving
+    its committed marker) and an orphan cleaning with a timeout of 0 s runs: it does not
+    take the marker away from the committer, which reports the job committed.  (Found by
+    tests/test_commit_interleavings.py, seed 49.)"""
+    bk, _ = embedded.client()
+    bk2, _ = embedded.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledger = task_ledger(bk, job, 0, [b"committed"])
+
+    def meanwhile():
+        _open_a_writer(bk2, job)
+        assert clean_orphans(bk2, LOG, 0) == []
+
+    bk.metadata = LosesCommitAnswer(bk.metadata, LOG, job, meanwhile, BadVersion)
+    assert commit_job(bk, LOG, job, [ledger]).committed
+    assert values(read_all(bk2)) == [b"committed", b"writer's"]
+
+
+def test_committed_markers_of_failed_committers_are_forgotten_after_a_day(embedded):
+    """A committer that failed not knowing leaves its job's committed marker; orphan
+    cleanings keep it (and never take it for an orphan: the plan's ledgers stay) until it
+    is COMMITTED_MARKER_KEEP_S old, or the orphan timeout if that is longer."""
     bk, _ = embedded.client()
     bk2, _ = embedded.client()
     job = jobs.begin_job(bk.metadata, LOG)
@@ -601,9 +620,14 @@ def test_committed_markers_of_failed_committers_are_forgotten_after_the_orphan_t
                                     MetadataUnavailable, unreachable_calls=1000)
     with pytest.raises(MetadataUnavailable):
         commit_job(bk, LOG, job, [ledger])
-    assert jobs.read_job(bk2.metadata, LOG, job)[0].committed is not None
-    assert clean_orphans(bk2, LOG, 3600) == [] and job_exists(bk2, job)
-    time.sleep(0.05)  # the marker is older than the next cleaning's timeout
-    assert clean_orphans(bk2, LOG, 0.01) == []
+    marker, version = jobs.read_job(bk2.metadata, LOG, job)
+    assert marker.committed is not None
+    assert clean_orphans(bk2, LOG, 0) == [] and job_exists(bk2, job)
+    settled = time.time() - jobs.COMMITTED_MARKER_KEEP_S - 60  # as if settled a day ago
+    bk2.metadata.set(jobs.job_path(LOG, job), marker._replace(
+        committed=marker.committed._replace(settled=settled)).to_bytes(), version)
+    assert clean_orphans(bk2, LOG, 2 * jobs.COMMITTED_MARKER_KEEP_S) == []
+    assert job_exists(bk2, job)
+    assert clean_orphans(bk2, LOG, 0) == []
     assert not job_exists(bk2, job) and ledger_exists(bk2, ledger)
     assert values(read_all(bk2)) == [b"committed"]

@@ -44,9 +44,10 @@ segments: a truncation or an overwrite may delete them right after the commit, w
 would make a landed commit look failed, and a marker costs one record write per commit,
 written by whoever settles the job (crash-safe: the head lists the job until it is
 written), read once.  The committer deletes its marker when it returns "committed";
-markers of committers that failed or died are deleted by the orphan cleaning after the
-orphan timeout, so they stay few.  :func:`abort_job` reads the same two places and
-never answers "aborted" for a job whose commit landed while its marker lasts.
+markers of committers that failed or died are deleted by the orphan cleaning a day
+later (COMMITTED_MARKER_KEEP_S, whatever the orphan timeout), so they stay few.
+:func:`abort_job` reads the same two places and never answers "aborted" for a job whose
+commit landed while its marker lasts.
 """
 
 from __future__ import annotations
@@ -320,7 +321,7 @@ def abort_job(bk: "BookKeeper", name: str, job_id: str,
 
     A committed job is told apart by its committed marker for as long as the marker
     lasts (:mod:`pybk.log.jobs`): until its committer returned "committed", and after a
-    committer that failed or died, for the orphan timeout.  Aborting a job whose
+    committer that failed or died, for a day (COMMITTED_MARKER_KEEP_S).  Aborting a job whose
     committer was told "committed" answers True and deletes nothing."""
     committed, _given_up = _give_up(bk, name, job_id, orphan_timeout_s)
     return not committed

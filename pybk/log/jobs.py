@@ -48,10 +48,10 @@ the head lists in ``committing`` writes the marker *before* the CAS that takes t
 off the list, so from the commit's CAS on, the head lists the job or its marker exists,
 or both.  A marker stays until its committer's outcome cannot matter any more: the
 committer deletes it when it returns "committed" (:func:`forget`), and the cleaners that
-give up orphans delete the markers older than their orphan timeout
-(:func:`find_leftovers`): those of committers that died, or failed not knowing.  So a
-log holds the markers of the commits still running and of those that failed or died
-within the orphan timeout, each a few hundred bytes.
+give up orphans delete the markers older than COMMITTED_MARKER_KEEP_S (a day) or their
+orphan timeout if longer (:func:`find_leftovers`): those of committers that died, or
+failed not knowing.  So a log holds the markers of the commits still running and of
+those that failed or died within a day, each a few hundred bytes.
 
 **Orphans**: a job that no head lists, whose record and ledgers' records were all last
 written more than ``older_than`` seconds ago (:func:`find_leftovers`), is taken as
@@ -87,6 +87,11 @@ SETTLE_ATTEMPTS_MAX = 10
 #: its write is planned, before the stages that compute its rows run, however long they
 #: take: its tasks register their ledgers only then.
 EMPTY_JOB_TIMEOUT_S = 24 * 3600.0
+#: How long a committed marker a committer did not delete is kept (or the orphan
+#: timeout, if that is longer): far longer than a committer whose answer was lost takes
+#: to look (its store's retries, then Spark's abort), whatever orphan timeout a cleaner
+#: is given.
+COMMITTED_MARKER_KEEP_S = 24 * 3600.0
 _LEDGER_DIGITS = 20
 _JOB_KEYS_1 = frozenset(("job", "created", "plan"))
 _JOB_KEYS = _JOB_KEYS_1 | {"committed"}
@@ -372,7 +377,7 @@ class Leftovers(NamedTuple):
 
     #: Jobs no head lists that nothing wrote for the time asked: to give up.
     orphans: list[str]
-    #: Committed jobs whose markers are that old: to :func:`forget`.
+    #: Committed jobs whose markers are old enough: to :func:`forget`.
     committed: list[str]
 
 
@@ -381,7 +386,8 @@ def find_leftovers(store: MetadataStore, metadata: LogMetadata, older_than_s: fl
     """The jobs of the log that the head ``metadata`` does not list and that nothing
     wrote for ``older_than_s`` seconds (at most ``limit``), oldest first, a job without
     any ledger yet once it is EMPTY_JOB_TIMEOUT_S old, if that is longer; and the
-    committed markers settled ``older_than_s`` ago (at most ``limit``)."""
+    committed markers settled ``older_than_s`` ago, or COMMITTED_MARKER_KEEP_S if that
+    is longer (at most ``limit``)."""
     listed = set(metadata.committing) | set(metadata.aborted) | set(exclude)
     now = time.time()
     found, committed = [], []
@@ -390,7 +396,8 @@ def find_leftovers(store: MetadataStore, metadata: LogMetadata, older_than_s: fl
             continue
         record = read_job(store, metadata.name, job_id)
         if record is not None and record[0].committed is not None:
-            if record[0].committed.settled <= now - older_than_s:
+            keep_s = max(older_than_s, COMMITTED_MARKER_KEEP_S)
+            if record[0].committed.settled <= now - keep_s:
                 committed.append(job_id)
             continue  # a marker is never an orphan: its plan is in the log
         # None: settled meanwhile, or the empty record a late registration left (it has
