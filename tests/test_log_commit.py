@@ -350,7 +350,7 @@ def test_a_replayed_sink_batch_commits_nothing_twice(parties):
     bk, _ = parties.client()
     sink = "query-1"
     committed = []
-    for batch_id, replayed in ((0, False), (1, False), (1, True), (0, True), (2, False)):
+    for batch_id, replayed in ((0, False), (1, False), (1, True), (2, False)):
         job = jobs.begin_job(bk.metadata, LOG)
         records = [b"batch %d %s" % (batch_id, b"again" if replayed else b"first")]
         ledger = task_ledger(bk, job, 0, records)
@@ -365,6 +365,32 @@ def test_a_replayed_sink_batch_commits_nothing_twice(parties):
     job = jobs.begin_job(bk.metadata, LOG)
     with pytest.raises(InvalidConfiguration, match="sink"):
         commit_job(bk, LOG, job, [], sink=Sink("x" * 129, 3))
+
+
+def test_a_sink_batch_older_than_the_recorded_one_is_refused_naming_a_new_sink_id(
+        embedded):
+    """A query whose checkpoint was deleted or reset starts again at batch 0 under the
+    same sinkId: its batches are older than the one the log recorded, and would be
+    skipped for ever.  Its commit fails saying so and how to start over (a new sinkId);
+    nothing changes, and its job is left for the abort that follows."""
+    bk, _ = embedded.client()
+    for batch_id in (0, 1, 2):
+        job = jobs.begin_job(bk.metadata, LOG)
+        commit_job(bk, LOG, job, [task_ledger(bk, job, 0, [b"batch %d" % batch_id])],
+                   sink=Sink("query", batch_id))
+    before = bk.metadata.get(log_path(LOG))
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledger = task_ledger(bk, job, 0, [b"batch 0 again"])
+    with pytest.raises(InvalidConfiguration, match=r"sink 'query' .* batch 2 .* batch 0.*"
+                                                   r"new sinkId"):
+        commit_job(bk, LOG, job, [ledger], sink=Sink("query", 0))
+    assert bk.metadata.get(log_path(LOG)) == before
+    assert ledger_exists(bk, ledger) and abort_job(bk, LOG, job)
+    assert not ledger_exists(bk, ledger)
+    assert values(read_all(bk)) == [b"batch 0", b"batch 1", b"batch 2"]
+    job = jobs.begin_job(bk.metadata, LOG)  # the same batch again: a replay, skipped
+    assert not commit_job(bk, LOG, job, [task_ledger(bk, job, 0, [b"batch 2 again"])],
+                          sink=Sink("query", 2)).committed
 
 
 def test_an_aborted_job_leaves_nothing_and_its_late_parts_fail(parties):

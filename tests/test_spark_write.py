@@ -412,6 +412,40 @@ def test_a_replayed_micro_batch_commits_nothing_twice(spark, address, bk, log_na
     assert pending_jobs(bk, log_name) == []
 
 
+def test_a_query_restarted_from_a_deleted_checkpoint_is_told_to_take_a_new_sink_id(
+        spark, address, bk, log_name, tmp_path):
+    """A query commits batches 0 and 1; its checkpoint is deleted and it starts again
+    under the same sinkId, at batch 0: instead of skipping its batches silently, the
+    query fails, saying to start over under a new sinkId; under a new one it writes."""
+    source = tmp_path / "in"
+    source.mkdir()
+
+    def run_query(sink_id: str, checkpoint: Path):
+        query = (spark.readStream.format("text").option("maxFilesPerTrigger", 1)
+                 .load(str(source)).writeStream.format("pybk")
+                 .option("metadataServiceUri", address).option("log", log_name)
+                 .option("sinkId", sink_id).option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        try:
+            query.awaitTermination(WAIT_S)
+        except Exception as e:  # the query's failure, also in query.exception()
+            return str(e)
+        finally:
+            query.stop()
+        return None
+
+    (source / "a.txt").write_text("a\n")
+    (source / "b.txt").write_text("b\n")
+    os.utime(source / "a.txt", (1_000_000, 1_000_000))  # read first: the older file
+    assert run_query("copy", tmp_path / "checkpoint") is None
+    assert records(bk, log_name) == [b"a", b"b"]
+    failure = run_query("copy", tmp_path / "checkpoint-again")
+    assert failure is not None and "start over under a new sinkId" in failure
+    assert records(bk, log_name) == [b"a", b"b"]
+    assert run_query("copy-2", tmp_path / "checkpoint-new") is None
+    assert records(bk, log_name) == [b"a", b"b", b"a", b"b"]
+
+
 # -- bad input ------------------------------------------------------------------------------
 
 

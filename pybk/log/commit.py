@@ -13,8 +13,11 @@ all of the job or none of it.  The protocol, and how it fits the head's format, 
   and an application writer take turns, and the application reopens its writer to go on.
 * ``overwrite``: the same CAS truncates everything before the job's first record.
 * ``sink`` (sink id, batch id): the same CAS records the batch id; a commit whose sink
-  recorded that batch id (or a later one) already changes nothing, deletes the job's
-  ledgers and reports that (``committed`` False): a replayed micro-batch commits once.
+  recorded that batch id already changes nothing, deletes the job's ledgers and reports
+  that (``committed`` False): a replayed micro-batch commits once.  A batch id below the
+  recorded one (a query whose checkpoint was deleted or reset, under the same sink id)
+  is refused with InvalidConfiguration, which says to start over under a new sink id:
+  its batches would otherwise be skipped silently.
 * The ledgers of the job that the commit does not name (failed and speculative task
   attempts) are deleted after the CAS, then the job's records.
 
@@ -145,11 +148,7 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
                 raise JobFinished(f"log {name}: job {job_id} was aborted, or given up as "
                                   "an orphan, before its commit: this commit adds nothing")
             if sink is not None and metadata.sinks.get(sink.sink_id, -1) >= sink.batch_id:
-                log.info("log %s: sink %s committed batch %d already (up to %d); job %s "
-                         "commits nothing", name, sink.sink_id, sink.batch_id,
-                         metadata.sinks[sink.sink_id], job_id)
-                jobs.settle(bk, name, job_id)
-                return CommitResult(False, ())
+                return _replayed(bk, metadata, job_id, sink)
             taken = take_over(bk, metadata, password)
             found = _leftovers(store, taken, orphan_timeout_s, job_id)
             committed = _appended(taken, job_id, ledger_ids, overwrite, sink, found.orphans)
@@ -197,6 +196,23 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
         log.warning("log %s: job %s is committed, but tidying up after it failed (the next "
                     "writer or commit of the log finishes it): %s", name, job_id, e)
     return _forget(bk, name, job_id, CommitResult(True, segments))
+
+
+def _replayed(bk: "BookKeeper", metadata: LogMetadata, job_id: str,
+              sink: Sink) -> CommitResult:
+    """A sink's batch that the log recorded already: replayed (the batch id recorded),
+    it commits nothing and its job is settled; an older one is refused."""
+    recorded = metadata.sinks[sink.sink_id]
+    if sink.batch_id < recorded:
+        raise InvalidConfiguration(
+            f"log {metadata.name}: sink {sink.sink_id!r} committed batch {recorded} "
+            f"already, and this commit is of batch {sink.batch_id}: the query's checkpoint "
+            "was deleted or reset (Spark replays at most the batch recorded).  Its batches "
+            "would be skipped: to write them, start over under a new sinkId")
+    log.info("log %s: sink %s committed batch %d already; job %s commits nothing",
+             metadata.name, sink.sink_id, sink.batch_id, job_id)
+    jobs.settle(bk, metadata.name, job_id)
+    return CommitResult(False, ())
 
 
 def _committed_already(store: "MetadataStore", name: str, job_id: str,
