@@ -33,8 +33,9 @@ create's record is not ours any more, success otherwise), or the store unreachab
    "finished" (JobFinished) or "skipped" (the sink had the batch) only for one that did
    not land; after a commit of unknown outcome (MetadataUnavailable), its abort answers
    "committed" (False) exactly for a landed one.  An aborter's True ("aborted") only for
-   a job that did not land, unless its committer had been told "committed" before the
-   abort began (it then forgot its marker: see :func:`pybk.log.commit.abort_job`)
+   a job that did not land, unless its committer was told "committed" (the committer
+   deletes the job's marker then: an abort racing with it may answer either way, see
+   :func:`pybk.log.commit.abort_job`); its False only for one that landed
    (:func:`check_told`).
 3. A sink's landed batch ids increase in the order they landed (:func:`check_sinks`).
 4. Every operation finishes within WALK_CALLS_MAX metadata calls (a walk that steps
@@ -53,7 +54,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import os
 import random
 import threading
@@ -335,19 +335,17 @@ class Attempt:
     ledgers: list[int] = field(default_factory=list)
     sink: Sink | None = None
     told: str | None = None            # committed, skipped, finished, unknown, failed
-    told_at: int | None = None         # event number when told
     aborted: bool | str | None = None  # the abort's answer after a failed commit
 
 
 @dataclass
 class Observed:
     attempts: list[Attempt] = field(default_factory=list)
-    aborts: list[tuple[str, int, bool]] = field(default_factory=list)  # job, began, answer
+    aborts: list[tuple[str, bool]] = field(default_factory=list)  # job, answer
     acked: list[tuple[Position, bytes]] = field(default_factory=list)
     unacked: list[bytes] = field(default_factory=list)
     stories: dict[str, list[str]] = field(default_factory=dict)
     unexpected: list[str] = field(default_factory=list)
-    events: Any = field(default_factory=itertools.count)
 
 
 # -- the parties -----------------------------------------------------------------------------
@@ -400,7 +398,6 @@ def committer(rng: random.Random, logical: str, sink: Sink | None) -> Callable:
                 except BookKeeperError as e:
                     attempt.told = "failed"
                     story.append(f"failed: {e!r}")
-                attempt.told_at = next(seen.events)
                 story.append(f"told {attempt.told}")
             if attempt.told in ("committed", "skipped"):
                 return
@@ -425,9 +422,8 @@ def aborter(rng: random.Random, target: str) -> Callable:
             story.append(f"no job of {target} begun yet")
             return
         job_id = rng.choice(found)
-        began = next(seen.events)
         answer = abort_job(bk, LOG, job_id)
-        seen.aborts.append((job_id, began, answer))
+        seen.aborts.append((job_id, answer))
         story.append(f"abort {job_id}: {answer}")
     return run
 
@@ -607,10 +603,9 @@ def check_told(seen: Observed, heads: list[LogMetadata]) -> list[str]:
         if a.aborted is False and not is_landed:
             problems.append(f"job {a.job_id}: its abort answered committed, and it did not "
                             "land")
-    told_committed = {a.job_id: a.told_at for a in seen.attempts if a.told == "committed"}
-    for job_id, began, answer in seen.aborts:
-        if answer and job_id in landed and not (
-                job_id in told_committed and told_committed[job_id] < began):
+    told_committed = {a.job_id for a in seen.attempts if a.told == "committed"}
+    for job_id, answer in seen.aborts:
+        if answer and job_id in landed and job_id not in told_committed:
             problems.append(f"an abort of job {job_id} answered aborted, and it landed")
         if not answer and job_id not in landed:
             problems.append(f"an abort of job {job_id} answered committed, and it did not "
