@@ -131,6 +131,7 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
     _check_commit(bk, name, job_id, ledger_ids, password, sink)
     jobs.write_plan(store, name, job_id, ledger_ids)
     sent = False  # whether a CAS of ours was sent whose answer may be lost
+    found = jobs.Leftovers([], [])
     try:
         for _ in range(OPEN_ATTEMPTS_MAX):
             metadata, version = read_log(store, name, create=True)
