@@ -614,6 +614,25 @@ def test_an_abort_after_a_commit_of_unknown_outcome_says_committed(parties, mean
     assert not job_exists(bk2, job)
 
 
+def test_a_commit_of_unknown_outcome_called_again_finishes_it(embedded):
+    """The commit's CAS lands and the store stays unreachable: nobody has taken the job
+    off the head's list when the commit is called again (a retried driver), and that
+    call finishes it: committed once, nothing of the job left."""
+    bk, _ = embedded.client()
+    bk2, _ = embedded.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledger = task_ledger(bk, job, 0, [b"committed"])
+    bk.metadata = LosesCommitAnswer(bk.metadata, LOG, job, lambda: None,
+                                    MetadataUnavailable, unreachable_calls=1000)
+    with pytest.raises(MetadataUnavailable, match="unknown"):
+        commit_job(bk, LOG, job, [ledger])
+    assert head(bk2).committing == (job,)
+    result = commit_job(bk2, LOG, job, [ledger], orphan_timeout_s=3600)
+    assert result.committed and [s.ledger_id for s in result.segments] == [ledger]
+    assert values(read_all(bk2)) == [b"committed"] and not job_exists(bk2, job)
+    assert head(bk2).committing == ()
+
+
 def test_a_commit_whose_answer_is_lost_is_committed_after_an_orphan_cleaning_of_0_s(
         embedded):
     """While the committer's answer is lost, a writer opens (it settles the job, leaving
@@ -657,3 +676,65 @@ def test_committed_markers_of_failed_committers_are_forgotten_after_a_day(embedd
     assert clean_orphans(bk2, LOG, 0) == []
     assert not job_exists(bk2, job) and ledger_exists(bk2, ledger)
     assert values(read_all(bk2)) == [b"committed"]
+
+
+# -- a task killed while it rolls -------------------------------------------------------------
+
+
+class Killed(BaseException):
+    """The task's process dies here (nothing after it runs, no clean-up)."""
+
+
+class DiesAtWrite:
+    """A task's metadata store whose ``kill_at``-th write (counting from 1) kills the
+    task before it lands."""
+
+    def __init__(self, store, kill_at: int) -> None:
+        self._store, self._left = store, kill_at
+
+    def __getattr__(self, name):
+        attribute = getattr(self._store, name)
+        if name not in ("set", "create", "create_many", "delete", "next_ledger_id"):
+            return attribute
+
+        def write(*args, **kwargs):
+            self._left -= 1
+            if self._left == 0:
+                raise Killed(name)
+            return attribute(*args, **kwargs)
+        return write
+
+
+def test_a_task_killed_anywhere_in_its_roll_leaves_no_ledger_after_the_abort(embedded):
+    """A Spark task's ledgers (job_write._TaskLedgers) are killed at each metadata write
+    of their first roll and first entry in turn (a task killed between creating a ledger
+    and registering it, among others): the job's abort then leaves no ledger of the job
+    behind."""
+    from pybk.spark import job_write
+    from pybk.spark.options import WRITE, parse
+
+    bk, _ = embedded.client()
+    opts = parse({"metadataServiceUri": "zk://127.0.0.1/ledgers", "log": LOG,
+                  "ensembleSize": "1", "writeQuorumSize": "1", "ackQuorumSize": "1"},
+                 WRITE)
+    store = bk.metadata
+    kill_at = 1
+    while True:
+        job = jobs.begin_job(store, LOG)
+        bk.metadata = DiesAtWrite(store, kill_at)
+        ledgers = job_write._TaskLedgers(bk, opts, job, 0, 0)
+        try:
+            ledgers.add(encode_batch([b"row"]))
+            ledgers.finish()
+        except Killed:
+            pass
+        else:
+            break  # the roll made fewer writes than kill_at: every point was tried
+        finally:
+            bk.metadata = store
+        assert abort_job(bk, LOG, job)
+        left = [i for i in bk.list_ledgers() if bk.ledger_manager.read(i).metadata
+                .custom_metadata.get(job_write.JOB_KEY) == job.encode()]
+        assert left == [], f"killed at write {kill_at}: ledgers {left} of job {job} stay"
+        kill_at += 1
+    assert kill_at > 3

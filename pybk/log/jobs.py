@@ -30,11 +30,15 @@ A ledger's body::
     "refreshed"  Unix time in seconds: the attempt rewrites it while it writes
 
 **Registration** (:func:`register_ledger`): a task attempt creates a ledger's record
-before it writes the ledger's first entry, then checks that the job is still pending:
-its record is there (a store's create makes missing parents, so a registration that
-comes after the job's records were deleted brings back an empty job record, which it
-removes again) and the log's head does not list it.  Otherwise the attempt deletes its
-ledger and fails with JobFinished: nothing that registers late survives.
+before it creates the ledger (under an id reserved with ``next_ledger_id``: an attempt
+killed in between leaves a record whose ledger does not exist, which settling skips),
+then checks that the job is still pending: its record is there (a store's create makes
+missing parents, so a registration that comes after the job's records were deleted
+brings back an empty job record, which it removes again) and the log's head does not
+list it.  Otherwise the attempt deletes its ledger and fails with JobFinished: nothing
+that registers late survives.  Once it has created the ledger it checks that the record
+is still there (:func:`refresh_ledger`): a settler that came in between found no ledger
+to delete.
 
 **Settling** a job (:func:`settle`) deletes its ledgers except those kept (the plan of a
 committed job; none for an aborted one), then its ledgers' records, then its own record,
@@ -258,7 +262,8 @@ def _children(store: MetadataStore, path: str) -> list[str]:
 
 def register_ledger(bk: "BookKeeper", name: str, job_id: str, ledger_id: int,
                     partition: int, attempt: int) -> JobLedger:
-    """Record that a task attempt writes ``ledger_id`` for the job, before it writes it.
+    """Record that a task attempt writes ``ledger_id`` for the job, before it creates
+    it.
 
     JobFinished (with the ledger deleted) if the job was committed, aborted or settled."""
     store = bk.metadata
