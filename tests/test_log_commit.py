@@ -738,3 +738,16 @@ def test_a_task_killed_anywhere_in_its_roll_leaves_no_ledger_after_the_abort(emb
         assert left == [], f"killed at write {kill_at}: ledgers {left} of job {job} stay"
         kill_at += 1
     assert kill_at > 3
+
+
+def test_a_job_begun_by_an_earlier_pybk_commits(embedded):
+    """A job record of version 1 (no "committed" key) reads as a pending job, and its
+    commit goes through."""
+    bk, _ = embedded.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    bk.metadata.set(jobs.job_path(LOG, job), seal(jobs.JOB_MAGIC, 1, {
+        "job": job, "created": time.time(), "plan": None}), -1)
+    assert jobs.is_pending(jobs.read_job(bk.metadata, LOG, job))
+    ledger = task_ledger(bk, job, 0, [b"old job's"])
+    assert commit_job(bk, LOG, job, [ledger]).committed
+    assert values(read_all(bk)) == [b"old job's"]
