@@ -80,7 +80,7 @@ from pybk.log.metadata import LogMetadata, Segment, log_path, read_log
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.settings import LogSettings
 
-CI_SEEDS = 50
+CI_SEEDS = 40
 SEED_TIMEOUT_S = 120
 LOG = "events"
 SETTINGS = LogSettings(ensembleSize=1, writeQuorumSize=1, ackQuorumSize=1,
