@@ -20,15 +20,18 @@ import pytest
 import zkutil
 from clientutil import FAST
 from clusterutil import address, bookies, child_env  # noqa: F401 (fixtures)
+from commitutil import LosesCommitAnswer
 
 import pybk
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import (
+    BadVersion,
     BookKeeperError,
     InvalidConfiguration,
     JobFinished,
     LogFenced,
+    MetadataUnavailable,
     TooManyLedgers,
 )
 from pybk.log import LogReader, LogWriter, Position, jobs
@@ -238,9 +241,10 @@ def test_a_committer_dying_between_its_cas_and_the_tail_cut_is_finished_by_a_wri
     """The committer stalls after its CAS, before the first segment record: the head
     holds a long tail and no record of the job's segments; readers read the job
     through the tail already.  A LogWriter that opens meanwhile writes the missing
-    records, cuts the tail, deletes the failed attempt's ledger and the job's records,
-    and appends after the job.  The stalled committer then goes on, finds the log taken
-    over and leaves the head as the writer made it."""
+    records, cuts the tail, deletes the failed attempt's ledger and the job's ledger
+    records, leaves the job's committed marker, and appends after the job.  The stalled
+    committer then goes on, finds the log taken over, leaves the head as the writer made
+    it and deletes the marker."""
     bk, faults = parties.client()
     bk2, faults2 = parties.client()
     job = jobs.begin_job(bk.metadata, LOG)
@@ -264,13 +268,15 @@ def test_a_committer_dying_between_its_cas_and_the_tail_cut_is_finished_by_a_wri
     assert len(opened.tail) == TAIL_SEGMENTS and opened.committing == ()
     assert all(read_segment(bk2.metadata, LOG, s.number).ledger_id == s.ledger_id
                for s in long.tail)
-    assert not ledger_exists(bk2, failed) and not job_exists(bk2, job)
+    assert not ledger_exists(bk2, failed) and not jobs.job_ledgers(bk2.metadata, LOG, job)
+    assert jobs.read_job(bk2.metadata, LOG, job)[0].committed is not None  # its marker
     assert all(ledger_exists(bk2, ledger_id) for ledger_id in ledgers)
 
     faults.hold_writes = False
     faults.release(stalled)
     committer.join(timeout=30)
     assert not committer.is_alive() and outcome[0].committed
+    assert not job_exists(bk2, job)  # the committer knows: it forgot the marker
     assert head(bk2) == opened  # the committer saw the writer's takeover
     records = read_all(bk2, writer)
     assert values(records) == expected + [b"after"] and records[-1][0] == after
@@ -344,7 +350,7 @@ def test_a_replayed_sink_batch_commits_nothing_twice(parties):
     bk, _ = parties.client()
     sink = "query-1"
     committed = []
-    for batch_id, replayed in ((0, False), (1, False), (1, True), (0, True), (2, False)):
+    for batch_id, replayed in ((0, False), (1, False), (1, True), (2, False)):
         job = jobs.begin_job(bk.metadata, LOG)
         records = [b"batch %d %s" % (batch_id, b"again" if replayed else b"first")]
         ledger = task_ledger(bk, job, 0, records)
@@ -359,6 +365,32 @@ def test_a_replayed_sink_batch_commits_nothing_twice(parties):
     job = jobs.begin_job(bk.metadata, LOG)
     with pytest.raises(InvalidConfiguration, match="sink"):
         commit_job(bk, LOG, job, [], sink=Sink("x" * 129, 3))
+
+
+def test_a_sink_batch_older_than_the_recorded_one_is_refused_naming_a_new_sink_id(
+        embedded):
+    """A query whose checkpoint was deleted or reset starts again at batch 0 under the
+    same sinkId: its batches are older than the one the log recorded, and would be
+    skipped for ever.  Its commit fails saying so and how to start over (a new sinkId);
+    nothing changes, and its job is left for the abort that follows."""
+    bk, _ = embedded.client()
+    for batch_id in (0, 1, 2):
+        job = jobs.begin_job(bk.metadata, LOG)
+        commit_job(bk, LOG, job, [task_ledger(bk, job, 0, [b"batch %d" % batch_id])],
+                   sink=Sink("query", batch_id))
+    before = bk.metadata.get(log_path(LOG))
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledger = task_ledger(bk, job, 0, [b"batch 0 again"])
+    with pytest.raises(InvalidConfiguration, match=r"sink 'query' .* batch 2 .* batch 0.*"
+                                                   r"new sinkId"):
+        commit_job(bk, LOG, job, [ledger], sink=Sink("query", 0))
+    assert bk.metadata.get(log_path(LOG)) == before
+    assert ledger_exists(bk, ledger) and abort_job(bk, LOG, job)
+    assert not ledger_exists(bk, ledger)
+    assert values(read_all(bk)) == [b"batch 0", b"batch 1", b"batch 2"]
+    job = jobs.begin_job(bk.metadata, LOG)  # the same batch again: a replay, skipped
+    assert not commit_job(bk, LOG, job, [task_ledger(bk, job, 0, [b"batch 2 again"])],
+                          sink=Sink("query", 2)).committed
 
 
 def test_an_aborted_job_leaves_nothing_and_its_late_parts_fail(parties):
@@ -498,3 +530,224 @@ def test_pybk_clean_orphans_gives_up_a_logs_old_jobs(address, bookies):  # noqa:
             f"  {orphan}\n"
         assert not ledger_exists(bk, ledger) and not job_exists(bk, orphan)
         assert read_all(bk) == [(kept, b"kept")]
+
+
+# -- lost answers ------------------------------------------------------------------------------
+
+
+def _open_a_writer(bk2, job):
+    """Another client opens a LogWriter of the log (and appends), then closes it."""
+    with LogWriter.open(bk2, LOG, SMALL_SEGMENTS) as writer:
+        writer.append(b"writer's")
+    return [b"writer's"]
+
+
+def _commit_another_job(bk2, job):
+    other = jobs.begin_job(bk2.metadata, LOG)
+    commit_job(bk2, LOG, other, [task_ledger(bk2, other, 0, [b"other job's"])])
+    return [b"other job's"]
+
+
+def _clean_nothing(bk2, job):
+    assert clean_orphans(bk2, LOG, 3600) == []
+    return []
+
+
+MEANWHILE = {"writer-open": _open_a_writer, "another-commit": _commit_another_job,
+             "clean-orphans": _clean_nothing}
+
+
+@pytest.mark.parametrize("error", [BadVersion, MetadataUnavailable])
+@pytest.mark.parametrize("meanwhile", list(MEANWHILE))
+def test_a_commit_whose_answer_is_lost_is_reported_committed(parties, meanwhile, error):
+    """The commit's CAS lands, another client acts on the log (and settles the job the
+    head lists as committing), then the committer's store answers BadVersion (the
+    ZooKeeper store's retry found the head moved on) or MetadataUnavailable: the
+    committer reports the job committed, with its segments; its rows are in the log once,
+    and the writer's or other job's after them; nothing of the job is left pending."""
+    bk, _faults = parties.client()
+    bk2, _ = parties.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledgers = [task_ledger(bk, job, p, partition_records(p, 2)) for p in range(3)]
+    after: list[bytes] = []
+    bk.metadata = lost = LosesCommitAnswer(
+        bk.metadata, LOG, job, lambda: after.extend(MEANWHILE[meanwhile](bk2, job)), error)
+
+    result = commit_job(bk, LOG, job, ledgers)
+
+    assert lost.hit and result.committed
+    assert [s.ledger_id for s in result.segments] == ledgers
+    found = list(live_segments(bk2.metadata, head(bk2)))
+    assert [s for s in found if s.ledger_id in ledgers] == list(result.segments)
+    job_records = [r for p in range(3) for r in partition_records(p, 2)]
+    assert values(read_all(bk2)) == job_records + after
+    assert not job_exists(bk2, job) and all(ledger_exists(bk2, i) for i in ledgers)
+
+
+@pytest.mark.parametrize("meanwhile", list(MEANWHILE))
+def test_an_abort_after_a_commit_of_unknown_outcome_says_committed(parties, meanwhile):
+    """As above, but the store stays unreachable for the committer's next calls: the
+    commit fails with MetadataUnavailable, saying that its outcome is unknown.  The abort
+    that follows (Spark's, once the store is back) answers that the job was committed and
+    deletes none of its ledgers; a second commit of the job (a retried driver) reports
+    it committed and adds nothing."""
+    bk, _faults = parties.client()
+    bk2, _ = parties.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledgers = [task_ledger(bk, job, p, partition_records(p, 2)) for p in range(2)]
+    after: list[bytes] = []
+    bk.metadata = lost = LosesCommitAnswer(
+        bk.metadata, LOG, job, lambda: after.extend(MEANWHILE[meanwhile](bk2, job)),
+        MetadataUnavailable, unreachable_calls=1000)
+
+    with pytest.raises(MetadataUnavailable, match="outcome of job .* is unknown"):
+        commit_job(bk, LOG, job, ledgers)
+
+    assert lost.hit
+    assert not abort_job(bk2, LOG, job)
+    job_records = [r for p in range(2) for r in partition_records(p, 2)]
+    assert values(read_all(bk2)) == job_records + after
+    assert all(ledger_exists(bk2, i) for i in ledgers)
+    again = commit_job(bk2, LOG, job, ledgers)
+    assert again.committed and [s.ledger_id for s in again.segments] == ledgers
+    assert values(read_all(bk2)) == job_records + after
+    assert not job_exists(bk2, job)
+
+
+def test_a_commit_of_unknown_outcome_called_again_finishes_it(embedded):
+    """The commit's CAS lands and the store stays unreachable: nobody has taken the job
+    off the head's list when the commit is called again (a retried driver), and that
+    call finishes it: committed once, nothing of the job left."""
+    bk, _ = embedded.client()
+    bk2, _ = embedded.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledger = task_ledger(bk, job, 0, [b"committed"])
+    bk.metadata = LosesCommitAnswer(bk.metadata, LOG, job, lambda: None,
+                                    MetadataUnavailable, unreachable_calls=1000)
+    with pytest.raises(MetadataUnavailable, match="unknown"):
+        commit_job(bk, LOG, job, [ledger])
+    assert head(bk2).committing == (job,)
+    result = commit_job(bk2, LOG, job, [ledger], orphan_timeout_s=3600)
+    assert result.committed and [s.ledger_id for s in result.segments] == [ledger]
+    assert values(read_all(bk2)) == [b"committed"] and not job_exists(bk2, job)
+    assert head(bk2).committing == ()
+
+
+def test_a_commit_whose_answer_is_lost_is_committed_after_an_orphan_cleaning_of_0_s(
+        embedded):
+    """While the committer's answer is lost, a writer opens (it settles the job, leaving
+    its committed marker) and an orphan cleaning with a timeout of 0 s runs: it does not
+    take the marker away from the committer, which reports the job committed.  (Found by
+    tests/test_commit_interleavings.py, seed 49.)"""
+    bk, _ = embedded.client()
+    bk2, _ = embedded.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledger = task_ledger(bk, job, 0, [b"committed"])
+
+    def meanwhile():
+        _open_a_writer(bk2, job)
+        assert clean_orphans(bk2, LOG, 0) == []
+
+    bk.metadata = LosesCommitAnswer(bk.metadata, LOG, job, meanwhile, BadVersion)
+    assert commit_job(bk, LOG, job, [ledger]).committed
+    assert values(read_all(bk2)) == [b"committed", b"writer's"]
+
+
+def test_committed_markers_of_failed_committers_are_forgotten_after_a_day(embedded):
+    """A committer that failed not knowing leaves its job's committed marker; orphan
+    cleanings keep it (and never take it for an orphan: the plan's ledgers stay) until it
+    is COMMITTED_MARKER_KEEP_S old, or the orphan timeout if that is longer."""
+    bk, _ = embedded.client()
+    bk2, _ = embedded.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledger = task_ledger(bk, job, 0, [b"committed"])
+    bk.metadata = LosesCommitAnswer(bk.metadata, LOG, job, lambda: _clean_nothing(bk2, job),
+                                    MetadataUnavailable, unreachable_calls=1000)
+    with pytest.raises(MetadataUnavailable):
+        commit_job(bk, LOG, job, [ledger])
+    marker, version = jobs.read_job(bk2.metadata, LOG, job)
+    assert marker.committed is not None
+    assert clean_orphans(bk2, LOG, 0) == [] and job_exists(bk2, job)
+    settled = time.time() - jobs.COMMITTED_MARKER_KEEP_S - 60  # as if settled a day ago
+    bk2.metadata.set(jobs.job_path(LOG, job), marker._replace(
+        committed=marker.committed._replace(settled=settled)).to_bytes(), version)
+    assert clean_orphans(bk2, LOG, 2 * jobs.COMMITTED_MARKER_KEEP_S) == []
+    assert job_exists(bk2, job)
+    assert clean_orphans(bk2, LOG, 0) == []
+    assert not job_exists(bk2, job) and ledger_exists(bk2, ledger)
+    assert values(read_all(bk2)) == [b"committed"]
+
+
+# -- a task killed while it rolls -------------------------------------------------------------
+
+
+class Killed(BaseException):
+    """The task's process dies here (nothing after it runs, no clean-up)."""
+
+
+class DiesAtWrite:
+    """A task's metadata store whose ``kill_at``-th write (counting from 1) kills the
+    task before it lands."""
+
+    def __init__(self, store, kill_at: int) -> None:
+        self._store, self._left = store, kill_at
+
+    def __getattr__(self, name):
+        attribute = getattr(self._store, name)
+        if name not in ("set", "create", "create_many", "delete", "next_ledger_id"):
+            return attribute
+
+        def write(*args, **kwargs):
+            self._left -= 1
+            if self._left == 0:
+                raise Killed(name)
+            return attribute(*args, **kwargs)
+        return write
+
+
+def test_a_task_killed_anywhere_in_its_roll_leaves_no_ledger_after_the_abort(embedded):
+    """A Spark task's ledgers (job_write._TaskLedgers) are killed at each metadata write
+    of their first roll and first entry in turn (a task killed between creating a ledger
+    and registering it, among others): the job's abort then leaves no ledger of the job
+    behind."""
+    from pybk.spark import job_write
+    from pybk.spark.options import WRITE, parse
+
+    bk, _ = embedded.client()
+    opts = parse({"metadataServiceUri": "zk://127.0.0.1/ledgers", "log": LOG,
+                  "ensembleSize": "1", "writeQuorumSize": "1", "ackQuorumSize": "1"},
+                 WRITE)
+    store = bk.metadata
+    kill_at = 1
+    while True:
+        job = jobs.begin_job(store, LOG)
+        bk.metadata = DiesAtWrite(store, kill_at)
+        ledgers = job_write._TaskLedgers(bk, opts, job, 0, 0)
+        try:
+            ledgers.add(encode_batch([b"row"]))
+            ledgers.finish()
+        except Killed:
+            pass
+        else:
+            break  # the roll made fewer writes than kill_at: every point was tried
+        finally:
+            bk.metadata = store
+        assert abort_job(bk, LOG, job)
+        left = [i for i in bk.list_ledgers() if bk.ledger_manager.read(i).metadata
+                .custom_metadata.get(job_write.JOB_KEY) == job.encode()]
+        assert left == [], f"killed at write {kill_at}: ledgers {left} of job {job} stay"
+        kill_at += 1
+    assert kill_at > 3
+
+
+def test_a_job_begun_by_an_earlier_pybk_commits(embedded):
+    """A job record of version 1 (no "committed" key) reads as a pending job, and its
+    commit goes through."""
+    bk, _ = embedded.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    bk.metadata.set(jobs.job_path(LOG, job), seal(jobs.JOB_MAGIC, 1, {
+        "job": job, "created": time.time(), "plan": None}), -1)
+    assert jobs.is_pending(jobs.read_job(bk.metadata, LOG, job))
+    ledger = task_ledger(bk, job, 0, [b"old job's"])
+    assert commit_job(bk, LOG, job, [ledger]).committed
+    assert values(read_all(bk)) == [b"old job's"]

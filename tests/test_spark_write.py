@@ -189,6 +189,79 @@ def test_a_task_attempt_that_dies_leaves_no_duplicate_and_no_ledger(
     assert pending_jobs(bk, log_name) == []
 
 
+def lossy_pybk(spark, name: str, address: str, marker: str) -> str:
+    """Register a ``pybk`` data source named ``name`` whose commit loses the answer to
+    its CAS (tests/commitutil.py): the CAS lands, another client cleans the log's orphans
+    (there are none, but its CAS takes the committed job off the head's list), writes
+    ``marker``, then the committer's store answers BadVersion.  Return the name."""
+    import commitutil
+    from pyspark import cloudpickle
+
+    from pybk.spark.batch_write import BatchWriter
+    from pybk.spark.options import WRITE, parse
+    from pybk.spark.source import PybkDataSource
+
+    cloudpickle.register_pickle_by_value(commitutil)
+
+    class LossyWriter(BatchWriter):
+        def commit(self, messages):
+            import contextlib
+
+            from pybk.errors import BadVersion
+            from pybk.log.commit import clean_orphans
+            from pybk.spark import job_write
+
+            connect = job_write.connect
+
+            def clean_meanwhile():
+                with connect(self.opts) as other:
+                    assert clean_orphans(other, self.opts.log, 3600) == []
+                Path(marker).write_text("lost")
+
+            @contextlib.contextmanager
+            def losing(opts):
+                with connect(opts) as bk:
+                    bk.metadata = commitutil.LosesCommitAnswer(
+                        bk.metadata, opts.log, self.job_id, clean_meanwhile, BadVersion)
+                    yield bk
+
+            job_write.connect = losing  # (a reused worker gets the real one back)
+            try:
+                BatchWriter.commit(self, messages)
+            finally:
+                job_write.connect = connect
+
+    class LossySource(PybkDataSource):
+        @classmethod
+        def name(cls):
+            return name
+
+        def writer(self, schema, overwrite):
+            return LossyWriter(parse(self.options, WRITE), schema, overwrite)
+
+    spark.dataSource.register(LossySource)
+    return name
+
+
+def test_a_write_whose_commit_answer_is_lost_succeeds_with_its_rows_once(
+        spark, address, bk, log_name, tmp_path):
+    """The commit's CAS lands, another client takes the job off the head's list, and the
+    committer's store answers BadVersion (as the ZooKeeper store does when a lost
+    connection's retry finds the head moved on): the write succeeds, and every row is in
+    the log once; a second write appends after it."""
+    marker = tmp_path / "lost"
+    source = lossy_pybk(spark, "pybk_loses_answer", address, str(marker))
+    numbered(spark, 3_000, 3).write.format(source).option("metadataServiceUri", address) \
+        .option("log", log_name).mode("append").save()
+    assert marker.read_text() == "lost"
+    assert records(bk, log_name) == expected(3_000)
+    assert ledgers_of(bk, log_name) == segment_ledgers(bk, log_name)
+    assert pending_jobs(bk, log_name) == []
+    writer(spark.createDataFrame([(b"next",)], "value binary"), address, log_name) \
+        .mode("append").save()
+    assert records(bk, log_name) == expected(3_000) + [b"next"]
+
+
 def test_a_job_that_fails_before_its_commit_leaves_nothing(spark, address, bk, log_name,
                                                            small_arrow_batches):
     """Partition 1 fails in every attempt after writing a ledger: Spark aborts the job,
@@ -337,6 +410,40 @@ def test_a_replayed_micro_batch_commits_nothing_twice(spark, address, bk, log_na
     assert head.sinks == {"copy": 1}
     assert ledgers_of(bk, log_name) == segment_ledgers(bk, log_name)
     assert pending_jobs(bk, log_name) == []
+
+
+def test_a_query_restarted_from_a_deleted_checkpoint_is_told_to_take_a_new_sink_id(
+        spark, address, bk, log_name, tmp_path):
+    """A query commits batches 0 and 1; its checkpoint is deleted and it starts again
+    under the same sinkId, at batch 0: instead of skipping its batches silently, the
+    query fails, saying to start over under a new sinkId; under a new one it writes."""
+    source = tmp_path / "in"
+    source.mkdir()
+
+    def run_query(sink_id: str, checkpoint: Path):
+        query = (spark.readStream.format("text").option("maxFilesPerTrigger", 1)
+                 .load(str(source)).writeStream.format("pybk")
+                 .option("metadataServiceUri", address).option("log", log_name)
+                 .option("sinkId", sink_id).option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        try:
+            query.awaitTermination(WAIT_S)
+        except Exception as e:  # the query's failure, also in query.exception()
+            return str(e)
+        finally:
+            query.stop()
+        return None
+
+    (source / "a.txt").write_text("a\n")
+    (source / "b.txt").write_text("b\n")
+    os.utime(source / "a.txt", (1_000_000, 1_000_000))  # read first: the older file
+    assert run_query("copy", tmp_path / "checkpoint") is None
+    assert records(bk, log_name) == [b"a", b"b"]
+    failure = run_query("copy", tmp_path / "checkpoint-again")
+    assert failure is not None and "start over under a new sinkId" in failure
+    assert records(bk, log_name) == [b"a", b"b"]
+    assert run_query("copy-2", tmp_path / "checkpoint-new") is None
+    assert records(bk, log_name) == [b"a", b"b", b"a", b"b"]
 
 
 # -- bad input ------------------------------------------------------------------------------

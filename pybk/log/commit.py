@@ -13,8 +13,11 @@ all of the job or none of it.  The protocol, and how it fits the head's format, 
   and an application writer take turns, and the application reopens its writer to go on.
 * ``overwrite``: the same CAS truncates everything before the job's first record.
 * ``sink`` (sink id, batch id): the same CAS records the batch id; a commit whose sink
-  recorded that batch id (or a later one) already changes nothing, deletes the job's
-  ledgers and reports that (``committed`` False): a replayed micro-batch commits once.
+  recorded that batch id already changes nothing, deletes the job's ledgers and reports
+  that (``committed`` False): a replayed micro-batch commits once.  A batch id below the
+  recorded one (a query whose checkpoint was deleted or reset, under the same sink id)
+  is refused with InvalidConfiguration, which says to start over under a new sink id:
+  its batches would otherwise be skipped silently.
 * The ledgers of the job that the commit does not name (failed and speculative task
   attempts) are deleted after the CAS, then the job's records.
 
@@ -25,6 +28,29 @@ each names the jobs nothing wrote for that long in a CAS of the head (``aborted`
 deletes their ledgers and records.  Giving up jobs changes nothing else in the head, so
 it never disturbs a live writer.  A committer whose job was given up, or whose records
 are gone, fails with JobFinished and commits nothing.
+
+**Lost answers.**  The CAS of a commit can land and its answer be lost: a connection
+loss whose retry finds the head moved on (the ZooKeeper store then reports BadVersion:
+another client wrote after ours), or MetadataUnavailable after ``zkOperationTimeoutMs``.
+Meanwhile another client may have finished the job (a writer opening the log, another
+commit, an orphan cleaner: each settles the jobs the head lists and takes them off the
+list).  The committer tells "my commit landed" from "it did not, or someone else gave my
+job up" by the job's *committed marker* (:mod:`pybk.log.jobs`): whoever settles a
+committed job turns its record into a marker naming its first segment *before* the CAS
+that takes it off the head's list.  So after any lost answer the committer re-reads the
+head and then the job's record: the head lists the job, or the marker is there, exactly
+when the commit landed (and a CAS that did not land never will: the head moved past the
+version it expected, or the committer sends it again at that version, and at most one
+of the two lands).  Then it reports the commit, with its segments; else it goes on as
+after any lost race.  Chosen over looking for the plan's ledgers among the log's
+segments: a truncation or an overwrite may delete them right after the commit, which
+would make a landed commit look failed, and a marker costs one record write per commit,
+written by whoever settles the job (crash-safe: the head lists the job until it is
+written), read once.  The committer deletes its marker when it returns "committed";
+markers of committers that failed or died are deleted by the orphan cleaning a day
+later (COMMITTED_MARKER_KEEP_S, whatever the orphan timeout), so they stay few.
+:func:`abort_job` reads the same two places and never answers "aborted" for a job whose
+commit landed while its marker lasts.
 """
 
 from __future__ import annotations
@@ -39,6 +65,7 @@ from pybk.errors import (
     InvalidConfiguration,
     JobFinished,
     MetadataError,
+    MetadataUnavailable,
     NoNode,
     NoSuchLog,
     TooManyLedgers,
@@ -92,39 +119,61 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
 
     Raises TooManyLedgers over COMMIT_LEDGERS_MAX ledgers, InvalidConfiguration for a
     ledger that is not a closed ledger of the job or a bad sink, JobFinished if the job
-    was given up or settled already; nothing is committed then."""
+    was given up or settled already; nothing is committed then.  MetadataUnavailable if
+    the store stayed unreachable after the CAS was sent: the outcome is unknown then, and
+    :func:`abort_job` tells it (False: committed) once the store is back.  A commit that
+    landed is reported committed whatever answer its CAS got."""
     ledger_ids = list(ledger_ids)
-    _check_commit(bk, name, job_id, ledger_ids, password, sink)
     store = bk.metadata
+    done = _committed_already(store, name, job_id, ledger_ids)
+    if done is not None:
+        return _forget(bk, name, job_id, done)
+    _check_commit(bk, name, job_id, ledger_ids, password, sink)
     jobs.write_plan(store, name, job_id, ledger_ids)
-    for _ in range(OPEN_ATTEMPTS_MAX):
-        metadata, version = read_log(store, name, create=True)
-        if job_id in metadata.committing:
-            # This committer's own CAS landed, but its answer was lost: it is committed.
-            committed = metadata
-            break
-        if job_id in metadata.aborted or jobs.read_job(store, name, job_id) is None:
-            raise JobFinished(f"log {name}: job {job_id} was aborted, or given up as an "
-                              "orphan, before its commit (or committed already): this "
-                              "commit adds nothing")
-        if sink is not None and metadata.sinks.get(sink.sink_id, -1) >= sink.batch_id:
-            log.info("log %s: sink %s committed batch %d already (up to %d); job %s "
-                     "commits nothing", name, sink.sink_id, sink.batch_id,
-                     metadata.sinks[sink.sink_id], job_id)
-            jobs.settle(bk, name, job_id)
-            return CommitResult(False, ())
-        taken = take_over(bk, metadata, password)
-        orphans = _orphans(store, taken, orphan_timeout_s, job_id)
-        committed = _appended(taken, job_id, ledger_ids, overwrite, sink, orphans)
-        try:
-            version = update_log(store, committed, version)
-            break
-        except BadVersion:
-            log.info("log %s: its head changed while job %s committed; trying again", name,
-                     job_id)
-    else:
-        raise MetadataError(f"log {name}: job {job_id} lost the race to commit "
-                            f"{OPEN_ATTEMPTS_MAX} times in a row to other writers")
+    sent = False  # whether a CAS of ours was sent whose answer may be lost
+    found = jobs.Leftovers([], [])
+    try:
+        for _ in range(OPEN_ATTEMPTS_MAX):
+            metadata, version = read_log(store, name, create=True)
+            if job_id in metadata.committing:
+                # Our CAS landed, but its answer was lost: finish the commit.
+                committed = metadata
+                break
+            done = _committed_already(store, name, job_id, ledger_ids)
+            if done is not None:  # our CAS landed and another client finished the job
+                log.info("log %s: job %s's commit landed (its answer was lost); another "
+                         "client finished it", name, job_id)
+                return _forget(bk, name, job_id, done)
+            if job_id in metadata.aborted \
+                    or not jobs.is_pending(jobs.read_job(store, name, job_id)):
+                raise JobFinished(f"log {name}: job {job_id} was aborted, or given up as "
+                                  "an orphan, before its commit: this commit adds nothing")
+            if sink is not None and metadata.sinks.get(sink.sink_id, -1) >= sink.batch_id:
+                return _replayed(bk, metadata, job_id, sink)
+            taken = take_over(bk, metadata, password)
+            found = _leftovers(store, taken, orphan_timeout_s, job_id)
+            committed = _appended(taken, job_id, ledger_ids, overwrite, sink, found.orphans)
+            try:
+                sent = True
+                version = update_log(store, committed, version)
+                break
+            except (BadVersion, MetadataUnavailable) as e:
+                # Another write came first, or ours landed and its answer was lost (a
+                # retry after a lost connection finds the head moved on: BadVersion):
+                # the next round tells which from the head and the job's records.
+                log.info("log %s: job %s's commit CAS did not answer that it landed (%s); "
+                         "looking again", name, job_id, e)
+        else:
+            raise MetadataError(f"log {name}: job {job_id} lost the race to commit "
+                                f"{OPEN_ATTEMPTS_MAX} times in a row to other writers")
+    except MetadataUnavailable as e:
+        if not sent:
+            raise
+        raise MetadataUnavailable(
+            f"log {name}: the outcome of job {job_id}'s commit is unknown (its CAS was "
+            f"sent, then the metadata store became unreachable: {e}); abort_job tells "
+            "once the store is back (False: it was committed): do not write the job "
+            "again before") from e
     first = committed.next_segment - len(ledger_ids)
     segments = tuple(Segment(first + i, ledger_id) for i, ledger_id in enumerate(ledger_ids))
     log.info("log %s: job %s committed %d ledgers as segments %d to %d%s", name, job_id,
@@ -140,12 +189,56 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
             committed, tail=committed.tail[-TAIL_SEGMENTS:],
             oldest_segment=committed.truncated_before.segment, dropping=(), committing=(),
             aborted=()), version)
+        for old in found.committed:
+            jobs.forget(bk, name, old)
     except BookKeeperError as e:
         # The job is committed: reporting a failure would invite the caller to write it
         # again.  What is left (records, deletions, the tail) is the next owner's to do.
         log.warning("log %s: job %s is committed, but tidying up after it failed (the next "
                     "writer or commit of the log finishes it): %s", name, job_id, e)
-    return CommitResult(True, segments)
+    return _forget(bk, name, job_id, CommitResult(True, segments))
+
+
+def _replayed(bk: "BookKeeper", metadata: LogMetadata, job_id: str,
+              sink: Sink) -> CommitResult:
+    """A sink's batch that the log recorded already: replayed (the batch id recorded),
+    it commits nothing and its job is settled; an older one is refused."""
+    recorded = metadata.sinks[sink.sink_id]
+    if sink.batch_id < recorded:
+        raise InvalidConfiguration(
+            f"log {metadata.name}: sink {sink.sink_id!r} committed batch {recorded} "
+            f"already, and this commit is of batch {sink.batch_id}: the query's checkpoint "
+            "was deleted or reset (Spark replays at most the batch recorded).  Its batches "
+            "would be skipped: to write them, start over under a new sinkId")
+    log.info("log %s: sink %s committed batch %d already; job %s commits nothing",
+             metadata.name, sink.sink_id, sink.batch_id, job_id)
+    jobs.settle(bk, metadata.name, job_id)
+    return CommitResult(False, ())
+
+
+def _committed_already(store: "MetadataStore", name: str, job_id: str,
+                       ledger_ids: list[int]) -> CommitResult | None:
+    """What the job's committed marker says (None without one); JobFinished if it
+    committed other ledgers than ``ledger_ids``."""
+    found = jobs.read_job(store, name, job_id)
+    if found is None or found[0].committed is None:
+        return None
+    job = found[0]
+    if list(job.plan or ()) != ledger_ids:
+        raise JobFinished(f"log {name}: job {job_id} was committed already, with ledgers "
+                          f"{list(job.plan or ())}, not {ledger_ids}")
+    return CommitResult(True, job.segments)
+
+
+def _forget(bk: "BookKeeper", name: str, job_id: str, result: CommitResult) -> CommitResult:
+    """``result``, once the job's committed marker is deleted: its committer knows now.
+    (A marker left by a failure here is forgotten by the next orphan cleaning.)"""
+    try:
+        jobs.forget(bk, name, job_id)
+    except BookKeeperError as e:
+        log.warning("log %s: job %s is committed; its marker stays until orphans are "
+                    "next cleaned: %s", name, job_id, e)
+    return result
 
 
 def _check_commit(bk: "BookKeeper", name: str, job_id: str, ledger_ids: list[int],
@@ -223,13 +316,13 @@ def _tidy(bk: "BookKeeper", head: LogMetadata, tidy: LogMetadata, version: int) 
                 "writer or commit does it", head.name, OPEN_ATTEMPTS_MAX)
 
 
-def _orphans(store: "MetadataStore", metadata: LogMetadata, orphan_timeout_s: float | None,
-             job_id: str | None) -> list[str]:
+def _leftovers(store: "MetadataStore", metadata: LogMetadata,
+               orphan_timeout_s: float | None, job_id: str | None) -> jobs.Leftovers:
     if orphan_timeout_s is None:
-        return []
-    return jobs.find_orphans(store, metadata, orphan_timeout_s,
-                             exclude=() if job_id is None else (job_id,),
-                             limit=ORPHANS_PER_CAS_MAX)
+        return jobs.Leftovers([], [])
+    return jobs.find_leftovers(store, metadata, orphan_timeout_s,
+                               exclude=() if job_id is None else (job_id,),
+                               limit=ORPHANS_PER_CAS_MAX)
 
 
 # -- giving jobs up ---------------------------------------------------------------------
@@ -238,10 +331,15 @@ def _orphans(store: "MetadataStore", metadata: LogMetadata, orphan_timeout_s: fl
 def abort_job(bk: "BookKeeper", name: str, job_id: str,
               orphan_timeout_s: float | None = None) -> bool:
     """Give the job up: delete its ledgers and records; with ``orphan_timeout_s``, give
-    up the log's orphans too.  Returns False if the head lists the job as committed (its
-    commit's CAS landed, whatever its committer was told): then its committed ledgers
-    stay, and only its others are deleted.  (A job whose commit finished has no records
-    left: aborting it deletes nothing.)"""
+    up the log's orphans too.  Returns False if the job's commit landed (its CAS, whatever
+    its committer was told: the head lists the job, or its committed marker is there):
+    then its committed ledgers stay, and only its others are deleted.  True: the job is
+    given up (by this call or an earlier one), and no commit of it can land any more.
+
+    A committed job is told apart by its committed marker for as long as the marker
+    lasts (:mod:`pybk.log.jobs`): until its committer returned "committed", and after a
+    committer that failed or died, for a day (COMMITTED_MARKER_KEEP_S).  Aborting a job whose
+    committer was told "committed" answers True and deletes nothing."""
     committed, _given_up = _give_up(bk, name, job_id, orphan_timeout_s)
     return not committed
 
@@ -262,7 +360,8 @@ def clean_orphans(bk: "BookKeeper", name: str, older_than_s: float) -> list[str]
 def _give_up(bk: "BookKeeper", name: str, job_id: str | None,
              orphan_timeout_s: float | None) -> tuple[bool, list[str]]:
     """List ``job_id`` (if given and pending) and the orphans in ``aborted`` in one CAS
-    that changes nothing else, then settle them and CAS them off the list again.
+    that changes nothing else, then settle them and CAS them off the list again; forget
+    the committed markers older than ``orphan_timeout_s``.
 
     Returns whether ``job_id`` was committed already (then it is settled as committed,
     not given up), and the jobs given up."""
@@ -273,15 +372,18 @@ def _give_up(bk: "BookKeeper", name: str, job_id: str | None,
         except NoNode:
             raise NoSuchLog(f"no log is named {name!r}") from None
         jobs.settle_listed(bk, metadata)
-        if job_id is not None and job_id in metadata.committing:
+        found = None if job_id is None else jobs.read_job(store, name, job_id)
+        if job_id is not None and (job_id in metadata.committing or (
+                found is not None and found[0].committed is not None)):
             log.warning("log %s: job %s was committed already; it is not aborted", name,
                         job_id)
             return True, []
-        targets = _orphans(store, metadata, orphan_timeout_s, job_id)
-        if job_id is not None and jobs.read_job(store, name, job_id) is not None:
+        leftovers = _leftovers(store, metadata, orphan_timeout_s, job_id)
+        targets = leftovers.orphans
+        if job_id is not None and jobs.is_pending(found):
             targets.insert(0, job_id)
         if not targets and not (metadata.committing or metadata.aborted):
-            return False, []
+            break
         listed = dataclasses.replace(metadata, committing=(), aborted=tuple(targets),
                                      format_version=FORMAT_VERSION)
         if metadata.format_version == 1:  # no writer opened it since: convert it
@@ -289,14 +391,16 @@ def _give_up(bk: "BookKeeper", name: str, job_id: str | None,
             listed = dataclasses.replace(listed, tail=metadata.tail[-TAIL_SEGMENTS:])
         try:
             version = update_log(store, listed, version)
-            break
         except BadVersion:
-            continue
+            continue  # (if ours landed, its answer lost, the next round finds it done)
+        for target in targets:
+            log.info("log %s: job %s given up: %d ledgers deleted", name, target,
+                     jobs.settle(bk, name, target))
+        _tidy(bk, listed, dataclasses.replace(listed, aborted=()), version)
+        break
     else:
         raise MetadataError(f"log {name}: lost the race to give up jobs "
                             f"{OPEN_ATTEMPTS_MAX} times in a row")
-    for target in targets:
-        log.info("log %s: job %s given up: %d ledgers deleted", name, target,
-                 jobs.settle(bk, name, target))
-    _tidy(bk, listed, dataclasses.replace(listed, aborted=()), version)
+    for old in leftovers.committed:
+        jobs.forget(bk, name, old)
     return False, targets

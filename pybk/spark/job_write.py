@@ -9,16 +9,20 @@ pybk job (:mod:`pybk.log.jobs`), committed exactly once (:mod:`pybk.log.commit`)
 * **Tasks** (:func:`write_partition`, on the executors): each task attempt builds its own
   client, writes its rows into ledgers of its own (created with the options'
   LogSettings quorums, tagged with the log's name; a new one past ``segmentMaxBytes``),
-  each registered in the job before its first entry and refreshed while it is written,
+  each registered in the job under an id reserved before the ledger is created (an
+  attempt killed in between leaves nothing that the job's commit or abort does not
+  delete) and refreshed while it is written,
   closes them, and returns a :class:`PybkCommitMessage` naming them.  Values are packed
   into entries in the log's batch format (:mod:`pybk.log.batch`), up to
   ``batchMaxBytes`` each, straight from the Arrow column's buffers, with up to
   ENTRIES_IN_FLIGHT_MAX entries in flight.  A failed attempt deletes its ledgers.
 * **Driver, after the tasks** (:func:`commit`): the successful attempts' ledgers, in
   partition order, are appended to the log in one compare-and-set; the job's other
-  ledgers (failed and speculative attempts) and its records are deleted.  :func:`abort`
-  deletes everything of the job.  Both give up the log's orphans on the way: jobs
-  nothing wrote for ``orphanTimeoutSeconds`` (their driver died before committing).
+  ledgers (failed and speculative attempts) and its records are deleted; a commit whose
+  answer was lost is reported committed once it knows (:mod:`pybk.log.commit`).
+  :func:`abort` deletes everything of the job, unless its commit landed.  Both give up
+  the log's orphans on the way: jobs nothing wrote for ``orphanTimeoutSeconds`` (their
+  driver died before committing).
 
 Spark's save modes: ``append`` adds the job's records after the log's; ``overwrite``
 truncates everything before the job's first record in the same commit.  Spark itself
@@ -39,7 +43,13 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Literal, Sequence, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from pybk.errors import BookKeeperError, EntryTooLarge, InvalidConfiguration, MetadataError
+from pybk.errors import (
+    BookKeeperError,
+    EntryTooLarge,
+    InvalidConfiguration,
+    JobFinished,
+    MetadataError,
+)
 from pybk.log import jobs
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, encode_batch_parts
 from pybk.log.commit import CommitResult, Sink, abort_job, commit_job
@@ -52,7 +62,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from pybk.client import BookKeeper
-    from pybk.client.ledger import LedgerHandle
+    from pybk.client.ledger_adv import LedgerHandleAdv
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +130,15 @@ def commit(opts: PybkOptions, job_id: str,
 
 
 def abort(opts: PybkOptions, job_id: str) -> None:
-    """Delete every ledger and record of the job (and the log's orphans)."""
+    """Delete every ledger and record of the job (and the log's orphans).  JobFinished
+    if the job's commit landed after all (its commit failed not knowing): its records
+    are in the log, once."""
     with connect(opts) as bk:
-        abort_job(bk, opts.log, job_id, orphan_timeout_s=opts.get("orphanTimeoutSeconds"))
+        if not abort_job(bk, opts.log, job_id,
+                         orphan_timeout_s=opts.get("orphanTimeoutSeconds")):
+            raise JobFinished(f"{opts.describe()}: job {job_id} was committed (its commit "
+                              "failed not knowing that it had landed): its records are in "
+                              "the log, once; do not write them again")
 
 
 def settle(opts: PybkOptions, job_id: str) -> None:
@@ -216,7 +232,8 @@ class _TaskLedgers:
         self.settings = opts.log_settings_object()
         self._refresh_s = opts.get("orphanTimeoutSeconds") * REFRESH_FRACTION
         self._done: list[int] = []
-        self._ledger: LedgerHandle | None = None
+        self._ledger: LedgerHandleAdv | None = None
+        self._entries = 0  # the id the current ledger's next entry gets
         self._registration: jobs.JobLedger | None = None
         self._refreshed = 0.0
         self._ledger_bytes = 0
@@ -242,11 +259,12 @@ class _TaskLedgers:
         self._ledger_bytes += len(entry)
         assert self._ledger is not None  # _roll() made one
         try:
-            self._ledger.add_entry_then(entry, self._on_added)
+            self._ledger.add_entry_then(self._entries, entry, self._on_added)
         except BaseException:
             with self._changed:
                 self._in_flight -= 1
             raise
+        self._entries += 1
 
     def _on_added(self, _entry_id: int | None, error: BaseException | None) -> None:
         with self._changed:
@@ -262,15 +280,23 @@ class _TaskLedgers:
                                   f"{self._failure}") from self._failure
 
     def _roll(self) -> None:
+        """Start a new ledger: its id reserved and registered in the job before it is
+        created, so that an attempt killed at any point leaves nothing the job's commit
+        or abort does not find; then checked registered still (JobFinished if the job
+        was settled meanwhile: :meth:`discard` deletes the ledger)."""
         self._close_current()
         s = self.settings
-        ledger = self._bk.create_ledger(
+        ledger_id = self._bk.metadata.next_ledger_id()
+        self._registration = jobs.register_ledger(self._bk, self._opts.log, self._job_id,
+                                                  ledger_id, self._partition, self._attempt)
+        self._ledger = self._bk.create_ledger_adv(
             s.ensembleSize, s.writeQuorumSize, s.ackQuorumSize, s.digestType,
             self._opts.password, {LOG_NAME_KEY: self._opts.log.encode("utf-8"),
-                                  JOB_KEY: self._job_id.encode("ascii")})
-        self._ledger, self._ledger_bytes = ledger, 0
-        self._registration = jobs.register_ledger(self._bk, self._opts.log, self._job_id,
-                                                  ledger.id, self._partition, self._attempt)
+                                  JOB_KEY: self._job_id.encode("ascii")},
+            ledger_id=ledger_id)
+        self._ledger_bytes = self._entries = 0
+        self._registration = jobs.refresh_ledger(self._bk.metadata, self._opts.log,
+                                                 self._job_id, self._registration)
         self._refreshed = time.monotonic()
 
     def _close_current(self) -> None:

@@ -5,9 +5,11 @@ query's ``sinkId`` and the micro-batch's id in the same compare-and-set
 (:mod:`pybk.log.commit`): a micro-batch that Spark replays after a restart (its id
 recorded already) commits nothing and its ledgers are deleted.  ``sinkId`` is required
 and chosen by the user: a key derived from the checkpoint would restart at batch 0 with
-a deleted checkpoint and silently skip data.  In complete output mode (``overwrite``)
-each micro-batch replaces the log's records.  A micro-batch without rows commits nothing
-(its id is not recorded: replayed, it adds nothing either).
+a deleted checkpoint and silently skip data.  A query restarted from a deleted or reset
+checkpoint under the same ``sinkId`` fails at its first commit (its batch id is older
+than the one recorded), naming the way out: a new ``sinkId``.  In complete output mode
+(``overwrite``) each micro-batch replaces the log's records.  A micro-batch without rows
+commits nothing (its id is not recorded: replayed, it adds nothing either).
 
 Spark builds a writer where it plans each micro-batch (its job is begun there and its id
 pickled to the tasks), and another one for the commit, in another process: the commit
