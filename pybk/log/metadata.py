@@ -144,8 +144,9 @@ first (:func:`ensure_records`) and cuts the tail in its own CAS, as it converts 
 With ``overwrite`` the same first CAS sets truncated_before to the start of the job's
 first segment and keeps only the job's segments in the tail: the older ones are deleted
 by the truncation walk, as for a writer's truncation.  A commit whose sink already
-recorded its batch id (or a later one) changes nothing: a replayed micro-batch is
-committed once.
+recorded its batch id changes nothing (a replayed micro-batch is committed once); one
+whose sink recorded a later batch id is refused (InvalidConfiguration: a reset
+checkpoint, to start over under a new sink id), never skipped silently.
 
 **Job bookkeeping** rides on the head's CAS, so a commit, an abort and an orphan cleaner
 never disagree about a job: a job's fate is decided by the CAS that lists it, in
