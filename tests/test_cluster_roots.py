@@ -23,7 +23,7 @@ from kazoo.exceptions import ConnectionLoss
 
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
-from pybk.errors import MalformedMetadata, MetadataError
+from pybk.errors import BookKeeperError, MalformedMetadata, MetadataError
 from pybk.log import LogReader, LogWriter, consumers, jobs
 from pybk.log.metadata import LogMetadata, list_logs, read_log
 from pybk.log.position import Position
@@ -460,3 +460,22 @@ def test_a_copy_whose_answer_is_lost_is_made_again_from_what_the_retry_reads(
     cluster.open()
     assert _tree(kazoo, f"{parent}/ra/pybk/logs") == former
     assert consumers.list_consumers(cluster.store, "L1") == []
+
+
+def test_a_log_that_a_pybk_of_the_former_layout_still_running_creates_is_not_lost(
+        make_cluster, kazoo):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1"])
+    cluster.open()  # the logs move
+    # A process of the former pybk still running (say a Spark executor not yet
+    # upgraded): its store maps the contract's /logs to <parent>/logs
+    cluster.store._ns.base = parent
+    try:
+        cluster.append("L9", b"acknowledged")
+    except BookKeeperError:
+        return  # refused: nothing acknowledged is lost
+    finally:
+        cluster.store._ns.base = f"{parent}/ra/{migrate.NAMESPACE_NAME}"
+    cluster.close()
+    cluster.open()
+    assert "L9" in list_logs(cluster.store)  # the row it was told it wrote is somewhere
