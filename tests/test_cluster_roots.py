@@ -479,3 +479,23 @@ def test_a_log_that_a_pybk_of_the_former_layout_still_running_creates_is_not_los
     cluster.close()
     cluster.open()
     assert "L9" in list_logs(cluster.store)  # the row it was told it wrote is somewhere
+
+
+def test_a_read_only_command_leaves_a_cluster_of_the_former_layout_as_it_is(
+        make_cluster, kazoo, monkeypatch):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1"])
+    # The cluster still runs pybk of the former layout: a writer has L1 open
+    monkeypatch.setattr(migrate, "ensure_namespace", lambda _conn, _root: None)
+    cluster.open()
+    monkeypatch.undo()
+    cluster.store._ns.base = parent  # the former layout's /logs
+    writer = LogWriter.open(cluster.bk, "L1", SMALL_SEGMENTS)
+    try:
+        writer.append(b"before the look " + bytes(300))
+        ok("consumers", "list", "--zk", cluster.address, "--log", "L1")  # an operator looks
+        for i in range(3):  # rolls
+            writer.append(f"after the look {i} ".encode() + bytes(300))
+    finally:
+        writer.close()
+    assert not kazoo.exists(f"{parent}/ra/{migrate.NAMESPACE_NAME}")
