@@ -493,9 +493,15 @@ def test_a_read_only_command_leaves_a_cluster_of_the_former_layout_as_it_is(
     writer = LogWriter.open(cluster.bk, "L1", SMALL_SEGMENTS)
     try:
         writer.append(b"before the look " + bytes(300))
-        ok("consumers", "list", "--zk", cluster.address, "--log", "L1")  # an operator looks
+        # An operator looks: the consumers where they are
+        assert "consumer-a\t" in ok("consumers", "list", "--zk", cluster.address,
+                                      "--log", "L1")
         for i in range(3):  # rolls
             writer.append(f"after the look {i} ".encode() + bytes(300))
     finally:
         writer.close()
+    with ZooKeeperMetadataStore(cluster.address, zkutil.settings(), move_logs=False) as store:
+        assert list_logs(store) == ["L1"]
+        with pytest.raises(MetadataError, match="former layout.*move_logs=False"):
+            consumers.set_position(store, "L1", "consumer-a", Position(2, 0, 0))
     assert not kazoo.exists(f"{parent}/ra/{migrate.NAMESPACE_NAME}")

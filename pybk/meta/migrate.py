@@ -149,6 +149,13 @@ def namespace_path(root: str) -> str:
     return paths.join(root, NAMESPACE_NAME)
 
 
+def in_current_layout(conn: "_Connection", root: str) -> bool:
+    """Whether the cluster at ``root`` is in the new layout (its namespace node says
+    so: READY, or CLEANING)."""
+    found = conn.read(namespace_path(root))
+    return found is not None and found[0] in (READY, CLEANING)
+
+
 def ensure_namespace(conn: "_Connection", root: str) -> Migration | None:
     """Make sure the cluster at ``root`` is in the new layout, migrating it if it is not
     and it shares its parent with no other cluster of the former layout (MetadataError
