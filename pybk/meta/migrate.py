@@ -79,11 +79,13 @@ from typing import TYPE_CHECKING, Any, Collection, Iterator
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     RolledBackError,
     RuntimeInconsistency,
 )
+from kazoo.security import ACL, Permissions
 
 from pybk.errors import MalformedMetadata, MetadataError, MetadataUnavailable
 from pybk.meta import paths
@@ -126,6 +128,8 @@ _REQUESTS_IN_FLIGHT_MAX = 1000
 _TRANSACTION_BYTES_MAX = 256 * 1024
 #: How often taking a migration over is tried while other migrators change the node.
 _TAKE_OVER_ATTEMPTS_MAX = 10
+#: The permissions a fenced node of the former layout no longer grants anyone.
+_FENCED_OUT = Permissions.CREATE | Permissions.WRITE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -500,6 +504,29 @@ def _copy_tree(conn: "_Connection", source: str, target: str, fence: Fence) -> i
     return conn.call(f"copy {source} to {target}", op)
 
 
+def _fence(conn: "_Connection", path: str) -> None:
+    """Take the CREATE and WRITE permissions out of every entry of the ACL of ``path``,
+    keeping READ, DELETE and ADMIN for the same identities (nothing if it is gone or
+    fenced already; a warning if this client may not change its ACL)."""
+    def op(client: KazooClient, _retrying: bool) -> None:
+        try:
+            acls, _stat = conn.wait(client.get_acls_async(path))
+        except NoNodeError:
+            return
+        fenced = [ACL(acl.perms & ~_FENCED_OUT, acl.id) for acl in acls]
+        if fenced != list(acls):
+            conn.wait(client.set_acls_async(path, fenced))
+
+    try:
+        conn.call(f"fence {path}", op)
+    except NoNodeError:
+        pass  # deleted since its ACL was read
+    except NoAuthError:
+        log.warning("%s: %s cannot be fenced (this client may not change its ACL): a pybk "
+                    "of the former layout still running can write there what no cluster "
+                    "reads; stop every such process", conn.address, path)
+
+
 def _moved(target: str) -> bytes:
     """The moved record that replaces a head copied to ``target``."""
     return seal(MOVED_MAGIC, MOVED_VERSION, {"moved_to": target})
@@ -537,13 +564,18 @@ def _switch(conn: "_Connection", root: str, source: str, target: str,
 
 
 def _clean(conn: "_Connection", root: str) -> None:
-    """Step 4: delete the records below the moved heads naming this cluster, then mark
-    the namespace READY."""
-    source = paths.join(paths.split(root)[0], FORMER_LOGS_NAME)
+    """Step 4: fence each moved head naming this cluster and delete the records below
+    it; fence ``<parent>/logs`` if no cluster of the former layout is left beside this
+    one and it holds only pybk's records; then mark the namespace READY."""
+    parent = paths.split(root)[0]
+    source = paths.join(parent, FORMER_LOGS_NAME)
     mine = paths.join(namespace_path(root), FORMER_LOGS_NAME) + "/"
     deleted = 0
+    foreign = []
     for name, data in _children_data(conn, source):
         if not data.startswith(MOVED_MAGIC):
+            if not data.startswith(_LOG_MAGIC):
+                foreign.append(name)
             continue
         try:
             moved_to = unseal(data, MOVED_MAGIC, MOVED_VERSION, _MOVED_KEYS,
@@ -552,7 +584,16 @@ def _clean(conn: "_Connection", root: str) -> None:
             log.warning("%s: %s/%s: %s; left as it is", conn.address, source, name, e)
             continue
         if isinstance(moved_to, str) and moved_to.startswith(mine):
+            _fence(conn, paths.join(source, name))  # first: nothing is made below it after
             deleted += _delete_below(conn, paths.join(source, name))
+    if source != root and not _former_clusters(conn, parent, root):
+        if foreign:
+            log.warning("%s: %s holds nodes that are no pybk records (%s): it is left open, "
+                        "so a pybk of the former layout still running can make a log there "
+                        "that no cluster reads; stop every such process", conn.address,
+                        source, ", ".join(foreign[:10]))
+        else:
+            _fence(conn, source)
     conn.call(f"finish moving the logs of {root}", lambda client, _retrying: conn.wait(
         client.set_async(namespace_path(root), READY)))
     if deleted:
