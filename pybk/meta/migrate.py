@@ -12,6 +12,21 @@ The layouts
     A cluster without that data (formatted by that pybk, or by BookKeeper) is in the
     *former* layout.  That pybk wrote nothing else outside the root: only ``logs`` moves.
 
+Which opens move the logs
+    A store that may change logs (:class:`~pybk.meta.zookeeper.ZooKeeperMetadataStore`
+    by default: log writers, commits, truncation, consumers' updates) moves them when it
+    opens a cluster of the former layout (:func:`ensure_namespace`), since its changes
+    must land where the cluster will read them.  A store opened with
+    ``move_logs=False``, by callers that change no log (the admin commands, bookie
+    nodes and their autorecovery, ``pybk consumers list``), leaves such a cluster as it
+    is: it reads the logs where they are (:func:`in_current_layout`) and refuses to
+    change them, so looking at a cluster does not move it under the feet of the former
+    pybk still running there.  So upgrading bookies and tools changes nothing, and the
+    logs move when the first upgraded log writer opens the cluster: stop the former
+    pybk's processes before that (see what is promised to them below).  A store opened
+    with ``move_logs=False`` before another one moves the logs finds the moved records
+    (MalformedMetadata naming magic b"PBKM"): it is to be opened again.
+
 Which logs are whose
     The former layout cannot tell whose a log in ``<parent>/logs`` is.  Opening a
     cluster of the former layout (:func:`ensure_namespace`) moves them all under its
@@ -25,7 +40,9 @@ Which logs are whose
 
 What the operator is told: a migration logs one warning, ``<address>: moved N log(s)
 (L1, L2) from <parent>/logs to <root>/pybk/logs; ...`` (``pybk migrate-logs`` prints
-the same line).
+the same line); a node it could not fence, one warning each, saying why; a store
+opened with ``move_logs=False`` on a cluster of the former layout logs (INFO) where it
+reads the logs.
 
 The migration, under an ephemeral lock node ``<root>/pybk-migration`` (one migrator at
 a time; a migrator that dies loses it with its session).  A migrator whose session
@@ -45,23 +62,55 @@ again, so a migrator that lost the lock writes nothing more (MetadataError):
    is still at the version read in step 2, and the namespace node's data becomes
    CLEANING.  A head that moved on (a writer of the former pybk still running) fails
    the transaction: steps 1 to 3 run again, at most :data:`SWITCH_ATTEMPTS_MAX` times.
-4. Delete the records below each moved head that names this cluster, then set the
-   namespace data to READY.  A cluster found CLEANING when opened does this step.
+4. *The fence*: take CREATE and WRITE out of the ACL of each moved head that names this
+   cluster, then delete the records below it; then, if no cluster of the former layout
+   is left beside this one (every sibling root with a LAYOUT has its namespace data)
+   and ``<parent>/logs`` holds only pybk's records, take CREATE and WRITE out of its
+   ACL too; then set the namespace data to READY.  A cluster found CLEANING when opened
+   does this step (each part of it is idempotent).
 
 Crashes: before the switch commits, the former layout is whole (the migration only read
 it) and the new one is not in use (no store serves a cluster without the namespace
-data; the next opening starts again at step 1); after it, the new one is complete (step
+data from there: ``move_logs=False`` reads the former layout; the next opening that
+moves starts again at step 1); after it, the new one is complete (step
 2 copied everything before the switch) and the former one is no longer used; what
 step 4 had not deleted yet is deleted by the next opening.  The moved records stay for
 good (a sibling's migration skips them): a pybk of the former layout that opens such a
 log fails on its head (MalformedMetadata, naming magic b"PBKM") instead of starting a
 second copy of the log.
 
-What the migration cannot fence: a process of the former pybk still running keeps
-writing to the old records.  A head change of its after step 2 fails the switch (and
-after the switch, its CAS finds the moved record: BadVersion, then MalformedMetadata),
-but a consumer position or a job registration that it writes between step 2 and the
-switch is lost.  Stop every pybk process of the cluster before upgrading it.
+The fence
+    Each entry of a fenced node's ACL keeps its identity and loses CREATE and WRITE:
+    READ, DELETE and ADMIN stay, so with ``zkEnableSecurity`` the cluster's digest user
+    still reads and deletes the moved records (world-readable ones stay readable), and
+    whoever must undo the fence can (``setAcl``, ADMIN).  ZooKeeper ACLs are per node:
+    records already below ``<parent>/logs`` keep theirs.  A node whose ACL this client
+    may not change (no ADMIN) is left open, with a warning.  A sibling cluster of the
+    former layout keeps ``<parent>/logs`` open (its logs live there) until it is moved
+    itself; its migration fences it then.  A ``<parent>/logs`` holding another
+    program's nodes is left open, with a warning (fencing it would break that program);
+    one that does not exist is not made (a cluster that BookKeeper formatted gets no
+    node beside its root).  Refusing is chosen over finding such writes later and
+    moving them: a refused write is reported to the process that made it, while a log
+    made in ``<parent>/logs`` after the move could be any sibling's as far as the
+    former layout tells, and a reader of the new layout would not see it meanwhile.
+
+What is promised to a process of the former pybk still running after the move
+    * A change of a moved log's head fails: its CAS finds the moved record (BadVersion,
+      then MalformedMetadata naming magic b"PBKM"; from the fence on, NoAuth); a head
+      change between step 2 and the switch fails the switch instead, which is tried
+      again with the change copied.
+    * A new record below a moved head (a consumer position, a job, a segment) or a new
+      log in a fenced ``<parent>/logs`` is refused (ZooKeeper's NoAuth, before
+      anything is acknowledged), from the fence on.
+    * Not promised, so stop every pybk process of the former layout before upgrading
+      a cluster's log writers: a consumer position or job record that such a process
+      writes between step 2 and the fence of step 4 is deleted with the old records
+      (acknowledged, then lost); while a sibling of the former layout keeps
+      ``<parent>/logs`` open, or when it cannot be fenced, a log such a process makes
+      there is the siblings' for the migration (the next one moved takes it); and
+      where ``<parent>/logs`` did not exist, the first log such a process makes there
+      is not fenced.
 
 Limit: the switch is one transaction, at most :data:`SWITCH_BYTES_MAX` bytes (ZooKeeper
 refuses a request over its ``jute.maxbuffer``, 1 MiB by default): some thousands of

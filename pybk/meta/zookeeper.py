@@ -27,8 +27,12 @@ Addresses and the root
     pybk before this layout kept the contract's ``/logs`` under the root's *parent*,
     where clusters with the same parent shared it.  Opening such a cluster moves its
     logs under its root once (:mod:`pybk.meta.migrate`: crash-safe, logged as a
-    warning), or refuses when other clusters of that layout share the parent, since it
-    cannot tell whose a log is (:func:`migrate_logs`, ``pybk migrate-logs``, settles it).
+    warning; what the former pybk still running could write there is then refused),
+    or refuses when other clusters of that layout share the parent, since it cannot
+    tell whose a log is (:func:`migrate_logs`, ``pybk migrate-logs``, settles it).  A
+    store opened with ``move_logs=False`` (by callers that change no log: the admin
+    commands, bookies, ``pybk consumers list``) leaves such a cluster as it is, reads
+    its logs where they are and refuses to change them.
 
 Formatting and the layout
     :func:`format_cluster` writes, in one ZooKeeper transaction, the root with
