@@ -533,6 +533,8 @@ def test_a_read_only_command_leaves_a_cluster_of_the_former_layout_as_it_is(
         # An operator looks: the consumers where they are
         assert "consumer-a\t" in ok("consumers", "list", "--zk", cluster.address,
                                       "--log", "L1")
+        ok("listledgers", "--zk", cluster.address)  # the admin commands, through the
+        assert "999999" in failed("readledger", "--zk", cluster.address, "999999")  # client
         for i in range(3):  # rolls
             writer.append(f"after the look {i} ".encode() + bytes(300))
     finally:

@@ -166,7 +166,7 @@ def client(target_: Target) -> "ClusterBookKeeper":
                    ClientSettings(maxEntrySizeBytes=target_.max_entry_bytes,
                                   **client_settings_of(target_.settings),
                                   **placement_settings_of(target_.settings)),
-                   zk_settings=_zookeeper_settings(target_))
+                   zk_settings=_zookeeper_settings(target_), move_logs=False)
 
 
 def _zookeeper_settings(target_: Target) -> "ZooKeeperSettings":
