@@ -518,6 +518,21 @@ def test_the_former_place_is_fenced_once_no_cluster_beside_uses_it(make_cluster,
     _check_moved(kazoo, b, rows_b)
 
 
+def test_migrate_logs_on_a_moved_cluster_fences_what_a_retired_sibling_kept_open(
+        make_cluster, kazoo):
+    parent = f"/{_unique()}"
+    a, rows_a = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["La"])
+    _former_cluster(make_cluster, kazoo, f"{parent}/rb", "b", ["Lb"])
+    ok("migrate-logs", "--zk", a.address, "--logs", "La")
+    acls, _stat = kazoo.get_acls(f"{parent}/logs")
+    assert all(acl.perms & Permissions.CREATE for acl in acls)  # rb's logs live there
+    kazoo.delete(f"{parent}/rb", recursive=True)  # rb is retired, never moved
+    assert "in the current layout already" in ok("migrate-logs", "--zk", a.address)
+    a.open()
+    _check_former_pybk_refused(a, "La")
+    _check_moved(kazoo, a, rows_a)
+
+
 def test_a_read_only_command_leaves_a_cluster_of_the_former_layout_as_it_is(
         make_cluster, kazoo, monkeypatch):
     parent = f"/{_unique()}"

@@ -87,10 +87,11 @@ The fence
     records already below ``<parent>/logs`` keep theirs.  A node whose ACL this client
     may not change (no ADMIN) is left open, with a warning.  A sibling cluster of the
     former layout keeps ``<parent>/logs`` open (its logs live there) until it is moved
-    itself; its migration fences it then.  A ``<parent>/logs`` holding another
-    program's nodes is left open, with a warning (fencing it would break that program);
-    one that does not exist is not made (a cluster that BookKeeper formatted gets no
-    node beside its root).  Refusing is chosen over finding such writes later and
+    itself; its migration fences it then (if it is retired instead, ``pybk
+    migrate-logs`` on a moved cluster runs step 4 again).  A ``<parent>/logs`` holding
+    another program's nodes is left open, with a warning (fencing it would break that
+    program); one that does not exist is not made (a cluster that BookKeeper formatted
+    gets no node beside its root).  Refusing is chosen over finding such writes later and
     moving them: a refused write is reported to the process that made it, while a log
     made in ``<parent>/logs`` after the move could be any sibling's as far as the
     former layout tells, and a reader of the new layout would not see it meanwhile.
@@ -226,7 +227,8 @@ def migrate(conn: "_Connection", root: str,
             logs: Collection[str] | None = None) -> Migration | None:
     """Move the cluster at ``root`` into the new layout with the former logs named in
     ``logs`` (all of them when None, if no other cluster of the former layout shares the
-    parent).  None if another process migrated it meanwhile (``logs`` not given)."""
+    parent).  None if it is in the new layout already (``logs`` not given): then step 4
+    runs again, fencing ``<parent>/logs`` if the siblings that kept it open are gone."""
     parent = paths.split(root)[0]
     source = paths.join(parent, FORMER_LOGS_NAME)
     target = paths.join(namespace_path(root), FORMER_LOGS_NAME)
@@ -236,8 +238,7 @@ def migrate(conn: "_Connection", root: str,
             if logs is not None:
                 raise MetadataError(f"{conn.address}: the cluster at {root} is in pybk's "
                                     "current layout already: no logs can be moved into it")
-            if found[0] == CLEANING:
-                _clean(conn, root)
+            _clean(conn, root)  # again: fences what a sibling of the former layout kept open
             return None
         # A root named like the former parent of the logs could hold none (that pybk
         # refused the contract path /<root's name>)
