@@ -260,7 +260,9 @@ def run_consumers(args: argparse.Namespace, settings: ServerSettings) -> int:
     from pybk.meta.zookeeper import ZooKeeperSettings
     where = os.path.join(args.dir, "metadata") if args.dir else settings.metadataServiceUri
     try:
-        with open_metadata_store(where, ZooKeeperSettings.of(settings)) as store:
+        # A listing leaves a cluster of pybk's former layout as it is
+        with open_metadata_store(where, ZooKeeperSettings.of(settings),
+                                 move_logs=args.action != "list") as store:
             if args.action == "list":
                 for c in consumers.list_consumers(store, args.log):
                     updated = time.strftime("%Y-%m-%dT%H:%M:%SZ",

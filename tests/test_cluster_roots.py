@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import threading
 import uuid
+from typing import Iterator
 
 import pytest
 import zkutil
@@ -20,6 +21,8 @@ from clientutil import FAST
 from clusterutil import failed, ok
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
+from kazoo.security import Permissions
+from securityutil import zookeeper_credentials
 
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
@@ -28,6 +31,7 @@ from pybk.log import LogReader, LogWriter, consumers, jobs
 from pybk.log.metadata import LogMetadata, list_logs, read_log
 from pybk.log.position import Position
 from pybk.meta import migrate
+from pybk.meta.interface import ANY_VERSION
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 from pybk.settings import LogSettings
@@ -460,3 +464,125 @@ def test_a_copy_whose_answer_is_lost_is_made_again_from_what_the_retry_reads(
     cluster.open()
     assert _tree(kazoo, f"{parent}/ra/pybk/logs") == former
     assert consumers.list_consumers(cluster.store, "L1") == []
+
+
+@contextlib.contextmanager
+def _as_former_pybk(store: ZooKeeperMetadataStore) -> Iterator[None]:
+    """Within the block, ``store`` is a process of the former pybk still running (say a
+    Spark executor not yet upgraded): it maps the contract's /logs to <parent>/logs."""
+    store._ns.base = store.address.root.rsplit("/", 1)[0]
+    try:
+        yield
+    finally:
+        store._ns.base = f"{store.address.root}/{migrate.NAMESPACE_NAME}"
+
+
+def _check_former_pybk_refused(cluster: ClusterUnderTest, moved: str) -> None:
+    """What a process of the former pybk still running writes is refused, not
+    acknowledged and lost: a new log, and a consumer of the moved log ``moved``."""
+    with _as_former_pybk(cluster.store):
+        with pytest.raises(MetadataError, match="NoAuth"):
+            cluster.append("L9", b"never acknowledged")
+        with pytest.raises(MetadataError, match="NoAuth"):
+            consumers.set_position(cluster.store, moved, "late", Position(1, 0, 0))
+    assert "L9" not in list_logs(cluster.store)
+    assert [c.consumer_id for c in consumers.list_consumers(cluster.store, moved)] == [
+        f"consumer-{cluster.name}"]
+
+
+def test_a_log_that_a_pybk_of_the_former_layout_still_running_creates_is_not_lost(
+        make_cluster, kazoo):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1"])
+    cluster.open()  # the logs move, and the former place is fenced
+    _check_former_pybk_refused(cluster, "L1")
+    _check_moved(kazoo, cluster, rows)  # what the cluster itself does goes on
+
+
+def test_the_former_place_is_fenced_once_no_cluster_beside_uses_it(make_cluster, kazoo):
+    parent = f"/{_unique()}"
+    a, rows_a = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["La"])
+    b, rows_b = _former_cluster(make_cluster, kazoo, f"{parent}/rb", "b", ["Lb"])
+    ok("migrate-logs", "--zk", a.address, "--logs", "La")
+    # rb is still of the former layout: a process of its pybk makes a log there
+    kazoo.create(f"{parent}/logs/Lb2", LogMetadata("Lb2").to_bytes())
+    b.open()  # the last cluster of the former layout takes it
+    assert list_logs(b.store) == ["Lb", "Lb2"]
+    b.close()
+    kazoo.delete(f"{parent}/rb/pybk/logs/Lb2")
+    b.open()
+    a.open()
+    _check_former_pybk_refused(a, "La")
+    _check_former_pybk_refused(b, "Lb")
+    _check_moved(kazoo, a, rows_a)
+    _check_moved(kazoo, b, rows_b)
+
+
+def test_migrate_logs_on_a_moved_cluster_fences_what_a_retired_sibling_kept_open(
+        make_cluster, kazoo):
+    parent = f"/{_unique()}"
+    a, rows_a = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["La"])
+    _former_cluster(make_cluster, kazoo, f"{parent}/rb", "b", ["Lb"])
+    ok("migrate-logs", "--zk", a.address, "--logs", "La")
+    acls, _stat = kazoo.get_acls(f"{parent}/logs")
+    assert all(acl.perms & Permissions.CREATE for acl in acls)  # rb's logs live there
+    kazoo.delete(f"{parent}/rb", recursive=True)  # rb is retired, never moved
+    assert "in the current layout already" in ok("migrate-logs", "--zk", a.address)
+    a.open()
+    _check_former_pybk_refused(a, "La")
+    _check_moved(kazoo, a, rows_a)
+
+
+def test_a_read_only_command_leaves_a_cluster_of_the_former_layout_as_it_is(
+        make_cluster, kazoo, monkeypatch):
+    parent = f"/{_unique()}"
+    cluster, rows = _former_cluster(make_cluster, kazoo, f"{parent}/ra", "a", ["L1"])
+    # The cluster still runs pybk of the former layout: a writer has L1 open
+    monkeypatch.setattr(migrate, "ensure_namespace", lambda _conn, _root: None)
+    cluster.open()
+    monkeypatch.undo()
+    cluster.store._ns.base = parent  # the former layout's /logs
+    writer = LogWriter.open(cluster.bk, "L1", SMALL_SEGMENTS)
+    try:
+        writer.append(b"before the look " + bytes(300))
+        # An operator looks: the consumers where they are
+        assert "consumer-a\t" in ok("consumers", "list", "--zk", cluster.address,
+                                      "--log", "L1")
+        ok("listledgers", "--zk", cluster.address)  # the admin commands, through the
+        assert "999999" in failed("readledger", "--zk", cluster.address, "999999")  # client
+        for i in range(3):  # rolls
+            writer.append(f"after the look {i} ".encode() + bytes(300))
+    finally:
+        writer.close()
+    with ZooKeeperMetadataStore(cluster.address, zkutil.settings(), move_logs=False) as store:
+        assert list_logs(store) == ["L1"]
+        with pytest.raises(MetadataError, match="former layout.*move_logs=False"):
+            consumers.set_position(store, "L1", "consumer-a", Position(2, 0, 0))
+    assert not kazoo.exists(f"{parent}/ra/{migrate.NAMESPACE_NAME}")
+
+
+def test_the_fence_of_a_cluster_with_zookeeper_credentials_keeps_them_reading_and_deleting(
+        zookeeper, kazoo, tmp_path):
+    settings = zookeeper_credentials(tmp_path)
+    parent = f"/{_unique()}"
+    address = zookeeper.address(f"{parent}/ra")
+    format_cluster(address, settings=settings)
+    with ZooKeeperMetadataStore(address, settings) as store:  # made by the former pybk
+        with _as_former_pybk(store):
+            read_log(store, "L1", create=True)
+            consumers.set_position(store, "L1", "c", Position(1, 0, 0))
+        store._conn.client.delete(f"{parent}/ra/{migrate.NAMESPACE_NAME}", recursive=True)
+    with ZooKeeperMetadataStore(address, settings) as store:  # moves L1
+        assert list_logs(store) == ["L1"]
+        with _as_former_pybk(store):
+            with pytest.raises(MetadataError, match="NoAuth"):
+                read_log(store, "L9", create=True)
+            with pytest.raises(MetadataError, match="NoAuth"):
+                consumers.set_position(store, "L1", "late", Position(1, 0, 0))
+            assert store.get("/logs/L1")[0].startswith(migrate.MOVED_MAGIC)
+            store.delete("/logs/L1", ANY_VERSION)
+            assert store.children("/logs") == []
+    acls, _stat = kazoo.get_acls(f"{parent}/logs")
+    assert {acl.id.scheme: acl.perms for acl in acls} == {
+        "digest": Permissions.READ | Permissions.DELETE | Permissions.ADMIN,
+        "world": Permissions.READ}

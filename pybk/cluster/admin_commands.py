@@ -146,10 +146,12 @@ def fail(target_: Target, error: BaseException) -> int:
 
 @contextlib.contextmanager
 def open_store(target_: Target) -> Iterator[MetadataStore]:
-    """The metadata store of the target's cluster, open until the block ends."""
+    """The metadata store of the target's cluster, open until the block ends.  The
+    admin commands change no log: a cluster of pybk's former layout is left as it is."""
     from pybk.meta.address import open_metadata_store
 
-    with open_metadata_store(target_.address, _zookeeper_settings(target_)) as store:
+    with open_metadata_store(target_.address, _zookeeper_settings(target_),
+                             move_logs=False) as store:
         yield store
 
 
@@ -164,7 +166,7 @@ def client(target_: Target) -> "ClusterBookKeeper":
                    ClientSettings(maxEntrySizeBytes=target_.max_entry_bytes,
                                   **client_settings_of(target_.settings),
                                   **placement_settings_of(target_.settings)),
-                   zk_settings=_zookeeper_settings(target_))
+                   zk_settings=_zookeeper_settings(target_), move_logs=False)
 
 
 def _zookeeper_settings(target_: Target) -> "ZooKeeperSettings":

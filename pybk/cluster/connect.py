@@ -68,7 +68,8 @@ def connect(address: str, settings: ClientSettings | None = None, *,
             zk_settings: ZooKeeperSettings | None = None,
             local_bookie: str | None = None,
             local_bookies: Mapping[str, Bookie] | None = None,
-            metrics_registry: CollectorRegistry | None = None) -> ClusterBookKeeper:
+            metrics_registry: CollectorRegistry | None = None,
+            move_logs: bool = True) -> ClusterBookKeeper:
     """A client of the cluster whose metadata is at ``address``
     (``zk://host:port[,host:port...]/ledgers``).  Raises MetadataUnavailable if ZooKeeper
     does not answer within ``zkTimeout``, MetadataError if the cluster is not formatted,
@@ -79,6 +80,8 @@ def connect(address: str, settings: ClientSettings | None = None, *,
     calls them directly.  ``local_bookie`` is the one placement puts first in new
     ensembles; by default the only one of ``local_bookies``, if there is one.  With
     ``metrics_registry`` the client reports its metrics there (:mod:`pybk.client.metrics`).
+    ``move_logs`` False for a client that changes no log: a cluster of pybk's former
+    layout is left as it is (:mod:`pybk.meta.migrate`).
 
     With ``zmqCurveEnabled`` the key file is read here, so that a missing or malformed
     one is an InvalidConfiguration naming ``zmqCurveSecretKeyFile`` at once, not an
@@ -95,7 +98,8 @@ def connect(address: str, settings: ClientSettings | None = None, *,
     if local_bookie is None and len(local) == 1:
         local_bookie = next(iter(local))
     with contextlib.ExitStack() as opened:
-        store = opened.enter_context(ZooKeeperMetadataStore(address, zk_settings))
+        store = opened.enter_context(ZooKeeperMetadataStore(address, zk_settings,
+                                                            move_logs=move_logs))
         loop = opened.enter_context(ClientLoop())
         directory = BookieDirectory(store, loop, settings, local)
         opened.callback(directory.close)

@@ -422,8 +422,9 @@ def _open_store(settings: ServerSettings) -> MetadataStore:
     if not settings.metadataServiceUri:
         raise InvalidConfiguration("setting metadataServiceUri is empty: a bookie node "
                                    "needs the cluster's address, zk://host:port/ledgers")
+    # A bookie changes no log: a cluster of pybk's former layout is left as it is
     return open_metadata_store(settings.metadataServiceUri,
-                               ZooKeeperSettings.of(settings))
+                               ZooKeeperSettings.of(settings), move_logs=False)
 
 
 def _serve(bookie: Bookie, listen_address: str) -> BookieServer:

@@ -71,13 +71,15 @@ def parse_zookeeper_address(address: str) -> ZooKeeperAddress:
 
 
 def open_metadata_store(address_or_path: str | os.PathLike,
-                        settings: "ZooKeeperSettings | None" = None) -> "MetadataStore":
+                        settings: "ZooKeeperSettings | None" = None,
+                        move_logs: bool = True) -> "MetadataStore":
     """The store ``address_or_path`` names: a ZooKeeperMetadataStore for a ``zk://``
-    address (connected, its layout checked; ``settings`` tune it), else the embedded
-    store in that directory."""
+    address (connected, its layout checked; ``settings`` tune it; ``move_logs`` False
+    for a caller that changes no log: a cluster of pybk's former layout is left as it
+    is), else the embedded store in that directory."""
     if is_zookeeper_address(address_or_path):
         from pybk.meta.zookeeper import ZooKeeperMetadataStore  # kazoo only when needed
-        return ZooKeeperMetadataStore(address_or_path, settings)
+        return ZooKeeperMetadataStore(address_or_path, settings, move_logs=move_logs)
     from pybk.meta.embedded import EmbeddedMetadataStore
     return EmbeddedMetadataStore(address_or_path)
 

@@ -12,6 +12,21 @@ The layouts
     A cluster without that data (formatted by that pybk, or by BookKeeper) is in the
     *former* layout.  That pybk wrote nothing else outside the root: only ``logs`` moves.
 
+Which opens move the logs
+    A store that may change logs (:class:`~pybk.meta.zookeeper.ZooKeeperMetadataStore`
+    by default: log writers, commits, truncation, consumers' updates) moves them when it
+    opens a cluster of the former layout (:func:`ensure_namespace`), since its changes
+    must land where the cluster will read them.  A store opened with
+    ``move_logs=False``, by callers that change no log (the admin commands, bookie
+    nodes and their autorecovery, ``pybk consumers list``), leaves such a cluster as it
+    is: it reads the logs where they are (:func:`in_current_layout`) and refuses to
+    change them, so looking at a cluster does not move it under the feet of the former
+    pybk still running there.  So upgrading bookies and tools changes nothing, and the
+    logs move when the first upgraded log writer opens the cluster: stop the former
+    pybk's processes before that (see what is promised to them below).  A store opened
+    with ``move_logs=False`` before another one moves the logs finds the moved records
+    (MalformedMetadata naming magic b"PBKM"): it is to be opened again.
+
 Which logs are whose
     The former layout cannot tell whose a log in ``<parent>/logs`` is.  Opening a
     cluster of the former layout (:func:`ensure_namespace`) moves them all under its
@@ -25,7 +40,9 @@ Which logs are whose
 
 What the operator is told: a migration logs one warning, ``<address>: moved N log(s)
 (L1, L2) from <parent>/logs to <root>/pybk/logs; ...`` (``pybk migrate-logs`` prints
-the same line).
+the same line); a node it could not fence, one warning each, saying why; a store
+opened with ``move_logs=False`` on a cluster of the former layout logs (INFO) where it
+reads the logs.
 
 The migration, under an ephemeral lock node ``<root>/pybk-migration`` (one migrator at
 a time; a migrator that dies loses it with its session).  A migrator whose session
@@ -45,23 +62,56 @@ again, so a migrator that lost the lock writes nothing more (MetadataError):
    is still at the version read in step 2, and the namespace node's data becomes
    CLEANING.  A head that moved on (a writer of the former pybk still running) fails
    the transaction: steps 1 to 3 run again, at most :data:`SWITCH_ATTEMPTS_MAX` times.
-4. Delete the records below each moved head that names this cluster, then set the
-   namespace data to READY.  A cluster found CLEANING when opened does this step.
+4. *The fence*: take CREATE and WRITE out of the ACL of each moved head that names this
+   cluster, then delete the records below it; then, if no cluster of the former layout
+   is left beside this one (every sibling root with a LAYOUT has its namespace data)
+   and ``<parent>/logs`` holds only pybk's records, take CREATE and WRITE out of its
+   ACL too; then set the namespace data to READY.  A cluster found CLEANING when opened
+   does this step (each part of it is idempotent).
 
 Crashes: before the switch commits, the former layout is whole (the migration only read
 it) and the new one is not in use (no store serves a cluster without the namespace
-data; the next opening starts again at step 1); after it, the new one is complete (step
+data from there: ``move_logs=False`` reads the former layout; the next opening that
+moves starts again at step 1); after it, the new one is complete (step
 2 copied everything before the switch) and the former one is no longer used; what
 step 4 had not deleted yet is deleted by the next opening.  The moved records stay for
 good (a sibling's migration skips them): a pybk of the former layout that opens such a
 log fails on its head (MalformedMetadata, naming magic b"PBKM") instead of starting a
 second copy of the log.
 
-What the migration cannot fence: a process of the former pybk still running keeps
-writing to the old records.  A head change of its after step 2 fails the switch (and
-after the switch, its CAS finds the moved record: BadVersion, then MalformedMetadata),
-but a consumer position or a job registration that it writes between step 2 and the
-switch is lost.  Stop every pybk process of the cluster before upgrading it.
+The fence
+    Each entry of a fenced node's ACL keeps its identity and loses CREATE and WRITE:
+    READ, DELETE and ADMIN stay, so with ``zkEnableSecurity`` the cluster's digest user
+    still reads and deletes the moved records (world-readable ones stay readable), and
+    whoever must undo the fence can (``setAcl``, ADMIN).  ZooKeeper ACLs are per node:
+    records already below ``<parent>/logs`` keep theirs.  A node whose ACL this client
+    may not change (no ADMIN) is left open, with a warning.  A sibling cluster of the
+    former layout keeps ``<parent>/logs`` open (its logs live there) until it is moved
+    itself; its migration fences it then (if it is retired instead, ``pybk
+    migrate-logs`` on a moved cluster runs step 4 again).  A ``<parent>/logs`` holding
+    another program's nodes is left open, with a warning (fencing it would break that
+    program); one that does not exist is not made (a cluster that BookKeeper formatted
+    gets no node beside its root).  Refusing is chosen over finding such writes later and
+    moving them: a refused write is reported to the process that made it, while a log
+    made in ``<parent>/logs`` after the move could be any sibling's as far as the
+    former layout tells, and a reader of the new layout would not see it meanwhile.
+
+What is promised to a process of the former pybk still running after the move
+    * A change of a moved log's head fails: its CAS finds the moved record (BadVersion,
+      then MalformedMetadata naming magic b"PBKM"; from the fence on, NoAuth); a head
+      change between step 2 and the switch fails the switch instead, which is tried
+      again with the change copied.
+    * A new record below a moved head (a consumer position, a job, a segment) or a new
+      log in a fenced ``<parent>/logs`` is refused (ZooKeeper's NoAuth, before
+      anything is acknowledged), from the fence on.
+    * Not promised, so stop every pybk process of the former layout before upgrading
+      a cluster's log writers: a consumer position or job record that such a process
+      writes between step 2 and the fence of step 4 is deleted with the old records
+      (acknowledged, then lost); while a sibling of the former layout keeps
+      ``<parent>/logs`` open, or when it cannot be fenced, a log such a process makes
+      there is the siblings' for the migration (the next one moved takes it); and
+      where ``<parent>/logs`` did not exist, the first log such a process makes there
+      is not fenced.
 
 Limit: the switch is one transaction, at most :data:`SWITCH_BYTES_MAX` bytes (ZooKeeper
 refuses a request over its ``jute.maxbuffer``, 1 MiB by default): some thousands of
@@ -79,11 +129,13 @@ from typing import TYPE_CHECKING, Any, Collection, Iterator
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     RolledBackError,
     RuntimeInconsistency,
 )
+from kazoo.security import ACL, Permissions
 
 from pybk.errors import MalformedMetadata, MetadataError, MetadataUnavailable
 from pybk.meta import paths
@@ -126,6 +178,8 @@ _REQUESTS_IN_FLIGHT_MAX = 1000
 _TRANSACTION_BYTES_MAX = 256 * 1024
 #: How often taking a migration over is tried while other migrators change the node.
 _TAKE_OVER_ATTEMPTS_MAX = 10
+#: The permissions a fenced node of the former layout no longer grants anyone.
+_FENCED_OUT = Permissions.CREATE | Permissions.WRITE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +203,13 @@ def namespace_path(root: str) -> str:
     return paths.join(root, NAMESPACE_NAME)
 
 
+def in_current_layout(conn: "_Connection", root: str) -> bool:
+    """Whether the cluster at ``root`` is in the new layout (its namespace node says
+    so: READY, or CLEANING)."""
+    found = conn.read(namespace_path(root))
+    return found is not None and found[0] in (READY, CLEANING)
+
+
 def ensure_namespace(conn: "_Connection", root: str) -> Migration | None:
     """Make sure the cluster at ``root`` is in the new layout, migrating it if it is not
     and it shares its parent with no other cluster of the former layout (MetadataError
@@ -166,7 +227,8 @@ def migrate(conn: "_Connection", root: str,
             logs: Collection[str] | None = None) -> Migration | None:
     """Move the cluster at ``root`` into the new layout with the former logs named in
     ``logs`` (all of them when None, if no other cluster of the former layout shares the
-    parent).  None if another process migrated it meanwhile (``logs`` not given)."""
+    parent).  None if it is in the new layout already (``logs`` not given): then step 4
+    runs again, fencing ``<parent>/logs`` if the siblings that kept it open are gone."""
     parent = paths.split(root)[0]
     source = paths.join(parent, FORMER_LOGS_NAME)
     target = paths.join(namespace_path(root), FORMER_LOGS_NAME)
@@ -176,8 +238,7 @@ def migrate(conn: "_Connection", root: str,
             if logs is not None:
                 raise MetadataError(f"{conn.address}: the cluster at {root} is in pybk's "
                                     "current layout already: no logs can be moved into it")
-            if found[0] == CLEANING:
-                _clean(conn, root)
+            _clean(conn, root)  # again: fences what a sibling of the former layout kept open
             return None
         # A root named like the former parent of the logs could hold none (that pybk
         # refused the contract path /<root's name>)
@@ -493,6 +554,29 @@ def _copy_tree(conn: "_Connection", source: str, target: str, fence: Fence) -> i
     return conn.call(f"copy {source} to {target}", op)
 
 
+def _fence(conn: "_Connection", path: str) -> None:
+    """Take the CREATE and WRITE permissions out of every entry of the ACL of ``path``,
+    keeping READ, DELETE and ADMIN for the same identities (nothing if it is gone or
+    fenced already; a warning if this client may not change its ACL)."""
+    def op(client: KazooClient, _retrying: bool) -> None:
+        try:
+            acls, _stat = conn.wait(client.get_acls_async(path))
+        except NoNodeError:
+            return
+        fenced = [ACL(acl.perms & ~_FENCED_OUT, acl.id) for acl in acls]
+        if fenced != list(acls):
+            conn.wait(client.set_acls_async(path, fenced))
+
+    try:
+        conn.call(f"fence {path}", op)
+    except NoNodeError:
+        pass  # deleted since its ACL was read
+    except NoAuthError:
+        log.warning("%s: %s cannot be fenced (this client may not change its ACL): a pybk "
+                    "of the former layout still running can write there what no cluster "
+                    "reads; stop every such process", conn.address, path)
+
+
 def _moved(target: str) -> bytes:
     """The moved record that replaces a head copied to ``target``."""
     return seal(MOVED_MAGIC, MOVED_VERSION, {"moved_to": target})
@@ -530,13 +614,18 @@ def _switch(conn: "_Connection", root: str, source: str, target: str,
 
 
 def _clean(conn: "_Connection", root: str) -> None:
-    """Step 4: delete the records below the moved heads naming this cluster, then mark
-    the namespace READY."""
-    source = paths.join(paths.split(root)[0], FORMER_LOGS_NAME)
+    """Step 4: fence each moved head naming this cluster and delete the records below
+    it; fence ``<parent>/logs`` if no cluster of the former layout is left beside this
+    one and it holds only pybk's records; then mark the namespace READY."""
+    parent = paths.split(root)[0]
+    source = paths.join(parent, FORMER_LOGS_NAME)
     mine = paths.join(namespace_path(root), FORMER_LOGS_NAME) + "/"
     deleted = 0
+    foreign = []
     for name, data in _children_data(conn, source):
         if not data.startswith(MOVED_MAGIC):
+            if not data.startswith(_LOG_MAGIC):
+                foreign.append(name)
             continue
         try:
             moved_to = unseal(data, MOVED_MAGIC, MOVED_VERSION, _MOVED_KEYS,
@@ -545,7 +634,16 @@ def _clean(conn: "_Connection", root: str) -> None:
             log.warning("%s: %s/%s: %s; left as it is", conn.address, source, name, e)
             continue
         if isinstance(moved_to, str) and moved_to.startswith(mine):
+            _fence(conn, paths.join(source, name))  # first: nothing is made below it after
             deleted += _delete_below(conn, paths.join(source, name))
+    if source != root and not _former_clusters(conn, parent, root):
+        if foreign:
+            log.warning("%s: %s holds nodes that are no pybk records (%s): it is left open, "
+                        "so a pybk of the former layout still running can make a log there "
+                        "that no cluster reads; stop every such process", conn.address,
+                        source, ", ".join(foreign[:10]))
+        else:
+            _fence(conn, source)
     conn.call(f"finish moving the logs of {root}", lambda client, _retrying: conn.wait(
         client.set_async(namespace_path(root), READY)))
     if deleted:

@@ -27,8 +27,12 @@ Addresses and the root
     pybk before this layout kept the contract's ``/logs`` under the root's *parent*,
     where clusters with the same parent shared it.  Opening such a cluster moves its
     logs under its root once (:mod:`pybk.meta.migrate`: crash-safe, logged as a
-    warning), or refuses when other clusters of that layout share the parent, since it
-    cannot tell whose a log is (:func:`migrate_logs`, ``pybk migrate-logs``, settles it).
+    warning; what the former pybk still running could write there is then refused),
+    or refuses when other clusters of that layout share the parent, since it cannot
+    tell whose a log is (:func:`migrate_logs`, ``pybk migrate-logs``, settles it).  A
+    store opened with ``move_logs=False`` (by callers that change no log: the admin
+    commands, bookies, ``pybk consumers list``) leaves such a cluster as it is, reads
+    its logs where they are and refuses to change them.
 
 Formatting and the layout
     :func:`format_cluster` writes, in one ZooKeeper transaction, the root with
@@ -215,15 +219,20 @@ class ZooKeeperSettings:
 
 
 class _Namespace:
-    """Maps the contract's paths to ZooKeeper's for one root (see the module docstring)."""
+    """Maps the contract's paths to ZooKeeper's for one root (see the module docstring);
+    ``former``: the paths outside ``/ledgers`` of pybk's former layout, under the root's
+    parent, read only (a store that moves no logs, on a cluster of that layout)."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, former: bool = False) -> None:
         self.root = root
-        self.base = migrate.namespace_path(root)
+        self.former = former
+        parent = paths.split(root)[0]
+        self.base = ((parent if parent != paths.ROOT else "") if former
+                     else migrate.namespace_path(root))
 
     def zk(self, path: str) -> str:
         if path == paths.ROOT:
-            return self.base
+            return self.base or paths.ROOT
         first, _sep, rest = path[1:].partition("/")
         if first != _LEDGERS_NAME:
             return self.base + path
@@ -232,6 +241,20 @@ class _Namespace:
                                 f"would be under {self.root}/{rest.partition('/')[0]}, "
                                 "where the store keeps the records outside /ledgers")
         return paths.join(self.root, rest) if rest else self.root
+
+    def zk_change(self, path: str) -> str:
+        """:meth:`zk` of a record to be changed: MetadataError for one outside
+        ``/ledgers`` in the former layout (it stays as it is until a store that moves
+        the logs opens the cluster)."""
+        zk = self.zk(path)
+        if self.former and path.partition("/")[2].partition("/")[0] != _LEDGERS_NAME:
+            raise MetadataError(
+                f"cannot change {path}: the cluster at {self.root} is in pybk's former "
+                f"layout (its logs at {zk}), and this store was opened to read only "
+                "(move_logs=False), leaving them there; a store that writes logs moves "
+                "them under the root first (stop every pybk process of the former layout "
+                "before)")
+        return zk
 
     def children(self, path: str, names: list[str]) -> list[str]:
         """The contract's names for the children of ``path``, given those of its node in
@@ -367,11 +390,18 @@ class ZooKeeperMetadataStore(MetadataStore):
     """The metadata store of the cluster at a ``zk://`` address; see the module docstring.
 
     ``layout`` (a name), if given, is the ledger layout the caller expects: a cluster
-    formatted with another is refused."""
+    formatted with another is refused.
+
+    ``move_logs``: opening a cluster of pybk's former layout moves its logs under the
+    root (:mod:`pybk.meta.migrate`).  False for a caller that changes no log (the admin
+    commands, bookies, a listing): the cluster is left as it is and its logs are read
+    where they are; a change outside ``/ledgers`` then raises MetadataError.  A store
+    opened so before another process moves the logs finds the moved records
+    (MalformedMetadata, naming magic b"PBKM"): open it again."""
 
     def __init__(self, address: str | ZooKeeperAddress,
                  settings: ZooKeeperSettings | None = None,
-                 layout: str | None = None) -> None:
+                 layout: str | None = None, move_logs: bool = True) -> None:
         self.address = (address if isinstance(address, ZooKeeperAddress)
                         else parse_zookeeper_address(address))
         self.settings = settings or ZooKeeperSettings()
@@ -393,8 +423,14 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._conn = _Connection(self.address, self.settings, self._on_event)
         try:
             self.layout, self.instance_id = _check_layout(self._conn, self._ns, expected)
-            with _migration_errors(self.address):
-                migrate.ensure_namespace(self._conn, self.address.root)
+            if move_logs:
+                with _migration_errors(self.address):
+                    migrate.ensure_namespace(self._conn, self.address.root)
+            elif not migrate.in_current_layout(self._conn, self.address.root):
+                self._ns = _Namespace(self.address.root, former=True)
+                log.info("%s: the cluster is in pybk's former layout: its logs are read at "
+                         "%s, where they stay (this store moves nothing)", self.address,
+                         self._ns.zk(paths.join(paths.ROOT, migrate.FORMER_LOGS_NAME)))
         except BaseException:
             self._conn.close()
             raise
@@ -439,7 +475,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def create(self, path: str, data: bytes, ephemeral: bool = False) -> int:
         paths.check_path(path)
         data = check_data(data)
-        zk = self._ns.zk(path)
+        zk = self._ns.zk_change(path)
 
         def op(client: KazooClient, retrying: bool) -> int:
             try:
@@ -459,7 +495,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         batch = check_batch(records)
         if not batch:
             return
-        nodes = [(self._ns.zk(path), data) for path, data in batch]
+        nodes = [(self._ns.zk_change(path), data) for path, data in batch]
 
         def op(client: KazooClient, retrying: bool) -> None:
             try:
@@ -476,7 +512,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def create_sequential(self, prefix: str, data: bytes, ephemeral: bool = False) -> str:
         parent, name_prefix = sequential_prefix(prefix)
         data = check_data(data)
-        zk_parent = self._ns.zk(parent)
+        zk_parent = self._ns.zk_change(parent)
         zk_prefix = paths.join(zk_parent, name_prefix)
 
         def op(client: KazooClient, retrying: bool) -> str:
@@ -545,7 +581,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         paths.check_path(path)
         data = check_data(data)
         check_version(expected_version)
-        zk = self._ns.zk(path)
+        zk = self._ns.zk_change(path)
 
         def op(client: KazooClient, retrying: bool) -> int:
             try:
@@ -561,7 +597,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         paths.check_path(delete_path)
         data = check_data(data)
         check_version(expected_version)
-        zk, zk_delete = self._ns.zk(path), self._ns.zk(delete_path)
+        zk, zk_delete = self._ns.zk_change(path), self._ns.zk_change(delete_path)
 
         def op(client: KazooClient, retrying: bool) -> int:
             txn = client.transaction()
@@ -599,7 +635,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def delete(self, path: str, expected_version: int) -> None:
         paths.check_path(path)
         check_version(expected_version)
-        zk = self._ns.zk(path)
+        zk = self._ns.zk_change(path)
 
         def op(client: KazooClient, retrying: bool) -> None:
             try:
