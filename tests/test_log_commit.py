@@ -751,3 +751,62 @@ def test_a_job_begun_by_an_earlier_pybk_commits(embedded):
     ledger = task_ledger(bk, job, 0, [b"old job's"])
     assert commit_job(bk, LOG, job, [ledger]).committed
     assert values(read_all(bk)) == [b"old job's"]
+
+
+# -- review 5 -------------------------------------------------------------------------------
+
+
+def test_an_abort_after_a_commit_that_returned_answers_committed(parties):
+    """Spark runs a Python data source's commit in a Python worker
+    (pyspark/sql/worker/commit_data_source_write.py) and calls abort when that worker's
+    answer does not come back (the worker killed, its socket broken, after
+    ``writer.commit`` returned): the abort must not answer "aborted" for a job whose rows
+    are in the log (issue 31 section 3), or Spark reports the write failed with nothing
+    saying that its rows are in, and the user's rerun writes them again.  Today the
+    committer deletes its committed marker before it returns, and the abort finds neither
+    the head's listing nor the marker: it answers True (given up)."""
+    bk, _ = parties.client()
+    bk2, _ = parties.client()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledger = task_ledger(bk, job, 0, [b"committed"])
+    assert commit_job(bk, LOG, job, [ledger]).committed
+    # The commit's answer is lost on its way back to Spark, which aborts the job.
+    aborted = abort_job(bk2, LOG, job)
+    assert values(read_all(bk2)) == [b"committed"] and ledger_exists(bk2, ledger)
+    assert not aborted, "abort_job answered 'aborted' for a job whose rows are in the log"
+
+
+def test_a_task_killed_right_after_creating_its_ledger_while_its_job_is_aborted_leaves_none(
+        embedded):
+    """A task registers its ledger's id, the driver aborts the job (its settling finds
+    the registration, but no ledger yet to delete, and deletes the registration and the
+    job's record), the task creates the ledger under the reserved id and is killed before
+    it checks its registration (Spark kills a failed job's running tasks): the ledger
+    stays, and no abort, commit or orphan cleaning ever finds it (issue 31 section 9: "a
+    task killed anywhere in a roll leaves no ledger the job's abort or commit misses")."""
+    from pybk.spark import job_write
+    from pybk.spark.options import WRITE, parse
+
+    bk, _ = embedded.client()
+    bk2, _ = embedded.client()
+    opts = parse({"metadataServiceUri": "zk://127.0.0.1/ledgers", "log": LOG,
+                  "ensembleSize": "1", "writeQuorumSize": "1", "ackQuorumSize": "1"},
+                 WRITE)
+    job = jobs.begin_job(bk.metadata, LOG)
+    create = bk.create_ledger_adv
+    aborts: list[bool] = []
+
+    def abort_then_create_then_die(*args, **kwargs):
+        aborts.append(abort_job(bk2, LOG, job))  # the driver, between register and create
+        create(*args, **kwargs)
+        raise Killed("create_ledger_adv")  # the task dies before refresh_ledger
+
+    bk.create_ledger_adv = abort_then_create_then_die
+    ledgers = job_write._TaskLedgers(bk, opts, job, 0, 0)
+    with pytest.raises(Killed):
+        ledgers.add(encode_batch([b"row"]))
+    assert aborts == [True]
+    assert abort_job(bk2, LOG, job) and clean_orphans(bk2, LOG, 0) == []
+    left = [i for i in bk2.list_ledgers() if bk2.ledger_manager.read(i).metadata
+            .custom_metadata.get(job_write.JOB_KEY) == job.encode()]
+    assert left == [], f"ledgers {left} of aborted job {job} stay, and nothing finds them"
