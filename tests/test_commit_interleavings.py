@@ -33,8 +33,9 @@ create's record is not ours any more, success otherwise), or the store unreachab
    "finished" (JobFinished) or "skipped" (the sink had the batch) only for one that did
    not land; after a commit of unknown outcome (MetadataUnavailable), its abort answers
    "committed" (False) exactly for a landed one.  An aborter's True ("aborted") only for
-   a job that did not land, unless its committer was told "committed" (the committer
-   deletes the job's marker then: an abort racing with it may answer either way, see
+   a job that did not land, unless it is a sink's job whose committer was told
+   "committed" (that committer deletes the job's marker then, the batch id telling a
+   replay: an abort racing with it may answer either way, see
    :func:`pybk.log.commit.abort_job`); its False only for one that landed
    (:func:`check_told`).
 3. A sink's landed batch ids increase in the order they landed (:func:`check_sinks`).
@@ -605,7 +606,10 @@ def check_told(seen: Observed, heads: list[LogMetadata]) -> list[str]:
         if a.aborted is False and not is_landed:
             problems.append(f"job {a.job_id}: its abort answered committed, and it did not "
                             "land")
-    told_committed = {a.job_id for a in seen.attempts if a.told == "committed"}
+    # Only a sink's committer forgets its marker when told "committed" (the batch id
+    # tells a replay then): an abort after it may answer aborted.
+    told_committed = {a.job_id for a in seen.attempts
+                      if a.told == "committed" and a.sink is not None}
     for job_id, answer in seen.aborts:
         if answer and job_id in landed and job_id not in told_committed:
             problems.append(f"an abort of job {job_id} answered aborted, and it landed")

@@ -46,11 +46,14 @@ after any lost race.  Chosen over looking for the plan's ledgers among the log's
 segments: a truncation or an overwrite may delete them right after the commit, which
 would make a landed commit look failed, and a marker costs one record write per commit,
 written by whoever settles the job (crash-safe: the head lists the job until it is
-written), read once.  The committer deletes its marker when it returns "committed";
-markers of committers that failed or died are deleted by the orphan cleaning a day
-later (COMMITTED_MARKER_KEEP_S, whatever the orphan timeout), so they stay few.
-:func:`abort_job` reads the same two places and never answers "aborted" for a job whose
-commit landed while its marker lasts.
+written), read once.  The marker outlives the commit's return: the caller's answer can be
+lost too (Spark aborts a write whose commit returned when the worker that ran it dies
+before answering), and :func:`abort_job` reads the same two places, so it never answers
+"aborted" for a job whose commit landed while its marker lasts.  Markers are deleted by
+the orphan cleaning a day later (COMMITTED_MARKER_KEEP_S, whatever the orphan timeout),
+so they stay as few as the commits of a day; a streaming sink's commit, which a replay
+tells by its batch id, deletes its own marker when it returns "committed", so that a
+query's micro-batches leave none.
 """
 
 from __future__ import annotations
@@ -127,7 +130,7 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
     store = bk.metadata
     done = _committed_already(store, name, job_id, ledger_ids)
     if done is not None:
-        return _forget(bk, name, job_id, done)
+        return _forget(bk, name, job_id, sink, done)
     _check_commit(bk, name, job_id, ledger_ids, password, sink)
     jobs.write_plan(store, name, job_id, ledger_ids)
     sent = False  # whether a CAS of ours was sent whose answer may be lost
@@ -143,7 +146,7 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
             if done is not None:  # our CAS landed and another client finished the job
                 log.info("log %s: job %s's commit landed (its answer was lost); another "
                          "client finished it", name, job_id)
-                return _forget(bk, name, job_id, done)
+                return _forget(bk, name, job_id, sink, done)
             if job_id in metadata.aborted \
                     or not jobs.is_pending(jobs.read_job(store, name, job_id)):
                 raise JobFinished(f"log {name}: job {job_id} was aborted, or given up as "
@@ -196,7 +199,7 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
         # again.  What is left (records, deletions, the tail) is the next owner's to do.
         log.warning("log %s: job %s is committed, but tidying up after it failed (the next "
                     "writer or commit of the log finishes it): %s", name, job_id, e)
-    return _forget(bk, name, job_id, CommitResult(True, segments))
+    return _forget(bk, name, job_id, sink, CommitResult(True, segments))
 
 
 def _replayed(bk: "BookKeeper", metadata: LogMetadata, job_id: str,
@@ -230,9 +233,14 @@ def _committed_already(store: "MetadataStore", name: str, job_id: str,
     return CommitResult(True, job.segments)
 
 
-def _forget(bk: "BookKeeper", name: str, job_id: str, result: CommitResult) -> CommitResult:
-    """``result``, once the job's committed marker is deleted: its committer knows now.
-    (A marker left by a failure here is forgotten by the next orphan cleaning.)"""
+def _forget(bk: "BookKeeper", name: str, job_id: str, sink: Sink | None,
+            result: CommitResult) -> CommitResult:
+    """``result``, once a sink's job's committed marker is deleted: the sink's batch id
+    tells a replay from now on.  A job without a sink keeps its marker for the orphan
+    cleaning to forget (see the module docstring).  (A marker left by a failure here is
+    forgotten by the next orphan cleaning too.)"""
+    if sink is None:
+        return result
     try:
         jobs.forget(bk, name, job_id)
     except BookKeeperError as e:
@@ -337,9 +345,9 @@ def abort_job(bk: "BookKeeper", name: str, job_id: str,
     given up (by this call or an earlier one), and no commit of it can land any more.
 
     A committed job is told apart by its committed marker for as long as the marker
-    lasts (:mod:`pybk.log.jobs`): until its committer returned "committed", and after a
-    committer that failed or died, for a day (COMMITTED_MARKER_KEEP_S).  Aborting a job whose
-    committer was told "committed" answers True and deletes nothing."""
+    lasts (:mod:`pybk.log.jobs`): a day (COMMITTED_MARKER_KEEP_S), or, for a streaming
+    sink's job, until its committer returned "committed" (the sink's batch id tells a
+    replay then); aborting such a job after that answers True and deletes nothing."""
     committed, _given_up = _give_up(bk, name, job_id, orphan_timeout_s)
     return not committed
 

@@ -51,11 +51,11 @@ follows it) that the commit landed, after others finished the job: whoever settl
 the head lists in ``committing`` writes the marker *before* the CAS that takes the job
 off the list, so from the commit's CAS on, the head lists the job or its marker exists,
 or both.  A marker stays until its committer's outcome cannot matter any more: the
-committer deletes it when it returns "committed" (:func:`forget`), and the cleaners that
-give up orphans delete the markers older than COMMITTED_MARKER_KEEP_S (a day) or their
-orphan timeout if longer (:func:`find_leftovers`): those of committers that died, or
-failed not knowing.  So a log holds the markers of the commits still running and of
-those that failed or died within a day, each a few hundred bytes.
+cleaners that give up orphans delete the markers older than COMMITTED_MARKER_KEEP_S (a
+day) or their orphan timeout if longer (:func:`find_leftovers`), and a streaming sink's
+committer deletes its own when it returns "committed" (:func:`forget`: the sink's batch
+id tells a replay from then on).  So a log holds a marker per batch job committed within
+a day, and those of the commits still running, each a few hundred bytes.
 
 **Orphans**: a job that no head lists, whose record and ledgers' records were all last
 written more than ``older_than`` seconds ago (:func:`find_leftovers`), is taken as
@@ -91,7 +91,7 @@ SETTLE_ATTEMPTS_MAX = 10
 #: its write is planned, before the stages that compute its rows run, however long they
 #: take: its tasks register their ledgers only then.
 EMPTY_JOB_TIMEOUT_S = 24 * 3600.0
-#: How long a committed marker a committer did not delete is kept (or the orphan
+#: How long a committed marker is kept (or the orphan
 #: timeout, if that is longer): far longer than a committer whose answer was lost takes
 #: to look (its store's retries, then Spark's abort), whatever orphan timeout a cleaner
 #: is given.

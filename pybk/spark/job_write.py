@@ -11,7 +11,10 @@ pybk job (:mod:`pybk.log.jobs`), committed exactly once (:mod:`pybk.log.commit`)
   LogSettings quorums, tagged with the log's name; a new one past ``segmentMaxBytes``),
   each registered in the job under an id reserved before the ledger is created (an
   attempt killed in between leaves nothing that the job's commit or abort does not
-  delete) and refreshed while it is written,
+  delete; one gap is left: an attempt that creates its ledger just after the job's
+  commit or abort settled it, and is killed before it sees its registration gone,
+  leaves that ledger, empty of visible rows, to no cleaner) and refreshed while it is
+  written,
   closes them, and returns a :class:`PybkCommitMessage` naming them.  Values are packed
   into entries in the log's batch format (:mod:`pybk.log.batch`), up to
   ``batchMaxBytes`` each, straight from the Arrow column's buffers, with up to
