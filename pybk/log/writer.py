@@ -519,7 +519,8 @@ class LogWriter:
             if attempt < FORCE_ATTEMPTS_MAX:
                 time.sleep(FORCE_RETRY_PAUSE_S * attempt)
         raise BookKeeperError(
-            f"log {self.name}: segment ledger {ledger.id} could not be forced ({error}); "
+            f"log {self.name}: segment ledger {ledger.id} could not be forced "
+            f"({error or 'adds still pending'}); "
             f"its records past entry {ledger.last_add_forced} were appended (written, not "
             "synced), so it is left open rather than closed without them, and the writer "
             "stops: the next writer of the log recovers the segment with them")
