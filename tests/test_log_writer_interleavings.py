@@ -253,7 +253,6 @@ class Run:
         self.threads: list[threading.Thread] = []
         self.writers: list[LogWriter] = []
         self.writer: LogWriter | None = None
-        self._lock = threading.Lock()  # seen.truncated_below
         self.open_writer()
 
     def note(self, text: str) -> None:
@@ -322,9 +321,8 @@ class Run:
         if self.writer is None or not positions:
             return "nothing to truncate"
         before = positions[int(fraction * len(positions))]
-        with self._lock:
-            if self.seen.truncated_below is None or before > self.seen.truncated_below:
-                self.seen.truncated_below = before
+        if self.seen.truncated_below is None or before > self.seen.truncated_below:
+            self.seen.truncated_below = before
         writer = self.writer
 
         def truncate() -> None:
