@@ -30,6 +30,19 @@ batch past ``segmentMaxBytes``, however fast appends come and however long the r
 takes.  A roll costs the same whatever the number of segments: one head of a few hundred
 bytes and one segment record are written.
 
+Deferred sync (``deferredSync``): an append returns once its record is written on Qa
+bookies (it survives this process and the bookies' processes dying, not a power cut);
+:meth:`LogWriter.sync` forces every segment that holds records appended before it, and
+returns only once all of them are durable, or raises.  A ledger closes at its durable
+LAC, so a segment is closed (by a roll, or by :meth:`LogWriter.close`) only once a force
+covered every entry it acknowledged: the force is retried (``FORCE_ATTEMPTS_MAX``), and a
+segment that still cannot be forced is left open and the writer stops with an error that
+says so (later appends and ``sync()`` raise it).  The next writer to open the log
+recovers that segment with every record its bookies hold, so no record whose append
+returned is lost to a failed force.  (A bookie that fails an *add* of a deferred segment
+closes it at its durable LAC, BookKeeper's rule, :mod:`pybk.client.deferred`: the records
+appended since the last ``sync()`` that returned may then be lost, and the writer stops.)
+
 Truncation deletes whole segments before a position, but never past the slowest
 consumer's committed position (:mod:`pybk.log.consumers`): the head is updated first,
 then the ledgers and segment records are deleted, then the head notes how far that got
@@ -53,6 +66,7 @@ from pybk.client.digest import MAX_OVERHEAD
 from pybk.errors import (
     BadVersion,
     BookKeeperError,
+    ClientClosed,
     EntryTooLarge,
     InvalidConfiguration,
     LedgerClosed,
@@ -96,6 +110,11 @@ log = logging.getLogger(__name__)
 LOG_NAME_KEY = "pybk.log"
 #: How many times an opening writer retries after losing a compare-and-set race.
 OPEN_ATTEMPTS_MAX = 10
+#: With deferredSync, how many times a segment is forced before the writer gives up on
+#: closing it (and stops, leaving it to the next writer's recovery: see _close_segment).
+FORCE_ATTEMPTS_MAX = 3
+#: Seconds between those attempts (times the number of attempts made so far).
+FORCE_RETRY_PAUSE_S = 0.1
 
 
 class _Batch:
@@ -362,11 +381,13 @@ class LogWriter:
     # -- waiting ------------------------------------------------------------------
 
     def sync(self, timeout: float | None = None) -> None:
-        """Return once every record appended before the call is durable (with
-        ``deferredSync``: acknowledged, then forced).
+        """Return once every record appended before the call is durable and readable
+        (with ``deferredSync``: acknowledged, then forced), or raise.
 
-        Raises the failure that stopped the writer, if one did, and Timeout after
-        ``timeout`` seconds."""
+        Raises the failure that stopped the writer, if one did (with ``deferredSync``:
+        a segment a roll could not force, see the module's docstring), the force's
+        error if one failed (the records stay appended: a later ``sync()`` forces them
+        again), and Timeout after ``timeout`` seconds."""
         with self._lock:
             self._seal()
             waiting = set(self._outstanding)
@@ -388,8 +409,9 @@ class LogWriter:
             self._force({ledger.id: ledger for ledger in ledgers}.values())
 
     def _force(self, ledgers: Iterable["LedgerHandle"]) -> None:
-        """Deferred sync: make what ``ledgers`` acknowledged durable.  A segment closed
-        by a roll was forced by its close, which closed it at what the force covered."""
+        """Deferred sync: make what ``ledgers`` acknowledged durable.  A segment a roll
+        closed was forced up to its last acknowledged entry first (see _close_segment):
+        one that could not be stopped the writer, which sync() raised before this."""
         for ledger in ledgers:
             try:
                 ledger.force()
@@ -452,13 +474,57 @@ class LogWriter:
                 self._wait_for_progress(0.1)
             del self._in_flight[previous.id]
         try:
-            previous.close()
+            self._close_segment(previous)
+        except BookKeeperError as e:
+            # Stopped before the segment leaves _closing, so that no sync() misses it.
+            self._fail(_taken_over(self.name, e))
+            raise
         finally:
             with self._lock:
                 del self._closing[previous.id]
         log.info("log %s: rolled to segment %d (ledger %d); ledger %d closed at entry %d",
                  self.name, rolled.tail[-1].number, ledger.id, previous.id,
                  previous.last_add_confirmed)
+
+    def _close_segment(self, ledger: "LedgerHandle") -> None:
+        """Close a segment ledger the writer is done with (rolled away from, or current at
+        its close).
+
+        With deferredSync a ledger closes at its durable LAC, and the records past it
+        were returned to their appends, promised to survive this process dying.  So the
+        segment is forced first, up to FORCE_ATTEMPTS_MAX times, and closed only once a
+        force covered every entry it acknowledged; otherwise it is left open, for the
+        next writer's recovery (which keeps every entry its bookies hold), and
+        BookKeeperError says so (the roll stops the writer with it)."""
+        if self.settings.deferredSync:
+            self._force_before_close(ledger)
+        ledger.close()
+
+    def _force_before_close(self, ledger: "LedgerHandle") -> None:
+        """Force ``ledger`` until it has no add pending and its durable LAC is the last
+        entry it acknowledged; raise BookKeeperError if that does not happen."""
+        error: BookKeeperError | None = None
+        for attempt in range(1, FORCE_ATTEMPTS_MAX + 1):
+            try:
+                ledger.force()
+            except (LedgerClosed, LedgerFenced, ClientClosed):
+                return  # closed (at the durable LAC) or fenced already: its close says so
+            except BookKeeperError as e:
+                error = e
+                log.warning("log %s: forcing segment ledger %d before closing it failed "
+                            "(attempt %d of %d): %s", self.name, ledger.id, attempt,
+                            FORCE_ATTEMPTS_MAX, e)
+            if not ledger.pending_adds \
+                    and ledger.last_add_forced >= ledger.last_add_acknowledged:
+                return
+            if attempt < FORCE_ATTEMPTS_MAX:
+                time.sleep(FORCE_RETRY_PAUSE_S * attempt)
+        raise BookKeeperError(
+            f"log {self.name}: segment ledger {ledger.id} could not be forced "
+            f"({error or 'adds still pending'}); "
+            f"its records past entry {ledger.last_add_forced} were appended (written, not "
+            "synced), so it is left open rather than closed without them, and the writer "
+            "stops: the next writer of the log recovers the segment with them")
 
     def _store_metadata(self, metadata: LogMetadata) -> None:
         """Compare-and-set the log's head.  Caller holds the metadata lock.
@@ -554,7 +620,9 @@ class LogWriter:
     # -- closing ------------------------------------------------------------------
 
     def close(self) -> None:
-        """Send what is batched, wait for it, and close the current segment.
+        """Send what is batched, wait for it, and close the current segment (with
+        ``deferredSync``: once forced; one that cannot be is left open for the next
+        writer's recovery, and this raises).
 
         Appends fail with LogClosed from now on.  A failure that stopped the writer
         earlier was reported to the appends it failed and is not raised again here."""
@@ -569,7 +637,7 @@ class LogWriter:
         finally:
             self._roller.shutdown(wait=True)
             try:
-                self._ledger.close()
+                self._close_segment(self._ledger)
             except BookKeeperError:
                 if not failed_before:
                     raise
