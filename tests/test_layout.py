@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pybk.errors import MalformedMetadata, MetadataError
+from pybk.errors import InvalidLedgerId, MalformedMetadata
 from pybk.meta import DigestType, EmbeddedMetadataStore, LedgerManager, paths
 from pybk.meta import layout as layouts
 from pybk.meta.layout import FLAT, HIERARCHICAL
@@ -31,7 +31,7 @@ def test_ledger_paths_are_bookkeepers(ledger_id, flat, hierarchical):
 @pytest.mark.parametrize("bad", [-1, 2 ** 63, 1.0, True, "1"])
 def test_invalid_ledger_ids_are_refused(bad):
     for layout in (FLAT, HIERARCHICAL):
-        with pytest.raises(MetadataError, match="ledger id"):
+        with pytest.raises(InvalidLedgerId, match="ledger id"):  # the caller's, a 4xx
             layout.ledger_path(bad)
 
 

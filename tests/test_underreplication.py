@@ -12,7 +12,7 @@ import threading
 import pytest
 from test_meta_contract import WAIT_S, run_threads, store, stores  # noqa: F401
 
-from pybk.errors import MalformedMetadata, MetadataError, NoNode
+from pybk.errors import InvalidLedgerId, MalformedMetadata, MetadataError, NoNode
 from pybk.meta import textformat
 from pybk.meta.underreplication import (
     BACKLOG,
@@ -39,7 +39,7 @@ def test_mark_and_lock_paths_are_bookkeepers():
                                             f"0000/feed/urL{0x7AFEBEEF0000FEED}")
     assert lock_path(12) == "/ledgers/underreplication/locks/urL0000000012"
     for bad in (-1, 2 ** 63, "7", True):
-        with pytest.raises(MetadataError):
+        with pytest.raises(InvalidLedgerId):
             mark_path(bad)
 
 
