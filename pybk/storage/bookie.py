@@ -1168,9 +1168,13 @@ class Bookie:
         gone = deleted - held
         if not gone:
             return
-        self._index.forget_ledgers(sorted(gone))
+        # The tombstone rises in memory before the index forgets: in between, an add to a
+        # ledger whose state is not in memory (evicted) finds no row in the index, and
+        # must find the tombstone instead (raising it early only costs checks).
         with self._lock:
             self._highest_forgotten = max(self._highest_forgotten, max(gone))
+        self._index.forget_ledgers(sorted(gone))
+        with self._lock:
             for ledger_id in gone:
                 self._durably_deleted.discard(ledger_id)
                 state = self._states.get(ledger_id)
