@@ -131,3 +131,31 @@ def test_a_forget_racing_a_stale_add_never_acknowledges_it(cluster, monkeypatch)
     assert not errors, errors
     for node in cluster.nodes.values():
         assert not node.bookie.ledger_exists(writer.id), node.bookie_id
+
+
+def test_a_forgotten_high_ledger_id_costs_no_metadata_read_per_new_ledger(cluster):
+    """docs/DESIGN.md, "What it costs": a new ledger never reaches the check, "its id
+    comes from the generator after F was taken".  The tombstone is the highest id GC
+    ever forgot and is never lowered: once a bookie forgot a ledger whose id is above
+    the generator's (a caller-given id, or a promoted WAL's ledger: embedded ids start
+    at a random multiple of 2**20 below 2**60, and truncating the promoted log deletes
+    them), every ledger the generator hands out afterwards is below it, and each bookie
+    reads its metadata (a ZooKeeper sync and read, on the one admission thread) at every
+    new ledger's first add, for good."""
+    for name in ("b1", "b2", "b3"):
+        cluster.start(name)
+    client = cluster.client()
+    # Below the helper's filler ledger (2**40), far above any id the generator gave.
+    high = client.create_ledger_adv(3, 3, 3, password=PASSWORD, ledger_id=2 ** 39)
+    high.add_entry(0, payload(0))
+    high.close()
+    client.delete_ledger(high.id)
+    for node in cluster.nodes.values():
+        _forget(node.bookie, high.id)
+    before = {n: s.ledger_reads for n, s in cluster.stores.items()}
+    for _ in range(3):
+        ledger = client.create_ledger(3, 3, 3, password=PASSWORD)
+        for i in range(10):
+            ledger.add_entry(payload(i))
+        ledger.close()
+    assert {n: s.ledger_reads for n, s in cluster.stores.items()} == before
