@@ -6,10 +6,12 @@ injected only where an interleaving must be forced."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
 import zkutil
+from conftest import entry
 from test_stale_writers import (  # noqa: F401  (cluster: a fixture)
     PASSWORD,
     WAIT_S,
@@ -20,7 +22,7 @@ from test_stale_writers import (  # noqa: F401  (cluster: a fixture)
 )
 
 import pybk
-from pybk.errors import LedgerFenced, LedgerRecoveryError
+from pybk.errors import BookKeeperError, LedgerFenced, LedgerRecoveryError
 from pybk.settings import ClientSettings
 from pybk.storage import bookie as bookie_module
 
@@ -159,3 +161,55 @@ def test_a_forgotten_high_ledger_id_costs_no_metadata_read_per_new_ledger(cluste
             ledger.add_entry(payload(i))
         ledger.close()
     assert {n: s.ledger_reads for n, s in cluster.stores.items()} == before
+
+
+def test_adds_waiting_for_unknown_ledger_checks_never_stop_a_bookie_serving_reads(
+        cluster, monkeypatch):
+    """docs/THREADS.md: "ZooKeeper is never awaited on the data path"; the server answers
+    plain reads before it reads the next request.  Adds to ledgers a bookie does not know,
+    with ids at or below its floor, wait for a metadata read each, one at a time on the
+    admission thread, and count as adds in progress meanwhile: once
+    maxAddsInProgressLimit of them wait (a client flooding adds to old ledger ids, or a
+    handful of stale or newcomer adds while ZooKeeper is slow: each check may take
+    zkOperationTimeoutMs), the server stops reading requests, so a read of a ledger the
+    bookie holds is not answered until the checks drain.  ZooKeeper not answering is
+    simulated by holding the node's metadata reads; limit 8 stands for the default
+    10,000."""
+    observer = cluster.observer()
+    for _ in range(20):  # ids 0..19: ledgers created before the node, unknown to it
+        observer.next_ledger_id()
+    original = Cluster.settings
+
+    def limited(self, name):
+        return dataclasses.replace(original(self, name), maxAddsInProgressLimit=8)
+    monkeypatch.setattr(Cluster, "settings", limited)
+    node = cluster.start("b1")
+    client = cluster.client()
+    held = client.create_ledger(1, 1, 1, password=PASSWORD)
+    held.add_entry(payload(0))  # a ledger the bookie holds, created after the node
+
+    store = cluster.stores["b1"]
+    zookeeper_back = threading.Event()
+    real_get_latest = store.get_latest
+
+    def unanswered(path):
+        zookeeper_back.wait(WAIT_S)
+        return real_get_latest(path)
+    monkeypatch.setattr(store, "get_latest", unanswered)
+    flooder = cluster.client().bookie_client(node.bookie_id)
+    adds = [flooder.add(ledger_id, 0, entry(ledger_id, 0), b"any key")
+            for ledger_id in range(8)]
+    try:
+        reader = cluster.client()
+        try:
+            data = reader.bookie_client(node.bookie_id).read(held.id, 0).result(
+                timeout=WAIT_S)
+        except BookKeeperError as e:
+            pytest.fail(f"a read of a ledger the bookie holds was not answered while adds "
+                        f"to unknown ledgers waited for their checks: {e!r}")
+        assert data
+    finally:
+        zookeeper_back.set()
+    for add in adds:  # none of these ledgers exists: every add is refused
+        with pytest.raises(LedgerFenced):
+            add.result(timeout=WAIT_S)
