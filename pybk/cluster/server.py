@@ -71,7 +71,7 @@ from pybk.cluster.deadlines import Deadlines
 from pybk.cluster.frames import received, send_message
 from pybk.cluster.mailbox import Mailbox
 from pybk.cluster.wire import Op, Reply, Request
-from pybk.errors import BookKeeperError, NoSuchEntry, NoSuchLedger
+from pybk.errors import BookKeeperError, NoSuchEntry
 from pybk.stats import ServerStats
 from pybk.storage import Bookie
 
@@ -419,11 +419,11 @@ class BookieServer:
         self._answer(identity, r, partial(self._fenced_entry_reply, r, fenced))
 
     def _fenced_entry_reply(self, r: Request, fenced: Future) -> Reply:
-        """The entry, once the fence is durable; NoSuchLedger if the bookie did not hold
-        the ledger before this fence (BookKeeper's answer: recovery tells "never had it"
-        from "lost it")."""
+        """The entry, once the fence is durable; if the bookie did not hold the ledger
+        before this fence, NoSuchLedger (BookKeeper's answer), or EntryMaybeLost for a
+        ledger older than its disks (:meth:`pybk.storage.Bookie.not_held_error`)."""
         if not fenced.result():  # raises the fence's error
-            raise NoSuchLedger(f"ledger {r.ledger_id} was not on this bookie (fenced now)")
+            raise self._bookie.not_held_error(r.ledger_id)
         return self._entry_reply(r)
 
     def _entry_reply(self, r: Request) -> Reply:

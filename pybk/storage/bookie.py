@@ -20,7 +20,10 @@ BookKeeper bookie, unless its owner guards unknown ledgers
 (:meth:`Bookie.guard_unknown_ledgers`, a bookie of a cluster): then such an add to a
 ledger id at or below the guard's floor, or at or below the highest id the bookie ever
 forgot (a tombstone kept in the index), waits for the owner's admission check and fails
-with the error it gives.  docs/DESIGN.md, "Stale writers", has the argument.
+with the error it gives.  A bookie of a cluster also records, once, where its disks
+joined (:meth:`Bookie.record_join_floor`): a read of an entry it does not hold, of a
+ledger older than that, answers EntryMaybeLost, which recovery does not count as the
+entry being absent.  docs/DESIGN.md, "Stale writers", has the argument.
 
 Read-only: a bookie refuses adds (BookieReadOnly; reads, fences and explicit LACs go
 on) while a disk is full (:mod:`pybk.storage.diskcheck`) or while its owner says so
@@ -61,6 +64,7 @@ from pybk.errors import (
     CorruptData,
     DirectoryLocked,
     DiskFull,
+    EntryMaybeLost,
     EntryTooLarge,
     LedgerFenced,
     MalformedEntry,
@@ -239,6 +243,7 @@ class Bookie:
             self._gc = GarbageCollector(self._entry_logs, self._index, self._entrylog_lock)
             self._durably_deleted = set(self._index.deleted_ledgers())
             self._highest_forgotten = self._index.highest_forgotten_ledger()
+            self._join_floor = self._index.join_floor()  # record_join_floor's
             # No state row has a higher ledger id (the highest committed; states above
             # it are in memory): a new ledger, whose id comes from an increasing
             # counter, needs no index lookup.
@@ -325,6 +330,35 @@ class Bookie:
         with self._lock:
             self._admission = admission
             self._guard_floor = ledger_id_floor if admission is not None else -1
+
+    def record_join_floor(self, ledger_id: int) -> int:
+        """Record, once, where this bookie's disks joined the cluster, and return it: a
+        node calls it with an id from the cluster's ledger id generator before it
+        serves.  Recorded in the index and never changed: ``ledger_id`` if the bookie
+        held nothing yet (fresh disks), else -1 (disks that served before).
+
+        Guarantee: from this call on, a read of an entry the bookie does not hold, of a
+        ledger whose id is below the join floor (created before these disks joined),
+        fails with EntryMaybeLost instead of NoSuchEntry or NoSuchLedger, and so does
+        the fencing read of such a ledger the bookie did not hold
+        (:meth:`not_held_error`): an earlier instance of this bookie's id, whose disks
+        were lost, may have acknowledged that entry, so recovery must not count this
+        answer as the entry being absent.  A ledger at or above the floor was created
+        after the disks joined: every add it sent this bookie's id reached these disks,
+        and "not here" stays NoSuchEntry / NoSuchLedger.  An embedded bookie records no
+        floor and answers as before.
+        """
+        floor = self._index.record_join_floor(ledger_id)
+        self._join_floor = floor
+        return floor
+
+    def not_held_error(self, ledger_id: int) -> BookKeeperError:
+        """The answer to a fencing read of a ledger this bookie did not hold before the
+        fence (:meth:`fence` returned False): NoSuchLedger (BookKeeper's
+        NoSuchLedgerExists: the bookie never had it), or EntryMaybeLost below the join
+        floor (:meth:`record_join_floor`)."""
+        return self._unheld(ledger_id, NoSuchLedger(
+            f"ledger {ledger_id} was not on this bookie (fenced now)"))
 
     def _state_changed(self) -> None:
         with self._lock:
@@ -864,13 +898,23 @@ class Bookie:
     # -- reads -------------------------------------------------------------------
 
     def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
-        """The entry's bytes as added; ``entry_id=LAST_ENTRY`` (-1) reads the last one."""
+        """The entry's bytes as added; ``entry_id=LAST_ENTRY`` (-1) reads the last one.
+        An entry not held is NoSuchEntry (NoSuchLedger: the ledger is not held, or was
+        deleted), or EntryMaybeLost for a ledger not deleted below the join floor
+        (:meth:`record_join_floor`)."""
         self._check_open()
-        self._readable_state(ledger_id)
+        with self._lock:
+            state = self._state(ledger_id)
+        if state is None:
+            raise self._unheld(ledger_id, NoSuchLedger(
+                f"ledger {ledger_id} does not exist on this bookie"))
+        if state.deleted:
+            raise NoSuchLedger(f"ledger {ledger_id} does not exist on this bookie (deleted)")
         if entry_id == LAST_ENTRY:
             last = self.last_entry_id(ledger_id)
             if last is None:
-                raise NoSuchEntry(f"ledger {ledger_id} holds no entries")
+                raise self._unheld(ledger_id, NoSuchEntry(
+                    f"ledger {ledger_id} holds no entries"))
             entry_id = last
         for attempt in range(2):
             for cache in (self._active, self._flushing):
@@ -880,7 +924,8 @@ class Bookie:
                         return data
             location = self._index.location(ledger_id, entry_id)
             if location is None:
-                raise NoSuchEntry(f"ledger {ledger_id} has no entry {entry_id} here")
+                raise self._unheld(ledger_id, NoSuchEntry(
+                    f"ledger {ledger_id} has no entry {entry_id} here"))
             try:
                 return self._entry_logs.read(Location(location.log_id, location.offset),
                                              location.length, ledger_id, entry_id)
@@ -889,6 +934,14 @@ class Bookie:
                     raise
                 # Compaction may have moved the entry between the lookup and the read.
         raise AssertionError("unreachable")
+
+    def _unheld(self, ledger_id: int, error: BookKeeperError) -> BookKeeperError:
+        """``error`` (an entry not held), or EntryMaybeLost below the join floor."""
+        if ledger_id < self._join_floor:
+            return EntryMaybeLost(f"{error}, and the ledger is older than these disks (join "
+                                  f"floor {self._join_floor}): it may have been lost with "
+                                  "them")
+        return error
 
     def last_entry_id(self, ledger_id: int) -> int | None:
         """The highest entry id held for the ledger, or None."""

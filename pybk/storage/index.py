@@ -26,6 +26,13 @@ LMDB replaces BookKeeper's per-ledger index files.  The environment lives in
     a compact tombstone of every ledger the bookie deleted and no longer remembers (a
     bookie of a cluster checks a plain add to an unknown ledger at or below it against
     the ledger's metadata, :meth:`pybk.storage.Bookie.guard_unknown_ledgers`).
+    ``join_floor`` (8, signed): the bookie's join floor, recorded once by
+    :meth:`Index.record_join_floor` when a node first serves a cluster with these
+    directories: an id from the cluster's ledger id generator if the index held nothing
+    then (the disks joined the cluster at that point), else -1 (they served before the
+    floor was kept).  For a ledger below it, "not here" may mean "lost with the disks
+    this bookie's id had before" (:meth:`pybk.storage.Bookie.record_join_floor`).
+    Absent: none recorded (an embedded bookie).
     ``index_version`` (4): the format of the tables, :data:`INDEX_VERSION` (absent in
     version 1, which had no ``deleted`` table: opening it for writing adds the table,
     filled from the ``ledgers`` table, and the version).
@@ -63,6 +70,8 @@ assert (ENTRY_KEY.size, LOCATION.size, LEDGER_STATE.size) == (16, 20, 17), \
 LAST_LOG_ID_KEY = b"last_entry_log_id"
 VERSION_KEY = b"index_version"
 FORGOTTEN_KEY = b"highest_forgotten_ledger"
+JOIN_FLOOR_KEY = b"join_floor"
+_SIGNED_ID = struct.Struct(">q")
 #: The format this pybk writes; it reads this one and version 1 (upgraded on open).
 INDEX_VERSION = 2
 _VERSION = struct.Struct(">I")
@@ -272,6 +281,12 @@ class Index:
             value = txn.get(FORGOTTEN_KEY)
             return LEDGER_KEY.unpack(value)[0] if value else -1
 
+    def join_floor(self) -> int:
+        """The join floor :meth:`record_join_floor` recorded (-1: none)."""
+        with self._env.begin(db=self._meta) as txn:
+            value = txn.get(JOIN_FLOOR_KEY)
+            return _SIGNED_ID.unpack(value)[0] if value else -1
+
     def last_log_id(self) -> int:
         with self._env.begin(db=self._meta) as txn:
             value = txn.get(LAST_LOG_ID_KEY)
@@ -361,6 +376,20 @@ class Index:
             stored = txn.get(FORGOTTEN_KEY, db=self._meta)
             if highest > (LEDGER_KEY.unpack(stored)[0] if stored else -1):
                 txn.put(FORGOTTEN_KEY, LEDGER_KEY.pack(highest), db=self._meta)
+
+    def record_join_floor(self, ledger_id: int) -> int:
+        """Record the join floor once, in one transaction, and return the one recorded:
+        ``ledger_id`` if the index holds nothing (no ledger state, nothing forgotten),
+        else -1; a floor recorded before is kept whatever ``ledger_id`` is."""
+        with self._env.begin(write=True, db=self._meta) as txn:
+            stored = txn.get(JOIN_FLOOR_KEY)
+            if stored is not None:
+                return _SIGNED_ID.unpack(stored)[0]
+            empty = (txn.stat(self._ledgers)["entries"] == 0
+                     and txn.get(FORGOTTEN_KEY) is None)
+            floor = ledger_id if empty else -1
+            txn.put(JOIN_FLOOR_KEY, _SIGNED_ID.pack(floor))
+            return floor
 
     def relocate(self, moves: Iterable[tuple[LocationUpdate, int, int]]) -> int:
         """Compaction's update: ``(new location, old log id, old offset)``.
