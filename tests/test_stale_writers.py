@@ -39,6 +39,7 @@ from pybk.meta.interface import ANY_VERSION, MetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import LAST_ENTRY, Bookie, format_bookie
+from pybk.storage import bookie as bookie_module
 from pybk.storage.cookie import is_formatted
 from pybk.testing.faults import Faults, FaultyBookieClient
 from pybk.testing.waiting import wait_until
@@ -381,3 +382,39 @@ def test_recovery_closes_a_ledger_whose_last_fragment_has_a_newcomer_without_ent
     assert recovered.metadata.fragments[-1].ensemble[2] == newcomer
     assert cluster.bookie(newcomer).entry_ids(writer.id) == [10]
     assert cluster.bookie(newcomer).is_fenced(writer.id)
+
+
+def test_adds_past_the_admission_bound_are_refused_at_once(cluster, monkeypatch):
+    """At most ADDS_AWAITING_ADMISSION_MAX adds wait for the metadata checks of ledgers
+    the bookie does not know (here 2, ZooKeeper not answering): one more is refused at
+    once with an error its writer takes for a bookie failure, while those waiting are
+    decided once ZooKeeper answers."""
+    monkeypatch.setattr(bookie_module, "ADDS_AWAITING_ADMISSION_MAX", 2)
+    observer = cluster.observer()
+    for _ in range(5):  # ids 0..4: ledgers created before the node, unknown to it
+        observer.next_ledger_id()
+    node = cluster.start("b1")
+    store = cluster.stores["b1"]
+    zookeeper_back = threading.Event()
+    real_get_latest = store.get_latest
+
+    def unanswered(path):
+        zookeeper_back.wait(WAIT_S)
+        return real_get_latest(path)
+    monkeypatch.setattr(store, "get_latest", unanswered)
+    flooder = cluster.client().bookie_client(node.bookie_id)
+    try:
+        waiting = [flooder.add(ledger_id, 0, entry(ledger_id, 0), b"any key")
+                   for ledger_id in range(2)]
+        wait_until(lambda: node.bookie._adds_awaiting_admission == 2,
+                   "two adds wait for their checks", WAIT_S)
+        with pytest.raises(BookKeeperError, match="wait for the metadata check") as refused:
+            flooder.add(2, 0, entry(2, 0), b"any key").result(timeout=WAIT_S)
+        assert not isinstance(refused.value, LedgerFenced)
+        assert not any(add.done() for add in waiting)
+    finally:
+        zookeeper_back.set()
+    for add in waiting:  # no metadata: refused as a stale writer's
+        with pytest.raises(LedgerFenced):
+            add.result(timeout=WAIT_S)
+    assert node.bookie._adds_awaiting_admission == 0

@@ -26,8 +26,10 @@ Guarantees:
 * Each client may have many requests in flight; replies go out in completion order and
   are matched by request id.
 * Bounded work: with ``maxAddsInProgressLimit`` journal-bound requests (adds, explicit
-  LACs, deletes) or ``maxReadsInProgressLimit`` waiting reads (long polls, fencing reads)
-  in progress, or replies that ZeroMQ cannot take yet (a client's send queue is at its
+  LACs, deletes; not the adds waiting for the metadata check of a ledger the bookie does
+  not know, which the bookie bounds itself: ``ADDS_AWAITING_ADMISSION_MAX``) or
+  ``maxReadsInProgressLimit`` waiting reads (long polls, fencing reads) in progress, or
+  replies that ZeroMQ cannot take yet (a client's send queue is at its
   high-water mark), the server stops reading requests.  They then wait in ZeroMQ's
   per-client queue (high-water mark 1000 messages) and in TCP, and the clients' own
   queues fill: back-pressure instead of unbounded memory.  Plain reads, LAC reads and
@@ -99,6 +101,16 @@ class _LongPoll:
         self.request = request
         self.watcher: Callable[[], object] = _nothing
         self.done = False
+
+
+class _Parked:
+    """How many adds of one ADD message the bookie parked for its guard's check (set on
+    the server thread before the message's adds can complete there)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
 
 
 class BookieServer:
@@ -342,23 +354,32 @@ class BookieServer:
         runs = wire.decode_adds(r.required_body(), self._max_entry)
         for run in runs:
             self._adds_in_progress += len(run.entry_ids)
-        self._bookie.add_entries_async(runs, partial(self._adds_done, identity, r,
-                                                     time.monotonic()), wake=False)
+        # Adds waiting for the guard's check of their ledger (bounded by the bookie)
+        # leave the count at once: a stalled check must not pause reading.
+        parked = _Parked()
 
-    def _adds_done(self, identity: bytes, r: Request, started: float,
+        def on_parked(count: int) -> None:
+            parked.count = count
+            self._adds_in_progress -= count
+        self._bookie.add_entries_async(runs, partial(self._adds_done, identity, r,
+                                                     time.monotonic(), parked), wake=False,
+                                       on_parked=on_parked)
+
+    def _adds_done(self, identity: bytes, r: Request, started: float, parked: "_Parked",
                    errors: list[BaseException | None]) -> None:
         """An ADD message's adds are durable or failed.  When this server's thread led
         the journal group (see :meth:`_read_requests`) the reply leaves at once; from
         the journal's thread it goes through the mailbox."""
         if threading.get_ident() == self._ident:
-            self._finish_adds(identity, r, started, errors)
+            self._finish_adds(identity, r, started, parked, errors)
         else:
-            self._mailbox.post(partial(self._finish_adds, identity, r, started, errors))
+            self._mailbox.post(partial(self._finish_adds, identity, r, started, parked,
+                                       errors))
 
-    def _finish_adds(self, identity: bytes, r: Request, started: float,
+    def _finish_adds(self, identity: bytes, r: Request, started: float, parked: "_Parked",
                      errors: list[BaseException | None]) -> None:
         count = len(errors)
-        self._adds_in_progress -= count
+        self._adds_in_progress -= count - parked.count
         if not any(errors):  # the usual answer, encoded without the general checks
             self.stats.add_request.success.observe_since(started, count)
             self._send_frames(identity, wire.encode_adds_durable(r.request_id, count))

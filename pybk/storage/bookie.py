@@ -138,6 +138,15 @@ _state_row = operator.attrgetter(*StoredLedgerState._fields)
 #: number of ledgers it ever held; a state takes about 250 bytes with its master key.
 IDLE_STATES_KEPT = 100_000
 
+#: Adds that may wait at once for the guard's check of their ledger
+#: (:meth:`Bookie.guard_unknown_ledgers`); an add that would pass it is refused at once
+#: (a BookKeeperError, which its writer takes for a bookie failure: it replaces the
+#: bookie).  So a flood of adds to old ledgers the bookie does not know, or a stalled
+#: ZooKeeper, holds at most this many adds (and their bytes) in memory, and a server
+#: never counts them among the adds in progress that pause its reading
+#: (:meth:`Bookie.add_entries_async`'s ``on_parked``).
+ADDS_AWAITING_ADMISSION_MAX = 1_000
+
 #: The file whose presence lock a running bookie holds, in ``<journalDirectory>/current``.
 OWNER_FILE = "OWNER"
 
@@ -183,6 +192,7 @@ class Bookie:
         # ledger id GC forgot (the index's tombstone; raised by _forget).
         self._admission: Admission | None = None
         self._guard_floor = -1
+        self._adds_awaiting_admission = 0  # bounded by ADDS_AWAITING_ADMISSION_MAX
         self._dirty: set[int] = set()
         self._pending_deletes: set[int] = set()
         # ledger id -> {callback: known LAC}: long-poll reads waiting for the LAC to pass
@@ -325,7 +335,8 @@ class Bookie:
         is stored.  Adds to ledgers the bookie knows, adds to ids above both bounds (a
         ledger created after the floor was taken), recovery adds and fences never wait
         for ``admission``: the normal path pays nothing, and an embedded bookie, which
-        has no guard, nothing at all.
+        has no guard, nothing at all.  At most :data:`ADDS_AWAITING_ADMISSION_MAX` adds
+        wait for ``admission`` at once; one more fails at once with a BookKeeperError.
         """
         with self._lock:
             self._admission = admission
@@ -491,9 +502,10 @@ class Bookie:
             self._add(ledger_id, entry_id, entry, master_key, recovery, callback, True,
                       deferred)
         except _NeedsAdmission:
+            self._await_admission(1)
             add_admitted = partial(self._add, ledger_id, entry_id, entry, master_key,
                                    recovery, callback, True, deferred, admitted=True)
-            self._admit(ledger_id, add_admitted, callback)
+            self._admit(ledger_id, 1, add_admitted, callback)
         return future
 
     def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
@@ -504,8 +516,9 @@ class Bookie:
         try:
             self._add(ledger_id, entry_id, entry, master_key, recovery, waiter, False)
         except _NeedsAdmission:
+            self._await_admission(1)
             admitted: Future[None] = Future()
-            self._admit(ledger_id, partial(admitted.set_result, None),
+            self._admit(ledger_id, 1, partial(admitted.set_result, None),
                         admitted.set_exception)
             admitted.result()
             self._add(ledger_id, entry_id, entry, master_key, recovery, waiter, False,
@@ -531,7 +544,8 @@ class Bookie:
         return self._journal.is_committer_thread()
 
     def add_entries_async(self, runs: Sequence[AddRun], callback: BatchCallback,
-                          wake: bool = True) -> None:
+                          wake: bool = True,
+                          on_parked: Callable[[int], None] | None = None) -> None:
         """Add runs of entries, of any ledgers, as one journal group.
 
         ``runs`` holds ``(ledger id, entry ids, entries, master key, recovery[, deferred])``
@@ -549,12 +563,16 @@ class Bookie:
         :meth:`add_entry_async`); one durable run makes the whole batch wait for durability.
         ``wake=False`` leaves the journal thread asleep: the caller then calls
         :meth:`commit_queued` (which commits the group on its thread when the journal is
-        idle).
+        idle).  ``on_parked(n)`` is called on this thread, before this returns and before
+        ``callback``, if ``n`` > 0 of the adds wait for the guard's check: they are not
+        queued, and at most :data:`ADDS_AWAITING_ADMISSION_MAX` adds wait at once (those
+        past it fail at once), so a caller bounding the adds it has in progress (a
+        server pausing its reading) leaves them out.
         """
-        self._add_runs(runs, callback, wake, False)
+        self._add_runs(runs, callback, wake, False, on_parked)
 
     def _add_runs(self, runs: Sequence[AddRun], callback: BatchCallback, wake: bool,
-                  admitted: bool) -> None:
+                  admitted: bool, on_parked: Callable[[int], None] | None = None) -> None:
         """:meth:`add_entries_async`; ``admitted``: the runs passed the guard's check
         (:meth:`guard_unknown_ledgers`), so they may create their ledgers."""
         errors: list[BaseException | None] = [None] * sum(len(run[1]) for run in runs)
@@ -590,6 +608,12 @@ class Bookie:
                         errors[i] = e
                     continue
                 except _NeedsAdmission:
+                    try:
+                        self._await_admission_locked(len(positions))
+                    except BookKeeperError as e:
+                        for i in positions:
+                            errors[i] = e
+                        continue
                     parked.append((positions, (ledger_id, entry_ids, entries, master_key,
                                                recovery, deferred_run)))
                     continue
@@ -622,6 +646,8 @@ class Bookie:
         if due:
             _notify(due)
         if gather is not None:
+            if on_parked is not None:
+                on_parked(sum(len(positions) for positions, _run in parked))
             for positions, run in parked:
                 self._admit_run(positions, run, gather)
         elif not queued:
@@ -629,11 +655,31 @@ class Bookie:
 
     # -- unknown ledgers (guard_unknown_ledgers) ---------------------------------
 
-    def _admit(self, ledger_id: int, take: Callable[[], None],
+    def _await_admission(self, count: int) -> None:
+        """:meth:`_await_admission_locked`, taking the lock."""
+        with self._lock:
+            self._await_admission_locked(count)
+
+    def _await_admission_locked(self, count: int) -> None:
+        """Count ``count`` adds as waiting for the guard's check (until :meth:`_admit`
+        decides them), or raise if that would pass ADDS_AWAITING_ADMISSION_MAX.  Caller
+        holds the lock."""
+        if self._adds_awaiting_admission + count > ADDS_AWAITING_ADMISSION_MAX:
+            raise BookKeeperError(
+                f"{self._adds_awaiting_admission} adds already wait for the metadata "
+                f"check of ledgers this bookie does not know (at most "
+                f"{ADDS_AWAITING_ADMISSION_MAX}): refused, try another bookie")
+        self._adds_awaiting_admission += count
+
+    def _admit(self, ledger_id: int, count: int, take: Callable[[], None],
                refuse: Callable[[BaseException], None]) -> None:
-        """Ask the guard about ``ledger_id``; then call ``take()`` (errors it raises go to
-        ``refuse``) or ``refuse(error)``, on the thread that completed the check."""
+        """Ask the guard about ``ledger_id`` for ``count`` adds counted by
+        :meth:`_await_admission_locked`; then, no longer counting them, call ``take()``
+        (errors it raises go to ``refuse``) or ``refuse(error)``, on the thread that
+        completed the check."""
         def decided(check: Future) -> None:
+            with self._lock:
+                self._adds_awaiting_admission -= count
             error = (BookieClosed("the bookie stopped checking unknown ledgers")
                      if check.cancelled() else check.exception())
             if error is None:
@@ -675,7 +721,8 @@ class Bookie:
                 errors[i] = error
             gather.part_done()
 
-        self._admit(run[0], partial(self._add_runs, [run], added, True, True), refused)
+        self._admit(run[0], len(positions), partial(self._add_runs, [run], added, True,
+                                                    True), refused)
 
     def _check_run(self, ledger_id: int, entry_ids: Sequence[int], entries: Sequence[bytes],
                    first: int, errors: list[BaseException | None]
