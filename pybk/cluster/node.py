@@ -61,7 +61,7 @@ Stale writers
     Before it serves, the node takes a ledger id from the cluster's generator and guards
     its bookie's unknown ledgers with it (:meth:`pybk.storage.Bookie.guard_unknown_ledgers`,
     :mod:`pybk.cluster.admission`): a plain add to a ledger the bookie does not know,
-    created before that id (or at or below the highest id the bookie forgot), is taken
+    created before that id (or one the bookie forgot), is taken
     only once the ledger's metadata says it is open with this bookie in its last
     ensemble.  So a writer whose ledger was recovered, closed or deleted meanwhile is
     refused (LedgerFenced) by a bookie that forgot the ledger or was wiped, instead of

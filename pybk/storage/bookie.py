@@ -18,12 +18,13 @@ A :class:`Bookie` ties the parts together:
 Unknown ledgers: a plain add to a ledger the bookie does not know creates it, as on a
 BookKeeper bookie, unless its owner guards unknown ledgers
 (:meth:`Bookie.guard_unknown_ledgers`, a bookie of a cluster): then such an add to a
-ledger id at or below the guard's floor, or at or below the highest id the bookie ever
-forgot (a tombstone kept in the index), waits for the owner's admission check and fails
-with the error it gives.  A bookie of a cluster also records, once, where its disks
-joined (:meth:`Bookie.record_join_floor`): a read of an entry it does not hold, of a
-ledger older than that, answers EntryMaybeLost, which recovery does not count as the
-entry being absent.  docs/DESIGN.md, "Stale writers", has the argument.
+ledger id at or below the guard's floor, or covered by the tombstones of the ledgers the
+bookie forgot (kept in the index, :class:`~pybk.storage.index.Tombstones`), waits for
+the owner's admission check and fails with the error it gives.  A bookie of a cluster
+also records, once, where its disks joined (:meth:`Bookie.record_join_floor`): a read of
+an entry it does not hold, of a ledger older than that, answers EntryMaybeLost, which
+recovery does not count as the entry being absent.  docs/DESIGN.md, "Stale writers", has
+the argument.
 
 Read-only: a bookie refuses adds (BookieReadOnly; reads, fences and explicit LACs go
 on) while a disk is full (:mod:`pybk.storage.diskcheck`) or while its owner says so
@@ -188,8 +189,8 @@ class Bookie:
         self._entrylog_lock = threading.Lock()    # appends to entry logs
         self._cache_space = threading.Condition(threading.Lock())
         self._states: dict[int, LedgerState] = {}
-        # Unknown ledgers (guard_unknown_ledgers): the check, its floor, and the highest
-        # ledger id GC forgot (the index's tombstone; raised by _forget).
+        # Unknown ledgers (guard_unknown_ledgers): the check, its floor, and the ledger
+        # ids GC forgot (the index's tombstones; raised by _forget).
         self._admission: Admission | None = None
         self._guard_floor = -1
         self._adds_awaiting_admission = 0  # bounded by ADDS_AWAITING_ADMISSION_MAX
@@ -252,7 +253,7 @@ class Bookie:
                                            settings.flushEntrylogBytes)
             self._gc = GarbageCollector(self._entry_logs, self._index, self._entrylog_lock)
             self._durably_deleted = set(self._index.deleted_ledgers())
-            self._highest_forgotten = self._index.highest_forgotten_ledger()
+            self._forgotten = self._index.tombstones()
             self._join_floor = self._index.join_floor()  # record_join_floor's
             # No state row has a higher ledger id (the highest committed; states above
             # it are in memory): a new ledger, whose id comes from an increasing
@@ -327,16 +328,17 @@ class Bookie:
         have been meant to hold, before they are taken; ``None`` stops checking.
 
         Guarantee: from this call on, a plain (not recovery) add to a ledger the bookie
-        does not know, whose id is at or below ``ledger_id_floor`` or at or below the
-        highest ledger id garbage collection ever forgot here (kept in the index across
-        restarts), is taken only once ``admission(ledger id)`` completed with None, and
-        fails with the error it completed with otherwise; an explicit LAC for such a
-        ledger is refused (NoSuchLedger) and makes nothing.  Nothing of a refused ledger
-        is stored.  Adds to ledgers the bookie knows, adds to ids above both bounds (a
-        ledger created after the floor was taken), recovery adds and fences never wait
-        for ``admission``: the normal path pays nothing, and an embedded bookie, which
-        has no guard, nothing at all.  At most :data:`ADDS_AWAITING_ADMISSION_MAX` adds
-        wait for ``admission`` at once; one more fails at once with a BookKeeperError.
+        does not know, whose id is at or below ``ledger_id_floor`` or covered by the
+        tombstones of the ledgers garbage collection forgot here (kept in the index
+        across restarts, :class:`~pybk.storage.index.Tombstones`), is taken only once
+        ``admission(ledger id)`` completed with None, and fails with the error it
+        completed with otherwise; an explicit LAC for such a ledger is refused
+        (NoSuchLedger) and makes nothing.  Nothing of a refused ledger is stored.  Adds to
+        ledgers the bookie knows, adds to ids above both bounds (a ledger created after
+        the floor was taken), recovery adds and fences never wait for ``admission``: the
+        normal path pays nothing, and an embedded bookie, which has no guard, nothing at
+        all.  At most :data:`ADDS_AWAITING_ADMISSION_MAX` adds wait for ``admission`` at
+        once; one more fails at once with a BookKeeperError.
         """
         with self._lock:
             self._admission = admission
@@ -465,7 +467,8 @@ class Bookie:
         state = self._state(ledger_id)
         if state is None:
             if guarded and self._admission is not None \
-                    and ledger_id <= max(self._guard_floor, self._highest_forgotten):
+                    and (ledger_id <= self._guard_floor
+                         or self._forgotten.covers(ledger_id)):
                 raise _NeedsAdmission(ledger_id)
             payload = codec.LEDGER_ID.pack(ledger_id) + master_key
             records.append(codec.record_header(codec.MASTER_KEY, payload))
@@ -1268,11 +1271,11 @@ class Bookie:
         gone = deleted - held
         if not gone:
             return
-        # The tombstone rises in memory before the index forgets: in between, an add to a
+        # The tombstones rise in memory before the index forgets: in between, an add to a
         # ledger whose state is not in memory (evicted) finds no row in the index, and
-        # must find the tombstone instead (raising it early only costs checks).
+        # must find the tombstones instead (raising it early only costs checks).
         with self._lock:
-            self._highest_forgotten = max(self._highest_forgotten, max(gone))
+            self._forgotten.add(gone)
         self._index.forget_ledgers(sorted(gone))
         with self._lock:
             for ledger_id in gone:
