@@ -41,6 +41,16 @@ class NoSuchEntry(BookKeeperError):
     code = -13  # NoSuchEntryException
 
 
+class EntryMaybeLost(NoSuchEntry):
+    """The bookie does not hold the entry, and cannot say it never had it: the ledger
+    was created before the bookie's disks joined the cluster (its *join floor*,
+    docs/DESIGN.md "Stale writers"), so an earlier instance at its id, whose disks were
+    replaced, may have acknowledged it.  Readers move on to another bookie as for
+    NoSuchEntry; recovery does not count it as the entry being absent."""
+
+    code = -1008  # pybk's own
+
+
 class LedgerFenced(BookKeeperError):
     """The ledger was fenced by a recovering reader; normal adds are refused.
 
@@ -291,6 +301,7 @@ class TooManyLedgers(BookKeeperError, ValueError):
 _WIRE_ERRORS = (
     NoSuchLedger,
     NoSuchEntry,
+    EntryMaybeLost,
     LedgerFenced,
     Unauthorized,
     BookieReadOnly,

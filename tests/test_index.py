@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pybk.storage import index as index_module
 from pybk.storage.index import PUT_SLICE_ITEMS, Index, StoredLedgerState, StoredLocation
 
 pytestmark = pytest.mark.timeout(60)
@@ -48,3 +49,56 @@ def test_a_checkpoint_stores_every_ledger_state_in_slices(tmp_path):
         assert index.deleted_ledgers() == [lid for lid in range(1, count + 1) if lid % 5 == 0]
     finally:
         index.close()
+
+
+def test_tombstones_keep_forgotten_ids_per_range_across_reopening(tmp_path, monkeypatch):
+    """A forgotten id far above the generator's covers its own range of 2**20 ids, not
+    every id below it; reopened, the index covers what it covered; past
+    FORGOTTEN_RANGES_MAX ranges the lowest is folded into the floor; an index that kept
+    only the highest forgotten id (before the ranges) covers every id below it."""
+    high = 2 ** 39
+    index = Index(str(tmp_path / "ranges"))
+    try:
+        index.forget_ledgers([5, high + 3])
+        index.forget_ledgers([high])
+    finally:
+        index.close()
+    index = Index(str(tmp_path / "ranges"))
+    try:
+        tombstones = index.tombstones()
+        assert [tombstones.covers(i) for i in (0, 5, 6, 1000, high - 1, high, high + 3,
+                                               high + 4, high + 2 ** 20)] == \
+            [True, True, False, False, False, True, True, False, False]
+        monkeypatch.setattr(index_module, "FORGOTTEN_RANGES_MAX", 2)
+        index.forget_ledgers([2 ** 50])  # three ranges: range 0 folds into the floor
+        tombstones = index.tombstones()
+        assert tombstones.floor == 5 and set(tombstones.ranges.values()) == {high + 3, 2 ** 50}
+        assert index.tombstones().covers(4) and not index.tombstones().covers(1000)
+    finally:
+        index.close()
+
+    legacy = Index(str(tmp_path / "legacy"))
+    try:
+        with legacy._env.begin(write=True, db=legacy._meta) as txn:
+            txn.put(index_module.FORGOTTEN_KEY, index_module.LEDGER_KEY.pack(high))
+        assert legacy.tombstones().covers(1000) and not legacy.tombstones().covers(high + 1)
+        legacy.forget_ledgers([high + 2 ** 21])
+        assert legacy.tombstones().covers(1000) and legacy.tombstones().covers(high + 2 ** 21)
+    finally:
+        legacy.close()
+
+
+def test_the_join_floor_is_recorded_once_and_only_for_an_index_that_held_nothing(tmp_path):
+    fresh = Index(str(tmp_path / "fresh"))
+    try:
+        assert fresh.join_floor() == -1
+        assert fresh.record_join_floor(7) == 7
+        assert fresh.record_join_floor(9) == 7 and fresh.join_floor() == 7
+    finally:
+        fresh.close()
+    served = Index(str(tmp_path / "served"))
+    try:
+        served.commit_checkpoint((), {3: (b"key", False, False, -1, None)}, (), 0)
+        assert served.record_join_floor(7) == -1 and served.join_floor() == -1
+    finally:
+        served.close()

@@ -6,7 +6,8 @@ add is durable by bookies that forgot the ledger (garbage-collected after the de
 before or after a restart) or lost it (wiped and started again at the same address):
 the bookie checks such adds against the ledger's metadata (pybk/cluster/admission.py,
 docs/DESIGN.md "Stale writers").  A read of a ledger a bookie never held answers
-NoSuchLedger, and recovery counts it as "not there".  The checks cost no metadata read
+NoSuchLedger, and recovery counts it as "not there", unless the ledger is older than the
+bookie's disks (EntryMaybeLost: not counted).  The checks cost no metadata read
 on the normal path, and one per ledger per bookie at an ensemble change.
 """
 
@@ -28,6 +29,7 @@ from pybk.cluster.node import BookieNode
 from pybk.errors import (
     BookieUnavailable,
     BookKeeperError,
+    EntryMaybeLost,
     LedgerFenced,
     NoSuchEntry,
     NoSuchLedger,
@@ -37,6 +39,7 @@ from pybk.meta.interface import ANY_VERSION, MetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import LAST_ENTRY, Bookie, format_bookie
+from pybk.storage import bookie as bookie_module
 from pybk.storage.cookie import is_formatted
 from pybk.testing.faults import Faults, FaultyBookieClient
 from pybk.testing.waiting import wait_until
@@ -262,11 +265,14 @@ def test_a_bookie_wiped_at_its_address_after_recovery_refuses_the_stale_writer(c
     assert reader.last_add_confirmed == 9
 
 
-def test_reads_of_a_ledger_a_wiped_bookie_never_held_answer_no_such_ledger(cluster):
-    """Plain and fencing reads answer NoSuchLedger (BookKeeper's NoSuchLedgerExists), a
-    fencing read after a fence NoSuchEntry (the fence made the ledger); recovery, whose
-    fencing reads meet the wiped bookie first, counts it as "not there", closes the
-    ledger and re-writes what it re-read there; the stale writer is refused."""
+def test_reads_of_ledgers_a_wiped_bookie_does_not_hold(cluster):
+    """A ledger created before the wiped bookie joined (below its join floor): a read
+    answers EntryMaybeLost (its disks before may have held it).  A ledger no bookie ever
+    held, created after: a fencing read answers NoSuchLedger (BookKeeper's
+    NoSuchLedgerExists), a later one NoSuchEntry (the fence made the ledger).  Recovery,
+    whose fencing reads meet the wiped bookie first, counts its fence, finds the end
+    from the other two bookies' NoSuchEntry, closes the ledger and re-writes what it
+    re-read there; the stale writer is refused."""
     for name in ("b1", "b2", "b3"):
         cluster.start(name)
     writer_client = cluster.client()
@@ -281,9 +287,9 @@ def test_reads_of_a_ledger_a_wiped_bookie_never_held_answer_no_such_ledger(clust
     reader = cluster.client()
     key = BookKeeper.master_key(PASSWORD)
     bookie = reader.bookie_client(wiped)
-    with pytest.raises(NoSuchLedger):
+    with pytest.raises(EntryMaybeLost):
         bookie.read(writer.id, 0).result(timeout=WAIT_S)
-    never = writer.id + 1000  # no bookie ever held it
+    never = writer_client.create_ledger(3, 3, 2, password=PASSWORD).id  # held nowhere
     with pytest.raises(NoSuchLedger):
         bookie.read(never, LAST_ENTRY, True, key).result(timeout=WAIT_S)
     with pytest.raises(NoSuchEntry):
@@ -331,3 +337,84 @@ def test_checks_cost_no_metadata_read_per_add_and_one_per_ledger_at_ensemble_cha
     assert len(newcomer.bookie.entry_ids(writer.id)) > 100
     assert cluster.stores["b4"].ledger_reads == 1
     assert sum(cluster.stores[n].ledger_reads for n in cluster.nodes if n != "b4") == 0
+
+
+def test_recovery_closes_a_ledger_whose_last_fragment_has_a_newcomer_without_entries(
+        cluster):
+    """A bookie started after the ledger was created (its join floor above the ledger's
+    id) is brought in by an ensemble change and gets none of the new fragment's entries
+    before the writer dies: it answers EntryMaybeLost for every entry of the ledger, yet
+    recovery closes it: its fence counts, and each write set's other bookie says
+    NoSuchEntry past the end (E3/Qw2/Qa2: (Qw - Qa) + 1 = 1 is enough)."""
+    for name in ("b1", "b2", "b3"):
+        cluster.start(name)
+    # A writer whose adds to the newcomer never arrive, and never time out meanwhile.
+    client = cluster.closing.enter_context(pybk.connect(
+        cluster.address, ClientSettings(addEntryTimeout=60.0, readTimeout=2.0,
+                                        explicitLacInterval=0),
+        zk_settings=zkutil.settings()))
+    plain = client.bookie_client
+    faults: dict[str, Faults] = {}
+    wrapped: dict[str, FaultyBookieClient] = {}
+
+    def faulty(bookie_id: str) -> FaultyBookieClient:
+        if bookie_id not in wrapped:
+            faults[bookie_id] = Faults()
+            wrapped[bookie_id] = FaultyBookieClient(plain(bookie_id), faults[bookie_id])
+        return wrapped[bookie_id]
+    client.bookie_client = faulty  # type: ignore[method-assign]
+    writer = client.create_ledger(3, 2, 2, password=PASSWORD)
+    for i in range(10):
+        writer.add_entry(payload(i))
+    newcomer = cluster.start("b4").bookie_id
+    faulty(newcomer).faults.drop = {"add"}
+    replaced = writer.metadata.fragments[-1].ensemble[2]  # in entry 10's write set
+    faulty(replaced).faults.unreachable = True
+    pending = writer.add_entry_async(payload(10))
+    wait_until(lambda: newcomer in writer.metadata.fragments[-1].ensemble,
+               "the writer replaces the unreachable bookie by the newcomer", WAIT_S)
+    assert not pending.done()  # one acknowledgement of two: the writer is stuck (dead)
+    with pytest.raises(EntryMaybeLost):
+        cluster.client().bookie_client(newcomer).read(writer.id, 10).result(timeout=WAIT_S)
+    recovered = cluster.client().open_ledger(writer.id, password=PASSWORD)
+    # Entry 10 reached the bookie of its write set that stayed: recovery re-wrote it.
+    assert recovered.last_add_confirmed == 10
+    assert recovered.metadata.fragments[-1].ensemble[2] == newcomer
+    assert cluster.bookie(newcomer).entry_ids(writer.id) == [10]
+    assert cluster.bookie(newcomer).is_fenced(writer.id)
+
+
+def test_adds_past_the_admission_bound_are_refused_at_once(cluster, monkeypatch):
+    """At most ADDS_AWAITING_ADMISSION_MAX adds wait for the metadata checks of ledgers
+    the bookie does not know (here 2, ZooKeeper not answering): one more is refused at
+    once with an error its writer takes for a bookie failure, while those waiting are
+    decided once ZooKeeper answers."""
+    monkeypatch.setattr(bookie_module, "ADDS_AWAITING_ADMISSION_MAX", 2)
+    observer = cluster.observer()
+    for _ in range(5):  # ids 0..4: ledgers created before the node, unknown to it
+        observer.next_ledger_id()
+    node = cluster.start("b1")
+    store = cluster.stores["b1"]
+    zookeeper_back = threading.Event()
+    real_get_latest = store.get_latest
+
+    def unanswered(path):
+        zookeeper_back.wait(WAIT_S)
+        return real_get_latest(path)
+    monkeypatch.setattr(store, "get_latest", unanswered)
+    flooder = cluster.client().bookie_client(node.bookie_id)
+    try:
+        waiting = [flooder.add(ledger_id, 0, entry(ledger_id, 0), b"any key")
+                   for ledger_id in range(2)]
+        wait_until(lambda: node.bookie._adds_awaiting_admission == 2,
+                   "two adds wait for their checks", WAIT_S)
+        with pytest.raises(BookKeeperError, match="wait for the metadata check") as refused:
+            flooder.add(2, 0, entry(2, 0), b"any key").result(timeout=WAIT_S)
+        assert not isinstance(refused.value, LedgerFenced)
+        assert not any(add.done() for add in waiting)
+    finally:
+        zookeeper_back.set()
+    for add in waiting:  # no metadata: refused as a stale writer's
+        with pytest.raises(LedgerFenced):
+            add.result(timeout=WAIT_S)
+    assert node.bookie._adds_awaiting_admission == 0

@@ -9,11 +9,16 @@ Exactly the procedure of docs/DESIGN.md, "Fencing and recovery":
    write set of the ensemble, fewer than Qa of its bookies are still without a valid
    answer (an entry, NoSuchEntry and NoSuchLedger all count).  All replies in and coverage
    unmet: recovery fails.  The old writer can no longer reach Qa on any write set.
+   EntryMaybeLost (a bookie whose disks are newer than the ledger: it fenced it, but
+   cannot say what it held) counts too: the fence is what coverage is about, and the
+   LAC it does not give can only make recovery start earlier.
 3. Start at max(highest LAC answered, first entry of the last fragment - 1) + 1 and read
    forward, entry by entry, *with the fence flag* (so that the old writer cannot slip an
    entry in behind us).  One digest-valid copy means the entry is present; it is absent
-   once (Qw - Qa) + 1 bookies of its write set said they do not have it.  Anything else is
-   unknown and recovery fails (to be retried).
+   once (Qw - Qa) + 1 bookies of its write set said they do not have it (NoSuchEntry,
+   NoSuchLedger; never EntryMaybeLost: a bookie wiped since it acknowledged the entry
+   says that, and counting it could close the ledger below an acknowledged entry).
+   Anything else is unknown and recovery fails (to be retried).
 4. Re-write every present entry to its whole write set with the recovery flag (a fenced
    bookie accepts those), waiting for Qa acknowledgements.  The re-writes go through a
    ledger handle in recovery mode (:class:`~pybk.client.ledger.LedgerHandle`): a bookie
@@ -45,6 +50,7 @@ from pybk.errors import (
     BadVersion,
     BookKeeperError,
     DigestMismatch,
+    EntryMaybeLost,
     LedgerRecoveryError,
     NoSuchEntry,
     NoSuchLedger,
@@ -58,6 +64,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Answers that the bookie lacks an entry (its subclass EntryMaybeLost is caught first
+#: where it must not count as one).
 _NO_ENTRY = (NoSuchEntry, NoSuchLedger)
 
 
@@ -180,6 +188,8 @@ class _Recovery:
             try:
                 data = future.result(timeout=max(0.0, deadline - time.monotonic()))
                 return self._digest.decode(entry_id, data)
+            except EntryMaybeLost as e:  # no answer: it may have lost the entry
+                errors.append(e)
             except _NO_ENTRY:
                 absent += 1
             except DigestMismatch as e:

@@ -17,7 +17,7 @@ import abc
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
-from pybk.errors import BookieUnavailable, BookKeeperError, NoSuchLedger
+from pybk.errors import BookieUnavailable, BookKeeperError
 from pybk.storage import LAST_ENTRY, Bookie
 
 AddCallback = Callable[[BaseException | None], None]
@@ -227,8 +227,7 @@ class InProcessBookieClient(BookieClient):
                 future.set_exception(error)
                 return
             if not fenced.result():  # as a bookie server answers (pybk/cluster/server.py)
-                future.set_exception(NoSuchLedger(f"ledger {ledger_id} was not on this "
-                                                  "bookie (fenced now)"))
+                future.set_exception(self._bookie.not_held_error(ledger_id))
                 return
             try:
                 future.set_result(self._bookie.read_entry(ledger_id, entry_id))

@@ -5,7 +5,7 @@ started again at the same address) cannot tell a stale writer's add from a new l
 first add.  Its node guards such adds (:meth:`pybk.storage.Bookie.guard_unknown_ledgers`,
 the argument is in docs/DESIGN.md, "Stale writers"): a plain add to an unknown ledger
 whose id is at or below the guard's floor (an id taken from the cluster's generator when
-the node started) or the bookie's tombstone (the highest id it ever forgot) waits for
+the node started) or covered by the bookie's tombstones (of the ids it forgot) waits for
 this check of the ledger's metadata, which takes the add only if
 
 * the ledger's metadata exists (else LedgerFenced: it was deleted, the writer is stale),

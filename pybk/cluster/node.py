@@ -61,11 +61,15 @@ Stale writers
     Before it serves, the node takes a ledger id from the cluster's generator and guards
     its bookie's unknown ledgers with it (:meth:`pybk.storage.Bookie.guard_unknown_ledgers`,
     :mod:`pybk.cluster.admission`): a plain add to a ledger the bookie does not know,
-    created before that id (or at or below the highest id the bookie forgot), is taken
+    created before that id (or one the bookie forgot), is taken
     only once the ledger's metadata says it is open with this bookie in its last
     ensemble.  So a writer whose ledger was recovered, closed or deleted meanwhile is
     refused (LedgerFenced) by a bookie that forgot the ledger or was wiped, instead of
-    being told its add is durable.  The guard goes with the node's close.
+    being told its add is durable.  The guard goes with the node's close.  At its first
+    start with fresh directories the node records that id as the bookie's join floor
+    (:meth:`pybk.storage.Bookie.record_join_floor`): a read of an entry it does not hold
+    of an older ledger answers EntryMaybeLost, which recovery does not count as the
+    entry being absent (the disks the id had before may have held it).
 
 Autorecovery
     With ``autoRecoveryDaemonEnabled`` (the default) the node stands in the auditor
@@ -172,7 +176,11 @@ class BookieNode:
             # taken is one the bookie may have held or been meant to hold.
             self._admission = LedgerAdmission(metadata)
             opened.callback(self._admission.close)
-            bookie.guard_unknown_ledgers(self._admission, metadata.next_ledger_id())
+            floor = metadata.next_ledger_id()
+            # Fresh disks record where they joined (kept for good): below it, a read of
+            # an entry they do not hold may be of one the disks before them had.
+            bookie.record_join_floor(floor)
+            bookie.guard_unknown_ledgers(self._admission, floor)
             opened.callback(bookie.guard_unknown_ledgers, None)
             self.server = opened.enter_context(_serve(bookie, settings.listenAddress))
             host = _advertised_host(settings)

@@ -26,8 +26,10 @@ Guarantees:
 * Each client may have many requests in flight; replies go out in completion order and
   are matched by request id.
 * Bounded work: with ``maxAddsInProgressLimit`` journal-bound requests (adds, explicit
-  LACs, deletes) or ``maxReadsInProgressLimit`` waiting reads (long polls, fencing reads)
-  in progress, the server stops reading requests.  They then wait in ZeroMQ's
+  LACs, deletes; not the adds waiting for the metadata check of a ledger the bookie does
+  not know, which the bookie bounds itself: ``ADDS_AWAITING_ADMISSION_MAX``) or
+  ``maxReadsInProgressLimit`` waiting reads (long polls, fencing reads) in progress, the
+  server stops reading requests.  They then wait in ZeroMQ's
   per-client queue, which has no high-water mark: libzmq never stops reading a
   client's connection, because libzmq 4.3.5 aborts the process when a client resets a
   connection it had stopped reading (see ``BookieServer.__init__``).  So the requests
@@ -84,7 +86,7 @@ from pybk.cluster.deadlines import Deadlines
 from pybk.cluster.frames import received, send_message
 from pybk.cluster.mailbox import Mailbox
 from pybk.cluster.wire import Op, Reply, Request
-from pybk.errors import BookKeeperError, NoSuchEntry, NoSuchLedger
+from pybk.errors import BookKeeperError, NoSuchEntry
 from pybk.stats import ServerStats
 from pybk.storage import Bookie
 
@@ -112,6 +114,16 @@ class _LongPoll:
         self.request = request
         self.watcher: Callable[[], object] = _nothing
         self.done = False
+
+
+class _Parked:
+    """How many adds of one ADD message the bookie parked for its guard's check (set on
+    the server thread before the message's adds can complete there)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
 
 
 class BookieServer:
@@ -393,23 +405,32 @@ class BookieServer:
         runs = wire.decode_adds(r.required_body(), self._max_entry)
         for run in runs:
             self._adds_in_progress += len(run.entry_ids)
-        self._bookie.add_entries_async(runs, partial(self._adds_done, identity, r,
-                                                     time.monotonic()), wake=False)
+        # Adds waiting for the guard's check of their ledger (bounded by the bookie)
+        # leave the count at once: a stalled check must not pause reading.
+        parked = _Parked()
 
-    def _adds_done(self, identity: bytes, r: Request, started: float,
+        def on_parked(count: int) -> None:
+            parked.count = count
+            self._adds_in_progress -= count
+        self._bookie.add_entries_async(runs, partial(self._adds_done, identity, r,
+                                                     time.monotonic(), parked), wake=False,
+                                       on_parked=on_parked)
+
+    def _adds_done(self, identity: bytes, r: Request, started: float, parked: "_Parked",
                    errors: list[BaseException | None]) -> None:
         """An ADD message's adds are durable or failed.  When this server's thread led
         the journal group (see :meth:`_read_requests`) the reply leaves at once; from
         the journal's thread it goes through the mailbox."""
         if threading.get_ident() == self._ident:
-            self._finish_adds(identity, r, started, errors)
+            self._finish_adds(identity, r, started, parked, errors)
         else:
-            self._mailbox.post(partial(self._finish_adds, identity, r, started, errors))
+            self._mailbox.post(partial(self._finish_adds, identity, r, started, parked,
+                                       errors))
 
-    def _finish_adds(self, identity: bytes, r: Request, started: float,
+    def _finish_adds(self, identity: bytes, r: Request, started: float, parked: "_Parked",
                      errors: list[BaseException | None]) -> None:
         count = len(errors)
-        self._adds_in_progress -= count
+        self._adds_in_progress -= count - parked.count
         if not any(errors):  # the usual answer, encoded without the general checks
             self.stats.add_request.success.observe_since(started, count)
             self._send_frames(identity, wire.encode_adds_durable(r.request_id, count))
@@ -470,11 +491,11 @@ class BookieServer:
         self._answer(identity, r, partial(self._fenced_entry_reply, r, fenced))
 
     def _fenced_entry_reply(self, r: Request, fenced: Future) -> Reply:
-        """The entry, once the fence is durable; NoSuchLedger if the bookie did not hold
-        the ledger before this fence (BookKeeper's answer: recovery tells "never had it"
-        from "lost it")."""
+        """The entry, once the fence is durable; if the bookie did not hold the ledger
+        before this fence, NoSuchLedger (BookKeeper's answer), or EntryMaybeLost for a
+        ledger older than its disks (:meth:`pybk.storage.Bookie.not_held_error`)."""
         if not fenced.result():  # raises the fence's error
-            raise NoSuchLedger(f"ledger {r.ledger_id} was not on this bookie (fenced now)")
+            raise self._bookie.not_held_error(r.ledger_id)
         return self._entry_reply(r)
 
     def _entry_reply(self, r: Request) -> Reply:

@@ -107,6 +107,14 @@ error code of its failure; the reply's message then describes the first failed a
 The bookie answers once every add of the message is durable or failed (written or failed,
 when every run of the message is DEFERRED_SYNC).
 
+Status codes are those of :mod:`pybk.errors`; a code a side does not know reads as a
+plain BookKeeperError.  EntryMaybeLost (-1008) came after version 3 the same way: a
+READ (fencing or not) or a READ_BATCH answer of a bookie that does not hold the entry,
+of a ledger created before its disks joined the cluster (its join floor,
+:meth:`pybk.storage.Bookie.record_join_floor`), where NoSuchEntry or NoSuchLedger would
+claim it never had the entry.  Recovery does not count it as the entry being absent; a
+client of before it reads it as an error, no answer, which is as safe.
+
 Only READ_LAC and LONG_POLL replies carry a LAC, and FORCE_LEDGER replies a count of
 entries held in that field; it is 0 in the others.
 

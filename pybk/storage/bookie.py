@@ -18,9 +18,13 @@ A :class:`Bookie` ties the parts together:
 Unknown ledgers: a plain add to a ledger the bookie does not know creates it, as on a
 BookKeeper bookie, unless its owner guards unknown ledgers
 (:meth:`Bookie.guard_unknown_ledgers`, a bookie of a cluster): then such an add to a
-ledger id at or below the guard's floor, or at or below the highest id the bookie ever
-forgot (a tombstone kept in the index), waits for the owner's admission check and fails
-with the error it gives.  docs/DESIGN.md, "Stale writers", has the argument.
+ledger id at or below the guard's floor, or covered by the tombstones of the ledgers the
+bookie forgot (kept in the index, :class:`~pybk.storage.index.Tombstones`), waits for
+the owner's admission check and fails with the error it gives.  A bookie of a cluster
+also records, once, where its disks joined (:meth:`Bookie.record_join_floor`): a read of
+an entry it does not hold, of a ledger older than that, answers EntryMaybeLost, which
+recovery does not count as the entry being absent.  docs/DESIGN.md, "Stale writers", has
+the argument.
 
 Read-only: a bookie refuses adds (BookieReadOnly; reads, fences and explicit LACs go
 on) while a disk is full (:mod:`pybk.storage.diskcheck`) or while its owner says so
@@ -61,6 +65,7 @@ from pybk.errors import (
     CorruptData,
     DirectoryLocked,
     DiskFull,
+    EntryMaybeLost,
     EntryTooLarge,
     LedgerFenced,
     MalformedEntry,
@@ -134,6 +139,15 @@ _state_row = operator.attrgetter(*StoredLedgerState._fields)
 #: number of ledgers it ever held; a state takes about 250 bytes with its master key.
 IDLE_STATES_KEPT = 100_000
 
+#: Adds that may wait at once for the guard's check of their ledger
+#: (:meth:`Bookie.guard_unknown_ledgers`); an add that would pass it is refused at once
+#: (a BookKeeperError, which its writer takes for a bookie failure: it replaces the
+#: bookie).  So a flood of adds to old ledgers the bookie does not know, or a stalled
+#: ZooKeeper, holds at most this many adds (and their bytes) in memory, and a server
+#: never counts them among the adds in progress that pause its reading
+#: (:meth:`Bookie.add_entries_async`'s ``on_parked``).
+ADDS_AWAITING_ADMISSION_MAX = 1_000
+
 #: The file whose presence lock a running bookie holds, in ``<journalDirectory>/current``.
 OWNER_FILE = "OWNER"
 
@@ -175,10 +189,11 @@ class Bookie:
         self._entrylog_lock = threading.Lock()    # appends to entry logs
         self._cache_space = threading.Condition(threading.Lock())
         self._states: dict[int, LedgerState] = {}
-        # Unknown ledgers (guard_unknown_ledgers): the check, its floor, and the highest
-        # ledger id GC forgot (the index's tombstone; raised by _forget).
+        # Unknown ledgers (guard_unknown_ledgers): the check, its floor, and the ledger
+        # ids GC forgot (the index's tombstones; raised by _forget).
         self._admission: Admission | None = None
         self._guard_floor = -1
+        self._adds_awaiting_admission = 0  # bounded by ADDS_AWAITING_ADMISSION_MAX
         self._dirty: set[int] = set()
         self._pending_deletes: set[int] = set()
         # ledger id -> {callback: known LAC}: long-poll reads waiting for the LAC to pass
@@ -238,7 +253,8 @@ class Bookie:
                                            settings.flushEntrylogBytes)
             self._gc = GarbageCollector(self._entry_logs, self._index, self._entrylog_lock)
             self._durably_deleted = set(self._index.deleted_ledgers())
-            self._highest_forgotten = self._index.highest_forgotten_ledger()
+            self._forgotten = self._index.tombstones()
+            self._join_floor = self._index.join_floor()  # record_join_floor's
             # No state row has a higher ledger id (the highest committed; states above
             # it are in memory): a new ledger, whose id comes from an increasing
             # counter, needs no index lookup.
@@ -312,19 +328,50 @@ class Bookie:
         have been meant to hold, before they are taken; ``None`` stops checking.
 
         Guarantee: from this call on, a plain (not recovery) add to a ledger the bookie
-        does not know, whose id is at or below ``ledger_id_floor`` or at or below the
-        highest ledger id garbage collection ever forgot here (kept in the index across
-        restarts), is taken only once ``admission(ledger id)`` completed with None, and
-        fails with the error it completed with otherwise; an explicit LAC for such a
-        ledger is refused (NoSuchLedger) and makes nothing.  Nothing of a refused ledger
-        is stored.  Adds to ledgers the bookie knows, adds to ids above both bounds (a
-        ledger created after the floor was taken), recovery adds and fences never wait
-        for ``admission``: the normal path pays nothing, and an embedded bookie, which
-        has no guard, nothing at all.
+        does not know, whose id is at or below ``ledger_id_floor`` or covered by the
+        tombstones of the ledgers garbage collection forgot here (kept in the index
+        across restarts, :class:`~pybk.storage.index.Tombstones`), is taken only once
+        ``admission(ledger id)`` completed with None, and fails with the error it
+        completed with otherwise; an explicit LAC for such a ledger is refused
+        (NoSuchLedger) and makes nothing.  Nothing of a refused ledger is stored.  Adds to
+        ledgers the bookie knows, adds to ids above both bounds (a ledger created after
+        the floor was taken), recovery adds and fences never wait for ``admission``: the
+        normal path pays nothing, and an embedded bookie, which has no guard, nothing at
+        all.  At most :data:`ADDS_AWAITING_ADMISSION_MAX` adds wait for ``admission`` at
+        once; one more fails at once with a BookKeeperError.
         """
         with self._lock:
             self._admission = admission
             self._guard_floor = ledger_id_floor if admission is not None else -1
+
+    def record_join_floor(self, ledger_id: int) -> int:
+        """Record, once, where this bookie's disks joined the cluster, and return it: a
+        node calls it with an id from the cluster's ledger id generator before it
+        serves.  Recorded in the index and never changed: ``ledger_id`` if the bookie
+        held nothing yet (fresh disks), else -1 (disks that served before).
+
+        Guarantee: from this call on, a read of an entry the bookie does not hold, of a
+        ledger whose id is below the join floor (created before these disks joined),
+        fails with EntryMaybeLost instead of NoSuchEntry or NoSuchLedger, and so does
+        the fencing read of such a ledger the bookie did not hold
+        (:meth:`not_held_error`): an earlier instance of this bookie's id, whose disks
+        were lost, may have acknowledged that entry, so recovery must not count this
+        answer as the entry being absent.  A ledger at or above the floor was created
+        after the disks joined: every add it sent this bookie's id reached these disks,
+        and "not here" stays NoSuchEntry / NoSuchLedger.  An embedded bookie records no
+        floor and answers as before.
+        """
+        floor = self._index.record_join_floor(ledger_id)
+        self._join_floor = floor
+        return floor
+
+    def not_held_error(self, ledger_id: int) -> BookKeeperError:
+        """The answer to a fencing read of a ledger this bookie did not hold before the
+        fence (:meth:`fence` returned False): NoSuchLedger (BookKeeper's
+        NoSuchLedgerExists: the bookie never had it), or EntryMaybeLost below the join
+        floor (:meth:`record_join_floor`)."""
+        return self._unheld(ledger_id, NoSuchLedger(
+            f"ledger {ledger_id} was not on this bookie (fenced now)"))
 
     def _state_changed(self) -> None:
         with self._lock:
@@ -420,7 +467,8 @@ class Bookie:
         state = self._state(ledger_id)
         if state is None:
             if guarded and self._admission is not None \
-                    and ledger_id <= max(self._guard_floor, self._highest_forgotten):
+                    and (ledger_id <= self._guard_floor
+                         or self._forgotten.covers(ledger_id)):
                 raise _NeedsAdmission(ledger_id)
             payload = codec.LEDGER_ID.pack(ledger_id) + master_key
             records.append(codec.record_header(codec.MASTER_KEY, payload))
@@ -457,9 +505,10 @@ class Bookie:
             self._add(ledger_id, entry_id, entry, master_key, recovery, callback, True,
                       deferred)
         except _NeedsAdmission:
+            self._await_admission(1)
             add_admitted = partial(self._add, ledger_id, entry_id, entry, master_key,
                                    recovery, callback, True, deferred, admitted=True)
-            self._admit(ledger_id, add_admitted, callback)
+            self._admit(ledger_id, 1, add_admitted, callback)
         return future
 
     def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
@@ -470,8 +519,9 @@ class Bookie:
         try:
             self._add(ledger_id, entry_id, entry, master_key, recovery, waiter, False)
         except _NeedsAdmission:
+            self._await_admission(1)
             admitted: Future[None] = Future()
-            self._admit(ledger_id, partial(admitted.set_result, None),
+            self._admit(ledger_id, 1, partial(admitted.set_result, None),
                         admitted.set_exception)
             admitted.result()
             self._add(ledger_id, entry_id, entry, master_key, recovery, waiter, False,
@@ -497,7 +547,8 @@ class Bookie:
         return self._journal.is_committer_thread()
 
     def add_entries_async(self, runs: Sequence[AddRun], callback: BatchCallback,
-                          wake: bool = True) -> None:
+                          wake: bool = True,
+                          on_parked: Callable[[int], None] | None = None) -> None:
         """Add runs of entries, of any ledgers, as one journal group.
 
         ``runs`` holds ``(ledger id, entry ids, entries, master key, recovery[, deferred])``
@@ -515,12 +566,16 @@ class Bookie:
         :meth:`add_entry_async`); one durable run makes the whole batch wait for durability.
         ``wake=False`` leaves the journal thread asleep: the caller then calls
         :meth:`commit_queued` (which commits the group on its thread when the journal is
-        idle).
+        idle).  ``on_parked(n)`` is called on this thread, before this returns and before
+        ``callback``, if ``n`` > 0 of the adds wait for the guard's check: they are not
+        queued, and at most :data:`ADDS_AWAITING_ADMISSION_MAX` adds wait at once (those
+        past it fail at once), so a caller bounding the adds it has in progress (a
+        server pausing its reading) leaves them out.
         """
-        self._add_runs(runs, callback, wake, False)
+        self._add_runs(runs, callback, wake, False, on_parked)
 
     def _add_runs(self, runs: Sequence[AddRun], callback: BatchCallback, wake: bool,
-                  admitted: bool) -> None:
+                  admitted: bool, on_parked: Callable[[int], None] | None = None) -> None:
         """:meth:`add_entries_async`; ``admitted``: the runs passed the guard's check
         (:meth:`guard_unknown_ledgers`), so they may create their ledgers."""
         errors: list[BaseException | None] = [None] * sum(len(run[1]) for run in runs)
@@ -556,6 +611,12 @@ class Bookie:
                         errors[i] = e
                     continue
                 except _NeedsAdmission:
+                    try:
+                        self._await_admission_locked(len(positions))
+                    except BookKeeperError as e:
+                        for i in positions:
+                            errors[i] = e
+                        continue
                     parked.append((positions, (ledger_id, entry_ids, entries, master_key,
                                                recovery, deferred_run)))
                     continue
@@ -588,6 +649,8 @@ class Bookie:
         if due:
             _notify(due)
         if gather is not None:
+            if on_parked is not None:
+                on_parked(sum(len(positions) for positions, _run in parked))
             for positions, run in parked:
                 self._admit_run(positions, run, gather)
         elif not queued:
@@ -595,11 +658,31 @@ class Bookie:
 
     # -- unknown ledgers (guard_unknown_ledgers) ---------------------------------
 
-    def _admit(self, ledger_id: int, take: Callable[[], None],
+    def _await_admission(self, count: int) -> None:
+        """:meth:`_await_admission_locked`, taking the lock."""
+        with self._lock:
+            self._await_admission_locked(count)
+
+    def _await_admission_locked(self, count: int) -> None:
+        """Count ``count`` adds as waiting for the guard's check (until :meth:`_admit`
+        decides them), or raise if that would pass ADDS_AWAITING_ADMISSION_MAX.  Caller
+        holds the lock."""
+        if self._adds_awaiting_admission + count > ADDS_AWAITING_ADMISSION_MAX:
+            raise BookKeeperError(
+                f"{self._adds_awaiting_admission} adds already wait for the metadata "
+                f"check of ledgers this bookie does not know (at most "
+                f"{ADDS_AWAITING_ADMISSION_MAX}): refused, try another bookie")
+        self._adds_awaiting_admission += count
+
+    def _admit(self, ledger_id: int, count: int, take: Callable[[], None],
                refuse: Callable[[BaseException], None]) -> None:
-        """Ask the guard about ``ledger_id``; then call ``take()`` (errors it raises go to
-        ``refuse``) or ``refuse(error)``, on the thread that completed the check."""
+        """Ask the guard about ``ledger_id`` for ``count`` adds counted by
+        :meth:`_await_admission_locked`; then, no longer counting them, call ``take()``
+        (errors it raises go to ``refuse``) or ``refuse(error)``, on the thread that
+        completed the check."""
         def decided(check: Future) -> None:
+            with self._lock:
+                self._adds_awaiting_admission -= count
             error = (BookieClosed("the bookie stopped checking unknown ledgers")
                      if check.cancelled() else check.exception())
             if error is None:
@@ -641,7 +724,8 @@ class Bookie:
                 errors[i] = error
             gather.part_done()
 
-        self._admit(run[0], partial(self._add_runs, [run], added, True, True), refused)
+        self._admit(run[0], len(positions), partial(self._add_runs, [run], added, True,
+                                                    True), refused)
 
     def _check_run(self, ledger_id: int, entry_ids: Sequence[int], entries: Sequence[bytes],
                    first: int, errors: list[BaseException | None]
@@ -861,13 +945,23 @@ class Bookie:
     # -- reads -------------------------------------------------------------------
 
     def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
-        """The entry's bytes as added; ``entry_id=LAST_ENTRY`` (-1) reads the last one."""
+        """The entry's bytes as added; ``entry_id=LAST_ENTRY`` (-1) reads the last one.
+        An entry not held is NoSuchEntry (NoSuchLedger: the ledger is not held, or was
+        deleted), or EntryMaybeLost for a ledger not deleted below the join floor
+        (:meth:`record_join_floor`)."""
         self._check_open()
-        self._readable_state(ledger_id)
+        with self._lock:
+            state = self._state(ledger_id)
+        if state is None:
+            raise self._unheld(ledger_id, NoSuchLedger(
+                f"ledger {ledger_id} does not exist on this bookie"))
+        if state.deleted:
+            raise NoSuchLedger(f"ledger {ledger_id} does not exist on this bookie (deleted)")
         if entry_id == LAST_ENTRY:
             last = self.last_entry_id(ledger_id)
             if last is None:
-                raise NoSuchEntry(f"ledger {ledger_id} holds no entries")
+                raise self._unheld(ledger_id, NoSuchEntry(
+                    f"ledger {ledger_id} holds no entries"))
             entry_id = last
         for attempt in range(2):
             for cache in (self._active, self._flushing):
@@ -877,7 +971,8 @@ class Bookie:
                         return data
             location = self._index.location(ledger_id, entry_id)
             if location is None:
-                raise NoSuchEntry(f"ledger {ledger_id} has no entry {entry_id} here")
+                raise self._unheld(ledger_id, NoSuchEntry(
+                    f"ledger {ledger_id} has no entry {entry_id} here"))
             try:
                 return self._entry_logs.read(Location(location.log_id, location.offset),
                                              location.length, ledger_id, entry_id)
@@ -886,6 +981,14 @@ class Bookie:
                     raise
                 # Compaction may have moved the entry between the lookup and the read.
         raise AssertionError("unreachable")
+
+    def _unheld(self, ledger_id: int, error: BookKeeperError) -> BookKeeperError:
+        """``error`` (an entry not held), or EntryMaybeLost below the join floor."""
+        if ledger_id < self._join_floor:
+            return EntryMaybeLost(f"{error}, and the ledger is older than these disks (join "
+                                  f"floor {self._join_floor}): it may have been lost with "
+                                  "them")
+        return error
 
     def last_entry_id(self, ledger_id: int) -> int | None:
         """The highest entry id held for the ledger, or None."""
@@ -1165,9 +1268,13 @@ class Bookie:
         gone = deleted - held
         if not gone:
             return
+        # The tombstones rise in memory before the index forgets: in between, an add to a
+        # ledger whose state is not in memory (evicted) finds no row in the index, and
+        # must find the tombstones instead (raising it early only costs checks).
+        with self._lock:
+            self._forgotten.add(gone)
         self._index.forget_ledgers(sorted(gone))
         with self._lock:
-            self._highest_forgotten = max(self._highest_forgotten, max(gone))
             for ledger_id in gone:
                 self._durably_deleted.discard(ledger_id)
                 state = self._states.get(ledger_id)

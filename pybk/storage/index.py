@@ -21,11 +21,24 @@ LMDB replaces BookKeeper's per-ledger index files.  The environment lives in
 
 ``meta``
     ``last_entry_log_id`` (8): the highest entry log id ever used, so ids never repeat.
-    ``highest_forgotten_ledger`` (8): the highest id of a ledger garbage collection
-    forgot (absent: none), raised in the transaction that forgets it and never lowered:
-    a compact tombstone of every ledger the bookie deleted and no longer remembers (a
-    bookie of a cluster checks a plain add to an unknown ledger at or below it against
-    the ledger's metadata, :meth:`pybk.storage.Bookie.guard_unknown_ledgers`).
+    The tombstones of the ledgers garbage collection forgot (:class:`Tombstones`: a
+    bookie of a cluster checks a plain add to an unknown ledger they cover against the
+    ledger's metadata, :meth:`pybk.storage.Bookie.guard_unknown_ledgers`), changed in
+    the transaction that forgets and never lowered:
+    ``forgotten_range/`` + range (8): the highest id forgotten among the ids of that
+    range (``id >> FORGOTTEN_RANGE_BITS``), one key per range that holds one;
+    ``forgotten_floor`` (8, signed): every id at or below it counts as forgotten (ranges
+    folded into it past :data:`FORGOTTEN_RANGES_MAX`; absent in an index written before
+    the ranges were kept: ``highest_forgotten_ledger`` stands for it);
+    ``highest_forgotten_ledger`` (8): the highest id ever forgotten (absent: none), kept
+    for readers of before the ranges, to whom it is the whole tombstone.
+    ``join_floor`` (8, signed): the bookie's join floor, recorded once by
+    :meth:`Index.record_join_floor` when a node first serves a cluster with these
+    directories: an id from the cluster's ledger id generator if the index held nothing
+    then (the disks joined the cluster at that point), else -1 (they served before the
+    floor was kept).  For a ledger below it, "not here" may mean "lost with the disks
+    this bookie's id had before" (:meth:`pybk.storage.Bookie.record_join_floor`).
+    Absent: none recorded (an embedded bookie).
     ``index_version`` (4): the format of the tables, :data:`INDEX_VERSION` (absent in
     version 1, which had no ``deleted`` table: opening it for writing adds the table,
     filled from the ``ledgers`` table, and the version).
@@ -63,6 +76,15 @@ assert (ENTRY_KEY.size, LOCATION.size, LEDGER_STATE.size) == (16, 20, 17), \
 LAST_LOG_ID_KEY = b"last_entry_log_id"
 VERSION_KEY = b"index_version"
 FORGOTTEN_KEY = b"highest_forgotten_ledger"
+JOIN_FLOOR_KEY = b"join_floor"
+FORGOTTEN_FLOOR_KEY = b"forgotten_floor"
+FORGOTTEN_RANGE_PREFIX = b"forgotten_range/"
+#: Forgotten ledger ids are remembered by range of 2**FORGOTTEN_RANGE_BITS ids (an
+#: embedded WAL's ledger ids start at a multiple of it: one range per WAL).
+FORGOTTEN_RANGE_BITS = 20
+#: Ranges remembered apart at most; past it, the lowest is folded into the floor.
+FORGOTTEN_RANGES_MAX = 4096
+_SIGNED_ID = struct.Struct(">q")
 #: The format this pybk writes; it reads this one and version 1 (upgraded on open).
 INDEX_VERSION = 2
 _VERSION = struct.Struct(">I")
@@ -126,6 +148,43 @@ def decode_ledger_state(value: bytes | memoryview) -> StoredLedgerState:
         lac=lac,
         explicit_lac=explicit if flags & FLAG_EXPLICIT_LAC else None,
     )
+
+
+class Tombstones:
+    """The ledger ids garbage collection may have forgotten: every id at or below
+    :attr:`floor`, and, in each range of 2**FORGOTTEN_RANGE_BITS ids, every id at or
+    below the highest one forgotten in that range (:attr:`ranges`).
+
+    Guarantee: every id passed to :meth:`add` is covered from then on.  A forgotten id
+    far above the ledger id generator's (a caller-chosen id, a promoted WAL's ledger)
+    covers only its own range, not every id the generator hands out below it; at most
+    FORGOTTEN_RANGES_MAX ranges are kept, the lowest folded into the floor past it."""
+
+    __slots__ = ("floor", "ranges")
+
+    def __init__(self, floor: int = -1, ranges: dict[int, int] | None = None) -> None:
+        self.floor = floor
+        #: range (``id >> FORGOTTEN_RANGE_BITS``) -> highest id forgotten in it.
+        self.ranges: dict[int, int] = ranges if ranges is not None else {}
+
+    def covers(self, ledger_id: int) -> bool:
+        return ledger_id <= self.floor \
+            or ledger_id <= self.ranges.get(ledger_id >> FORGOTTEN_RANGE_BITS, -1)
+
+    def add(self, ledger_ids: Iterable[int]) -> None:
+        ranges = self.ranges
+        for ledger_id in ledger_ids:
+            key = ledger_id >> FORGOTTEN_RANGE_BITS
+            if ledger_id > ranges.get(key, -1):
+                ranges[key] = ledger_id
+        while len(ranges) > FORGOTTEN_RANGES_MAX:
+            self.floor = max(self.floor, ranges.pop(min(ranges)))
+        for key in [key for key, top in ranges.items() if top <= self.floor]:
+            del ranges[key]  # the floor covers it
+
+    def highest(self) -> int:
+        """The highest id covered (-1: none)."""
+        return max(self.floor, max(self.ranges.values(), default=-1))
 
 
 class LocationUpdate(NamedTuple):
@@ -282,11 +341,32 @@ class Index:
         used_pages = self._env.info()["last_pgno"] + 1
         return used_pages * self._env.stat()["psize"], ledgers
 
-    def highest_forgotten_ledger(self) -> int:
-        """The highest ledger id :meth:`forget_ledgers` ever forgot (-1: none)."""
+    def tombstones(self) -> Tombstones:
+        """The tombstones of the ledgers :meth:`forget_ledgers` forgot."""
         with self._env.begin(db=self._meta) as txn:
-            value = txn.get(FORGOTTEN_KEY)
-            return LEDGER_KEY.unpack(value)[0] if value else -1
+            return self._tombstones(txn)
+
+    def _tombstones(self, txn: lmdb.Transaction) -> Tombstones:
+        floor = txn.get(FORGOTTEN_FLOOR_KEY, db=self._meta)
+        if floor is None:  # written before the ranges (or nothing forgotten yet)
+            highest = txn.get(FORGOTTEN_KEY, db=self._meta)
+            return Tombstones(LEDGER_KEY.unpack(highest)[0] if highest else -1)
+        ranges = {}
+        cursor = txn.cursor(db=self._meta)
+        if cursor.set_range(FORGOTTEN_RANGE_PREFIX):
+            for key, value in cursor:
+                key = bytes(key)
+                if not key.startswith(FORGOTTEN_RANGE_PREFIX):
+                    break
+                ranges[LEDGER_KEY.unpack(key[len(FORGOTTEN_RANGE_PREFIX):])[0]] = \
+                    LEDGER_KEY.unpack(value)[0]
+        return Tombstones(_SIGNED_ID.unpack(floor)[0], ranges)
+
+    def join_floor(self) -> int:
+        """The join floor :meth:`record_join_floor` recorded (-1: none)."""
+        with self._env.begin(db=self._meta) as txn:
+            value = txn.get(JOIN_FLOOR_KEY)
+            return _SIGNED_ID.unpack(value)[0] if value else -1
 
     def last_log_id(self) -> int:
         with self._env.begin(db=self._meta) as txn:
@@ -365,18 +445,42 @@ class Index:
     def forget_ledgers(self, ledger_ids: Iterable[int]) -> None:
         """Remove deleted ledgers' rows (``ledgers`` and ``deleted``), in one transaction:
         for ledgers no entry log holds any more, whose entries already left the index.
-        ``highest_forgotten_ledger`` rises to the highest of them in the same transaction,
-        so no crash separates forgetting a ledger from its tombstone."""
-        highest = -1
+        The tombstones (:meth:`tombstones`) cover them from the same transaction on, so
+        no crash separates forgetting a ledger from its tombstone."""
+        ledger_ids = list(ledger_ids)
         with self._env.begin(write=True) as txn:
             for ledger_id in ledger_ids:
                 key = LEDGER_KEY.pack(ledger_id)
                 txn.delete(key, db=self._ledgers)
                 txn.delete(key, db=self._deleted)
-                highest = max(highest, ledger_id)
-            stored = txn.get(FORGOTTEN_KEY, db=self._meta)
-            if highest > (LEDGER_KEY.unpack(stored)[0] if stored else -1):
+            tombstones = self._tombstones(txn)
+            before = dict(tombstones.ranges)
+            tombstones.add(ledger_ids)
+            for range_key in before.keys() - tombstones.ranges.keys():
+                txn.delete(FORGOTTEN_RANGE_PREFIX + LEDGER_KEY.pack(range_key),
+                           db=self._meta)
+            for range_key, top in tombstones.ranges.items():
+                if before.get(range_key) != top:
+                    txn.put(FORGOTTEN_RANGE_PREFIX + LEDGER_KEY.pack(range_key),
+                            LEDGER_KEY.pack(top), db=self._meta)
+            txn.put(FORGOTTEN_FLOOR_KEY, _SIGNED_ID.pack(tombstones.floor), db=self._meta)
+            highest = tombstones.highest()
+            if highest >= 0:
                 txn.put(FORGOTTEN_KEY, LEDGER_KEY.pack(highest), db=self._meta)
+
+    def record_join_floor(self, ledger_id: int) -> int:
+        """Record the join floor once, in one transaction, and return the one recorded:
+        ``ledger_id`` if the index holds nothing (no ledger state, nothing forgotten),
+        else -1; a floor recorded before is kept whatever ``ledger_id`` is."""
+        with self._env.begin(write=True, db=self._meta) as txn:
+            stored = txn.get(JOIN_FLOOR_KEY)
+            if stored is not None:
+                return _SIGNED_ID.unpack(stored)[0]
+            empty = (txn.stat(self._ledgers)["entries"] == 0
+                     and txn.get(FORGOTTEN_KEY) is None)
+            floor = ledger_id if empty else -1
+            txn.put(JOIN_FLOOR_KEY, _SIGNED_ID.pack(floor))
+            return floor
 
     def relocate(self, moves: Iterable[tuple[LocationUpdate, int, int]]) -> int:
         """Compaction's update: ``(new location, old log id, old offset)``.
