@@ -55,6 +55,28 @@ def test_faulty_io_loses_only_unsynced_writes(tmp_path):
             assert tail in (b"b" * 3000, bytes(3000)) or garbled(tail)
 
 
+def test_faulty_io_follows_renames_and_removals(tmp_path):
+    """Unsynced writes move with a rename and go with a removal, in the process and in the
+    log a parent rebuilds them from; ``kill_when`` sees renames, removals and steps."""
+    seen = []
+    log_path = str(tmp_path / "unsynced.jsonl")
+    io = FaultyFileIO(log_path, lambda op, path, offset: seen.append((op, path)) and False)
+    source, target, doomed = (str(tmp_path / name) for name in ("a.new", "a", "b"))
+    for path in (source, doomed):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            io.write_all(fd, [b"x" * 100])
+        finally:
+            os.close(fd)
+    io.rename(source, target)
+    io.unlink(doomed)
+    io.step("commit", "index")
+    assert list(io.unsynced) == [target] == list(read_unsynced(log_path))
+    assert seen[2:] == [("rename", source), ("unlink", doomed), ("commit", "index")]
+    assert lose_unsynced(read_unsynced(log_path), "drop", random.Random(1)) == 100
+    assert os.path.getsize(target) == 0
+
+
 def garbled(data: bytes) -> bool:
     return data.count(b"b") < len(data) // 64 and data.count(0) < len(data) // 64
 
