@@ -19,8 +19,9 @@ What a power cut may do, as simulated here:
 * bytes that *overwrote* earlier data come back old or new, whole (a sector is written
   atomically; garbling them would be a broken disk, not a power cut).
 
-Only the journal and entry logs write through FileIO; LMDB syncs its own commits, and
-directory entries and ``posix_fallocate`` are not simulated (they are kept).
+Only the journal, the entry logs and the LastLogMark write through FileIO; LMDB syncs its
+own commits, and directory entries (created, renamed or removed files) and
+``posix_fallocate`` are not simulated (they are kept).
 """
 
 from __future__ import annotations
