@@ -8,7 +8,8 @@ and removals, and the index's checkpoint commits, compaction re-pointings and GC
 forgettings).  Each round then starts the workload afresh and has it SIGKILL itself just
 before its K-th step of one kind, undoes, zeroes or garbles its unsynced writes (the modes
 in turn), restarts the bookie and checks the crash guarantee (:func:`check_ledgers`),
-again after a compaction, and that deleted ledgers refuse adds or were forgotten.
+again after a compaction and after a clean restart, and that deleted ledgers refuse adds
+or were forgotten.
 
 CI runs :data:`CI_POINTS_PER_KIND` points of each kind, spread over its steps (24
 points); ``PYBK_CRASH_POINTS=all`` runs every point (625 for seed 31, which all passed:
@@ -101,11 +102,14 @@ def check_ledgers(bookie: Bookie, acks: Acks) -> int:
 
 def check_restart(settings: ServerSettings, acks: Acks) -> tuple[int, int]:
     """Restart the bookie and check it (:func:`check_ledgers`) before and after a
-    compaction, then add to each deleted ledger (:func:`crashutil.add_to_deleted`).
-    Returns (unacknowledged survivors, deleted ledgers forgotten)."""
+    compaction, and after a clean restart; then add to each deleted ledger
+    (:func:`crashutil.add_to_deleted`).  Returns (unacknowledged survivors, deleted
+    ledgers forgotten)."""
     with Bookie(settings, start_background_threads=False) as bookie:
         survivors = check_ledgers(bookie, acks)
         bookie.compact(settings.majorCompactionThreshold)
+        check_ledgers(bookie, acks)
+    with Bookie(settings, start_background_threads=False) as bookie:
         check_ledgers(bookie, acks)
         forgotten = sum(add_to_deleted(bookie, ledger_id) for ledger_id in sorted(acks.deleted))
     return survivors, forgotten
@@ -135,7 +139,8 @@ def test_a_kill_before_any_durable_step_keeps_every_acknowledgement(tmp_path, ch
     rename, or an index transaction (checkpoint commit, compaction's re-pointing, GC's
     forgetting), then the unsynced writes lost: after the restart every acknowledged add
     of a ledger not being deleted reads back byte-identical, every acknowledged deletion
-    holds, nothing reads as wrong bytes, and so it stays after a compaction."""
+    holds, nothing reads as wrong bytes, and so it stays after a compaction and a clean
+    restart."""
     run_child(children, tmp_path / "count", "--count", str(tmp_path / "counts.json"))
     counts = json.loads((tmp_path / "counts.json").read_text())
     assert sorted(counts) == sorted(STEP_KINDS), f"the workload missed a kind: {counts}"
