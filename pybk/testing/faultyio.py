@@ -89,10 +89,8 @@ class FaultyFileIO(FileIO):
     def rename(self, source: str, target: str) -> None:
         self.step("rename", source)
         super().rename(source, target)
-        with self._lock:  # the unsynced writes now belong to the target
-            moved = self.unsynced.pop(source, [])
-            if moved:
-                self.unsynced[target] = moved
+        with self._lock:
+            _rename(self.unsynced, source, target)
             self._log({"rename": source, "to": target})
 
     def unlink(self, path: str) -> None:
@@ -158,14 +156,21 @@ def read_unsynced(log_path: str) -> dict[str, list[Write]]:
         elif "unlink" in record:
             unsynced.pop(record["unlink"], None)
         elif "rename" in record:
-            moved = unsynced.pop(record["rename"], [])
-            if moved:
-                unsynced[record["to"]] = moved
+            _rename(unsynced, record["rename"], record["to"])
         else:
             old = bytes.fromhex(record["old"]) if record["old"] is not None else None
             unsynced.setdefault(record["w"], []).append(
                 Write(record["o"], record["n"], record["s"], old))
     return unsynced
+
+
+def _rename(unsynced: dict[str, list[Write]], source: str, target: str) -> None:
+    """The source's unsynced writes now belong to the target; the replaced file's went
+    with it."""
+    unsynced.pop(target, None)
+    moved = unsynced.pop(source, None)
+    if moved:
+        unsynced[target] = moved
 
 
 def lose_unsynced(unsynced: dict[str, list[Write]], mode: str, rng: random.Random,
