@@ -13,7 +13,7 @@ or were forgotten.
 
 CI runs :data:`CI_POINTS_PER_KIND` points of each kind, spread over its steps (24
 points); ``PYBK_CRASH_POINTS=all`` runs every point (625 for seed 31 and 606 for seed 7,
-which all passed: 12 to 18 minutes each on two busy cores), and ``PYBK_CRASH_SEED`` draws
+which all passed: 11 to 18 minutes each on two busy cores), and ``PYBK_CRASH_SEED`` draws
 another workload.
 """
 
