@@ -5,7 +5,10 @@ metadata store both write durably through it.
 
 The journal, the entry logs and the LastLogMark write through a :class:`FileIO`, so that a
 test can put a fault-injecting layer underneath (:mod:`pybk.testing.faultyio`): drop, truncate
-or garble what was written since the last sync, as a power cut would.
+or garble what was written since the last sync, as a power cut would.  The renames and
+removals that complete a durable step (an entry log's or a LastLogMark's rename into place,
+an entry log's removal by garbage collection) go through it too, so that such a layer can
+stop a process just before them.
 """
 
 from __future__ import annotations
@@ -78,6 +81,14 @@ class FileIO:
     def fsync(self, fd: int) -> None:
         os.fsync(fd)
 
+    def rename(self, source: str, target: str) -> None:
+        """Rename ``source`` to ``target``, replacing it (durable after a directory fsync)."""
+        os.replace(source, target)
+
+    def unlink(self, path: str) -> None:
+        """Remove ``path`` (durable after a directory fsync)."""
+        os.unlink(path)
+
 
 def _skip(buffers: list[bytes | memoryview], count: int) -> list[bytes | memoryview]:
     """The buffers that remain after the first ``count`` bytes were written."""
@@ -111,7 +122,7 @@ def write_file_atomically(path: str, data: bytes, io: FileIO | None = None) -> N
         io.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+    io.rename(tmp, path)
     fsync_directory(os.path.dirname(os.path.abspath(path)))
 
 

@@ -56,8 +56,10 @@ def expected_entry(ledger_id: int, entry_id: int) -> bytes:
 class AckLog:
     """Child side: one line per acknowledged operation, appended with O_APPEND.
 
-    ``<ledger> <entry>`` for an add, ``lac <ledger> <value>`` for an explicit LAC.  No
-    fsync: a SIGKILL keeps the page cache, and power loss is only simulated.
+    ``<ledger> <entry>`` for an add, ``lac <ledger> <value>`` for an explicit LAC,
+    ``deleting <ledger>`` before a deletion is asked for and ``deleted <ledger>`` once it
+    is acknowledged.  No fsync: a SIGKILL keeps the page cache, and power loss is only
+    simulated.
     """
 
     def __init__(self, path: str) -> None:
@@ -69,6 +71,12 @@ class AckLog:
     def lac(self, ledger_id: int, lac: int) -> None:
         os.write(self._fd, b"lac %d %d\n" % (ledger_id, lac))
 
+    def deleting(self, ledger_id: int) -> None:
+        os.write(self._fd, b"deleting %d\n" % ledger_id)
+
+    def deleted(self, ledger_id: int) -> None:
+        os.write(self._fd, b"deleted %d\n" % ledger_id)
+
 
 @dataclass
 class Acks:
@@ -76,6 +84,10 @@ class Acks:
 
     entries: dict[int, set[int]] = field(default_factory=dict)
     lacs: dict[int, int] = field(default_factory=dict)
+    #: Ledgers whose deletion was asked for (acknowledged or not).
+    deleting: set[int] = field(default_factory=set)
+    #: Ledgers whose deletion was acknowledged.
+    deleted: set[int] = field(default_factory=set)
 
     @property
     def count(self) -> int:
@@ -93,6 +105,10 @@ def read_acks(path: str | Path) -> Acks:
         if parts[0] == b"lac":
             ledger_id, lac = int(parts[1]), int(parts[2])
             acks.lacs[ledger_id] = max(lac, acks.lacs.get(ledger_id, lac))
+        elif parts[0] == b"deleting":
+            acks.deleting.add(int(parts[1]))
+        elif parts[0] == b"deleted":
+            acks.deleted.add(int(parts[1]))
         else:
             acks.entries.setdefault(int(parts[0]), set()).add(int(parts[1]))
     return acks
@@ -141,6 +157,52 @@ def check_bookie(bookie: Bookie, acks: Acks, ledgers=LEDGERS) -> int:
             assert explicit is not None and explicit >= acks.lacs[ledger_id], \
                 f"ledger {ledger_id}: explicit LAC {explicit}, acknowledged {acks.lacs[ledger_id]}"
     return survivors
+
+
+def check_deleted(bookie: Bookie, ledger_id: int) -> None:
+    """A deleted ledger stays deleted: it does not exist and reads as NoSuchLedger."""
+    assert not bookie.ledger_exists(ledger_id), f"deleted ledger {ledger_id} exists again"
+    with pytest.raises(NoSuchLedger):
+        bookie.read_entry(ledger_id, 0)
+
+
+def add_to_deleted(bookie: Bookie, ledger_id: int) -> bool:
+    """Add entry 0 to a deleted ledger: refused while its deletion is recorded, or, once
+    GC forgot it (docs/DESIGN.md, "Deletion"), accepted as the first entry of a new ledger
+    that holds nothing else.  Returns whether the id was forgotten."""
+    try:
+        bookie.add_entry(ledger_id, 0, expected_entry(ledger_id, 0), KEY)
+    except NoSuchLedger:
+        return False
+    assert bookie.entry_ids(ledger_id) == [0], \
+        f"ledger {ledger_id}, deleted and made again, holds {bookie.entry_ids(ledger_id)}"
+    return True
+
+
+# -- durable steps -----------------------------------------------------------------------
+
+#: The index transactions a crash child announces as steps (``FaultyFileIO.step``): the
+#: checkpoint's commit, compaction's re-pointing, GC's forgetting of deleted ledgers.
+INDEX_STEPS = ("commit_checkpoint", "relocate", "forget_ledgers")
+#: Every kind of durable step a bookie takes, as :func:`step_kind` names them.
+STEP_KINDS = ("journal-write", "journal-sync", "log-write", "log-sync", "log-rename",
+              "log-unlink", "mark-write", "mark-sync", "mark-rename",
+              *(f"index-{name}" for name in INDEX_STEPS))
+
+
+def step_kind(op: str, path: str) -> str | None:
+    """The kind of a FaultyFileIO step (``op`` on ``path``): the file (journal, entry log,
+    LastLogMark) or ``index``, then the operation; None for other files."""
+    if op in INDEX_STEPS:
+        return f"index-{op}"
+    name = os.path.basename(path)
+    if name.endswith(".txn"):
+        return f"journal-{op}"
+    if name.endswith((".log", ".log.new")):
+        return f"log-{op}"
+    if name.startswith("lastMark"):
+        return f"mark-{op}"
+    return None
 
 
 # -- settings ------------------------------------------------------------------------------

@@ -55,6 +55,34 @@ def test_faulty_io_loses_only_unsynced_writes(tmp_path):
             assert tail in (b"b" * 3000, bytes(3000)) or garbled(tail)
 
 
+def test_faulty_io_follows_renames_and_removals(tmp_path):
+    """Unsynced writes move with a rename (those of the file it replaces go) and go with a
+    removal, in the process and in the log a parent rebuilds them from; ``kill_when`` sees
+    renames, removals and steps."""
+    seen = []
+    log_path = str(tmp_path / "unsynced.jsonl")
+    io = FaultyFileIO(log_path, lambda op, path, offset: seen.append((op, path)) and False)
+    a_new, a, b_new, b, doomed = (str(tmp_path / name)
+                                  for name in ("a.new", "a", "b.new", "b", "c"))
+    for path in (a_new, a, b_new, b, doomed):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            io.write_all(fd, [b"x" * 100])
+            if path == b_new:
+                io.fdatasync(fd)
+        finally:
+            os.close(fd)
+    io.rename(a_new, a)  # a's unsynced write is a.new's now
+    io.rename(b_new, b)  # b is b.new's synced bytes
+    io.unlink(doomed)
+    io.step("commit", "index")
+    assert list(io.unsynced) == [a] == list(read_unsynced(log_path))
+    assert seen[-4:] == [("rename", a_new), ("rename", b_new), ("unlink", doomed),
+                         ("commit", "index")]
+    assert lose_unsynced(read_unsynced(log_path), "drop", random.Random(1)) == 100
+    assert (os.path.getsize(a), os.path.getsize(b)) == (0, 100)
+
+
 def garbled(data: bytes) -> bool:
     return data.count(b"b") < len(data) // 64 and data.count(0) < len(data) // 64
 

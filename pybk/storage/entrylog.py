@@ -370,7 +370,7 @@ class EntryLogger:
         fd = os.open(path + NEW_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self._io.write_all(fd, [_header_bytes(log_id, 0, 0)])
         self._io.fdatasync(fd)
-        os.rename(path + NEW_SUFFIX, path)
+        self._io.rename(path + NEW_SUFFIX, path)
         fsync_directory(directory)
         self._paths[log_id] = path
         self.ledger_maps[log_id] = {}
@@ -508,7 +508,7 @@ class EntryLogger:
         path = self._paths.pop(log_id)
         self.ledger_maps.pop(log_id, None)
         self.log_sizes.pop(log_id, None)
-        os.unlink(path)
+        self._io.unlink(path)
         fsync_directory(os.path.dirname(path))
         log.info("deleted entry log %s", path)
 

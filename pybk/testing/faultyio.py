@@ -6,9 +6,11 @@ path comes from ``/proc/self/fd``), with the bytes it overwrote.  :func:`lose_un
 then does to those writes what a power cut may: undo them, zero or garble them.
 
 In a child process it also appends each step to a log file (a write *before* it happens, a
-sync *after* it returned), so a parent can rebuild the unsynced writes after a SIGKILL
-with :func:`read_unsynced`; ``kill_when`` makes the child SIGKILL itself before a chosen
-operation, so that a crash lands exactly where unsynced data waits.
+sync, rename or removal *after* it returned), so a parent can rebuild the unsynced writes
+after a SIGKILL with :func:`read_unsynced`; ``kill_when`` makes the child SIGKILL itself
+before a chosen operation (a write, a sync, a rename, a removal, or any other step a test
+announces with :meth:`FaultyFileIO.step`, such as an index commit), so that a crash lands
+exactly where unsynced data waits.
 
 What a power cut may do, as simulated here:
 
@@ -17,8 +19,9 @@ What a power cut may do, as simulated here:
 * bytes that *overwrote* earlier data come back old or new, whole (a sector is written
   atomically; garbling them would be a broken disk, not a power cut).
 
-Only the journal and entry logs write through FileIO; LMDB syncs its own commits, and
-directory entries and ``posix_fallocate`` are not simulated (they are kept).
+Only the journal, the entry logs and the LastLogMark write through FileIO; LMDB syncs its
+own commits, and directory entries (created, renamed or removed files) and
+``posix_fallocate`` are not simulated (they are kept).
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ class Write:
     old: bytes | None      # earlier bytes under [offset, old_size), None if all zero
 
 
-#: ``kill_when(op, path, offset)`` -> SIGKILL the process before the operation.
+#: ``kill_when(op, path, offset)`` -> SIGKILL the process before the operation.  ``op`` is
+#: ``write`` (at ``offset``), ``sync``, ``rename`` (``path`` is the source), ``unlink``, or
+#: what :meth:`FaultyFileIO.step` was given.
 KillPredicate = Callable[[str, str, int], bool]
 
 
@@ -81,6 +86,27 @@ class FaultyFileIO(FileIO):
         super().fsync(fd)
         self._after_sync(path)
 
+    def rename(self, source: str, target: str) -> None:
+        self.step("rename", source)
+        super().rename(source, target)
+        with self._lock:
+            _rename(self.unsynced, source, target)
+            self._log({"rename": source, "to": target})
+
+    def unlink(self, path: str) -> None:
+        self.step("unlink", path)
+        super().unlink(path)
+        with self._lock:
+            self.unsynced.pop(path, None)
+            self._log({"unlink": path})
+
+    def step(self, op: str, path: str, offset: int = 0) -> None:
+        """A durable step about to be taken (``op`` on ``path``): SIGKILL this process
+        first if ``kill_when`` says so."""
+        if self._kill_when is not None and self._kill_when(op, path, offset):
+            os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(60)  # pragma: no cover - the signal arrives first
+
     def crash(self, mode: str, rng: random.Random,
               keep: Callable[[str, Write], bool] | None = None) -> int:
         """Act out a power cut on the files now (their writers must be stopped)."""
@@ -93,9 +119,7 @@ class FaultyFileIO(FileIO):
 
     def _maybe_kill(self, op: str, fd: int, offset: int) -> str:
         path = os.readlink(f"/proc/self/fd/{fd}")
-        if self._kill_when is not None and self._kill_when(op, path, offset):
-            os.kill(os.getpid(), signal.SIGKILL)
-            time.sleep(60)  # pragma: no cover - the signal arrives first
+        self.step(op, path, offset)
         return path
 
     def _before_write(self, fd: int, offset: int, length: int) -> None:
@@ -129,11 +153,24 @@ def read_unsynced(log_path: str) -> dict[str, list[Write]]:
         record = json.loads(line)
         if "sync" in record:
             unsynced.pop(record["sync"], None)
+        elif "unlink" in record:
+            unsynced.pop(record["unlink"], None)
+        elif "rename" in record:
+            _rename(unsynced, record["rename"], record["to"])
         else:
             old = bytes.fromhex(record["old"]) if record["old"] is not None else None
             unsynced.setdefault(record["w"], []).append(
                 Write(record["o"], record["n"], record["s"], old))
     return unsynced
+
+
+def _rename(unsynced: dict[str, list[Write]], source: str, target: str) -> None:
+    """The source's unsynced writes now belong to the target; the replaced file's went
+    with it."""
+    unsynced.pop(target, None)
+    moved = unsynced.pop(source, None)
+    if moved:
+        unsynced[target] = moved
 
 
 def lose_unsynced(unsynced: dict[str, list[Write]], mode: str, rng: random.Random,
