@@ -93,7 +93,10 @@ def test_the_join_floor_is_recorded_once_and_only_for_an_index_that_held_nothing
     try:
         assert fresh.join_floor() == -1
         assert fresh.record_join_floor(7) == 7
-        assert fresh.record_join_floor(9) == 7 and fresh.join_floor() == 7
+        # Pending until the node joined: a start that failed has it raised, never lowered.
+        assert fresh.record_join_floor(9) == 9 and fresh.record_join_floor(8) == 9
+        fresh.confirm_join_floor()
+        assert fresh.record_join_floor(12) == 9 and fresh.join_floor() == 9
     finally:
         fresh.close()
     served = Index(str(tmp_path / "served"))

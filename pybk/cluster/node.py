@@ -224,6 +224,9 @@ class BookieNode:
             if self.http is not None:  # on the admin port too, as BookKeeper serves them
                 self.http.routes.add("/metrics", "GET", self._metrics_page)
             self._register()
+            # Joined: the join floor stays (a start that failed before this point has
+            # it raised at the next, as the id's former disks may have served on).
+            bookie.confirm_join_floor()
             opened.pop_all()
         log.info("bookie %s serving at %s, registered in %s%s%s", self.bookie_id,
                  self.endpoint, metadata, " (read-only)" if self._registered_read_only else "",

@@ -347,8 +347,11 @@ class Bookie:
     def record_join_floor(self, ledger_id: int) -> int:
         """Record, once, where this bookie's disks joined the cluster, and return it: a
         node calls it with an id from the cluster's ledger id generator before it
-        serves.  Recorded in the index and never changed: ``ledger_id`` if the bookie
-        held nothing yet (fresh disks), else -1 (disks that served before).
+        serves.  Recorded in the index: ``ledger_id`` if the bookie held nothing yet
+        (fresh disks), else -1 (disks that served before); kept for good once the node
+        joined (:meth:`confirm_join_floor`), raised to ``ledger_id`` at the next call
+        until then (a start that failed after recording it: the former disks of the id
+        may have served ledgers above it meanwhile).
 
         Guarantee: from this call on, a read of an entry the bookie does not hold, of a
         ledger whose id is below the join floor (created before these disks joined),
@@ -364,6 +367,11 @@ class Bookie:
         floor = self._index.record_join_floor(ledger_id)
         self._join_floor = floor
         return floor
+
+    def confirm_join_floor(self) -> None:
+        """The node joined the cluster (it registered): the join floor
+        :meth:`record_join_floor` recorded is kept for good."""
+        self._index.confirm_join_floor()
 
     def not_held_error(self, ledger_id: int) -> BookKeeperError:
         """The answer to a fencing read of a ledger this bookie did not hold before the

@@ -39,6 +39,11 @@ LMDB replaces BookKeeper's per-ledger index files.  The environment lives in
     floor was kept).  For a ledger below it, "not here" may mean "lost with the disks
     this bookie's id had before" (:meth:`pybk.storage.Bookie.record_join_floor`).
     Absent: none recorded (an embedded bookie).
+    ``join_floor_pending`` (empty): present while the node that recorded a join floor
+    of at least 0 has not joined yet (:meth:`Index.confirm_join_floor`); the next
+    :meth:`Index.record_join_floor` then raises the floor to the id it is given (a
+    start that failed after recording must not leave a floor below the ledgers the id's
+    former disks went on serving).
     ``index_version`` (4): the format of the tables, :data:`INDEX_VERSION` (absent in
     version 1, which had no ``deleted`` table: opening it for writing adds the table,
     filled from the ``ledgers`` table, and the version).
@@ -77,6 +82,7 @@ LAST_LOG_ID_KEY = b"last_entry_log_id"
 VERSION_KEY = b"index_version"
 FORGOTTEN_KEY = b"highest_forgotten_ledger"
 JOIN_FLOOR_KEY = b"join_floor"
+JOIN_FLOOR_PENDING_KEY = b"join_floor_pending"
 FORGOTTEN_FLOOR_KEY = b"forgotten_floor"
 FORGOTTEN_RANGE_PREFIX = b"forgotten_range/"
 #: Forgotten ledger ids are remembered by range of 2**FORGOTTEN_RANGE_BITS ids (an
@@ -469,18 +475,35 @@ class Index:
                 txn.put(FORGOTTEN_KEY, LEDGER_KEY.pack(highest), db=self._meta)
 
     def record_join_floor(self, ledger_id: int) -> int:
-        """Record the join floor once, in one transaction, and return the one recorded:
+        """Record the join floor, in one transaction, and return the one recorded:
         ``ledger_id`` if the index holds nothing (no ledger state, nothing forgotten),
-        else -1; a floor recorded before is kept whatever ``ledger_id`` is."""
+        else -1.  A floor recorded before is kept whatever ``ledger_id`` is, unless it
+        is still pending (:meth:`confirm_join_floor` was not called: the start that
+        recorded it failed before the node joined): then it is raised to ``ledger_id``.
+        Raising it is always safe (it only turns more "never had it" answers into
+        "may have lost it"); a floor below ids the former disks of the bookie's id
+        served after it was taken is not."""
         with self._env.begin(write=True, db=self._meta) as txn:
             stored = txn.get(JOIN_FLOOR_KEY)
             if stored is not None:
-                return _SIGNED_ID.unpack(stored)[0]
+                floor = _SIGNED_ID.unpack(stored)[0]
+                if floor >= 0 and ledger_id > floor \
+                        and txn.get(JOIN_FLOOR_PENDING_KEY) is not None:
+                    floor = ledger_id
+                    txn.put(JOIN_FLOOR_KEY, _SIGNED_ID.pack(floor))
+                return floor
             empty = (txn.stat(self._ledgers)["entries"] == 0
                      and txn.get(FORGOTTEN_KEY) is None)
             floor = ledger_id if empty else -1
             txn.put(JOIN_FLOOR_KEY, _SIGNED_ID.pack(floor))
+            if floor >= 0:
+                txn.put(JOIN_FLOOR_PENDING_KEY, b"")
             return floor
+
+    def confirm_join_floor(self) -> None:
+        """The node that recorded the join floor joined the cluster: keep it for good."""
+        with self._env.begin(write=True, db=self._meta) as txn:
+            txn.delete(JOIN_FLOOR_PENDING_KEY)
 
     def relocate(self, moves: Iterable[tuple[LocationUpdate, int, int]]) -> int:
         """Compaction's update: ``(new location, old log id, old offset)``.
