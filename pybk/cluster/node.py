@@ -69,7 +69,9 @@ Stale writers
     start with fresh directories the node records that id as the bookie's join floor
     (:meth:`pybk.storage.Bookie.record_join_floor`): a read of an entry it does not hold
     of an older ledger answers EntryMaybeLost, which recovery does not count as the
-    entry being absent (the disks the id had before may have held it).
+    entry being absent (the disks the id had before may have held it).  The floor is
+    kept for good once the node registered; a start that failed before has it raised
+    at the next (:meth:`pybk.storage.Bookie.confirm_join_floor`).
 
 Autorecovery
     With ``autoRecoveryDaemonEnabled`` (the default) the node stands in the auditor

@@ -21,7 +21,7 @@ BookKeeper bookie, unless its owner guards unknown ledgers
 ledger id at or below the guard's floor, or covered by the tombstones of the ledgers the
 bookie forgot (kept in the index, :class:`~pybk.storage.index.Tombstones`), waits for
 the owner's admission check and fails with the error it gives.  A bookie of a cluster
-also records, once, where its disks joined (:meth:`Bookie.record_join_floor`): a read of
+also records where its disks joined (:meth:`Bookie.record_join_floor`): a read of
 an entry it does not hold, of a ledger older than that, answers EntryMaybeLost, which
 recovery does not count as the entry being absent.  docs/DESIGN.md, "Stale writers", has
 the argument.
