@@ -21,6 +21,7 @@ from pybk.errors import BookKeeperError, LedgerRecoveryError
 from pybk.meta.interface import ANY_VERSION
 from pybk.settings import ClientSettings
 from pybk.storage import format_bookie
+from pybk.testing.faults import Faults, FaultyBookieClient
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -88,3 +89,51 @@ def test_a_start_that_failed_leaves_no_join_floor_below_what_the_old_disks_serve
         assert recovered.last_add_confirmed >= last, (
             f"recovery closed the ledger at {recovered.last_add_confirmed}, below entry "
             f"{last}, which the writer was told is durable")
+
+
+def test_a_healthy_newcomer_holding_the_last_fragment_lets_recovery_finish(cluster):
+    """E1/Qw1/Qa1 (a log asked for one copy): the writer's bookie b1 becomes unreachable
+    to it and the ensemble change brings in b4, a bookie started after the ledger was
+    created (its join floor is above the ledger's id); b4 acknowledges entries 10..12,
+    then the writer dies.  Every bookie is up and holds all it was given.  Recovery
+    reads entry 13 past the end: b4, the whole write set, answers EntryMaybeLost, which
+    never counts as absent, so recovery fails, and fails again at every attempt: the
+    ledger (a log's last segment: the log) can never be recovered, and nothing lets an
+    operator finish it."""
+    cluster.start("b1")
+    client = cluster.closing.enter_context(pybk.connect(
+        cluster.address, ClientSettings(addEntryTimeout=2.0, readTimeout=2.0,
+                                        explicitLacInterval=0),
+        zk_settings=zkutil.settings()))
+    plain = client.bookie_client
+    faults: dict[str, Faults] = {}
+    wrapped: dict[str, FaultyBookieClient] = {}
+
+    def faulty(bookie_id: str) -> FaultyBookieClient:
+        if bookie_id not in wrapped:
+            faults[bookie_id] = Faults()
+            wrapped[bookie_id] = FaultyBookieClient(plain(bookie_id), faults[bookie_id])
+        return wrapped[bookie_id]
+    client.bookie_client = faulty  # type: ignore[method-assign]
+    writer = client.create_ledger(1, 1, 1, password=PASSWORD)
+    for i in range(10):
+        writer.add_entry(payload(i))
+    first = writer.metadata.fragments[-1].ensemble[0]
+    newcomer = cluster.start("b4").bookie_id
+    faulty(first).faults.unreachable = True
+    for i in range(10, 13):
+        assert writer.add_entry(payload(i)) == i
+    assert writer.metadata.fragments[-1].ensemble == (newcomer,)
+    # The writer dies here.
+    for _attempt in range(2):
+        try:
+            recovered = cluster.client().open_ledger(writer.id, password=PASSWORD)
+        except LedgerRecoveryError as e:
+            failure = e
+            continue
+        assert recovered.last_add_confirmed == 12
+        assert [e.data for e in recovered.read_entries(0, 12)] == \
+            [payload(i) for i in range(13)]
+        return
+    pytest.fail(f"recovery of a ledger whose bookies are all up and hold every entry "
+                f"keeps failing: {failure}")
