@@ -507,8 +507,20 @@ class LogWriter:
         for attempt in range(1, FORCE_ATTEMPTS_MAX + 1):
             try:
                 ledger.force()
-            except (LedgerClosed, LedgerFenced, ClientClosed):
-                return  # closed (at the durable LAC) or fenced already: its close says so
+            except LedgerFenced:
+                return  # recovered by another writer: its close says where
+            except (LedgerClosed, ClientClosed) as e:
+                if ledger.last_add_forced >= ledger.last_add_acknowledged:
+                    return  # nothing returned past the durable LAC: its close says so
+                # Closed already below an append that returned (a bookie failed an add,
+                # possibly after Qa others acknowledged it: no append of the writer
+                # failed), or no force can come any more: never go on silently.
+                raise BookKeeperError(
+                    f"log {self.name}: segment ledger {ledger.id} cannot be forced past "
+                    f"entry {ledger.last_add_forced} ({e}); its records up to entry "
+                    f"{ledger.last_add_acknowledged} were appended (written, not synced) "
+                    "and those after the last sync() may be lost: the writer stops") \
+                    from None
             except BookKeeperError as e:
                 error = e
                 log.warning("log %s: forcing segment ledger %d before closing it failed "
