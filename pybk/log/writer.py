@@ -156,6 +156,7 @@ class LogWriter:
         self._sending = False
         self._rolling = False
         self._failure: BookKeeperError | None = None
+        self._failure_told = False  # raised to a caller, or given to an append's future
         self._closed = False
         self._roller = ThreadPoolExecutor(max_workers=1,
                                           thread_name_prefix=f"pybk-log-{name}")
@@ -269,6 +270,7 @@ class LogWriter:
 
     def _check_open(self) -> None:
         if self._failure is not None:
+            self._failure_told = True
             raise self._failure
         if self._closed:
             raise LogClosed(f"the writer of log {self.name} is closed")
@@ -362,6 +364,8 @@ class LogWriter:
         with self._lock:
             self._finished(batch)
         self._fail(error)
+        with self._lock:
+            self._failure_told = True
         batch.futures.set_exception(error)
 
     def _fail(self, error: BookKeeperError) -> None:
@@ -375,6 +379,8 @@ class LogWriter:
             self._batch = _Batch()
             for batch in unsent:
                 self._finished(batch)
+                if batch.records:
+                    self._failure_told = True
         for batch in unsent:
             batch.futures.set_exception(self._failure)
 
@@ -402,6 +408,7 @@ class LogWriter:
                                        f"{timeout} s")
                 self._wait_for_progress(remaining)
             if self._failure is not None:
+                self._failure_told = True
                 raise self._failure
             if self.settings.deferredSync:
                 ledgers += [b.ledger for b in waiting if b.ledger is not None]
@@ -637,12 +644,16 @@ class LogWriter:
         writer's recovery, and this raises).
 
         Appends fail with LogClosed from now on.  A failure that stopped the writer
-        earlier was reported to the appends it failed and is not raised again here."""
+        earlier was reported to the appends it failed and is not raised again here;
+        with ``deferredSync``, one that no caller was told (a roll's, with no append
+        waiting) is raised: records whose appends returned may not be durable."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             failed_before = self._failure is not None
+            untold = failed_before and not self._failure_told \
+                and self.settings.deferredSync
         try:
             if not failed_before:
                 self.sync(timeout=2 * self._bk.settings.addEntryTimeout)
@@ -653,6 +664,10 @@ class LogWriter:
             except BookKeeperError:
                 if not failed_before:
                     raise
+        if untold:
+            assert self._failure is not None
+            self._failure_told = True
+            raise self._failure
 
     def __enter__(self) -> "LogWriter":
         return self
