@@ -348,7 +348,7 @@ def abort_job(bk: "BookKeeper", name: str, job_id: str,
     lasts (:mod:`pybk.log.jobs`): a day (COMMITTED_MARKER_KEEP_S), or, for a streaming
     sink's job, until its committer returned "committed" (the sink's batch id tells a
     replay then); aborting such a job after that answers True and deletes nothing."""
-    committed, _given_up = _give_up(bk, name, job_id, orphan_timeout_s)
+    committed, _given_up, _forgotten = _give_up(bk, name, job_id, orphan_timeout_s)
     return not committed
 
 
@@ -358,21 +358,21 @@ def clean_orphans(bk: "BookKeeper", name: str, older_than_s: float) -> list[str]
     if older_than_s < 0:
         raise InvalidConfiguration(f"older_than_s={older_than_s}: must be 0 or more")
     given_up: list[str] = []
-    while True:  # one CAS gives up at most ORPHANS_PER_CAS_MAX
-        _committed, found = _give_up(bk, name, None, older_than_s)
+    while True:  # one CAS gives up at most ORPHANS_PER_CAS_MAX, and forgets as many markers
+        _committed, found, forgotten = _give_up(bk, name, None, older_than_s)
         given_up += found
-        if len(found) < ORPHANS_PER_CAS_MAX:
+        if len(found) < ORPHANS_PER_CAS_MAX and forgotten < ORPHANS_PER_CAS_MAX:
             return given_up
 
 
 def _give_up(bk: "BookKeeper", name: str, job_id: str | None,
-             orphan_timeout_s: float | None) -> tuple[bool, list[str]]:
+             orphan_timeout_s: float | None) -> tuple[bool, list[str], int]:
     """List ``job_id`` (if given and pending) and the orphans in ``aborted`` in one CAS
     that changes nothing else, then settle them and CAS them off the list again; forget
     the committed markers older than ``orphan_timeout_s``.
 
     Returns whether ``job_id`` was committed already (then it is settled as committed,
-    not given up), and the jobs given up."""
+    not given up), the jobs given up, and how many markers were forgotten."""
     store = bk.metadata
     for _ in range(OPEN_ATTEMPTS_MAX):
         try:
@@ -385,7 +385,7 @@ def _give_up(bk: "BookKeeper", name: str, job_id: str | None,
                 found is not None and found[0].committed is not None)):
             log.warning("log %s: job %s was committed already; it is not aborted", name,
                         job_id)
-            return True, []
+            return True, [], 0
         leftovers = _leftovers(store, metadata, orphan_timeout_s, job_id)
         targets = leftovers.orphans
         if job_id is not None and jobs.is_pending(found):
@@ -411,4 +411,4 @@ def _give_up(bk: "BookKeeper", name: str, job_id: str | None,
                             f"{OPEN_ATTEMPTS_MAX} times in a row")
     for old in leftovers.committed:
         jobs.forget(bk, name, old)
-    return False, targets
+    return False, targets, len(leftovers.committed)
