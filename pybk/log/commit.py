@@ -46,14 +46,18 @@ after any lost race.  Chosen over looking for the plan's ledgers among the log's
 segments: a truncation or an overwrite may delete them right after the commit, which
 would make a landed commit look failed, and a marker costs one record write per commit,
 written by whoever settles the job (crash-safe: the head lists the job until it is
-written), read once.  The marker outlives the commit's return: the caller's answer can be
+written).  The marker outlives the commit's return: the caller's answer can be
 lost too (Spark aborts a write whose commit returned when the worker that ran it dies
 before answering), and :func:`abort_job` reads the same two places, so it never answers
 "aborted" for a job whose commit landed while its marker lasts.  Markers are deleted by
 the orphan cleaning a day later (COMMITTED_MARKER_KEEP_S, whatever the orphan timeout),
-so they stay as few as the commits of a day; a streaming sink's commit, which a replay
-tells by its batch id, deletes its own marker when it returns "committed", so that a
-query's micro-batches leave none.
+so they stay as few as the batch commits of a day; a streaming sink's commit, which a
+replay tells by its batch id, deletes its own marker when it returns "committed", so
+that a query's micro-batches leave none.  What they cost: a commit or abort that gives
+up orphans (an orphan timeout given, as Spark's writes give it) reads every job record
+of the log, the day's markers among them, so its metadata calls grow with the batch
+jobs committed in the last day (one read each); keeping markers apart from pending jobs
+would bound that, and is left for a format change.
 """
 
 from __future__ import annotations
