@@ -23,7 +23,7 @@ from clusterutil import TESTS, child_env
 from securityutil import secured_cluster_of_bookies
 from sparkutil import spark_session
 
-from pybk.log import LogReader
+from pybk.log import LogReader, jobs
 from pybk.log.metadata import jobs_path, read_log
 from pybk.log.writer import LOG_NAME_KEY
 
@@ -75,8 +75,11 @@ def segment_ledgers(bk, log_name) -> set[int]:
 
 
 def pending_jobs(bk, log_name) -> list[str]:
+    """The log's jobs not settled: every record under its jobs but the committed markers
+    (which batch jobs keep for a day, so that an abort after a lost answer tells)."""
     path = jobs_path(log_name)
-    return bk.metadata.children(path) if bk.metadata.exists(path) else []
+    names = bk.metadata.children(path) if bk.metadata.exists(path) else []
+    return [n for n in names if jobs.is_pending(jobs.read_job(bk.metadata, log_name, n))]
 
 
 def numbered(spark, count: int, partitions: int):
