@@ -139,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         return run_admin(parser, args)
     if args.command == "keygen":
         return commands.run_keygen(args.dir, args.name)
+    if args.command == "compaction":
+        return commands.run_compaction(args.action, args.url, args.major, args.minor,
+                                       args.json)
     settings = settings_of(parser, args)
     if args.command == "bookie":
         return commands.run_bookie(settings, args.format, args.lifeline_fd)
@@ -467,6 +470,23 @@ def _parser() -> argparse.ArgumentParser:
                     "process's zmqCurveSecretKeyFile) into DIR.  Refuses to overwrite.")
     keygen.add_argument("dir", metavar="DIR", help="where the files go (made if missing)")
     keygen.add_argument("name", metavar="NAME", help="the files' name, e.g. bookie1")
+
+    compaction = commands.add_parser(
+        "compaction", help="suspend or resume a bookie's compactions (maintenance)",
+        description="Show, suspend or resume the compactions of a running bookie, through "
+                    "its HTTP admin API (httpServerEnabled): suspended ones are not started, "
+                    "scheduled or forced, until resumed or the bookie restarts; entry logs "
+                    "of deleted ledgers are still removed.  suspend and resume need the "
+                    "admin token, from the environment: PYBK_httpServerAdminToken.")
+    compaction.add_argument("action", choices=("status", "suspend", "resume"))
+    compaction.add_argument("--url", required=True, metavar="URL",
+                            help="the bookie's HTTP admin server, e.g. http://host:8080")
+    compaction.add_argument("--major", action="store_true",
+                            help="major compaction only (default: both)")
+    compaction.add_argument("--minor", action="store_true",
+                            help="minor compaction only (default: both)")
+    compaction.add_argument("--json", action="store_true",
+                            help="the bookie's answer as JSON")
 
     consumers = commands.add_parser(
         "consumers", help="list or remove a log's consumers (they hold back truncation)",

@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 import zkutil
-from clusterutil import BookieProcess, BookieProcesses, pybk, unused_port
+from clusterutil import BookieProcess, BookieProcesses, child_env, pybk, unused_port
 
 from pybk import connect
 from pybk.cluster.http_admin import AdminHttpServer, Response, Routes
@@ -240,6 +241,38 @@ def test_compaction_suspended_is_skipped_even_when_forced_until_resumed(admin):
     wait_until(lambda: get_json(admin.url + "/api/v1/bookie/gc_details")[0]
                ["majorCompactionCounter"] > before["majorCompactionCounter"],
                "the forced major compaction ran")
+
+
+def compaction_command(*args: str, token: str | None = None) -> subprocess.CompletedProcess:
+    """``pybk compaction ARGS``, with the admin token in its environment if given."""
+    env = child_env()
+    env.pop("PYBK_httpServerAdminToken", None)
+    if token is not None:
+        env["PYBK_httpServerAdminToken"] = token
+    return subprocess.run([sys.executable, "-m", "pybk", "compaction", *args], env=env,
+                          capture_output=True, text=True, timeout=REQUEST_TIMEOUT_S,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_the_compaction_command_suspends_and_resumes_through_the_admin_api(admin):
+    url = ["--url", admin.url]
+    assert compaction_command("status", *url).stdout == \
+        "major compaction runs, minor compaction runs\n"
+    refused = compaction_command("suspend", *url)  # no token
+    assert refused.returncode == 1 and "403" in refused.stderr, refused
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    try:
+        done = compaction_command("suspend", "--major", *url, token=TOKEN)
+        assert done.stdout == "major compaction suspended, minor compaction runs\n", done
+        assert get_json(admin.url + "/api/v1/bookie/gc/suspend_compaction") == {
+            "isMajorGcSuspended": "true", "isMinorGcSuspended": "false"}
+        assert json.loads(compaction_command("status", "--json", *url).stdout) == {
+            "isMajorGcSuspended": "true", "isMinorGcSuspended": "false"}
+    finally:
+        resumed = compaction_command("resume", *url, token=TOKEN)
+    assert resumed.stdout == "major compaction runs, minor compaction runs\n", resumed
+    gone = compaction_command("status", "--url", f"http://127.0.0.1:{unused_port()}")
+    assert gone.returncode == 1 and "cannot reach" in gone.stderr, gone
 
 
 def test_read_only_switch_refuses_adds_and_registers_read_only(cluster, address):

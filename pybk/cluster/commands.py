@@ -278,6 +278,52 @@ def run_keygen(directory: str, name: str) -> int:
     return 0
 
 
+#: What ``pybk compaction`` waits for a bookie's HTTP admin server, in seconds.
+COMPACTION_REQUEST_TIMEOUT_S = 30.0
+
+
+def run_compaction(action: str, url: str, major: bool, minor: bool,
+                   as_json: bool = False) -> int:
+    """``pybk compaction status|suspend|resume``: a bookie's compactions, through its HTTP
+    admin API (``gc/suspend_compaction``, ``gc/resume_compaction``; the admin token from
+    ``PYBK_httpServerAdminToken``).  Neither ``major`` nor ``minor``: both."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    if not (major or minor):
+        major = minor = True
+    base = url.rstrip("/") + "/api/v1/bookie/gc/"
+    if action == "status":
+        request = urllib.request.Request(base + "suspend_compaction")
+    else:
+        word = "suspend" if action == "suspend" else "resume"
+        body = {f"{word}Major": str(major).lower(), f"{word}Minor": str(minor).lower()}
+        request = urllib.request.Request(f"{base}{word}_compaction", method="PUT",
+                                         data=json.dumps(body).encode())
+        token = os.environ.get("PYBK_httpServerAdminToken")
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=COMPACTION_REQUEST_TIMEOUT_S) as answer:
+            state = json.loads(answer.read())
+    except urllib.error.HTTPError as e:
+        with e:
+            text = e.read().decode("utf-8", "replace")
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            text = json.loads(text)["message"]
+        return _failed("compaction", BookKeeperError(f"{url} answered {e.code}: {text}"))
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        return _failed("compaction", BookKeeperError(f"cannot reach {url}: {e}"))
+    if as_json:
+        _say(json.dumps(state, sort_keys=True))
+        return 0
+    said = {kind: "suspended" if state[f"is{kind.title()}GcSuspended"] == "true" else "runs"
+            for kind in ("major", "minor")}
+    _say(f"major compaction {said['major']}, minor compaction {said['minor']}")
+    return 0
+
+
 def run_localcluster(bookies: int, directory: str | None,
                      settings: ServerSettings | None = None, settings_args: Sequence[str] = (),
                      curve: bool = False, zk_auth: bool = False) -> int:
