@@ -16,23 +16,27 @@ head's job lists does not.
 Lost answers: a CAS of the head can land and its answer be lost (the ZooKeeper store's
 retry after a connection loss finds the head moved on and answers BadVersion; or
 MetadataUnavailable), so after either answer the writer reads the head again and tells
-from it whether its CAS landed before it deletes or gives up anything.  An opening
-writer's CAS landed, and the log is still its own, exactly when the head is the one it
-wrote, changed since in job bookkeeping and truncation's progress only
-(:meth:`~pybk.log.metadata.LogMetadata.same_owner`: its new ledger, which no other CAS
-names, is the tail's last, with the epoch its CAS gave): it goes on as the log's writer.
-Otherwise the head and the segment records tell who has the number its CAS gave its new
-ledger (``_added``): nobody (``next_segment`` is not past it) or another ledger, and the
-CAS did not land: the ledger is deleted; that ledger, and the CAS landed before another
-writer or a commit took the log over: it is a segment of the log, closed and left to
-whoever drops it or truncates it away; nothing says any more (the number was dropped or
-truncated away since): closed and left too (a ledger no head names wastes space, a
-deleted segment breaks the log for good).  Then the opener tries again.  A roll or a
-truncation whose CAS answered so is done if the head says what its CAS said (``_holds``);
-a roll that fails gives its new ledger up the same way.  If the head cannot be read
-either, MetadataUnavailable: an open says its outcome is unknown and leaves its ledger
-(the next opener recovers it if the log has it), a roll stops the writer, and after a
-truncation the writer's next change of the head tells first (``_refresh_head``).
+from it whether its CAS landed before it deletes or gives up anything (a read answered
+after the CAS was sent sees it if it ever lands: ZooKeeper serves a session's requests
+in order).  An opening writer's CAS landed, and the log is still its own, exactly when
+the head is the one it wrote, changed since in job bookkeeping and truncation's progress
+only (:meth:`~pybk.log.metadata.LogMetadata.same_owner`: its new ledger, which no other
+CAS names, is the tail's last, with the epoch its CAS gave): it goes on as the log's
+writer.  Otherwise the head and the segment records tell who has the number its CAS gave
+its new ledger (``_added``): nobody (``next_segment`` is not past it) or another ledger,
+and the CAS did not land: the ledger is deleted; that ledger, and the CAS landed before
+another writer or a commit took the log over: it is a segment of the log, closed and
+left to whoever drops it or truncates it away; nothing says any more (the number was
+dropped or truncated away since): closed and left too (a ledger no head names wastes
+space, a deleted segment breaks the log for good).  Then the opener tries again, unless
+the answer was MetadataUnavailable and the CAS did not land: the open fails with it.  A
+roll or a truncation whose CAS got either answer is done if the head says what its CAS
+said (``_holds``), and otherwise goes on as after that answer (BadVersion: made again on
+a head changed in job bookkeeping only, else LogFenced); a roll that fails gives its new
+ledger up as an opener does.  If the head cannot be read either, MetadataUnavailable: an
+open says its outcome is unknown and leaves its ledger (the next opener recovers it if
+the log has it), a roll stops the writer, and after a truncation the writer's next
+change of the head tells first (``_refresh_head``).
 
 Batching: appends go into the current batch.  While fewer than ``maxOutstandingBatches``
 batches are in flight a batch goes out at once (a lone append waits for one fsync, not
@@ -562,32 +566,38 @@ class LogWriter:
         It clears ``dropping``: this writer finished those deletions when it opened.  A
         CAS answered BadVersion or MetadataUnavailable may have landed (its answer lost):
         the head is read again, and if it says what ``metadata`` says (:func:`_holds`),
-        the change is made.  A head that changed in job bookkeeping or truncation's
-        progress only (an orphan cleaner's CAS, a truncation walk's) is not a takeover:
-        the change is made again on it, never moving oldest_segment back (see
-        :mod:`pybk.log.metadata`); any other head, LogFenced.  If the head cannot be
-        read, MetadataUnavailable: the CAS may have landed, and the next change of the
+        the change is made.  Otherwise a head that changed in job bookkeeping or
+        truncation's progress only (an orphan cleaner's CAS, a truncation walk's) is not
+        a takeover: after BadVersion the change is made again on it, never moving
+        oldest_segment back (see :mod:`pybk.log.metadata`), and MetadataUnavailable is
+        raised (the store failed the CAS); any other head, LogFenced.  If the head cannot
+        be read, MetadataUnavailable: the CAS may have landed, and the next change of the
         head tells (:meth:`_refresh_head`)."""
         metadata = dataclasses.replace(metadata, dropping=())
         version = self._version
         for _ in range(OPEN_ATTEMPTS_MAX):
+            unavailable: MetadataUnavailable | None = None
             try:
                 self._version = update_log(self._bk.metadata, metadata, version)
                 self._metadata = metadata
                 return
-            except (BadVersion, MetadataUnavailable):
-                # Another client wrote first, or ours landed and its answer was lost.
-                try:
-                    current, version = read_log(self._bk.metadata, self.name)
-                except MetadataUnavailable:
-                    self._unanswered = metadata
-                    raise
+            except BadVersion:
+                pass  # another client wrote first, or ours landed and its answer was lost
+            except MetadataUnavailable as e:
+                unavailable = e  # ours may have landed
+            try:
+                current, version = read_log(self._bk.metadata, self.name)
+            except MetadataUnavailable:
+                self._unanswered = metadata
+                raise
             if _holds(current, metadata):
                 self._metadata, self._version = current, version
                 return
             if not self._metadata.same_owner(current):
                 raise LogFenced(f"log {self.name}: another writer or a commit changed its "
-                                "head") from None
+                                "head")
+            if unavailable is not None:
+                raise unavailable
             metadata = dataclasses.replace(
                 metadata, committing=current.committing, aborted=current.aborted,
                 oldest_segment=max(metadata.oldest_segment, current.oldest_segment))
@@ -803,10 +813,11 @@ def _opened_after_all(bk: "BookKeeper", opened: LogMetadata, ledger: "LedgerHand
     MetadataUnavailable): the stored head and its version if that CAS landed and no
     writer or commit took the log over since (:meth:`LogMetadata.same_owner`: the head
     still has ``ledger`` last in its tail, with the epoch that CAS gave it); the opener
-    is the log's writer then.  Else None, once ``ledger`` is given up
-    (:func:`_abandon`: deleted only if the CAS did not land).  MetadataUnavailable if
-    the head cannot be read: the outcome is unknown, and the ledger is left (the next
-    opener recovers it if the log has it)."""
+    is the log's writer then.  Else None (the opener tries again), once ``ledger`` is
+    given up (:func:`_abandon`: deleted only if the CAS did not land); ``error`` itself
+    if it is MetadataUnavailable and the CAS did not land (the store failed it).
+    MetadataUnavailable too if the head cannot be read: the outcome is unknown, and the
+    ledger is left (the next opener recovers it if the log has it)."""
     name = opened.name
     try:
         current, version = read_log(bk.metadata, name)
@@ -820,9 +831,11 @@ def _opened_after_all(bk: "BookKeeper", opened: LogMetadata, ledger: "LedgerHand
         log.info("log %s: the CAS that opened it landed (its answer was lost: %s)", name,
                  error)
         return VersionedLog(current, version)
+    added = _abandon(bk, name, ledger, opened.tail[-1], current)
+    if added is False and isinstance(error, MetadataUnavailable):
+        raise error
     log.info("log %s: another writer or commit changed the log's head while this one "
              "opened (%s); trying again", name, error)
-    _abandon(bk, name, ledger, opened.tail[-1], current)
     return None
 
 
@@ -856,13 +869,13 @@ def _added(store: "MetadataStore", head: LogMetadata, segment: Segment) -> bool 
 
 
 def _abandon(bk: "BookKeeper", name: str, ledger: "LedgerHandle", segment: Segment,
-             head: LogMetadata | None = None) -> None:
+             head: LogMetadata | None = None) -> bool | None:
     """Give up ``ledger``, created to be ``segment`` of log ``name`` by a head CAS that
     failed or whose answer was lost, ``head`` being the stored head read after it (read
     here if not given).  It is deleted only if that CAS did not land (:func:`_added`);
     if it did, or if that cannot be told, it is closed and left: a segment of the log
     is deleted only by whoever drops it or truncates it away, and a ledger no head
-    names wastes space but harms nothing."""
+    names wastes space but harms nothing.  Returns what :func:`_added` told."""
     try:
         if head is None:
             head = read_log(bk.metadata, name).metadata
@@ -873,11 +886,12 @@ def _abandon(bk: "BookKeeper", name: str, ledger: "LedgerHandle", segment: Segme
         added = None
     if added is False:
         _discard_ledger(bk, ledger)
-        return
+        return added
     if added:
         log.info("log %s: ledger %d is segment %d of the log (a CAS whose answer was lost "
                  "added it); leaving it to the log", name, ledger.id, segment.number)
     _close_quietly(name, ledger)
+    return added
 
 
 def _close_quietly(name: str, ledger: "LedgerHandle") -> None:
