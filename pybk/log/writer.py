@@ -15,28 +15,34 @@ head's job lists does not.
 
 Lost answers: a CAS of the head can land and its answer be lost (the ZooKeeper store's
 retry after a connection loss finds the head moved on and answers BadVersion; or
-MetadataUnavailable), so after either answer the writer reads the head again and tells
-from it whether its CAS landed before it deletes or gives up anything (a read answered
-after the CAS was sent sees it if it ever lands: ZooKeeper serves a session's requests
-in order).  An opening writer's CAS landed, and the log is still its own, exactly when
-the head is the one it wrote, changed since in job bookkeeping and truncation's progress
-only (:meth:`~pybk.log.metadata.LogMetadata.same_owner`: its new ledger, which no other
-CAS names, is the tail's last, with the epoch its CAS gave): it goes on as the log's
-writer.  Otherwise the head and the segment records tell who has the number its CAS gave
-its new ledger (``_added``): nobody (``next_segment`` is not past it) or another ledger,
-and the CAS did not land: the ledger is deleted; that ledger, and the CAS landed before
-another writer or a commit took the log over: it is a segment of the log, closed and
-left to whoever drops it or truncates it away; nothing says any more (the number was
-dropped or truncated away since): closed and left too (a ledger no head names wastes
-space, a deleted segment breaks the log for good).  Then the opener tries again, unless
-the answer was MetadataUnavailable and the CAS did not land: the open fails with it.  A
-roll or a truncation whose CAS got either answer is done if the head says what its CAS
-said (``_holds``), and otherwise goes on as after that answer (BadVersion: made again on
-a head changed in job bookkeeping only, else LogFenced); a roll that fails gives its new
-ledger up as an opener does.  If the head cannot be read either, MetadataUnavailable: an
-open says its outcome is unknown and leaves its ledger (the next opener recovers it if
-the log has it), a roll stops the writer, and after a truncation the writer's next
-change of the head tells first (``_refresh_head``).
+MetadataUnavailable).  So after either answer the writer reads the head again and tells
+from it whether its CAS landed, before it deletes or gives up anything:
+
+* An opening writer's CAS landed, and the log is still its own, exactly when the head is
+  the one it wrote, changed since in job bookkeeping and truncation's progress only
+  (:meth:`~pybk.log.metadata.LogMetadata.same_owner`: its new ledger, which no other CAS
+  names, is the tail's last, with the epoch its CAS gave): it goes on as the writer.
+* Otherwise the head and the segment records tell who has the number its CAS gave its
+  new ledger (``_added``).  Nobody (``next_segment`` is not past it) or another ledger:
+  the CAS did not land, and the ledger is deleted.  That ledger: the CAS landed before
+  another writer or a commit took the log over, and the ledger is a segment of the log,
+  closed and left to whoever drops it or truncates it away.  Nothing says any more (the
+  number was dropped or truncated away since): closed and left too (a ledger no head
+  names wastes space; a deleted segment breaks the log for good).  Then the opener tries
+  again, unless the answer was MetadataUnavailable and the CAS did not land: the open
+  fails with it.
+* A roll or a truncation whose CAS got either answer is done if the head says what its
+  CAS said (``_holds``), and otherwise goes on as after that answer (BadVersion: made
+  again on a head changed in job bookkeeping only, else LogFenced); a roll that fails
+  gives its new ledger up as an opener does.
+* If the head cannot be read either, MetadataUnavailable: an open says its outcome is
+  unknown and leaves its ledger (the next opener recovers it if the log has it), a roll
+  stops the writer, and after a truncation the writer's next change of the head tells
+  first (``_refresh_head``).  A CAS answered MetadataUnavailable that the head does not
+  show might still land, if the store had it in flight: a truncation's is told at the
+  next change of the head the same way; an open's or a roll's deleted ledger is then
+  the tail's last segment, which the next writer or commit to take the log over
+  recovers, finds gone and drops.
 
 Batching: appends go into the current batch.  While fewer than ``maxOutstandingBatches``
 batches are in flight a batch goes out at once (a lone append waits for one fsync, not
@@ -571,8 +577,8 @@ class LogWriter:
         a takeover: after BadVersion the change is made again on it, never moving
         oldest_segment back (see :mod:`pybk.log.metadata`), and MetadataUnavailable is
         raised (the store failed the CAS); any other head, LogFenced.  If the head cannot
-        be read, MetadataUnavailable: the CAS may have landed, and the next change of the
-        head tells (:meth:`_refresh_head`)."""
+        be read, MetadataUnavailable.  After MetadataUnavailable the CAS may have landed
+        or still land, and the next change of the head tells (:meth:`_refresh_head`)."""
         metadata = dataclasses.replace(metadata, dropping=())
         version = self._version
         for _ in range(OPEN_ATTEMPTS_MAX):
@@ -597,6 +603,7 @@ class LogWriter:
                 raise LogFenced(f"log {self.name}: another writer or a commit changed its "
                                 "head")
             if unavailable is not None:
+                self._unanswered = metadata  # (it may still land: see the module's doc)
                 raise unavailable
             metadata = dataclasses.replace(
                 metadata, committing=current.committing, aborted=current.aborted,
@@ -605,8 +612,8 @@ class LogWriter:
                             f"{OPEN_ATTEMPTS_MAX} times in a row to job bookkeeping")
 
     def _refresh_head(self) -> None:
-        """Tell what became of a head CAS whose answer :meth:`_store_metadata` could not
-        tell (the head could not be read): read the head, and take it as this writer's
+        """Tell what became of a head CAS that :meth:`_store_metadata` answered with
+        MetadataUnavailable: read the head, and take it as this writer's
         if it says what that CAS said (it landed) or what the head before it said (it
         did not), job bookkeeping and truncation's progress apart; LogFenced otherwise.
         Nothing if no answer is missing.  Caller holds the metadata lock."""
