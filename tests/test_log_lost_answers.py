@@ -23,10 +23,11 @@ from pybk.client.transport import InProcessBookieClient
 from pybk.errors import BadVersion, BookKeeperError, LogFenced, MetadataUnavailable
 from pybk.log import LogReader, LogWriter, Position, jobs
 from pybk.log.commit import abort_job
-from pybk.log.metadata import read_log
+from pybk.log.metadata import log_path, read_log
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import LogSettings
+from pybk.testing.faulty_metadata import FaultyMetadataStore
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -169,6 +170,25 @@ def test_an_open_whose_cas_answer_is_lost_with_the_store_says_its_outcome_is_unk
     assert ledger_exists(bk2, lost.written.tail[-1].ledger_id)
     after = open_and_write(bk2, [b"after"])
     assert read_all(bk2) == before + after
+
+
+def test_an_open_whose_cas_failed_with_the_store_unreachable_deletes_its_ledger(client,
+                                                                             writers):
+    """The opening CAS fails with MetadataUnavailable without landing (the head says so
+    when read again): the open fails with it, and deletes the ledger it created (before,
+    the ledger was left behind, in no log)."""
+    bk, bk2 = client(), client()
+    before = open_and_write(bk2, [b"before"])
+    ledgers = set(bk2.list_ledgers())
+    bk.metadata = faults = FaultyMetadataStore(bk.metadata, log_path(LOG))
+    faults.fail_when = lambda operation, path: path == log_path(LOG)
+
+    with pytest.raises(MetadataUnavailable):
+        writers(bk)
+
+    assert set(bk2.list_ledgers()) == ledgers
+    assert read_log(bk2.metadata, LOG).metadata.epoch == 1
+    assert read_all(bk2) == before
 
 
 # -- rolling --------------------------------------------------------------------------------
