@@ -13,6 +13,37 @@ commit (:mod:`pybk.log.commit`) takes the log over the same way (:func:`take_ove
 it fences a live writer as an opening writer does; an orphan cleaner's change of the
 head's job lists does not.
 
+Lost answers: a CAS of the head can land and its answer be lost (the ZooKeeper store's
+retry after a connection loss finds the head moved on and answers BadVersion; or
+MetadataUnavailable).  So after either answer the writer reads the head again and tells
+from it whether its CAS landed, before it deletes or gives up anything:
+
+* An opening writer's CAS landed, and the log is still its own, exactly when the head is
+  the one it wrote, changed since in job bookkeeping and truncation's progress only
+  (:meth:`~pybk.log.metadata.LogMetadata.same_owner`: its new ledger, which no other CAS
+  names, is the tail's last, with the epoch its CAS gave): it goes on as the writer.
+* Otherwise the head and the segment records tell who has the number its CAS gave its
+  new ledger (``_added``).  Nobody (``next_segment`` is not past it) or another ledger:
+  the CAS did not land, and the ledger is deleted.  That ledger: the CAS landed before
+  another writer or a commit took the log over, and the ledger is a segment of the log,
+  closed and left to whoever drops it or truncates it away.  Nothing says any more (the
+  number was dropped or truncated away since): closed and left too (a ledger no head
+  names wastes space; a deleted segment breaks the log for good).  Then the opener tries
+  again, unless the answer was MetadataUnavailable and the CAS did not land: the open
+  fails with it.
+* A roll or a truncation whose CAS got either answer is done if the head says what its
+  CAS said (``_holds``), and otherwise goes on as after that answer (BadVersion: made
+  again on a head changed in job bookkeeping only, else LogFenced); a roll that fails
+  gives its new ledger up as an opener does.
+* If the head cannot be read either, MetadataUnavailable: an open says its outcome is
+  unknown and leaves its ledger (the next opener recovers it if the log has it), a roll
+  stops the writer, and after a truncation the writer's next change of the head tells
+  first (``_refresh_head``).  A CAS answered MetadataUnavailable that the head does not
+  show might still land, if the store had it in flight: a truncation's is told at the
+  next change of the head the same way; an open's or a roll's deleted ledger is then
+  the tail's last segment, which the next writer or commit to take the log over
+  recovers, finds gone and drops.
+
 Batching: appends go into the current batch.  While fewer than ``maxOutstandingBatches``
 batches are in flight a batch goes out at once (a lone append waits for one fsync, not
 for company); otherwise records gather until a batch completes and then go out together
@@ -74,6 +105,7 @@ from pybk.errors import (
     LogClosed,
     LogFenced,
     MetadataError,
+    MetadataUnavailable,
     NoSuchLedger,
     NotEnoughBookies,
     Timeout,
@@ -87,11 +119,13 @@ from pybk.log.metadata import (
     Dropped,
     LogMetadata,
     Segment,
+    VersionedLog,
     delete_records,
     ensure_records,
     find_segment,
     mark_dropped,
     read_log,
+    read_segment,
     store_records,
     update_log,
     write_segment,
@@ -103,6 +137,7 @@ from pybk.settings import LogSettings
 if TYPE_CHECKING:
     from pybk.client import BookKeeper
     from pybk.client.ledger import LedgerHandle
+    from pybk.meta.interface import MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +180,8 @@ class LogWriter:
         self._progress_waiters = 0  # so that completions notify only when one waits
         self._meta_lock = threading.Lock()   # one change of the ledger list at a time
         self._metadata, self._version = metadata, version
+        #: A head this writer CASed whose answer was lost, not told yet (_refresh_head).
+        self._unanswered: LogMetadata | None = None
         self._segment, self._ledger = segment, ledger
         self._segment_bytes = 0
         self._segment_started = time.monotonic()
@@ -201,11 +238,12 @@ class LogWriter:
             opened = taken.with_new_segment(ledger.id)
             try:
                 version = update_log(store, opened, version)
-            except BadVersion:
-                log.info("log %s: another writer changed the log's head while this one "
-                         "opened; trying again", name)
-                _discard_ledger(bk, ledger)
-                continue
+            except (BadVersion, MetadataUnavailable) as e:
+                # Another client wrote first, or ours landed and its answer was lost.
+                found = _opened_after_all(bk, opened, ledger, e)
+                if found is None:
+                    continue
+                opened, version = found
             if metadata.format_version != FORMAT_VERSION:
                 log.info("log %s: converted from format %d to %d", name,
                          metadata.format_version, FORMAT_VERSION)
@@ -459,12 +497,13 @@ class LogWriter:
             self._send_ready()  # the new segment may be due already
 
     def _roll_locked(self) -> None:
+        self._refresh_head()
         ledger = _create_segment_ledger(self._bk, self.name, self.settings, self._password)
         rolled = self._metadata.with_new_segment(ledger.id)
         try:
             self._store_metadata(rolled)
         except BookKeeperError:
-            _discard_ledger(self._bk, ledger)
+            _abandon(self._bk, self.name, ledger, rolled.tail[-1])
             raise
         write_segment(self._bk.metadata, self.name, rolled.tail[-1])
         with self._lock:
@@ -546,29 +585,64 @@ class LogWriter:
             "stops: the next writer of the log recovers the segment with them")
 
     def _store_metadata(self, metadata: LogMetadata) -> None:
-        """Compare-and-set the log's head.  Caller holds the metadata lock.
+        """Compare-and-set the log's head.  Caller holds the metadata lock, and built
+        ``metadata`` from this writer's head after :meth:`_refresh_head`.
 
         It clears ``dropping``: this writer finished those deletions when it opened.  A
-        head that changed in job bookkeeping or truncation's progress only (an orphan
-        cleaner's CAS, a truncation walk's) is not a takeover: the change is made again
-        on it, never moving oldest_segment back (see :mod:`pybk.log.metadata`)."""
+        CAS answered BadVersion or MetadataUnavailable may have landed (its answer lost):
+        the head is read again, and if it says what ``metadata`` says (:func:`_holds`),
+        the change is made.  Otherwise a head that changed in job bookkeeping or
+        truncation's progress only (an orphan cleaner's CAS, a truncation walk's) is not
+        a takeover: after BadVersion the change is made again on it, never moving
+        oldest_segment back (see :mod:`pybk.log.metadata`), and MetadataUnavailable is
+        raised (the store failed the CAS); any other head, LogFenced.  If the head cannot
+        be read, MetadataUnavailable.  After MetadataUnavailable the CAS may have landed
+        or still land, and the next change of the head tells (:meth:`_refresh_head`)."""
         metadata = dataclasses.replace(metadata, dropping=())
         version = self._version
         for _ in range(OPEN_ATTEMPTS_MAX):
+            unavailable: MetadataUnavailable | None = None
             try:
                 self._version = update_log(self._bk.metadata, metadata, version)
                 self._metadata = metadata
                 return
             except BadVersion:
+                pass  # another client wrote first, or ours landed and its answer was lost
+            except MetadataUnavailable as e:
+                unavailable = e  # ours may have landed
+            try:
                 current, version = read_log(self._bk.metadata, self.name)
+            except MetadataUnavailable:
+                self._unanswered = metadata
+                raise
+            if _holds(current, metadata):
+                self._metadata, self._version = current, version
+                return
             if not self._metadata.same_owner(current):
                 raise LogFenced(f"log {self.name}: another writer or a commit changed its "
-                                "head") from None
+                                "head")
+            if unavailable is not None:
+                self._unanswered = metadata  # (it may still land: see the module's doc)
+                raise unavailable
             metadata = dataclasses.replace(
                 metadata, committing=current.committing, aborted=current.aborted,
                 oldest_segment=max(metadata.oldest_segment, current.oldest_segment))
         raise MetadataError(f"log {self.name}: lost the race to change its head "
                             f"{OPEN_ATTEMPTS_MAX} times in a row to job bookkeeping")
+
+    def _refresh_head(self) -> None:
+        """Tell what became of a head CAS that :meth:`_store_metadata` answered with
+        MetadataUnavailable: read the head, and take it as this writer's
+        if it says what that CAS said (it landed) or what the head before it said (it
+        did not), job bookkeeping and truncation's progress apart; LogFenced otherwise.
+        Nothing if no answer is missing.  Caller holds the metadata lock."""
+        unanswered = self._unanswered
+        if unanswered is None:
+            return
+        current, version = read_log(self._bk.metadata, self.name)
+        if not (_holds(current, unanswered) or self._metadata.same_owner(current)):
+            raise LogFenced(f"log {self.name}: another writer or a commit changed its head")
+        self._metadata, self._version, self._unanswered = current, version, None
 
     # -- truncation -----------------------------------------------------------------
 
@@ -591,6 +665,7 @@ class LogWriter:
             with self._lock:
                 self._check_open()
                 current = self._segment.number
+            self._refresh_head()
             if before.segment > current:
                 raise ValueError(f"log {self.name}: cannot truncate before {before}, past "
                                  f"the current segment {current}")
@@ -766,8 +841,104 @@ def delete_segments(bk: "BookKeeper", metadata: LogMetadata) -> int:
     return sum(deleted)
 
 
+def _opened_after_all(bk: "BookKeeper", opened: LogMetadata, ledger: "LedgerHandle",
+                      error: BookKeeperError) -> VersionedLog | None:
+    """After the opening CAS of ``opened`` answered ``error`` (BadVersion or
+    MetadataUnavailable): the stored head and its version if that CAS landed and no
+    writer or commit took the log over since (:meth:`LogMetadata.same_owner`: the head
+    still has ``ledger`` last in its tail, with the epoch that CAS gave it); the opener
+    is the log's writer then.  Else None (the opener tries again), once ``ledger`` is
+    given up (:func:`_abandon`: deleted only if the CAS did not land); ``error`` itself
+    if it is MetadataUnavailable and the CAS did not land (the store failed it).
+    MetadataUnavailable too if the head cannot be read: the outcome is unknown, and the
+    ledger is left (the next opener recovers it if the log has it)."""
+    name = opened.name
+    try:
+        current, version = read_log(bk.metadata, name)
+    except MetadataUnavailable as e:
+        _close_quietly(name, ledger)
+        raise MetadataUnavailable(
+            f"log {name}: the outcome of opening it is unknown: its head's CAS was sent "
+            f"({error}), then the head could not be read ({e}).  Its new ledger "
+            f"{ledger.id} is left to the next writer to open the log") from e
+    if opened.same_owner(current):
+        log.info("log %s: the CAS that opened it landed (its answer was lost: %s)", name,
+                 error)
+        return VersionedLog(current, version)
+    added = _abandon(bk, name, ledger, opened.tail[-1], current)
+    if added is False and isinstance(error, MetadataUnavailable):
+        raise error
+    log.info("log %s: another writer or commit changed the log's head while this one "
+             "opened (%s); trying again", name, error)
+    return None
+
+
+def _holds(head: LogMetadata, change: LogMetadata) -> bool:
+    """Whether the stored ``head`` says what a writer's CAS of ``change`` says: it is
+    that head, changed since in job bookkeeping or truncation's progress only (which
+    moves on, never back).  A change that adds a segment (its ledger named by no other
+    CAS) or truncates (this writer's own) is in the head only if its CAS landed."""
+    return change.same_owner(head) and head.oldest_segment >= change.oldest_segment
+
+
+def _added(store: "MetadataStore", head: LogMetadata, segment: Segment) -> bool | None:
+    """Whether the head CAS that was to add ``segment`` (its ledger new, named by no
+    other CAS) landed, as the stored ``head``, read after it, and the segment's record
+    tell: True if either names its ledger; False if no CAS gave out its number yet, or
+    one gave it to another ledger (the number is taken once, by the first CAS to add a
+    segment from the head that CAS saw); None if that cannot be told any more (the
+    number was dropped, or truncated away, since: whoever did it deleted the ledger if
+    it was that segment's)."""
+    if head.next_segment <= segment.number:
+        return False
+    named: list[Segment | Dropped] = [*head.tail, *head.dropping]
+    if any(s.ledger_id == segment.ledger_id for s in named):
+        return True
+    if any(s.number == segment.number for s in named):
+        return False
+    record = read_segment(store, head.name, segment.number)
+    if record is None or record.ledger_id is None:
+        return None
+    return record.ledger_id == segment.ledger_id
+
+
+def _abandon(bk: "BookKeeper", name: str, ledger: "LedgerHandle", segment: Segment,
+             head: LogMetadata | None = None) -> bool | None:
+    """Give up ``ledger``, created to be ``segment`` of log ``name`` by a head CAS that
+    failed or whose answer was lost, ``head`` being the stored head read after it (read
+    here if not given).  It is deleted only if that CAS did not land (:func:`_added`);
+    if it did, or if that cannot be told, it is closed and left: a segment of the log
+    is deleted only by whoever drops it or truncates it away, and a ledger no head
+    names wastes space but harms nothing.  Returns what :func:`_added` told."""
+    try:
+        if head is None:
+            head = read_log(bk.metadata, name).metadata
+        added = _added(bk.metadata, head, segment)
+    except BookKeeperError as e:
+        log.warning("log %s: cannot tell whether ledger %d was added to the log as segment "
+                    "%d (%s); leaving it", name, ledger.id, segment.number, e)
+        added = None
+    if added is False:
+        _discard_ledger(bk, ledger)
+        return added
+    if added:
+        log.info("log %s: ledger %d is segment %d of the log (a CAS whose answer was lost "
+                 "added it); leaving it to the log", name, ledger.id, segment.number)
+    _close_quietly(name, ledger)
+    return added
+
+
+def _close_quietly(name: str, ledger: "LedgerHandle") -> None:
+    """Close a segment ledger this writer will not write, which another writer may have
+    recovered or deleted already."""
+    try:
+        ledger.close()
+    except BookKeeperError as e:
+        log.info("log %s: closing unused ledger %d: %s", name, ledger.id, e)
+
+
 def _discard_ledger(bk: "BookKeeper", ledger: "LedgerHandle") -> None:
-    """Delete a ledger this writer created but could not add to the list."""
+    """Delete a ledger this writer created and no head names (its CAS did not land)."""
     try:
         ledger.close()
         bk.delete_ledger(ledger.id)
