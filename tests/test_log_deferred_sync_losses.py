@@ -1,4 +1,4 @@
-"""Review 6: a deferred-sync log writer's sync() after a bookie failed an add late.
+"""A deferred-sync log writer's sync() and close() after a bookie failed an add late.
 
 A bookie that fails an add of a deferred segment closes it at its durable LAC (README,
 "Deferred sync"): the records appended since the last sync() may be lost, "and the

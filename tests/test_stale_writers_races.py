@@ -1,4 +1,4 @@
-"""Adversarial review of the stale-writer guard (issue 31, section 6): interleavings and
+"""The stale-writer guard (docs/DESIGN.md "Stale writers"), under interleavings and
 failures that let a bookie that lost or forgot a ledger acknowledge a stale writer, or
 let recovery close a ledger below an acknowledged entry.  Real bookie nodes on a real
 ZooKeeper (the fixtures of tests/test_stale_writers.py), clients over ZeroMQ; faults
@@ -113,7 +113,7 @@ def test_a_forget_racing_a_stale_add_never_acknowledges_it(cluster, monkeypatch)
                 _forget(bookie, writer.id)
             except BaseException as e:  # reported below
                 errors.append(e)
-        threads.append(threading.Thread(target=collect, name="review-gc", daemon=True))
+        threads.append(threading.Thread(target=collect, name="test-gc", daemon=True))
     recoverer.delete_ledger(writer.id)
     for t in threads:
         t.start()

@@ -1,5 +1,4 @@
-"""Review 6: committed markers kept for a day (commit e7c104d) and the cleaning that is to
-forget them.
+"""Committed markers kept for a day, and the orphan cleaning that forgets them.
 
 Every batch job's commit now leaves its marker for the orphan cleaning to forget a day
 later.  ``clean_orphans`` (``pybk clean-orphans``) goes on while it finds a full CAS of

@@ -1,5 +1,6 @@
-"""Adversarial review of the join floor (docs/DESIGN.md "Stale writers", "A wiped
-bookie's reads"): real bookie nodes on a real ZooKeeper (the fixtures of
+"""The join floor (docs/DESIGN.md "Stale writers", "A wiped bookie's reads"): a start
+that failed leaves no floor below what the former disks served, and a healthy bookie
+newer than a ledger lets its recovery finish: real bookie nodes on a real ZooKeeper (the fixtures of
 tests/test_stale_writers.py), clients over ZeroMQ, real files."""
 
 from __future__ import annotations
