@@ -348,7 +348,7 @@ def test_a_migration_that_crashes_leaves_one_layout_whole_and_the_next_opening_f
     _check_moved(kazoo, cluster, rows)
 
 
-# -- a migrator whose session expires (review) ----------------------------------------------
+# -- a migrator whose session expires ---------------------------------------------------------
 
 
 def _expire(conn) -> None:

@@ -762,7 +762,7 @@ def test_a_job_begun_by_an_earlier_pybk_commits(embedded):
     assert values(read_all(bk)) == [b"old job's"]
 
 
-# -- review 5 -------------------------------------------------------------------------------
+# -- an abort after a commit whose answer Spark lost ---------------------------------------
 
 
 def test_an_abort_after_a_commit_that_returned_answers_committed(parties):
@@ -771,9 +771,9 @@ def test_an_abort_after_a_commit_that_returned_answers_committed(parties):
     answer does not come back (the worker killed, its socket broken, after
     ``writer.commit`` returned): the abort must not answer "aborted" for a job whose rows
     are in the log (issue 31 section 3), or Spark reports the write failed with nothing
-    saying that its rows are in, and the user's rerun writes them again.  Today the
-    committer deletes its committed marker before it returns, and the abort finds neither
-    the head's listing nor the marker: it answers True (given up)."""
+    saying that its rows are in, and the user's rerun writes them again.  So a batch
+    job's committed marker outlives its commit's return (a committer that deleted it
+    before returning left the abort neither the head's listing nor the marker)."""
     bk, _ = parties.client()
     bk2, _ = parties.client()
     job = jobs.begin_job(bk.metadata, LOG)
