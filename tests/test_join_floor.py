@@ -22,7 +22,6 @@ from pybk.errors import BookKeeperError, LedgerRecoveryError
 from pybk.meta.interface import ANY_VERSION
 from pybk.settings import ClientSettings
 from pybk.storage import format_bookie
-from pybk.testing.faults import Faults, FaultyBookieClient
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -102,20 +101,8 @@ def test_a_healthy_newcomer_holding_the_last_fragment_lets_recovery_finish(clust
     ledger (a log's last segment: the log) can never be recovered, and nothing lets an
     operator finish it."""
     cluster.start("b1")
-    client = cluster.closing.enter_context(pybk.connect(
-        cluster.address, ClientSettings(addEntryTimeout=2.0, readTimeout=2.0,
-                                        explicitLacInterval=0),
-        zk_settings=zkutil.settings()))
-    plain = client.bookie_client
-    faults: dict[str, Faults] = {}
-    wrapped: dict[str, FaultyBookieClient] = {}
-
-    def faulty(bookie_id: str) -> FaultyBookieClient:
-        if bookie_id not in wrapped:
-            faults[bookie_id] = Faults()
-            wrapped[bookie_id] = FaultyBookieClient(plain(bookie_id), faults[bookie_id])
-        return wrapped[bookie_id]
-    client.bookie_client = faulty  # type: ignore[method-assign]
+    client, faulty = cluster.faulty_client(ClientSettings(
+        addEntryTimeout=2.0, readTimeout=2.0, explicitLacInterval=0))
     writer = client.create_ledger(1, 1, 1, password=PASSWORD)
     for i in range(10):
         writer.add_entry(payload(i))

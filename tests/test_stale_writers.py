@@ -17,6 +17,7 @@ import contextlib
 import shutil
 import threading
 from functools import partial
+from typing import Callable
 
 import pytest
 import zkutil
@@ -134,25 +135,24 @@ class Cluster:
         return self.closing.enter_context(ZooKeeperMetadataStore(self.address,
                                                                  zkutil.settings()))
 
-    def client(self) -> BookKeeper:
-        return self.closing.enter_context(pybk.connect(self.address, FAST,
+    def client(self, settings: ClientSettings = FAST) -> BookKeeper:
+        return self.closing.enter_context(pybk.connect(self.address, settings,
                                                        zk_settings=zkutil.settings()))
 
-    def faulty_client(self) -> tuple[BookKeeper, dict[str, Faults]]:
-        """A client whose every bookie client goes through a FaultyBookieClient, and the
-        faults of each bookie (none until the test sets some)."""
-        bk = self.client()
+    def faulty_client(self, settings: ClientSettings = FAST
+                      ) -> tuple[BookKeeper, Callable[[str], FaultyBookieClient]]:
+        """A client whose every bookie client goes through a FaultyBookieClient, and what
+        gives a bookie's (its ``faults``: none until the test sets some)."""
+        bk = self.client(settings)
         plain = bk.bookie_client
-        faults: dict[str, Faults] = {}
         wrapped: dict[str, FaultyBookieClient] = {}
 
         def faulty(bookie_id: str) -> FaultyBookieClient:
             if bookie_id not in wrapped:
-                faults[bookie_id] = Faults()
-                wrapped[bookie_id] = FaultyBookieClient(plain(bookie_id), faults[bookie_id])
+                wrapped[bookie_id] = FaultyBookieClient(plain(bookie_id), Faults())
             return wrapped[bookie_id]
         bk.bookie_client = faulty  # type: ignore[method-assign]
-        return bk, faults
+        return bk, faulty
 
     def bookie(self, bookie_id: str) -> Bookie:
         return next(n.bookie for n in self.nodes.values() if n.bookie_id == bookie_id)
@@ -245,7 +245,7 @@ def test_a_bookie_wiped_at_its_address_after_recovery_refuses_the_stale_writer(c
     bookie's refusal (held back here: a slow bookie), were enough until the fix."""
     for name in ("b1", "b2", "b3"):
         cluster.start(name)
-    client, faults = cluster.faulty_client()
+    client, faulty = cluster.faulty_client()
     writer = client.create_ledger(3, 3, 2, password=PASSWORD)
     for i in range(10):
         writer.add_entry(payload(i))
@@ -255,10 +255,10 @@ def test_a_bookie_wiped_at_its_address_after_recovery_refuses_the_stale_writer(c
     cluster.wipe(name)
     assert cluster.start(name).bookie_id == wiped
     _reach(client, writer.id, [wiped])
-    faults[fenced].hold = {"add"}
+    faulty(fenced).faults.hold = {"add"}
     with pytest.raises(LedgerFenced):
         writer.add_entry(payload(10))
-    faults[fenced].release()
+    faulty(fenced).faults.release()
     assert not cluster.bookie(wiped).ledger_exists(writer.id)
     assert cluster.bookie(spared).entry_ids(writer.id) == list(range(11))  # unfenced
     reader = cluster.client().open_ledger(writer.id, password=PASSWORD)
@@ -349,20 +349,8 @@ def test_recovery_closes_a_ledger_whose_last_fragment_has_a_newcomer_without_ent
     for name in ("b1", "b2", "b3"):
         cluster.start(name)
     # A writer whose adds to the newcomer never arrive, and never time out meanwhile.
-    client = cluster.closing.enter_context(pybk.connect(
-        cluster.address, ClientSettings(addEntryTimeout=60.0, readTimeout=2.0,
-                                        explicitLacInterval=0),
-        zk_settings=zkutil.settings()))
-    plain = client.bookie_client
-    faults: dict[str, Faults] = {}
-    wrapped: dict[str, FaultyBookieClient] = {}
-
-    def faulty(bookie_id: str) -> FaultyBookieClient:
-        if bookie_id not in wrapped:
-            faults[bookie_id] = Faults()
-            wrapped[bookie_id] = FaultyBookieClient(plain(bookie_id), faults[bookie_id])
-        return wrapped[bookie_id]
-    client.bookie_client = faulty  # type: ignore[method-assign]
+    client, faulty = cluster.faulty_client(ClientSettings(
+        addEntryTimeout=60.0, readTimeout=2.0, explicitLacInterval=0))
     writer = client.create_ledger(3, 2, 2, password=PASSWORD)
     for i in range(10):
         writer.add_entry(payload(i))
