@@ -114,7 +114,7 @@ class _NeedsAdmission(Exception):
 class LedgerState:
     """What the bookie knows of one ledger besides its entries."""
 
-    __slots__ = ("master_key", "fenced", "deleted", "lac", "explicit_lac", "added_high")
+    __slots__ = ("master_key", "fenced", "deleted", "lac", "explicit_lac")
 
     def __init__(self, master_key: bytes, fenced: bool = False, deleted: bool = False,
                  lac: int = -1, explicit_lac: int | None = None) -> None:
@@ -123,10 +123,6 @@ class LedgerState:
         self.deleted = deleted
         self.lac = lac
         self.explicit_lac = explicit_lac
-        #: The highest entry a plain (not recovery) add brought to a ledger older than
-        #: the join floor in this process, -1 if none: kept in memory only (see
-        #: Bookie._unheld), so a state reloaded or a restart starts again from -1.
-        self.added_high = -1
 
 
 
@@ -633,8 +629,6 @@ class Bookie:
                                                recovery, deferred_run)))
                     continue
                 self._active.put_run(ledger_id, entry_ids, record_headers, entries)
-                if ledger_id < self._join_floor and not recovery:
-                    state.added_high = max(state.added_high, *entry_ids)
                 self._raise_lac_locked(ledger_id, state, lac, due)
                 buffers += itertools.chain.from_iterable(zip(record_headers, entries))
                 queued += positions
@@ -782,8 +776,6 @@ class Bookie:
             state = self._state_for_add(ledger_id, master_key, recovery, key_record,
                                         admitted)
             self._active.put(ledger_id, entry_id, record_header, entry)
-            if ledger_id < self._join_floor and not recovery:
-                state.added_high = max(state.added_high, entry_id)
             self._raise_lac_locked(ledger_id, state, lac, due)
             records: Sequence[bytes] = (record_header, entry)
             nbytes = len(record_header) + len(entry)
@@ -987,8 +979,6 @@ class Bookie:
                         return data
             location = self._index.location(ledger_id, entry_id)
             if location is None:
-                if entry_id > state.added_high >= 0:  # see _unheld
-                    raise NoSuchEntry(f"ledger {ledger_id} has no entry {entry_id} here")
                 raise self._unheld(ledger_id, NoSuchEntry(
                     f"ledger {ledger_id} has no entry {entry_id} here"))
             try:
@@ -1001,16 +991,7 @@ class Bookie:
         raise AssertionError("unreachable")
 
     def _unheld(self, ledger_id: int, error: BookKeeperError) -> BookKeeperError:
-        """``error`` (an entry not held), or EntryMaybeLost below the join floor.
-
-        Except (:meth:`read_entry`) for an entry above the highest one a plain add
-        brought to the ledger since this process started (``LedgerState.added_high``):
-        a writer sends a bookie its entries in id order and a bookie acknowledges them in
-        that order, so whatever these disks' predecessors acknowledged and lost was sent
-        before every add this process took, and is below them; an entry above them all
-        was never here, and saying so lets the recovery of a ledger whose last fragment
-        is on a bookie newer than the ledger finish.  Recovery's re-writes do not count
-        (they may bring an entry just below one that was lost)."""
+        """``error`` (an entry not held), or EntryMaybeLost below the join floor."""
         if ledger_id < self._join_floor:
             return EntryMaybeLost(f"{error}, and the ledger is older than these disks (join "
                                   f"floor {self._join_floor}): it may have been lost with "
