@@ -1,22 +1,27 @@
 """The join floor (docs/DESIGN.md "Stale writers", "A wiped bookie's reads"): a start
-that failed leaves no floor below what the former disks served, and a healthy bookie
-newer than a ledger lets its recovery finish: real bookie nodes on a real ZooKeeper (the fixtures of
-tests/test_stale_writers.py), clients over ZeroMQ, real files."""
+that failed leaves no floor below what the former disks served, and a wiped bookie never
+vouches for an entry its former disks may have held, whatever order a writer's entries
+reach it in (an adv writer's ids, a plain handle's adding threads).  Real bookie nodes on
+a real ZooKeeper (the fixtures of tests/test_stale_writers.py), clients over ZeroMQ, real
+files."""
 
 from __future__ import annotations
 
 import shutil
+import threading
 
 import pytest
 import zkutil
 from test_stale_writers import (  # noqa: F401  (cluster: a fixture)
     PASSWORD,
+    WAIT_S,
     Cluster,
     cluster,
     payload,
 )
 
 import pybk
+from pybk.client import LedgerHandle
 from pybk.cluster.node import BookieNode
 from pybk.errors import BookKeeperError, LedgerRecoveryError
 from pybk.meta.interface import ANY_VERSION
@@ -24,6 +29,14 @@ from pybk.settings import ClientSettings
 from pybk.storage import format_bookie
 
 pytestmark = pytest.mark.timeout(120)
+
+
+def _holds(node: BookieNode, ledger_id: int, entry_id: int) -> bool:
+    try:
+        node.bookie.read_entry(ledger_id, entry_id)
+    except BookKeeperError:
+        return False
+    return True
 
 
 def _name(cluster: Cluster, bookie_id: str) -> str:
@@ -91,37 +104,154 @@ def test_a_start_that_failed_leaves_no_join_floor_below_what_the_old_disks_serve
             f"{last}, which the writer was told is durable")
 
 
-def test_a_healthy_newcomer_holding_the_last_fragment_lets_recovery_finish(cluster):
-    """E1/Qw1/Qa1 (a log asked for one copy): the writer's bookie b1 becomes unreachable
-    to it and the ensemble change brings in b4, a bookie started after the ledger was
-    created (its join floor is above the ledger's id); b4 acknowledges entries 10..12,
-    then the writer dies.  Every bookie is up and holds all it was given.  Recovery
-    reads entry 13 past the end: b4, the whole write set, answers EntryMaybeLost, which
-    never counts as absent, so recovery fails, and fails again at every attempt: the
-    ledger (a log's last segment: the log) can never be recovered, and nothing lets an
-    operator finish it."""
-    cluster.start("b1")
-    client, faulty = cluster.faulty_client(ClientSettings(
-        addEntryTimeout=2.0, readTimeout=2.0, explicitLacInterval=0))
-    writer = client.create_ledger(1, 1, 1, password=PASSWORD)
-    for i in range(10):
-        writer.add_entry(payload(i))
-    first = writer.metadata.fragments[-1].ensemble[0]
-    newcomer = cluster.start("b4").bookie_id
-    faulty(first).faults.unreachable = True
-    for i in range(10, 13):
+def test_an_adv_writer_adding_lower_ids_after_a_wipe_does_not_vouch_for_higher_ones(
+        cluster):
+    """create_ledger_adv takes ids in any order: E2/Qw2/Qa2 on two bookies; entries
+    0..4, then entry 7 (it reaches both bookies and waits only for entries 5 and 6).
+    One bookie of the ensemble, W, loses its disks and is started again at its address
+    (a join floor above the ledger).  The writer then adds entries 5 and 6: they reach
+    the other bookie and the wiped W, plain adds there, so W's ``added_high`` is 6;
+    entries 5, 6 and 7 are acknowledged to the writer, which dies.  The other bookie is
+    down (not lost) while a recoverer opens the ledger: W holds 5 and 6 and answers
+    NoSuchEntry for entry 7 ("above the highest entry a plain add brought"), which
+    (Qw - Qa) + 1 = 1 absence makes absent, and the ledger is closed at 6: entry 7,
+    acknowledged, is gone for good although the bookie that was down comes back with
+    it.  The writer sent W's former disks entry 7 *before* it sent W entries 5 and 6:
+    "a writer sends a bookie its entries in id order" does not hold for an adv
+    writer."""
+    for name in ("b1", "b2", "b3"):
+        cluster.start(name)
+    writer_client = cluster.closing.enter_context(pybk.connect(
+        cluster.address, ClientSettings(addEntryTimeout=2.0, readTimeout=2.0,
+                                        explicitLacInterval=0),
+        zk_settings=zkutil.settings()))
+    writer = writer_client.create_ledger_adv(2, 2, 2, password=PASSWORD)
+    for i in range(5):
+        assert writer.add_entry(i, payload(i)) == i
+    ensemble = writer.metadata.fragments[-1].ensemble
+    seven = writer.add_entry_async(7, payload(7))
+    nodes = [cluster.nodes[_name(cluster, b)] for b in ensemble]
+    for _ in range(2000):  # entry 7 is on both bookies, held back for 5 and 6 only
+        if all(_holds(node, writer.id, 7) for node in nodes):
+            break
+        threading.Event().wait(0.01)
+    else:
+        pytest.fail("entry 7 did not reach both bookies")
+    down, wiped = ensemble
+    wiped_name, down_name = _name(cluster, wiped), _name(cluster, down)
+    cluster.wipe(wiped_name)
+    assert cluster.start(wiped_name).bookie_id == wiped
+    # The writer's connection to W is up again (ZeroMQ reconnects to the address).
+    for _ in range(2000):
+        if getattr(writer_client.bookie_client(wiped), "is_down", True) is False:
+            break
+        threading.Event().wait(0.01)
+    else:
+        pytest.fail("the writer did not reconnect to the wiped bookie")
+    assert writer.add_entry(5, payload(5)) == 5
+    assert writer.add_entry(6, payload(6)) == 6
+    assert seven.result(timeout=WAIT_S) == 7
+    assert writer.metadata.fragments[-1].ensemble == ensemble  # no ensemble change
+    # The writer dies here; the other bookie is down while a recoverer opens the ledger.
+    cluster.stop(down_name)
+    recoverer = cluster.client()
+    try:
+        recovered = recoverer.open_ledger(writer.id, password=PASSWORD)
+    except LedgerRecoveryError:
+        recovered = None  # undecided while the only copy is down: acceptable
+    cluster.start(down_name)
+    if recovered is not None:
+        assert recovered.last_add_confirmed >= 7, (
+            f"recovery closed the ledger at {recovered.last_add_confirmed}, below entry "
+            "7, which the writer was told is durable; its copy on the bookie that was "
+            "down is lost")
+
+
+def test_adds_from_several_threads_reach_a_wiped_bookie_below_one_its_disks_took(
+        cluster, monkeypatch):
+    """A plain handle with several adding threads: each add takes its id under the
+    handle's lock and is sent after releasing it, so a bookie may be sent entry 7 before
+    entries 4 and 6.  E3/Qw2/Qa2, entries 0..3; three threads take ids 4, 5 and 6 and are
+    preempted before sending (forced here); the main thread adds entry 7, which its
+    write set takes (held back for 4..6).  W, the bookie of 7's write set that 6's and
+    4's hold too, loses its disks and is started again at its address (join floor
+    above the ledger); the writer's connection comes back, the threads go on: entries 4
+    and 6 reach W as plain adds (``added_high`` 6) and entries 4..7 are acknowledged;
+    the writer dies.  The other bookie of 7's write set is down (not lost) while a
+    recoverer opens the ledger: entries 3..6 are found, and W answers NoSuchEntry for
+    entry 7, the (Qw - Qa) + 1 = 1 absence, so the ledger is closed at 6: entry 7,
+    acknowledged, is lost although its other copy comes back.  "A writer sends a
+    bookie its entries in id order" does not hold for a plain writer either."""
+    for name in ("b1", "b2", "b3", "b4"):
+        cluster.start(name)
+    writer_client = cluster.closing.enter_context(pybk.connect(
+        cluster.address, ClientSettings(addEntryTimeout=2.0, readTimeout=2.0,
+                                        explicitLacInterval=0),
+        zk_settings=zkutil.settings()))
+    writer = writer_client.create_ledger(3, 2, 2, password=PASSWORD)
+    for i in range(4):
         assert writer.add_entry(payload(i)) == i
-    assert writer.metadata.fragments[-1].ensemble == (newcomer,)
-    # The writer dies here.
-    for _attempt in range(2):
+    ensemble = writer.metadata.fragments[-1].ensemble
+
+    reached = {i: threading.Event() for i in (4, 5, 6)}
+    go = threading.Event()
+    cluster.closing.callback(go.set)  # never left waiting
+    real_send = LedgerHandle._send
+
+    def preempted(self, op, bookie_ids, real_send=real_send):
+        if self is writer and op.entry_id in reached:
+            reached[op.entry_id].set()
+            go.wait(WAIT_S)
+        return real_send(self, op, bookie_ids)
+    monkeypatch.setattr(LedgerHandle, "_send", preempted)
+    results: dict[int, object] = {}
+
+    def add(i: int) -> None:
         try:
-            recovered = cluster.client().open_ledger(writer.id, password=PASSWORD)
-        except LedgerRecoveryError as e:
-            failure = e
-            continue
-        assert recovered.last_add_confirmed == 12
-        assert [e.data for e in recovered.read_entries(0, 12)] == \
-            [payload(i) for i in range(13)]
-        return
-    pytest.fail(f"recovery of a ledger whose bookies are all up and hold every entry "
-                f"keeps failing: {failure}")
+            results[i] = writer.add_entry(payload(i))
+        except BaseException as e:  # reported by the assertion below
+            results[i] = e
+    threads = {}
+    for i in (4, 5, 6):
+        threads[i] = threading.Thread(target=add, args=(i,), daemon=True)
+        threads[i].start()
+        assert reached[i].wait(WAIT_S), f"the add of entry {i} never took its id"
+    seven = writer.add_entry_async(payload(7))
+    nodes = [cluster.nodes[_name(cluster, b)] for b in writer.metadata.write_set(7)]
+    for _ in range(2000):  # entry 7 is on its write set, held back for 4..6 only
+        if all(_holds(node, writer.id, 7) for node in nodes):
+            break
+        threading.Event().wait(0.01)
+    else:
+        pytest.fail("entry 7 did not reach its write set")
+    # W: of entry 7's write set, the bookie that 6's holds too; the other one is down.
+    wiped, = set(writer.metadata.write_set(7)) & set(writer.metadata.write_set(6))
+    down, = set(writer.metadata.write_set(7)) - {wiped}
+    wiped_name, down_name = _name(cluster, wiped), _name(cluster, down)
+    cluster.wipe(wiped_name)
+    assert cluster.start(wiped_name).bookie_id == wiped
+    for _ in range(2000):  # the writer's connection to W is up again
+        if getattr(writer_client.bookie_client(wiped), "is_down", True) is False:
+            break
+        threading.Event().wait(0.01)
+    else:
+        pytest.fail("the writer did not reconnect to the wiped bookie")
+    go.set()
+    for i in (4, 5, 6):
+        threads[i].join(WAIT_S)
+    assert results == {4: 4, 5: 5, 6: 6}
+    assert seven.result(timeout=WAIT_S) == 7
+    assert writer.metadata.fragments[-1].ensemble == ensemble  # no ensemble change
+    # The writer dies here; the other bookie is down while a recoverer opens the ledger.
+    cluster.stop(down_name)
+    recoverer = cluster.client()
+    try:
+        recovered = recoverer.open_ledger(writer.id, password=PASSWORD)
+    except LedgerRecoveryError:
+        recovered = None  # undecided while the only copy is down: acceptable
+    cluster.start(down_name)
+    if recovered is not None:
+        assert recovered.last_add_confirmed >= 7, (
+            f"recovery closed the ledger at {recovered.last_add_confirmed}, below entry "
+            "7, which the writer was told is durable; its copy on the bookie that was "
+            "down is lost")
