@@ -375,3 +375,40 @@ def test_a_closed_cluster_client_refuses_every_call(address):
         with pytest.raises(ClientClosed, match="client is closed"):
             call()
     bk.close()
+
+
+def test_a_promotion_whose_commit_fails_after_its_mark_keeps_the_wal_readable(
+        tmp_path, address, monkeypatch):
+    """promotion.commit writes PROMOTED (the commit point), then deleting the intent
+    fails (an embedded-store error): the promotion is undone (the cluster's copy of the
+    log and its new segment deleted), yet the directory is marked promoted, so it opens
+    as a member of a cluster that no longer has its log.  Every record must still
+    read back, as a member or as an embedded WAL."""
+    directory = tmp_path / "wal"
+    with pybk.open(directory) as wal:
+        written = [(wal.append(b"r%d" % i), b"r%d" % i) for i in range(20)]
+    real_delete = promotion._delete
+    calls = []
+
+    def failing_delete(store, path):
+        calls.append(path)
+        if path == promotion.PROMOTING and len(calls) == 1:
+            raise MetadataError("the embedded store failed (a test's fault)")
+        real_delete(store, path)
+
+    monkeypatch.setattr(promotion, "_delete", failing_delete)
+    try:  # the promotion committed: it may go on, or fail; either way nothing is lost
+        pybk.open(directory, cluster=address, ensemble=1, write_quorum=1, ack_quorum=1,
+                  listenAddress="127.0.0.1:0").close()
+    except MetadataError:
+        pass
+    finally:
+        monkeypatch.setattr(promotion, "_delete", real_delete)
+    assert calls[0] == promotion.PROMOTING
+    try:
+        wal = pybk.open(directory)
+    except InvalidConfiguration:
+        wal = pybk.open(directory, cluster=address, ensemble=1, write_quorum=1,
+                        ack_quorum=1, listenAddress="127.0.0.1:0")
+    with wal:
+        assert list(wal.read()) == written

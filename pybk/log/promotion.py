@@ -274,7 +274,15 @@ def commit(embedded: MetadataStore, address: str) -> None:
     """Mark the directory as promoted to ``address`` (step 4: the commit), then forget
     the intent."""
     _put(embedded, PROMOTED, address)
-    _delete(embedded, PROMOTING)
+    # Committed: whatever fails from here must not undo the promotion (the undo deletes
+    # the cluster's copy of the log, which the mark now says is the log).  An intent
+    # left behind is stale and harmless: it is read only by check(), which a promoted
+    # directory does not call, and demote() deletes it before the mark.
+    try:
+        _delete(embedded, PROMOTING)
+    except BookKeeperError as e:
+        log.warning("WAL promoted to %s; its intent could not be deleted (%s), which "
+                    "harms nothing", address, e)
     log.info("WAL promoted to %s", address)
 
 

@@ -28,7 +28,9 @@ from it whether its CAS landed, before it deletes or gives up anything:
   another writer or a commit took the log over, and the ledger is a segment of the log,
   closed and left to whoever drops it or truncates it away.  Nothing says any more (the
   number was dropped or truncated away since): closed and left too (a ledger no head
-  names wastes space; a deleted segment breaks the log for good).  Then the opener tries
+  names wastes space; a deleted segment breaks the log for good), and so is one
+  whose CAS answered MetadataUnavailable while the head is still at the version that
+  CAS expects (it may still land).  Then the opener tries
   again, unless the answer was MetadataUnavailable and the CAS did not land: the open
   fails with it.
 * A roll or a truncation whose CAS got either answer is done if the head says what its
@@ -40,9 +42,9 @@ from it whether its CAS landed, before it deletes or gives up anything:
   stops the writer, and after a truncation the writer's next change of the head tells
   first (``_refresh_head``).  A CAS answered MetadataUnavailable that the head does not
   show might still land, if the store had it in flight: a truncation's is told at the
-  next change of the head the same way; an open's or a roll's deleted ledger is then
-  the tail's last segment, which the next writer or commit to take the log over
-  recovers, finds gone and drops.
+  next change of the head the same way; an open's or a roll's ledger was left, closed
+  and empty, so the tail's last segment is then that empty ledger, which readers pass
+  and the next writer or commit to take the log over drops.
 
 Batching: appends go into the current batch.  While fewer than ``maxOutstandingBatches``
 batches are in flight a batch goes out at once (a lone append waits for one fsync, not
@@ -240,7 +242,7 @@ class LogWriter:
                 version = update_log(store, opened, version)
             except (BadVersion, MetadataUnavailable) as e:
                 # Another client wrote first, or ours landed and its answer was lost.
-                found = _opened_after_all(bk, opened, ledger, e)
+                found = _opened_after_all(bk, opened, ledger, e, version)
                 if found is None:
                     continue
                 opened, version = found
@@ -503,7 +505,9 @@ class LogWriter:
         try:
             self._store_metadata(rolled)
         except BookKeeperError:
-            _abandon(self._bk, self.name, ledger, rolled.tail[-1])
+            # A CAS answered MetadataUnavailable may still land (self._unanswered).
+            _abandon(self._bk, self.name, ledger, rolled.tail[-1],
+                     may_land=self._unanswered is not None)
             raise
         write_segment(self._bk.metadata, self.name, rolled.tail[-1])
         with self._lock:
@@ -842,7 +846,7 @@ def delete_segments(bk: "BookKeeper", metadata: LogMetadata) -> int:
 
 
 def _opened_after_all(bk: "BookKeeper", opened: LogMetadata, ledger: "LedgerHandle",
-                      error: BookKeeperError) -> VersionedLog | None:
+                      error: BookKeeperError, expected: int) -> VersionedLog | None:
     """After the opening CAS of ``opened`` answered ``error`` (BadVersion or
     MetadataUnavailable): the stored head and its version if that CAS landed and no
     writer or commit took the log over since (:meth:`LogMetadata.same_owner`: the head
@@ -865,7 +869,10 @@ def _opened_after_all(bk: "BookKeeper", opened: LogMetadata, ledger: "LedgerHand
         log.info("log %s: the CAS that opened it landed (its answer was lost: %s)", name,
                  error)
         return VersionedLog(current, version)
-    added = _abandon(bk, name, ledger, opened.tail[-1], current)
+    # A CAS answered MetadataUnavailable that the head does not show may still land
+    # (the store may have it in flight) while the head is at the version it expects.
+    added = _abandon(bk, name, ledger, opened.tail[-1], current,
+                     may_land=isinstance(error, MetadataUnavailable) and version == expected)
     if added is False and isinstance(error, MetadataUnavailable):
         raise error
     log.info("log %s: another writer or commit changed the log's head while this one "
@@ -903,11 +910,15 @@ def _added(store: "MetadataStore", head: LogMetadata, segment: Segment) -> bool 
 
 
 def _abandon(bk: "BookKeeper", name: str, ledger: "LedgerHandle", segment: Segment,
-             head: LogMetadata | None = None) -> bool | None:
+             head: LogMetadata | None = None, may_land: bool = False) -> bool | None:
     """Give up ``ledger``, created to be ``segment`` of log ``name`` by a head CAS that
     failed or whose answer was lost, ``head`` being the stored head read after it (read
-    here if not given).  It is deleted only if that CAS did not land (:func:`_added`);
-    if it did, or if that cannot be told, it is closed and left: a segment of the log
+    here if not given).  It is deleted only if that CAS did not land (:func:`_added`)
+    and cannot land any more (``may_land``: a CAS answered MetadataUnavailable, the
+    head still at the version it expects, may be in flight in the store and land after
+    the delete, naming a deleted ledger as the log's last segment: readers fail with
+    NoSuchLedger until a writer opens the log); if it did, may, or if that cannot be
+    told, it is closed and left: a segment of the log
     is deleted only by whoever drops it or truncates it away, and a ledger no head
     names wastes space but harms nothing.  Returns what :func:`_added` told."""
     try:
@@ -918,9 +929,14 @@ def _abandon(bk: "BookKeeper", name: str, ledger: "LedgerHandle", segment: Segme
         log.warning("log %s: cannot tell whether ledger %d was added to the log as segment "
                     "%d (%s); leaving it", name, ledger.id, segment.number, e)
         added = None
-    if added is False:
+    if added is False and not may_land:
         _discard_ledger(bk, ledger)
         return added
+    if added is False:
+        log.info("log %s: ledger %d is in no head, but the CAS that names it may still "
+                 "land (MetadataUnavailable): closed and left, not deleted (a head naming "
+                 "a deleted ledger fails readers until the next writer opens)", name,
+                 ledger.id)
     if added:
         log.info("log %s: ledger %d is segment %d of the log (a CAS whose answer was lost "
                  "added it); leaving it to the log", name, ledger.id, segment.number)
