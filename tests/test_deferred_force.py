@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import os
 import random
-import time
 
 import pytest
 from clientutil import FAST, clusters
@@ -20,10 +19,11 @@ from zmqutil import LOOPBACK, RawDealer
 from pybk import WriteFlag
 from pybk.cluster import BookieServer, wire
 from pybk.cluster.wire import Op, Request
-from pybk.errors import BookKeeperError, MalformedMessage
+from pybk.errors import BookKeeperError, MalformedMessage, NoSuchLedger
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie, make_entry
+from pybk.testing import wait_until
 from pybk.testing.faultyio import FaultyFileIO, lose_unsynced
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,11 +35,13 @@ DEFERRED = {WriteFlag.DEFERRED_SYNC}
 QUIET = dataclasses.replace(FAST, explicitLacInterval=0)
 
 
-def wait_until(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
+def last_stored(bookie: Bookie, ledger_id: int) -> int | None:
+    """The highest entry ``bookie`` stored of the ledger; None while it stored none (an
+    add Qa other bookies acknowledged may reach it later)."""
+    try:
+        return bookie.last_entry_id(ledger_id)
+    except NoSuchLedger:
+        return None
 
 
 def force_held(cluster, lh, counted: tuple[str, ...], last: str):
@@ -52,7 +54,8 @@ def force_held(cluster, lh, counted: tuple[str, ...], last: str):
     forced = lh.force_async()
     for bookie_id in bookies:
         faults = cluster.faults[bookie_id]
-        wait_until(lambda faults=faults: ("force_ledger", None) in faults.held())
+        wait_until(lambda faults=faults: ("force_ledger", None) in faults.held(),
+                   "the force held")
         faults.wait_answered()
     for bookie_id in counted:
         cluster.faults[bookie_id].release(entries={None})  # the force, not a held add
@@ -75,7 +78,8 @@ def test_a_bookie_that_refused_an_add_does_not_count_for_it_in_a_force(tmp_path)
         assert lh.force() == 4
         # Its refusal comes late (held back), after the writer forced.  (It took the
         # entries before: read-only must not catch one of them still on its way.)
-        wait_until(lambda: cluster.bookies[refusing].last_entry_id(lh.id) == 4)
+        wait_until(lambda: last_stored(cluster.bookies[refusing], lh.id) == 4,
+                   "entry 4 stored on the refusing bookie")
         cluster.faults[refusing].hold.add("add")
         cluster.bookies[refusing].set_read_only("test: refuses entry 5")
         assert lh.add_entry(payload(5)) == 5
@@ -85,7 +89,7 @@ def test_a_bookie_that_refused_an_add_does_not_count_for_it_in_a_force(tmp_path)
         # the durable LAC, which entry 5 is part of.
         cluster.faults[refusing].release()
         wait_until(lambda: bk.ledger_manager.read(lh.id).metadata.state
-                   is LedgerState.CLOSED)
+                   is LedgerState.CLOSED, "the ledger closed")
         assert bk.ledger_manager.read(lh.id).metadata.last_entry_id == 5
         assert sorted(cluster.holders(lh.id, 5)) == sorted([first, second])
 
@@ -151,7 +155,7 @@ def test_a_bookie_that_lost_acknowledged_adds_in_a_power_cut_does_not_count_for_
                 return False
             return True
 
-        wait_until(reconnected)
+        wait_until(reconnected, "the client reconnected")
         last = 9 + later
         for i in range(10, last + 1):
             lh.add_entry(payload(i))
@@ -171,7 +175,8 @@ def test_a_force_fails_when_the_bookies_that_synced_did_not_all_store_the_entry(
                                             write_flags=DEFERRED)
         first, second, refusing = lh.metadata.fragments[0].ensemble
         lh.add_entry(payload(0))
-        wait_until(lambda: cluster.bookies[refusing].last_entry_id(lh.id) == 0)
+        wait_until(lambda: last_stored(cluster.bookies[refusing], lh.id) == 0,
+                   "entry 0 stored on the refusing bookie")
         cluster.faults[refusing].hold.add("add")
         cluster.bookies[refusing].set_read_only("test: refuses entry 1")
         assert lh.add_entry(payload(1)) == 1
