@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import random
 import threading
-import time
 
 import pytest
 from clientutil import FAST, PROCESSES, BookiePool, clusters
@@ -30,7 +29,7 @@ from pybk.errors import (
     NoSuchEntry,
 )
 from pybk.meta.ledger_metadata import LedgerState
-from pybk.testing import returns_in_time
+from pybk.testing import returns_in_time, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,13 +37,6 @@ pytestmark = pytest.mark.timeout(120)
 #: Adds that never time out while a test runs (ten minutes): what a test sees happens
 #: for another reason, and a call that waited for a timeout would outlast the test.
 PATIENT = dataclasses.replace(FAST, addEntryTimeout=600.0)
-
-
-def wait_until(condition, what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
-        time.sleep(0.01)
 
 
 def stored_everywhere(cluster, lh, entry_id: int) -> None:

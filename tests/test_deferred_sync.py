@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from concurrent.futures import Future
 
 import pytest
@@ -30,6 +29,7 @@ from pybk.errors import (
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie, make_entry
+from pybk.testing import waiting
 from pybk.testing.faultyio import MODES, FaultyFileIO, lose_unsynced, read_unsynced
 
 pytestmark = pytest.mark.timeout(120)
@@ -38,11 +38,9 @@ DEFERRED = {WriteFlag.DEFERRED_SYNC}
 KEY = b"k" * 20
 
 
-def wait_until(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
+def wait_until(predicate) -> None:
+    """pybk.testing.wait_until (its bound: a busy machine's, not an expectation)."""
+    waiting.wait_until(predicate, "the test's condition")
 
 
 # -- the bookie ------------------------------------------------------------------------
