@@ -18,12 +18,13 @@ from test_stale_writers import (  # noqa: F401  (cluster: a fixture)
     Cluster,
     cluster,
     payload,
+    recovery_keeps,
 )
 
 import pybk
 from pybk.client import LedgerHandle
 from pybk.cluster.node import BookieNode
-from pybk.errors import BookKeeperError, LedgerRecoveryError
+from pybk.errors import BookKeeperError
 from pybk.meta.interface import ANY_VERSION
 from pybk.settings import ClientSettings
 from pybk.storage import format_bookie
@@ -92,16 +93,7 @@ def test_a_start_that_failed_leaves_no_join_floor_below_what_the_old_disks_serve
     down_name = _name(cluster, down)
     cluster.stop(down_name)
     cluster.start("b4")  # where recovery re-writes what the bookie down would hold
-    recoverer = cluster.client()
-    try:
-        recovered = recoverer.open_ledger(writer.id, password=PASSWORD)
-    except LedgerRecoveryError:
-        recovered = None  # undecided while the only copy is down: acceptable
-    cluster.start(down_name)
-    if recovered is not None:
-        assert recovered.last_add_confirmed >= last, (
-            f"recovery closed the ledger at {recovered.last_add_confirmed}, below entry "
-            f"{last}, which the writer was told is durable")
+    recovery_keeps(cluster, writer.id, down_name, last)
 
 
 def test_an_adv_writer_adding_lower_ids_after_a_wipe_does_not_vouch_for_higher_ones(
@@ -154,17 +146,7 @@ def test_an_adv_writer_adding_lower_ids_after_a_wipe_does_not_vouch_for_higher_o
     assert writer.metadata.fragments[-1].ensemble == ensemble  # no ensemble change
     # The writer dies here; the other bookie is down while a recoverer opens the ledger.
     cluster.stop(down_name)
-    recoverer = cluster.client()
-    try:
-        recovered = recoverer.open_ledger(writer.id, password=PASSWORD)
-    except LedgerRecoveryError:
-        recovered = None  # undecided while the only copy is down: acceptable
-    cluster.start(down_name)
-    if recovered is not None:
-        assert recovered.last_add_confirmed >= 7, (
-            f"recovery closed the ledger at {recovered.last_add_confirmed}, below entry "
-            "7, which the writer was told is durable; its copy on the bookie that was "
-            "down is lost")
+    recovery_keeps(cluster, writer.id, down_name, 7)
 
 
 def test_adds_from_several_threads_reach_a_wiped_bookie_below_one_its_disks_took(
@@ -244,14 +226,4 @@ def test_adds_from_several_threads_reach_a_wiped_bookie_below_one_its_disks_took
     assert writer.metadata.fragments[-1].ensemble == ensemble  # no ensemble change
     # The writer dies here; the other bookie is down while a recoverer opens the ledger.
     cluster.stop(down_name)
-    recoverer = cluster.client()
-    try:
-        recovered = recoverer.open_ledger(writer.id, password=PASSWORD)
-    except LedgerRecoveryError:
-        recovered = None  # undecided while the only copy is down: acceptable
-    cluster.start(down_name)
-    if recovered is not None:
-        assert recovered.last_add_confirmed >= 7, (
-            f"recovery closed the ledger at {recovered.last_add_confirmed}, below entry "
-            "7, which the writer was told is durable; its copy on the bookie that was "
-            "down is lost")
+    recovery_keeps(cluster, writer.id, down_name, 7)

@@ -32,6 +32,7 @@ from pybk.errors import (
     BookKeeperError,
     EntryMaybeLost,
     LedgerFenced,
+    LedgerRecoveryError,
     NoSuchEntry,
     NoSuchLedger,
     Timeout,
@@ -227,6 +228,22 @@ def test_bookies_that_forgot_a_fenced_deleted_ledger_refuse_its_stale_writer(
     with pytest.raises(LedgerFenced):
         writer.add_entry(payload(written))
     _holds_nothing_of(cluster, writer.id)
+
+
+def recovery_keeps(cluster: Cluster, ledger_id: int, down_name: str, last: int) -> None:
+    """While bookie ``down_name`` is down (the caller stopped it), a recovering client
+    closes the ledger at ``last`` or later, or refuses to decide (LedgerRecoveryError),
+    never closes it below ``last``, an entry the writer was told is durable whose other
+    copy is on the bookie down; then that bookie is started again."""
+    try:
+        recovered = cluster.client().open_ledger(ledger_id, password=PASSWORD)
+    except LedgerRecoveryError:
+        recovered = None  # undecided while the only copy is down: acceptable
+    cluster.start(down_name)
+    if recovered is not None:
+        assert recovered.last_add_confirmed >= last, (
+            f"recovery closed the ledger at {recovered.last_add_confirmed}, below entry "
+            f"{last}, which the writer was told is durable")
 
 
 def _recover_without(cluster: Cluster, spared: str, ledger_id: int):
