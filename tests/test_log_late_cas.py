@@ -91,10 +91,10 @@ def test_an_open_whose_cas_lands_after_it_deleted_its_ledger(client):
     assert read_all(bk2) == before + after
 
 
-def test_a_roll_whose_cas_lands_after_it_deleted_its_ledger(client):
-    """The same for a roll's CAS: the writer stops, the next opener drops the segment,
-    and every acknowledged record reads back."""
-    bk, bk2 = client(), client()
+def roll_whose_cas_lands_late(bk) -> list:
+    """A writer of ``bk`` whose roll's CAS is answered MetadataUnavailable and lands
+    after the writer gave up on it; the writer has stopped and is closed.  Returns the
+    (position, record) it acknowledged."""
     writer = LogWriter.open(bk, LOG, SMALL_SEGMENTS)
     bk.metadata = held = HoldsHeadCas(bk.metadata, lambda head: head.next_segment == 2)
     written = [(writer.append(b"a" + FULL), b"a" + FULL)]
@@ -104,6 +104,14 @@ def test_a_roll_whose_cas_lands_after_it_deleted_its_ledger(client):
     held.land()
     with contextlib.suppress(BookKeeperError):
         writer.close()
+    return written
+
+
+def test_a_roll_whose_cas_lands_after_it_deleted_its_ledger(client):
+    """The same for a roll's CAS: the writer stops, the next opener drops the segment,
+    and every acknowledged record reads back."""
+    bk, bk2 = client(), client()
+    written = roll_whose_cas_lands_late(bk)
 
     after = open_and_write(bk2, [b"after"])
     got = read_all(bk2)
@@ -128,13 +136,5 @@ def test_readers_after_a_roll_whose_cas_landed_late(client):
     """The same for a roll: the writer stopped, and readers read every record it
     acknowledged.  (Before, readers failed with NoSuchLedger at the rolled segment.)"""
     bk, bk2 = client(), client()
-    writer = LogWriter.open(bk, LOG, SMALL_SEGMENTS)
-    bk.metadata = held = HoldsHeadCas(bk.metadata, lambda head: head.next_segment == 2)
-    written = [(writer.append(b"a" + FULL), b"a" + FULL)]
-    with pytest.raises(BookKeeperError):
-        for _ in range(3):
-            written.append((writer.append(b"b"), b"b"))
-    held.land()
-    with contextlib.suppress(BookKeeperError):
-        writer.close()
+    written = roll_whose_cas_lands_late(bk)
     assert read_all(bk2) == written
