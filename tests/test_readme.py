@@ -1,14 +1,23 @@
-"""Every Python block of the README runs as written, and every link of the README and
-of ``docs/*.md`` leads to a file (and heading) of the repository.
+"""Every Python block of the README and of the user guide (``docs/guide/*.md``) runs as
+written, and every link of the README and of ``docs/`` leads to a file (and heading) of
+the repository.
 
 Each block runs as a script of its own (a fresh process: ``python block.py``) in a fresh
-directory, where its relative paths (``data/wal``, ...) land.  One substitution: the
-README's example cluster, :data:`README_CLUSTER`, becomes a freshly formatted cluster on
-the test ZooKeeper with three bookies serving it (so that a client can create a ledger
-on an ensemble of three).
+directory, where its relative paths (``data/wal``, ...) land.  Two substitutions give
+the blocks that reach a cluster a real one: a freshly formatted cluster on the test
+ZooKeeper with three bookies serving it (so that a client can create a ledger on an
+ensemble of three).  The guide's example cluster address, :data:`README_CLUSTER`, is
+replaced by its address; and a block that reads :data:`LOCAL_CLUSTER_CONF` (the file
+``pybk localcluster 3 --dir data/cluster`` writes, as the README's quick start runs it)
+finds that file naming it.  A block that appears on several pages (the README's Spark
+example is also the guide's) runs once.
 
 A block that cannot run as written is preceded by the line ``<!-- not run: <why> -->``;
 the test skips it, giving that reason.  Keep such blocks few.
+
+The guide's site is built by ``mkdocs build --strict`` (``make docs``, which ``make
+test`` runs before the tests); the link check here covers the README, which is not part
+of the site, with the same rules.
 """
 
 from __future__ import annotations
@@ -31,8 +40,15 @@ pytestmark = pytest.mark.timeout(300)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
-#: The cluster address the README's examples use.
+#: The pages whose Python blocks run: the README, then the guide's.
+PAGES = [README, *sorted(glob.glob(os.path.join(ROOT, "docs", "guide", "*.md")))]
+#: The cluster address the guide's examples use.
 README_CLUSTER = "zk://zk1:2181,zk2:2181,zk3:2181/ledgers"
+#: The client settings file of the README's local cluster (its address, as
+#: ``metadataServiceUri=...``), which the README's cluster and Spark blocks read.
+LOCAL_CLUSTER_CONF = "data/cluster/client.conf"
+#: The most lines the README may have: it is a page, the guide holds the rest.
+README_LINES_MAX = 200
 _NOT_RUN = re.compile(r"<!-- not run: (.+?) -->")
 RUN_TIMEOUT_S = 240  # a Spark block on a busy 2-core machine
 #: Spark's Python workers run this interpreter (a user's would be their environment's
@@ -42,13 +58,12 @@ SPARK_ENV = sparkutil.script_env()
 
 def python_blocks(text: str) -> list[tuple[str, str, str | None]]:
     """``(name, code, why not run or None)`` of every ```` ```python ```` block; a
-    block's name is the section it is in, numbered when a section holds several."""
+    block's name is the section it is in, numbered when a section holds several.
+    Lines of other code blocks (a shell's ``# comment``) are no headings."""
     blocks = []
     section, previous, lines = "top", "", iter(text.splitlines())
     for line in lines:
-        if line.startswith("#"):
-            section = line.lstrip("#").strip()
-        elif line.strip() == "```python":
+        if line.strip() == "```python":
             code = []
             for body in lines:
                 if body.strip() == "```":
@@ -57,6 +72,12 @@ def python_blocks(text: str) -> list[tuple[str, str, str | None]]:
             not_run = _NOT_RUN.fullmatch(previous.strip())
             blocks.append((section, "\n".join(code) + "\n",
                            not_run.group(1) if not_run else None))
+        elif line.startswith("```"):
+            for body in lines:
+                if body.startswith("```"):
+                    break
+        elif line.startswith("#"):
+            section = line.lstrip("#").strip()
         if line.strip():
             previous = line
     names = [name for name, _, _ in blocks]
@@ -64,13 +85,30 @@ def python_blocks(text: str) -> list[tuple[str, str, str | None]]:
              code, why) for i, (name, code, why) in enumerate(blocks)]
 
 
-with open(README, encoding="utf-8") as _f:
-    BLOCKS = python_blocks(_f.read())
+def page_blocks(pages: list[str]) -> list[tuple[str, str, str | None]]:
+    """The blocks of ``pages``, each named ``page: section``; a block whose code an
+    earlier page already has is left out (it runs once, under its first name)."""
+    blocks: dict[str, tuple[str, str, str | None]] = {}
+    for page in pages:
+        with open(page, encoding="utf-8") as f:
+            for name, code, why in python_blocks(f.read()):
+                blocks.setdefault(code, (f"{os.path.relpath(page, ROOT)}: {name}", code, why))
+    return list(blocks.values())
 
 
-def test_the_readme_has_python_blocks_and_few_are_not_run():
-    assert len(BLOCKS) >= 7
+BLOCKS = page_blocks(PAGES)
+
+
+def test_the_readme_and_the_guide_have_python_blocks_and_few_are_not_run():
+    readme = [name for name, _, _ in BLOCKS if name.startswith("README.md: ")]
+    assert len(readme) >= 3
+    assert len(BLOCKS) - len(readme) >= 12
     assert sum(why is not None for _, _, why in BLOCKS) <= 1
+
+
+def test_the_readme_is_a_page():
+    with open(README, encoding="utf-8") as f:
+        assert len(f.read().splitlines()) <= README_LINES_MAX
 
 
 @pytest.fixture
@@ -97,7 +135,7 @@ def cluster(zookeeper, tmp_path):
 def _needs(code: str) -> list[pytest.MarkDecorator]:
     """The markers of a block that needs a ZooKeeper server (a cluster) or Spark."""
     marks = []
-    if README_CLUSTER in code or "ZooKeeperServer" in code:
+    if README_CLUSTER in code or LOCAL_CLUSTER_CONF in code or "ZooKeeperServer" in code:
         marks.append(pytest.mark.zookeeper)
     if "pyspark" in code or "SparkSession" in code:
         marks.append(pytest.mark.spark)
@@ -109,23 +147,27 @@ def _needs(code: str) -> list[pytest.MarkDecorator]:
                           for block in BLOCKS])
 def test_a_readme_block_runs_as_written(name, code, not_run, tmp_path, request):
     if not_run is not None:
-        pytest.skip(f"README block {name!r} is marked not run: {not_run}")
-    if README_CLUSTER in code:
-        code = code.replace(README_CLUSTER, request.getfixturevalue("cluster"))
+        pytest.skip(f"block {name!r} is marked not run: {not_run}")
     workdir = tmp_path / "block"
     workdir.mkdir()
+    if README_CLUSTER in code:
+        code = code.replace(README_CLUSTER, request.getfixturevalue("cluster"))
+    if LOCAL_CLUSTER_CONF in code:
+        conf = workdir / LOCAL_CLUSTER_CONF
+        conf.parent.mkdir(parents=True)
+        conf.write_text(f"metadataServiceUri={request.getfixturevalue('cluster')}\n")
     (workdir / "block.py").write_text(code)
     result = subprocess.run([sys.executable, "block.py"], cwd=workdir, capture_output=True,
                             text=True, timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL,
                             env=dict(os.environ, PYTHONPATH=ROOT, **SPARK_ENV))
-    assert result.returncode == 0, f"README block {name!r} failed:\n{code}\n" \
+    assert result.returncode == 0, f"block {name!r} failed:\n{code}\n" \
                                    f"{result.stdout}{result.stderr}"
 
 
 # -- links ---------------------------------------------------------------------------------
 
 #: The Markdown files whose links must lead somewhere.
-MARKDOWN = [README, *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
+MARKDOWN = [README, *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))), *PAGES[1:]]
 _FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 _CODE_SPAN = re.compile(r"`[^`\n]*`")
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -171,10 +213,10 @@ def test_every_link_leads_to_a_file_of_the_repository(path):
     assert broken_links(path) == []
 
 
-def test_the_readme_links_the_design_and_the_threads():
+def test_the_readme_links_the_guide_the_design_and_the_threads():
     with open(README, encoding="utf-8") as f:
         targets = _LINK.findall(prose(f.read()))
-    assert {"docs/DESIGN.md", "docs/THREADS.md"} <= set(targets)
+    assert {"docs/guide/index.md", "docs/DESIGN.md", "docs/THREADS.md"} <= set(targets)
 
 
 def test_a_broken_link_is_found(tmp_path, monkeypatch):
