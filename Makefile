@@ -18,7 +18,7 @@ run: $(VENV)/.installed
 # The gate every change passes first: ruff, then mypy (settings in pyproject.toml; mypy
 # keeps its cache in .mypy_cache, so a second run takes a second or two).
 lint: $(VENV)/.installed
-	$(PY) -m ruff check pybk tests benchmarks examples
+	$(PY) -m ruff check pybk tests benchmarks examples docs/hooks
 	$(PY) -m mypy pybk
 
 # The user guide (mkdocs.yml, docs/): a site in site/.  --strict (also set in mkdocs.yml)

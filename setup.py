@@ -10,7 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["pybk", "pybk.*"]),
-    package_data={"pybk": ["py.typed"], "pybk.cluster": ["status_page.html"]},
+    package_data={"pybk": ["py.typed"], "pybk.http": ["status_page.html"]},
     install_requires=[
         "lmdb>=1.4",
         "mmh3>=4.0",

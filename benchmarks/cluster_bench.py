@@ -60,11 +60,11 @@ from replication_floor import FloorClient, serve_durable_group_echo  # noqa: E40
 
 from pybk.client.bookkeeper import BookKeeper  # noqa: E402
 from pybk.client.ledger import LedgerHandle  # noqa: E402
-from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient  # noqa: E402
-from pybk.cluster.zookeeper_server import ZooKeeperEnsemble  # noqa: E402
 from pybk.meta.embedded import EmbeddedMetadataStore  # noqa: E402
+from pybk.net import BookieServer, ClientLoop, ZmqBookieClient  # noqa: E402
 from pybk.settings import ClientSettings, ServerSettings  # noqa: E402
 from pybk.storage import Bookie, format_bookie  # noqa: E402
+from pybk.testing.zookeeper_server import ZooKeeperEnsemble  # noqa: E402
 
 ENTRY_BYTES = 1024                 # payload of each entry, znode and pyzmq message
 PAYLOAD = bytes(range(256)) * (ENTRY_BYTES // 256)

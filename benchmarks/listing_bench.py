@@ -18,7 +18,7 @@ written in batches (``create_many``, :mod:`pybk.testing.ledger_records`), then l
   ``metadata_ledgers`` ledgers (one read each), ``ledgers_per_s`` and ``peak_kb``.
 
 The embedded store is in the work directory; ZooKeeper is a server of the benchmark's
-own (``pybk.cluster.zookeeper_server``, its data in the work directory, forceSync off: the
+own (``pybk.testing.zookeeper_server``, its data in the work directory, forceSync off: the
 listing reads only).  Progress goes to stderr; stdout gets one JSON line.
 """
 
@@ -38,12 +38,12 @@ if ROOT not in sys.path:
 
 from rawdisk import run_and_report  # noqa: E402
 
-from pybk.cluster.zookeeper_server import ZooKeeperServer  # noqa: E402
 from pybk.meta.embedded import EmbeddedMetadataStore  # noqa: E402
 from pybk.meta.interface import MetadataStore  # noqa: E402
 from pybk.meta.ledgers import LedgerManager  # noqa: E402
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster  # noqa: E402
 from pybk.testing.ledger_records import put_ledgers  # noqa: E402
+from pybk.testing.zookeeper_server import ZooKeeperServer  # noqa: E402
 
 PASSES = 3
 METADATA_LEDGERS = 2_000

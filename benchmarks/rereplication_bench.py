@@ -8,7 +8,7 @@ Usage::
                                             [--mib N] [--bookie-set KEY=VALUE]...
 
 For each configuration (``e3_qw2_qa2`` by default; ``e3_qw3_qa2`` too), on a fresh
-:class:`~pybk.cluster.local.LocalCluster` (a real ZooKeeper and five ``pybk bookie``
+:class:`~pybk.testing.local_cluster.LocalCluster` (a real ZooKeeper and five ``pybk bookie``
 processes with default settings: each takes part in autorecovery, i.e. the auditor
 election and a replication worker):
 
@@ -59,16 +59,16 @@ from cluster_bench import process_cpu_s  # noqa: E402
 from rawdisk import MIB, mb_per_s, ratio, raw_durable_bandwidth, run_and_report  # noqa: E402
 
 import pybk  # noqa: E402
+from pybk.autorecovery.replicas import bookie_holds_entries, coverage  # noqa: E402
 from pybk.client.bookkeeper import BookKeeper  # noqa: E402
 from pybk.client.digest import DigestManager  # noqa: E402
 from pybk.client.ledger import LedgerHandle  # noqa: E402
-from pybk.cluster.local import LocalCluster  # noqa: E402
-from pybk.cluster.replicas import bookie_holds_entries, coverage  # noqa: E402
 from pybk.meta.ledger_metadata import LedgerMetadata  # noqa: E402
 from pybk.meta.ledgers import LedgerManager  # noqa: E402
 from pybk.meta.underreplication import UnderreplicationManager  # noqa: E402
 from pybk.meta.zookeeper import ZooKeeperMetadataStore  # noqa: E402
 from pybk.storage.cookie import read_cookie  # noqa: E402
+from pybk.testing.local_cluster import LocalCluster  # noqa: E402
 
 ENTRY_BYTES = 1024                 # payload of each entry
 LEDGERS = 100
@@ -98,10 +98,10 @@ POLL_S = 0.1                       # between looks at the metadata store
 TARGET_COPY_TO_WRITE = 1.0
 
 #: What a replication worker logs per ledger it repaired
-#: (:mod:`pybk.cluster.replication_worker`); summed to cross-check the bytes copied.
+#: (:mod:`pybk.autorecovery.worker`); summed to cross-check the bytes copied.
 _REPLICATED_LOG = re.compile(r"ledger \d+ re-replicated \((\d+) entries, (\d+) bytes copied\)")
 #: What the auditor logs once it marked the ledgers of lost bookies
-#: (:mod:`pybk.cluster.auditor`), after ``pybk``'s log format (time, level, logger).
+#: (:mod:`pybk.autorecovery.auditor`), after ``pybk``'s log format (time, level, logger).
 _AUDIT_LOG = re.compile(r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) WARNING "
                         r"pybk\.cluster\.auditor: auditor \S+: bookies (?P<lost>.+) lost: "
                         r"marked (?P<marked>\d+) ledgers under-replicated$", re.MULTILINE)

@@ -6,7 +6,7 @@ Usage::
 
     python benchmarks/spark_bench.py [--quick] [--dir DIR] [--records N]
 
-A throwaway cluster (:class:`pybk.cluster.local.LocalCluster`: ZooKeeper and three
+A throwaway cluster (:class:`pybk.testing.local_cluster.LocalCluster`: ZooKeeper and three
 bookie processes on loopback) and a local SparkSession (``local[2]``) on this machine.
 The records are 1 KiB binary values made by Spark from ``spark.range`` (32 SHA-256
 digests of the id: incompressible, so that Parquet's compression finds nothing to
@@ -48,7 +48,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from pybk.cluster.local import LocalCluster  # noqa: E402
+from pybk.testing.local_cluster import LocalCluster  # noqa: E402
 
 RECORD_BYTES = 1024
 MIB = 1 << 20

@@ -39,7 +39,7 @@ own ratio) and ``add_round_trip_cpu_to_raw_durable`` (pybk over that floor).
   fdatasync included; compare with ``storage_bench.py``'s in-process figure).
 
 The same with ZeroMQ CURVE on (``curve_*``: a second bookie process serving CURVE, keys
-made by :func:`pybk.cluster.curve.create_key_pair`), in the order plain, CURVE, CURVE,
+made by :func:`pybk.net.curve.create_key_pair`), in the order plain, CURVE, CURVE,
 plain, each figure the better of its two rounds; and ``curve_cost_*``, each CURVE figure
 as a fraction of the plain one (0.9: CURVE costs 10%).
 
@@ -69,8 +69,8 @@ if ROOT not in sys.path:
 
 from rawdisk import BLOCK, prepare_zero_fill, ratio, timed_sync_loop  # noqa: E402
 
-from pybk.cluster import BookieServer, ZmqBookieClient  # noqa: E402
-from pybk.cluster.curve import create_key_pair, load_key_pair  # noqa: E402
+from pybk.net import BookieServer, ZmqBookieClient  # noqa: E402
+from pybk.net.curve import create_key_pair, load_key_pair  # noqa: E402
 from pybk.settings import ClientSettings, ServerSettings  # noqa: E402
 from pybk.storage import Bookie, format_bookie, make_entry  # noqa: E402
 

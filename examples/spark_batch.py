@@ -23,8 +23,8 @@ from pyspark.sql import functions as F
 
 import pybk
 import pybk.spark
-from pybk.cluster.local import LocalCluster
 from pybk.errors import NoSuchLog
+from pybk.testing.local_cluster import LocalCluster
 
 EVENTS, COUNTS = "events", "user-counts"
 USERS = ("ada", "brian", "carol", "dennis", "edsger")

@@ -29,7 +29,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 import pybk
 import pybk.spark
-from pybk.cluster.local import LocalCluster
+from pybk.testing.local_cluster import LocalCluster
 
 SOURCE, SINK = "clicks", "clicks-upper"
 

@@ -13,6 +13,7 @@ both the ledger protocol and the network, lives here and in :mod:`pybk.cluster`.
 
 from typing import Any
 
+from pybk import _moved
 from pybk.client import BookKeeper, WriteFlag
 from pybk.errors import BookKeeperError
 from pybk.log import WAL, LogReader, LogWriter, Position
@@ -22,15 +23,17 @@ from pybk.settings import ClientSettings, LogSettings, ServerSettings
 
 __version__ = "0.1.0"
 
+_moved.install()  # old import paths of moved modules, for one release
+
 
 def connect(address: str, settings: ClientSettings | None = None,
             **options: Any) -> BookKeeper:
     """A :class:`BookKeeper` client of the cluster whose metadata is at ``address``
     (``zk://host:port[,host:port...]/ledgers``): bookies are found in its registry and
     reached over ZeroMQ; closing it closes the session and connections.  See
-    :func:`pybk.cluster.connect.connect` for ``options`` and errors."""
+    :func:`pybk.net.connect.connect` for ``options`` and errors."""
     # ZeroMQ and kazoo are imported only when a cluster is wanted: `import pybk` stays light.
-    from pybk.cluster.connect import connect as connect_cluster
+    from pybk.net.connect import connect as connect_cluster
     return connect_cluster(address, settings, **options)
 
 

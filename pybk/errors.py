@@ -99,7 +99,7 @@ class MalformedEntry(BookKeeperError, ValueError):
 class MalformedMessage(BookKeeperError, ValueError):
     """A network message does not decode: bad magic, an unsupported protocol version, an
     unknown operation, a truncated or oversized frame, or fields that break the format
-    (:mod:`pybk.cluster.wire`).  The peer is broken or speaks another protocol."""
+    (:mod:`pybk.net.wire`).  The peer is broken or speaks another protocol."""
 
     code = -1006  # pybk's own
 
@@ -153,7 +153,7 @@ class MetadataUnavailable(MetadataError):
 
 
 class ZooKeeperServerError(MetadataError):
-    """A throwaway ZooKeeper server (:mod:`pybk.cluster.zookeeper_server`) cannot run:
+    """A throwaway ZooKeeper server (:mod:`pybk.testing.zookeeper_server`) cannot run:
     Java or ZooKeeper's jars are missing, or the server did not come up in time.  The
     message says what to install, or ends with the server's log."""
 

@@ -242,7 +242,7 @@ class ServerSettings(_Settings):
     #: writes until it is registered again in a new session.
     shutdownOnSessionExpiry: bool = False
 
-    #: Autorecovery (:mod:`pybk.cluster.autorecovery`): the bookie process takes part in
+    #: Autorecovery (:mod:`pybk.autorecovery.service`): the bookie process takes part in
     #: the auditor election (and runs the auditor when elected).  BookKeeper's default is
     #: false (it runs a separate autorecovery process); pybk's is true, so that a cluster
     #: of bookies heals itself with nothing else to run.
@@ -272,7 +272,7 @@ class ServerSettings(_Settings):
     #: every ledger's metadata, hence not more often.
     auditorBacklogIntervalSeconds: int = 60
     #: pybk's: the process runs a replication worker beside its part in the auditor
-    #: election (:mod:`pybk.cluster.replication_worker`), which repairs the ledgers the
+    #: election (:mod:`pybk.autorecovery.worker`), which repairs the ledgers the
     #: auditor marks.  BookKeeper always runs one with autorecovery; false leaves repair
     #: to other processes.
     replicationWorkerEnabled: bool = True
@@ -300,9 +300,9 @@ class ServerSettings(_Settings):
     #: cannot be repaired by the workers (their log says so).
     bookieRecoveryPasswd: str = ""
 
-    #: Security (README "Security"; BookKeeper's ``tlsEnabled``): serve with ZeroMQ CURVE,
+    #: Security (docs/guide/security.md; BookKeeper's ``tlsEnabled``): serve with ZeroMQ CURVE,
     #: encrypting every message and accepting only the clients whose public keys are in
-    #: ``zmqCurveAllowedClientKeysDirectory`` (:mod:`pybk.cluster.curve`).  Off by
+    #: ``zmqCurveAllowedClientKeysDirectory`` (:mod:`pybk.net.curve`).  Off by
     #: default, for local use; turn it on in every networked deployment.  The bookie
     #: registers its public key with its endpoint; clients pin it.
     zmqCurveEnabled: bool = False
@@ -323,7 +323,7 @@ class ServerSettings(_Settings):
     #: ``zkDigestAuthFile`` user.
     zkWorldReadable: bool = True
     #: Port of the bookie's Prometheus endpoint, ``http://<address>:<port>/metrics``
-    #: (:mod:`pybk.metrics`); 0: none.  BookKeeper's name; its default is 8000 once its
+    #: (:mod:`pybk.http.metrics`); 0: none.  BookKeeper's name; its default is 8000 once its
     #: Prometheus provider is chosen, and pybk has no provider switch, so the port is
     #: the switch: off by default, since several bookies of one machine (``pybk
     #: localcluster``, Spark's co-located bookies) cannot share a fixed port.
@@ -331,7 +331,7 @@ class ServerSettings(_Settings):
     #: Address the Prometheus endpoint binds.  BookKeeper binds ``0.0.0.0``; pybk binds
     #: loopback unless told otherwise, so nothing is exposed unasked.
     prometheusStatsHttpAddress: str = "127.0.0.1"
-    #: Serve the HTTP admin API and the status page (:mod:`pybk.cluster.http_admin`) from
+    #: Serve the HTTP admin API and the status page (:mod:`pybk.http.server`) from
     #: the bookie process.
     httpServerEnabled: bool = False
     #: Port of the HTTP admin server (0: any free one).
@@ -699,7 +699,7 @@ class ClientSettings(_Settings):
     #: load, fewer messages and system calls per add).
     zmqAddMessagesInFlight: int = 2
     #: Security: reach bookies over ZeroMQ CURVE (encrypted, authenticated both ways),
-    #: pinning the public key each bookie registered (:mod:`pybk.cluster.curve`).  Must
+    #: pinning the public key each bookie registered (:mod:`pybk.net.curve`).  Must
     #: match the bookies' ``zmqCurveEnabled``.  Off by default, for local use.
     zmqCurveEnabled: bool = False
     #: This client's CURVE key pair (a ``.key_secret`` file of ``pybk keygen``); its

@@ -2,7 +2,7 @@
 
 These hold no locks and import nothing: the bookie's journal, checkpoint, garbage
 collector and server each update their own, on the one thread (or under the one lock)
-that already does the work, and :mod:`pybk.metrics` reads them when Prometheus scrapes.
+that already does the work, and :mod:`pybk.http.metrics` reads them when Prometheus scrapes.
 A scrape that races an update may see a histogram's sum one observation ahead of its
 counts; the next scrape is consistent again, which is all a rate needs.
 

@@ -12,9 +12,9 @@ import zkutil
 from clusterutil import PASSWORD, BookieProcess, payload
 
 import pybk
+from pybk.autorecovery.replicas import bookie_holds_entries
 from pybk.client import BookKeeper
 from pybk.client.digest import DigestManager
-from pybk.cluster.replicas import bookie_holds_entries
 from pybk.errors import NoSuchEntry, NoSuchLedger
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager

@@ -25,10 +25,10 @@ from zmqutil import LOOPBACK
 
 from pybk.client import BookKeeper
 from pybk.client.transport import BookieClient, InProcessBookieClient
-from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient
 from pybk.errors import NoSuchEntry, NoSuchLedger
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
+from pybk.net import BookieServer, ClientLoop, ZmqBookieClient
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import Bookie, format_bookie
 from pybk.testing.faults import Faults, FaultyBookieClient

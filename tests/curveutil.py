@@ -1,5 +1,5 @@
 """CURVE key sets for tests: a bookie's pair, an allowed client's pair and a stranger's
-pair (a key the bookie does not allow), written by :func:`pybk.cluster.curve.create_key_pair`
+pair (a key the bookie does not allow), written by :func:`pybk.net.curve.create_key_pair`
 as ``pybk keygen`` writes them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from pybk.cluster.curve import create_key_pair, load_key_pair
+from pybk.net.curve import create_key_pair, load_key_pair
 from pybk.settings import ClientSettings
 
 

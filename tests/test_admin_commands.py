@@ -16,9 +16,9 @@ import zkutil
 from clusterutil import BookieProcesses, failed, ok, pybk, unused_port
 
 from pybk import WriteFlag, connect
+from pybk.admin.commands import show_cluster
+from pybk.admin.inspect import PAYLOAD_WIDTH
 from pybk.client.digest import DigestManager
-from pybk.cluster.admin_commands import show_cluster
-from pybk.cluster.admin_inspect import PAYLOAD_WIDTH
 from pybk.errors import LedgerClosed
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
@@ -193,7 +193,7 @@ def test_bad_arguments_get_usage_and_status_2():
 
 
 def test_an_entry_on_one_live_bookie_is_at_risk_and_a_closed_empty_ledger_never():
-    from pybk.cluster.admin_commands import _fewest_live_replicas
+    from pybk.admin.commands import _fewest_live_replicas
     from pybk.meta.ledger_metadata import (
         DigestType,
         Fragment,

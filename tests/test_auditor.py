@@ -21,10 +21,10 @@ import zkutil
 from autorecoveryutil import cluster, expected_marks, full_log, holds_entries, marks, write_ledger  # noqa: F401 (a fixture)
 from clusterutil import BookieProcess, address, bookies, child_env, pybk_command  # noqa: F401
 
+from pybk.autorecovery.auditor import Auditor
+from pybk.autorecovery.service import AutoRecovery
 from pybk.client import BookKeeper
 from pybk.client.transport import BookieClient
-from pybk.cluster.auditor import Auditor
-from pybk.cluster.autorecovery import AutoRecovery
 from pybk.errors import BookKeeperError
 from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import LedgerManager

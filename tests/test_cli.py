@@ -20,7 +20,7 @@ import zkutil
 from clusterutil import BookieProcess, child_env, pybk_command
 
 from pybk import __version__
-from pybk.cli import _parser
+from pybk.cli.main import _parser
 from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(300)

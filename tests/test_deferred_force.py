@@ -17,10 +17,10 @@ from test_client import payload
 from zmqutil import LOOPBACK, RawDealer
 
 from pybk import WriteFlag
-from pybk.cluster import BookieServer, wire
-from pybk.cluster.wire import Op, Request
 from pybk.errors import BookKeeperError, MalformedMessage, NoSuchLedger
 from pybk.meta.ledger_metadata import LedgerState
+from pybk.net import BookieServer, wire
+from pybk.net.wire import Op, Request
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie, make_entry
 from pybk.testing import wait_until

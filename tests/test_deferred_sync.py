@@ -17,8 +17,6 @@ from test_client import bookie_pool, cluster_of, payload  # noqa: F401
 from pybk import WriteFlag
 from pybk.aio.client import AsyncBookKeeper
 from pybk.client.deferred import AckWatermarks, ForceOp, entries_stored
-from pybk.cluster import wire
-from pybk.cluster.wire import Op, Request
 from pybk.errors import (
     BookKeeperError,
     LedgerClosed,
@@ -27,6 +25,8 @@ from pybk.errors import (
     ReadOnlyLedger,
 )
 from pybk.meta.ledger_metadata import LedgerState
+from pybk.net import wire
+from pybk.net.wire import Op, Request
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie, make_entry
 from pybk.testing import waiting

@@ -1,4 +1,4 @@
-"""The bookie directory (pybk.cluster.directory): bookie ids to clients without a
+"""The bookie directory (pybk.net.directory): bookie ids to clients without a
 metadata read on the data path.  Ledger bookies are resolved when the ledger is created
 or opened; other lookups run on the directory's own thread while callers get a stand-in
 that queues their requests; a real ZooKeeper stopped under a client does not stall its
@@ -15,13 +15,13 @@ import zkutil
 from conftest import KEY, entry
 
 from pybk.client.transport import InProcessBookieClient
-from pybk.cluster import directory as directory_module
-from pybk.cluster.client import ClientLoop, ZmqBookieClient
-from pybk.cluster.connect import connect
-from pybk.cluster.directory import REFRESH_WAIT_S, BookieDirectory
 from pybk.cluster.node import BookieNode
-from pybk.cluster.server import BookieServer
 from pybk.errors import BookieUnavailable
+from pybk.net import directory as directory_module
+from pybk.net.client import ClientLoop, ZmqBookieClient
+from pybk.net.connect import connect
+from pybk.net.directory import REFRESH_WAIT_S, BookieDirectory
+from pybk.net.server import BookieServer
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import format_bookie
 from pybk.storage.cookie import is_formatted

@@ -34,14 +34,14 @@ import pytest
 
 from pybk.client import BookKeeper
 from pybk.client.digest import DigestManager
-from pybk.cluster import wire
-from pybk.cluster.wire import Op, Reply, Request
 from pybk.errors import Unauthorized
 from pybk.log.batch import decode_batch, encode_batch
 from pybk.log.metadata import Dropped, LogMetadata, Segment, SegmentRecord
 from pybk.log.position import Position
 from pybk.meta.cookies import Cookie
 from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState, hash_password
+from pybk.net import wire
+from pybk.net.wire import Op, Reply, Request
 from pybk.settings import ServerSettings
 from pybk.storage import LAST_ENTRY, Bookie, format_bookie
 from pybk.storage import journal_codec as codec

@@ -23,8 +23,8 @@ import zkutil
 from clusterutil import BookieProcess, BookieProcesses, child_env, pybk, unused_port
 
 from pybk import connect
-from pybk.cluster.http_admin import AdminHttpServer, Response, Routes
-from pybk.cluster.http_endpoints import LEDGER_PAGE
+from pybk.http.endpoints import LEDGER_PAGE
+from pybk.http.server import AdminHttpServer, Response, Routes
 from pybk.meta import LedgerManager
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import pybk
 from pybk.errors import InvalidConfiguration
-from pybk.metrics import MetricsServer, render
+from pybk.http.metrics import MetricsServer, render
 from pybk.settings import ServerSettings
 from pybk.testing.waiting import wait_until
 
@@ -149,7 +149,7 @@ def test_the_dashboard_queries_only_metrics_a_bookie_serves(bookies, address):
 
 def test_a_metrics_server_answers_metrics_only_and_frees_its_port(bookie):
     registry = CollectorRegistry()
-    registry.register(pybk.metrics.BookieCollector(bookie))
+    registry.register(pybk.http.metrics.BookieCollector(bookie))
     with MetricsServer(registry, "127.0.0.1", 0) as server:
         assert value(scrape(server.port), "bookie_SERVER_STATUS") == 1
         with pytest.raises(urllib.error.HTTPError) as missing:

@@ -21,7 +21,6 @@ from conftest import KEY, entry
 import pybk
 import pybk.cluster.node as node_module
 from pybk.client import BookKeeper
-from pybk.cluster.connect import ClusterBookKeeper
 from pybk.cluster.cookies import cluster_cookie, update_cookies
 from pybk.cluster.node import BookieNode
 from pybk.errors import (
@@ -32,6 +31,7 @@ from pybk.errors import (
     NotEnoughBookies,
 )
 from pybk.meta.zookeeper import SessionState, ZooKeeperMetadataStore, format_cluster
+from pybk.net.connect import ClusterBookKeeper
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import Bookie, format_bookie
 from pybk.storage.cookie import directory_cookie, is_formatted

@@ -27,7 +27,7 @@ from pybk.storage.entries import ENTRY_HEADER_SIZE
 
 pytestmark = pytest.mark.timeout(120)
 
-#: Bytes of a payload that ``--msg`` shows (pybk.offline_commands.MSG_BYTES).
+#: Bytes of a payload that ``--msg`` shows (pybk.cli.offline.MSG_BYTES).
 MSG_BYTES = 64
 #: The longest one offline command may take (a fraction of a second of work; the bound
 #: allows for a busy machine).

@@ -17,7 +17,7 @@ import zkutil
 from clientutil import FAST, PROCESSES, TRANSPORTS, BookiePool, clusters
 from clusterutil import BookieProcesses, ok
 
-from pybk.cluster.rereplication import LedgerRepair, Outcome
+from pybk.autorecovery.rereplication import LedgerRepair, Outcome
 from pybk.errors import NotEnoughBookies
 from pybk.settings import ServerSettings
 from pybk.topology import DEFAULT_LOCATION

@@ -18,8 +18,8 @@ from autorecoveryutil import FAST, check_replicas, entries_on, write_ledger
 from clusterutil import PASSWORD, BookieProcesses, failed, ok, pybk, unused_port
 
 from pybk import connect
+from pybk.autorecovery.replicas import bookie_holds_entries
 from pybk.client import BookKeeper
-from pybk.cluster.replicas import bookie_holds_entries
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.testing import wait_until
@@ -227,7 +227,7 @@ def test_decommission_waits_for_autorecovery_then_removes_the_cookie(cluster, lo
 def test_progress_lines_say_ledgers_bytes_rate_and_time_left():
     import io
 
-    from pybk.cluster.progress import Progress
+    from pybk.admin.progress import Progress
 
     out = io.StringIO()
     with Progress("recover", 2, 4096, out) as progress:
@@ -243,7 +243,7 @@ def test_progress_lines_say_ledgers_bytes_rate_and_time_left():
 def test_progress_on_a_terminal_is_a_bar_with_ledgers_bytes_and_rate():
     import io
 
-    from pybk.cluster.progress import Progress
+    from pybk.admin.progress import Progress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

@@ -1,4 +1,4 @@
-"""Which entries each bookie of a ledger holds (pybk.cluster.replicas), checked against
+"""Which entries each bookie of a ledger holds (pybk.autorecovery.replicas), checked against
 :meth:`LedgerMetadata.write_set` entry by entry."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from pybk.cluster.replicas import Span, bookie_holds_entries, coverage, first_held, spans
+from pybk.autorecovery.replicas import Span, bookie_holds_entries, coverage, first_held, spans
 from pybk.meta.ledger_metadata import (
     DigestType,
     Fragment,

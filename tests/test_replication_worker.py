@@ -30,9 +30,9 @@ from autorecoveryutil import (  # noqa: F401 (a fixture)
 from clusterutil import PASSWORD, Writer, address, bookies, payload  # noqa: F401
 
 import pybk
+from pybk.autorecovery.replicas import bookie_holds_entries, holds
+from pybk.autorecovery.service import AutoRecovery
 from pybk.client import BookKeeper
-from pybk.cluster.autorecovery import AutoRecovery
-from pybk.cluster.replicas import bookie_holds_entries, holds
 from pybk.meta.ledger_metadata import DigestType, LedgerState
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ServerSettings
@@ -195,7 +195,7 @@ def test_an_open_ledger_whose_writer_is_gone_is_fenced_closed_and_replicated(
 
 def test_a_writer_that_replaces_the_lost_bookie_within_its_grace_keeps_its_ledger(
         bookies, cluster, closing, address, caplog):
-    caplog.set_level(logging.INFO, logger="pybk.cluster.replication_worker")
+    caplog.set_level(logging.INFO, logger="pybk.autorecovery.worker")
     processes = bookies.start_serving(4, zk_timeout_ms=SHORT_MS, options=NO_AUTORECOVERY)
     bk, manager = cluster
     handle = write_ledger(bk, 3, 2, entries=5, close=False)  # its writer idles

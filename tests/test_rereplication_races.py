@@ -17,9 +17,9 @@ import pytest
 from clientutil import FAST, clusters
 from test_ledger_races import Background, payload
 
+from pybk.autorecovery.replicas import holds
+from pybk.autorecovery.rereplication import LedgerRepair, Outcome
 from pybk.client.digest import DigestManager
-from pybk.cluster.replicas import holds
-from pybk.cluster.rereplication import LedgerRepair, Outcome
 from pybk.errors import NoSuchEntry, NoSuchLedger
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.settings import ServerSettings

@@ -26,8 +26,6 @@ from pybk import connect
 from pybk import open as pybk_open
 from pybk.client import BookKeeper
 from pybk.client.digest import DigestManager
-from pybk.cluster import BookieServer, ZmqBookieClient
-from pybk.cluster.curve import load_key_pair
 from pybk.errors import (
     BookieUnavailable,
     BookKeeperError,
@@ -39,6 +37,8 @@ from pybk.errors import (
 from pybk.meta.ledger_metadata import DigestType
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, format_cluster
+from pybk.net import BookieServer, ZmqBookieClient
+from pybk.net.curve import load_key_pair
 from pybk.settings import ClientSettings
 from pybk.testing import wait_until
 

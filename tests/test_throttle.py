@@ -1,4 +1,4 @@
-"""The byte-rate limit of replication workers (:class:`pybk.cluster.throttle.ByteRate`):
+"""The byte-rate limit of replication workers (:class:`pybk.autorecovery.throttle.ByteRate`):
 what it makes its caller wait, read from the waits it asks of its stop event (which
 records them instead of sleeping, so nothing here depends on timing)."""
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from pybk.cluster.throttle import ByteRate
+from pybk.autorecovery.throttle import ByteRate
 
 
 class RecordedWaits(threading.Event):

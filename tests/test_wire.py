@@ -1,4 +1,4 @@
-"""The wire protocol (pybk.cluster.wire): every operation round-trips through the codec
+"""The wire protocol (pybk.net.wire): every operation round-trips through the codec
 and through a real bookie server over loopback TCP; the decoders and the server survive
 truncated, mutated, oversized and random input."""
 
@@ -13,18 +13,6 @@ from conftest import KEY, entry
 from zmqutil import LOOPBACK, RawDealer
 
 from pybk import errors
-from pybk.cluster import BookieServer, ZmqBookieClient, wire
-from pybk.cluster.frames import ZERO_COPY_MIN_BYTES
-from pybk.cluster.wire import (
-    MAGIC,
-    REPLY_HEADER,
-    REQUEST_HEADER,
-    VERSION,
-    BookieInfo,
-    Op,
-    Reply,
-    Request,
-)
 from pybk.errors import (
     BookKeeperError,
     ClientClosed,
@@ -37,6 +25,18 @@ from pybk.errors import (
     TooManyRequests,
     Unauthorized,
     error_for_code,
+)
+from pybk.net import BookieServer, ZmqBookieClient, wire
+from pybk.net.frames import ZERO_COPY_MIN_BYTES
+from pybk.net.wire import (
+    MAGIC,
+    REPLY_HEADER,
+    REQUEST_HEADER,
+    VERSION,
+    BookieInfo,
+    Op,
+    Reply,
+    Request,
 )
 from pybk.settings import ClientSettings
 from pybk.storage import LAST_ENTRY

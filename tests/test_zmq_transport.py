@@ -18,9 +18,9 @@ import zmq
 from conftest import KEY, entry
 from zmqutil import LOOPBACK, RawDealer, RawRouter
 
-from pybk.cluster import BookieServer, ClientLoop, ZmqBookieClient, wire
-from pybk.cluster import client as client_module
 from pybk.errors import BookieUnavailable, EntryTooLarge, LedgerFenced, MalformedMessage, Timeout
+from pybk.net import BookieServer, ClientLoop, ZmqBookieClient, wire
+from pybk.net import client as client_module
 from pybk.settings import ClientSettings
 from pybk.testing import wait_until
 
@@ -201,7 +201,7 @@ def test_a_closing_server_lets_a_vanished_clients_replies_go(
     wait_until(lambda: server.requests_served()["long_poll"] == 1, "the poll is parked")
     flood_unread(hog, 10)  # not read
     hog.close()  # reset: replies it did not read are waiting in its TCP buffer
-    with caplog.at_level(logging.WARNING, logger="pybk.cluster.server"):
+    with caplog.at_level(logging.WARNING, logger="pybk.net.server"):
         server.close()
     assert poll.result(timeout=10) == (-1, None)
     assert "closing with" not in caplog.text  # the warning of a close out of time

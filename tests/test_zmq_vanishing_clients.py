@@ -27,7 +27,7 @@ from conftest import KEY, entry
 from zmqutil import flood_and_reset
 
 import pybk
-from pybk.cluster import ZmqBookieClient, wire
+from pybk.net import ZmqBookieClient, wire
 from pybk.settings import ClientSettings
 
 pytestmark = pytest.mark.timeout(120)
@@ -47,7 +47,7 @@ FLOOD_LEDGERS = 1 << 40
 FLOODING_CLIENT = f"""
 import sys, threading
 from concurrent.futures import wait
-from pybk.cluster import ZmqBookieClient
+from pybk.net import ZmqBookieClient
 from pybk.settings import ClientSettings
 from pybk.storage import make_entry
 

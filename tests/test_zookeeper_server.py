@@ -1,4 +1,4 @@
-"""Throwaway ZooKeeper servers (pybk.cluster.zookeeper_server): clear errors when Java or
+"""Throwaway ZooKeeper servers (pybk.testing.zookeeper_server): clear errors when Java or
 ZooKeeper is missing or the server cannot start, and a three-server ensemble."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import os
 import pytest
 import zkutil
 
-from pybk.cluster import zookeeper_server
-from pybk.cluster.zookeeper_server import ZooKeeperEnsemble, ZooKeeperServer, four_letter_word
 from pybk.errors import ZooKeeperServerError
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
+from pybk.testing import zookeeper_server
+from pybk.testing.zookeeper_server import ZooKeeperEnsemble, ZooKeeperServer, four_letter_word
 
 pytestmark = pytest.mark.timeout(120)
 

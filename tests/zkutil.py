@@ -12,8 +12,8 @@ import uuid
 from kazoo.client import KazooClient
 from sparkutil import JVM_OPTIONS
 
-from pybk.cluster.zookeeper_server import ZooKeeperServer
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, format_cluster
+from pybk.testing.zookeeper_server import ZooKeeperServer
 
 #: ZooKeeper's tick: sessions may time out after 2 ticks, so tests can expire them fast.
 TICK_MS = 200

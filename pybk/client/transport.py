@@ -226,7 +226,7 @@ class InProcessBookieClient(BookieClient):
             if error is not None:
                 future.set_exception(error)
                 return
-            if not fenced.result():  # as a bookie server answers (pybk/cluster/server.py)
+            if not fenced.result():  # as a bookie server answers (pybk/net/server.py)
                 future.set_exception(self._bookie.not_held_error(ledger_id))
                 return
             try:

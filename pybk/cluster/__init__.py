@@ -1,29 +1,24 @@
-"""pybk's cluster layer: what runs between processes.
+"""A bookie as a member of a cluster.
 
-:mod:`pybk.cluster.wire` is the ZeroMQ protocol, :class:`BookieServer` serves a
-:class:`pybk.storage.Bookie`, and :class:`ZmqBookieClient` is the
-:class:`pybk.client.transport.BookieClient` that talks to one (several of them can share
-one :class:`ClientLoop`, the I/O thread that owns their sockets).
-:mod:`pybk.cluster.zookeeper_server` starts throwaway ZooKeeper servers (one, or an
-ensemble on loopback) for tests, local clusters and benchmarks.
+:class:`~pybk.cluster.node.BookieNode` serves a bookie over ZeroMQ and keeps it
+registered (with its endpoint) in ZooKeeper, following its disk state and its session,
+with autorecovery, metrics and the HTTP admin API beside it;
+:mod:`~pybk.cluster.cookies` checks the directories' cookie against the cluster's copy;
+:mod:`~pybk.cluster.admission` guards a bookie against stale writers of ledgers it does
+not know; :mod:`~pybk.cluster.lifeline` and :mod:`~pybk.cluster.child` run bookies in
+child processes that die with their parent.
 
-A cluster: :class:`pybk.cluster.node.BookieNode` serves a bookie and keeps it registered
-(with its endpoint) in ZooKeeper; :func:`pybk.cluster.connect.connect` (also
-``pybk.connect``) makes a client that finds bookies through the registry
-(:mod:`pybk.cluster.directory`); :mod:`pybk.cluster.local` runs a throwaway cluster of
-bookie processes, :mod:`pybk.cluster.simpletest` checks one, and
-:mod:`pybk.cluster.commands` is what the ``pybk`` cluster commands do.
-
-Autorecovery: :mod:`pybk.cluster.autorecovery` runs in every bookie process (and in
-``pybk autorecovery``): the auditor election (:mod:`pybk.cluster.election`) and, while
-elected, the auditor (:mod:`pybk.cluster.auditor`, with :mod:`pybk.cluster.replicas`
-and :mod:`pybk.cluster.ledger_check`), which marks the ledgers of lost bookies in the
-under-replication metadata (:mod:`pybk.meta.underreplication`); and a replication worker
-(:mod:`pybk.cluster.replication_worker`) that claims marked ledgers and repairs them
-(:mod:`pybk.cluster.rereplication`, at a rate kept by :mod:`pybk.cluster.throttle`).
+May import: the base modules, :mod:`pybk.storage`, :mod:`pybk.meta`, :mod:`pybk.client`,
+:mod:`pybk.net`, :mod:`pybk.autorecovery`, :mod:`pybk.admin`, :mod:`pybk.http`.
 """
 
-from pybk.cluster.client import ClientLoop, ZmqBookieClient
-from pybk.cluster.server import BookieServer
+from typing import Any
 
-__all__ = ["BookieServer", "ClientLoop", "ZmqBookieClient"]
+from pybk._moved import moved_attribute
+
+
+def __getattr__(name: str) -> Any:
+    # Before pybk.net existed these were pybk.cluster's: kept for one release.
+    return moved_attribute(__name__, name, {"BookieServer": "pybk.net",
+                                            "ClientLoop": "pybk.net",
+                                            "ZmqBookieClient": "pybk.net"})

@@ -1,6 +1,6 @@
 """Child processes that die with their parent.
 
-``pybk localcluster`` and :class:`~pybk.cluster.zookeeper_server.ZooKeeperServer` start
+``pybk localcluster`` and :class:`~pybk.testing.zookeeper_server.ZooKeeperServer` start
 child processes (bookies, a Java ZooKeeper).  When the parent stops normally it stops
 them; when it is killed (SIGKILL, the OOM killer) it cannot, and without help they would
 run on forever, holding ports and directories.  Two mechanisms, each for what it suits:

@@ -5,7 +5,7 @@ bookie can be promoted without copying data), a :class:`~pybk.cluster.BookieServ
 the ``listenAddress``, and a session on the cluster's metadata store
 (``metadataServiceUri``) in which the bookie is registered under its id, with its
 endpoint ``tcp://<advertised host>:<port>`` (and its CURVE public key with
-``zmqCurveEnabled``: :mod:`pybk.cluster.curve`) as the registration's data, and on its host
+``zmqCurveEnabled``: :mod:`pybk.net.curve`) as the registration's data, and on its host
 (``bookieHost``, by default the advertised host), where placement finds the bookies of a
 writer's host, and with its network location (``bookieNetworkLocation``, or what
 ``networkTopologyScriptFileName`` maps its address to: :mod:`pybk.topology`), which
@@ -76,18 +76,18 @@ Stale writers
 Autorecovery
     With ``autoRecoveryDaemonEnabled`` (the default) the node stands in the auditor
     election under its bookie id, audits the cluster while elected, and runs a
-    replication worker (:mod:`pybk.cluster.autorecovery`); both reach its own bookie
+    replication worker (:mod:`pybk.autorecovery.service`); both reach its own bookie
     in-process.  Closing the node stops that first.
 
 Metrics
     :attr:`BookieNode.metrics_registry` holds the bookie's, its server's and
-    autorecovery's metrics (:mod:`pybk.metrics`); with ``prometheusStatsHttpPort`` set
+    autorecovery's metrics (:mod:`pybk.http.metrics`); with ``prometheusStatsHttpPort`` set
     they are served at ``http://<prometheusStatsHttpAddress>:<port>/metrics`` until the
     node closes, and at ``/metrics`` of the HTTP admin server when that runs.
 
 HTTP admin API
     With ``httpServerEnabled`` the node serves BookKeeper's admin endpoints and a status
-    page about itself and its cluster (:mod:`pybk.cluster.http_endpoints`), stopped
+    page about itself and its cluster (:mod:`pybk.http.endpoints`), stopped
     first on close.  :meth:`BookieNode.set_read_only_by_admin` is its ``state/readonly``.
 
 Threads: none of its own besides the server's, the bookie's, autorecovery's, the
@@ -108,20 +108,20 @@ from typing import Any, Callable, TypeVar
 
 import zmq
 
+from pybk.autorecovery.service import AutoRecovery
 from pybk.client.transport import InProcessBookieClient
-from pybk.cluster import curve
 from pybk.cluster.admission import LedgerAdmission
-from pybk.cluster.autorecovery import AutoRecovery
 from pybk.cluster.cookies import cluster_cookie
-from pybk.cluster.http_admin import AdminHttpServer, Request, Response
-from pybk.cluster.http_endpoints import admin_routes
-from pybk.cluster.server import BookieServer
 from pybk.errors import BookKeeperError, InvalidConfiguration
+from pybk.http.endpoints import admin_routes
+from pybk.http.metrics import MetricsServer, bookie_registry, render
+from pybk.http.server import AdminHttpServer, Request, Response
 from pybk.meta.address import open_metadata_store
 from pybk.meta.cookies import check_cluster_cookie
 from pybk.meta.interface import MetadataStore, SessionState
 from pybk.meta.zookeeper import ZooKeeperSettings
-from pybk.metrics import MetricsServer, bookie_registry, render
+from pybk.net import curve
+from pybk.net.server import BookieServer
 from pybk.settings import ServerSettings, split_host_port
 from pybk.storage import Bookie
 from pybk.storage.cookie import directory_cookie, record_bookie_id, resolve_bookie_id
@@ -207,7 +207,7 @@ class BookieNode:
             metadata.add_session_listener(self._on_session)
             opened.callback(metadata.remove_session_listener, self._on_session)
             #: The process's part in autorecovery (None with autoRecoveryDaemonEnabled
-            #: false): it stands for auditor and repairs (:mod:`pybk.cluster.autorecovery`).
+            #: false): it stands for auditor and repairs (:mod:`pybk.autorecovery.service`).
             #: Started before the bookie registers, so that a registered bookie's process
             #: is wholly started (``pybk localcluster`` waits for the registrations).
             self.autorecovery: AutoRecovery | None = None
@@ -215,7 +215,7 @@ class BookieNode:
                 in_process = {self.bookie_id: InProcessBookieClient(self.bookie_id, bookie)}
                 self.autorecovery = opened.enter_context(
                     AutoRecovery(metadata, settings, self.bookie_id, in_process))
-            #: The bookie's metrics (:mod:`pybk.metrics`), served on
+            #: The bookie's metrics (:mod:`pybk.http.metrics`), served on
             #: ``prometheusStatsHttpPort`` if set (:attr:`metrics_server`).
             self.metrics_registry = bookie_registry(bookie, self.server, self.autorecovery)
             self.metrics_server: MetricsServer | None = None

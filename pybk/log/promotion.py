@@ -10,7 +10,7 @@ behind: their ledgers are not copied and the copied head drops none (the embedde
 still lists them, for the writer that opens it next if it is ever demoted).  The entries
 stay on the WAL's own bookie, which joins the cluster under the id its ledgers already
 name (``bookie-<instance id>``) and serves them to any client; the WAL's own client
-keeps calling it in-process (:func:`pybk.cluster.connect.connect` with
+keeps calling it in-process (:func:`pybk.net.connect.connect` with
 ``local_bookies``).
 
 All or nothing.  :class:`pybk.log.wal.WAL` promotes in these steps:

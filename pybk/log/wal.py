@@ -97,7 +97,7 @@ def open(path: str | os.PathLike[str], cluster: str | None = None,  # noqa: A001
     with ``cluster``, until :func:`demote`.
 
     With ``metrics_registry`` (a prometheus_client registry) the WAL reports there its
-    client's metrics (:mod:`pybk.client.metrics`) and its bookie's (:mod:`pybk.metrics`),
+    client's metrics (:mod:`pybk.client.metrics`) and its bookie's (:mod:`pybk.http.metrics`),
     until it is closed; one WAL per registry.
     """
     return WAL(path, cluster, ensemble, write_quorum, ack_quorum, metrics_registry,
@@ -151,7 +151,7 @@ class WAL:
             resources.callback(self._store.close)
             self.bookie_id = f"bookie-{self.bookie.instance_id}"
             if metrics_registry is not None:
-                from pybk.metrics import BookieCollector  # prometheus_client, when wanted
+                from pybk.http.metrics import BookieCollector  # prometheus_client, when wanted
                 collector = BookieCollector(self.bookie)
                 metrics_registry.register(collector)
                 resources.callback(metrics_registry.unregister, collector)
@@ -179,9 +179,9 @@ class WAL:
                    ) -> tuple[BookKeeper, LogWriter]:
         """Join the cluster, promoting the directory first if it is not yet a member
         (all or nothing: see :mod:`pybk.log.promotion`)."""
-        from pybk.cluster.connect import connect  # the cluster layer, only when wanted
         from pybk.cluster.node import BookieNode
         from pybk.meta.zookeeper import ZooKeeperSettings
+        from pybk.net.connect import connect  # the cluster layer, only when wanted
         # The WAL writes to its own bookie in-process; peers reach it through the node,
         # which registers on this client's session (with the server's ZooKeeper
         # credentials: zkEnableSecurity).

@@ -44,7 +44,7 @@ which is pybk's own:
     "min_replicas": int or null}``: who measured it and when (ms since the epoch), how
     many ledgers are marked, how many acknowledged entries lack a replica, and the
     fewest live replicas any acknowledged entry of the cluster has (null when it has
-    none); see :mod:`pybk.cluster.auditor` for how they are counted.
+    none); see :mod:`pybk.autorecovery.auditor` for how they are counted.
 
 Guarantees, from the store's compare-and-set: a mark is never lost to a concurrent mark
 (they merge); of several workers claiming one ledger exactly one gets it; clearing a
@@ -451,7 +451,7 @@ class UnderreplicationManager:
     def trigger_audit(self, default: int = 0) -> None:
         """Make the auditor audit the missing bookies now, whatever the delay: write the
         delay again with its value (BookKeeper's ``triggerAudit``; see
-        :mod:`pybk.cluster.auditor`)."""
+        :mod:`pybk.autorecovery.auditor`)."""
         self.set_lost_bookie_recovery_delay(self.lost_bookie_recovery_delay(default))
 
     def watch_lost_bookie_recovery_delay(self, callback: Callable[[], None]) -> Watch:

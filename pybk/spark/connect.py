@@ -30,7 +30,7 @@ from pybk.spark.options import READ, STREAM_WRITE, WRITE, PybkOptions
 def connect(opts: PybkOptions) -> Iterator[BookKeeper]:
     """A client of the log's cluster or WAL directory, closed on exit."""
     if opts.uri is not None:
-        from pybk.cluster.connect import connect as connect_cluster
+        from pybk.net.connect import connect as connect_cluster
         settings = opts.client_settings()
         if not settings.clientHost:
             settings = dataclasses.replace(settings, clientHost=executor_host())

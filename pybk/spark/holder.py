@@ -21,8 +21,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Iterator
 
-from pybk import child
-from pybk.cluster.curve import split_registered
+from pybk.cluster import child
 from pybk.cluster.lifeline import Lifeline, death_signal_preexec
 from pybk.errors import (
     BookieUnavailable,
@@ -36,6 +35,7 @@ from pybk.fileio import lock_file, write_file_atomically
 from pybk.meta import paths
 from pybk.meta.address import open_metadata_store
 from pybk.meta.interface import ANY_VERSION, MetadataStore
+from pybk.net.curve import split_registered
 
 if TYPE_CHECKING:
     from pybk.meta.zookeeper import ZooKeeperSettings
@@ -49,7 +49,7 @@ WATCH_INTERVAL_S = 0.5
 #: How often the driver looks for reports and unregistrations, in seconds.
 POLL_S = 0.1
 LOG_TAIL_BYTES = 4000
-#: ``pybk bookie``'s line once it serves (:func:`pybk.cluster.commands.run_bookie`).
+#: ``pybk bookie``'s line once it serves (:func:`pybk.cli.cluster.run_bookie`).
 _SERVING = re.compile(r"pybk bookie: (\S+) serving at (\S+),")
 #: What ``pybk bookie`` says when another bookie still holds the directory.
 _LOCKED = "is locked: another bookie"

@@ -206,7 +206,7 @@ class Bookie:
         self._read_only_reason: str | None = None  # set_read_only()'s
         self._read_only = False  # either of the two: the one flag the add path reads
         self._state_listeners: list[StateListener] = []
-        #: Checkpoint and garbage collection figures for :mod:`pybk.metrics`.
+        #: Checkpoint and garbage collection figures for :mod:`pybk.http.metrics`.
         self.stats = StorageStats()
         self._closed = False
         self._stop = threading.Event()
@@ -400,7 +400,7 @@ class Bookie:
 
     @property
     def journal_stats(self) -> JournalStats:
-        """The journal's figures, for :mod:`pybk.metrics`."""
+        """The journal's figures, for :mod:`pybk.http.metrics`."""
         return self._journal.stats
 
     @property
@@ -409,7 +409,7 @@ class Bookie:
         return len(self._states)
 
     def gauges(self) -> StorageGauges | None:
-        """What the bookie holds now, for :mod:`pybk.metrics` (None once closed).  Read
+        """What the bookie holds now, for :mod:`pybk.http.metrics` (None once closed).  Read
         without the bookie's locks, so that a scrape never waits for a checkpoint: each
         figure is one read of a field that another thread replaces whole."""
         if self._closed:
@@ -560,7 +560,7 @@ class Bookie:
         """Add runs of entries, of any ledgers, as one journal group.
 
         ``runs`` holds ``(ledger id, entry ids, entries, master key, recovery[, deferred])``
-        tuples, each the adds of one ledger (:class:`pybk.cluster.wire.AddRun` is one).  Each
+        tuples, each the adds of one ledger (:class:`pybk.net.wire.AddRun` is one).  Each
         add is checked as :meth:`add_entry_async` checks it: an add that fails alone (too
         large, a header naming another entry) fails alone, and the adds of a run whose
         ledger refuses them (wrong key, fenced...) fail together.  ``callback(errors)`` is

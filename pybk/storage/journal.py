@@ -153,7 +153,7 @@ class Journal:
         self._queued_bytes = 0
         self._first_queued_at = 0.0  # monotonic time the queue's first record came
         self._group_queued_at = 0.0  # the same, for the group being committed
-        #: Figures for :mod:`pybk.metrics`, updated by the committing thread.
+        #: Figures for :mod:`pybk.http.metrics`, updated by the committing thread.
         self.stats = JournalStats()
         self._wakeup = threading.Lock()
         self._wakeup.acquire()

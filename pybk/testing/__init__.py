@@ -16,8 +16,8 @@
     A bounded wait for something another thread or process does; a call shown not to
     wait for what takes far longer than the bound, by its returning at all.
 
-A throwaway ZooKeeper is :class:`pybk.cluster.zookeeper_server.ZooKeeperServer` and a
-local cluster of bookie processes :class:`pybk.cluster.local.LocalCluster`; both serve
+A throwaway ZooKeeper is :class:`pybk.testing.zookeeper_server.ZooKeeperServer` and a
+local cluster of bookie processes :class:`pybk.testing.local_cluster.LocalCluster`; both serve
 ``pybk localcluster`` too, so they live with the cluster.  Nothing in the library imports
 this package.
 """

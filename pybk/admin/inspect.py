@@ -1,5 +1,5 @@
 """The admin shell's commands that ask the bookies themselves, over the wire
-(:mod:`pybk.cluster.admin_commands` holds those that read the metadata only, and the
+(:mod:`pybk.admin.commands` holds those that read the metadata only, and the
 conventions they share: ``--zk``/``--conf``, tables or ``--json``, one line on standard
 error and exit status 1 on failure).
 
@@ -40,9 +40,10 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from pybk.admin.commands import location_of
+from pybk.admin.tables import table
 from pybk.client.digest import DigestManager
 from pybk.client.reads import READ_BATCH_MAX_BYTES
-from pybk.cluster.admin_commands import location_of
 from pybk.errors import (
     BookieUnavailable,
     BookKeeperError,
@@ -56,7 +57,6 @@ from pybk.errors import (
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.settings import ServerSettings
-from pybk.tables import table
 
 if TYPE_CHECKING:
     from pybk.client import BookKeeper
@@ -84,8 +84,8 @@ def bookie_info(timeout_s: float,
     turns read-only before the registry says so).  The shell reaches bookies that serve
     CURVE with the key pair of its ``settings``."""
     def work(store: MetadataStore) -> dict:
-        from pybk.cluster import curve
-        from pybk.cluster.client import ClientLoop, ZmqBookieClient
+        from pybk.net import curve
+        from pybk.net.client import ClientLoop, ZmqBookieClient
         from pybk.settings import ClientSettings
 
         client_settings = ClientSettings(
@@ -168,7 +168,7 @@ def human_bytes(count: int | None) -> str | None:
 
 def read_ledger(ledger_id: int, first: int, last: int | None, bookie: str | None,
                 password: bytes, unconfirmed: bool = False) -> Callable[["BookKeeper"], dict]:
-    """``readledger`` (through :func:`pybk.cluster.admin_commands.client`): entries
+    """``readledger`` (through :func:`pybk.admin.commands.client`): entries
     ``first`` .. ``last`` (None: to the end), clipped to the readable ones, or with
     ``unconfirmed`` to those the bookies hold (module docstring).  JSON:
     ``{"ledger": id, "state": "OPEN"|"IN_RECOVERY"|"CLOSED", "last_readable": the last

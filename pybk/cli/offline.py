@@ -37,6 +37,7 @@ from typing import Any, Callable, Sequence
 
 import lmdb
 
+from pybk.admin.tables import table
 from pybk.errors import BookKeeperError
 from pybk.settings import ServerSettings
 from pybk.storage import inspect
@@ -44,7 +45,6 @@ from pybk.storage.cookie import locked_directories
 from pybk.storage.entries import ENTRY_HEADER_SIZE
 from pybk.storage.journal_codec import ScanReport, journal_file_name
 from pybk.storage.lastmark import replay_start
-from pybk.tables import table
 
 #: The most payload bytes ``--msg`` shows per record.
 MSG_BYTES = 64

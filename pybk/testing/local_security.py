@@ -1,4 +1,4 @@
-"""The credentials of a secured :class:`~pybk.cluster.local.LocalCluster` (``pybk
+"""The credentials of a secured :class:`~pybk.testing.local_cluster.LocalCluster` (``pybk
 localcluster --curve --zk-auth``): made in the cluster's directory unless the settings
 name them, and a settings file for its clients.
 
@@ -15,7 +15,7 @@ made, in the cluster's directory::
     zk-auth                  pybk:<random password> (zkDigestAuthFile), mode 0600
     client.conf              the settings of a client: metadataServiceUri and the
                              credentials above, for ``pybk simpletest --conf``, the admin
-                             shell's ``--conf``, ``pybk.cluster.connect``
+                             shell's ``--conf``, ``pybk.net.connect``
 
 Files already there (a ``--dir`` used before) are used again, so that clients keep
 their keys.  With a key pair named by the settings and no allowed directory made here,
@@ -29,7 +29,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Mapping
 
-from pybk.cluster.curve import create_key_pair, load_key_pair, write_public_key
+from pybk.net.curve import create_key_pair, load_key_pair, write_public_key
 from pybk.settings import ServerSettings
 
 #: The client settings file a secured local cluster writes.

@@ -1,10 +1,10 @@
 """``BookieDirectory``: bookie ids to bookie clients, through the bookie registry.
 
 A bookie registers its endpoint (``tcp://host:port``, with its CURVE public key when it
-serves CURVE: :mod:`pybk.cluster.curve`) as the data of its registration record
+serves CURVE: :mod:`pybk.net.curve`) as the data of its registration record
 (:meth:`pybk.meta.interface.MetadataStore.bookie_endpoint`).  The directory makes
-one :class:`~pybk.cluster.client.ZmqBookieClient` per bookie on the shared
-:class:`~pybk.cluster.client.ClientLoop` and hands out that client from then on: the data
+one :class:`~pybk.net.client.ZmqBookieClient` per bookie on the shared
+:class:`~pybk.net.client.ClientLoop` and hands out that client from then on: the data
 path does not touch the metadata store.
 
 Local bookies: a process that hosts bookies passes their clients (``local``, normally
@@ -59,10 +59,10 @@ from concurrent.futures import Future
 from typing import Callable, Iterable, Mapping
 
 from pybk.client.transport import AddCallback, BookieClient, UnavailableBookieClient, chain
-from pybk.cluster import curve
-from pybk.cluster.client import ClientLoop, ZmqBookieClient
 from pybk.errors import BookieUnavailable, BookKeeperError
 from pybk.meta.interface import MetadataStore
+from pybk.net import curve
+from pybk.net.client import ClientLoop, ZmqBookieClient
 from pybk.settings import ClientSettings
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The auditor's ledger check: do the live bookies of a ledger hold what they should?
 
-For every span with a known end (:mod:`pybk.cluster.replicas`: every fragment of a
+For every span with a known end (:mod:`pybk.autorecovery.replicas`: every fragment of a
 CLOSED ledger, all but the last of an open one) and every bookie of its ensemble that is
 registered, the check reads the first and the last entry of the span that the bookie
 should hold, and ``percentage`` percent of the others, picked at random (BookKeeper's
@@ -19,8 +19,8 @@ import random
 from concurrent.futures import Future
 from typing import Callable, Collection
 
+from pybk.autorecovery.replicas import first_held, holds, spans
 from pybk.client.transport import BookieClient
-from pybk.cluster.replicas import first_held, holds, spans
 from pybk.errors import BookKeeperError, NoSuchEntry, NoSuchLedger
 from pybk.meta.ledger_metadata import LedgerMetadata
 

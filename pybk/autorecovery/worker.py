@@ -1,7 +1,7 @@
 """The replication worker: claims the ledgers the auditor marks and repairs them.
 
 BookKeeper's ``ReplicationWorker``.  One runs in every process that takes part in
-autorecovery (:mod:`pybk.cluster.autorecovery`), on its own thread,
+autorecovery (:mod:`pybk.autorecovery.service`), on its own thread,
 ``pybk-replication-worker``, one ledger at a time:
 
 Claiming
@@ -14,7 +14,7 @@ Claiming
     that ended with a dead worker's session is announced by nothing).
 
 Repairing
-    :class:`~pybk.cluster.rereplication.LedgerRepair` copies the entries of the ledger's
+    :class:`~pybk.autorecovery.rereplication.LedgerRepair` copies the entries of the ledger's
     lost replicas to replacements and records them in its metadata.  Then the mark is
     cleared at the version claimed: a ledger marked again meanwhile (another bookie
     lost) stays marked and is repaired again.  A deleted ledger's mark is simply
@@ -49,8 +49,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from pybk.autorecovery.rereplication import LedgerRepair, Outcome, Stopped
 from pybk.client.bookkeeper import BookKeeper
-from pybk.cluster.rereplication import LedgerRepair, Outcome, Stopped
 from pybk.errors import BookKeeperError
 from pybk.meta import paths
 from pybk.meta.interface import MetadataStore

@@ -170,11 +170,11 @@ def run_bookie(settings: ServerSettings, format_new: bool = False,
 
 def run_autorecovery(settings: ServerSettings, candidate: str = "") -> int:
     """Stand for auditor in the cluster at ``settings.metadataServiceUri`` (audit it
-    while elected, and re-replicate what is marked: :mod:`pybk.cluster.autorecovery`)
+    while elected, and re-replicate what is marked: :mod:`pybk.autorecovery.service`)
     until SIGTERM or SIGINT: exit 0; a second signal exits at once (1).
     ``candidate`` names this process in the election (default:
     ``<host>-autorecovery-<pid>``)."""
-    from pybk.cluster.autorecovery import AutoRecovery
+    from pybk.autorecovery.service import AutoRecovery
     from pybk.meta.address import open_metadata_store
     from pybk.meta.zookeeper import ZooKeeperSettings
 
@@ -265,8 +265,8 @@ def run_migrate_logs(address: str, logs: list[str] | None,
 
 def run_keygen(directory: str, name: str) -> int:
     """Write a CURVE key pair, ``NAME.key`` and ``NAME.key_secret``, into ``directory``
-    (:func:`pybk.cluster.curve.create_key_pair`); never overwrites one."""
-    from pybk.cluster.curve import create_key_pair
+    (:func:`pybk.net.curve.create_key_pair`); never overwrites one."""
+    from pybk.net.curve import create_key_pair
 
     try:
         public, secret = create_key_pair(directory, name)
@@ -327,12 +327,12 @@ def run_compaction(action: str, url: str, major: bool, minor: bool,
 def run_localcluster(bookies: int, directory: str | None,
                      settings: ServerSettings | None = None, settings_args: Sequence[str] = (),
                      curve: bool = False, zk_auth: bool = False) -> int:
-    """Run a :class:`~pybk.cluster.local.LocalCluster` until SIGTERM or SIGINT, then stop
+    """Run a :class:`~pybk.testing.local_cluster.LocalCluster` until SIGTERM or SIGINT, then stop
     it gracefully (exit 0); a second signal kills its processes at once (exit 1).
     ``settings_args`` (``--conf``, ``--set``) go to every bookie, ``settings`` are what
     they make; ``curve`` and ``zk_auth`` secure the cluster
-    (:mod:`pybk.cluster.local_security`)."""
-    from pybk.cluster.local import LocalCluster
+    (:mod:`pybk.testing.local_security`)."""
+    from pybk.testing.local_cluster import LocalCluster
 
     with _StopSignals(_raise_stop_now) as signals:
         cluster = LocalCluster(bookies, directory, bookie_args=settings_args,
@@ -386,8 +386,8 @@ def _security(settings: ServerSettings) -> str:
 def _client_settings(settings: ServerSettings) -> tuple[ClientSettings, ZooKeeperSettings]:
     """The client and ZooKeeper settings of a command run with ``settings``: its CURVE
     key pair and ZooKeeper credentials."""
-    from pybk.cluster.curve import client_settings_of
     from pybk.meta.zookeeper import ZooKeeperSettings
+    from pybk.net.curve import client_settings_of
 
     return (ClientSettings(**client_settings_of(settings)), ZooKeeperSettings.of(settings))
 
@@ -396,7 +396,7 @@ def run_simpletest(settings: ServerSettings, ensemble: int, write_quorum: int,
                    ack_quorum: int, entries: int, entry_bytes: int) -> int:
     """Write a ledger on the cluster at ``settings.metadataServiceUri`` and read it back,
     with the credentials of ``settings``."""
-    from pybk.cluster.simpletest import simple_test
+    from pybk.admin.simpletest import simple_test
 
     try:
         client, zookeeper = _client_settings(settings)
@@ -412,8 +412,8 @@ def run_clean_orphans(settings: ServerSettings, log_name: str, older_than_s: flo
     """Give up the jobs of a log on the cluster at ``settings.metadataServiceUri`` that
     nothing wrote for ``older_than_s`` seconds (:func:`pybk.log.commit.clean_orphans`),
     with the credentials of ``settings``."""
-    from pybk.cluster.connect import connect
     from pybk.log.commit import clean_orphans
+    from pybk.net.connect import connect
 
     try:
         client, zookeeper = _client_settings(settings)

@@ -1,8 +1,8 @@
 """A ledger client of a cluster: metadata on ZooKeeper, bookies over ZeroMQ.
 
 :func:`connect` (also :func:`pybk.connect`) opens a session on the cluster's
-ZooKeeper, one :class:`~pybk.cluster.client.ClientLoop` and a
-:class:`~pybk.cluster.directory.BookieDirectory`, and returns a
+ZooKeeper, one :class:`~pybk.net.client.ClientLoop` and a
+:class:`~pybk.net.directory.BookieDirectory`, and returns a
 :class:`~pybk.client.BookKeeper` over them whose :meth:`~ClusterBookKeeper.close` closes
 all three.  New ensembles are chosen among the registry's writable bookies, read when
 a ledger is created or its ensemble changes; a ledger's bookies are looked up in the
@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 
 from pybk.client.bookkeeper import BookKeeper
 from pybk.client.transport import InProcessBookieClient
-from pybk.cluster.client import ClientLoop
-from pybk.cluster.curve import load_key_pair
-from pybk.cluster.directory import BookieDirectory
 from pybk.errors import InvalidConfiguration
 from pybk.meta.address import is_zookeeper_address
 from pybk.meta.interface import MetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings
+from pybk.net.client import ClientLoop
+from pybk.net.curve import load_key_pair
+from pybk.net.directory import BookieDirectory
 from pybk.settings import ClientSettings
 from pybk.storage import Bookie
 

@@ -10,9 +10,9 @@ BookKeeper's names (:mod:`pybk.cli` parses their arguments).
     The bookie registry and the ledgers.
 ``bookieinfo``, ``readledger ID [--first N] [--last M] [--bookie ID]``
     What the bookies answer themselves: their disk space and state, a ledger's entries
-    (:mod:`pybk.cluster.admin_inspect`).
+    (:mod:`pybk.admin.inspect`).
 ``recover BOOKIE[,BOOKIE...]``, ``decommission BOOKIE``
-    A stopped bookie's data moved to the others (:mod:`pybk.cluster.recover_commands`,
+    A stopped bookie's data moved to the others (:mod:`pybk.admin.recover`,
     which uses this module's :func:`answer`, :func:`fail` and :func:`run`).
 
 Every command finds the cluster by ``--zk ADDRESS`` or by ``metadataServiceUri`` of a
@@ -37,19 +37,19 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Iterator, Sequence
 
-from pybk.cluster.replicas import coverage
+from pybk.admin.tables import stream_table, table
+from pybk.autorecovery.replicas import coverage
 from pybk.errors import BookKeeperError, InvalidConfiguration, NoSuchBookie
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.settings import ServerSettings
-from pybk.tables import stream_table, table
 from pybk.topology import DEFAULT_LOCATION
 
 if TYPE_CHECKING:
     from pybk.client import BookKeeper
-    from pybk.cluster.connect import ClusterBookKeeper
     from pybk.meta.zookeeper import ZooKeeperSettings
+    from pybk.net.connect import ClusterBookKeeper
 
 
 @dataclass(frozen=True)
@@ -158,8 +158,8 @@ def open_store(target_: Target) -> Iterator[MetadataStore]:
 def client(target_: Target) -> "ClusterBookKeeper":
     """A ledger client of the cluster (an opener for :func:`run`): its ZooKeeper waited
     for up to ``zk_timeout_ms``, bookies' replies taken up to ``max_entry_bytes``."""
-    from pybk.cluster.connect import connect
-    from pybk.cluster.curve import client_settings_of
+    from pybk.net.connect import connect
+    from pybk.net.curve import client_settings_of
     from pybk.settings import ClientSettings, placement_settings_of
 
     return connect(target_.address,

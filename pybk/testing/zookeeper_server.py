@@ -62,8 +62,8 @@ from dataclasses import dataclass
 from typing import Self, Sequence
 
 from pybk.cluster.lifeline import death_signal_preexec
-from pybk.cluster.processes import TempDirectoryProcesses
 from pybk.errors import ZooKeeperServerError
+from pybk.testing.processes import TempDirectoryProcesses
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """BookKeeper's HTTP admin endpoints, served by a bookie process (:class:`~pybk.cluster.
 node.BookieNode` with ``httpServerEnabled``), and the status page at ``/``.
 
-The work is the admin shell's (:mod:`pybk.cluster.admin_commands`, :mod:`~pybk.cluster.
-admin_inspect`, :mod:`~pybk.cluster.recover_commands`) on the node's own metadata store
+The work is the admin shell's (:mod:`pybk.admin.commands`, :mod:`~pybk.cluster.
+admin_inspect`, :mod:`~pybk.admin.recover`) on the node's own metadata store
 (its ZooKeeper session) or, for the endpoints that read or delete ledgers, on a ledger
 client of the cluster opened for the request.  Paths, methods, parameters and JSON keys
 are BookKeeper's (``org.apache.bookkeeper.server.http.service``); where BookKeeper answers
@@ -91,10 +91,11 @@ import itertools
 import os
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from pybk.cluster import admin_commands as admin
-from pybk.cluster import admin_inspect, recover_commands
-from pybk.cluster.http_admin import HttpError, Request, Response, Routes
+from pybk.admin import commands as admin
+from pybk.admin import inspect as admin_inspect
+from pybk.admin import recover as recover_commands
 from pybk.errors import BookKeeperError, NoSuchLedger
+from pybk.http.server import HttpError, Request, Response, Routes
 from pybk.meta import paths
 from pybk.meta.ledgers import LedgerManager
 from pybk.storage.journal_codec import journal_file_name, list_journal_ids
@@ -181,7 +182,7 @@ class _Endpoints:
     # -- this bookie ----------------------------------------------------------------------
 
     def status_page(self, _r: Request) -> Response:
-        page = importlib.resources.files("pybk.cluster").joinpath("status_page.html")
+        page = importlib.resources.files("pybk.http").joinpath("status_page.html")
         return Response.text(page.read_text(encoding="utf-8"), content_type="text/html")
 
     def server_config(self, _r: Request) -> dict:
@@ -208,9 +209,9 @@ class _Endpoints:
         return Response.text("OK\n")
 
     def sanity(self, _r: Request) -> dict:
-        from pybk.cluster.curve import client_settings_of
-        from pybk.cluster.simpletest import simple_test
+        from pybk.admin.simpletest import simple_test
         from pybk.meta.zookeeper import ZooKeeperSettings
+        from pybk.net.curve import client_settings_of
         from pybk.settings import ClientSettings
 
         settings = self.node.settings  # the bookie's own credentials

@@ -16,8 +16,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
-from pybk.cluster.connect import connect
 from pybk.errors import BookKeeperError
+from pybk.net.connect import connect
 from pybk.settings import ClientSettings
 
 if TYPE_CHECKING:

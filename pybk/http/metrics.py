@@ -62,9 +62,9 @@ from prometheus_client.core import (
     Metric,
 )
 
-from pybk.cluster.autorecovery import AutoRecovery
-from pybk.cluster.server import BookieServer
+from pybk.autorecovery.service import AutoRecovery
 from pybk.errors import BookKeeperError
+from pybk.net.server import BookieServer
 from pybk.stats import Histogram, OpStats
 from pybk.storage import Bookie
 

@@ -1,17 +1,17 @@
 """The ``pybk`` command.
 
 ``pybk demo``
-    The embedded WAL: appends, kill -9, restart, verify every record (:mod:`pybk.demo`).
+    The embedded WAL: appends, kill -9, restart, verify every record (:mod:`pybk.cli.demo`).
 ``pybk demote DIR``
     Turn a promoted WAL directory whose cluster is gone back into an embedded WAL
     (:func:`pybk.demote`).
 ``pybk tail DIR [--from POS] [--follow]``
-    A WAL's records, also while its application has it open (:mod:`pybk.tail_command`).
+    A WAL's records, also while its application has it open (:mod:`pybk.cli.wal`).
 ``pybk bookie``
     A bookie serving a cluster until SIGTERM or SIGINT (:class:`pybk.cluster.node.BookieNode`).
 ``pybk autorecovery``
     Stand for auditor in a cluster, audit it while elected, and re-replicate the ledgers
-    marked (:mod:`pybk.cluster.autorecovery`; bookies do it too unless
+    marked (:mod:`pybk.autorecovery.service`; bookies do it too unless
     ``autoRecoveryDaemonEnabled`` is false).
 ``pybk updatecookie``
     Accept a bookie's directories moved on purpose: rewrite its cookies and the cluster's
@@ -25,9 +25,9 @@
     which opening refuses to move (:mod:`pybk.meta.migrate`).
 ``pybk keygen DIR NAME``
     Write a ZeroMQ CURVE key pair, ``NAME.key`` and ``NAME.key_secret``
-    (:mod:`pybk.cluster.curve`).
+    (:mod:`pybk.net.curve`).
 ``pybk localcluster N``
-    A throwaway ZooKeeper and N bookie processes on loopback (:mod:`pybk.cluster.local`).
+    A throwaway ZooKeeper and N bookie processes on loopback (:mod:`pybk.testing.local_cluster`).
 ``pybk simpletest``
     Write a ledger on a cluster, read it back, report the rates.
 ``pybk consumers list|remove``
@@ -37,20 +37,20 @@
 ``triggeraudit``, ``lostbookierecoverydelay [N]``, ``listbookies``, ``clusterinfo``,
 ``listledgers``, ``ledgermetadata ID``, ``deleteledger ID``, ``bookieinfo``,
 ``readledger ID [--first N] [--last M] [--bookie ID | --unconfirmed]``
-    The admin shell (:mod:`pybk.cluster.admin_commands`; the two last ask the bookies:
-    :mod:`pybk.cluster.admin_inspect`).
+    The admin shell (:mod:`pybk.admin.commands`; the two last ask the bookies:
+    :mod:`pybk.admin.inspect`).
 ``pybk readjournal [FILE|ID]``, ``readlog [LOGID|FILE]``, ``lastmark``,
 ``localconsistencycheck``
-    The offline tools, on a stopped bookie's directories (:mod:`pybk.offline_commands`).
+    The offline tools, on a stopped bookie's directories (:mod:`pybk.cli.offline`).
 ``pybk recover BOOKIE[,BOOKIE...]``, ``pybk decommission BOOKIE``
     Re-replicate stopped bookies' ledgers from here, or retire a stopped bookie through
-    autorecovery, with progress on standard error (:mod:`pybk.cluster.recover_commands`).
+    autorecovery, with progress on standard error (:mod:`pybk.admin.recover`).
 ``pybk clean-orphans LOG``
     Delete the ledgers of jobs on a log whose driver died before their commit
     (:func:`pybk.log.commit.clean_orphans`).
 
 ``--log-level`` goes before or after the command; ``--version`` prints pybk's version.
-The cluster commands live in :mod:`pybk.cluster.commands`; this module only parses.
+The cluster commands live in :mod:`pybk.cli.cluster`; this module only parses.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ import time
 from dataclasses import fields
 from typing import Any, Callable, TypeVar
 
-from pybk import __version__, demo
+from pybk import __version__
+from pybk.cli import demo
 from pybk.errors import InvalidConfiguration
 from pybk.settings import ServerSettings
 
@@ -74,8 +75,8 @@ _BOOKIE_OPTIONS = {"zk": "metadataServiceUri", "listen": "listenAddress",
                    "journal_dir": "journalDirectory", "bookie_id": "bookieId"}
 #: What ``--log-level`` takes (in any case).
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-#: The admin shell's commands (:mod:`pybk.cluster.admin_commands`,
-#: :mod:`pybk.cluster.admin_inspect`), with their help; ``autorecovery`` with an action is
+#: The admin shell's commands (:mod:`pybk.admin.commands`,
+#: :mod:`pybk.admin.inspect`), with their help; ``autorecovery`` with an action is
 #: one too.
 ADMIN_COMMANDS = {
     "listunderreplicated": "the under-replicated ledgers: missing replicas, who repairs them",
@@ -105,7 +106,7 @@ AUTORECOVERY_ACTIONS = ("enable", "disable", "status")
 _NEEDS_CLUSTER = ("simpletest", "clean-orphans")
 #: BookKeeper's name of an admin command where pybk's is shorter.
 _BOOKKEEPER_NAMES = {"decommission": "decommissionbookie"}
-#: The offline tools' commands (:mod:`pybk.offline_commands`), with their help.
+#: The offline tools' commands (:mod:`pybk.cli.offline`), with their help.
 OFFLINE_COMMANDS = {
     "readjournal": "the journal files, or one file's records; says where a torn tail starts",
     "readlog": "the entry logs, or one log's entries",
@@ -128,13 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demote":
         return run_demote(args.dir)
     if args.command == "tail":
-        from pybk import tail_command
+        from pybk.cli import wal as tail_command
         return tail_command.run(args.dir, args.start, args.follow, args.poll_ms, args.hex)
     if args.command == "consumers":
         return run_consumers(args, settings_of(parser, args))
     if args.command in OFFLINE_COMMANDS:
         return run_offline(parser, args)
-    from pybk.cluster import commands  # ZeroMQ, kazoo: only for the cluster commands
+    from pybk.cli import cluster as commands  # ZeroMQ, kazoo: only for the cluster commands
     if args.command in ADMIN_COMMANDS or (args.command == "autorecovery" and args.action):
         return run_admin(parser, args)
     if args.command == "keygen":
@@ -167,9 +168,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """An admin shell command (:mod:`pybk.cluster.admin_commands`)."""
-    from pybk.cluster import admin_commands as admin
-    from pybk.cluster import admin_inspect
+    """An admin shell command (:mod:`pybk.admin.commands`)."""
+    from pybk.admin import commands as admin
+    from pybk.admin import inspect as admin_inspect
     try:
         target = admin.target(args.command, settings_of(parser, args), args.json)
     except InvalidConfiguration as e:
@@ -188,7 +189,7 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return admin.run_streamed(target, admin.list_ledgers(args.meta, args.bookie),
                                   admin.show_ledgers)
     if args.command in ("recover", "decommission"):
-        from pybk.cluster import recover_commands
+        from pybk.admin import recover as recover_commands
         if args.command == "decommission":
             return recover_commands.run_decommission(target, args.bookie, args.timeout)
         return recover_commands.run_recover(
@@ -215,8 +216,8 @@ def run_admin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def run_offline(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """An offline tool (:mod:`pybk.offline_commands`)."""
-    from pybk import offline_commands as offline
+    """An offline tool (:mod:`pybk.cli.offline`)."""
+    from pybk.cli import offline as offline
     failed = None
     if args.command == "readjournal":
         work, show = ((offline.journal_records(args.which, args.msg),
@@ -644,7 +645,7 @@ def _add_offline_commands(commands: Any) -> None:
 
 def _bookie_list(text: str) -> list[str]:
     """An argument type: ``BOOKIE[,BOOKIE...]``."""
-    from pybk.cluster.recover_commands import parse_bookies
+    from pybk.admin.recover import parse_bookies
     try:
         return parse_bookies(text)
     except ValueError as e:

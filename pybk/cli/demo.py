@@ -24,7 +24,7 @@ import time
 from collections import deque
 
 import pybk
-from pybk import child
+from pybk.cluster import child
 from pybk.log import Position
 
 RECORD_BYTES = 1024

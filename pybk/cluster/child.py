@@ -1,6 +1,6 @@
 """The ``pybk`` command in a child process, running the same pybk as this process.
 
-``pybk demo`` and :class:`~pybk.cluster.local.LocalCluster` start ``python -m pybk ...``
+``pybk demo`` and :class:`~pybk.testing.local_cluster.LocalCluster` start ``python -m pybk ...``
 children.  Plain ``python -m`` puts the current directory first on the module path, so a
 directory named ``pybk`` there would shadow the pybk this process runs: a clone of the
 repository (a namespace package without ``open``), or another version of it.  So the

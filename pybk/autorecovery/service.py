@@ -3,16 +3,16 @@
 :class:`AutoRecovery` is what a bookie process runs when ``autoRecoveryDaemonEnabled``
 is true (:class:`~pybk.cluster.node.BookieNode`), and all that ``pybk autorecovery`` (a
 process of its own, BookKeeper's ``AutoRecoveryMain``) runs: an
-:class:`~pybk.cluster.election.AuditorElection` and, while it is elected, an
-:class:`~pybk.cluster.auditor.Auditor`.  The auditor reaches bookies through a
-:class:`~pybk.cluster.directory.BookieDirectory` on a :class:`~pybk.cluster.client.
+:class:`~pybk.autorecovery.election.AuditorElection` and, while it is elected, an
+:class:`~pybk.autorecovery.auditor.Auditor`.  The auditor reaches bookies through a
+:class:`~pybk.net.directory.BookieDirectory` on a :class:`~pybk.net.client.
 ClientLoop` made when it is elected and closed when it is deposed, so a process that
 only stands costs one thread and a vote.
 
 With ``replicationWorkerEnabled`` (the default) it also runs a
-:class:`~pybk.cluster.replication_worker.ReplicationWorker` for as long as it is open,
+:class:`~pybk.autorecovery.worker.ReplicationWorker` for as long as it is open,
 elected or not: every autorecovery process repairs what the auditor marks.  The worker
-has a ledger client of its own (a :class:`~pybk.cluster.connect.ClusterBookKeeper` on
+has a ledger client of its own (a :class:`~pybk.net.connect.ClusterBookKeeper` on
 this process's store, reaching the local bookies in-process).
 """
 
@@ -23,16 +23,16 @@ import threading
 import time
 from typing import Mapping
 
+from pybk.autorecovery.auditor import CLOSE_WAIT_S, Auditor
+from pybk.autorecovery.election import AuditorElection
+from pybk.autorecovery.worker import ReplicationWorker
 from pybk.client.transport import BookieClient
-from pybk.cluster import curve
-from pybk.cluster.auditor import CLOSE_WAIT_S, Auditor
-from pybk.cluster.client import ClientLoop
-from pybk.cluster.connect import ClusterBookKeeper
-from pybk.cluster.directory import BookieDirectory
-from pybk.cluster.election import AuditorElection
-from pybk.cluster.replication_worker import ReplicationWorker
 from pybk.meta.interface import MetadataStore
 from pybk.meta.underreplication import Backlog, UnderreplicationManager
+from pybk.net import curve
+from pybk.net.client import ClientLoop
+from pybk.net.connect import ClusterBookKeeper
+from pybk.net.directory import BookieDirectory
 from pybk.settings import ClientSettings, ServerSettings, placement_settings_of
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class AutoRecovery:
 
     def close(self) -> None:
         """Stop auditing (if elected) and repairing, and withdraw from the election, in at
-        most :data:`~pybk.cluster.auditor.CLOSE_WAIT_S` while ZooKeeper is down (what
+        most :data:`~pybk.autorecovery.auditor.CLOSE_WAIT_S` while ZooKeeper is down (what
         still waits on it then ends when the store is closed)."""
         deadline = time.monotonic() + CLOSE_WAIT_S
         with self._lock:

@@ -13,9 +13,9 @@ made exact.  For a marked ledger, :meth:`LedgerRepair.run`:
    healthy is left open: only its fragments before the last, whose ends are known, are
    repaired.
 3. Finds the *lost replicas* of every fragment with a known end: the bookies of its
-   ensemble that hold some of its entries (:mod:`pybk.cluster.replicas`) and are not
+   ensemble that hold some of its entries (:mod:`pybk.autorecovery.replicas`) and are not
    registered, and the registered bookies the mark names that lack entries of it (read
-   as the auditor's ledger check does, :mod:`pybk.cluster.ledger_check`: a lost disk).
+   as the auditor's ledger check does, :mod:`pybk.autorecovery.ledger_check`: a lost disk).
 4. Chooses, per fragment, a replacement for each lost replica with the client's
    placement (:meth:`pybk.client.BookKeeper.choose_replacements`), never a bookie of the
    fragment's ensemble; a rack-aware placement keeps the fragment's write sets across
@@ -50,12 +50,12 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Collection, Iterator, NamedTuple
 
+from pybk.autorecovery.ledger_check import fragments_lacking_entries
+from pybk.autorecovery.replicas import Span, first_held, holds, spans
+from pybk.autorecovery.throttle import ByteRate
 from pybk.client.digest import DigestManager
 from pybk.client.reads import READ_BATCH_MAX_BYTES, read_error
 from pybk.client.recovery import recover
-from pybk.cluster.ledger_check import fragments_lacking_entries
-from pybk.cluster.replicas import Span, first_held, holds, spans
-from pybk.cluster.throttle import ByteRate
 from pybk.errors import (
     BadVersion,
     BookKeeperError,

@@ -1,6 +1,6 @@
 """The auditor: finds lost replicas and marks their ledgers under-replicated.
 
-One auditor runs in a cluster at a time (:mod:`pybk.cluster.election` elects it); the
+One auditor runs in a cluster at a time (:mod:`pybk.autorecovery.election` elects it); the
 replication workers repair what it marks (:mod:`pybk.meta.underreplication` holds the
 marks).  Everything it does runs on its own thread, ``pybk-auditor``, one step at a
 time:
@@ -18,7 +18,7 @@ Lost bookies (BookKeeper's ``Auditor``)
     triggeraudit``, :meth:`~pybk.meta.underreplication.UnderreplicationManager.
     trigger_audit`), runs a bookie check and audits every missing bookie at once.
     Auditing lost bookies reads every ledger's metadata and marks each ledger that has
-    an entry on one of them (:func:`pybk.cluster.replicas.bookie_holds_entries`: a
+    an entry on one of them (:func:`pybk.autorecovery.replicas.bookie_holds_entries`: a
     bookie of a fragment that was given none of its entries costs nothing), naming the
     lost bookies it holds.
 
@@ -30,7 +30,7 @@ Bookie check (``auditorPeriodicBookieCheckInterval``, and once when elected)
     one has none left.
 
 Ledger check (``auditorPeriodicCheckInterval``)
-    Reads what each fragment's live bookies hold (:mod:`pybk.cluster.ledger_check`) and
+    Reads what each fragment's live bookies hold (:mod:`pybk.autorecovery.ledger_check`) and
     marks the ledgers whose entries a live bookie lacks (a lost disk, a bookie
     re-formatted under its old id), naming that bookie.
 
@@ -68,9 +68,9 @@ import threading
 import time
 from typing import Callable, Iterator
 
+from pybk.autorecovery.ledger_check import bookies_lacking_entries
+from pybk.autorecovery.replicas import bookie_holds_entries, coverage, spans
 from pybk.client.transport import BookieClient
-from pybk.cluster.ledger_check import bookies_lacking_entries
-from pybk.cluster.replicas import bookie_holds_entries, coverage, spans
 from pybk.errors import BookKeeperError
 from pybk.meta import paths
 from pybk.meta.interface import MetadataStore

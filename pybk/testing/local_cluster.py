@@ -1,7 +1,7 @@
 """``LocalCluster``: a throwaway cluster on loopback, for trying pybk out and for tests.
 
-One ZooKeeper server (:class:`~pybk.cluster.zookeeper_server.ZooKeeperServer`) and
-``bookies`` bookie processes, each a ``python -m pybk bookie`` (:mod:`pybk.child`) on a
+One ZooKeeper server (:class:`~pybk.testing.zookeeper_server.ZooKeeperServer`) and
+``bookies`` bookie processes, each a ``python -m pybk bookie`` (:mod:`pybk.cluster.child`) on a
 free loopback port with the default id (``127.0.0.1:<port>``).  Everything lives in one
 directory (a fresh temporary one unless given)::
 
@@ -14,7 +14,7 @@ directory (a fresh temporary one unless given)::
 Secured (``curve``, ``zk_auth``, or the security settings among ``settings``): every
 bookie serves CURVE and/or the cluster is formatted with ZooKeeper digest ACLs; the
 keys and the ZooKeeper credentials are made in the directory unless the settings name
-them, and ``client.conf`` names those of a client (:mod:`pybk.cluster.local_security`).
+them, and ``client.conf`` names those of a client (:mod:`pybk.testing.local_security`).
 
 :meth:`LocalCluster.start` returns once every bookie is registered (or raises with the
 log of the one that failed); :meth:`LocalCluster.stop` ends each bookie with SIGTERM (a
@@ -30,7 +30,7 @@ If the process running the cluster dies without stopping it (SIGKILL, the OOM ki
 its children die too (:mod:`pybk.cluster.lifeline`): each bookie watches a lifeline pipe
 (``pybk bookie --lifeline-fd``) whose write end only this process holds, and stops as on
 SIGTERM when the pipe reads end-of-file, exiting at once if that takes over
-:data:`~pybk.cluster.commands.ORPHAN_GRACE_S`; on Linux the kernel also sends each bookie
+:data:`~pybk.cli.cluster.ORPHAN_GRACE_S`; on Linux the kernel also sends each bookie
 SIGTERM, and ZooKeeper SIGKILL, when this process dies (``PR_SET_PDEATHSIG``; only for
 children started from the main thread, since the signal follows the thread that started
 the child).  What is left then is the cluster's directory, which nobody deletes.
@@ -46,14 +46,14 @@ import subprocess
 import time
 from typing import Sequence
 
-from pybk import child
+from pybk.cluster import child
 from pybk.cluster.lifeline import Lifeline, death_signal_preexec
-from pybk.cluster.local_security import credentials, write_client_conf
-from pybk.cluster.processes import TempDirectoryProcesses
-from pybk.cluster.zookeeper_server import ZooKeeperServer
 from pybk.errors import BookKeeperError, InvalidConfiguration
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, format_cluster
 from pybk.settings import ServerSettings
+from pybk.testing.local_security import credentials, write_client_conf
+from pybk.testing.processes import TempDirectoryProcesses
+from pybk.testing.zookeeper_server import ZooKeeperServer
 
 log = logging.getLogger(__name__)
 

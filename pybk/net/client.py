@@ -1,9 +1,9 @@
 """``ZmqBookieClient``: the :class:`~pybk.client.transport.BookieClient` that reaches a
-bookie's :class:`~pybk.cluster.server.BookieServer` over ZeroMQ.
+bookie's :class:`~pybk.net.server.BookieServer` over ZeroMQ.
 
 Connections.  Each client has one DEALER socket connected to its bookie.  Requests are
 pipelined: each carries a request id (unique within its :class:`ClientLoop`) and replies
-are matched by id, in whatever order they come (:mod:`pybk.cluster.wire`).
+are matched by id, in whatever order they come (:mod:`pybk.net.wire`).
 
 Threads.  A :class:`ClientLoop` is one I/O thread that owns the sockets of every client
 made on it: it opens and closes them, follows their connections, times requests out and
@@ -11,7 +11,7 @@ receives every reply.  Callers on any thread send their requests themselves when
 can (a thread writes its request, or the ADD message of the adds queued, to the socket
 when nobody else is using it, under the connection's lock, so a light load costs no
 wake-up of the loop on the way out; see :class:`_Connection`), and else hand them to the
-loop through a :class:`~pybk.cluster.mailbox.Mailbox`.  Share one loop between the
+loop through a :class:`~pybk.net.mailbox.Mailbox`.  Share one loop between the
 clients of a process (``ZmqBookieClient(..., loop=loop)``); a client made without one
 gets its own.  The futures a client returns complete on the loop's thread, so their
 callbacks must be short and must not wait for other requests (the ledger client's
@@ -42,7 +42,7 @@ Failures:
 
 Adds are batched: :meth:`ZmqBookieClient.add_then` queues an add, and the loop sends
 what is queued for a bookie as one ADD message (of any ledgers, up to the body limit of
-:mod:`pybk.cluster.wire`), which the bookie answers with one reply.  At most
+:mod:`pybk.net.wire`), which the bookie answers with one reply.  At most
 ``zmqAddMessagesInFlight`` ADD messages per bookie wait for their answer; adds made
 meanwhile gather and leave together when one is answered (Nagle's idea, with the
 bookie's group commit as the clock).  So messages grow with the load and the
@@ -53,7 +53,7 @@ Catch-up reads ask for many entries in one READ_BATCH request
 (:meth:`ZmqBookieClient.read_batch`; :mod:`pybk.client.reads` keeps several in flight).
 
 Replies are received into one copy (``bytes``: what the ledger client keeps); frames
-are sent without a copy from 1 MiB up (:mod:`pybk.cluster.frames`).
+are sent without a copy from 1 MiB up (:mod:`pybk.net.frames`).
 """
 
 from __future__ import annotations
@@ -76,11 +76,6 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from pybk.client.transport import AddCallback, AddsDone, BookieClient, LedgerAdds
-from pybk.cluster import curve, wire
-from pybk.cluster.deadlines import Deadlines
-from pybk.cluster.frames import received, send_message
-from pybk.cluster.mailbox import Mailbox
-from pybk.cluster.wire import Op, Reply, Request
 from pybk.errors import (
     BookieUnavailable,
     BookKeeperError,
@@ -89,6 +84,11 @@ from pybk.errors import (
     Timeout,
     error_for_code,
 )
+from pybk.net import curve, wire
+from pybk.net.deadlines import Deadlines
+from pybk.net.frames import received, send_message
+from pybk.net.mailbox import Mailbox
+from pybk.net.wire import Op, Reply, Request
 from pybk.settings import ClientSettings
 
 log = logging.getLogger(__name__)
@@ -994,7 +994,7 @@ class ZmqBookieClient(BookieClient):
     failures); call :meth:`close` when done.
 
     ``server_key`` is the bookie's CURVE public key (the one it registered), which the
-    connection pins when the settings' ``zmqCurveEnabled`` is on (:mod:`pybk.cluster.curve`);
+    connection pins when the settings' ``zmqCurveEnabled`` is on (:mod:`pybk.net.curve`);
     a handshake the bookie refuses (this client's key not allowed, another key than
     pinned) fails requests like a refused connection, with BookieUnavailable.  Raises
     BookieUnavailable if only one of the two has CURVE, InvalidConfiguration if the
@@ -1067,7 +1067,7 @@ class ZmqBookieClient(BookieClient):
 
     def read_batch(self, ledger_id: int, entry_ids: Sequence[int], max_bytes: int) -> Future:
         """One READ_BATCH request for (at most the first
-        :func:`~pybk.cluster.wire.max_read_batch_ids` of) ``entry_ids``; the future
+        :func:`~pybk.net.wire.max_read_batch_ids` of) ``entry_ids``; the future
         completes on the loop's thread."""
         entry_ids = list(entry_ids[:wire.max_read_batch_ids(self._settings.maxEntrySizeBytes)])
         future: Future = Future()
@@ -1120,7 +1120,7 @@ class ZmqBookieClient(BookieClient):
 
     def bookie_info(self) -> Future:
         """The bookie's free and total disk bytes and read-only state
-        (:class:`pybk.cluster.wire.BookieInfo`)."""
+        (:class:`pybk.net.wire.BookieInfo`)."""
         return self._call(Op.INFO, self._settings.readTimeout)
 
     def close(self) -> None:

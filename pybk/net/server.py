@@ -1,6 +1,6 @@
 """``BookieServer``: one :class:`pybk.storage.Bookie` served over ZeroMQ.
 
-The protocol is :mod:`pybk.cluster.wire`.  One server thread owns a ROUTER socket bound
+The protocol is :mod:`pybk.net.wire`.  One server thread owns a ROUTER socket bound
 at the server's address and does all socket I/O and dispatch.
 
 Adds: on each wake-up the server thread reads every request that is ready (up to
@@ -13,7 +13,7 @@ of an in-process bookie), the adds ride on the journal thread's next group inste
 
 Work that completes on other threads (adds committed by the journal thread, a fence, an
 explicit LAC, a delete on the server's delete thread, a long poll whose LAC moved) comes
-back through a :class:`~pybk.cluster.mailbox.Mailbox`, and its reply leaves from the
+back through a :class:`~pybk.net.mailbox.Mailbox`, and its reply leaves from the
 server thread.
 
 Guarantees:
@@ -46,7 +46,7 @@ Guarantees:
   heartbeat's time to live, ``zmqHeartbeatTimeoutMs``, and its replies with it.
 * A request that does not decode gets an error reply (MalformedMessage, EntryTooLarge)
   if it carries a request id, and is dropped with a log line otherwise; a frame over
-  :func:`~pybk.cluster.wire.zmq_max_message_bytes` makes ZeroMQ drop the connection
+  :func:`~pybk.net.wire.zmq_max_message_bytes` makes ZeroMQ drop the connection
   before buffering it.  Nothing a client sends stops the server thread.
 * Long polls never block the thread: each is parked with a LAC watcher
   (:meth:`pybk.storage.Bookie.watch_lac`) and a deadline.
@@ -54,7 +54,7 @@ Guarantees:
   server sees (it drops the reply) instead of a silent loss.
 * With ``zmqCurveEnabled`` the socket is a CURVE server: only clients whose public key
   is in ``zmqCurveAllowedClientKeysDirectory`` complete the handshake
-  (:mod:`pybk.cluster.curve`); the others never get a request in.
+  (:mod:`pybk.net.curve`); the others never get a request in.
 * :meth:`BookieServer.close` stops answering requests (while replies wait, those that
   come are read and dropped: a vanished client's replies go only once its requests are
   read), answers parked long polls with the current LAC, waits (up to a time limit) for
@@ -81,12 +81,12 @@ from typing import Callable
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
-from pybk.cluster import curve, wire
-from pybk.cluster.deadlines import Deadlines
-from pybk.cluster.frames import received, send_message
-from pybk.cluster.mailbox import Mailbox
-from pybk.cluster.wire import Op, Reply, Request
 from pybk.errors import BookKeeperError, NoSuchEntry
+from pybk.net import curve, wire
+from pybk.net.deadlines import Deadlines
+from pybk.net.frames import received, send_message
+from pybk.net.mailbox import Mailbox
+from pybk.net.wire import Op, Reply, Request
 from pybk.stats import ServerStats
 from pybk.storage import Bookie
 
@@ -194,7 +194,7 @@ class BookieServer:
         self._stop_deadline: float | None = None
         self._closed = False
         self._ident: int | None = None  # the server thread's, once it runs
-        #: Figures for :mod:`pybk.metrics`, updated by the server thread.
+        #: Figures for :mod:`pybk.http.metrics`, updated by the server thread.
         self.stats = ServerStats()
         self._thread = threading.Thread(target=self._run, name="pybk-bookie-server",
                                         daemon=True)

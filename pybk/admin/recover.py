@@ -2,12 +2,12 @@
 others, BookKeeper's ``recover`` (``BookKeeperAdmin.recoverBookieData``) and
 ``decommissionbookie``.  Both belong to the admin shell (:mod:`pybk.cluster.
 admin_commands`: ``--zk``/``--conf``/``--set``, ``--json``, one-line errors, exit 1);
-their progress goes to standard error (:mod:`pybk.cluster.progress`).
+their progress goes to standard error (:mod:`pybk.admin.progress`).
 
 ``recover BOOKIE[,BOOKIE...]``
     Re-replicates, from this process, every ledger that gives one of the bookies an
-    entry (:func:`pybk.cluster.replicas.bookie_holds_entries`), one ledger at a time,
-    with the replication workers' :class:`~pybk.cluster.rereplication.LedgerRepair`: it
+    entry (:func:`pybk.autorecovery.replicas.bookie_holds_entries`), one ledger at a time,
+    with the replication workers' :class:`~pybk.autorecovery.rereplication.LedgerRepair`: it
     copies exactly the entries each bookie held from their surviving replicas to a
     replacement chosen by placement, then compare-and-sets the fragment's ensemble.  An
     open ledger whose last fragment names one of the bookies is fenced and closed first
@@ -45,17 +45,17 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from pybk.cluster.admin_commands import Target, answer, client, fail, run
-from pybk.cluster.progress import Progress
-from pybk.cluster.replicas import bookie_holds_entries, holds, spans
-from pybk.cluster.rereplication import LedgerRepair, Outcome, writer_lost_bookies
+from pybk.admin.commands import Target, answer, client, fail, run
+from pybk.admin.progress import Progress
+from pybk.admin.tables import table
+from pybk.autorecovery.replicas import bookie_holds_entries, holds, spans
+from pybk.autorecovery.rereplication import LedgerRepair, Outcome, writer_lost_bookies
 from pybk.errors import BookKeeperError, NoSuchBookie
 from pybk.meta.interface import MetadataStore
 from pybk.meta.ledger_metadata import LedgerMetadata, LedgerState
 from pybk.meta.ledgers import LedgerManager
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.settings import ServerSettings
-from pybk.tables import table
 
 if TYPE_CHECKING:
     from pybk.client import BookKeeper
