@@ -22,7 +22,9 @@ of the site, with the same rules.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
+import importlib.util
 import os
 import re
 import subprocess
@@ -233,3 +235,74 @@ def test_a_broken_link_is_found(tmp_path, monkeypatch):
     assert broken_links(str(page)) == [
         "docs/B.md: no such file", "docs/A.md#nowhere: no heading #nowhere in docs/A.md",
         "../x.md: outside the repository"]
+
+
+# -- generated references ------------------------------------------------------------------
+
+def _hook(name: str):
+    """The module of a MkDocs hook in docs/hooks (not a package: loaded by path)."""
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(ROOT, "docs", "hooks", f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rows(table: str) -> dict[str, list[str]]:
+    """A Markdown table's rows by their first cell (a name in a code span)."""
+    rows = {}
+    for line in table.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+        if cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = cells[1:]
+    return rows
+
+
+def test_the_settings_reference_documents_every_field_of_every_settings_class():
+    from pybk.meta.zookeeper import ZooKeeperSettings
+    from pybk.settings import ClientSettings, LogSettings
+
+    hook = _hook("settings_reference")
+    with open(os.path.join(ROOT, "docs", "guide", "settings.md"), encoding="utf-8") as f:
+        page = hook.expand_markers(f.read())
+    assert "<!--" not in page
+    for cls in (ServerSettings, ClientSettings, LogSettings, ZooKeeperSettings):
+        rows = _rows(hook.settings_table(f"{cls.__module__}.{cls.__name__}"))
+        for field in dataclasses.fields(cls):
+            kind, default, doc = rows[field.name]
+            assert repr(field.default) in default and doc, (cls.__name__, field.name)
+    # Fields under one comment share it; the comment's text is the code's.
+    log_rows = _rows(hook.settings_table("pybk.settings.LogSettings"))
+    assert log_rows["writeQuorumSize"][2] == log_rows["ensembleSize"][2]
+    assert log_rows["segmentMaxBytes"][1] == "`268435456` (256 MiB)"
+    assert "a larger record goes alone into its own entry" in log_rows["batchMaxBytes"][2]
+
+
+def test_a_settings_field_without_a_comment_fails_the_build(tmp_path, monkeypatch):
+    (tmp_path / "some_settings.py").write_text(
+        "from dataclasses import dataclass\n\n\n@dataclass(frozen=True)\nclass Some:\n"
+        "    #: Documented.\n    first: int = 1\n    shared: int = 2\n\n"
+        "    undocumented: str = ''\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"Some.undocumented has no #: comment"):
+        _hook("settings_reference").settings_table("some_settings.Some")
+
+
+def test_the_spark_options_table_lists_every_option_with_its_default():
+    from pybk.spark.options import OPTIONS
+
+    hook = _hook("settings_reference")
+    with open(os.path.join(ROOT, "docs", "guide", "spark.md"), encoding="utf-8") as f:
+        rows = _rows(hook.expand_markers(f.read()))
+    for name, option in OPTIONS.items():
+        uses, default, doc = rows[name]
+        assert uses and doc == option.doc
+        if option.default not in (None, ""):
+            assert str(option.default).lower() in default.lower()
+
+
+def test_sphinx_roles_in_docstrings_become_code_spans():
+    roles = _hook("sphinx_roles")
+    assert roles.markdown_names(":class:`~pybk.settings.ServerSettings` and "
+                                ":func:`pybk.open`") == "`ServerSettings` and `pybk.open`"

@@ -1,4 +1,5 @@
-"""MkDocs hook: the settings reference (docs/guide/settings.md), generated from the code.
+"""MkDocs hook: the settings reference (docs/guide/settings.md) and the Spark data source's
+options (docs/guide/spark.md), generated from the code.
 
 pybk's settings classes are frozen dataclasses whose fields are documented by ``#:``
 comment lines right above each field (Sphinx's convention for attribute docs, which
@@ -8,13 +9,16 @@ built:
 
     <!-- settings-table pybk.settings.ServerSettings -->
     <!-- settings-mapping pybk.settings.WAL_SERVER_DEFAULTS -->
+    <!-- options-table pybk.spark.options.OPTIONS -->
 
 ``settings-table`` gives one row per field, in the order of the source: its name, its
 type (the annotation as written), its default (the dataclass's value) and its ``#:``
 comment.  Consecutive fields under one comment (``zkRetryBackoffStartMs`` below
 ``zkOperationTimeoutMs``, ``ensembleSize``/``writeQuorumSize``/``ackQuorumSize``) share
 it.  ``settings-mapping`` gives a module-level mapping of defaults (the embedded WAL's)
-with the ``#:`` comment above it.  A field without a comment, a marker naming nothing, or
+with the ``#:`` comment above it.  ``options-table`` gives the data source's options
+(:class:`pybk.spark.options.Option` records: name, uses, default, documentation), in
+their order.  A field without a comment, a marker naming nothing, or
 a class that is not a dataclass fails the build (an error, whatever ``--strict`` says).
 
 The comments are read with :mod:`ast` from the module's source file, the values from the
@@ -36,7 +40,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-_MARKER = re.compile(r"^<!-- settings-(table|mapping) ([\w.]+) -->$", re.M)
+_MARKER = re.compile(r"^<!-- (settings-table|settings-mapping|options-table) ([\w.]+) -->$",
+                     re.M)
+#: The data source's uses (pybk.spark.options.USES) as Spark's API names them.
+SPARK_USES = {"read": "read", "stream_read": "readStream", "write": "write",
+              "stream_write": "writeStream"}
 # Sphinx roles (:class:`X`, :func:`X`, ...) as Markdown code spans.
 _ROLE = re.compile(r":(?:class|func|data|mod|meth|attr|exc):`~?([^`]+)`")
 
@@ -148,9 +156,37 @@ def settings_mapping(dotted: str) -> str:
     return f"{_markdown(comment)}\n\n" + "\n".join(rows) + "\n"
 
 
+def _option_default(value: Any) -> str:
+    """An option's default as Spark takes it (empty: not set)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    return '`""`' if value == "" else f"`{value}`"
+
+
+def options_table(dotted: str) -> str:
+    """The table of the data source's options ``dotted`` (a name -> Option dict)."""
+    _, options = _resolve(dotted)
+    rows = ["| option | applies to | default | meaning |", "| --- | --- | --- | --- |"]
+    for option in options.values():
+        uses = ", ".join(api for use, api in SPARK_USES.items() if use in option.uses)
+        if not uses or not option.doc:
+            raise ValueError(f"options reference: {option.name} has no uses or no doc")
+        doc = _ROLE.sub(r"`\1`", option.doc).replace("|", "\\|")
+        rows.append(f"| `{option.name}` | {uses} | {_option_default(option.default)} | {doc} |")
+    return "\n".join(rows) + "\n"
+
+
+_EXPAND = {"settings-table": settings_table, "settings-mapping": settings_mapping,
+           "options-table": options_table}
+
+
+def expand_markers(markdown: str) -> str:
+    """``markdown`` with each marker line replaced by the table it names."""
+    return _MARKER.sub(lambda match: _EXPAND[match.group(1)](match.group(2)), markdown)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """MkDocs' hook: each marker line of a page replaced by what it names."""
-    def expand(match: re.Match[str]) -> str:
-        kind, dotted = match.groups()
-        return settings_table(dotted) if kind == "table" else settings_mapping(dotted)
-    return _MARKER.sub(expand, markdown)
+    return expand_markers(markdown)
