@@ -29,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 import sparkutil
@@ -235,6 +236,62 @@ def test_a_broken_link_is_found(tmp_path, monkeypatch):
     assert broken_links(str(page)) == [
         "docs/B.md: no such file", "docs/A.md#nowhere: no heading #nowhere in docs/A.md",
         "../x.md: outside the repository"]
+
+
+#: A path of the repository in a code span: `pybk/log/wal.py`, `tests/golden/`.
+_PATH_SPAN = re.compile(r"`((?:pybk|tests|benchmarks|examples|docs)/[\w./-]*)`")
+#: A name of pybk in a code span: `pybk.net.wire`, `pybk.log.ranges.plan(...)`.
+_NAME_SPAN = re.compile(r"`(pybk(?:\.\w+)+)")
+
+
+def _missing(name: str) -> str | None:
+    """Why the dotted name ``name`` leads to no object of pybk, or None if it does."""
+    parts = name.split(".")
+    for length in range(len(parts), 0, -1):  # the longest prefix that is a module
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", DeprecationWarning)
+                found = importlib.import_module(".".join(parts[:length]))
+        except ModuleNotFoundError:
+            continue
+        except DeprecationWarning:
+            return "a moved module's old name"
+        for part in parts[length:]:
+            if not hasattr(found, part):
+                return f"no {part}"
+            found = getattr(found, part)
+        return None
+    return "no such module"
+
+
+def stale_names(path: str) -> list[str]:
+    """The repository paths and ``pybk.`` names that the Markdown file ``path`` shows in
+    code spans but that do not exist, or exist only as a moved module's deprecated
+    alias (pybk/_moved.py), with the reason."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    stale = [f"{name}: no such path" for name in sorted(set(_PATH_SPAN.findall(text)))
+             if not os.path.exists(os.path.join(ROOT, name.rstrip("/")))]
+    for name in sorted(set(_NAME_SPAN.findall(text))):
+        why = _missing(name)
+        if why is not None:
+            stale.append(f"{name}: {why}")
+    return stale
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[os.path.relpath(p, ROOT) for p in PAGES])
+def test_every_path_and_name_a_page_shows_exists(path):
+    assert stale_names(path) == []
+
+
+def test_a_stale_path_or_name_is_found(tmp_path):
+    """The check itself: a path, a module, an attribute and a moved module's old name."""
+    page = tmp_path / "page.md"
+    page.write_text("`pybk/log/wal.py` `pybk.log.wal.open` `pybk/nowhere.py` "
+                    "`pybk.log.nowhere` `pybk.log.wal.nothing` `pybk.cluster.wire`\n")
+    assert stale_names(str(page)) == [
+        "pybk/nowhere.py: no such path", "pybk.cluster.wire: a moved module's old name",
+        "pybk.log.nowhere: no nowhere", "pybk.log.wal.nothing: no nothing"]
 
 
 # -- generated references ------------------------------------------------------------------
