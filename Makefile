@@ -19,7 +19,7 @@ run: $(VENV)/.installed
 # keeps its cache in .mypy_cache, so a second run takes a second or two).
 lint: $(VENV)/.installed
 	$(PY) -m ruff check pybk tests benchmarks examples docs/hooks
-	$(PY) -m mypy pybk
+	$(PY) -m mypy pybk docs/hooks
 
 # The user guide (mkdocs.yml, docs/): a site in site/.  --strict (also set in mkdocs.yml)
 # makes every warning an error: a broken link or anchor, a page left out of the

@@ -119,7 +119,7 @@ def _value(value: Any) -> str:
 def settings_table(dotted: str) -> str:
     """The reference of the settings class ``dotted``: its docstring and a table."""
     _, cls = _resolve(dotted)
-    if not dataclasses.is_dataclass(cls):
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         raise ValueError(f"settings reference: {dotted} is not a dataclass")
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
     rows = ["| setting | type | default | meaning |", "| --- | --- | --- | --- |"]
