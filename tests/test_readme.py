@@ -245,21 +245,30 @@ _NAME_SPAN = re.compile(r"`(pybk(?:\.\w+)+)")
 
 
 def _missing(name: str) -> str | None:
-    """Why the dotted name ``name`` leads to no object of pybk, or None if it does."""
+    """Why the dotted name ``name`` leads to no object of pybk, or None if it does.  A
+    moved module's old name (pybk/_moved.py) is found by the module it gives, whose
+    ``__name__`` is the new one (its warning comes only at the first import of a
+    process); a moved attribute warns at every access."""
     parts = name.split(".")
     for length in range(len(parts), 0, -1):  # the longest prefix that is a module
+        module_name = ".".join(parts[:length])
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("error", DeprecationWarning)
-                found = importlib.import_module(".".join(parts[:length]))
+                warnings.simplefilter("ignore", DeprecationWarning)
+                found = importlib.import_module(module_name)
         except ModuleNotFoundError:
             continue
-        except DeprecationWarning:
+        if found.__name__ != module_name:
             return "a moved module's old name"
         for part in parts[length:]:
-            if not hasattr(found, part):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error", DeprecationWarning)
+                    found = getattr(found, part)
+            except AttributeError:
                 return f"no {part}"
-            found = getattr(found, part)
+            except DeprecationWarning:
+                return "a moved name"
         return None
     return "no such module"
 
@@ -285,13 +294,19 @@ def test_every_path_and_name_a_page_shows_exists(path):
 
 
 def test_a_stale_path_or_name_is_found(tmp_path):
-    """The check itself: a path, a module, an attribute and a moved module's old name."""
+    """The check itself: a path, a module, an attribute, a moved module's old name (also
+    once it was imported) and a moved attribute."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        importlib.import_module("pybk.cluster.wire")
     page = tmp_path / "page.md"
     page.write_text("`pybk/log/wal.py` `pybk.log.wal.open` `pybk/nowhere.py` "
-                    "`pybk.log.nowhere` `pybk.log.wal.nothing` `pybk.cluster.wire`\n")
+                    "`pybk.log.nowhere` `pybk.log.wal.nothing` `pybk.cluster.wire` "
+                    "`pybk.cluster.BookieServer`\n")
     assert stale_names(str(page)) == [
-        "pybk/nowhere.py: no such path", "pybk.cluster.wire: a moved module's old name",
-        "pybk.log.nowhere: no nowhere", "pybk.log.wal.nothing: no nothing"]
+        "pybk/nowhere.py: no such path", "pybk.cluster.BookieServer: a moved name",
+        "pybk.cluster.wire: a moved module's old name", "pybk.log.nowhere: no nowhere",
+        "pybk.log.wal.nothing: no nothing"]
 
 
 # -- generated references ------------------------------------------------------------------
