@@ -38,6 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "docs" / "DESIGN.md"
 #: A name of the layer block's left column: ``pybk/x/`` or ``[pybk/]x.py``.
 _LAYER_NAME = re.compile(r"(?:[\w.]+/)*[\w.]+(?:/|\.py)")
+#: The kinds of import, by the place the statement is in.
+_KINDS = ("module-level", "deferred", "type-only")
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class Import:
     target: str
     path: str  # the source's file, relative to the directory holding the package
     line: int
-    kind: str  # "module-level", "deferred" or "type-only"
+    kind: str  # one of _KINDS
 
     def where(self) -> str:
         return f"{self.path}:{self.line} ({self.kind} import of {self.target})"
@@ -55,7 +57,8 @@ class Import:
 
 @dataclass(frozen=True)
 class Layer:
-    """One line of the layer block: whole packages and single modules."""
+    """One layer of the block: the name that starts it, the packages it holds whole
+    and its single modules."""
     title: str
     packages: tuple[str, ...]  # dotted names; every module under them is of this layer
     modules: tuple[str, ...]  # dotted names of single modules
@@ -115,7 +118,8 @@ class _Imports(ast.NodeVisitor):
         self.found: list[Import] = []
 
     def _in(self, kind: str, nodes: list[ast.stmt]) -> None:
-        outer, self.kind = self.kind, kind if self.kind == "module-level" else self.kind
+        # Nested places: type-only (never run) over deferred (run later) over module level.
+        outer, self.kind = self.kind, max(self.kind, kind, key=_KINDS.index)
         for node in nodes:
             self.visit(node)
         self.kind = outer
