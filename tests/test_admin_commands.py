@@ -16,8 +16,7 @@ import zkutil
 from clusterutil import BookieProcesses, failed, ok, pybk, unused_port
 
 from pybk import WriteFlag, connect
-from pybk.admin.commands import show_cluster
-from pybk.admin.inspect import PAYLOAD_WIDTH
+from pybk.cli.admin import PAYLOAD_WIDTH, show_cluster
 from pybk.client.digest import DigestManager
 from pybk.errors import LedgerClosed
 from pybk.meta.underreplication import UnderreplicationManager
