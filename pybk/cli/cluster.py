@@ -30,7 +30,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from pybk.cli import admin, options
-from pybk.cli.output import fail, say
+from pybk.cli.output import fail, run, say
 from pybk.cluster.lifeline import watch_lifeline
 from pybk.errors import BookKeeperError
 from pybk.settings import ClientSettings, ServerSettings
@@ -365,22 +365,22 @@ def run_updatecookie(settings: ServerSettings) -> int:
     from pybk.meta.address import open_metadata_store
     from pybk.meta.zookeeper import ZooKeeperSettings
 
-    try:
+    def update() -> Any:
         with contextlib.ExitStack() as opened:
             store = None
             if settings.metadataServiceUri:
                 store = opened.enter_context(open_metadata_store(
                     settings.metadataServiceUri,
                     ZooKeeperSettings.of(settings)))
-            cookie = update_cookies(settings, store)
-    except BookKeeperError as e:
-        return fail("updatecookie", e)
-    who = f"bookie {cookie.bookie_id}" if cookie.bookie_id else "the bookie"
-    say(f"pybk updatecookie: {who} (instance {cookie.instance_id}): its cookies name "
-        f"{cookie.describe_paths()}"
-        + (f", in its directories and in {settings.metadataServiceUri}"
-           if cookie.bookie_id else ""))
-    return 0
+            return update_cookies(settings, store)
+
+    def updated(cookie: Any) -> list[str]:
+        who = f"bookie {cookie.bookie_id}" if cookie.bookie_id else "the bookie"
+        return [f"pybk updatecookie: {who} (instance {cookie.instance_id}): its cookies "
+                f"name {cookie.describe_paths()}"
+                + (f", in its directories and in {settings.metadataServiceUri}"
+                   if cookie.bookie_id else "")]
+    return run("updatecookie", update, updated, as_json=False)
 
 
 def run_format_cluster(address: str, layout: str,
@@ -390,14 +390,10 @@ def run_format_cluster(address: str, layout: str,
     get pybk's ACLs)."""
     from pybk.meta.zookeeper import ZooKeeperSettings, format_cluster
 
-    try:
-        instance_id = format_cluster(address, layout,
-                                     ZooKeeperSettings.of(settings or ServerSettings()))
-    except BookKeeperError as e:
-        return fail("format-cluster", e)
-    say(f"pybk format-cluster: {address} is formatted ({layout} layout, instance id "
-        f"{instance_id})")
-    return 0
+    return run("format-cluster", lambda: format_cluster(
+        address, layout, ZooKeeperSettings.of(settings or ServerSettings())),
+        lambda instance_id: [f"pybk format-cluster: {address} is formatted ({layout} "
+                             f"layout, instance id {instance_id})"], as_json=False)
 
 
 def run_migrate_logs(address: str, logs: list[str] | None,
@@ -407,14 +403,11 @@ def run_migrate_logs(address: str, logs: list[str] | None,
     (:func:`pybk.meta.zookeeper.migrate_logs`)."""
     from pybk.meta.zookeeper import ZooKeeperSettings, migrate_logs
 
-    try:
-        migration = migrate_logs(address, logs,
-                                 ZooKeeperSettings.of(settings or ServerSettings()))
-    except BookKeeperError as e:
-        return fail("migrate-logs", e)
-    say(f"pybk migrate-logs: {address}: "
-        f"{migration or 'in the current layout already: nothing to move'}")
-    return 0
+    return run("migrate-logs", lambda: migrate_logs(
+        address, logs, ZooKeeperSettings.of(settings or ServerSettings())),
+        lambda migration: [f"pybk migrate-logs: {address}: "
+                           f"{migration or 'in the current layout already: nothing to move'}"],
+        as_json=False)
 
 
 def run_keygen(directory: str, name: str) -> int:
@@ -422,14 +415,11 @@ def run_keygen(directory: str, name: str) -> int:
     (:func:`pybk.net.curve.create_key_pair`); never overwrites one."""
     from pybk.net.curve import create_key_pair
 
-    try:
-        public, secret = create_key_pair(directory, name)
-    except (BookKeeperError, OSError) as e:
-        return fail("keygen", e)
-    say(f"pybk keygen: public key {public} (copy it into the bookies' "
-        f"zmqCurveAllowedClientKeysDirectory), key pair {secret} (zmqCurveSecretKeyFile; "
-        "keep it private)")
-    return 0
+    return run("keygen", lambda: create_key_pair(directory, name),
+               lambda paths: [f"pybk keygen: public key {paths[0]} (copy it into the "
+                              "bookies' zmqCurveAllowedClientKeysDirectory), key pair "
+                              f"{paths[1]} (zmqCurveSecretKeyFile; keep it private)"],
+               as_json=False)
 
 
 #: What ``pybk compaction`` waits for a bookie's HTTP admin server, in seconds.
@@ -552,14 +542,12 @@ def run_simpletest(settings: ServerSettings, ensemble: int, write_quorum: int,
     with the credentials of ``settings``."""
     from pybk.admin.simpletest import simple_test
 
-    try:
-        client, zookeeper = _client_settings(settings)
-        report = simple_test(settings.metadataServiceUri, ensemble, write_quorum, ack_quorum,
-                             entries, entry_bytes, client, zk_settings=zookeeper)
-    except BookKeeperError as e:
-        return fail("simpletest", e)
-    say(f"pybk simpletest: {report}")
-    return 0
+    def test() -> Any:
+        client, zookeeper = _client_settings(settings)  # reads the key pair: may fail
+        return simple_test(settings.metadataServiceUri, ensemble, write_quorum, ack_quorum,
+                           entries, entry_bytes, client, zk_settings=zookeeper)
+    return run("simpletest", test, lambda report: [f"pybk simpletest: {report}"],
+               as_json=False)
 
 
 def run_clean_orphans(settings: ServerSettings, log_name: str, older_than_s: float) -> int:
@@ -569,15 +557,13 @@ def run_clean_orphans(settings: ServerSettings, log_name: str, older_than_s: flo
     from pybk.log.commit import clean_orphans
     from pybk.net.connect import connect
 
-    try:
+    def clean() -> list[str]:
         client, zookeeper = _client_settings(settings)
         with connect(settings.metadataServiceUri, client, zk_settings=zookeeper) as bk:
-            given_up = clean_orphans(bk, log_name, older_than_s)
-    except BookKeeperError as e:
-        return fail("clean-orphans", e)
-    say(f"pybk clean-orphans: log {log_name}: {len(given_up)} orphan jobs given up"
-        + "".join(f"\n  {job_id}" for job_id in given_up))
-    return 0
+            return clean_orphans(bk, log_name, older_than_s)
+    return run("clean-orphans", clean, lambda given_up: [
+        f"pybk clean-orphans: log {log_name}: {len(given_up)} orphan jobs given up"]
+        + [f"  {job_id}" for job_id in given_up], as_json=False)
 
 
 def _orphaned(stop: threading.Event) -> None:
