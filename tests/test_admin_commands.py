@@ -160,7 +160,6 @@ def test_listledgers_and_ledgermetadata_show_the_ledgers(address, bk, ledgers):
 
 
 def test_a_creation_time_shows_as_iso_8601_utc_to_the_millisecond():
-
     assert utc_time(0) == "1970-01-01T00:00:00.000Z"
     assert utc_time(1_764_345_426_007) == "2025-11-28T15:57:06.007Z"
     # a time no calendar has (malformed metadata) is still shown, as it is
