@@ -1,14 +1,17 @@
 """pybk: Apache BookKeeper's replicated log storage, in Python.
 
-Layers, bottom up: :mod:`pybk.storage` (the bookie storage engine), :mod:`pybk.meta`
-(metadata stores), :mod:`pybk.client` (the ledger protocol), :mod:`pybk.cluster`
-(bookies over ZeroMQ, ZooKeeper servers), :mod:`pybk.log` (logs and the embedded WAL).
 ``pybk.open(path)`` opens an embedded WAL; ``pybk.open_readonly(path)`` reads one from
 another process while its application runs; ``pybk.demote(path)`` turns a promoted one
 whose cluster is gone back into an embedded WAL; ``pybk.connect(address)`` is a ledger
-client of a cluster.  No layer imports one above it: connecting by address, which needs
-both the ledger protocol and the network, lives here and in :mod:`pybk.cluster`.
-:mod:`pybk.aio` is the same for asyncio code (``await pybk.aio.open(path)``).
+client of a cluster.  :mod:`pybk.aio` is the same for asyncio code
+(``await pybk.aio.open(path)``).
+
+This module is the API an application imports, taken from the packages below it
+(docs/DESIGN.md, "Layers"): :mod:`pybk.storage` (the bookie storage engine),
+:mod:`pybk.meta` (metadata stores), :mod:`pybk.client` (the ledger protocol),
+:mod:`pybk.net` (ZeroMQ, and connecting to a cluster), :mod:`pybk.log` (logs and the
+embedded WAL), :mod:`pybk.aio`.  None of them imports it; the tools built on it,
+:mod:`pybk.testing` and :mod:`pybk.cli`, may.
 """
 
 from typing import Any
