@@ -1,8 +1,8 @@
 """BookKeeper's HTTP admin endpoints, served by a bookie process (:class:`~pybk.cluster.
 node.BookieNode` with ``httpServerEnabled``), and the status page at ``/``.
 
-The work is the admin shell's (:mod:`pybk.admin.commands`, :mod:`~pybk.cluster.
-admin_inspect`, :mod:`~pybk.admin.recover`) on the node's own metadata store
+The work is the admin shell's (:mod:`pybk.admin.commands`,
+:mod:`~pybk.admin.inspect`, :mod:`~pybk.admin.recover`) on the node's own metadata store
 (its ZooKeeper session) or, for the endpoints that read or delete ledgers, on a ledger
 client of the cluster opened for the request.  Paths, methods, parameters and JSON keys
 are BookKeeper's (``org.apache.bookkeeper.server.http.service``); where BookKeeper answers
@@ -177,7 +177,7 @@ class _Endpoints:
         self.node = node
         self.bookie = node.bookie
         self.store = node.metadata
-        self.target = admin.target(_COMMAND, node.settings, as_json=True)
+        self.target = admin.target(node.settings)
 
     # -- this bookie ----------------------------------------------------------------------
 
