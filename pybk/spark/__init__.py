@@ -8,6 +8,9 @@ executors while it is open (:mod:`pybk.spark.bookies`).  Both run pybk's Python 
 with the interpreter that called them in local mode, or check that Spark's can import
 pybk (:mod:`pybk.spark.workers`).  Needs ``pip install "pybk[spark]"`` (pyspark 4 with
 pyarrow).  Options: :mod:`pybk.spark.options`; rows: :mod:`pybk.spark.source`.
+
+May import: the base modules, the library's packages up to :mod:`pybk.log`
+(docs/DESIGN.md, "Layers").
 """
 
 from __future__ import annotations
