@@ -54,7 +54,7 @@ MOVED_MODULES = {
     "pybk.demo": "pybk.cli.demo",
     "pybk.metrics": "pybk.http.metrics",
     "pybk.offline_commands": "pybk.cli.offline",
-    "pybk.tables": "pybk.admin.tables",
+    "pybk.tables": "pybk.cli.output",
     "pybk.tail_command": "pybk.cli.wal",
 }
 

@@ -16,8 +16,7 @@ import zkutil
 from clusterutil import BookieProcesses, failed, ok, pybk, unused_port
 
 from pybk import WriteFlag, connect
-from pybk.admin.commands import show_cluster
-from pybk.admin.inspect import PAYLOAD_WIDTH
+from pybk.cli.admin import PAYLOAD_WIDTH, show_cluster
 from pybk.client.digest import DigestManager
 from pybk.errors import LedgerClosed
 from pybk.meta.underreplication import UnderreplicationManager
@@ -151,6 +150,21 @@ def test_listledgers_and_ledgermetadata_show_the_ledgers(address, bk, ledgers):
     text = ok("ledgermetadata", str(closed), "--zk", address)
     assert text.startswith(f"ledger {closed}: CLOSED, E=3 Qw=2 Qa=2")
     assert "last entry 2" in text
+    # people read the creation time as a UTC time; scripts get the number (JSON)
+    created_ms = shown["creation_time_ms"]
+    assert isinstance(created_ms, int), shown
+    utc = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created_ms // 1000))
+    assert f", created {utc}.{created_ms % 1000:03d}Z\n" in text, text
+    assert str(created_ms) not in text
+
+
+def test_a_creation_time_shows_as_iso_8601_utc_to_the_millisecond():
+    from pybk.cli.admin import utc_time
+
+    assert utc_time(0) == "1970-01-01T00:00:00.000Z"
+    assert utc_time(1_764_345_426_007) == "2025-11-28T15:57:06.007Z"
+    # a time no calendar has (malformed metadata) is still shown, as it is
+    assert utc_time(10**20) == f"{10**20} ms"
 
 
 def test_deleteledger_deletes_it_and_a_second_time_says_it_is_missing(address, bk):

@@ -1,5 +1,6 @@
-"""The admin shell: an operator's everyday ``pybk`` commands on a running cluster, with
-BookKeeper's names (:mod:`pybk.cli` parses their arguments).
+"""The admin shell's work: what an operator asks of a running cluster, with BookKeeper's
+names, for the ``pybk`` command (:mod:`pybk.cli.admin` parses, prints tables or JSON and
+reports failures) and for the HTTP admin API (:mod:`pybk.http.endpoints`).
 
 ``autorecovery enable|disable|status``, ``listunderreplicated``, ``whoisauditor``,
 ``triggeraudit``, ``lostbookierecoverydelay [N]``
@@ -12,32 +13,24 @@ BookKeeper's names (:mod:`pybk.cli` parses their arguments).
     What the bookies answer themselves: their disk space and state, a ledger's entries
     (:mod:`pybk.admin.inspect`).
 ``recover BOOKIE[,BOOKIE...]``, ``decommission BOOKIE``
-    A stopped bookie's data moved to the others (:mod:`pybk.admin.recover`,
-    which uses this module's :func:`answer`, :func:`fail` and :func:`run`).
+    A stopped bookie's data moved to the others (:mod:`pybk.admin.recover`).
 
-Every command finds the cluster by ``--zk ADDRESS`` or by ``metadataServiceUri`` of a
-``--conf`` file (whose ``zkTimeout`` bounds the wait for ZooKeeper).  Output: an aligned
-table (or one line) for people on standard output by default; with ``--json``, exactly
-one JSON document on standard output, described with each command.  Exit status 0 on
-success, 1 with one line ``pybk COMMAND: reason`` on standard error if the cluster
-cannot be reached, the ledger or bookie is unknown, or the metadata is malformed; never
-a traceback.  :func:`run` does this for every command, on the metadata store or, for
-those that read or delete ledgers, on a ledger client (:func:`client`);
-:func:`run_streamed` for ``listledgers``, which prints each ledger as it reads it.
+A command's work is a function of the cluster's metadata store (opened by
+:func:`open_store`) or, for those that read or delete ledgers, of a ledger client
+(:func:`client`); both reach the cluster a :class:`Target` names.  Each returns plain
+data (dicts, lists, strings, numbers, booleans, None), the document ``pybk COMMAND
+--json`` prints, described under "JSON" with each function; it raises a
+:class:`~pybk.errors.BookKeeperError` when the cluster cannot be reached, the ledger or
+bookie is unknown, or the metadata is malformed.  Nothing here prints.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
-import json
-import os
-import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator
 
-from pybk.admin.tables import stream_table, table
 from pybk.autorecovery.replicas import coverage
 from pybk.errors import BookKeeperError, InvalidConfiguration, NoSuchBookie
 from pybk.meta.interface import MetadataStore
@@ -54,94 +47,29 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Target:
-    """Where an admin command goes, and how it answers: ``address`` is the cluster's
-    ``zk://`` address, ``zk_timeout_ms`` bounds the wait for its ZooKeeper, ``as_json``
-    asks for one JSON document instead of a table; ``password`` opens ledgers to read
-    them (``bookieRecoveryPasswd``, as BookKeeper's admin does) and ``max_entry_bytes``
-    is the largest entry a bookie may answer (``maxEntrySizeBytes``); ``settings`` are
-    the shell's, for its ZooKeeper credentials (``zkEnableSecurity``) and CURVE keys."""
+    """Where an admin command goes: ``address`` is the cluster's ``zk://`` address,
+    ``zk_timeout_ms`` bounds the wait for its ZooKeeper; ``password`` opens ledgers to
+    read them (``bookieRecoveryPasswd``, as BookKeeper's admin does) and
+    ``max_entry_bytes`` is the largest entry a bookie may answer (``maxEntrySizeBytes``);
+    ``settings`` are the shell's, for its ZooKeeper credentials (``zkEnableSecurity``)
+    and CURVE keys."""
 
-    command: str
     address: str
     zk_timeout_ms: int
-    as_json: bool
     password: bytes = b""
     max_entry_bytes: int = ServerSettings.maxEntrySizeBytes
     settings: ServerSettings = ServerSettings()
 
 
-def target(command: str, settings: ServerSettings, as_json: bool) -> Target:
-    """The :class:`Target` of ``settings`` (``--zk`` or ``--conf`` made them);
-    InvalidConfiguration if they name no cluster."""
+def target(settings: ServerSettings) -> Target:
+    """The :class:`Target` of ``settings`` (``--zk`` or ``--conf`` made them, or a
+    bookie's); InvalidConfiguration if they name no cluster."""
     if not settings.metadataServiceUri:
         raise InvalidConfiguration("no cluster given: pass --zk zk://host:port/ledgers, or "
                                    "--conf with metadataServiceUri")
-    return Target(command, settings.metadataServiceUri, settings.zkTimeout, as_json,
+    return Target(settings.metadataServiceUri, settings.zkTimeout,
                   settings.bookieRecoveryPasswd.encode("utf-8"), settings.maxEntrySizeBytes,
                   settings)
-
-
-def run(target_: Target, work: Callable[[Any], Any], show: Callable[[Any], Sequence[str]],
-        opener: Callable[[Target], ContextManager[Any]] | None = None) -> int:
-    """Open the cluster's store (or what ``opener`` opens: :func:`client`), ``work`` on
-    it, and print the result: ``show(result)``'s lines, or the result as JSON.  0, or 1
-    with the reason on standard error."""
-    try:
-        with (opener or open_store)(target_) as opened:
-            result = work(opened)
-    except BookKeeperError as e:
-        return fail(target_, e)
-    answer(target_, result, show)
-    return 0
-
-
-def answer(target_: Target, result: Any, show: Callable[[Any], Sequence[str]]) -> None:
-    """Print a command's result on standard output: ``show(result)``'s lines, or the
-    result as one JSON document."""
-    if target_.as_json:
-        print(json.dumps(result, sort_keys=True), flush=True)
-    else:
-        for line in show(result):
-            print(line, flush=True)
-
-
-def run_streamed(target_: Target, work: Callable[[MetadataStore], Iterator[Any]],
-                 show: Callable[[Iterator[Any]], Iterator[str]]) -> int:
-    """:func:`run` for a listing (``listledgers``): each item is printed as soon as
-    ``work`` yields it, while the store stays open, so the first lines come before the
-    listing ends and nothing holds the whole of it.  With ``--json`` the output is still
-    one JSON document, an array with one item per line (``[`` comes with the first one,
-    and ``]`` on a line of its own).  A failure mid-way prints its reason on standard
-    error after the lines already printed (exit 1).  A reader that stops reading
-    (``| head``) ends the listing quietly."""
-    try:
-        with open_store(target_) as store:
-            items = work(store)
-            for line in (_json_lines(items) if target_.as_json else show(items)):
-                print(line, flush=True)
-    except BookKeeperError as e:
-        return fail(target_, e)
-    except BrokenPipeError:
-        # Python would complain again when it flushes stdout at exit: point it elsewhere.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    return 0
-
-
-def _json_lines(items: Iterator[Any]) -> Iterator[str]:
-    """One JSON array, an item per line: ``[first``, ``,second``, ..., ``]`` (``[]`` if
-    empty)."""
-    opening = "["
-    for item in items:
-        yield opening + json.dumps(item, sort_keys=True)
-        opening = ","
-    yield "[]" if opening == "[" else "]"
-
-
-def fail(target_: Target, error: BaseException) -> int:
-    """Say why the command failed, in one line on standard error; its exit status, 1."""
-    print(f"pybk {target_.command}: {error}", file=sys.stderr, flush=True)
-    return 1
 
 
 @contextlib.contextmanager
@@ -156,7 +84,7 @@ def open_store(target_: Target) -> Iterator[MetadataStore]:
 
 
 def client(target_: Target) -> "ClusterBookKeeper":
-    """A ledger client of the cluster (an opener for :func:`run`): its ZooKeeper waited
+    """A ledger client of the cluster, closed with it: its ZooKeeper waited
     for up to ``zk_timeout_ms``, bookies' replies taken up to ``max_entry_bytes``."""
     from pybk.net.connect import connect
     from pybk.net.curve import client_settings_of
@@ -191,10 +119,6 @@ def autorecovery(action: str) -> Callable[[MetadataStore], dict]:
     return work
 
 
-def show_autorecovery(result: dict) -> list[str]:
-    return [f"autorecovery is {'enabled' if result['enabled'] else 'disabled'}"]
-
-
 def list_underreplicated(store: MetadataStore) -> list[dict]:
     """``listunderreplicated``.  JSON: ``[{"ledger": id, "missing": [bookie id, ...],
     "marked_ms": ms since the epoch or null, "claimed_by": owner or null}, ...]`` by
@@ -210,19 +134,9 @@ def list_underreplicated(store: MetadataStore) -> list[dict]:
     return found
 
 
-def show_underreplicated(found: list[dict]) -> list[str]:
-    return table(("LEDGER", "MISSING REPLICAS", "MARKED (ms)", "CLAIMED BY"),
-                 [(m["ledger"], ",".join(m["missing"]), m["marked_ms"], m["claimed_by"])
-                  for m in found])
-
-
 def who_is_auditor(store: MetadataStore) -> dict:
     """``whoisauditor``.  JSON: ``{"auditor": candidate or null}``."""
     return {"auditor": UnderreplicationManager(store).auditor()}
-
-
-def show_auditor(result: dict) -> list[str]:
-    return [f"auditor: {result['auditor'] or '(none: no autorecovery process is running)'}"]
 
 
 def trigger_audit(store: MetadataStore) -> dict:
@@ -231,12 +145,6 @@ def trigger_audit(store: MetadataStore) -> dict:
     manager = UnderreplicationManager(store)
     manager.trigger_audit()
     return {"triggered": True, "auditor": manager.auditor()}
-
-
-def show_trigger(result: dict) -> list[str]:
-    if result["auditor"] is None:
-        return ["audit requested; no auditor runs now: the next one elected audits"]
-    return [f"audit requested from auditor {result['auditor']}"]
 
 
 def lost_bookie_recovery_delay(seconds: int | None) -> Callable[[MetadataStore], dict]:
@@ -249,11 +157,6 @@ def lost_bookie_recovery_delay(seconds: int | None) -> Callable[[MetadataStore],
             manager.set_lost_bookie_recovery_delay(seconds)
         return {"seconds": manager.lost_bookie_recovery_delay(), "set": seconds is not None}
     return work
-
-
-def show_delay(result: dict) -> list[str]:
-    verb = "set to" if result["set"] else "is"
-    return [f"lostBookieRecoveryDelay {verb} {result['seconds']} s"]
 
 
 # -- bookies and ledgers ----------------------------------------------------------------------
@@ -278,11 +181,6 @@ def list_bookies(read_only: bool | None) -> Callable[[MetadataStore], list[dict]
     return work
 
 
-def show_bookies(found: list[dict]) -> list[str]:
-    return table(("BOOKIE", "STATE", "ENDPOINT", "LOCATION"),
-                 [(b["bookie"], b["state"], b["endpoint"], b["location"]) for b in found])
-
-
 def location_of(store: MetadataStore, bookie_id: str) -> str:
     """The network location placement sees for the bookie (the default rack if it
     registered none)."""
@@ -290,7 +188,12 @@ def location_of(store: MetadataStore, bookie_id: str) -> str:
 
 
 def describe(metadata: LedgerMetadata) -> dict:
-    """A ledger's metadata for people and scripts (the password hash left out)."""
+    """A ledger's metadata for people and scripts (the password hash left out):
+    ``{"ledger": id, "state": "OPEN"|"IN_RECOVERY"|"CLOSED", "ensemble_size",
+    "write_quorum_size", "ack_quorum_size", "last_entry_id", "length", "digest_type",
+    "creation_time_ms": milliseconds since the Unix epoch (a number, for scripts),
+    "custom_metadata": [its keys, sorted], "fragments": [{"first_entry": id,
+    "ensemble": [bookie id, ...]}, ...]}``."""
     return {"ledger": metadata.ledger_id, "state": metadata.state.name,
             "ensemble_size": metadata.ensemble_size,
             "write_quorum_size": metadata.write_quorum_size,
@@ -328,47 +231,12 @@ def list_ledgers(with_metadata: bool, bookie: str | None
     return work
 
 
-def show_ledgers(found: Iterable[dict]) -> Iterator[str]:
-    """:func:`list_ledgers`'s table, line by line as the ledgers come."""
-    found = iter(found)
-    first = next(found, None)
-    if first is None:
-        yield from table(("LEDGER",), [])
-        return
-    found = itertools.chain([first], found)
-    if "state" in first:
-        yield from stream_table(
-            ("LEDGER", "STATE", "E/Qw/Qa", "LAST ENTRY", "BYTES", "ENSEMBLES"),
-            ((m["ledger"], m["state"], f"{m['ensemble_size']}/"
-              f"{m['write_quorum_size']}/{m['ack_quorum_size']}", m["last_entry_id"],
-              m["length"], _ensembles(m)) for m in found))
-    else:
-        yield from stream_table(("LEDGER",), ((m["ledger"],) for m in found))
-
-
 def ledger_metadata(ledger_id: int) -> Callable[[MetadataStore], dict]:
-    """``ledgermetadata ID``.  JSON: :func:`describe`; NoSuchLedger (exit 1) if absent."""
+    """``ledgermetadata ID``.  JSON: :func:`describe`; NoSuchLedger if absent."""
     def work(store: MetadataStore) -> dict:
         from pybk.meta.ledgers import LedgerManager
         return describe(LedgerManager(store).read(ledger_id).metadata)
     return work
-
-
-def show_metadata(m: dict) -> list[str]:
-    lines = [f"ledger {m['ledger']}: {m['state']}, E={m['ensemble_size']} "
-             f"Qw={m['write_quorum_size']} Qa={m['ack_quorum_size']}, digest "
-             f"{m['digest_type']}, created {m['creation_time_ms']} ms"]
-    if m["state"] == "CLOSED":
-        lines.append(f"  last entry {m['last_entry_id']}, {m['length']} bytes")
-    if m["custom_metadata"]:
-        lines.append(f"  custom metadata: {', '.join(m['custom_metadata'])}")
-    lines += [f"  from entry {f['first_entry']}: {', '.join(f['ensemble'])}"
-              for f in m["fragments"]]
-    return lines
-
-
-def _ensembles(m: dict) -> str:
-    return " ".join(f"{f['first_entry']}:[{','.join(f['ensemble'])}]" for f in m["fragments"])
 
 
 def delete_ledger(ledger_id: int) -> Callable[["BookKeeper"], dict]:
@@ -379,10 +247,6 @@ def delete_ledger(ledger_id: int) -> Callable[["BookKeeper"], dict]:
         bk.delete_ledger(ledger_id)
         return {"deleted": ledger_id}
     return work
-
-
-def show_deleted(result: dict) -> list[str]:
-    return [f"deleted ledger {result['deleted']}"]
 
 
 # -- clusterinfo ------------------------------------------------------------------------------
@@ -443,30 +307,3 @@ def _fewest_live_replicas(metadata: LedgerMetadata, live: set[str]) -> int | Non
         end = metadata.fragments[-1].first_entry_id + metadata.ensemble_size - 1
     missing = {b for f in metadata.fragments for b in f.ensemble if b not in live}
     return coverage(metadata, missing, end).min_replicas
-
-
-def show_cluster(info: dict) -> list[str]:
-    backlog = info["backlog"]
-    risk, unreadable = info["at_risk_ledgers"], info["unreadable_ledgers"]
-    return [
-        f"bookies writable ({len(info['writable'])}): {', '.join(info['writable']) or '-'}",
-        f"bookies read-only ({len(info['read_only'])}): "
-        f"{', '.join(info['read_only']) or '-'}",
-        f"bookies lost ({len(info['lost'])}): {', '.join(info['lost']) or '-'}",
-        f"auditor: {info['auditor'] or '(none)'}",
-        f"autorecovery: {'enabled' if info['autorecovery'] else 'disabled'}, "
-        f"lostBookieRecoveryDelay {info['lost_bookie_recovery_delay_s']} s",
-        f"under-replicated ledgers: {info['underreplicated']}"
-        + ("" if backlog is None else
-           f" (auditor's last measure: {backlog['ledgers']} ledgers, {backlog['entries']} "
-           f"entries, fewest replicas {_or_dash(backlog['min_replicas'])})"),
-        f"fewest live replicas of any entry: {_or_dash(info['fewest_live_replicas'])}",
-        "one more bookie stopping would lose entries of ledgers "
-        + ", ".join(map(str, risk)) if risk else
-        "no entry would lose its last replica if one more bookie stopped",
-    ] + ([f"entries with no live replica (unreadable until a bookie returns) in ledgers "
-          f"{', '.join(map(str, unreadable))}"] if unreadable else [])
-
-
-def _or_dash(value: object) -> str:
-    return "-" if value is None else str(value)

@@ -1,7 +1,6 @@
-"""The admin shell's commands that ask the bookies themselves, over the wire
-(:mod:`pybk.admin.commands` holds those that read the metadata only, and the
-conventions they share: ``--zk``/``--conf``, tables or ``--json``, one line on standard
-error and exit status 1 on failure).
+"""The admin shell's work that asks the bookies themselves, over the wire
+(:mod:`pybk.admin.commands` holds the work that reads the metadata only, and how it
+reaches the cluster; :mod:`pybk.cli.admin` shows the results).
 
 ``bookieinfo``
     Each registered bookie's own answer to an INFO request: writable or read-only, free
@@ -23,12 +22,9 @@ error and exit status 1 on failure).
     end of what its bookies hold: the read stops before the first entry that no bookie
     of its write set holds.  A closed ledger is never read past its last entry.  The
     entries are gathered before anything is printed (the JSON document is one value):
-    for a long ledger, ask for a range with ``--first`` and ``--last``.
-
-Payloads in a table: printable text between double quotes, anything else as ``0x`` and
-its hex digits, cut to :data:`PAYLOAD_WIDTH` characters (a cut one ends with ``...``).
-With ``--json`` payloads are whole and base64-encoded (``payload_base64``): JSON has no
-bytes, and base64 is compact and what every language decodes.
+    for a long ledger, ask for a range with ``--first`` and ``--last``.  Payloads are
+    whole and base64-encoded (``payload_base64``): JSON has no bytes, and base64 is
+    compact and what every language decodes.
 """
 
 from __future__ import annotations
@@ -38,10 +34,9 @@ import contextlib
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable
 
 from pybk.admin.commands import location_of
-from pybk.admin.tables import table
 from pybk.client.digest import DigestManager
 from pybk.client.reads import READ_BATCH_MAX_BYTES
 from pybk.errors import (
@@ -65,8 +60,6 @@ if TYPE_CHECKING:
 #: Entries one ``read_unconfirmed`` call asks for, without ``--last`` (whose end is
 #: unknown until an entry is missing).
 UNCONFIRMED_CHUNK_ENTRIES = 1000
-#: Characters of a payload a table shows (the quotes or ``0x`` included).
-PAYLOAD_WIDTH = 60
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
@@ -136,21 +129,6 @@ def _info_row(bookie_id: str, asking: "Future | BaseException", deadline: float)
             "used_percent": used, "error": None}
 
 
-def show_bookie_info(result: dict) -> list[str]:
-    rows = [(b["bookie"], b["state"], human_bytes(b["free_bytes"]),
-             human_bytes(b["total_bytes"]),
-             None if b["used_percent"] is None else f"{b['used_percent']:.1f}%",
-             b["location"])
-            for b in result["bookies"]]
-    lines = table(("BOOKIE", "STATE", "FREE", "TOTAL", "USED", "LOCATION"), rows)
-    total = result["total_bytes"]
-    used = f" ({100.0 * (total - result['free_bytes']) / total:.1f}% used)" if total else ""
-    lines.append(f"total: {human_bytes(result['free_bytes'])} free of {human_bytes(total)}"
-                 f"{used} on {len(rows) - result['unreachable']} bookies; "
-                 f"{result['unreachable']} unreachable")
-    return lines
-
-
 def human_bytes(count: int | None) -> str | None:
     """``count`` bytes in binary units, 3 significant digits or more: ``512 B``, ``1.5
     KiB``, ``20.0 GiB``, ``252 GiB`` (None stays None: a table shows ``-``)."""
@@ -176,7 +154,7 @@ def read_ledger(ledger_id: int, first: int, last: int | None, bookie: str | None
     "unconfirmed": bool, "entries": [{"entry": id, "status": "ok", "size": payload
     bytes, "payload_base64": str} or, with ``--bookie``, {"entry": id, "status":
     "missing"|"bad digest"|"error", "error": str}, ...] by entry id}``.
-    BookKeeperError (exit 1): ``first`` over ``last``, ``unconfirmed`` with ``bookie``,
+    BookKeeperError: ``first`` over ``last``, ``unconfirmed`` with ``bookie``,
     no such ledger, a wrong password, an entry the client cannot read, or with
     ``bookie``: a bookie not in the ledger's ensembles, or one that does not answer."""
     def work(bk: "BookKeeper") -> dict:
@@ -283,36 +261,3 @@ def _replica_row(digest: DigestManager, entry_id: int, answer: bytes | BaseExcep
 def _held(entry_id: int, payload: bytes) -> dict:
     return {"entry": entry_id, "status": "ok", "size": len(payload),
             "payload_base64": base64.b64encode(payload).decode("ascii")}
-
-
-def show_ledger_entries(result: dict) -> list[str]:
-    entries = result["entries"]
-    where = (f"bookie {result['bookie']}'s copies" if result["bookie"] else
-             "read through the client")
-    bad = sum(1 for e in entries if e["status"] != "ok")
-    past = sum(1 for e in entries if e["entry"] > result["last_readable"])
-    lines = [f"ledger {result['ledger']}: {result['state']}, last readable entry "
-             f"{result['last_readable']}; {len(entries)} entries, {where}"
-             + (f", {bad} missing or unreadable there" if result["bookie"] else "")
-             + (f", {past} past the LAC (unconfirmed)" if result["unconfirmed"] else "")]
-    return lines + table(("ENTRY", "SIZE", "PAYLOAD"), list(_entry_rows(entries)))
-
-
-def _entry_rows(entries: list[dict]) -> Iterator[tuple]:
-    for e in entries:
-        if e["status"] == "ok":
-            yield e["entry"], e["size"], payload_text(base64.b64decode(e["payload_base64"]))
-        else:
-            yield e["entry"], None, f"({e['status']})"
-
-
-def payload_text(payload: bytes, width: int = PAYLOAD_WIDTH) -> str:
-    """A payload for a table: printable text between double quotes, else ``0x`` and hex;
-    at most ``width`` characters, ending with ``...`` when cut."""
-    try:
-        text = payload.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    shown = (f'"{text}"' if text is not None and text.isprintable()
-             else "0x" + payload[:width // 2].hex())
-    return shown if len(shown) <= width else shown[:width - 3] + "..."

@@ -1,8 +1,10 @@
-"""``pybk recover`` and ``pybk decommission``: moving a stopped bookie's data to the
-others, BookKeeper's ``recover`` (``BookKeeperAdmin.recoverBookieData``) and
-``decommissionbookie``.  Both belong to the admin shell (:mod:`pybk.cluster.
-admin_commands`: ``--zk``/``--conf``/``--set``, ``--json``, one-line errors, exit 1);
-their progress goes to standard error (:mod:`pybk.admin.progress`).
+"""The work of ``pybk recover`` and ``pybk decommission`` (and of the HTTP admin API's
+``autorecovery/bookie`` and ``autorecovery/decommission``): moving a stopped bookie's
+data to the others, BookKeeper's ``recover`` (``BookKeeperAdmin.recoverBookieData``)
+and ``decommissionbookie``.  They reach the cluster as the rest of the admin shell's
+work does (:mod:`pybk.admin.commands`) and return plain data (:mod:`pybk.cli.recover`
+shows it); their progress goes to standard error (:mod:`pybk.admin.progress`), for the
+operator who waits on a command or the bookie's log.
 
 ``recover BOOKIE[,BOOKIE...]``
     Re-replicates, from this process, every ledger that gives one of the bookies an
@@ -45,9 +47,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from pybk.admin.commands import Target, answer, client, fail, run
 from pybk.admin.progress import Progress
-from pybk.admin.tables import table
 from pybk.autorecovery.replicas import bookie_holds_entries, holds, spans
 from pybk.autorecovery.rereplication import LedgerRepair, Outcome, writer_lost_bookies
 from pybk.errors import BookKeeperError, NoSuchBookie
@@ -64,57 +64,27 @@ if TYPE_CHECKING:
 POLL_S = 1.0
 
 
-def parse_bookies(text: str) -> list[str]:
-    """``BOOKIE[,BOOKIE...]`` as a list, in order, without repeats; ValueError if it
-    names none."""
-    found = list(dict.fromkeys(b.strip() for b in text.split(",") if b.strip()))
-    if not found:
-        raise ValueError(f"{text!r} names no bookie")
-    return found
-
-
 # -- recover ----------------------------------------------------------------------------------
-
-def run_recover(target_: Target, settings: ServerSettings, bookies: Sequence[str], *,
-                query: bool = False, dry_run: bool = False, skip_open: bool = False,
-                ledger_id: int | None = None, delete_cookie: bool = False) -> int:
-    """``recover`` (see the module docstring): 0, or 1 with one line on standard error.
-
-    JSON: with ``--query``, ``[{"ledger": id, "state": str, "bookies": [the given bookies
-    its fragments name]}, ...]``; with ``--dry-run``, ``[{"ledger": id, "state": str,
-    "action": "copy"|"fence, close, copy"|"skip", "copies": [{"first_entry": int,
-    "lost": bookie, "replacement": bookie, "entries": [id, ...]}, ...], "entries": int,
-    "bytes_estimate": int or null}, ...]`` (an open ledger's last fragment, copied
-    after it is closed, is not in it); else ``{"ledgers": [{"ledger": id, "outcome":
-    "replicated"|"deleted"|"skipped"|"failed", "entries": int, "bytes": int,
-    "error": str or null}, ...], "cookies_deleted": [bookie, ...]}``."""
-    try:
-        with client(target_) as bk:
-            result = recover(target_.command, bk, settings, bookies, query=query,
-                             dry_run=dry_run, skip_open=skip_open, ledger_id=ledger_id,
-                             delete_cookie=delete_cookie)
-    except BookKeeperError as e:
-        return fail(target_, e)
-    answer(target_, result, _show_query if query else _show_plan if dry_run
-           else _show_recovered)
-    if isinstance(result, dict):
-        failed = [r for r in result["ledgers"] if r["outcome"] == "failed"]
-        if failed:
-            return fail(target_, BookKeeperError(
-                f"{len(failed)} ledgers not recovered ("
-                + "; ".join(f"ledger {r['ledger']}: {r['error']}" for r in failed)
-                + "): run it again" + ("; the cookies are kept" if delete_cookie else "")))
-    return 0
-
 
 def recover(command: str, bk: "BookKeeper", settings: ServerSettings,
             bookies: Sequence[str], *, query: bool = False, dry_run: bool = False,
             skip_open: bool = False, ledger_id: int | None = None,
             delete_cookie: bool = False) -> Any:
-    """What ``recover`` does with the ledger client ``bk`` (the HTTP admin API calls it
-    too): its JSON result (:func:`run_recover`); progress on standard error under
+    """What ``recover`` does (see the module docstring) with the ledger client ``bk``
+    (:func:`pybk.admin.commands.client`); progress on standard error under
     ``command``'s name.  BookKeeperError for a bookie that is registered (unless
-    ``query``) or unknown, or a ledger ``ledger_id`` that does not exist."""
+    ``query``) or unknown, or a ledger ``ledger_id`` that does not exist; a ledger that
+    fails to be recovered is not an error: its outcome says so.
+
+    JSON: with ``query``, ``[{"ledger": id, "state": str, "bookies": [the given bookies
+    its fragments name]}, ...]``; with ``dry_run``, ``[{"ledger": id, "state": str,
+    "action": "copy"|"fence, close, copy"|"skip", "copies": [{"first_entry": int,
+    "lost": bookie, "replacement": bookie, "entries": [id, ...]}, ...], "entries": int,
+    "bytes_estimate": int or null}, ...]`` (an open ledger's last fragment, copied
+    after it is closed, is not in it); else ``{"ledgers": [{"ledger": id, "outcome":
+    "replicated"|"deleted"|"skipped"|"failed", "entries": int, "bytes": int,
+    "error": str or null}, ...], "cookies_deleted": [bookie, ...]}`` (with
+    ``delete_cookie``, the cookies are removed only if no ledger failed)."""
     ledgers = _ledgers_naming(bk.ledger_manager, bookies, ledger_id)
     _check_known(bk.metadata, bookies, ledgers, ledger_id, live_ok=query)
     if query:
@@ -272,51 +242,15 @@ def _remove_cookie(store: MetadataStore, bookie: str) -> bool:
     return True
 
 
-def _show_query(found: list[dict]) -> list[str]:
-    return table(("LEDGER", "STATE", "ON BOOKIES"),
-                 [(m["ledger"], m["state"], ",".join(m["bookies"])) for m in found])
-
-
-def _show_plan(found: list[dict]) -> list[str]:
-    lines = table(("LEDGER", "STATE", "ACTION", "ENTRIES", "BYTES (ESTIMATE)"),
-                  [(m["ledger"], m["state"], m["action"], m["entries"],
-                    m["bytes_estimate"]) for m in found])
-    for m in found:
-        lines += [f"  ledger {m['ledger']}, fragment from entry {c['first_entry']}: "
-                  f"{len(c['entries'])} entries of {c['lost']} to {c['replacement']}"
-                  for c in m["copies"]]
-    return lines
-
-
-def _show_recovered(result: dict) -> list[str]:
-    lines = table(("LEDGER", "OUTCOME", "ENTRIES", "BYTES"),
-                  [(r["ledger"], r["outcome"], r["entries"], r["bytes"])
-                   for r in result["ledgers"]])
-    if result["cookies_deleted"]:
-        lines.append(f"cookies deleted: {', '.join(result['cookies_deleted'])}")
-    return lines
-
-
 # -- decommission -----------------------------------------------------------------------------
-
-def run_decommission(target_: Target, bookie: str, timeout_s: float) -> int:
-    """``decommission BOOKIE`` (see the module docstring): 0, or 1 with one line on
-    standard error.  JSON: ``{"bookie": id, "ledgers": [ids re-replicated meanwhile],
-    "seconds": float, "cookie_removed": bool}``."""
-    return run(target_, lambda store: decommission(target_.command, store, bookie,
-                                                   timeout_s), _show_decommissioned)
-
-
-def _show_decommissioned(r: dict) -> list[str]:
-    return [f"bookie {r['bookie']} decommissioned: {len(r['ledgers'])} ledgers "
-            f"re-replicated in {r['seconds']:.0f} s; "
-            + ("its cookie is removed" if r["cookie_removed"] else "it had no cookie")]
-
 
 def decommission(command: str, store: MetadataStore, bookie: str,
                  timeout_s: float) -> dict:
-    """What ``decommission`` does on ``store`` (the HTTP admin API calls it too): its
-    JSON result, after waiting at most ``timeout_s``; progress on standard error."""
+    """What ``decommission`` does (see the module docstring) on ``store``, waiting at
+    most ``timeout_s``; progress on standard error under ``command``'s name.
+    BookKeeperError for a bookie that is registered or unknown, autorecovery disabled or
+    without an auditor, or the time out.  JSON: ``{"bookie": id, "ledgers": [ids
+    re-replicated meanwhile], "seconds": float, "cookie_removed": bool}``."""
     started = time.monotonic()
     if bookie in store.bookies():
         raise BookKeeperError(f"bookie {bookie} is still registered: stop it (for good) "
@@ -373,8 +307,6 @@ def _waiting_for(ledgers: LedgerManager, manager: UnderreplicationManager,
     found.update(m.ledger_id for m in manager.underreplicated(lambda r: bookie in r))
     return found
 
-
-# -- output -----------------------------------------------------------------------------------
 
 def _ids(ledger_ids: Any) -> str:
     return ", ".join(map(str, sorted(ledger_ids)))

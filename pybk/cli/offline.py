@@ -1,5 +1,5 @@
-"""BookKeeper's offline commands, on a *stopped* bookie's directories (:mod:`pybk.cli`
-parses their arguments; :mod:`pybk.storage.inspect` reads the files).
+"""BookKeeper's offline commands, on a *stopped* bookie's directories
+(:mod:`pybk.storage.inspect` reads the files).
 
 ``readjournal [FILE|ID] [--msg]``
     The journal files (records, where they end and whether the tail is torn), or one
@@ -26,19 +26,19 @@ MASTER_KEY record), as text if all of the shown bytes are printable ASCII, else 
 cut at :data:`MSG_BYTES`.  Output: an aligned table for people, or with ``--json`` one
 JSON document (described with each command).  Exit status 0 (1 for inconsistencies
 found); 1 with one line ``pybk COMMAND: reason`` on standard error for missing or
-damaged directories and files, a locked directory or bad settings; never a traceback.
+damaged directories and files, a locked directory or bad settings; never a traceback
+(:mod:`pybk.cli.output`).
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from typing import Any, Callable, Sequence
+import argparse
+from typing import Any, Callable
 
 import lmdb
 
-from pybk.admin.tables import table
-from pybk.errors import BookKeeperError
+from pybk.cli import options
+from pybk.cli.output import FAILURES, UsageError, run, table
 from pybk.settings import ServerSettings
 from pybk.storage import inspect
 from pybk.storage.cookie import locked_directories
@@ -51,34 +51,74 @@ MSG_BYTES = 64
 
 #: A command's work: settings in, a JSON-ready result out.
 Work = Callable[[ServerSettings], Any]
-#: A command's table: the result in, lines out.
-Show = Callable[[Any], Sequence[str]]
+
+#: The offline tools' commands, with their help.
+COMMANDS = {
+    "readjournal": "the journal files, or one file's records; says where a torn tail starts",
+    "readlog": "the entry logs, or one log's entries",
+    "lastmark": "the journal position each ledger directory's LastLogMark holds",
+    "localconsistencycheck": "check that every index entry points at a matching, intact "
+                             "entry in an entry log",
+}
 
 
-def run(command: str, load_settings: Callable[[], ServerSettings], work: Work, show: Show,
-        as_json: bool, failed: Callable[[Any], bool] | None = None) -> int:
-    """Load the settings, hold their directories' lock, ``work`` on them, print the result
-    (``show``'s lines, or JSON).  0, or 1 if ``failed(result)``; 1 with one line on
-    standard error if the work cannot be done (bad settings included)."""
-    try:
-        settings = load_settings()
-        with locked_directories(settings, shared=True):
-            result = work(settings)
-    except (BookKeeperError, OSError, lmdb.Error) as e:
-        print(f"pybk {command}: {_reason(e)}", file=sys.stderr, flush=True)
-        return 1
-    if as_json:
-        print(json.dumps(result, sort_keys=True), flush=True)
+def add_commands(commands: Any) -> None:
+    """Add the offline tools to the ``pybk`` parser's ``commands``, each with the
+    directory options of ``pybk bookie`` and ``--json``."""
+    for name, text in COMMANDS.items():
+        sub = commands.add_parser(
+            name, help=text + " (on a stopped bookie's directories)",
+            description=text[0].upper() + text[1:] + ", on a stopped bookie's directories "
+            "(BookKeeper's command of that name).  Reads only; refuses directories a "
+            "running bookie holds.")
+        options.add_settings(sub, "a settings file naming the directories "
+                                  "(journalDirectory, ledgerDirectories)")
+        sub.add_argument("--journal-dir", help="the journal directory (journalDirectory)")
+        sub.add_argument("--ledger-dir", action="append", default=[],
+                         help="a ledger directory; repeat for several, in the bookie's "
+                              "order (ledgerDirectories)")
+        sub.add_argument("--json", action="store_true",
+                         help="one JSON document for scripts instead of a table")
+        if name == "readjournal":
+            sub.add_argument("which", nargs="?", metavar="FILE|ID",
+                             help="a journal file (name or path) or id: show its records")
+        elif name == "readlog":
+            sub.add_argument("which", nargs="?", metavar="LOGID|FILE",
+                             help="an entry log id or file (name or path): show its entries")
+            sub.add_argument("--ledger", type=options.whole_number, metavar="ID",
+                             help="only this ledger's entries")
+        if name in ("readjournal", "readlog"):
+            sub.add_argument("--msg", action="store_true",
+                             help="show payloads (text or hex, cut)")
+        sub.set_defaults(run=run_offline)
+
+
+def run_offline(args: argparse.Namespace) -> int:
+    """An offline tool: load the settings, hold their directories' lock, work on them,
+    print the result (a table, or JSON).  0 (1 if ``localconsistencycheck`` found
+    inconsistencies); 1 with one line on standard error if the work cannot be done (bad
+    settings included)."""
+    status = None
+    if args.command == "readjournal":
+        work, show = ((journal_records(args.which, args.msg), show_journal_records)
+                      if args.which else (journal_listing, show_journal_listing))
+    elif args.command == "readlog":
+        work, show = ((log_entries(args.which, args.ledger, args.msg), show_log_entries)
+                      if args.which else (log_listing, show_log_listing))
+    elif args.command == "lastmark":
+        work, show = last_mark, show_last_mark
     else:
-        for line in show(result):
-            print(line, flush=True)
-    return 1 if failed is not None and failed(result) else 0
+        work, show = consistency, show_consistency
+        status = inconsistent
+    if not getattr(args, "which", True) and (args.msg or getattr(args, "ledger", None)):
+        raise UsageError(f"{args.command}: --msg and --ledger apply to one file's records: "
+                         "name the file")
 
-
-def _reason(error: Exception) -> str:
-    if isinstance(error, OSError) and error.filename:
-        return f"{error.filename}: {error.strerror}"
-    return str(error)
+    def locked() -> Any:
+        settings = options.bookie_settings(args)
+        with locked_directories(settings, shared=True):
+            return work(settings)
+    return run(args.command, locked, show, args.json, status, FAILURES + (lmdb.Error,))
 
 
 def show_payload(data: bytes, total_bytes: int | None = None) -> str:
@@ -253,8 +293,10 @@ def consistency(settings: ServerSettings) -> dict:
                                 for i in report.inconsistencies]}
 
 
-def inconsistent(result: dict) -> bool:
-    return bool(result["inconsistencies"])
+def inconsistent(result: dict) -> int:
+    """``localconsistencycheck``'s exit status: 1 if it found inconsistencies (its
+    table says which)."""
+    return 1 if result["inconsistencies"] else 0
 
 
 def show_consistency(result: dict) -> list[str]:

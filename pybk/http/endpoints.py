@@ -177,7 +177,7 @@ class _Endpoints:
         self.node = node
         self.bookie = node.bookie
         self.store = node.metadata
-        self.target = admin.target(_COMMAND, node.settings, as_json=True)
+        self.target = admin.target(node.settings)
 
     # -- this bookie ----------------------------------------------------------------------
 
