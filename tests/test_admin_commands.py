@@ -16,7 +16,7 @@ import zkutil
 from clusterutil import BookieProcesses, failed, ok, pybk, unused_port
 
 from pybk import WriteFlag, connect
-from pybk.cli.admin import PAYLOAD_WIDTH, show_cluster
+from pybk.cli.admin import PAYLOAD_WIDTH, show_cluster, utc_time
 from pybk.client.digest import DigestManager
 from pybk.errors import LedgerClosed
 from pybk.meta.underreplication import UnderreplicationManager
@@ -76,7 +76,8 @@ def test_listunderreplicated_shows_marks_and_missing_replicas(address, manager, 
         assert isinstance(found[0]["marked_ms"], int)
         table = ok("listunderreplicated", "--zk", address).splitlines()
         assert table[0].split()[:2] == ["LEDGER", "MISSING"]
-        assert table[1].split()[:2] == [str(closed), "lost-bookie:3181"]
+        assert table[1].split()[:3] == [str(closed), "lost-bookie:3181",
+                                        utc_time(found[0]["marked_ms"])]
     finally:
         claim = manager.claim(closed)
         assert claim is not None and manager.mark_replicated(claim), claim
@@ -159,8 +160,6 @@ def test_listledgers_and_ledgermetadata_show_the_ledgers(address, bk, ledgers):
 
 
 def test_a_creation_time_shows_as_iso_8601_utc_to_the_millisecond():
-    from pybk.cli.admin import utc_time
-
     assert utc_time(0) == "1970-01-01T00:00:00.000Z"
     assert utc_time(1_764_345_426_007) == "2025-11-28T15:57:06.007Z"
     # a time no calendar has (malformed metadata) is still shown, as it is

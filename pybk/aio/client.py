@@ -41,7 +41,7 @@ async def connect(address: str, settings: ClientSettings | None = None, *,
     ``options``), connected on a thread.  ``max_pending`` bounds the adds queued or in
     flight (default: the settings' ``throttle``, or
     :data:`~pybk.aio.bridge.MAX_PENDING_DEFAULT` without one)."""
-    from pybk import connect as connect_cluster  # ZeroMQ and kazoo, only when wanted
+    from pybk.net.connect import connect as connect_cluster  # ZeroMQ and kazoo, only when wanted
     bridge = Bridge(_client_closed, _room_for(settings or ClientSettings(), max_pending))
     try:
         bk = await bridge.open(functools.partial(connect_cluster, address, settings,

@@ -110,9 +110,10 @@ def show_autorecovery(result: dict) -> list[str]:
 
 
 def show_underreplicated(found: list[dict]) -> list[str]:
-    return table(("LEDGER", "MISSING REPLICAS", "MARKED (ms)", "CLAIMED BY"),
-                 [(m["ledger"], ",".join(m["missing"]), m["marked_ms"], m["claimed_by"])
-                  for m in found])
+    return table(("LEDGER", "MISSING REPLICAS", "MARKED", "CLAIMED BY"),
+                 [(m["ledger"], ",".join(m["missing"]),
+                   None if m["marked_ms"] is None else utc_time(m["marked_ms"]),
+                   m["claimed_by"]) for m in found])
 
 
 def show_auditor(result: dict) -> list[str]:
