@@ -38,11 +38,20 @@ import queue
 import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, AsyncIterator, Callable, Generic, Iterator, Self, TypeVar
+from typing import Any, AsyncIterator, Callable, Generic, Iterator, Protocol, Self, TypeVar
 
 from pybk.log.futures import wait_for_callbacks
 
 T = TypeVar("T")
+
+
+class Closeable(Protocol):
+    """What :meth:`Bridge.open` opens: closed by its own ``close()``."""
+
+    def close(self) -> object: ...
+
+
+C = TypeVar("C", bound=Closeable)
 
 #: Appends (or adds) queued or in flight at once, by default; more wait for room.
 MAX_PENDING_DEFAULT = 10_000
@@ -116,17 +125,17 @@ class Bridge:
         self.check_open()
         return await self.loop.run_in_executor(self._executor, fn, *args)
 
-    async def open(self, fn: Callable[[], T], close: Callable[[T], object]) -> T:
+    async def open(self, fn: Callable[[], C]) -> C:
         """``fn()`` on one of the bridge's threads, returning what it opened.  If the
-        caller is cancelled meanwhile, what ``fn`` opens is closed (``close(it)``, on a
-        thread) instead of being left open with no owner."""
-        handoff = _Handoff(fn, close)
+        caller is cancelled meanwhile, what ``fn`` opens is closed (its own ``close()``,
+        whatever its class, on a thread) instead of being left open with no owner."""
+        handoff = _Handoff(fn)
         try:
             return await self.call(handoff.run)
         except asyncio.CancelledError:
             opened = handoff.abandon()
             if opened is not None:
-                self._executor.submit(close, opened)
+                self._executor.submit(opened.close)
             raise
 
     # -- appends: room, submitter, inbox -----------------------------------------------------
@@ -354,9 +363,9 @@ class _Room:
                 self._free += 1
 
 
-class Submissions(Generic[T]):
-    """Records (or entries) queued through a bridge: room first, then ``start`` (see
-    :data:`Start`) starts them on the submitter.  After :meth:`refuse`, ``closed()`` is
+class Admission(Generic[T]):
+    """What is queued through a bridge takes room first, then ``start`` (see
+    :data:`Start`) starts it on the submitter.  After :meth:`refuse`, ``closed()`` is
     raised to callers."""
 
     def __init__(self, bridge: Bridge, start: Start,
@@ -366,9 +375,9 @@ class Submissions(Generic[T]):
         self._closed_error = closed
         self._refused = False
 
-    async def submit(self, data: bytes, entry_id: int | None = None) -> "asyncio.Future[T]":
-        """Queue ``data`` once there is room (with ``entry_id``: as that entry of a ledger
-        whose caller gives ids); the future gives the outcome."""
+    async def admit(self, data: bytes) -> bytes:
+        """Take room for ``data`` (waiting for it); return the bytes to queue (a copy
+        of a buffer the caller may reuse once this returns)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data must be bytes, not {type(data).__name__}")
         self.check_open()
@@ -379,13 +388,12 @@ class Submissions(Generic[T]):
             except BaseException:
                 self._bridge.give_room()
                 raise
-        # A copy of a buffer the caller may reuse once this returns.
-        copy = data if type(data) is bytes else bytes(data)
-        return self._bridge.queue(self._start, copy if entry_id is None else (entry_id, copy))
+        return data if type(data) is bytes else bytes(data)
 
-    async def wait(self, data: bytes, entry_id: int | None = None) -> T:
-        """:meth:`submit`, then the outcome."""
-        return await (await self.submit(data, entry_id))
+    def queue(self, item: object) -> "asyncio.Future[T]":
+        """Queue ``item`` (room taken: :meth:`admit`) for ``start``; the future gives
+        the outcome."""
+        return self._bridge.queue(self._start, item)
 
     def refuse(self) -> None:
         """Queue nothing more (what was queued still goes out)."""
@@ -395,6 +403,20 @@ class Submissions(Generic[T]):
         if self._refused:
             raise self._closed_error()
         self._bridge.check_open()
+
+
+class Submissions(Admission[T]):
+    """Entries queued through a bridge (see :class:`Admission`)."""
+
+    async def submit(self, data: bytes, entry_id: int | None = None) -> "asyncio.Future[T]":
+        """Queue ``data`` once there is room (with ``entry_id``: as that entry of a ledger
+        whose caller gives ids); the future gives the outcome."""
+        copy = await self.admit(data)
+        return self.queue(copy if entry_id is None else (entry_id, copy))
+
+    async def wait(self, data: bytes, entry_id: int | None = None) -> T:
+        """:meth:`submit`, then the outcome."""
+        return await (await self.submit(data, entry_id))
 
 
 class Feed(Generic[T]):
@@ -459,25 +481,25 @@ def _settle(future: asyncio.Future, error: BaseException | None) -> None:
         future.set_result(None)
 
 
-class _Handoff(Generic[T]):
+class _Handoff(Generic[C]):
     """What a blocking open made, handed to its caller, or closed if the caller left."""
 
-    def __init__(self, fn: Callable[[], T], close: Callable[[T], object]) -> None:
-        self._fn, self._close = fn, close
+    def __init__(self, fn: Callable[[], C]) -> None:
+        self._fn = fn
         self._lock = threading.Lock()
-        self._opened: T | None = None
+        self._opened: C | None = None
         self._abandoned = False
 
-    def run(self) -> T:
+    def run(self) -> C:
         opened = self._fn()
         with self._lock:
             if not self._abandoned:
                 self._opened = opened
                 return opened
-        self._close(opened)
+        opened.close()
         return opened
 
-    def abandon(self) -> T | None:
+    def abandon(self) -> C | None:
         """The caller is gone: what was opened already, for the caller to close."""
         with self._lock:
             self._abandoned = True
