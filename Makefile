@@ -1,9 +1,10 @@
-# The two commands of the README: `make run` (set up, run the main job) and `make test`.
+# The two commands of the README: `make run` (set up, run the main job) and `make test`;
+# `make docs` builds the user guide's site.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run lint test bench clean
+.PHONY: run lint docs test bench clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +18,18 @@ run: $(VENV)/.installed
 # The gate every change passes first: ruff, then mypy (settings in pyproject.toml; mypy
 # keeps its cache in .mypy_cache, so a second run takes a second or two).
 lint: $(VENV)/.installed
-	$(PY) -m ruff check pybk tests benchmarks examples
-	$(PY) -m mypy pybk
+	$(PY) -m ruff check pybk tests benchmarks examples docs/hooks
+	$(PY) -m mypy pybk docs/hooks
+
+# The user guide (mkdocs.yml, docs/): a site in site/.  --strict (also set in mkdocs.yml)
+# makes every warning an error: a broken link or anchor, a page left out of the
+# navigation, a docstring the API reference cannot read.  NO_MKDOCS_2_WARNING quiets
+# Material's banner about MkDocs 2.0, which says nothing about this build.  Not --quiet:
+# it hides the warnings, and --strict then passes whatever they said.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
+
+docs: $(VENV)/.installed
+	$(MKDOCS) build --strict
 
 # Two pytest-xdist workers (the suite waits on processes, fsync and JVMs about as much as
 # it computes); --dist loadfile keeps each file on one worker, so that a module's
@@ -28,7 +39,7 @@ lint: $(VENV)/.installed
 # in one process.
 PYTEST_WORKERS ?= 2
 
-test: lint
+test: lint docs
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 $(VENV)/.bench-installed: $(VENV)/.installed
@@ -42,4 +53,4 @@ bench: $(VENV)/.bench-installed
 	$(PY) benchmarks/rereplication_bench.py --quick
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache
+	rm -rf $(VENV) build site *.egg-info .mypy_cache .ruff_cache

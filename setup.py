@@ -22,11 +22,13 @@ setup(
     ],
     extras_require={
         # pyspark's wheel ships ZooKeeper 3.9's jars: the tests run a real ZooKeeper.
-        # ruff and mypy: `make lint`, the gate `make test` runs first.  Pinned: a newer
-        # release brings new checks, which a change of its own should take on.
+        # ruff and mypy: `make lint`, the gate `make test` runs first.  mkdocs-material and
+        # mkdocstrings-python: the user guide's site, which `make test` builds strictly
+        # next.  Pinned: a newer release brings new checks (or new warnings, which
+        # --strict makes errors), which a change of its own should take on.
         "test": ["pytest>=7.4", "pytest-timeout>=2.2", "pytest-asyncio>=1.0",
                  "pytest-xdist>=3.5", "pyspark>=4.0", "pyarrow>=18", "ruff==0.17.6",
-                 "mypy==2.4.1"],
+                 "mypy==2.4.1", "mkdocs-material==9.8.2", "mkdocstrings-python==2.0.11"],
         "spark": ["pyspark>=4.0", "pyarrow>=18"],
         # The benchmarks' --plot (benchmarks/plot.py); `make bench` installs it.
         "bench": ["matplotlib>=3.7"],

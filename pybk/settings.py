@@ -300,7 +300,7 @@ class ServerSettings(_Settings):
     #: cannot be repaired by the workers (their log says so).
     bookieRecoveryPasswd: str = ""
 
-    #: Security (README "Security"; BookKeeper's ``tlsEnabled``): serve with ZeroMQ CURVE,
+    #: Security (docs/guide/security.md; BookKeeper's ``tlsEnabled``): serve with ZeroMQ CURVE,
     #: encrypting every message and accepting only the clients whose public keys are in
     #: ``zmqCurveAllowedClientKeysDirectory`` (:mod:`pybk.net.curve`).  Off by
     #: default, for local use; turn it on in every networked deployment.  The bookie

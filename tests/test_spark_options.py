@@ -3,7 +3,6 @@ types, and clear errors for anything the source cannot use; and the WAL director
 `path` option names, opened without its writer."""
 
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -148,13 +147,3 @@ def test_open_storage_waits_for_the_directory_then_names_the_lock(tmp_path):
                 pass
     waiter.join(30)
     assert released.is_set()
-
-
-def test_the_readme_lists_every_option_with_its_default():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    for name, option in OPTIONS.items():
-        row = next((line for line in readme.splitlines() if line.startswith(f"| `{name}` |")),
-                   None)
-        assert row is not None, f"the README's options table lacks {name}"
-        if option.default not in (None, ""):
-            assert str(option.default).lower() in row.lower(), row
