@@ -1,5 +1,5 @@
 """A secured cluster for tests: ZooKeeper digest credentials, and ``pybk bookie``
-processes serving CURVE on a cluster formatted with ZooKeeper ACLs (README "Security")."""
+processes serving CURVE on a cluster formatted with ZooKeeper ACLs (docs/guide/security.md)."""
 
 from __future__ import annotations
 

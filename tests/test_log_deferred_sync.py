@@ -1,6 +1,6 @@
 """Deferred sync of logs (``deferredSync=True``) when a segment cannot be forced at a roll.
 
-The promises (README, "Deferred sync"): a ``sync()`` that returns means every record
+The promises (docs/guide/ledgers.md, "Deferred sync"): a ``sync()`` that returns means every record
 appended before it is durable and readable; a record whose append returned survives the
 writer's process dying (only a power cut before a sync may take it).  So a roll never
 closes a segment below a record whose append returned: it forces the segment first,

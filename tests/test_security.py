@@ -1,5 +1,5 @@
 """Security: ZeroMQ CURVE between clients and bookies, ZooKeeper digest ACLs on pybk's
-znodes, and what a ledger password guards (README "Security")."""
+znodes, and what a ledger password guards (docs/guide/security.md)."""
 
 from __future__ import annotations
 

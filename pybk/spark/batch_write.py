@@ -2,7 +2,7 @@
 
 :class:`BatchWriter` is a DataSourceArrowWriter: tasks get Arrow batches and cut the
 ``value`` column's buffers into entries, with no Row object per record (measured with
-1 KiB values, local[2]: see the README's Spark section).  What each side does, and the
+1 KiB values, local[2]: see docs/guide/spark.md).  What each side does, and the
 save modes: :mod:`pybk.spark.job_write`.
 
 Spark builds the writer on the driver (where the job is begun, so a bad option or an

@@ -209,7 +209,7 @@ def executor_bookies(spark: "SparkSession", address: str, *, count: int | None =
     (port 0: any free one); ``listen_host`` None (the default) is each executor's own
     host (:func:`~pybk.spark.holder.executor_host`, the address the bookie registers),
     so a bookie is reachable by the other hosts on that one interface only; give
-    ``"0.0.0.0"`` to listen on every interface (and see CURVE in the README).
+    ``"0.0.0.0"`` to listen on every interface (and see CURVE in docs/guide/security.md).
     ``bookie_args``: more ``pybk bookie`` options (``--set KEY=VALUE``).
     ``settings``: ServerSettings names and values for every bookie and for the
     ZooKeeper clients of the driver and the holders, which use their

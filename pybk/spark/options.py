@@ -9,7 +9,7 @@ every setting of :class:`~pybk.settings.LogSettings` (``ensembleSize``,
 ``writeQuorumSize``, ``ackQuorumSize``, ``segmentMaxBytes``, ``batchMaxBytes``, ...)
 shapes the ledgers the job writes.
 
-Credentials (README "Security"): ``zmqCurveEnabled`` and ``zmqCurveSecretKeyFile``
+Credentials (docs/guide/security.md): ``zmqCurveEnabled`` and ``zmqCurveSecretKeyFile``
 (ClientSettings: the CURVE key pair) and ``zkEnableSecurity`` and ``zkDigestAuthFile``
 (the ZooKeeper digest credentials).  The files are *paths on the machine where each
 client runs*: the driver reads them while planning, and every executor reads them in its
@@ -103,7 +103,7 @@ def _position(name: str, raw: Any) -> str:
 
 class Option(NamedTuple):
     """One option of the data source: its name, how its text is read, its default (None:
-    not set), the uses it applies to, and what it does (the README's table)."""
+    not set), the uses it applies to, and what it does (the options table of docs/guide/spark.md, generated from it)."""
 
     name: str
     convert: Callable[[str, Any], Any]
