@@ -103,7 +103,8 @@ def _position(name: str, raw: Any) -> str:
 
 class Option(NamedTuple):
     """One option of the data source: its name, how its text is read, its default (None:
-    not set), the uses it applies to, and what it does (the options table of docs/guide/spark.md, generated from it)."""
+    not set), the uses it applies to, and what it does (docs/guide/spark.md's options
+    table is generated from these)."""
 
     name: str
     convert: Callable[[str, Any], Any]
