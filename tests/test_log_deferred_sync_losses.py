@@ -1,11 +1,11 @@
 """A deferred-sync log writer's sync() and close() after a bookie failed an add late.
 
 A bookie that fails an add of a deferred segment closes it at its durable LAC
-(docs/guide/ledgers.md, "Deferred sync"): the records appended since the last sync()
-may be lost, "and the writer stops".  With Qw > Qa the add was confirmed by Qa bookies before the third one's
-error came: no add of the writer fails, so nothing stops it.  If a roll then closes the
-segment, the roll finds it closed (its force fails with LedgerClosed) and goes on, and
-a later sync() returns: a record appended before that sync() is gone.
+(docs/guide/ledgers.md, "Deferred sync"): the records appended since the last sync() may
+be lost, "and the writer stops". With Qw > Qa the add was confirmed by Qa bookies before
+the third one's error came: no add of the writer fails, so nothing stops it. If a roll
+then closes the segment, the roll finds it closed (its force fails with LedgerClosed)
+and goes on, and a later sync() returns: a record appended before that sync() is gone.
 """
 
 from __future__ import annotations
