@@ -1,14 +1,18 @@
 """pybk: Apache BookKeeper's replicated log storage, in Python.
 
-Layers, bottom up: :mod:`pybk.storage` (the bookie storage engine), :mod:`pybk.meta`
-(metadata stores), :mod:`pybk.client` (the ledger protocol), :mod:`pybk.cluster`
-(bookies over ZeroMQ, ZooKeeper servers), :mod:`pybk.log` (logs and the embedded WAL).
 ``pybk.open(path)`` opens an embedded WAL; ``pybk.open_readonly(path)`` reads one from
 another process while its application runs; ``pybk.demote(path)`` turns a promoted one
 whose cluster is gone back into an embedded WAL; ``pybk.connect(address)`` is a ledger
-client of a cluster.  No layer imports one above it: connecting by address, which needs
-both the ledger protocol and the network, lives here and in :mod:`pybk.cluster`.
-:mod:`pybk.aio` is the same for asyncio code (``await pybk.aio.open(path)``).
+client of a cluster (:func:`pybk.net.connect.connect`).  :mod:`pybk.aio` is the same for
+asyncio code (``await pybk.aio.open(path)``), :mod:`pybk.spark` the PySpark data source.
+
+The packages, lowest layer first: :mod:`pybk.storage` (the bookie storage engine),
+:mod:`pybk.meta` (metadata stores), :mod:`pybk.client` (the ledger protocol),
+:mod:`pybk.net` (ZeroMQ), :mod:`pybk.autorecovery`, :mod:`pybk.admin`, :mod:`pybk.http`,
+:mod:`pybk.cluster` (a bookie node), :mod:`pybk.log` (logs and the embedded WAL),
+:mod:`pybk.spark`, :mod:`pybk.aio`; above this module, :mod:`pybk.testing` and
+:mod:`pybk.cli` (the ``pybk`` command).  No module imports a layer above its own
+(docs/DESIGN.md, "Layers").
 """
 
 from typing import Any

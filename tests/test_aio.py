@@ -352,3 +352,48 @@ async def test_connect_to_a_cluster_of_bookie_processes(bookie_pool, tmp_path):
     with pytest.raises(InvalidConfiguration, match="zk://"):
         await pybk.aio.connect("tcp://nowhere:1")
     assert not aio_threads()
+
+
+@pytest.mark.zookeeper
+async def test_a_cancelled_connect_closes_the_clients_zookeeper_session(zookeeper,
+                                                                         monkeypatch):
+    """A connect whose caller is cancelled while it connects closes what it opened, the
+    ZooKeeper session and ZeroMQ loop included (ClusterBookKeeper.close, not only the
+    base client's threads)."""
+    import zkutil
+
+    import pybk.net.connect
+    from pybk.testing import wait_until
+    address = zkutil.formatted_cluster(zookeeper)
+    root = address[address.index("/", len("zk://")):]
+    connect = pybk.net.connect.connect
+    opened: list = []
+    connected, cancelled = threading.Event(), threading.Event()
+
+    def held_connect(*args, **kwargs):
+        # Connects, then returns only once its caller was cancelled.
+        opened.append(connect(*args, **kwargs))
+        connected.set()
+        cancelled.wait(30)
+        return opened[0]
+
+    monkeypatch.setattr(pybk.net.connect, "connect", held_connect)
+
+    def session_threads() -> list[str]:
+        return [t.name for t in threading.enumerate()
+                if t.name == f"pybk-zk-session {root}"]
+
+    try:
+        connecting = asyncio.create_task(pybk.aio.connect(address, FAST))
+        assert await asyncio.to_thread(connected.wait, 30)
+        connecting.cancel()
+        cancelled.set()
+        with pytest.raises(asyncio.CancelledError):
+            await connecting
+        await asyncio.to_thread(wait_until, lambda: opened[0].closed, "client closed")
+        await asyncio.to_thread(wait_until, lambda: not session_threads(),
+                                "the cancelled connect's ZooKeeper session closed", 10)
+    finally:
+        cancelled.set()
+        for client in opened:
+            client.close()

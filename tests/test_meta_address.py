@@ -1,11 +1,11 @@
-"""Metadata addresses (pybk.meta.address): zk:// parsing and its errors."""
+"""Metadata addresses (pybk.meta.zkaddress): zk:// parsing and its errors."""
 
 from __future__ import annotations
 
 import pytest
 
 from pybk.errors import InvalidConfiguration
-from pybk.meta.address import ZooKeeperAddress, parse_zookeeper_address
+from pybk.meta.zkaddress import ZooKeeperAddress, parse_zookeeper_address
 
 pytestmark = pytest.mark.timeout(60)
 

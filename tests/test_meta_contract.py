@@ -24,6 +24,7 @@ import lmdb
 import pytest
 import zkutil
 
+from pybk.cluster.cookies import check_cluster_cookie
 from pybk.errors import (
     BadVersion,
     BookieUnavailable,
@@ -35,7 +36,7 @@ from pybk.errors import (
     NoNode,
 )
 from pybk.meta import ANY_VERSION, MAX_DATA_BYTES, EmbeddedMetadataStore, MetadataStore, paths
-from pybk.meta.cookies import Cookie, check_cluster_cookie
+from pybk.meta.cookies import Cookie
 from pybk.meta.interface import MAX_BATCH_BYTES, MAX_BATCH_RECORDS, batches
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 from pybk.testing import wait_until

@@ -7,6 +7,9 @@ pybk; there is no second implementation of the protocol.  What runs where, how
 completions reach the loop, and back-pressure: :mod:`pybk.aio.bridge`; what a cancelled
 append means: :mod:`pybk.aio.log`.  The loop never waits for a disk, a bookie or
 ZooKeeper: every blocking call runs on one of pybk's threads.
+
+May import: the base modules, the library's packages up to :mod:`pybk.spark`
+(docs/DESIGN.md, "Layers").
 """
 
 from pybk.aio.bridge import MAX_PENDING_DEFAULT, Feed

@@ -38,11 +38,20 @@ import queue
 import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, AsyncIterator, Callable, Generic, Iterator, Self, TypeVar
+from typing import Any, AsyncIterator, Callable, Generic, Iterator, Protocol, Self, TypeVar
 
 from pybk.log.futures import wait_for_callbacks
 
 T = TypeVar("T")
+
+
+class Closeable(Protocol):
+    """What :meth:`Bridge.open` opens: closed by its own ``close()``."""
+
+    def close(self) -> object: ...
+
+
+C = TypeVar("C", bound=Closeable)
 
 #: Appends (or adds) queued or in flight at once, by default; more wait for room.
 MAX_PENDING_DEFAULT = 10_000
@@ -116,17 +125,17 @@ class Bridge:
         self.check_open()
         return await self.loop.run_in_executor(self._executor, fn, *args)
 
-    async def open(self, fn: Callable[[], T], close: Callable[[T], object]) -> T:
+    async def open(self, fn: Callable[[], C]) -> C:
         """``fn()`` on one of the bridge's threads, returning what it opened.  If the
-        caller is cancelled meanwhile, what ``fn`` opens is closed (``close(it)``, on a
-        thread) instead of being left open with no owner."""
-        handoff = _Handoff(fn, close)
+        caller is cancelled meanwhile, what ``fn`` opens is closed (its own ``close()``,
+        whatever its class, on a thread) instead of being left open with no owner."""
+        handoff = _Handoff(fn)
         try:
             return await self.call(handoff.run)
         except asyncio.CancelledError:
             opened = handoff.abandon()
             if opened is not None:
-                self._executor.submit(close, opened)
+                self._executor.submit(opened.close)
             raise
 
     # -- appends: room, submitter, inbox -----------------------------------------------------
@@ -459,25 +468,25 @@ def _settle(future: asyncio.Future, error: BaseException | None) -> None:
         future.set_result(None)
 
 
-class _Handoff(Generic[T]):
+class _Handoff(Generic[C]):
     """What a blocking open made, handed to its caller, or closed if the caller left."""
 
-    def __init__(self, fn: Callable[[], T], close: Callable[[T], object]) -> None:
-        self._fn, self._close = fn, close
+    def __init__(self, fn: Callable[[], C]) -> None:
+        self._fn = fn
         self._lock = threading.Lock()
-        self._opened: T | None = None
+        self._opened: C | None = None
         self._abandoned = False
 
-    def run(self) -> T:
+    def run(self) -> C:
         opened = self._fn()
         with self._lock:
             if not self._abandoned:
                 self._opened = opened
                 return opened
-        self._close(opened)
+        opened.close()
         return opened
 
-    def abandon(self) -> T | None:
+    def abandon(self) -> C | None:
         """The caller is gone: what was opened already, for the caller to close."""
         with self._lock:
             self._abandoned = True

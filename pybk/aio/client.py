@@ -41,11 +41,11 @@ async def connect(address: str, settings: ClientSettings | None = None, *,
     ``options``), connected on a thread.  ``max_pending`` bounds the adds queued or in
     flight (default: the settings' ``throttle``, or
     :data:`~pybk.aio.bridge.MAX_PENDING_DEFAULT` without one)."""
-    from pybk import connect as connect_cluster  # ZeroMQ and kazoo, only when wanted
+    from pybk.net.connect import connect as connect_cluster  # ZeroMQ and kazoo, only when wanted
     bridge = Bridge(_client_closed, _room_for(settings or ClientSettings(), max_pending))
     try:
         bk = await bridge.open(functools.partial(connect_cluster, address, settings,
-                                                 **options), BookKeeper.close)
+                                                 **options))
     except BaseException:
         await asyncio.shield(bridge.close())
         raise
@@ -77,8 +77,7 @@ class AsyncBookKeeper(AsyncClosing):
                             ack_quorum: int = 2, **options: Any) -> "AsyncLedger":
         """A new ledger, open for writing (``BookKeeper.create_ledger``'s options)."""
         handle = await self._bridge.open(functools.partial(
-            self.bk.create_ledger, ensemble, write_quorum, ack_quorum, **options),
-            LedgerHandle.close)
+            self.bk.create_ledger, ensemble, write_quorum, ack_quorum, **options))
         return AsyncLedger(self._bridge, handle)
 
     async def create_ledger_adv(self, ensemble: int = 3, write_quorum: int = 2,
@@ -86,8 +85,7 @@ class AsyncBookKeeper(AsyncClosing):
         """A new ledger whose caller gives each entry's id
         (``BookKeeper.create_ledger_adv``'s options)."""
         handle = await self._bridge.open(functools.partial(
-            self.bk.create_ledger_adv, ensemble, write_quorum, ack_quorum, **options),
-            LedgerHandle.close)
+            self.bk.create_ledger_adv, ensemble, write_quorum, ack_quorum, **options))
         return AsyncLedgerAdv(self._bridge, handle)
 
     async def open_ledger(self, ledger_id: int, password: bytes = b"",
@@ -95,7 +93,7 @@ class AsyncBookKeeper(AsyncClosing):
         """Open a ledger for reading (``BookKeeper.open_ledger``: with ``recovery`` it
         fences and closes the ledger first)."""
         handle = await self._bridge.open(functools.partial(
-            self.bk.open_ledger, ledger_id, password, recovery), LedgerHandle.close)
+            self.bk.open_ledger, ledger_id, password, recovery))
         return AsyncLedger(self._bridge, handle)
 
     async def delete_ledger(self, ledger_id: int) -> None:
@@ -121,7 +119,7 @@ class AsyncBookKeeper(AsyncClosing):
         """Become the writer of log ``name`` (``LogWriter.open``: created if new, any
         other writer fenced)."""
         writer = await self._bridge.open(functools.partial(
-            LogWriter.open, self.bk, name, settings, password), LogWriter.close)
+            LogWriter.open, self.bk, name, settings, password))
         return AsyncLogWriter(self._bridge, writer)
 
     def log_reader(self, name: str, start: Position | str | None = None,

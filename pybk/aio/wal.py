@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
-from pybk.aio.bridge import MAX_PENDING_DEFAULT, AsyncClosing, Bridge, Feed
+from pybk.aio.bridge import MAX_PENDING_DEFAULT, AsyncClosing, Bridge, C, Feed
 from pybk.aio.log import Appends, AsyncLogReader
 from pybk.errors import LogClosed
 from pybk.log.position import Position
@@ -25,8 +25,6 @@ from pybk.log.reader import Record
 from pybk.log.readonly import ReadOnlyWAL
 from pybk.log.wal import WAL
 from pybk.log.walinfo import WALStats
-
-T = TypeVar("T")
 
 
 async def open(path: str | os.PathLike[str], *,  # noqa: A001
@@ -39,8 +37,7 @@ async def open(path: str | os.PathLike[str], *,  # noqa: A001
     where = os.path.abspath(os.fspath(path))
     bridge = Bridge(lambda: LogClosed(f"the WAL at {where} is closed: open it again "
                                       "(pybk.aio.open) to go on"), max_pending)
-    return AsyncWAL(bridge, await _open_on(bridge, functools.partial(WAL, path, **options),
-                                           WAL.close))
+    return AsyncWAL(bridge, await _open_on(bridge, functools.partial(WAL, path, **options)))
 
 
 async def open_readonly(path: str | os.PathLike[str], **settings: Any
@@ -52,14 +49,14 @@ async def open_readonly(path: str | os.PathLike[str], **settings: Any
     where = os.path.abspath(os.fspath(path))
     bridge = Bridge(lambda: LogClosed(f"the read-only WAL at {where} is closed"))
     return AsyncReadOnlyWAL(bridge, await _open_on(
-        bridge, functools.partial(ReadOnlyWAL, path, **settings), ReadOnlyWAL.close))
+        bridge, functools.partial(ReadOnlyWAL, path, **settings)))
 
 
-async def _open_on(bridge: Bridge, fn: Callable[[], T], close: Callable[[T], object]) -> T:
+async def _open_on(bridge: Bridge, fn: Callable[[], C]) -> C:
     """``fn()`` on ``bridge``'s threads (:meth:`Bridge.open`); the bridge closed if that
     fails or is cancelled."""
     try:
-        return await bridge.open(fn, close)
+        return await bridge.open(fn)
     except BaseException:
         await asyncio.shield(bridge.close())
         raise

@@ -7,7 +7,8 @@ demo ``make run`` runs (:mod:`~pybk.cli.demo`).  All take their options the same
 (:mod:`~pybk.cli.options`) and answer the same way (:mod:`~pybk.cli.output`: tables or
 one JSON document on standard output, a failure as one line on standard error).
 
-May import: every other package of pybk; nothing imports it.
+May import: every other package of pybk; only ``python -m pybk`` (:mod:`pybk.__main__`)
+imports it.
 """
 
 from pybk.cli.main import main

@@ -1,6 +1,8 @@
 """The ledger client: BookKeeper's replication protocol over any transport.
 
 Start with :class:`BookKeeper`.
+
+May import: the base modules, :mod:`pybk.storage`, :mod:`pybk.meta`.
 """
 
 from pybk.client.bookkeeper import BookKeeper

@@ -11,6 +11,9 @@ opened or deleted ledger) it calls :meth:`BookKeeper.resolve_bookies`, which a c
 whose bookie lookups read a store overrides (the cluster client does), so that sending
 an add never waits for one.
 
+Its ledger handles and recovery reach it through the interface it implements,
+:class:`~pybk.client.context.ClientContext`: they import that, not this module.
+
 After :meth:`BookKeeper.close` every call to create, open, delete or list ledgers raises
 ClientClosed (handles opened before are not closed with the client).
 
@@ -23,13 +26,13 @@ bookie's completion thread).  All of pybk's threads: docs/THREADS.md.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Self, Sequence
 
+from pybk.client.context import ClientContext, Writer
 from pybk.client.deferred import WriteFlag
 from pybk.client.ledger import LedgerHandle
 from pybk.client.ledger_adv import LedgerHandleAdv
@@ -60,7 +63,7 @@ log = logging.getLogger(__name__)
 _TICK_S = 0.05
 
 
-class BookKeeper:
+class BookKeeper(ClientContext):
     """A ledger client.  Use as a context manager, or call :meth:`close`."""
 
     def __init__(self, metadata: MetadataStore, bookies: Mapping[str, BookieClient]
@@ -95,7 +98,7 @@ class BookKeeper:
             (lambda: metadata.bookies(read_only=False)))
         self._quarantined: dict[str, float] = {}  # bookie id -> until (monotonic)
         self._quarantine_lock = threading.Lock()
-        self._writers: set[LedgerHandle] = set()
+        self._writers: set[Writer] = set()
         self._writers_lock = threading.Lock()
         # One permit per outstanding add of this client's ledgers (ClientSettings.throttle):
         # taken by LedgerHandle.add_entry_then, given back when the add is acknowledged or
@@ -305,11 +308,6 @@ class BookKeeper:
                 del self._quarantined[bookie_id]
             return list(self._quarantined)
 
-    @staticmethod
-    def master_key(password: bytes) -> bytes:
-        """The key bookies check on every write (BookKeeper's: SHA-1 of "ledger" + password)."""
-        return hashlib.sha1(b"ledger" + password).digest()
-
     # -- background work ----------------------------------------------------------
 
     def _run_in_background(self, fn: Callable[[], None]) -> bool:
@@ -332,11 +330,14 @@ class BookKeeper:
         raise TooManyRequests(f"{settings.throttle} adds of this client are outstanding "
                               f"(throttle) and none finished{waited}")
 
-    def _register_writer(self, handle: LedgerHandle) -> None:
+    def _release_add_permits(self, count: int = 1) -> None:
+        self._add_permits.release(count)  # type: ignore[union-attr]
+
+    def _register_writer(self, handle: Writer) -> None:
         with self._writers_lock:
             self._writers.add(handle)
 
-    def _unregister_writer(self, handle: LedgerHandle) -> None:
+    def _unregister_writer(self, handle: Writer) -> None:
         with self._writers_lock:
             self._writers.discard(handle)
 

@@ -13,7 +13,8 @@ starts), the metadata is compare-and-set, and the pending adds are sent to the
 replacements.  Adds made meanwhile go out at once to the bookies not being replaced; no
 add completes while a change is in flight.  Errors from a bookie that is no longer in
 the current ensemble change nothing.  Replaced bookies are quarantined by the client
-(:meth:`BookKeeper.quarantine`), so that the next placements avoid them for a while.
+(:meth:`~pybk.client.context.ClientContext.quarantine`), so that the next placements
+avoid them for a while.
 
 Closing has one owner, the handle's state: ``OPEN`` until the close is *decided*, under
 the lock, either by :meth:`LedgerHandle.close` or by an unrecoverable error (no
@@ -56,9 +57,10 @@ import time
 from concurrent.futures import Future, as_completed
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from pybk.client.completions import AddDone, CompletionQueue
+from pybk.client.context import ClientContext
 from pybk.client.deferred import AckWatermarks, ForceOp, WriteFlag, entries_stored
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.client.reads import RangeRead, read_error
@@ -80,9 +82,6 @@ from pybk.errors import (
 )
 from pybk.meta.ledger_metadata import Fragment, LedgerMetadata, LedgerState
 from pybk.meta.ledgers import Versioned
-
-if TYPE_CHECKING:
-    from pybk.client.bookkeeper import BookKeeper
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +134,7 @@ class LedgerHandle:
     #: handle that takes the caller's ids (:mod:`pybk.client.ledger_adv`).
     _ids_in_order = True
 
-    def __init__(self, bk: "BookKeeper", versioned: Versioned, password: bytes,
+    def __init__(self, bk: ClientContext, versioned: Versioned, password: bytes,
                  writable: bool, last_add_confirmed: int = -1, recovery: bool = False,
                  length: int = 0, write_flags: Iterable[WriteFlag] = ()) -> None:
         self._bk = bk
@@ -180,8 +179,8 @@ class LedgerHandle:
         self._senders: dict[str, LedgerAdds] = {}
         self._last_activity = time.monotonic()
         # Whether this handle's adds count against the client's throttle (recovery's
-        # re-writes do not: they finish what is already there).
-        self._throttled = writable and not recovery and bk._add_permits is not None
+        # re-writes do not: they finish what is already there; 0: the client has none).
+        self._throttled = writable and not recovery and bool(bk.settings.throttle)
         if writable:
             bk._register_writer(self)
 
@@ -266,7 +265,7 @@ class LedgerHandle:
         try:
             with self._lock:
                 if self._state is not _WriteState.OPEN or not self._writable \
-                        or self._recovery or self._bk._closed:
+                        or self._recovery or self._bk.closed:
                     self._check_can_add()
                 entry_id = self._next_entry_id(requested)
                 self._length += len(data)
@@ -275,7 +274,7 @@ class LedgerHandle:
                     data), done)
         except BaseException:
             if self._throttled:
-                self._bk._add_permits.release()  # type: ignore[union-attr]
+                self._bk._release_add_permits()
             raise
         self._send(op, targets)
 
@@ -441,7 +440,7 @@ class LedgerHandle:
         if confirmed:
             assert op.entry_id == self._lac + len(confirmed), "adds confirmed out of order"
             if self._throttled:
-                self._bk._add_permits.release(len(confirmed))  # type: ignore[union-attr]
+                self._bk._release_add_permits(len(confirmed))
             self._lac = op.entry_id
             self._confirmed_length = op.length
             self._completions.put_all(confirmed)
@@ -455,7 +454,7 @@ class LedgerHandle:
             op.finished = True
             self._completions.put(op.done, None, error)
         if self._throttled and self._pending:
-            self._bk._add_permits.release(len(self._pending))  # type: ignore[union-attr]
+            self._bk._release_add_permits(len(self._pending))
         self._pending.clear()
         self._drained.notify_all()
 

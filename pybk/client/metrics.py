@@ -25,15 +25,12 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from pybk.stats import LATENCY_BOUNDS_MS
-
-if TYPE_CHECKING:
-    from pybk.client.bookkeeper import BookKeeper
 
 T = TypeVar("T")
 AddDone = Callable[[int | None, BaseException | None], None]
@@ -43,11 +40,17 @@ _by_registry: "weakref.WeakKeyDictionary[CollectorRegistry, ClientMetrics]" = \
     weakref.WeakKeyDictionary()
 
 
+class CountedClient(Protocol):
+    """A client whose pending adds the gauge sums (a :class:`~pybk.client.BookKeeper`)."""
+
+    def pending_adds(self) -> int: ...
+
+
 class ClientMetrics:
     """The metrics of the clients on one registry (:meth:`on` finds or makes them)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._clients: "weakref.WeakSet[BookKeeper]" = weakref.WeakSet()
+        self._clients: "weakref.WeakSet[CountedClient]" = weakref.WeakSet()
         add = Histogram("bookkeeper_client_ADD_ENTRY", "Add latency in ms, per entry",
                         ["success"], registry=registry, buckets=LATENCY_BOUNDS_MS)
         read = Histogram("bookkeeper_client_READ_ENTRY", "Read latency in ms, per entry",
@@ -65,7 +68,7 @@ class ClientMetrics:
         registry.register(_PendingAdds(self._clients))
 
     @classmethod
-    def on(cls, registry: CollectorRegistry, client: "BookKeeper") -> "ClientMetrics":
+    def on(cls, registry: CollectorRegistry, client: CountedClient) -> "ClientMetrics":
         """The metrics on ``registry``, counting ``client`` in from now on."""
         with _lock:
             metrics = _by_registry.get(registry)
@@ -103,7 +106,7 @@ class ClientMetrics:
 class _PendingAdds:
     """Collects ``bookkeeper_client_NUM_PENDING_ADD`` when scraped."""
 
-    def __init__(self, clients: "weakref.WeakSet[BookKeeper]") -> None:
+    def __init__(self, clients: "weakref.WeakSet[CountedClient]") -> None:
         self._clients = clients
 
     def collect(self) -> Iterator[GaugeMetricFamily]:

@@ -42,8 +42,8 @@ import logging
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING
 
+from pybk.client.context import ClientContext
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.client.ledger import LedgerHandle
 from pybk.errors import (
@@ -59,9 +59,6 @@ from pybk.meta.ledger_metadata import Fragment, LedgerState
 from pybk.meta.ledgers import Versioned
 from pybk.storage import LAST_ENTRY
 
-if TYPE_CHECKING:
-    from pybk.client.bookkeeper import BookKeeper
-
 log = logging.getLogger(__name__)
 
 #: Answers that the bookie lacks an entry (its subclass EntryMaybeLost is caught first
@@ -69,7 +66,7 @@ log = logging.getLogger(__name__)
 _NO_ENTRY = (NoSuchEntry, NoSuchLedger)
 
 
-def recover(bk: "BookKeeper", versioned: Versioned, password: bytes) -> Versioned:
+def recover(bk: ClientContext, versioned: Versioned, password: bytes) -> Versioned:
     """Fence and recover a ledger; returns its CLOSED metadata and version."""
     metadata, version = versioned
     while metadata.state is LedgerState.OPEN:
@@ -85,7 +82,7 @@ def recover(bk: "BookKeeper", versioned: Versioned, password: bytes) -> Versione
 
 
 class _Recovery:
-    def __init__(self, bk: "BookKeeper", versioned: Versioned, password: bytes) -> None:
+    def __init__(self, bk: ClientContext, versioned: Versioned, password: bytes) -> None:
         self._bk = bk
         self._md, self._version = versioned
         self._password = password

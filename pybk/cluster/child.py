@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import sys
 
-import pybk
-
 
 def command(*args: str) -> list[str]:
     """The argument list that runs ``pybk *args`` under this interpreter; run it with
@@ -25,6 +23,7 @@ def command(*args: str) -> list[str]:
 
 def environment() -> dict[str, str]:
     """This process's environment, with this pybk's directory first on ``PYTHONPATH``."""
-    source = os.path.dirname(os.path.dirname(os.path.abspath(pybk.__file__)))
+    # This file is <source>/pybk/cluster/child.py.
+    source = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = os.environ.get("PYTHONPATH")
     return dict(os.environ, PYTHONPATH=source + (os.pathsep + path if path else ""))

@@ -22,7 +22,7 @@ Bookie id
 
 Cookies
     Before it registers, the node checks the bookie's cookie against the cluster's copy
-    at ``/ledgers/cookies/<bookie id>`` (:mod:`pybk.meta.cookies`): the first start of an
+    at ``/ledgers/cookies/<bookie id>`` (:mod:`pybk.cluster.cookies`): the first start of an
     id writes it (create-if-absent), later starts must find the same instance id and
     directories.  Another cookie under the id (wiped and re-formatted disks, another
     bookie's disks, other directories) stops the start with InvalidCookie naming the id
@@ -111,13 +111,12 @@ import zmq
 from pybk.autorecovery.service import AutoRecovery
 from pybk.client.transport import InProcessBookieClient
 from pybk.cluster.admission import LedgerAdmission
-from pybk.cluster.cookies import cluster_cookie
+from pybk.cluster.cookies import check_cluster_cookie, cluster_cookie
 from pybk.errors import BookKeeperError, InvalidConfiguration
 from pybk.http.endpoints import admin_routes
 from pybk.http.metrics import MetricsServer, bookie_registry, render
 from pybk.http.server import AdminHttpServer, Request, Response
 from pybk.meta.address import open_metadata_store
-from pybk.meta.cookies import check_cluster_cookie
 from pybk.meta.interface import MetadataStore, SessionState
 from pybk.meta.zookeeper import ZooKeeperSettings
 from pybk.net import curve

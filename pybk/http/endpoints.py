@@ -1,5 +1,6 @@
-"""BookKeeper's HTTP admin endpoints, served by a bookie process (:class:`~pybk.cluster.
-node.BookieNode` with ``httpServerEnabled``), and the status page at ``/``.
+"""BookKeeper's HTTP admin endpoints, served by a bookie process (a
+:class:`~pybk.cluster.node.BookieNode` with ``httpServerEnabled``: what the endpoints ask
+of it is :class:`AdminNode`), and the status page at ``/``.
 
 The work is the admin shell's (:mod:`pybk.admin.commands`,
 :mod:`~pybk.admin.inspect`, :mod:`~pybk.admin.recover`) on the node's own metadata store
@@ -89,7 +90,7 @@ import dataclasses
 import importlib.resources
 import itertools
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from pybk.admin import commands as admin
 from pybk.admin import inspect as admin_inspect
@@ -102,7 +103,10 @@ from pybk.storage.journal_codec import journal_file_name, list_journal_ids
 from pybk.storage.lastmark import read_mark
 
 if TYPE_CHECKING:
-    from pybk.cluster.node import BookieNode
+    from pybk.meta.interface import MetadataStore
+    from pybk.net.server import BookieServer
+    from pybk.settings import ServerSettings
+    from pybk.storage import Bookie
 
 #: Ledgers on one page of ``/api/v1/ledger/list?page=N``.
 LEDGER_PAGE = 100
@@ -122,7 +126,36 @@ _SECRETS = ("httpServerAdminToken", "bookieRecoveryPasswd")
 _COMMAND = "http"  # the name progress lines of recover and decommission go under
 
 
-def admin_routes(node: "BookieNode") -> Routes:
+class AdminNode(Protocol):
+    """What the endpoints ask of the bookie process they serve: a
+    :class:`~pybk.cluster.node.BookieNode`, which is above this package."""
+
+    @property
+    def settings(self) -> ServerSettings: ...
+
+    @property
+    def bookie(self) -> Bookie: ...
+
+    @property
+    def bookie_id(self) -> str: ...
+
+    @property
+    def metadata(self) -> MetadataStore:
+        """The node's store (its ZooKeeper session), which the admin endpoints use."""
+        ...
+
+    @property
+    def server(self) -> BookieServer: ...
+
+    @property
+    def is_closed(self) -> bool: ...
+
+    def set_read_only_by_admin(self, read_only: bool) -> None:
+        """``PUT /api/v1/bookie/state/readonly``."""
+        ...
+
+
+def admin_routes(node: AdminNode) -> Routes:
     """The route table of ``node``'s admin server: every endpoint above."""
     endpoints = _Endpoints(node)
     routes = Routes()
@@ -173,7 +206,7 @@ def admin_routes(node: "BookieNode") -> Routes:
 class _Endpoints:
     """The handlers, on one node."""
 
-    def __init__(self, node: "BookieNode") -> None:
+    def __init__(self, node: AdminNode) -> None:
         self.node = node
         self.bookie = node.bookie
         self.store = node.metadata

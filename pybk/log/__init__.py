@@ -8,6 +8,10 @@ are addressed by :class:`Position`.  :func:`pybk.open` gives the embedded WAL
 :mod:`pybk.log.ranges`; readers that commit how far they read register as consumers
 (:mod:`pybk.log.consumers`), which truncation waits for.  Jobs that write from many tasks
 at once append their ledgers in one commit (:mod:`pybk.log.commit`, :mod:`pybk.log.jobs`).
+
+May import: the base modules and every package of the library below it: :mod:`pybk.storage`,
+:mod:`pybk.meta`, :mod:`pybk.client`, :mod:`pybk.net`, :mod:`pybk.autorecovery`,
+:mod:`pybk.admin`, :mod:`pybk.http`, :mod:`pybk.cluster`.
 """
 
 from pybk.log.position import Position

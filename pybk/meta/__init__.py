@@ -9,6 +9,8 @@ opens either by address.  Typed ledger metadata: :class:`LedgerMetadata`, kept b
 :class:`LedgerManager` where the store's ledger layout (:mod:`pybk.meta.layout`) says.
 Under-replicated ledgers, replication claims and the auditor election:
 :class:`pybk.meta.underreplication.UnderreplicationManager`, in BookKeeper's layout.
+
+May import: the base modules, :mod:`pybk.storage`.
 """
 
 from pybk.meta.cookies import Cookie

@@ -9,20 +9,9 @@ starting on swapped or half-wiped disks, or under another id, but not from start
 and formatted again, or another machine given the same id, would register and answer
 "no such entry" for entries that ledgers say it holds.  So, as BookKeeper does, the
 cluster keeps a copy of every bookie's cookie at ``/ledgers/cookies/<bookie id>``, and a
-bookie node checks it at every start (:func:`check_cluster_cookie`, called by
-:class:`pybk.cluster.node.BookieNode`):
-
-* no cookie for the id: the bookie writes its own, create-if-absent, so of two bookies
-  racing for one id exactly one wins; the other then finds the winner's cookie below;
-* a cookie equal to the bookie's (same instance id, same directories): it starts;
-* any other cookie: it refuses to start with :class:`~pybk.errors.InvalidCookie`
-  naming the bookie id and what differs.
-
-Directories moved on purpose get both copies rewritten by
-:func:`pybk.cluster.cookies.update_cookies` (``pybk updatecookie``, BookKeeper's command
-of that name), which first checks that the directories are one bookie's and that the
-cluster knows that bookie's instance.  This module knows only the cluster's copy; where
-the directories meet the cluster is :mod:`pybk.cluster.cookies`.
+bookie node checks it at every start
+(:func:`pybk.cluster.cookies.check_cluster_cookie`, where the directories meet the
+cluster, as does ``pybk updatecookie``).  This module knows only the cluster's copy.
 
 Record format: a sealed record (:mod:`pybk.meta.sealed`) with magic b"PBKC" and format
 version 1, whose body has exactly these keys::
@@ -43,17 +32,10 @@ itself: a decommissioned bookie's id stays taken until an operator removes it.
 from __future__ import annotations
 
 import dataclasses
-import logging
-from typing import TYPE_CHECKING
 
-from pybk.errors import InvalidCookie, MalformedMetadata, MetadataError, NodeExists
+from pybk.errors import MalformedMetadata, MetadataError
 from pybk.meta import paths
 from pybk.meta.sealed import seal, typed, unseal
-
-if TYPE_CHECKING:
-    from pybk.meta.interface import MetadataStore
-
-log = logging.getLogger(__name__)
 
 MAGIC = b"PBKC"
 FORMAT_VERSION = 1
@@ -135,54 +117,3 @@ def _shown(value: object) -> object:
     if value is None:
         return "(not bound to a path)"
     return list(value) if isinstance(value, tuple) else value
-
-
-def check_cluster_cookie(store: "MetadataStore", cookie: Cookie) -> bool:
-    """The start-up check of the module docstring for a bookie whose directories hold
-    ``cookie``: True if it wrote the cluster's cookie (the id was new), False if the
-    cluster's matched.  Raises InvalidCookie if the cluster knows the id with another
-    cookie (or an unreadable one), MetadataError if the store fails."""
-    path = cookie_path(cookie.bookie_id)
-    found = known_cookie(store, cookie.bookie_id)
-    if found is None:
-        try:
-            store.write_cookie(cookie)
-        except NodeExists:  # another bookie with this id wrote one first
-            found = known_cookie(store, cookie.bookie_id)
-            if found is None:
-                raise InvalidCookie(f"bookie {cookie.bookie_id}: its cookie {path} in "
-                                    f"{store} was created and removed again while it "
-                                    "started; is another bookie using this id? Try again"
-                                    ) from None
-        else:
-            log.info("bookie %s: wrote its cookie %s in %s", cookie.bookie_id, path, store)
-            return True
-    differences = found[0].differences(cookie)
-    if not differences:
-        return False
-    if found[0].instance_id != cookie.instance_id:
-        advice = ("the cluster knows this id for another bookie instance: these directories "
-                  "were formatted again (new or wiped disks) or belong to another bookie, "
-                  "and ledgers may still count on data the id's former disks held. Start "
-                  "these disks under another bookie id (bookieId); or, if the former data "
-                  "is gone for good and its ledgers were re-replicated, remove the cookie "
-                  "(MetadataStore.remove_cookie) and start again")
-    else:
-        advice = ("the same bookie instance now names other directories than when it "
-                  "joined the cluster: correct journalDirectory and ledgerDirectories, or, "
-                  "if the directories were moved on purpose, run pybk updatecookie with "
-                  "the new settings (pybk.cluster.cookies.update_cookies)")
-    raise InvalidCookie(f"bookie {cookie.bookie_id} refuses to start: its cookie {path} in "
-                        f"{store} does not match its directories ({'; '.join(differences)})"
-                        f": {advice}")
-
-
-def known_cookie(store: "MetadataStore", bookie_id: str) -> tuple[Cookie, int] | None:
-    """The cluster's cookie of ``bookie_id`` and its version, None if it has none;
-    InvalidCookie if the record is not a cookie, MetadataError if the store fails."""
-    try:
-        return store.read_cookie(bookie_id)
-    except MalformedMetadata as e:
-        raise InvalidCookie(f"bookie {bookie_id}: its cookie {cookie_path(bookie_id)} in "
-                            f"{store} is not a pybk bookie cookie ({e}); remove it if it "
-                            "is stale") from e

@@ -57,7 +57,7 @@ Cookies
     (:class:`~pybk.meta.cookies.Cookie`) at ``/ledgers/cookies/<bookie id>``, under
     compare-and-set like any record: writing a cookie for an id that has none is a
     create-if-absent, so of two bookies racing for one id exactly one wins.  A bookie
-    node checks its cookie against the store's at every start (:mod:`pybk.meta.cookies`).
+    node checks its cookie against the store's at every start (:mod:`pybk.cluster.cookies`).
     Both stores keep them alike: the checks are meaningful wherever the metadata does
     not live on the bookie's own disks (always with ZooKeeper; with an embedded store
     given to a node as its ``metadataServiceUri``).  An embedded WAL's bookie and

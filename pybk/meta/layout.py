@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator, Protocol
 
 from pybk.errors import MalformedMetadata, MetadataError, NoNode
 from pybk.meta import paths
@@ -52,14 +52,19 @@ from pybk.meta import paths
 #: read transaction's work and on what a listing holds.
 LIST_PAGE_NAMES = 1000
 
-if TYPE_CHECKING:
-    from pybk.meta.interface import MetadataStore
-
 # BookKeeper's LedgerLayout.LAYOUT_FORMAT_VERSION: the first line of /ledgers/LAYOUT.
 LAYOUT_FORMAT_VERSION = 2
 _FACTORY_PACKAGE = "org.apache.bookkeeper.meta."
 _SHORT_ID_MAX = 2 ** 31 - 1  # Integer.MAX_VALUE: from here on, the long form
 _FLAT_NAME = re.compile(r"L([0-9]{10,})\Z")
+
+
+class PagedChildren(Protocol):
+    """What a layout lists ledgers from: the children of a record, ``page_size`` names
+    at a time.  A :class:`~pybk.meta.interface.MetadataStore` (a store names the layout
+    it keeps ledgers in, so the contract is above this module)."""
+
+    def iter_children(self, path: str, page_size: int) -> Iterator[str]: ...
 
 
 class LedgerLayout(ABC):
@@ -76,7 +81,7 @@ class LedgerLayout(ABC):
         """The path of the ledger's metadata record."""
 
     @abstractmethod
-    def ledger_ids(self, store: "MetadataStore",
+    def ledger_ids(self, store: PagedChildren,
                    page_size: int = LIST_PAGE_NAMES) -> Iterator[int]:
         """The ids of the ledgers with a metadata record in ``store``, in name order (see
         "Listing order"), read ``page_size`` names at a time where the store pages."""
@@ -92,7 +97,7 @@ class FlatLayout(LedgerLayout):
     def ledger_path(self, ledger_id: int) -> str:
         return f"{paths.LEDGERS}/L{paths.check_ledger_id(ledger_id):010d}"
 
-    def ledger_ids(self, store: "MetadataStore",
+    def ledger_ids(self, store: PagedChildren,
                    page_size: int = LIST_PAGE_NAMES) -> Iterator[int]:
         for name in _children(store, paths.LEDGERS, page_size):
             match = _FLAT_NAME.match(name)
@@ -119,13 +124,13 @@ class HierarchicalLayout(LedgerLayout):
         parts[-1] = "L" + parts[-1]
         return paths.LEDGERS + "/" + "/".join(parts)
 
-    def ledger_ids(self, store: "MetadataStore",
+    def ledger_ids(self, store: PagedChildren,
                    page_size: int = LIST_PAGE_NAMES) -> Iterator[int]:
         for widths in (self._SHORT, self._LONG):
             for digits in self._walk(store, paths.LEDGERS, widths, page_size):
                 yield int(digits)
 
-    def _walk(self, store: "MetadataStore", path: str, widths: tuple[int, ...],
+    def _walk(self, store: PagedChildren, path: str, widths: tuple[int, ...],
               page_size: int, prefix: str = "") -> Iterator[str]:
         """The digit strings of the ledgers below ``path`` whose remaining levels have
         ``widths`` digits, one parent at a time (depth first, so at most one page per
@@ -176,7 +181,7 @@ def decode(data: bytes) -> LedgerLayout:
                             f"implement (it knows {', '.join(sorted(LAYOUTS))})")
 
 
-def _children(store: "MetadataStore", path: str, page_size: int) -> Iterator[str]:
+def _children(store: PagedChildren, path: str, page_size: int) -> Iterator[str]:
     """``path``'s children, none if it is gone (deleted under a listing, or never made)."""
     try:
         yield from store.iter_children(path, page_size)

@@ -124,7 +124,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Collection, Iterator
+from typing import Any, Collection, Iterator
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -140,9 +140,7 @@ from kazoo.security import ACL, Permissions
 from pybk.errors import MalformedMetadata, MetadataError, MetadataUnavailable
 from pybk.meta import paths
 from pybk.meta.sealed import seal, unseal
-
-if TYPE_CHECKING:
-    from pybk.meta.zookeeper import _Connection
+from pybk.meta.zkconnection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -203,14 +201,14 @@ def namespace_path(root: str) -> str:
     return paths.join(root, NAMESPACE_NAME)
 
 
-def in_current_layout(conn: "_Connection", root: str) -> bool:
+def in_current_layout(conn: Connection, root: str) -> bool:
     """Whether the cluster at ``root`` is in the new layout (its namespace node says
     so: READY, or CLEANING)."""
     found = conn.read(namespace_path(root))
     return found is not None and found[0] in (READY, CLEANING)
 
 
-def ensure_namespace(conn: "_Connection", root: str) -> Migration | None:
+def ensure_namespace(conn: Connection, root: str) -> Migration | None:
     """Make sure the cluster at ``root`` is in the new layout, migrating it if it is not
     and it shares its parent with no other cluster of the former layout (MetadataError
     otherwise; see the module docstring).  None if it was in the new layout already."""
@@ -223,7 +221,7 @@ def ensure_namespace(conn: "_Connection", root: str) -> Migration | None:
     return migrate(conn, root)
 
 
-def migrate(conn: "_Connection", root: str,
+def migrate(conn: Connection, root: str,
             logs: Collection[str] | None = None) -> Migration | None:
     """Move the cluster at ``root`` into the new layout with the former logs named in
     ``logs`` (all of them when None, if no other cluster of the former layout shares the
@@ -286,7 +284,7 @@ def migrate(conn: "_Connection", root: str,
 # -- reading the former layout ----------------------------------------------------------
 
 
-def _former_logs(conn: "_Connection", source: str) -> set[str]:
+def _former_logs(conn: Connection, source: str) -> set[str]:
     """The names of the log heads in ``source`` (moved records and other nodes left
     out, the latter with a warning)."""
     heads = set()
@@ -299,7 +297,7 @@ def _former_logs(conn: "_Connection", source: str) -> set[str]:
     return heads
 
 
-def _former_clusters(conn: "_Connection", parent: str, root: str) -> list[str]:
+def _former_clusters(conn: Connection, parent: str, root: str) -> list[str]:
     """The other children of ``parent`` that are clusters of the former layout."""
     others = []
     for name in _children(conn, parent):
@@ -312,7 +310,7 @@ def _former_clusters(conn: "_Connection", parent: str, root: str) -> list[str]:
     return others
 
 
-def _children(conn: "_Connection", path: str) -> list[str]:
+def _children(conn: Connection, path: str) -> list[str]:
     def op(client: KazooClient, _retrying: bool) -> list[str]:
         try:
             return sorted(conn.wait(client.get_children_async(path)))
@@ -322,7 +320,7 @@ def _children(conn: "_Connection", path: str) -> list[str]:
     return conn.call(f"list {path}", op)
 
 
-def _children_data(conn: "_Connection", path: str) -> list[tuple[str, bytes]]:
+def _children_data(conn: Connection, path: str) -> list[tuple[str, bytes]]:
     """``(name, data)`` of each child of ``path`` (none if it has none or is gone)."""
     names = _children(conn, path)
 
@@ -334,7 +332,7 @@ def _children_data(conn: "_Connection", path: str) -> list[tuple[str, bytes]]:
     return conn.call(f"read the children of {path}", op)
 
 
-def _gather(conn: "_Connection", pending: list[Any]) -> list[Any]:
+def _gather(conn: Connection, pending: list[Any]) -> list[Any]:
     """The results of requests sent together, None for a node that is gone."""
     results = []
     for async_result in pending:
@@ -345,7 +343,7 @@ def _gather(conn: "_Connection", pending: list[Any]) -> list[Any]:
     return results
 
 
-def _read_tree(client: KazooClient, conn: "_Connection", top: str
+def _read_tree(client: KazooClient, conn: Connection, top: str
                ) -> Iterator[tuple[str, bytes, int]]:
     """``(path relative to top, data, version)`` of ``top`` and every node below it,
     parents first (a level at a time; a node deleted meanwhile is left out)."""
@@ -368,7 +366,7 @@ def _read_tree(client: KazooClient, conn: "_Connection", top: str
 
 
 @contextlib.contextmanager
-def _lock(conn: "_Connection", root: str) -> Iterator[None]:
+def _lock(conn: Connection, root: str) -> Iterator[None]:
     """Hold the migration lock of ``root`` (waiting up to LOCK_WAIT_S for another
     process's)."""
     path = paths.join(root, LOCK_NAME)
@@ -416,13 +414,13 @@ class _TakenOver(MetadataError):
     pass
 
 
-def _taken_over(conn: "_Connection", namespace: str) -> _TakenOver:
+def _taken_over(conn: Connection, namespace: str) -> _TakenOver:
     return _TakenOver(f"{conn.address}: another process took over moving the logs into "
                       f"{namespace} (this one lost its ZooKeeper session, and the lock "
                       "with it): this one stopped; open the cluster again")
 
 
-def _take_over(conn: "_Connection", root: str) -> int:
+def _take_over(conn: Connection, root: str) -> int:
     """Change the version of the namespace node (made if it is missing), which every
     later write of this migration checks; the version."""
     namespace = namespace_path(root)
@@ -447,7 +445,7 @@ def _take_over(conn: "_Connection", root: str) -> int:
     return conn.call(f"take over moving the logs into {namespace}", op)
 
 
-def _commit_fenced(conn: "_Connection", client: KazooClient, fence: Fence,
+def _commit_fenced(conn: Connection, client: KazooClient, fence: Fence,
                    add: Any) -> None:
     """One transaction: the check of ``fence``, then the operations ``add(txn)`` adds.
     _TakenOver if the check fails; another failure raised as kazoo's error."""
@@ -480,14 +478,14 @@ def _batches(nodes: list[tuple[str, bytes]]) -> Iterator[list[tuple[str, bytes]]
         yield batch
 
 
-def _create_all(conn: "_Connection", client: KazooClient, fence: Fence,
+def _create_all(conn: Connection, client: KazooClient, fence: Fence,
                 nodes: list[tuple[str, bytes]]) -> None:
     """Create ``nodes`` (parents first) in one transaction checking ``fence``."""
     _commit_fenced(conn, client, fence, lambda txn: [txn.create(path, data)
                                                      for path, data in nodes])
 
 
-def _make(conn: "_Connection", path: str, fence: Fence) -> None:
+def _make(conn: Connection, path: str, fence: Fence) -> None:
     """Create ``path`` (its parent exists) under ``fence``, unless it exists."""
     def op(client: KazooClient, _retrying: bool) -> None:
         with contextlib.suppress(NodeExistsError):
@@ -496,7 +494,7 @@ def _make(conn: "_Connection", path: str, fence: Fence) -> None:
     conn.call(f"create {path}", op)
 
 
-def _check_switch_size(conn: "_Connection", source: str, target: str,
+def _check_switch_size(conn: Connection, source: str, target: str,
                        names: list[str]) -> None:
     size = sum(len(paths.join(source, name)) + len(_moved(paths.join(target, name)))
                + _SWITCH_OP_OVERHEAD_BYTES for name in names)
@@ -507,7 +505,7 @@ def _check_switch_size(conn: "_Connection", source: str, target: str,
                             "longer needed with the former pybk, then open it again")
 
 
-def _delete_below(conn: "_Connection", top: str, fence: Fence | None = None) -> int:
+def _delete_below(conn: Connection, top: str, fence: Fence | None = None) -> int:
     """Delete every node below ``top`` (not ``top``), in transactions checking ``fence``
     if given; how many."""
     def op(client: KazooClient, _retrying: bool) -> int:
@@ -516,7 +514,7 @@ def _delete_below(conn: "_Connection", top: str, fence: Fence | None = None) -> 
     return conn.call(f"delete the records below {top}", op)
 
 
-def _delete_tree(conn: "_Connection", client: KazooClient, top: str, fence: Fence | None,
+def _delete_tree(conn: Connection, client: KazooClient, top: str, fence: Fence | None,
                  keep_top: bool) -> int:
     below = [top + rel for rel, _data, _version in _read_tree(client, conn, top)
              if rel or not keep_top]
@@ -531,7 +529,7 @@ def _delete_tree(conn: "_Connection", client: KazooClient, top: str, fence: Fenc
     return len(below)
 
 
-def _copy_tree(conn: "_Connection", source: str, target: str, fence: Fence) -> int:
+def _copy_tree(conn: Connection, source: str, target: str, fence: Fence) -> int:
     """Copy ``source`` and every node below it to ``target`` (which does not exist; its
     parent does), in transactions checking ``fence``; the version of ``source`` as read
     before the nodes below it."""
@@ -554,7 +552,7 @@ def _copy_tree(conn: "_Connection", source: str, target: str, fence: Fence) -> i
     return conn.call(f"copy {source} to {target}", op)
 
 
-def _fence(conn: "_Connection", path: str) -> None:
+def _fence(conn: Connection, path: str) -> None:
     """Take the CREATE and WRITE permissions out of every entry of the ACL of ``path``,
     keeping READ, DELETE and ADMIN for the same identities (nothing if it is gone or
     fenced already; a warning if this client may not change its ACL)."""
@@ -582,7 +580,7 @@ def _moved(target: str) -> bytes:
     return seal(MOVED_MAGIC, MOVED_VERSION, {"moved_to": target})
 
 
-def _switch(conn: "_Connection", root: str, source: str, target: str,
+def _switch(conn: Connection, root: str, source: str, target: str,
             versions: dict[str, int], fence: int) -> bool:
     """Step 3: False if a head moved on since it was copied."""
     namespace = namespace_path(root)
@@ -613,7 +611,7 @@ def _switch(conn: "_Connection", root: str, source: str, target: str,
     return conn.call(f"switch {root} to pybk's current layout", op)
 
 
-def _clean(conn: "_Connection", root: str) -> None:
+def _clean(conn: Connection, root: str) -> None:
     """Step 4: fence each moved head naming this cluster and delete the records below
     it; fence ``<parent>/logs`` if no cluster of the former layout is left beside this
     one and it holds only pybk's records; then mark the namespace READY."""

@@ -2,7 +2,7 @@
 cluster, through kazoo, with BookKeeper's layout.
 
 Addresses and the root
-    ``zk://host:port[,host:port...]/root`` (:mod:`pybk.meta.address`); the root is
+    ``zk://host:port[,host:port...]/root`` (:mod:`pybk.meta.zkaddress`); the root is
     BookKeeper's ``zkLedgersRootPath``, ``/ledgers`` by default.  Everything the store
     writes lives under the root: the contract's ``/ledgers`` is the root itself, and
     every other contract path lives under the root's node ``pybk`` (the *namespace
@@ -112,8 +112,7 @@ import queue
 import threading
 import time
 import uuid
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -127,12 +126,10 @@ from kazoo.exceptions import (
     NotEmptyError,
     RolledBackError,
 )
-from kazoo.retry import KazooRetry
 
-from pybk.errors import BadVersion, InvalidConfiguration, MetadataError, NodeExists, NoNode
+from pybk.errors import BadVersion, MetadataError, NodeExists, NoNode
 from pybk.meta import layout as layouts
 from pybk.meta import migrate, paths, zkclient
-from pybk.meta.address import ZooKeeperAddress, parse_zookeeper_address
 from pybk.meta.interface import (
     ANY_VERSION,
     MetadataStore,
@@ -144,9 +141,11 @@ from pybk.meta.interface import (
     sequential_prefix,
 )
 from pybk.meta.watches import Notifier, Watch, WatchCallback
+from pybk.meta.zkaddress import ZooKeeperAddress, parse_zookeeper_address
 
-if TYPE_CHECKING:
-    from pybk.settings import ServerSettings
+# The store's settings, known to its users as pybk.meta.zookeeper.ZooKeeperSettings, are
+# defined with the connection they tune.
+from pybk.meta.zkconnection import Connection, NodeExistsAt, ZooKeeperSettings
 
 log = logging.getLogger(__name__)
 
@@ -154,68 +153,10 @@ _LEDGERS_NAME = paths.split(paths.LEDGERS)[1]
 _IDGEN_PREFIX = "ID-"
 # The root's children that are no records of /ledgers (pybk.meta.migrate).
 _RESERVED_NAMES = frozenset((migrate.NAMESPACE_NAME, migrate.LOCK_NAME))
-# Ancestors made by a create can be deleted under it again by another client; like
-# kazoo's ensure_path, try again then, at most this many times in all.
-_CREATE_ATTEMPTS_MAX = 10
 # How often a registration held by another session is looked at while waiting for it.
 _REGISTRATION_POLL_S = 0.1
 # How long close() waits for a session listener that is still running.
 _CLOSE_WAIT_S = 30.0
-
-
-@dataclass(frozen=True)
-class ZooKeeperSettings:
-    """How the store talks to ZooKeeper; BookKeeper's names where it has them."""
-
-    #: The session timeout in ms (BookKeeper's ``zkTimeout``): a store silent for longer
-    #: loses its session and ephemeral records.  Opening waits this long for a session,
-    #: and one request this long for its answer.
-    zkTimeout: int = 10_000
-    #: pybk's: how long one call keeps retrying through connection loss before it
-    #: raises MetadataUnavailable.  Long enough to ride out a ZooKeeper restart or a
-    #: leader election.
-    zkOperationTimeoutMs: int = 30_000
-    #: First and longest pause between retries, in ms.  BookKeeper starts at 1,000;
-    #: pybk at 100 so that a client resumes soon after ZooKeeper is back.
-    zkRetryBackoffStartMs: int = 100
-    zkRetryBackoffMaxMs: int = 2_000
-    #: BookKeeper's ``zkEnableSecurity``: authenticate with the digest ``user:password``
-    #: of ``zkDigestAuthFile`` and create every znode with an ACL that lets only that
-    #: user change it (:func:`pybk.meta.zkclient.digest_security`).
-    zkEnableSecurity: bool = False
-    #: A file holding ``user:password`` (one line), for ``zkEnableSecurity``.
-    zkDigestAuthFile: str = ""
-    #: With ``zkEnableSecurity``: everyone may read the znodes created (true), or only
-    #: the ``zkDigestAuthFile`` user (false).
-    zkWorldReadable: bool = True
-
-    @classmethod
-    def of(cls, settings: "ServerSettings") -> "ZooKeeperSettings":
-        """The ZooKeeper settings among a process's settings (a ServerSettings: its
-        ``zkTimeout``, operation timeout, retry pauses and the ``zk*`` security settings)."""
-        return cls(zkTimeout=settings.zkTimeout,
-                   zkOperationTimeoutMs=settings.zkOperationTimeoutMs,
-                   zkRetryBackoffStartMs=settings.zkRetryBackoffStartMs,
-                   zkRetryBackoffMaxMs=settings.zkRetryBackoffMaxMs,
-                   zkEnableSecurity=settings.zkEnableSecurity,
-                   zkDigestAuthFile=settings.zkDigestAuthFile,
-                   zkWorldReadable=settings.zkWorldReadable)
-
-    def __post_init__(self) -> None:
-        if self.zkEnableSecurity and not self.zkDigestAuthFile:
-            raise InvalidConfiguration("setting zkDigestAuthFile is empty: "
-                                       "zkEnableSecurity needs a file holding user:password")
-        for f in fields(self):
-            if f.type != "int":
-                continue
-            value = getattr(self, f.name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise InvalidConfiguration(f"setting {f.name}={value!r} is invalid: it must "
-                                           "be a whole number of milliseconds over 0")
-        if self.zkRetryBackoffStartMs > self.zkRetryBackoffMaxMs:
-            raise InvalidConfiguration(
-                f"setting zkRetryBackoffStartMs={self.zkRetryBackoffStartMs} is invalid: it "
-                f"must be at most zkRetryBackoffMaxMs={self.zkRetryBackoffMaxMs}")
 
 
 class _Namespace:
@@ -267,94 +208,6 @@ class _Namespace:
         return sorted(names)
 
 
-class _Connection:
-    """A kazoo client with the store's retry policy: :meth:`call` runs one operation."""
-
-    def __init__(self, address: ZooKeeperAddress, settings: ZooKeeperSettings,
-                 on_event: zkclient.EventCallback) -> None:
-        self.address = address
-        self.settings = settings
-        self.attempt_timeout_s = settings.zkTimeout / 1000
-        self.retry = KazooRetry(max_tries=-1, delay=settings.zkRetryBackoffStartMs / 1000,
-                                backoff=2, max_delay=settings.zkRetryBackoffMaxMs / 1000,
-                                deadline=settings.zkOperationTimeoutMs / 1000,
-                                ignore_expire=True)
-        security = (zkclient.digest_security(settings.zkDigestAuthFile,
-                                             settings.zkWorldReadable)
-                    if settings.zkEnableSecurity else None)
-        self.client: KazooClient = zkclient.connect(address.connect_string,
-                                                    self.attempt_timeout_s,
-                                                    self.attempt_timeout_s, on_event,
-                                                    security)
-
-    @property
-    def session_id(self) -> int | None:
-        """The session's id; None between an expired session and the next."""
-        client_id = self.client.client_id
-        return client_id[0] if client_id else None
-
-    def call(self, what: str, operation: Callable[[KazooClient, bool], Any]) -> Any:
-        return zkclient.call(self.client, self.retry, self.attempt_timeout_s, operation,
-                             f"{self.address}: {what}")
-
-    def wait(self, async_result: Any) -> Any:
-        return zkclient.result(async_result, self.attempt_timeout_s)
-
-    def read(self, zk_path: str) -> tuple[bytes, Any] | None:
-        """``(data, stat)`` of a node, or None if there is none (retried)."""
-        def op(client: KazooClient, _retrying: bool) -> tuple[bytes, Any] | None:
-            try:
-                return self.wait(client.get_async(zk_path))
-            except NoNodeError:
-                return None
-
-        return self.call(f"read {zk_path}", op)
-
-    def create_with_ancestors(self, client: KazooClient, nodes: list[tuple[str, bytes]],
-                              ephemeral: bool = False) -> None:
-        """Create ``nodes`` (path, data; parents before children; the last one
-        ``ephemeral``) and their missing ancestors, in one ZooKeeper transaction.  Raises
-        :class:`_NodeExistsAt` (a NodeExistsError) naming the index of a node that exists,
-        kazoo's other errors as they come."""
-        given = {path for path, _data in nodes}
-        ancestors = [a for a in dict.fromkeys(a for path, _data in nodes
-                                              for a in paths.ancestors(path))
-                     if a not in given]
-        for _ in range(_CREATE_ATTEMPTS_MAX):
-            found = [client.exists_async(a) for a in ancestors]  # in flight together
-            missing = [a for a, result in zip(ancestors, found) if self.wait(result) is None]
-            txn = client.transaction()
-            for ancestor in missing:
-                txn.create(ancestor, b"")
-            for i, (path, data) in enumerate(nodes):
-                txn.create(path, data, ephemeral=ephemeral and i == len(nodes) - 1)
-            results = self.wait(txn.commit_async())
-            failed = next((i for i, r in enumerate(results) if isinstance(r, Exception)
-                           and not isinstance(r, RolledBackError)), None)
-            if failed is None:
-                return
-            failure = results[failed]
-            ancestor_made = failed < len(missing) and isinstance(failure, NodeExistsError)
-            if ancestor_made or isinstance(failure, NoNodeError):
-                continue  # another client made or removed an ancestor meanwhile
-            if isinstance(failure, NodeExistsError):
-                raise _NodeExistsAt(failed - len(missing))
-            raise failure
-        raise MetadataError(f"could not create {nodes[-1][0]}: its ancestors kept changing "
-                            f"under it ({_CREATE_ATTEMPTS_MAX} attempts)")
-
-    def close(self) -> None:
-        zkclient.close(self.client)
-
-
-class _NodeExistsAt(NodeExistsError):
-    """A node of a :meth:`_Connection.create_with_ancestors` exists: the one at ``index``."""
-
-    def __init__(self, index: int) -> None:
-        super().__init__(index)
-        self.index = index
-
-
 def _refused(address: ZooKeeperAddress, what: str) -> MetadataError:
     """ZooKeeper's NoAuth (an ACL refused this client), saying what to set."""
     return MetadataError(f"{address}: {what}: ZooKeeper refused it (NoAuth): this client "
@@ -362,7 +215,7 @@ def _refused(address: ZooKeeperAddress, what: str) -> MetadataError:
                          "zkDigestAuthFile to a file holding the cluster's user:password)")
 
 
-def _check_layout(conn: _Connection, namespace: _Namespace,
+def _check_layout(conn: Connection, namespace: _Namespace,
                   expected: layouts.LedgerLayout | None) -> tuple[layouts.LedgerLayout, str]:
     """The cluster's layout and instance id; MetadataError if it is not formatted, or
     formatted with another layout than ``expected``, or not readable without credentials
@@ -420,7 +273,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._registrations: dict[str, tuple[bool, str, str, str]] = {}
         self._listeners: list[SessionListener] = []
         self._session_events: queue.SimpleQueue[KazooState | None] = queue.SimpleQueue()
-        self._conn = _Connection(self.address, self.settings, self._on_event)
+        self._conn = Connection(self.address, self.settings, self._on_event)
         try:
             self.layout, self.instance_id = _check_layout(self._conn, self._ns, expected)
             if move_logs:
@@ -500,7 +353,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         def op(client: KazooClient, retrying: bool) -> None:
             try:
                 self._conn.create_with_ancestors(client, nodes)  # one multi: all or none
-            except _NodeExistsAt as e:
+            except NodeExistsAt as e:
                 if retrying and all(self._created_by_us(client, zk, data, False)
                                     for zk, data in nodes):
                     return  # an earlier attempt took effect; its answer was lost
@@ -907,7 +760,7 @@ def migrate_logs(address: str | ZooKeeperAddress, logs: Sequence[str] | None = N
     ``logs`` None)."""
     address = (address if isinstance(address, ZooKeeperAddress)
                else parse_zookeeper_address(address))
-    conn = _Connection(address, settings or ZooKeeperSettings(), lambda *_event: None)
+    conn = Connection(address, settings or ZooKeeperSettings(), lambda *_event: None)
     try:
         _check_layout(conn, _Namespace(address.root), None)
         with _migration_errors(address):
@@ -950,7 +803,7 @@ def format_cluster(address: str | ZooKeeperAddress, layout: str = "hierarchical"
         log.info("%s: formatted with the %s ledger layout, instance id %s", address,
                  wanted.name, instance_id)
 
-    conn = _Connection(address, settings or ZooKeeperSettings(), lambda *_event: None)
+    conn = Connection(address, settings or ZooKeeperSettings(), lambda *_event: None)
     try:
         if conn.read(ns.zk(paths.LAYOUT)) is None:
             conn.call(f"format {address.root}", op)

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 from pybk.client.bookkeeper import BookKeeper
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import InvalidConfiguration
-from pybk.meta.address import is_zookeeper_address
 from pybk.meta.interface import MetadataStore
+from pybk.meta.zkaddress import is_zookeeper_address
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings
 from pybk.net.client import ClientLoop
 from pybk.net.curve import load_key_pair

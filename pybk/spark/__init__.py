@@ -7,6 +7,9 @@ pybk.spark.executor_bookies(spark, "zk://...")`` runs bookies on the application
 executors while it is open (:mod:`pybk.spark.bookies`).  Needs ``pip install
 "pybk[spark]"`` (pyspark 4 with pyarrow).  Options: :mod:`pybk.spark.options`; rows:
 :mod:`pybk.spark.source`.
+
+May import: the base modules, the library's packages up to :mod:`pybk.log`
+(docs/DESIGN.md, "Layers").
 """
 
 from __future__ import annotations

@@ -18,8 +18,10 @@
 
 A throwaway ZooKeeper is :class:`pybk.testing.zookeeper_server.ZooKeeperServer` and a
 local cluster of bookie processes :class:`pybk.testing.local_cluster.LocalCluster`; both serve
-``pybk localcluster`` too, so they live with the cluster.  Nothing in the library imports
-this package.
+``pybk localcluster`` too.
+
+May import: every package of the library and :mod:`pybk` itself, as an application
+would; only :mod:`pybk.cli` imports it.
 """
 
 from pybk.testing.waiting import returns_in_time, wait_until
