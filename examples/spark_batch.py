@@ -1,21 +1,23 @@
 """An ETL job over pybk logs with Spark: read a log of JSON events, count them per user,
 and write the counts to another log, exactly once.
 
-    pybk localcluster                      # in another terminal: prints zk://...
+    pybk localcluster 3                    # in another terminal: prints zk://...
     python examples/spark_batch.py zk://127.0.0.1:PORT/ledgers
 
 Without an address it runs on a throwaway cluster of its own (ZooKeeper and three bookie
-processes).  The application side first appends 10,000 events to the log ``events``
-with a LogWriter (if the log is empty); then Spark reads the log into a DataFrame, parses
-and aggregates it, and writes one JSON record per user to ``user-counts``: the job's
-tasks write ledgers of their own, and the records become visible all at once, when the
-job commits.  Running it again adds the same counts again: each run is one job.
+processes).  The application side first appends 10,000 events to the log
+``example-etl-events`` with a LogWriter (if the log is empty); then Spark reads the log
+into a DataFrame, parses and aggregates it, and writes one JSON record per user to
+``example-etl-user-counts``: the job's tasks write ledgers of their own, and the records
+become visible all at once, when the job commits.  Running it again adds the same counts
+again: each run is one job.  The logs' names are this example's own, so that it never
+reads what another program wrote; a record that is not such an event stops it before it
+writes anything (exit status 1, naming the record's position).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 from pyspark.sql import SparkSession
@@ -26,7 +28,7 @@ import pybk.spark
 from pybk.errors import NoSuchLog
 from pybk.testing.local_cluster import LocalCluster
 
-EVENTS, COUNTS = "events", "user-counts"
+EVENTS, COUNTS = "example-etl-events", "example-etl-user-counts"
 USERS = ("ada", "brian", "carol", "dennis", "edsger")
 
 
@@ -49,14 +51,21 @@ def append_events(address: str, count: int = 10_000) -> None:
 def run_job(spark: SparkSession, address: str) -> None:
     events = (spark.read.format("pybk")
               .option("metadataServiceUri", address).option("log", EVENTS).load())
-    counts = (events
-              .select(F.from_json(F.col("value").cast("string"),
-                                  "user string, n long").alias("event"))
-              .groupBy("event.user").count())
+    parsed = events.select("position", F.from_json(F.col("value").cast("string"),
+                                                   "user string, n long").alias("event"))
+    parsed.cache()  # read the log once for the check, the counts and the total
+    # from_json gives null (or a null user) for a record that is not such an event:
+    # counting those as a user "null" would hide it, so the job stops instead.
+    bad = parsed.where(F.col("event.user").isNull()).limit(3).collect()
+    if bad:
+        raise SystemExit(f"the log {EVENTS!r} holds records that are not JSON events with "
+                         f"a user, at {', '.join(row.position for row in bad)}: this example"
+                         " reads only what its append_events wrote; nothing was written")
+    counts = parsed.groupBy("event.user").count()
     (counts.select(F.to_json(F.struct("user", "count")).alias("value"))
      .write.format("pybk").option("metadataServiceUri", address).option("log", COUNTS)
      .mode("append").save())
-    print(f"read {events.count()} events; wrote {counts.count()} counts to {COUNTS!r}")
+    print(f"read {parsed.count()} events; wrote {counts.count()} counts to {COUNTS!r}")
 
 
 def show_counts(address: str) -> None:
@@ -66,7 +75,6 @@ def show_counts(address: str) -> None:
 
 
 def main(address: str) -> None:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     append_events(address)
     spark = SparkSession.builder.master("local[2]").appName("pybk-etl").getOrCreate()
     try:

@@ -278,6 +278,12 @@ class LogClosed(LedgerClosed):
     """The log writer (or the WAL) is closed."""
 
 
+class InvalidRecord(BookKeeperError, ValueError):
+    """A record given to an append cannot be held by a log: its timestamp, key or
+    headers are outside the bounds of the record batch format (:mod:`pybk.log.batch`
+    names them)."""
+
+
 class RecordsTruncated(BookKeeperError):
     """Records a reader was to read are gone: truncation removed them (a planned range's
     segment deleted while it was read, a streaming query's position truncated away)."""

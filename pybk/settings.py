@@ -755,7 +755,8 @@ class LogSettings(_Settings):
     #: A batch (one entry) holds at most this many bytes of records; a larger record
     #: goes alone into its own entry.
     batchMaxBytes: int = 256 * 1024
-    #: The largest record an append accepts.  It must fit in one entry: the client's and
+    #: The largest record an append accepts (its value, key and headers: see
+    #: :mod:`pybk.log.batch`).  It must fit in one entry: the client's and
     #: the bookies' ``maxEntrySizeBytes`` must hold it with the batch header and digest
     #: (``LogWriter.open`` checks the client's; an embedded WAL raises both to fit).
     recordMaxBytes: int = 1 * _MIB

@@ -10,6 +10,8 @@ import sys
 import pytest
 import sparkutil
 
+import pybk
+
 pytestmark = pytest.mark.timeout(120)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,31 +86,60 @@ def test_the_demo_runs_where_a_directory_named_pybk_is(tmp_path, shadow):
 SPARK_ENV = sparkutil.script_env()
 
 
+def _spark_example(*args: str) -> subprocess.CompletedProcess:
+    """Run a Spark example (Spark in local mode), on the cluster its arguments name or a
+    cluster of its own (ZooKeeper, three bookies), all stopped by the example itself."""
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=240, stdin=subprocess.DEVNULL,
+                          env=dict(os.environ, PYTHONPATH=ROOT, **SPARK_ENV))
+
+
 def _run_spark_example(*args: str) -> str:
-    """Run a Spark example with a cluster of its own (ZooKeeper, three bookies, Spark in
-    local mode), all stopped by the example itself."""
-    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True,
-                            text=True, timeout=240, stdin=subprocess.DEVNULL,
-                            env=dict(os.environ, PYTHONPATH=ROOT, **SPARK_ENV))
+    result = _spark_example(*args)
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     return result.stdout
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(300)
-def test_the_spark_etl_example_aggregates_one_log_into_another():
-    out = _run_spark_example(os.path.join(ROOT, "examples", "spark_batch.py"))
-    assert "read 10000 events; wrote 5 counts" in out
+@pytest.mark.timeout(400)
+def test_the_spark_etl_example_aggregates_its_own_log_and_stops_at_a_record_it_cannot_parse(
+        address):
+    """On a cluster where the README's Spark snippet wrote its log ``events`` (three
+    records that are not JSON), the example reads only its own log; a record there that
+    it cannot parse fails it, naming the record, before it writes anything."""
+    etl = os.path.join(ROOT, "examples", "spark_batch.py")
+    with pybk.connect(address) as bk, pybk.LogWriter.open(bk, "events") as writer:
+        for value in (b"first", b"second", b"third"):
+            writer.append(value)
+    out = _run_spark_example(etl, address)
+    assert "appended 10000 events" in out and "read 10000 events; wrote 5 counts" in out
     for user in ("ada", "brian", "carol", "dennis", "edsger"):
         assert f'{{"user":"{user}","count":2000}}' in out
+    with pybk.connect(address) as bk:
+        with pybk.LogWriter.open(bk, "example-etl-events") as writer:
+            bad = writer.append(b"not an event")
+        counts = list(pybk.LogReader(bk, "example-etl-user-counts").read())
+        result = _spark_example(etl, address)
+        assert result.returncode == 1, result.stdout + result.stderr[-5000:]
+        assert ("the log 'example-etl-events' holds records that are not JSON events with a "
+                f"user, at {bad}: this example reads only what its append_events wrote; "
+                "nothing was written") in result.stderr, result.stderr[-5000:]
+        assert list(pybk.LogReader(bk, "example-etl-user-counts").read()) == counts
 
 
 @pytest.mark.spark
 @pytest.mark.timeout(300)
 def test_the_spark_streaming_example_copies_a_live_log_exactly_once_through_a_restart():
-    out = _run_spark_example(os.path.join(ROOT, "examples", "spark_streaming.py"),
-                             "--seconds", "4")
+    """Each run of the query is stopped while a micro-batch writes: Spark aborts that
+    write, which it logs at ERROR, and the example quiets: a successful run prints no
+    ERROR."""
+    result = _spark_example(os.path.join(ROOT, "examples", "spark_streaming.py"),
+                            "--seconds", "4")
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr[-5000:]
     for run in (1, 2):  # each run committed a micro-batch: the restart resumed one
-        committed = re.search(rf"run {run}: stopped the query after (\d+) micro-batches", out)
+        committed = re.search(rf"run {run}: stopped the query after (\d+) micro-batches, "
+                              "aborting the one in flight", out)
         assert committed and int(committed.group(1)) >= 1, out
     assert "exactly once and in order" in out
+    assert [line for line in (out + result.stderr).splitlines() if " ERROR " in line] == []

@@ -2,7 +2,8 @@
 
 ``tests/golden/`` holds a journal, an entry log, a lastMark and the index's items as a
 bookie leaves them, a directory cookie, a closed ledger's metadata, a bookie's cookie in
-the cluster, a log's head and segment records, and the frames of wire ADD and READ
+the cluster, a log's head and segment records, record batches of version 2 (the log
+ledger's entries in the storage files are version 1 batches), and the frames of wire ADD and READ
 requests and replies (and of deferred sync's: an ADD with a DEFERRED_SYNC run, a
 FORCE_LEDGER and its reply, without and with the flag HELD), all written from the fixed
 inputs below (ids, keys, payloads, salts, times, instance ids).  Its README.md says which
@@ -31,13 +32,15 @@ from typing import NamedTuple
 
 import lmdb
 import pytest
+from recordutil import version_1_batch
 
 from pybk.client import BookKeeper
 from pybk.client.digest import DigestManager
 from pybk.errors import Unauthorized
-from pybk.log.batch import decode_batch, encode_batch
+from pybk.log.batch import BatchFields, Headers, decode_batch, decode_fields, encode_batch
 from pybk.log.metadata import Dropped, LogMetadata, Segment, SegmentRecord
 from pybk.log.position import Position
+from pybk.log.record import Record, batch_records
 from pybk.meta.cookies import Cookie
 from pybk.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState, hash_password
 from pybk.net import wire
@@ -62,7 +65,7 @@ GOLDEN_FILES = frozenset({
     "storage/journal.txn", "storage/entrylog.log", "storage/lastMark", "storage/index.txt",
     "storage/index.v1.txt",
     "storage/COOKIE", "meta/ledger-closed.bin", "meta/ledger-closed-v1.bin",
-    "meta/bookie-cookie.bin", "log/head.bin",
+    "meta/bookie-cookie.bin", "log/head.bin", "log/batch-v2.bin", "log/batch-v2-fields.bin",
     "log/segment-3.bin", "log/segment-4.bin", "wire/add-request.0.bin",
     "wire/add-request.1.bin", "wire/add-reply.0.bin", "wire/add-reply.1.bin",
     "wire/read-request.0.bin", "wire/read-reply.0.bin", "wire/read-reply.1.bin",
@@ -101,10 +104,43 @@ class GoldenLedger(NamedTuple):
             entry_id, entry).data
 
 
-#: A log's ledger: each entry a batch of records, CRC-32C digests.
+#: A log's ledger: each entry a batch of records (version 1: logs an older pybk wrote
+#: stay readable), CRC-32C digests.
 LOG_BATCHES = ((b"first record", b"second record"), (b"",), (b"\x00\xff" * 150,))
 LOG_LEDGER = GoldenLedger(7, b"golden log", DigestType.CRC32C,
-                          tuple(encode_batch(batch) for batch in LOG_BATCHES))
+                          tuple(version_1_batch(batch) for batch in LOG_BATCHES))
+
+
+class GoldenBatch(NamedTuple):
+    """A record batch's records, field by field."""
+
+    values: tuple[bytes, ...]
+    timestamps: tuple[int, ...]
+    keys: tuple[bytes | None, ...] | None = None
+    headers: tuple[Headers, ...] | None = None
+
+    def fields(self) -> BatchFields:
+        count = len(self.values)
+        return BatchFields(list(self.values), list(self.timestamps),
+                           list(self.keys or (None,) * count),
+                           list(self.headers or ((),) * count))
+
+
+T0 = 1_764_028_800_000  # 2025-11-25T00:00:00Z, in milliseconds
+#: Record batches of version 2, by golden file: records without key or headers,
+#: appended within a second (deltas of 2 bytes); records with keys (one empty, some
+#: none) and headers (a name twice, an empty value, a name beyond ASCII), with
+#: timestamps out of order a day apart (deltas of 4 bytes).
+RECORD_BATCHES = {
+    "log/batch-v2.bin": GoldenBatch((b"first record", b"second record", b""),
+                                    (T0, T0 + 7, T0 + 300)),
+    "log/batch-v2-fields.bin": GoldenBatch(
+        (b"keyed", b"plain", b"with headers", b"both"),
+        (T0, T0 - 86_400_000, T0 + 1, T0),
+        (b"user-17", None, None, b""),
+        ((), (), (("trace", b"\x01\x02"), ("trace", b""), ("r\u00e9gion", b"eu")),
+         (("source", b"golden"),))),
+}
 #: HMAC-SHA1 digests; two adds, an explicit LAC, a fence, then a recovery add.
 FENCED_LEDGER = GoldenLedger(9, b"golden fenced", DigestType.MAC,
                              (b"alpha", b"beta", b"recovered gamma"))
@@ -410,6 +446,9 @@ def check_script_state(bookie: Bookie) -> None:
     assert stored == log.entries()
     assert [decode_batch(log.decode(e, entry)) for e, entry in enumerate(stored)] == \
         [list(batch) for batch in LOG_BATCHES]
+    assert [batch_records(3, e, log.decode(e, entry)) for e, entry in enumerate(stored)] == \
+        [[Record(Position(3, e, slot), value, None, None, ())
+          for slot, value in enumerate(batch)] for e, batch in enumerate(LOG_BATCHES)]
     fenced = FENCED_LEDGER
     assert [fenced.decode(e, bookie.read_entry(fenced.ledger_id, e))
             for e in range(3)] == list(fenced.payloads)
@@ -521,6 +560,18 @@ def test_writes_log_records():
     pinned("log/head.bin", LOG_HEAD.to_bytes())
     for record in SEGMENT_RECORDS:
         pinned(f"log/segment-{record.number}.bin", record.to_bytes())
+
+
+def test_writes_record_batches():
+    for name, batch in RECORD_BATCHES.items():
+        pinned(name, encode_batch(*batch))
+
+
+def test_reads_record_batches():
+    for name, batch in RECORD_BATCHES.items():
+        data = golden(name)
+        assert decode_fields(data) == batch.fields()
+        assert decode_batch(data) == list(batch.values)
 
 
 def test_reads_log_records():

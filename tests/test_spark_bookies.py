@@ -202,6 +202,18 @@ def test_a_bookie_that_cannot_start_fails_the_start_with_its_output(
     assert store.children(paths.SPARK_BOOKIES) == []  # the lease is gone
 
 
+def test_a_holder_failing_in_python_fails_the_start_naming_the_error(spark, address, store):
+    """Not a pybk error (a directory that cannot be made, an interpreter that cannot
+    import pybk): the exception's line from the traceback Spark quotes, not Spark's
+    first line."""
+    with pytest.raises(BookKeeperError, match=r"the bookie holders' Spark job failed: "
+                                              r"FileNotFoundError: \[Errno 2\] No such file "
+                                              r"or directory: '/proc/pybk-bookie'$"):
+        with hosted_by(spark, address, count=1, directory="/proc/pybk-bookie"):
+            pass
+    assert store.bookies() == []
+
+
 def test_a_bookie_that_dies_fails_its_holder(spark, address, store):
     with hosted_by(spark, address, count=1,
                    bookie_args=("--set", "zkTimeout=2000")) as hosted:

@@ -15,7 +15,7 @@ import pytest
 import zkutil
 
 from pybk.errors import MetadataError, MetadataUnavailable
-from pybk.meta import DigestType, LedgerManager, LedgerMetadata
+from pybk.meta import DigestType, LedgerManager, LedgerMetadata, zkclient
 from pybk.meta.address import open_metadata_store
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.layout import FLAT, HIERARCHICAL
@@ -139,23 +139,52 @@ def test_format_refuses_a_root_with_foreign_records_and_open_a_foreign_layout(zo
 
 # -- bounded failures ---------------------------------------------------------------------
 
-def test_an_unreachable_zookeeper_fails_within_the_timeout_saying_why_quietly(caplog):
-    with socket.socket() as sock:  # a port with nothing listening
+def closed_port() -> int:
+    """A loopback port nothing listens on (it refuses connections)."""
+    with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    address = f"zk://127.0.0.1:{port}/ledgers"
+        return sock.getsockname()[1]
+
+
+def test_a_refused_connection_fails_at_once_naming_the_address_quietly(caplog):
+    """Nothing listens at the address: the open fails after a few refused attempts, not
+    after zkTimeout (ten minutes here), for a store and for formatting alike."""
+    address = f"zk://127.0.0.1:{closed_port()}/ledgers"
     threads_before = threading.active_count()
     caplog.set_level(logging.DEBUG)
-    for attempt in (lambda: ZooKeeperMetadataStore(address, zkutil.settings(zkTimeout=1000)),
-                    lambda: format_cluster(address, settings=zkutil.settings(zkTimeout=1000))):
-        with pytest.raises(MetadataUnavailable, match=r"within 1 s \(last: Connection "
-                                                      r"dropped: .*Connection refused\)"):
-            attempt()
+    patient = zkutil.settings(zkTimeout=600_000)
+    for attempt in (lambda: ZooKeeperMetadataStore(address, patient),
+                    lambda: format_cluster(address, settings=patient)):
+        with pytest.raises(MetadataUnavailable) as refused:
+            returns_in_time(attempt, "opening a store where nothing listens")
+        assert str(refused.value) == (
+            f"no ZooKeeper server listens at {address[5:-8]}: the connection was refused "
+            f"({zkclient.REFUSED_ROUNDS} attempts): is ZooKeeper running there, on that "
+            "port?")
     wait_until(lambda: threading.active_count() <= threads_before, "kazoo's threads ending")
     # kazoo's retries are there for whoever asks for DEBUG, and only then
     assert any(r.name == "pybk.meta.kazoo" and "Connection refused" in r.getMessage()
                for r in caplog.records)
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_server_that_does_not_answer_fails_within_the_timeout_saying_why():
+    """A port that takes connections and never answers (a hung or overloaded server):
+    the open waits for zkTimeout, as for a slow ZooKeeper, then names the time-out."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes connections; nothing reads them
+        address = f"zk://127.0.0.1:{silent.getsockname()[1]}/ledgers"
+        with pytest.raises(MetadataUnavailable, match=r"within 1 s \(last: Connection "
+                                                      r"time-out"):
+            ZooKeeperMetadataStore(address, zkutil.settings(zkTimeout=1000))
+
+
+def test_a_refusing_host_is_skipped_when_another_answers(zookeeper):
+    address = zkutil.formatted_cluster(zookeeper).replace(
+        "zk://", f"zk://127.0.0.1:{closed_port()},", 1)
+    with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
+        assert store.bookies() == []
 
 
 def test_a_host_name_that_does_not_resolve_fails_at_once():

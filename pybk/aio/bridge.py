@@ -363,9 +363,9 @@ class _Room:
                 self._free += 1
 
 
-class Submissions(Generic[T]):
-    """Records (or entries) queued through a bridge: room first, then ``start`` (see
-    :data:`Start`) starts them on the submitter.  After :meth:`refuse`, ``closed()`` is
+class Admission(Generic[T]):
+    """What is queued through a bridge takes room first, then ``start`` (see
+    :data:`Start`) starts it on the submitter.  After :meth:`refuse`, ``closed()`` is
     raised to callers."""
 
     def __init__(self, bridge: Bridge, start: Start,
@@ -375,9 +375,9 @@ class Submissions(Generic[T]):
         self._closed_error = closed
         self._refused = False
 
-    async def submit(self, data: bytes, entry_id: int | None = None) -> "asyncio.Future[T]":
-        """Queue ``data`` once there is room (with ``entry_id``: as that entry of a ledger
-        whose caller gives ids); the future gives the outcome."""
+    async def admit(self, data: bytes) -> bytes:
+        """Take room for ``data`` (waiting for it); return the bytes to queue (a copy
+        of a buffer the caller may reuse once this returns)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data must be bytes, not {type(data).__name__}")
         self.check_open()
@@ -388,13 +388,12 @@ class Submissions(Generic[T]):
             except BaseException:
                 self._bridge.give_room()
                 raise
-        # A copy of a buffer the caller may reuse once this returns.
-        copy = data if type(data) is bytes else bytes(data)
-        return self._bridge.queue(self._start, copy if entry_id is None else (entry_id, copy))
+        return data if type(data) is bytes else bytes(data)
 
-    async def wait(self, data: bytes, entry_id: int | None = None) -> T:
-        """:meth:`submit`, then the outcome."""
-        return await (await self.submit(data, entry_id))
+    def queue(self, item: object) -> "asyncio.Future[T]":
+        """Queue ``item`` (room taken: :meth:`admit`) for ``start``; the future gives
+        the outcome."""
+        return self._bridge.queue(self._start, item)
 
     def refuse(self) -> None:
         """Queue nothing more (what was queued still goes out)."""
@@ -404,6 +403,20 @@ class Submissions(Generic[T]):
         if self._refused:
             raise self._closed_error()
         self._bridge.check_open()
+
+
+class Submissions(Admission[T]):
+    """Entries queued through a bridge (see :class:`Admission`)."""
+
+    async def submit(self, data: bytes, entry_id: int | None = None) -> "asyncio.Future[T]":
+        """Queue ``data`` once there is room (with ``entry_id``: as that entry of a ledger
+        whose caller gives ids); the future gives the outcome."""
+        copy = await self.admit(data)
+        return self.queue(copy if entry_id is None else (entry_id, copy))
+
+    async def wait(self, data: bytes, entry_id: int | None = None) -> T:
+        """:meth:`submit`, then the outcome."""
+        return await (await self.submit(data, entry_id))
 
 
 class Feed(Generic[T]):

@@ -4,7 +4,9 @@ They call a :class:`~pybk.log.LogWriter` and a :class:`~pybk.log.LogReader` (an 
 WAL's own, for :class:`~pybk.aio.AsyncWAL`) through a :class:`~pybk.aio.bridge.Bridge`.
 
 Appends.  ``await writer.append(data)`` returns the record's :class:`Position` once it is
-durable, as ``LogWriter.append`` does.  ``await writer.submit(data)`` returns as soon as
+durable, as ``LogWriter.append`` does, and takes the same ``key``, ``timestamp`` and
+``headers`` (a timestamp left out is the wall-clock time of the call, not of the moment
+the record reaches the writer).  ``await writer.submit(data)`` returns as soon as
 the record is queued, with an asyncio future of its position: the way to keep many
 records in flight from one task.  Records get positions in the order they were queued
 (``submit`` or ``append`` calls, as the loop ran them).  With ``max_pending`` records
@@ -18,11 +20,13 @@ the record is durable or the writer has failed).  A task cancelled while it stil
 for room queued nothing.  Either way the writer goes on undisturbed.
 
 Reading.  ``async for position, data in reader.read()`` (to the end of the log as it is
-now) and ``reader.tail()`` (records as they are appended) run the thread-based reader on
-a thread of their own, at most :data:`~pybk.aio.bridge.FEED_BUFFER_RECORDS` records
-ahead of the consumer; leaving the loop early with ``break`` stops that thread once the
-stream is garbage collected, or at once with ``await stream.aclose()`` (or ``async
-with``).  A reader reads one stream at a time.
+now) and ``reader.tail()`` (records as they are appended), or ``reader.records()`` and
+``reader.tail_records()`` for :class:`~pybk.log.record.Record` values with every field,
+run the thread-based reader on a thread of their own, at most
+:data:`~pybk.aio.bridge.FEED_BUFFER_RECORDS` records ahead of the consumer; leaving the
+loop early with ``break`` stops that thread once the stream is garbage collected, or at
+once with ``await stream.aclose()`` (or ``async with``).  A reader reads one stream at a
+time.
 """
 
 from __future__ import annotations
@@ -31,13 +35,15 @@ import asyncio
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
-from pybk.aio.bridge import CLOSE_TIMEOUT_S, AsyncClosing, Bridge, Feed, Submissions
+from pybk.aio.bridge import CLOSE_TIMEOUT_S, Admission, AsyncClosing, Bridge, Feed
 from pybk.errors import LogClosed
+from pybk.log.batch import check_fields, check_timestamp, now_ms
 from pybk.log.futures import wait_for_callbacks
 from pybk.log.position import Position
-from pybk.log.reader import LogReader, Record
+from pybk.log.reader import LogReader
+from pybk.log.record import PositionedValue, Record, position_and_value
 from pybk.log.writer import LogWriter
 
 #: Seconds a tailing stream's thread waits for a record before it looks whether it
@@ -45,19 +51,21 @@ from pybk.log.writer import LogWriter
 TAIL_POLL_S = 0.1
 
 
-class Appends(Submissions[Position]):
+class Appends(Admission[Position]):
     """Appends of records through ``append_async`` (a WAL's or a log writer's), with
     room, ordering and cancellation as the module says, and the log's sync and
     truncation."""
 
-    def __init__(self, bridge: Bridge, append_async: Callable[[bytes], Future],
+    def __init__(self, bridge: Bridge, append_async: Callable[..., Future],
                  sync: Callable[[], None], truncate: Callable[[Position | str], object],
                  name: str) -> None:
-        def start(items: list[tuple[bytes, asyncio.Future]]) -> None:
+        def start(items: list[tuple[tuple[bytes, bytes | None, int, Any], asyncio.Future]]
+                  ) -> None:
             started = []
-            for data, future in items:
+            for (data, key, timestamp, headers), future in items:
                 try:
-                    started.append((append_async(data), future))
+                    started.append((append_async(data, key=key, timestamp=timestamp,
+                                                 headers=headers), future))
                 except Exception as e:  # refused at once (closed, too large...)
                     bridge.post(future, None, e)
             if started:
@@ -67,10 +75,26 @@ class Appends(Submissions[Position]):
         self._sync = sync
         self._truncate = truncate
 
-    async def append(self, data: bytes) -> Position:
+    async def submit(self, data: bytes, *, key: bytes | None = None,
+                     timestamp: int | None = None,
+                     headers: Iterable[tuple[str, bytes]] | None = None
+                     ) -> "asyncio.Future[Position]":
+        """Queue a record (its fields as ``LogWriter.append`` takes them) once there is
+        room; the future gives its position once it is durable.  Its timestamp, if
+        not given, is the time of this call; fields past their limits raise here."""
+        timestamp = now_ms() if timestamp is None else check_timestamp(timestamp)
+        pairs = None
+        if key is not None or headers is not None:
+            key, pairs, _ = check_fields(key, headers)  # copies of buffers reused later
+        return self.queue((await self.admit(data), key, timestamp, pairs))
+
+    async def append(self, data: bytes, *, key: bytes | None = None,
+                     timestamp: int | None = None,
+                     headers: Iterable[tuple[str, bytes]] | None = None) -> Position:
         """Append a record; return its position once it is durable (see the module
         about cancellation)."""
-        return await self.wait(data)
+        return await (await self.submit(data, key=key, timestamp=timestamp,
+                                        headers=headers))
 
     async def sync(self) -> None:
         """Return once every record queued before the call is durable and its future
@@ -134,19 +158,34 @@ class AsyncLogReader:
         """Where the next record will be read from."""
         return self.reader.position
 
-    def read(self) -> Feed[Record]:
-        """Every record from the current position to the end of the log as it is now."""
+    def read(self) -> Feed[PositionedValue]:
+        """``(position, value)`` of every record from the current position to the end
+        of the log as it is now."""
         return self._bridge.feed(lambda stop: self.reader.read())
 
-    def tail(self, idle_timeout: float | None = None) -> Feed[Record]:
-        """Records as they are appended: until none came for ``idle_timeout`` seconds,
-        or (None) until the stream is closed or its consumer stops."""
+    def records(self) -> Feed[Record]:
+        """What :meth:`read` gives, as :class:`~pybk.log.record.Record` values."""
+        return self._bridge.feed(lambda stop: self.reader.records())
+
+    def tail(self, idle_timeout: float | None = None) -> Feed[PositionedValue]:
+        """``(position, value)`` of records as they are appended: until none came for
+        ``idle_timeout`` seconds, or (None) until the stream is closed or its consumer
+        stops."""
+        return self._bridge.feed(lambda stop: map(
+            position_and_value, _tail(self.reader, stop, idle_timeout)))
+
+    def tail_records(self, idle_timeout: float | None = None) -> Feed[Record]:
+        """What :meth:`tail` gives, as :class:`~pybk.log.record.Record` values."""
         return self._bridge.feed(lambda stop: _tail(self.reader, stop, idle_timeout))
 
-    async def read_next(self, timeout: float) -> Record | None:
-        """The next record, waiting up to ``timeout`` seconds for one (None if none
-        came)."""
+    async def read_next(self, timeout: float) -> PositionedValue | None:
+        """``(position, value)`` of the next record, waiting up to ``timeout`` seconds
+        for one (None if none came)."""
         return await self._bridge.call(self.reader.read_next, timeout)
+
+    async def next_record(self, timeout: float) -> Record | None:
+        """What :meth:`read_next` gives, as a :class:`~pybk.log.record.Record`."""
+        return await self._bridge.call(self.reader.next_record, timeout)
 
 
 def _tail(reader: LogReader, stop: threading.Event,
@@ -155,7 +194,7 @@ def _tail(reader: LogReader, stop: threading.Event,
     while not stop.is_set():
         wait = TAIL_POLL_S if idle_timeout is None else \
             max(0.0, min(TAIL_POLL_S, last + idle_timeout - time.monotonic()))
-        record = reader.read_next(wait)
+        record = reader.next_record(wait)
         if record is not None:
             last = time.monotonic()
             yield record

@@ -21,8 +21,8 @@ from pybk.aio.bridge import MAX_PENDING_DEFAULT, AsyncClosing, Bridge, C, Feed
 from pybk.aio.log import Appends, AsyncLogReader
 from pybk.errors import LogClosed
 from pybk.log.position import Position
-from pybk.log.reader import Record
 from pybk.log.readonly import ReadOnlyWAL
+from pybk.log.record import PositionedValue, Record
 from pybk.log.wal import WAL
 from pybk.log.walinfo import WALStats
 
@@ -78,10 +78,14 @@ class AsyncWAL(AsyncClosing):
         self.sync = self._appends.sync
         self.truncate = self._appends.truncate
 
-    def read(self, start: Position | str | None = None) -> Feed[Record]:
+    def read(self, start: Position | str | None = None) -> Feed[PositionedValue]:
         """``async for position, data in wal.read(start)``: every record from ``start``
         (the first when None) to the last one acknowledged, in order."""
         return self.reader(start).read()
+
+    def records(self, start: Position | str | None = None) -> Feed[Record]:
+        """What :meth:`read` gives, as :class:`~pybk.log.record.Record` values."""
+        return self.reader(start).records()
 
     def reader(self, start: Position | str | None = None) -> AsyncLogReader:
         """A reader from ``start`` that can also tail the WAL (``reader.tail()``)."""
@@ -105,10 +109,14 @@ class AsyncReadOnlyWAL(AsyncClosing):
         self.wal = wal
         self.path = wal.path
 
-    def read(self, start: Position | str | None = None) -> Feed[Record]:
+    def read(self, start: Position | str | None = None) -> Feed[PositionedValue]:
         """``async for position, data in wal.read(start)``: every record from ``start``
         (the first when None) to the last one visible now, in order."""
         return self.reader(start).read()
+
+    def records(self, start: Position | str | None = None) -> Feed[Record]:
+        """What :meth:`read` gives, as :class:`~pybk.log.record.Record` values."""
+        return self.reader(start).records()
 
     def reader(self, start: Position | str | None = None) -> AsyncLogReader:
         """A reader from ``start`` that can also tail the WAL (``reader.tail()``: the

@@ -10,6 +10,12 @@ only once the current one is closed (or, for a reader told that no writer can ad
 more, ``writerless``, once it read an open segment to its LAC and a later one exists),
 so it sees records in position order, each once.
 
+What it gives: :meth:`LogReader.read`, :meth:`~LogReader.read_next` and
+:meth:`~LogReader.tail` give ``(position, value)`` pairs; :meth:`~LogReader.records`,
+:meth:`~LogReader.next_record` and :meth:`~LogReader.tail_records` give the same records
+as :class:`~pybk.log.record.Record` values, with their keys, timestamps and headers.
+Both kinds may be mixed on one reader: they go on from the same position.
+
 If truncation removes the segment a reader is in, it goes on at the truncation point.
 The next segment is found in the log's head or, below the head's tail, in one segment
 record (:func:`pybk.log.metadata.find_segment`): entering a segment costs the same
@@ -39,17 +45,15 @@ import time
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from pybk.errors import LogClosed, NoNode, NoSuchEntry, NoSuchLedger, NoSuchLog
-from pybk.log.batch import decode_batch
 from pybk.log.metadata import LogMetadata, Segment, find_segment, log_path
 from pybk.log.position import START, Position
+from pybk.log.record import PositionedValue, Record, batch_records, position_and_value
 from pybk.meta.ledger_metadata import LedgerState
 
 if TYPE_CHECKING:
     from pybk.client import BookKeeper
     from pybk.client.ledger import LedgerEntry, LedgerHandle
     from pybk.log.writer import LogWriter
-
-Record = tuple[Position, bytes]
 
 _POLL_MIN_S = 0.0005
 _POLL_MAX_S = 0.01
@@ -86,10 +90,15 @@ class LogReader:
         position: positions have gaps)."""
         return self._pending[0][0] if self._pending else self._next
 
-    def read(self) -> Iterator[Record]:
-        """Every record from the current position to the end of the log as it is now.
+    def read(self) -> Iterator[PositionedValue]:
+        """``(position, value)`` of every record from the current position to the end
+        of the log as it is now.
 
         A start past the end raises ValueError here, not at the first record."""
+        return map(position_and_value, self.records())
+
+    def records(self) -> Iterator[Record]:
+        """What :meth:`read` gives, as :class:`~pybk.log.record.Record` values."""
         self._check_start()
         self._ahead = None  # read the log as it is now (see the module docstring)
         return self._records()
@@ -101,7 +110,14 @@ class LogReader:
                 return
             yield from batch
 
-    def read_next(self, timeout: float, poll_interval: float = _POLL_MAX_S) -> Record | None:
+    def read_next(self, timeout: float, poll_interval: float = _POLL_MAX_S
+                  ) -> PositionedValue | None:
+        """``(position, value)`` of the next record (see :meth:`next_record`)."""
+        record = self.next_record(timeout, poll_interval)
+        return None if record is None else position_and_value(record)
+
+    def next_record(self, timeout: float, poll_interval: float = _POLL_MAX_S
+                    ) -> Record | None:
         """The next record, waiting up to ``timeout`` seconds for one to be appended
         (None if none was).  While it waits it looks again after 0.5 ms, then at
         doubling intervals up to ``poll_interval`` seconds (each look from another
@@ -121,11 +137,17 @@ class LogReader:
             pause = min(pause * 2, poll_interval)
 
     def tail(self, idle_timeout: float, poll_interval: float = _POLL_MAX_S
-             ) -> Iterator[Record]:
+             ) -> Iterator[PositionedValue]:
+        """``(position, value)`` of records as they are appended (see
+        :meth:`tail_records`)."""
+        return map(position_and_value, self.tail_records(idle_timeout, poll_interval))
+
+    def tail_records(self, idle_timeout: float, poll_interval: float = _POLL_MAX_S
+                     ) -> Iterator[Record]:
         """Records as they are appended, until none came for ``idle_timeout`` seconds
-        (``math.inf``: for ever), looking for new ones as :meth:`read_next` does."""
+        (``math.inf``: for ever), looking for new ones as :meth:`next_record` does."""
         while True:
-            record = self.read_next(idle_timeout, poll_interval)
+            record = self.next_record(idle_timeout, poll_interval)
             if record is None:
                 return
             yield record
@@ -185,9 +207,7 @@ class LogReader:
                     continue
                 first_slot = self._next.slot
                 self._next = Position(segment.number, entry_id + 1, 0)
-                records = decode_batch(entry.data)
-                found = [(Position(segment.number, entry_id, slot), data)
-                         for slot, data in enumerate(records) if slot >= first_slot]
+                found = batch_records(segment.number, entry_id, entry.data, first_slot)
                 if found:
                     return found
                 continue

@@ -46,7 +46,8 @@ from pybk.client.transport import BookieClient, _completed, failed_future
 from pybk.errors import DirectoryLocked, LogClosed, NoSuchLog
 from pybk.log import walinfo
 from pybk.log.position import Position
-from pybk.log.reader import LogReader, Record
+from pybk.log.reader import LogReader
+from pybk.log.record import PositionedValue, Record
 from pybk.log.wal import LOG_NAME, _check_embedded, _open_here, _split_settings
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.storage.readonly import BookieReader
@@ -79,10 +80,15 @@ class ReadOnlyWAL:
 
     # -- reading ------------------------------------------------------------------------
 
-    def read(self, start: Position | str | None = None) -> Iterator[Record]:
+    def read(self, start: Position | str | None = None) -> Iterator[PositionedValue]:
         """``(position, data)`` of every record from ``start`` (the first one when None)
         to the last one visible now (see the module docstring), in order."""
         return self.reader(start).read()
+
+    def records(self, start: Position | str | None = None) -> Iterator[Record]:
+        """What :meth:`read` gives, as :class:`~pybk.log.record.Record` values: with
+        each record's key, timestamp and headers."""
+        return self.reader(start).records()
 
     def reader(self, start: Position | str | None = None) -> LogReader:
         """A reader from ``start`` that can also tail the WAL (:meth:`LogReader.tail`)."""

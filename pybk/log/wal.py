@@ -43,14 +43,15 @@ import warnings
 import weakref
 from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar
 
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import BookKeeperError, DirectoryLocked, InvalidConfiguration, LogClosed, NoSuchLog
 from pybk.log import promotion, walinfo
 from pybk.log.position import Position
-from pybk.log.reader import LogReader, Record
+from pybk.log.reader import LogReader
+from pybk.log.record import PositionedValue, Record
 from pybk.log.writer import LogWriter, entry_bytes_needed
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.settings import (
@@ -210,10 +211,16 @@ class WAL:
 
     # -- the log ------------------------------------------------------------------
 
-    def append(self, data: bytes) -> Position:
+    def append(self, data: bytes, *, key: bytes | None = None, timestamp: int | None = None,
+               headers: Iterable[tuple[str, bytes]] | None = None) -> Position:
         """Append a record; return its position once it is durable (fdatasync'd), or,
         with the setting ``deferredSync=True``, once it is written to the journal (it
         survives this process dying, and a power cut only after a later :meth:`sync`).
+
+        The record's value is ``data``; ``key`` (bytes, None for none), ``timestamp``
+        (milliseconds since the epoch; None: the wall-clock time of this call) and
+        ``headers`` (``(str, bytes)`` pairs) are kept with it and read back by
+        :meth:`records` (their limits: :mod:`pybk.log.batch`).
 
         A callback of an append's future may call it (it runs on pybk's callback thread,
         which no append waits for)."""
@@ -222,25 +229,35 @@ class WAL:
             raise BookKeeperError("a blocking append from an append's callback would wait "
                                   "for itself; use append_async")
         with self.bookie.leading():  # a lone append is synced on this thread
-            future = self._writer.append_async(data)
+            future = self._writer.append_async(data, key=key, timestamp=timestamp,
+                                               headers=headers)
         return future.result()
 
-    def append_async(self, data: bytes) -> Future:
-        """Append a record; the future gives its position once it is durable (written,
-        with ``deferredSync``: see :meth:`append`).  Many
+    def append_async(self, data: bytes, *, key: bytes | None = None,
+                     timestamp: int | None = None,
+                     headers: Iterable[tuple[str, bytes]] | None = None) -> Future:
+        """Append a record (its fields as :meth:`append` takes them); the future gives
+        its position once it is durable (written, with ``deferredSync``: see
+        :meth:`append`).  Many
         appends in flight share fsyncs and entries.  The future's done-callbacks run on
         pybk's callback thread, in position order, never on the bookie's journal thread
         (:mod:`pybk.log.futures`)."""
         if self._closed:
             self._check_open()
-        return self._writer.append_async(data)
+        return self._writer.append_async(data, key=key, timestamp=timestamp,
+                                         headers=headers)
 
-    def read(self, start: Position | str | None = None) -> Iterator[Record]:
+    def read(self, start: Position | str | None = None) -> Iterator[PositionedValue]:
         """``(position, data)`` of every record from ``start`` (the first record when
         None; a Position or its text ``"segment:entry:slot"``) to the last one
         acknowledged, in order.  A start past the end of the WAL raises ValueError (see
         :mod:`pybk.log.reader`)."""
         return self.reader(start).read()
+
+    def records(self, start: Position | str | None = None) -> Iterator[Record]:
+        """What :meth:`read` gives, as :class:`~pybk.log.record.Record` values: with
+        each record's key, timestamp and headers."""
+        return self.reader(start).records()
 
     def reader(self, start: Position | str | None = None) -> LogReader:
         """A reader from ``start`` that can also tail the WAL (see LogReader)."""

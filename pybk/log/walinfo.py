@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from pybk.errors import NoNode, NoSuchEntry, NoSuchLedger, NoSuchLog
-from pybk.log.batch import decode_batch
+from pybk.log.batch import batch_lengths
 from pybk.log.metadata import read_log
 from pybk.log.position import Position
 from pybk.log.reader import LogReader
@@ -32,7 +32,7 @@ class WALStats:
     the handle can read (None: it holds none); ``space_used_bytes`` is what its directory
     takes on disk.  The counters count since the handle was opened: on the owner's WAL,
     ``appends`` and ``appended_bytes`` (appends taken, whether or not they then became
-    durable, and their payload bytes), ``syncs`` (the journal's fdatasyncs) and
+    durable, and their bytes: values, keys and headers), ``syncs`` (the journal's fdatasyncs) and
     ``journal_bytes_written``; on a read-only WAL, ``journal_records_read`` (records it
     read from the owner's journal: :mod:`pybk.storage.readonly`) and ``owner_running``
     (whether a process has the WAL open now).  A figure the handle does not keep is
@@ -84,7 +84,7 @@ def last_position(bk: "BookKeeper", name: str,
                 last = handle.read_last_add_confirmed()
             if last < 0:
                 continue
-            records = decode_batch(next(handle.read_entries(last, last)).data)
+            records, _ = batch_lengths(next(handle.read_entries(last, last)).data)
         except (NoSuchLedger, NoSuchEntry):
             continue  # truncated away meanwhile: what is left is later
         position = Position(segment.number, last, len(records) - 1)

@@ -92,6 +92,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from time import time_ns
 from typing import TYPE_CHECKING, Iterable
 
 from pybk.client.deferred import WriteFlag
@@ -113,7 +114,15 @@ from pybk.errors import (
     Timeout,
 )
 from pybk.log import consumers
-from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, encode_batch
+from pybk.log.batch import (
+    BATCH_HEADER_BYTES,
+    FIELDS_OVERHEAD_BYTES,
+    RECORD_OVERHEAD_BYTES,
+    Headers,
+    check_fields,
+    check_timestamp,
+    encode_batch,
+)
 from pybk.log.futures import BatchFutures
 from pybk.log.jobs import delete_ledger, settle_listed
 from pybk.log.metadata import (
@@ -157,14 +166,43 @@ FORCE_RETRY_PAUSE_S = 0.1
 class _Batch:
     """Records that go out together as one entry."""
 
-    __slots__ = ("records", "futures", "size", "segment", "ledger")
+    __slots__ = ("records", "timestamps", "fields", "overhead", "futures", "size",
+                 "segment", "ledger")
 
     def __init__(self) -> None:
         self.records: list[bytes] = []
+        self.timestamps: list[int] = []
+        #: The key and headers of the records that have either, by slot (None: none has).
+        self.fields: dict[int, tuple[bytes | None, Headers]] | None = None
+        #: The bytes the batch's format adds to each record (see add_fields).
+        self.overhead = RECORD_OVERHEAD_BYTES
         self.futures = BatchFutures()
-        self.size = BATCH_HEADER_BYTES
+        self.size = BATCH_HEADER_BYTES  # the batch's bytes at most, as the format counts
         self.segment: Segment | None = None      # set when the batch is sent
         self.ledger: LedgerHandle | None = None
+
+    def add_fields(self, key: bytes | None, headers: Headers) -> None:
+        """Give the record about to be added ``key`` and ``headers``.  From then on
+        every record of the batch has key and header fields (the caller counted them
+        for the records before)."""
+        if self.fields is None:
+            self.fields = {}
+            self.overhead = RECORD_OVERHEAD_BYTES + FIELDS_OVERHEAD_BYTES
+        self.fields[len(self.records)] = (key, headers)
+
+    def encode(self) -> bytes:
+        """The batch's entry (:mod:`pybk.log.batch`)."""
+        if self.fields is None:  # the common case: no Python loop per record
+            return encode_batch(self.records, self.timestamps)
+        count = len(self.records)
+        keys: list[bytes | None] = [None] * count
+        headers: list[Headers] = [()] * count
+        for slot, (key, pairs) in self.fields.items():
+            keys[slot], headers[slot] = key, pairs
+        with_keys = any(key is not None for key, _ in self.fields.values())
+        with_headers = any(pairs for _, pairs in self.fields.values())
+        return encode_batch(self.records, self.timestamps, keys if with_keys else None,
+                            headers if with_headers else None)
 
 
 class LogWriter:
@@ -262,14 +300,24 @@ class LogWriter:
 
     # -- appending ------------------------------------------------------------------
 
-    def append(self, data: bytes) -> Position:
-        """Append a record; return its position once it is durable."""
-        return self.append_async(data).result()
+    def append(self, data: bytes, *, key: bytes | None = None, timestamp: int | None = None,
+               headers: Iterable[tuple[str, bytes]] | None = None) -> Position:
+        """Append a record; return its position once it is durable (see
+        :meth:`append_async`)."""
+        return self.append_async(data, key=key, timestamp=timestamp,
+                                 headers=headers).result()
 
-    def append_async(self, data: bytes) -> Future:
+    def append_async(self, data: bytes, *, key: bytes | None = None,
+                     timestamp: int | None = None,
+                     headers: Iterable[tuple[str, bytes]] | None = None) -> Future:
         """Append a record; the future gives its :class:`Position` once it is durable.
 
-        Records appended from one thread get increasing positions in call order."""
+        The record's value is ``data``; ``key`` (bytes, None for none), ``timestamp``
+        (milliseconds since the epoch; None: now, the wall-clock time of this call) and
+        ``headers`` (``(str, bytes)`` pairs) are kept with it (:mod:`pybk.log.batch`
+        says their limits: InvalidRecord past them).  The value, key and headers
+        together are at most ``recordMaxBytes`` (EntryTooLarge).  Records appended from
+        one thread get increasing positions in call order, whatever their timestamps."""
         # The path every record takes: one lock, no call that a check can spare (a
         # pipelining caller pays this per record; everything else is per batch).
         if type(data) is not bytes:
@@ -277,21 +325,37 @@ class LogWriter:
                 raise TypeError(f"a log record must be bytes, not {type(data).__name__}")
             data = bytes(data)  # a snapshot: the caller may reuse its buffer
         size = len(data)
+        if timestamp is None:
+            timestamp = time_ns() // 1_000_000  # batch.now_ms(), without its call
+        else:
+            timestamp = check_timestamp(timestamp)
+        fields = None
+        if key is not None or headers is not None:
+            key, pairs, extra = check_fields(key, headers)
+            fields = (key, pairs)
+            size += extra
         if size > self._record_max_bytes:
-            raise EntryTooLarge(f"record of {size} bytes is over recordMaxBytes="
-                                f"{self._record_max_bytes}")
+            raise EntryTooLarge(f"record of {size} bytes (value, key and headers) is over "
+                                f"recordMaxBytes={self._record_max_bytes}")
         with self._lock:
             if self._failure is not None or self._closed:
                 self._check_open()
             self._appends += 1
             self._appended_bytes += size
             batch = self._batch
-            grown = batch.size + RECORD_OVERHEAD_BYTES + size
+            grown = batch.size + batch.overhead + size
+            if fields is not None and batch.fields is None:  # the others' fields too
+                grown += FIELDS_OVERHEAD_BYTES * (len(batch.records) + 1)
             if grown > self._batch_max_bytes and batch.records:
                 self._seal()  # full: it goes out now, the record starts the next
                 batch = self._batch
-                grown = batch.size + RECORD_OVERHEAD_BYTES + size
+                grown = batch.size + batch.overhead + size
+                if fields is not None:
+                    grown += FIELDS_OVERHEAD_BYTES
+            if fields is not None:
+                batch.add_fields(*fields)
             batch.records.append(data)
+            batch.timestamps.append(timestamp)
             future = batch.futures.new()
             batch.size = grown
             if len(self._outstanding) < self._outstanding_max \
@@ -357,7 +421,7 @@ class LogWriter:
                 self._in_flight[batch.ledger.id] += 1
                 self._segment_bytes += batch.size
             try:
-                batch.ledger.add_entry_then(encode_batch(batch.records),
+                batch.ledger.add_entry_then(batch.encode(),
                                             functools.partial(self._on_batch_done, batch))
             except BookKeeperError as e:
                 self._batch_failed(batch, e)
@@ -757,9 +821,11 @@ class LogWriter:
 
 def entry_bytes_needed(settings: LogSettings) -> int:
     """The largest entry a writer with ``settings`` makes: a full batch, or one record of
-    ``recordMaxBytes`` alone, with the batch's header and the largest digest."""
+    ``recordMaxBytes`` (value, key and headers) alone, with the batch's header and the
+    largest digest."""
     return MAX_OVERHEAD + BATCH_HEADER_BYTES + max(
-        settings.batchMaxBytes, RECORD_OVERHEAD_BYTES + settings.recordMaxBytes)
+        settings.batchMaxBytes,
+        RECORD_OVERHEAD_BYTES + FIELDS_OVERHEAD_BYTES + settings.recordMaxBytes)
 
 
 def _taken_over(name: str, error: BookKeeperError) -> BookKeeperError:

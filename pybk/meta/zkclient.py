@@ -20,9 +20,12 @@ ZooKeeper drops a connection's watches when the connection closes, and kazoo doe
 set them again on reconnect: the store re-adds its persistent watches itself.
 
 Bounded waits: :func:`connect` gives up after its timeout (:class:`MetadataUnavailable`,
-naming the last connection failure), at once if no host name resolves; and :func:`call`
-runs one operation under a deadline, retrying through connection loss and session expiry
-with kazoo's :class:`~kazoo.retry.KazooRetry`.
+naming the last connection failure), at once if no host name resolves, and as soon as
+every host refused the connection :data:`REFUSED_ROUNDS` times in a row (nothing listens
+there: kazoo would knock on the closed ports until the timeout); and :func:`call` runs one
+operation under a deadline, retrying through connection loss and session expiry with
+kazoo's :class:`~kazoo.retry.KazooRetry`.  Once a session was made, kazoo reconnects as
+long as the client lives, refused or not (a ZooKeeper restarting refuses for a while).
 
 Security: :func:`connect` takes the digest credentials to authenticate with and the ACL
 of the znodes the client creates (:func:`digest_security`, for ``zkEnableSecurity``).
@@ -38,16 +41,17 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 from collections import namedtuple
 from typing import Any, Callable, NamedTuple
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, KazooException
+from kazoo.exceptions import ConnectionDropped, ConnectionLoss, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol import connection as _kazoo_connection
 from kazoo.protocol.serialization import ReplyHeader, Watch, int_struct, write_string
-from kazoo.protocol.states import EVENT_TYPE_MAP
-from kazoo.retry import KazooRetry, RetryFailedError
+from kazoo.protocol.states import EVENT_TYPE_MAP, KazooState
+from kazoo.retry import ForceRetryError, KazooRetry, RetryFailedError
 from kazoo.security import ACL, make_acl, make_digest_acl
 
 from pybk.errors import InvalidConfiguration, MetadataUnavailable
@@ -60,6 +64,11 @@ _ADD_WATCH_OPCODE = 106  # ZooDefs.OpCode.addWatch
 _REMOVE_WATCHES_OPCODE = 18  # ZooDefs.OpCode.removeWatches
 _PERSISTENT = 0  # ZooDefs.AddWatchModes.persistent
 _WATCHER_TYPE_ANY = 3  # Watcher.WatcherType.Any
+
+#: Rounds of connection attempts in which every host refused after which :func:`connect`
+#: gives up: a server that is starting or restarting gets a few chances (kazoo backs off
+#: 0.1 s, then 0.2 s, between rounds), a port where nothing listens costs no more.
+REFUSED_ROUNDS = 3
 
 
 class _PathAndInt(namedtuple("_PathAndInt", "path value")):
@@ -87,10 +96,62 @@ class RemoveWatches(_PathAndInt):
     type = _REMOVE_WATCHES_OPCODE
 
 
+class _Opening:
+    """How :func:`connect`'s wait for the first session ends: with a session, or with
+    every host having refused :data:`REFUSED_ROUNDS` rounds of connection attempts in a
+    row.  Told by kazoo's connection thread; read by the thread in :func:`connect`."""
+
+    def __init__(self) -> None:
+        self.settled = threading.Event()
+        self.refused_rounds = 0
+        #: Connection attempts refused in those rounds.
+        self.refused = 0
+
+    def on_state(self, state: KazooState) -> None:
+        if state == KazooState.CONNECTED:
+            self.settled.set()
+
+    def round_ended(self, attempts: list[tuple[str, bool]]) -> None:
+        """A round over the hosts ended without a session; ``attempts``: each host tried
+        and whether it refused the connection."""
+        if attempts and all(refused for _, refused in attempts):
+            self.refused_rounds += 1
+            self.refused += len(attempts)
+            if self.refused_rounds >= REFUSED_ROUNDS:
+                self.settled.set()
+        else:  # a host that accepted, timed out or dropped: maybe a slow server
+            self.refused_rounds = self.refused = 0
+
+
 class _ConnectionHandler(_kazoo_connection.ConnectionHandler):
-    """kazoo's connection handler, reporting every watch notification first."""
+    """kazoo's connection handler, reporting every watch notification first, and how
+    each round of connection attempts ended to :attr:`opening` while it is set."""
 
     on_event: EventCallback | None = None
+    opening: _Opening | None = None
+    #: This round's attempts (kazoo's connection thread only): ``host:port``, refused.
+    _attempts: list[tuple[str, bool]]
+
+    def _connect_loop(self, retry: KazooRetry) -> Any:
+        attempts: list[tuple[str, bool]] = []
+        self._attempts = attempts
+        try:
+            return super()._connect_loop(retry)
+        except ForceRetryError:  # a round over the hosts without a session
+            opening = self.opening
+            if opening is not None:
+                opening.round_ended(attempts)
+            raise
+
+    def _connect(self, host: str, hostip: str, port: int) -> Any:
+        refused = False
+        try:
+            return super()._connect(host, hostip, port)
+        except ConnectionDropped as e:  # kazoo's wrapper of the socket's error
+            refused = isinstance(e.__context__, ConnectionRefusedError)
+            raise
+        finally:  # a session, a time-out, a dropped connection: not refused
+            self._attempts.append((f"{host}:{port}", refused))
 
     def _read_watch_event(self, buffer: bytes, offset: int) -> None:
         header, _ = ReplyHeader.deserialize(buffer, 0)  # buffer starts at the header
@@ -157,9 +218,11 @@ def connect(connect_string: str, session_timeout_s: float, connect_timeout_s: fl
     authenticates and sets ACLs as ``security`` says (None: neither, ZooKeeper's open
     ACL).
 
-    Raises MetadataUnavailable, with nothing left running, at once if no host of
-    ``connect_string`` resolves, or if no server accepted a session within
-    ``connect_timeout_s`` (naming the last failure, e.g. connection refused)."""
+    Raises MetadataUnavailable, with nothing left running: at once if no host of
+    ``connect_string`` resolves; once every host refused the connection
+    :data:`REFUSED_ROUNDS` times in a row (nothing listens there), naming them; or if no
+    server accepted a session within ``connect_timeout_s`` (a server that does not
+    answer, or answers only some of the time), naming the last failure."""
     _check_hosts_resolve(connect_string)
     kazoo_log = _KazooLog()
     client = KazooClient(hosts=connect_string, timeout=session_timeout_s,
@@ -171,15 +234,24 @@ def connect(connect_string: str, session_timeout_s: float, connect_timeout_s: fl
                          default_acl=security.default_acl if security else None)
     handler = _ConnectionHandler(client, client._conn_retry.copy(), logger=client.logger)
     handler.on_event = on_event
+    handler.opening = opening = _Opening()
     client._connection = handler
-    try:
-        client.start(timeout=connect_timeout_s)
-    except KazooTimeoutError:  # kazoo has stopped and closed the client
-        last = f" (last: {kazoo_log.last_failure})" if kazoo_log.last_failure else ""
-        raise MetadataUnavailable(f"no ZooKeeper server at {connect_string} accepted a "
-                                  f"session within {connect_timeout_s:g} s{last}: is "
-                                  "ZooKeeper running there, and reachable?") from None
-    return client
+    client.add_listener(opening.on_state)
+    client.start_async()
+    opening.settled.wait(connect_timeout_s)
+    handler.opening = None  # connected: from now on kazoo reconnects, refused or not
+    client.remove_listener(opening.on_state)
+    if client.connected:
+        return client
+    close(client)
+    if opening.refused_rounds >= REFUSED_ROUNDS:
+        raise MetadataUnavailable(
+            f"no ZooKeeper server listens at {connect_string}: the connection was refused "
+            f"({opening.refused} attempts): is ZooKeeper running there, on that port?")
+    last = f" (last: {kazoo_log.last_failure})" if kazoo_log.last_failure else ""
+    raise MetadataUnavailable(f"no ZooKeeper server at {connect_string} accepted a "
+                              f"session within {connect_timeout_s:g} s{last}: is "
+                              "ZooKeeper running there, and reachable?")
 
 
 def _check_hosts_resolve(connect_string: str) -> None:

@@ -59,7 +59,9 @@ Connection loss and retries
     A request lost with its connection may have taken effect; a retry that then finds
     the effect (NodeExists with our data, BadVersion at the next version with our data,
     NoNode for our delete) reports success.  Opening waits at most ``zkTimeout`` for a
-    session, then raises MetadataUnavailable.
+    session, then raises MetadataUnavailable; it raises it at once where no host name
+    resolves, and after a few refused attempts where nothing listens at the address
+    (:func:`pybk.meta.zkclient.connect`).
 
 Sessions, ephemeral records and the bookie registry
     The store holds one ZooKeeper session of ``zkTimeout`` ms.  If ZooKeeper expires it

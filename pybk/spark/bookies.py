@@ -148,6 +148,7 @@ from pybk.meta import paths
 from pybk.meta.address import is_zookeeper_address, open_metadata_store
 from pybk.meta.interface import ANY_VERSION, MetadataStore
 from pybk.settings import ServerSettings
+from pybk.spark import workers
 from pybk.spark.holder import POLL_S, HolderConfig, HostedBookie, hold
 
 if TYPE_CHECKING:
@@ -158,6 +159,8 @@ log = logging.getLogger(__name__)
 
 #: A pybk error raised in a holder task, as Spark's error text quotes it.
 _HOLDER_ERROR = re.compile(r"pybk\.errors\.\w+: (.)")
+#: How Python starts a traceback, which Spark's error text quotes from the worker.
+_TRACEBACK = "Traceback (most recent call last):"
 
 
 
@@ -217,12 +220,17 @@ def executor_bookies(spark: "SparkSession", address: str, *, count: int | None =
     ``session_timeout_ms``: the driver's ZooKeeper session, whose end
     after a driver's death stops the bookies.
 
-    Raises InvalidConfiguration for bad arguments (before any task runs),
+    The holders run :func:`pybk.spark.workers.worker_python` (in local mode without
+    ``PYSPARK_PYTHON``, this interpreter).
+
+    Raises InvalidConfiguration for bad arguments or a workers' interpreter that cannot
+    import pybk (before any task runs),
     MetadataUnavailable / MetadataError if the cluster cannot be reached or is not
     formatted, BookKeeperError if the holders fail or do not all report within
     ``start_timeout_s`` (then everything started is stopped)."""
     sc = spark.sparkContext
     count = _check_arguments(sc, address, count, directory, listen_host, port)
+    python = workers.worker_python(sc)
     from pybk.meta.zookeeper import ZooKeeperSettings
     named = {key: str(value).lower() if isinstance(value, bool) else str(value)
              for key, value in (settings or {}).items()}
@@ -239,7 +247,7 @@ def executor_bookies(spark: "SparkSession", address: str, *, count: int | None =
         config = HolderConfig(address, lease, directory, listen_host, port,
                                tuple(bookie_args) + setting_args, start_timeout_s,
                                stop_grace_s, zookeeper)
-        job = _HolderJob(spark, config, count)
+        job = _HolderJob(spark, config, count, python)
         hosted = ExecutorBookies(address, lease, job)
         try:
             job.start()
@@ -363,12 +371,18 @@ def _stop(store: MetadataStore, driver_path: str, lease_path: str, job: "_Holder
 
 
 def _cause(error: BaseException) -> str:
-    """What went wrong in a holder, out of the Spark error that carries it (a holder's
-    own error, with the bookie's output, is the part from pybk's exception on)."""
+    """What went wrong in a holder, out of the Spark error that carries it: a holder's
+    own error, with the bookie's output, is the part from pybk's exception on; another
+    Python error (the worker could not import pybk, say) is the line after the last
+    traceback quoted; else the first line."""
     text = str(error)
     found = _HOLDER_ERROR.search(text)
     if found is not None:
         return text[found.start(1):].split("\n\tat ")[0].strip()
+    if _TRACEBACK in text:
+        for line in text.rpartition(_TRACEBACK)[2].splitlines():
+            if line.strip() and not line[0].isspace():
+                return line.strip()
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
@@ -376,10 +390,14 @@ class _HolderJob:
     """The Spark job of holder tasks, run from a driver thread in a job group of its
     own (cancelling the group kills the tasks)."""
 
-    def __init__(self, spark: "SparkSession", config: HolderConfig, count: int) -> None:
-        self._sc = spark.sparkContext
-        self._config = config
+    def __init__(self, spark: "SparkSession", config: HolderConfig, count: int,
+                 python: str) -> None:
+        self._sc = sc = spark.sparkContext
         self._count = count
+        self._holders = sc.parallelize(range(count), count).mapPartitionsWithIndex(
+            functools.partial(hold, config))
+        with workers.running(sc, python):
+            self._holders.id()  # makes its Java side: the holders run ``python``
         self.group = f"pybk-bookies-{config.lease}"
         self.failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="pybk-spark-bookies",
@@ -393,8 +411,7 @@ class _HolderJob:
         try:
             sc.setJobGroup(self.group, f"pybk bookies ({self._count} holders)",
                            interruptOnCancel=True)
-            holders = sc.parallelize(range(self._count), self._count)
-            holders.mapPartitionsWithIndex(functools.partial(hold, self._config)).collect()
+            self._holders.collect()
         except BaseException as e:  # noqa: BLE001 - reported through .failure
             self.failure = e
         finally:
