@@ -33,10 +33,10 @@ docs: $(VENV)/.installed
 
 # Two pytest-xdist workers (the suite waits on processes, fsync and JVMs about as much as
 # it computes); --dist loadfile keeps each file on one worker, so that a module's
-# fixtures (its SparkSession, its cluster of bookies) start once, and the workers take
-# the files in collection order, which puts the long ones first (tests/conftest.py).
-# Each worker has its own session ZooKeeper server.  `make test PYTEST_WORKERS=0` runs
-# in one process.
+# fixtures (its cluster of bookies) start once, and the workers take the files in
+# collection order, which puts the long ones first (tests/conftest.py).  Each worker
+# has its own ZooKeeper server and SparkSession, shared by its files.
+# `make test PYTEST_WORKERS=0` runs in one process.
 PYTEST_WORKERS ?= 2
 
 test: lint docs

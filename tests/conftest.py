@@ -14,7 +14,7 @@ import pytest
 import zkutil
 from clusterutil import serving_cluster
 from kazoo.client import KazooClient
-from sparkutil import spark_session
+from sparkutil import WorkerSessions, left_as_found
 from zmq.utils.garbage import GarbageCollectorThread
 
 import pybk
@@ -173,7 +173,7 @@ def _long_modules_first(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
 
 
-# -- a module's cluster of bookie processes and its SparkSession (the Spark tests) ---------
+# -- a module's cluster of bookie processes; the worker's SparkSession (the Spark tests) ----
 
 
 @pytest.fixture(scope="module")
@@ -183,11 +183,41 @@ def address(zookeeper, tmp_path_factory):
         yield found
 
 
+@pytest.fixture(scope="session")
+def spark_sessions(tmp_path_factory):
+    """The worker's SparkSession, shared by its Spark modules (tests/sparkutil.py), stopped
+    when the worker ends; its scratch space is under the worker's tmp_path."""
+    sessions = WorkerSessions(tmp_path_factory.mktemp("spark-local"))
+    try:
+        yield sessions
+    finally:
+        sessions.close()
+
+
 @pytest.fixture(scope="module")
-def spark():
-    """The module's SparkSession (``local[2]``; tests/sparkutil.py)."""
-    with spark_session() as session:
-        yield session
+def spark_conf() -> dict[str, str]:
+    """The master and Spark conf the module's tests need (keyword arguments of
+    :meth:`sparkutil.WorkerSessions.get`); a module that needs others overrides it."""
+    return {"master": "local[2]"}
+
+
+@pytest.fixture(scope="module")
+def spark(spark_sessions, spark_conf):
+    """The worker's SparkSession with the module's ``spark_conf`` (``local[2]``)."""
+    return spark_sessions.get(**spark_conf)
+
+
+@pytest.fixture(autouse=True)
+def spark_left_as_found(request):
+    """A test that uses the shared SparkSession leaves it as it found it (its conf, no
+    streaming query, temporary view or job group: sparkutil.left_as_found).  Defined after
+    no_threads_left_behind, so torn down before it: the queries it stops are stopped
+    before that looks for threads."""
+    if "spark" not in request.fixturenames:
+        yield
+        return
+    with left_as_found(request.getfixturevalue("spark")):
+        yield
 
 
 @pytest.fixture(scope="module")

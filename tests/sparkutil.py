@@ -1,9 +1,12 @@
-"""A real SparkSession in local mode for tests, stopped when the test module is done (the
-module fixtures ``spark``, ``address`` and ``bk`` in conftest.py use it).
+"""A real SparkSession in local mode for tests: one a test worker, shared by its Spark test
+modules (:class:`WorkerSessions`; the fixtures ``spark``, ``spark_conf`` and
+``spark_sessions`` in conftest.py), and left by each test as it found it
+(:func:`left_as_found`).
 
 PySpark workers run this interpreter (PYSPARK_PYTHON) with this source tree on their
 path, bind to loopback, and Spark's UI and event logs stay off; the session is small
-(2 cores, few shuffle partitions) so that a test module starts it once in a few seconds.
+(2 cores, few shuffle partitions): it starts in a few seconds, once a worker unless a
+module asks for another master or conf.
 
 Every Spark JVM of the tests (these sessions, and the drivers and executors of the
 scripts the tests run: :func:`script_env`) runs with :data:`JVM_OPTIONS`.
@@ -73,3 +76,58 @@ def spark_session(master: str = "local[2]", **conf: str) -> Iterator["SparkSessi
     finally:
         spark.stop()
 
+
+
+class WorkerSessions:
+    """The SparkSession of a test worker (a JVM holds one SparkContext at a time): started
+    on first use with the master and conf a test module asks for, kept for every later
+    module that asks for the same, started again only when one asks for another (a
+    master with task retries, say), and stopped by :meth:`close`.  Its Spark scratch
+    space (``spark.local.dir``) is ``local_dir``."""
+
+    def __init__(self, local_dir: str | os.PathLike) -> None:
+        self._local_dir = str(local_dir)
+        self._key: tuple | None = None
+        self._session: contextlib.ExitStack | None = None
+        self._spark: "SparkSession | None" = None
+
+    def get(self, master: str = "local[2]", **conf: str) -> "SparkSession":
+        """The worker's session with this master and conf."""
+        key = (master, sorted(conf.items()))
+        if key != self._key or self._spark is None:
+            self.close()
+            stack = contextlib.ExitStack()
+            self._spark = stack.enter_context(spark_session(
+                master, **{"spark.local.dir": self._local_dir, **conf}))
+            self._session, self._key = stack, key
+        return self._spark
+
+    def close(self) -> None:
+        """Stop the session (if one runs)."""
+        stack, self._session, self._spark, self._key = self._session, None, None, None
+        if stack is not None:
+            stack.close()
+
+
+@contextlib.contextmanager
+def left_as_found(spark: "SparkSession") -> Iterator[None]:
+    """Around a test that shares ``spark``: afterwards its runtime conf is as before (keys
+    set are unset, values changed are put back), its temporary views (a memory sink's
+    table, say) are dropped and no job group is set; a streaming query still running is
+    stopped and fails the test that left it."""
+    before = dict(spark.conf.getAll)
+    yield
+    running = [query.name or str(query.id) for query in spark.streams.active]
+    for query in spark.streams.active:
+        query.stop()
+    for table in spark.catalog.listTables():
+        if table.isTemporary:
+            spark.catalog.dropTempView(table.name)
+    spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    after = dict(spark.conf.getAll)
+    for key in after.keys() - before.keys():
+        spark.conf.unset(key)
+    for key, value in before.items():
+        if after.get(key) != value:
+            spark.conf.set(key, value)
+    assert not running, f"the test left streaming queries running: {running}"

@@ -39,14 +39,15 @@ PASSWORD = b"spark-bookies"
 
 
 @pytest.fixture(scope="module")
-def spark(tmp_path_factory):
+def spark(spark):
+    """The worker's SparkSession (tests/conftest.py), which pickles this module's
+    functions by value while the module runs: its workers cannot import it (tests/ is not
+    on their path)."""
     from pyspark import cloudpickle
-    # Tasks run this module's functions; its workers cannot import it (tests/ is not on
-    # their path), so they travel by value.
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    local_dir = tmp_path_factory.mktemp("spark-local")
-    with sparkutil.spark_session("local[2]", **{"spark.local.dir": str(local_dir)}) as session:
-        yield session
+    module = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(module)
+    yield spark
+    cloudpickle.unregister_pickle_by_value(module)
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 read is partitioned or bounded, position order, filter pushdown, a live writer left
 undisturbed, clear errors on the driver, and a WAL directory read by ``path``.
 
-Real Spark in local mode (one session for the module), a real ZooKeeper and three
+Real Spark in local mode (the worker's shared session), a real ZooKeeper and three
 ``pybk bookie`` processes; the log is written by a LogWriter of this process.
 """
 

@@ -1,7 +1,7 @@
 """Two clusters on one ZooKeeper through Spark (issue 31 section 8): each writes log ``L``
 and reads back its own rows only.
 
-Real Spark (the module's ``local[2]`` session), a real ZooKeeper and one ``pybk bookie``
+Real Spark (the worker's ``local[2]`` session), a real ZooKeeper and one ``pybk bookie``
 process per cluster (E=Qw=Qa=1).
 """
 

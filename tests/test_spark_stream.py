@@ -3,7 +3,7 @@ with admission control, a restart from the checkpoint with every record exactly 
 Trigger.AvailableNow, truncation under a running query (both failOnDataLoss settings),
 a consumer holding truncation back, and bad input.
 
-Real Spark in local mode (one session for the module), a real ZooKeeper and three
+Real Spark in local mode (the worker's shared session), a real ZooKeeper and three
 ``pybk bookie`` processes; the logs are written by LogWriters of this process.
 """
 

@@ -1,7 +1,7 @@
 """Writing pybk logs from Spark, exactly once: ``df.write.format("pybk")`` and
 ``df.writeStream.format("pybk")`` (pybk.spark.batch_write, stream_write, job_write).
 
-Real Spark in local mode (one SparkSession for the module, local[2] with up to 3
+Real Spark in local mode (the worker's SparkSession, local[2] with up to 3
 attempts a task), a real ZooKeeper and three bookie processes; each test writes a log
 of its own and reads it back with a LogReader.  A driver killed with SIGKILL runs as a
 child process with a SparkSession of its own (tests/spark_write_child.py).
@@ -21,7 +21,6 @@ import pytest
 import zkutil
 from clusterutil import TESTS, child_env
 from securityutil import secured_cluster_of_bookies
-from sparkutil import spark_session
 
 from pybk.log import LogReader, jobs
 from pybk.log.metadata import jobs_path, read_log
@@ -35,9 +34,9 @@ WAIT_S = 60.0
 
 
 @pytest.fixture(scope="module")
-def spark(address):
-    with spark_session(MASTER) as session:
-        yield session
+def spark_conf():
+    """The worker's SparkSession with task retries (tests/conftest.py)."""
+    return {"master": MASTER}
 
 
 @pytest.fixture
