@@ -192,7 +192,7 @@ def test_an_unreachable_zookeeper_fails_in_one_line(tmp_path):
     for command in (["whoisauditor"], ["autorecovery", "status"], ["listbookies"],
                     ["bookieinfo"], ["readledger", "1"]):
         says = failed(*command, "--conf", str(conf))
-        assert says.startswith(f"pybk {command[0]}: ") and "within 1 s" in says, says
+        assert says.startswith(f"pybk {command[0]}: ") and "was refused" in says, says
 
 
 def test_bad_arguments_get_usage_and_status_2():

@@ -101,7 +101,7 @@ def test_pybk_bookie_refuses_to_start_with_a_clear_error(tmp_path, zookeeper):
     unformatted = zookeeper.address(zkutil.fresh_root())
     dirs = ["--journal-dir", str(tmp_path / "journal"), "--ledger-dir", str(tmp_path / "l")]
     result = run_pybk("bookie", "--zk", dead, "--set", "zkTimeout=1000", "--format", *dirs)
-    assert result.returncode == 1 and "within 1 s" in result.stderr, result.stderr
+    assert result.returncode == 1 and "was refused" in result.stderr, result.stderr
     result = run_pybk("bookie", "--zk", unformatted, *dirs, "--format")
     assert result.returncode == 1, result.stderr
     assert f"pybk format-cluster --zk {unformatted}" in result.stderr

@@ -256,7 +256,7 @@ def test_connect_fails_clearly(tmp_path):
     with socket.socket() as sock:  # a port with nothing listening
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with pytest.raises(MetadataUnavailable, match="within 1 s"):  # zkTimeout's, not longer
+    with pytest.raises(MetadataUnavailable, match="listens at .*was refused"):
         pybk.connect(f"zk://127.0.0.1:{port}/ledgers",
                            zk_settings=zkutil.settings(zkTimeout=1000))
     with pytest.raises(InvalidConfiguration, match="zk://"):

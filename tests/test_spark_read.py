@@ -127,9 +127,9 @@ def test_bad_input_fails_on_the_driver_before_any_task(spark, address, written, 
     unformatted = zookeeper.address(zkutil.fresh_root())
     _fails_before_any_task(
         spark, lambda: _read(spark, unformatted, log="events").collect(), "formatted")
-    _fails_before_any_task(  # nothing listens there: ZooKeeper's session timeout (10 s)
+    _fails_before_any_task(  # nothing listens there: refused, not zkTimeout's 10 s
         spark, lambda: _read(spark, "zk://127.0.0.1:9/ledgers", log="events").collect(),
-        "no ZooKeeper server at 127.0.0.1:9")
+        "no ZooKeeper server listens at 127.0.0.1:9")
     _fails_before_any_task(
         spark, lambda: _read(spark, address, log="events",
                              startingPosition="99:0:0").collect(), "past the end")
