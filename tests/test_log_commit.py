@@ -52,7 +52,6 @@ from pybk.log.metadata import (
 )
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.sealed import seal
-from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import LogSettings
 from pybk.testing.faulty_metadata import FaultyMetadataStore
 
@@ -87,12 +86,7 @@ class Parties:
 @pytest.fixture(params=["embedded", "zookeeper"])
 def parties(request, tmp_path, bookie):
     with contextlib.ExitStack() as stack:
-        if request.param == "embedded":
-            store = stack.enter_context(EmbeddedMetadataStore(str(tmp_path / "meta")))
-        else:
-            zookeeper = request.getfixturevalue("zookeeper")
-            store = stack.enter_context(ZooKeeperMetadataStore(
-                zkutil.formatted_cluster(zookeeper), zkutil.settings()))
+        store = stack.enter_context(zkutil.store_of_kind(request, tmp_path / "meta"))
         yield Parties(store, bookie, stack)
 
 

@@ -24,9 +24,7 @@ from pybk.errors import BadVersion, BookKeeperError, LogFenced, MetadataUnavaila
 from pybk.log import LogReader, LogWriter, Position, jobs
 from pybk.log.commit import abort_job
 from pybk.log.metadata import log_path, read_log
-from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.ledger_metadata import LedgerState
-from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import LogSettings
 from pybk.testing.faulty_metadata import FaultyMetadataStore
 
@@ -44,12 +42,7 @@ ERRORS = [BadVersion, MetadataUnavailable]
 def client(request, tmp_path, bookie):
     """Makes BookKeeper clients of one bookie and one metadata store, closed at the end."""
     with contextlib.ExitStack() as stack:
-        if request.param == "embedded":
-            store = stack.enter_context(EmbeddedMetadataStore(str(tmp_path / "meta")))
-        else:
-            zookeeper = request.getfixturevalue("zookeeper")
-            store = stack.enter_context(ZooKeeperMetadataStore(
-                zkutil.formatted_cluster(zookeeper), zkutil.settings()))
+        store = stack.enter_context(zkutil.store_of_kind(request, tmp_path / "meta"))
 
         def make() -> BookKeeper:
             return stack.enter_context(BookKeeper(

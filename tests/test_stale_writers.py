@@ -389,6 +389,19 @@ def test_recovery_closes_a_ledger_whose_last_fragment_has_a_newcomer_without_ent
     assert cluster.bookie(newcomer).is_fenced(writer.id)
 
 
+def hold_metadata_reads(store: MetadataStore, monkeypatch) -> threading.Event:
+    """Holds ``store``'s ledger metadata reads (``get_latest``), as a ZooKeeper that does
+    not answer would, until the returned event is set (or for WAIT_S at most)."""
+    zookeeper_back = threading.Event()
+    real_get_latest = store.get_latest
+
+    def unanswered(path):
+        zookeeper_back.wait(WAIT_S)
+        return real_get_latest(path)
+    monkeypatch.setattr(store, "get_latest", unanswered)
+    return zookeeper_back
+
+
 def test_adds_past_the_admission_bound_are_refused_at_once(cluster, monkeypatch):
     """At most ADDS_AWAITING_ADMISSION_MAX adds wait for the metadata checks of ledgers
     the bookie does not know (here 2, ZooKeeper not answering): one more is refused at
@@ -399,14 +412,7 @@ def test_adds_past_the_admission_bound_are_refused_at_once(cluster, monkeypatch)
     for _ in range(5):  # ids 0..4: ledgers created before the node, unknown to it
         observer.next_ledger_id()
     node = cluster.start("b1")
-    store = cluster.stores["b1"]
-    zookeeper_back = threading.Event()
-    real_get_latest = store.get_latest
-
-    def unanswered(path):
-        zookeeper_back.wait(WAIT_S)
-        return real_get_latest(path)
-    monkeypatch.setattr(store, "get_latest", unanswered)
+    zookeeper_back = hold_metadata_reads(cluster.stores["b1"], monkeypatch)
     flooder = cluster.client().bookie_client(node.bookie_id)
     try:
         waiting = [flooder.add(ledger_id, 0, entry(ledger_id, 0), b"any key")

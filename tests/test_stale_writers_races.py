@@ -18,6 +18,7 @@ from test_stale_writers import (  # noqa: F401  (cluster: a fixture)
     Cluster,
     _forget,
     cluster,
+    hold_metadata_reads,
     payload,
     recovery_keeps,
 )
@@ -180,14 +181,7 @@ def test_adds_waiting_for_unknown_ledger_checks_never_stop_a_bookie_serving_read
     held = client.create_ledger(1, 1, 1, password=PASSWORD)
     held.add_entry(payload(0))  # a ledger the bookie holds, created after the node
 
-    store = cluster.stores["b1"]
-    zookeeper_back = threading.Event()
-    real_get_latest = store.get_latest
-
-    def unanswered(path):
-        zookeeper_back.wait(WAIT_S)
-        return real_get_latest(path)
-    monkeypatch.setattr(store, "get_latest", unanswered)
+    zookeeper_back = hold_metadata_reads(cluster.stores["b1"], monkeypatch)
     flooder = cluster.client().bookie_client(node.bookie_id)
     adds = [flooder.add(ledger_id, 0, entry(ledger_id, 0), b"any key")
             for ledger_id in range(8)]

@@ -12,6 +12,8 @@ import uuid
 from kazoo.client import KazooClient
 from sparkutil import JVM_OPTIONS
 
+from pybk.meta.embedded import EmbeddedMetadataStore
+from pybk.meta.interface import MetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, format_cluster
 from pybk.testing.zookeeper_server import ZooKeeperServer
 
@@ -49,6 +51,16 @@ def formatted_cluster(zookeeper: ZooKeeperServer) -> str:
     address = zookeeper.address(fresh_root())
     format_cluster(address, settings=settings())
     return address
+
+
+def store_of_kind(request, directory) -> MetadataStore:
+    """A new metadata store of the kind ``request.param`` names, for fixtures parametrized
+    over both: ``"embedded"`` in ``directory``, or ``"zookeeper"`` in a fresh root of the
+    worker's server (the ``zookeeper`` fixture); the caller closes it."""
+    if request.param == "embedded":
+        return EmbeddedMetadataStore(str(directory))
+    zookeeper = request.getfixturevalue("zookeeper")
+    return ZooKeeperMetadataStore(formatted_cluster(zookeeper), settings())
 
 
 def expire_session(store: ZooKeeperMetadataStore) -> None:
