@@ -365,8 +365,9 @@ class _CountingMarks(UnderreplicationManager):
             self.alive_at_marks.append(sum(isinstance(o, LedgerMetadata)
                                            and o.ledger_id in self.ids
                                            for o in gc.get_objects()))
-        self.marked += 1
-        return super().mark_underreplicated(*args, **kwargs)
+        done = super().mark_underreplicated(*args, **kwargs)
+        self.marked += 1  # after the mark is written, so a waiter sees it in the store
+        return done
 
 
 def test_an_audit_holds_one_ledgers_metadata_at_a_time(address, closing):
