@@ -452,7 +452,10 @@ def test_a_query_restarted_from_a_deleted_checkpoint_is_told_to_take_a_new_sink_
 
 
 @pytest.mark.parametrize("select, message", [
-    ("cast(id as int) as value", "column 'value' is int: the pybk data source writes binary"),
+    ("cast(id as int) as value", "column 'value' is int: the pybk data source writes it as "
+                                 "binary"),
+    ("cast(cast(id as string) as binary) as value, id as key",
+     "column 'key' is bigint: the pybk data source writes it as binary or string"),
     ("cast(cast(id as string) as binary) as value, id",
      "this DataFrame has \\['value', 'id'\\]"),
 ])

@@ -368,6 +368,38 @@ def _slices(data: bytes, start: int, lengths: Sequence[int]) -> list[bytes]:
     return list(map(data.__getitem__, map(slice, ends, ends[1:])))
 
 
+class BatchColumns(NamedTuple):
+    """A batch as a reader that builds columns of its own (Arrow's) takes it, with no
+    Python object per record: see :func:`batch_columns`."""
+
+    lengths: tuple[int, ...]
+    values_at: int
+    #: The records' timestamps: ``base`` plus each one's delta, the ``deltas`` bytes
+    #: holding them one after the other, unsigned big-endian, ``delta_width`` bytes each
+    #: (0: no bytes, every delta is 0); ``base`` None for a version 1 batch.
+    base: int | None
+    delta_width: int
+    deltas: bytes
+    #: Whether the records have key fields (header fields): else none has a key
+    #: (headers).
+    keyed: bool
+    with_headers: bool
+
+
+def batch_columns(data: bytes) -> BatchColumns:
+    """The value lengths and where the values start (as :func:`batch_lengths`), the
+    timestamps' base and raw deltas, and whether the records have key and header fields
+    (:func:`decode_fields` decodes those, and checks the deltas against the header);
+    CorruptData otherwise."""
+    layout = _layout(data)
+    if layout.base is None:
+        return BatchColumns(layout.lengths, layout.values_at, None, 0, b"", False, False)
+    width = _WIDTHS[layout.flags & _WIDTH_MASK]
+    return BatchColumns(layout.lengths, layout.values_at, layout.base, width,
+                        data[layout.deltas_at:layout.keys_at],
+                        bool(layout.flags & _KEYS), bool(layout.flags & _HEADERS))
+
+
 class BatchFields(NamedTuple):
     """The records of a batch, field by field, each a sequence of the batch's length."""
 

@@ -24,7 +24,12 @@ Filter pushdown (Spark calls :meth:`FilteringBatchReader.pushFilters` only with
 ``spark.sql.python.filterPushdown.enabled=true``): comparisons of ``segment`` and
 ``entry`` with whole numbers (``=``, ``<``, ``<=``, ``>``, ``>=``; ``IN`` as its least and
 greatest values) narrow the ranges read, so rows outside them are never read; the
-comparisons are exact and Spark does not evaluate them again (``IN`` it does).  PySpark
+comparisons are exact and Spark does not evaluate them again (``IN`` it does).
+Comparisons of ``timestamp`` with a time (``IN`` as its least and greatest) skip the
+entries whose records all lie outside them, from each entry's header, and Spark
+evaluates them again; ``key = b`` and ``key IN (...)`` keep only the rows with one of
+those keys, exactly, and skip the entries without keys (:class:`pybk.spark.arrow.RowFilter`).
+PySpark
 refuses to read through a reader that implements ``pushFilters`` while that setting is
 off, so the data source hands out the filtering reader only to Spark's filter pushdown
 step (:func:`reader`); without it, the range options do the same job.
@@ -32,8 +37,11 @@ step (:func:`reader`); without it, the range options do the same job.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
@@ -52,7 +60,7 @@ from pyspark.sql.datasource import (
 from pybk.errors import InvalidConfiguration
 from pybk.log.position import Position
 from pybk.log.ranges import EARLIEST, LATEST, Plan, ReadRange, plan, read_entries, split_ranges
-from pybk.spark.arrow import record_batches
+from pybk.spark.arrow import RowFilter, record_batches
 from pybk.spark.connect import connect
 from pybk.spark.options import PybkOptions
 
@@ -74,12 +82,14 @@ class RangePartition(InputPartition):
 @dataclass
 class Bounds:
     """What pushed filters allow: segments and entries (in every segment) from ``low``
-    (inclusive) to ``high`` (exclusive)."""
+    (inclusive) to ``high`` (exclusive), and of the records' timestamps and keys
+    ``rows``."""
 
     segment_low: int = 0
     segment_high: int = _UNBOUNDED
     entry_low: int = 0
     entry_high: int = _UNBOUNDED
+    rows: RowFilter = field(default_factory=RowFilter)
 
     def clip(self, r: ReadRange) -> ReadRange | None:
         """``r`` within the bounds, or None if nothing of it is."""
@@ -127,7 +137,7 @@ class BatchReader(DataSourceReader):
                 for r in split_ranges(ranges, opts.get("minPartitions") or 1)]
 
     def read(self, partition: InputPartition) -> Iterator:
-        return read_partition(self._opts, partition)
+        return read_partition(self._opts, partition, self._bounds.rows)
 
 
 class FilteringBatchReader(BatchReader):
@@ -143,6 +153,11 @@ class FilteringBatchReader(BatchReader):
         # Not (and any filter Spark adds later without a column) names no attribute.
         attribute: tuple[str, ...] = getattr(f, "attribute", ())
         column = attribute[0] if len(attribute) == 1 else None
+        if column == "timestamp":
+            self._narrow_time(f)
+            return False  # bounds rounded to milliseconds: Spark filters exactly
+        if column == "key":
+            return self._narrow_keys(f)
         if column not in ("segment", "entry"):
             return False
         if isinstance(f, In):
@@ -158,6 +173,41 @@ class FilteringBatchReader(BatchReader):
                      GreaterThanOrEqual: (v, _UNBOUNDED), LessThan: (0, v),
                      LessThanOrEqual: (0, v + 1)}[type(f)]
         self._limit(column, low, high)
+        return True
+
+    def _narrow_time(self, f: Filter) -> None:
+        """Narrow the timestamps by ``f``, to whole milliseconds around its bounds."""
+        values = getattr(f, "value", ())
+        found = [_millis(v) for v in (values if isinstance(f, In) else (values,))]
+        millis = [m for m in found if m is not None]
+        if not millis or len(millis) != len(found):
+            return
+        low, high = min(millis), max(millis)  # the floors of the bounds
+        if isinstance(f, (EqualTo, In)):
+            bounds = (low, high + 1)
+        elif isinstance(f, (GreaterThan, GreaterThanOrEqual)):
+            bounds = (low, _UNBOUNDED)
+        elif isinstance(f, (LessThan, LessThanOrEqual)):
+            bounds = (0, high + 1)
+        else:
+            return
+        rows = self._bounds.rows
+        self._bounds.rows = dataclasses.replace(
+            rows, time_low=max(rows.time_low, bounds[0]),
+            time_high=min(rows.time_high, bounds[1]))
+
+    def _narrow_keys(self, f: Filter) -> bool:
+        """Keep the rows with the keys ``f`` allows; whether it then holds for every row
+        read."""
+        if not isinstance(f, (EqualTo, In)):
+            return False
+        values = f.value if isinstance(f, In) else (f.value,)
+        if not values or not all(isinstance(v, (bytes, bytearray)) for v in values):
+            return False
+        rows = self._bounds.rows
+        keys = frozenset(map(bytes, values))
+        self._bounds.rows = dataclasses.replace(
+            rows, keys=keys if rows.keys is None else rows.keys & keys)
         return True
 
     def _limit(self, column: str, low: int, high: int) -> None:
@@ -183,14 +233,17 @@ def plan_from_start(bk: "BookKeeper", opts: PybkOptions, start: str,
                                    f"{e}") from None
 
 
-def read_partition(opts: PybkOptions, partition: InputPartition) -> Iterator:
-    """The rows of a planned range as Arrow record batches, through a client of the
-    task's own, closed when the range is done (or the task stops reading)."""
+def read_partition(opts: PybkOptions, partition: InputPartition,
+                   rows: RowFilter | None = None) -> Iterator:
+    """The rows of a planned range as Arrow record batches (those ``rows`` allows),
+    through a client of the task's own, closed when the range is done (or the task stops
+    reading)."""
     r: ReadRange | None = partition.value
     if r is None:  # PySpark's one partition of a read that planned none
         return
     with connect(opts) as bk:
-        yield from record_batches(opts.log, r, read_entries(bk, r, opts.password))
+        yield from record_batches(opts.log, r, read_entries(bk, r, opts.password),
+                                  opts.get("includeHeaders"), rows)
 
 
 def reader(opts: PybkOptions) -> BatchReader:
@@ -204,6 +257,17 @@ def reader(opts: PybkOptions) -> BatchReader:
             return FilteringBatchReader(opts)
         frame = frame.f_back
     return BatchReader(opts)
+
+
+def _millis(value: object) -> int | None:
+    """A filter's time as milliseconds since the epoch, rounded down (None: not a time
+    this source can compare); a time without zone is taken as UTC."""
+    if not isinstance(value, datetime.datetime):
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=datetime.UTC)
+    delta = value - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    return max(0, math.floor(delta / datetime.timedelta(milliseconds=1)))
 
 
 def _whole(value: object) -> bool:

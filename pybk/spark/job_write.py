@@ -15,10 +15,14 @@ pybk job (:mod:`pybk.log.jobs`), committed exactly once (:mod:`pybk.log.commit`)
   commit or abort settled it, and is killed before it sees its registration gone,
   leaves that ledger, empty of visible rows, to no cleaner) and refreshed while it is
   written,
-  closes them, and returns a :class:`PybkCommitMessage` naming them.  Values are packed
+  closes them, and returns a :class:`PybkCommitMessage` naming them.  Records are packed
   into entries in the log's batch format (:mod:`pybk.log.batch`), up to
-  ``batchMaxBytes`` each, straight from the Arrow column's buffers, with up to
-  ENTRIES_IN_FLIGHT_MAX entries in flight.  A failed attempt deletes its ledgers.
+  ``batchMaxBytes`` each, with up to ENTRIES_IN_FLIGHT_MAX entries in flight.  Rows of a
+  ``value`` column alone are cut straight from the Arrow column's buffers, all of an
+  entry with the time it is made; with ``key``, ``timestamp`` or ``headers`` columns
+  (:func:`pybk.spark.source.check_write_schema`) each record takes its own (a null
+  timestamp: the time its entry is made), through Python lists.  A failed attempt
+  deletes its ledgers.
 * **Driver, after the tasks** (:func:`commit`): the successful attempts' ledgers, in
   partition order, are appended to the log in one compare-and-set; the job's other
   ledgers (failed and speculative attempts) and its records are deleted; a commit whose
@@ -42,7 +46,8 @@ import logging
 import operator
 import threading
 import time
-from typing import TYPE_CHECKING, Iterable, Iterator, Literal, Sequence, cast
+from itertools import accumulate, repeat
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Literal, Sequence, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
 
@@ -54,7 +59,15 @@ from pybk.errors import (
     MetadataError,
 )
 from pybk.log import jobs
-from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, encode_batch_parts
+from pybk.log.batch import (
+    BATCH_HEADER_BYTES,
+    FIELDS_OVERHEAD_BYTES,
+    RECORD_OVERHEAD_BYTES,
+    check_fields,
+    encode_batch,
+    encode_batch_parts,
+    now_ms,
+)
 from pybk.log.commit import CommitResult, Sink, abort_job, commit_job
 from pybk.log.metadata import log_path
 from pybk.log.writer import LOG_NAME_KEY
@@ -155,8 +168,8 @@ def settle(opts: PybkOptions, job_id: str) -> None:
 
 def write_partition(opts: PybkOptions, job_id: str,
                     batches: Iterator["pa.RecordBatch"]) -> PybkCommitMessage:
-    """Write a task's rows (Arrow batches whose one column is ``value``) into ledgers of
-    the job; return the message naming them."""
+    """Write a task's rows (Arrow batches of the columns check_write_schema allows) into
+    ledgers of the job; return the message naming them."""
     from pyspark import TaskContext
     context = TaskContext.get()
     assert context is not None  # a task's function runs in its task
@@ -166,7 +179,7 @@ def write_partition(opts: PybkOptions, job_id: str,
         try:
             records = 0
             for batch in batches:
-                for entry in _entries(batch.column(0), ledgers.settings.batchMaxBytes,
+                for entry in _entries(batch, ledgers.settings.batchMaxBytes,
                                       ledgers.settings.recordMaxBytes):
                     ledgers.add(entry)
                 records += batch.num_rows
@@ -177,14 +190,15 @@ def write_partition(opts: PybkOptions, job_id: str,
     return PybkCommitMessage(job_id, partition, tuple(ledger_ids), records)
 
 
-def _entries(column: "pa.Array", batch_max_bytes: int,
+def _entries(batch: "pa.RecordBatch", batch_max_bytes: int,
              record_max_bytes: int) -> Iterator[bytes]:
     """The entries (log batches of up to ``batch_max_bytes``, a larger record alone)
-    holding the values of a binary or string column, in order, cut straight from its
-    buffers."""
+    holding the rows of ``batch``, in order: cut straight from the value column's
+    buffers if it is the only column, else with each row's key, timestamp and headers."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    column = batch.column("value")
     count = len(column)
     if count == 0:
         return
@@ -200,28 +214,88 @@ def _entries(column: "pa.Array", batch_max_bytes: int,
         width = "i"
     else:
         raise InvalidConfiguration(f"column value is {kind}: binary or string only")
+    if batch.num_columns > 1:
+        yield from _record_entries(batch, batch_max_bytes, record_max_bytes)
+        return
     longest = pc.max(pc.binary_length(column)).as_py()
     if longest > record_max_bytes:
-        raise EntryTooLarge(f"a value of {longest} bytes is over recordMaxBytes="
-                            f"{record_max_bytes}: raise it (and the bookies' "
-                            "maxEntrySizeBytes) or split the value")
+        raise _too_large(longest, record_max_bytes)
     _validity, offsets_buffer, data_buffer = column.buffers()
     offsets = memoryview(offsets_buffer).cast("B").cast(width)[
         column.offset:column.offset + count + 1]
     data = memoryview(data_buffer) if data_buffer is not None else memoryview(b"")
-    budget = batch_max_bytes - BATCH_HEADER_BYTES
 
     def end_of(k: int) -> int:  # bytes records [0, k) take in an entry, but the header
         return offsets[k] + RECORD_OVERHEAD_BYTES * k
 
+    for first, last in _cuts(end_of, count, batch_max_bytes):
+        lengths = list(map(operator.sub, offsets[first + 1:last + 1], offsets[first:last]))
+        yield encode_batch_parts(lengths, data[offsets[first]:offsets[last]])
+
+
+def _record_entries(batch: "pa.RecordBatch", batch_max_bytes: int,
+                    record_max_bytes: int) -> Iterator[bytes]:
+    """:func:`_entries` of a batch with ``key``, ``timestamp`` or ``headers`` columns."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = batch.schema.names
+    count = batch.num_rows
+    values = batch.column("value").cast(pa.binary()).to_pylist()
+    keys = batch.column("key").cast(pa.binary()).to_pylist() if "key" in names else None
+    headers = None
+    if "headers" in names:  # a list of {"key": name, "value": value} structs, or null
+        headers = [tuple((h["key"], h["value"]) for h in found) if found else ()
+                   for found in batch.column("headers").to_pylist()]
+    timestamps = None
+    if "timestamp" in names:
+        stamps = batch.column("timestamp")
+        if pa.types.is_timestamp(stamps.type):
+            stamps = stamps.cast(pa.timestamp("ms", stamps.type.tz), safe=False)
+        timestamps = stamps.cast(pa.int64())
+    sizes = list(map(len, values))
+    overhead = RECORD_OVERHEAD_BYTES
+    if keys is not None or headers is not None:
+        overhead += FIELDS_OVERHEAD_BYTES
+        checked = list(map(check_fields, repeat(None) if keys is None else keys,
+                           repeat(None) if headers is None else headers))
+        keys = [k for k, _, _ in checked]
+        headers = [h for _, h, _ in checked] if headers is not None else None
+        sizes = [size + extra for size, (_, _, extra) in zip(sizes, checked)]
+    if max(sizes) > record_max_bytes:
+        raise _too_large(max(sizes), record_max_bytes)
+    ends = list(accumulate((size + overhead for size in sizes), initial=0))
+    for first, last in _cuts(ends.__getitem__, count, batch_max_bytes):
+        entry_keys = keys[first:last] if keys is not None else None
+        if entry_keys is not None and entry_keys.count(None) == len(entry_keys):
+            entry_keys = None  # no record of the entry has a key: no key fields
+        entry_stamps = None
+        if timestamps is not None:  # a null timestamp: now, as the entry is made
+            entry_stamps = pc.fill_null(timestamps[first:last], now_ms()).to_pylist()
+        yield encode_batch(values[first:last], entry_stamps, entry_keys,
+                           headers[first:last] if headers is not None else None)
+
+
+def _cuts(end_of: Callable[[int], int], count: int,
+          batch_max_bytes: int) -> Iterator[tuple[int, int]]:
+    """How records ``0..count-1`` go into entries of up to ``batch_max_bytes``, given
+    ``end_of(k)``, the bytes records ``[0, k)`` take in an entry but its header: each
+    entry's first record and the one after its last (a record over the budget goes
+    alone)."""
+    budget = batch_max_bytes - BATCH_HEADER_BYTES
     first = 0
     while first < count:
         last = bisect.bisect_right(range(count + 1), end_of(first) + budget, lo=first + 1,
                                    key=end_of) - 1
-        last = max(last, first + 1)  # a record over the budget goes alone
-        lengths = list(map(operator.sub, offsets[first + 1:last + 1], offsets[first:last]))
-        yield encode_batch_parts(lengths, data[offsets[first]:offsets[last]])
+        last = max(last, first + 1)
+        yield first, last
         first = last
+
+
+def _too_large(size: int, record_max_bytes: int) -> EntryTooLarge:
+    return EntryTooLarge(f"a record of {size} bytes (value, key and headers) is over "
+                         f"recordMaxBytes={record_max_bytes}: raise it (and the bookies' "
+                         "maxEntrySizeBytes) or split the value")
 
 
 class _TaskLedgers:

@@ -132,6 +132,9 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            "read, latest for a new streaming query)"),
     Option("endingPosition", _position, LATEST, frozenset({READ}),
            "`latest` or a position, exclusive"),
+    Option("includeHeaders", _boolean, False, _READS,
+           "add the column `headers` (`array<struct<key: string, value: binary>>`, as "
+           "Spark's Kafka source gives it: a record's headers in order, null for none)"),
     Option("minPartitions", _number(int), None, frozenset({READ}),
            "at least this many partitions: big segments are split into entry ranges"),
     Option("maxRecordsPerTrigger", _number(int), None, frozenset({STREAM_READ}),
@@ -270,6 +273,15 @@ def parse(options: Mapping[str, Any], use: str) -> PybkOptions:
     if use in _WRITES:
         parsed.log_settings_object()
     return parsed
+
+
+def include_headers(options: Mapping[str, Any]) -> bool:
+    """The option ``includeHeaders`` of options as Spark gives them, before they are
+    parsed (the source's schema depends on it; :func:`parse` checks the rest)."""
+    for given, raw in options.items():
+        if given.lower() == "includeheaders":
+            return _boolean("includeHeaders", raw)
+    return False
 
 
 def _describe_use(use: str) -> str:

@@ -1,0 +1,159 @@
+"""Records with keys, timestamps and headers in Spark (pybk.spark): the source's ``key``,
+``timestamp`` and (with ``includeHeaders``) ``headers`` columns, the sinks' columns of
+the same names, version 1 records (null key and timestamp), write schemas refused on the
+driver, and pushdown of ``timestamp`` and ``key`` filters (entries skipped, rows exact).
+
+Real Spark in local mode (the worker's shared session); logs of a cluster (a real
+ZooKeeper and three bookie processes) and of WAL directories (their own metadata store).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import uuid
+
+import pytest
+from pyspark.sql import types as T
+from recordutil import write_version_1
+
+import pybk
+from pybk.errors import InvalidConfiguration
+from pybk.log import Position
+from pybk.spark import arrow
+from pybk.spark.batch_read import FilteringBatchReader
+from pybk.spark.options import READ, parse
+from pybk.spark.source import check_write_schema
+
+pytestmark = pytest.mark.timeout(300)
+
+UTC = datetime.UTC
+#: Rows of every kind: key or none, string or binary, headers or none (repeated names
+#: too), timestamps out of order.
+ROWS = [
+    (b"k1", b"v0", datetime.datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=UTC),
+     [("h", b"x"), ("h", b"y")]),
+    (None, b"v1", datetime.datetime(2025, 12, 31, 23, 59, 59, 999000, tzinfo=UTC), None),
+    (b"", b"", datetime.datetime(1970, 1, 1, tzinfo=UTC), [("empty", b"")]),
+    (b"k1", bytes(range(256)), datetime.datetime(2026, 1, 2, 3, 4, 5, 7000, tzinfo=UTC),
+     None),
+]
+FIELDS = "key binary, value binary, timestamp timestamp, " \
+         "headers array<struct<key: string, value: binary>>"
+
+
+@pytest.fixture(params=["cluster", "wal"])
+def where(request, tmp_path):
+    """Options naming a new log: of the cluster (ZooKeeper's metadata store), or of a
+    new WAL directory (its own metadata store); and a second one to copy to."""
+    if request.param == "cluster":
+        address = request.getfixturevalue("address")
+        run = uuid.uuid4().hex[:8]
+        return ({"metadataServiceUri": address, "log": f"records-{run}"},
+                {"metadataServiceUri": address, "log": f"copy-{run}"})
+    return {"path": str(tmp_path / "wal")}, {"path": str(tmp_path / "copy")}
+
+
+def _read(spark, options, **more):
+    return spark.read.format("pybk").options(**options, **more).load()
+
+
+def _fields(rows) -> list[tuple]:
+    """Rows as (key, value, timestamp, headers), in ROWS' types."""
+    return [(None if r.key is None else bytes(r.key), bytes(r.value), r.timestamp,
+             None if r.headers is None else [(h.key, bytes(h.value)) for h in r.headers])
+            for r in rows]
+
+
+def _utc(rows: list[tuple]) -> list[tuple]:
+    """ROWS as collected: Spark gives timestamps in the session's zone, without one."""
+    return [(k, v, t.astimezone(UTC).replace(tzinfo=None) if t else t, h)
+            for k, v, t, h in rows]
+
+
+@pytest.fixture
+def utc_session(spark):
+    """The shared session with its time zone UTC (conftest leaves it as found)."""
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    return spark
+
+
+def test_key_value_timestamp_and_headers_are_written_and_read_back_equal_batch_and_stream(
+        utc_session, where, tmp_path):
+    spark = utc_session
+    source, copy = where
+    df = spark.createDataFrame(ROWS, FIELDS).repartition(1)
+    df.write.format("pybk").options(**source).mode("append").save()
+    with_headers = _read(spark, source, includeHeaders="true")
+    assert _fields(with_headers.collect()) == _utc(ROWS)
+    plain = _read(spark, source)  # headers only with includeHeaders
+    assert "headers" not in plain.columns
+    assert [(bytes(r.key) if r.key is not None else None, r.timestamp)
+            for r in plain.collect()] == [(k, t) for k, _, t, _ in _utc(ROWS)]
+    # A streaming query copies them (string keys written as UTF-8 on the way).
+    stream = (spark.readStream.format("pybk").options(**source)
+              .option("startingPosition", "earliest").option("includeHeaders", True).load()
+              .selectExpr("cast(key as string) as key", "value", "timestamp", "headers"))
+    (stream.writeStream.format("pybk").options(**copy).option("sinkId", "copy")
+     .option("checkpointLocation", str(tmp_path / "checkpoint"))
+     .trigger(availableNow=True).start().awaitTermination(120))
+    assert _fields(_read(spark, copy, includeHeaders=True).collect()) == _utc(ROWS)
+
+
+def test_long_timestamps_null_timestamps_and_no_fields_columns(utc_session, tmp_path):
+    spark = utc_session
+    options = {"path": str(tmp_path / "wal")}
+    before = datetime.datetime.now(UTC).replace(tzinfo=None)
+    (spark.createDataFrame([("a", 1_700_000_000_123), ("b", None)], "value string, timestamp long")
+     .repartition(1).write.format("pybk").options(**options).mode("append").save())
+    spark.createDataFrame([("c",)], "value string").write.format("pybk").options(
+        **options).mode("append").save()
+    rows = _read(spark, options).collect()
+    assert [bytes(r.value) for r in rows] == [b"a", b"b", b"c"]
+    assert rows[0].timestamp == datetime.datetime(2023, 11, 14, 22, 13, 20, 123000)
+    after = datetime.datetime.now(UTC).replace(tzinfo=None)
+    # A null timestamp, or none given: the time of the write.
+    assert all(before - datetime.timedelta(seconds=1) <= r.timestamp <= after for r in rows[1:])
+    assert {r.key for r in rows} == {None}
+
+
+def test_version_1_records_read_with_null_key_and_timestamp(spark, tmp_path, monkeypatch):
+    directory = str(tmp_path / "wal")
+    with contextlib.closing(pybk.open(directory)) as wal:
+        with monkeypatch.context() as old_pybk:
+            write_version_1(old_pybk)
+            old = wal.append(b"from an older pybk")
+        new = wal.append(b"from this one", key=b"k", timestamp=1_000)
+    rows = spark.read.format("pybk").option("includeHeaders", True).load(directory).collect()
+    assert [(Position(r.segment, r.entry, r.slot), bytes(r.value), r.key, r.timestamp,
+             r.headers) for r in rows][0] == (old, b"from an older pybk", None, None, None)
+    assert (Position.parse(rows[1].position), bytes(rows[1].key)) == (new, b"k")
+    assert rows[1].timestamp is not None
+
+
+def _struct(**columns):
+    return T.StructType([T.StructField(name, kind) for name, kind in columns.items()])
+
+
+HEADERS = T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
+                                    T.StructField("value", T.BinaryType())]))
+
+
+@pytest.mark.parametrize("schema, match", [
+    (_struct(value=T.BinaryType(), extra=T.IntegerType()),
+     r"writes a column 'value'.*optionally 'key', 'timestamp'"),
+    (_struct(key=T.BinaryType()), r"writes a column 'value'"),
+    (_struct(value=T.BinaryType(), key=T.IntegerType()), r"column 'key' is int: .*binary"),
+    (_struct(value=T.BinaryType(), timestamp=T.StringType()),
+     r"column 'timestamp' is string: .*timestamp or long"),
+    (_struct(value=T.BinaryType(), headers=T.ArrayType(T.StructType([
+        T.StructField("key", T.StringType()), T.StructField("value", T.StringType())]))),
+     r"column 'headers' is array<struct<key:string,value:string>>"),
+    (_struct(value=T.BinaryType(), headers=T.MapType(T.StringType(), T.BinaryType())),
+     r"column 'headers' is map<string,binary>"),
+])
+def test_write_columns_of_other_names_or_types_are_refused_clearly(schema, match):
+    with pytest.raises(InvalidConfiguration, match=match):
+        check_write_schema(schema)
+    check_write_schema(_struct(timestamp=T.LongType(), headers=HEADERS, value=T.StringType(),
+                               key=T.StringType()))  # any order
