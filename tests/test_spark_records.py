@@ -157,3 +157,93 @@ def test_write_columns_of_other_names_or_types_are_refused_clearly(schema, match
         check_write_schema(schema)
     check_write_schema(_struct(timestamp=T.LongType(), headers=HEADERS, value=T.StringType(),
                                key=T.StringType()))  # any order
+
+
+BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def _at(ms: int, micros: int = 0) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, UTC) + datetime.timedelta(
+        microseconds=micros)
+
+
+@pytest.fixture
+def timed_wal(tmp_path, monkeypatch):
+    """A WAL directory of 3 version 1 records, then 30 entries of one record each, at
+    BASE_MS + i seconds (i = 0..29, the entries of 10..19 in reverse order), with key
+    ``k{i % 3}`` for odd i and none for even i; and its records."""
+    directory = str(tmp_path / "wal")
+    records = []
+    with contextlib.closing(pybk.open(directory)) as wal:
+        with monkeypatch.context() as old_pybk:
+            write_version_1(old_pybk)
+            records += [(wal.append(b"old %d" % i), b"old %d" % i, None, None)
+                        for i in range(3)]
+        for i in (*range(10), *range(19, 9, -1), *range(20, 30)):
+            key = b"k%d" % (i % 3) if i % 2 else None
+            ms = BASE_MS + 1000 * i
+            records.append((wal.append(b"v%d" % i, key=key, timestamp=ms), b"v%d" % i, key,
+                            ms))
+    assert len({(p.segment, p.entry) for p, *_ in records}) == len(records)  # one an entry
+    return directory, records
+
+
+def test_timestamp_and_key_filters_skip_entries_and_keep_exactly_the_rows_they_accept(
+        timed_wal, monkeypatch):
+    """In the reader (as a task runs it): the entries outside the time range, the version
+    1 ones and, with a key filter, those without keys are skipped before their records
+    are decoded; Spark is handed back the timestamp filters (rounded to milliseconds),
+    not the key filter, which the reader applies exactly."""
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In, LessThanOrEqual
+    directory, records = timed_wal
+    decoded = []
+    real = arrow.batch_columns
+    monkeypatch.setattr(arrow, "batch_columns", lambda data: decoded.append(data) or real(data))
+
+    def read(*filters) -> tuple[list, list]:
+        decoded.clear()
+        reader = FilteringBatchReader(parse({"path": directory}, READ))
+        handed_back = list(reader.pushFilters(list(filters)))
+        rows = [row for p in reader.partitions() for batch in reader.read(p)
+                for row in batch.to_pylist()]
+        return handed_back, [row["value"] for row in rows]
+
+    after, until = GreaterThan(("timestamp",), _at(BASE_MS + 11_000, 500)), \
+        LessThanOrEqual(("timestamp",), _at(BASE_MS + 15_000))
+    back, values = read(after, until)
+    assert back == [after, until]
+    # Rounded outwards to milliseconds: 11 s (Spark drops it) to 15 s, 5 entries decoded.
+    assert values == [b"v15", b"v14", b"v13", b"v12", b"v11"] and len(decoded) == 5
+    keyed = In(("key",), (b"k1", b"k2"))
+    back, values = read(keyed)
+    assert back == []  # exact: Spark filters no more
+    assert values == [v for _, v, k, _ in records if k in (b"k1", b"k2")]
+    assert len(decoded) == 33  # every entry's header read, keys decoded where there are
+    back, values = read(EqualTo(("key",), b"k1"), after, until)
+    assert values == [b"v13"] and len(decoded) == 5
+
+
+def test_pushed_timestamp_and_key_filters_give_the_rows_spark_gives_without_them(
+        utc_session, timed_wal):
+    spark = utc_session
+    directory, records = timed_wal
+    queries = [
+        f"timestamp > '{_at(BASE_MS + 11_000, 500).isoformat()}' "
+        f"AND timestamp <= '{_at(BASE_MS + 15_000).isoformat()}'",
+        f"timestamp = '{_at(BASE_MS + 7_000).isoformat()}'",
+        f"timestamp < '{_at(BASE_MS + 2_000).isoformat()}' OR key = X'6B31'",
+        f"timestamp >= '{_at(BASE_MS + 25_000, 1).isoformat()}' AND key IN (X'6B31', X'6B32')",
+        "key = X'6B30'",
+        "timestamp IS NULL",
+    ]
+    def collect(query):
+        rows = spark.read.format("pybk").load(directory).where(query).collect()
+        return [bytes(r.value) for r in rows]
+
+    plain = [collect(q) for q in queries]
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    assert [collect(q) for q in queries] == plain
+    # Some answers the records alone give, so that neither side is wrong alike.
+    assert plain[0] == [b"v15", b"v14", b"v13", b"v12"]
+    assert plain[4] == [b"v3", b"v9", b"v15", b"v21", b"v27"]
+    assert plain[5] == [b"old 0", b"old 1", b"old 2"]
