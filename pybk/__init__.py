@@ -5,6 +5,8 @@ another process while its application runs; ``pybk.demote(path)`` turns a promot
 whose cluster is gone back into an embedded WAL; ``pybk.connect(address)`` is a ledger
 client of a cluster (:func:`pybk.net.connect.connect`).  :mod:`pybk.aio` is the same for
 asyncio code (``await pybk.aio.open(path)``), :mod:`pybk.spark` the PySpark data source.
+Readers give records as ``(position, value)`` pairs (``read()``) or as :class:`Record`
+values with their keys, timestamps and headers (``records()``).
 
 The packages, lowest layer first: :mod:`pybk.storage` (the bookie storage engine),
 :mod:`pybk.meta` (metadata stores), :mod:`pybk.client` (the ledger protocol),
@@ -20,7 +22,7 @@ from typing import Any
 from pybk import _moved
 from pybk.client import BookKeeper, WriteFlag
 from pybk.errors import BookKeeperError
-from pybk.log import WAL, LogReader, LogWriter, Position
+from pybk.log import WAL, LogReader, LogWriter, Position, Record
 from pybk.log.readonly import ReadOnlyWAL, open_readonly
 from pybk.log.wal import demote, open
 from pybk.settings import ClientSettings, LogSettings, ServerSettings
@@ -50,5 +52,5 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["BookKeeper", "BookKeeperError", "ClientSettings", "LogReader", "LogSettings",
-           "LogWriter", "Position", "ReadOnlyWAL", "ServerSettings", "WAL", "WriteFlag",
-           "__version__", "connect", "demote", "open", "open_readonly"]
+           "LogWriter", "Position", "ReadOnlyWAL", "Record", "ServerSettings", "WAL",
+           "WriteFlag", "__version__", "connect", "demote", "open", "open_readonly"]

@@ -177,8 +177,11 @@ def test_the_wal_keeps_keys_timestamps_and_headers_and_read_gives_what_it_gave(t
         tail = wal.reader(appended[-1][0]).tail_records(0.2)
         assert [r.position for r in tail] == [appended[-1][0]]
     with pybk.open_readonly(path) as readonly:
-        check_read_back(list(readonly.records()), appended, before, after)
+        records = list(readonly.records())
+        check_read_back(records, appended, before, after)
         assert list(readonly.read()) == read
+    # The class users import from pybk (and pybk.aio) is the one readers give.
+    assert pybk.Record is pybk.aio.Record is Record and type(records[0]) is pybk.Record
 
 
 def test_the_limits_raise_clear_errors_and_nothing_is_appended(tmp_path):

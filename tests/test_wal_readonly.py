@@ -5,6 +5,7 @@ positions and figures, and ``pybk tail``.  The owner is a real process
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
@@ -15,6 +16,7 @@ import time
 import pytest
 from aioutil import LoopWatch
 from crashutil import ROOT, children, count_lines  # noqa: F401
+from recordutil import write_version_1
 from test_aio import aio_threads
 from walutil import acknowledged, who
 
@@ -307,6 +309,33 @@ def test_pybk_tail_bad_input_is_one_line(tmp_path):
         out, err = tail.communicate(timeout=60)
         assert tail.returncode == 1 and out == ""
         assert err.startswith("pybk tail: ") and reason in err and err.count("\n") == 1, err
+
+
+def test_pybk_tail_json_prints_every_field_of_each_record(tmp_path, monkeypatch):
+    with pybk.open(tmp_path / "wal") as wal:
+        with monkeypatch.context() as old_pybk:
+            write_version_1(old_pybk)
+            old = wal.append(b"old")
+        text = wal.append("héllo".encode(), key=b"user-1", timestamp=1_767_225_600_123,
+                          headers=[("trace", b"abc"), ("raw", b"\xff\x00"), ("trace", b"")])
+        binary = wal.append(b"\xff\xfe", key=b"\x80", timestamp=0)
+    tail = _pybk("tail", str(tmp_path / "wal"), "--json")
+    out, err = tail.communicate(timeout=60)
+    assert (tail.returncode, err) == (0, "")
+    assert [json.loads(line) for line in out.splitlines()] == [
+        {"position": str(old), "timestamp": None, "time": None, "key": None,
+         "key_encoding": None, "value": "old", "value_encoding": "utf-8", "headers": []},
+        {"position": str(text), "timestamp": 1_767_225_600_123,
+         "time": "2026-01-01T00:00:00.123Z", "key": "user-1", "key_encoding": "utf-8",
+         "value": "héllo", "value_encoding": "utf-8", "headers": [
+             {"name": "trace", "value": "abc", "value_encoding": "utf-8"},
+             {"name": "raw", "value": "/wA=", "value_encoding": "base64"},
+             {"name": "trace", "value": "", "value_encoding": "utf-8"}]},
+        {"position": str(binary), "timestamp": 0, "time": "1970-01-01T00:00:00.000Z",
+         "key": "gA==", "key_encoding": "base64", "value": "//4=",
+         "value_encoding": "base64", "headers": []}]
+    tail = _pybk("tail", str(tmp_path / "wal"), "--json", "--hex")
+    assert tail.wait(timeout=60) == 2  # one or the other
 
 
 def test_a_read_only_metadata_store_reads_and_refuses_changes(tmp_path):

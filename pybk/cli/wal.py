@@ -3,12 +3,15 @@
 ``pybk demote DIR``
     Turn a promoted WAL directory whose cluster is gone back into an embedded WAL
     (:func:`pybk.log.wal.demote`), and say what was kept.
-``pybk tail DIR [--from POS] [--follow] [--poll-ms N] [--hex]``
+``pybk tail DIR [--from POS] [--follow] [--poll-ms N] [--hex | --json]``
     A WAL's records, read from another process while its application runs
     (:func:`pybk.open_readonly`), or with no application running.  One line per record,
     in position order: its position (``segment:entry:slot``), a tab, and its payload: as
     text if it is UTF-8 without control characters (tabs aside), else (and always with
-    ``--hex``) as ``0x`` and hex digits.  Without ``--follow`` it prints the records
+    ``--hex``) as ``0x`` and hex digits.  With ``--json``, each line is one JSON object
+    (:func:`record_json`: JSON Lines, since a followed tail has no end) with every field
+    of the record: position, key, timestamp, headers and value.  Without ``--follow`` it
+    prints the records
     visible now and exits; with it, it goes on printing records as they become visible
     (see :mod:`pybk.log.readonly` for how fresh) until interrupted (SIGINT or SIGTERM:
     exit status 0), looking for new ones at most ``--poll-ms`` apart.  A closed
@@ -26,6 +29,9 @@ Each exits with status 0, or 1 with one line ``pybk COMMAND: reason`` on standar
 from __future__ import annotations
 
 import argparse
+import base64
+import datetime
+import json
 import math
 import os
 import signal
@@ -36,6 +42,7 @@ from typing import Any, TextIO
 from pybk.cli import options
 from pybk.cli.output import fail, say, stdout_gone
 from pybk.errors import BookKeeperError
+from pybk.log.record import Record
 
 
 def add_commands(commands: Any) -> None:
@@ -54,7 +61,8 @@ def add_commands(commands: Any) -> None:
     tail = commands.add_parser(
         "tail", help="print a WAL's records, also while its application runs",
         description="Print the records of the WAL in DIR, one a line (position, tab, "
-                    "payload as text, or hex), read without disturbing the application "
+                    "payload as text, or hex; with --json, a JSON object with every field), "
+                    "read without disturbing the application "
                     "that has it open (pybk.open_readonly).  With --follow, go on printing "
                     "new ones until interrupted.")
     tail.add_argument("dir", metavar="DIR", help="the WAL directory")
@@ -66,8 +74,13 @@ def add_commands(commands: Any) -> None:
     tail.add_argument("--poll-ms", type=options.positive(float), default=10.0, metavar="N",
                       help="with --follow: look for new records at most N ms apart "
                            "(default 10)")
-    tail.add_argument("--hex", action="store_true", help="show every payload in hex")
-    tail.set_defaults(run=lambda a: run(a.dir, a.start, a.follow, a.poll_ms, a.hex))
+    shown = tail.add_mutually_exclusive_group()
+    shown.add_argument("--hex", action="store_true", help="show every payload in hex")
+    shown.add_argument("--json", action="store_true",
+                       help="one JSON object a line per record, with its position, key, "
+                            "timestamp (ms and ISO 8601 UTC), headers and value (UTF-8 "
+                            "text, or base64: a field says which)")
+    tail.set_defaults(run=lambda a: run(a.dir, a.start, a.follow, a.poll_ms, a.hex, a.json))
 
     consumers = commands.add_parser(
         "consumers", help="list or remove a log's consumers (they hold back truncation)",
@@ -119,8 +132,37 @@ def show(data: bytes, as_hex: bool = False) -> str:
     return "0x" + data.hex()
 
 
+def record_json(record: Record) -> dict:
+    """A record as ``pybk tail --json`` prints it: ``position`` (``segment:entry:slot``);
+    ``timestamp`` (milliseconds since the epoch) and ``time`` (ISO 8601 UTC, to the
+    millisecond), both null for a record an older pybk wrote (batch version 1);
+    ``key`` (null for none) and ``value``, each with ``key_encoding`` /
+    ``value_encoding``: ``"utf-8"`` if the field is the UTF-8 text given, ``"base64"``
+    if it is the bytes in base64 (bytes that are not UTF-8); ``headers``: a list of
+    ``{"name", "value", "value_encoding"}`` objects in the record's order."""
+    key = _encoded(record.key) if record.key is not None else (None, None)
+    value = _encoded(record.value)
+    when = None
+    if record.timestamp is not None:
+        when = datetime.datetime.fromtimestamp(record.timestamp / 1000, datetime.UTC) \
+            .isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return {"position": str(record.position), "timestamp": record.timestamp, "time": when,
+            "key": key[0], "key_encoding": key[1], "value": value[0],
+            "value_encoding": value[1],
+            "headers": [dict(zip(("name", "value", "value_encoding"), (name, *_encoded(v))))
+                        for name, v in record.headers]}
+
+
+def _encoded(data: bytes) -> tuple[str, str]:
+    """Bytes as JSON text: themselves if UTF-8, else base64; and which."""
+    try:
+        return data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), "base64"
+
+
 def run(directory: str, start: str | None, follow: bool, poll_ms: float, as_hex: bool,
-        out: TextIO = sys.stdout) -> int:
+        as_json: bool = False, out: TextIO = sys.stdout) -> int:
     """``pybk tail``: print the records; the exit status (see the module docstring)."""
     from pybk.log.readonly import open_readonly
 
@@ -128,9 +170,13 @@ def run(directory: str, start: str | None, follow: bool, poll_ms: float, as_hex:
     try:
         with open_readonly(directory) as wal:
             reader = wal.reader(start)
-            records = reader.tail(math.inf, poll_ms / 1000.0) if follow else reader.read()
-            for position, data in records:
-                out.write(f"{position}\t{show(data, as_hex)}\n")
+            records = reader.tail_records(math.inf, poll_ms / 1000.0) if follow \
+                else reader.records()
+            for record in records:
+                if as_json:
+                    out.write(json.dumps(record_json(record), sort_keys=True) + "\n")
+                else:
+                    out.write(f"{record.position}\t{show(record.value, as_hex)}\n")
                 out.flush()
     except BrokenPipeError:
         return stdout_gone(0)  # the reader of our output left: nothing more to say
