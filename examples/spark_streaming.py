@@ -15,6 +15,14 @@ checks that the copy holds every record of the source exactly once, in order.  T
 records each committed micro-batch in the log's metadata under its ``sinkId``, so a
 micro-batch that Spark replays after a restart commits nothing twice.
 
+Then an event-time query counts the clicks per second of their ``timestamp`` (each
+record's append time, kept by the log) in windows that a watermark closes, and writes
+each closed window to ``example-clicks-per-second-<run>`` as a record with a key (the
+window's start), a timestamp (its end) and a JSON value; the example checks every count
+against the source's records.  In append mode a window is written once the watermark
+(the latest click seen, less a second) has passed its end, so the last second or two of
+clicks stay in windows still open when the query stops.
+
 Stopping a query interrupts the micro-batch in flight, as a crash would: Spark
 cancels its job and aborts its write (the sink deletes the ledgers its tasks wrote; the
 restarted query writes that micro-batch again), and logs it at ERROR although nothing
@@ -28,6 +36,7 @@ run prints no ERROR; a query that fails still fails the example, with Spark's er
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import threading
 import time
@@ -50,15 +59,18 @@ STOP_ABORT_LOGGERS = ("org.apache.spark.sql.execution.datasources.v2.WriteToData
 
 
 class Logs(NamedTuple):
-    """This run's logs: the live source and its upper-cased copy."""
+    """This run's logs: the live source, its upper-cased copy and its counts per
+    second."""
 
     source: str
     sink: str
+    per_second: str
 
     @classmethod
     def of_a_new_run(cls) -> "Logs":
         run = uuid.uuid4().hex[:8]
-        return cls(f"example-clicks-{run}", f"example-clicks-upper-{run}")
+        return cls(f"example-clicks-{run}", f"example-clicks-upper-{run}",
+                   f"example-clicks-per-second-{run}")
 
 
 def appender(address: str, logs: Logs, stop: threading.Event) -> threading.Thread:
@@ -84,6 +96,42 @@ def start_query(spark: SparkSession, address: str, logs: Logs, checkpoint: str,
             .writeStream.format("pybk").option("metadataServiceUri", address)
             .option("log", logs.sink).option("sinkId", "clicks-to-upper")
             .option("checkpointLocation", checkpoint).trigger(**trigger).start())
+
+
+def count_per_second(spark: SparkSession, address: str, logs: Logs, checkpoint: str) -> None:
+    """The clicks of each second of event time, once the watermark closed it, written
+    as records keyed by the window's start, timestamped with its end."""
+    with pybk.connect(address) as bk:
+        clicks_appended = sum(1 for _ in pybk.LogReader(bk, logs.source).read())
+    # In four micro-batches: the watermark each one moves closes windows in the next.
+    clicks = (spark.readStream.format("pybk").option("metadataServiceUri", address)
+              .option("log", logs.source).option("startingPosition", "earliest")
+              .option("maxRecordsPerTrigger", clicks_appended // 4 + 1).load())
+    counts = (clicks.withWatermark("timestamp", "1 second")
+              .groupBy(F.window("timestamp", "1 second")).count())
+    (counts.select(F.col("window.start").cast("string").alias("key"),
+                   F.col("window.end").alias("timestamp"),
+                   F.to_json(F.struct(F.col("window.start").alias("start"),
+                                      "count")).alias("value"))
+     .writeStream.format("pybk").option("metadataServiceUri", address)
+     .option("log", logs.per_second).option("sinkId", "clicks-per-second")
+     .option("checkpointLocation", checkpoint).outputMode("append")
+     .trigger(availableNow=True).start().awaitTermination())
+
+
+def check_counts(address: str, logs: Logs) -> None:
+    with pybk.connect(address) as bk:
+        source = [r.timestamp for r in pybk.LogReader(bk, logs.source).records()]
+        windows = list(pybk.LogReader(bk, logs.per_second).records())
+    assert windows, "the watermark closed no window"
+    for window in windows:
+        assert window.timestamp is not None
+        start = window.timestamp - 1000
+        expected = sum(1 for t in source if t is not None and start <= t < window.timestamp)
+        assert json.loads(window.value)["count"] == expected, window
+    counted = sum(json.loads(window.value)["count"] for window in windows)
+    print(f"{len(windows)} windows of a second closed by the watermark hold {counted} of "
+          f"the {len(source)} clicks, each window's count checked against the source")
 
 
 def run_until_mid_batch(spark: SparkSession, query: StreamingQuery, seconds: float,
@@ -128,7 +176,9 @@ def check(address: str, logs: Logs) -> None:
 def main(address: str, seconds: float) -> None:
     logs = Logs.of_a_new_run()
     print(f"copying {logs.source!r} to {logs.sink!r}")
-    spark = SparkSession.builder.master("local[2]").appName("pybk-streaming").getOrCreate()
+    spark = (SparkSession.builder.master("local[2]").appName("pybk-streaming")
+             .config("spark.sql.shuffle.partitions", 2)  # the counts' state: small
+             .getOrCreate())
     quiet_stop_aborts(spark)
     stop = threading.Event()
     thread = appender(address, logs, stop)
@@ -146,11 +196,14 @@ def main(address: str, seconds: float) -> None:
             thread.join()
             start_query(spark, address, logs, checkpoint,
                         availableNow=True).awaitTermination()
+        with tempfile.TemporaryDirectory() as checkpoint:
+            count_per_second(spark, address, logs, checkpoint)
     finally:
         stop.set()
         thread.join()
         spark.stop()
     check(address, logs)
+    check_counts(address, logs)
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def test_the_spark_etl_example_aggregates_its_own_log_and_stops_at_a_record_it_c
 
 @pytest.mark.spark
 @pytest.mark.timeout(300)
-def test_the_spark_streaming_example_copies_a_live_log_exactly_once_through_a_restart():
+def test_the_spark_streaming_example_copies_a_live_log_exactly_once_and_counts_by_event_time():
     """Each run of the query is stopped while a micro-batch writes: Spark aborts that
     write, which it logs at ERROR, and the example quiets: a successful run prints no
     ERROR."""
@@ -142,4 +142,6 @@ def test_the_spark_streaming_example_copies_a_live_log_exactly_once_through_a_re
                               "aborting the one in flight", out)
         assert committed and int(committed.group(1)) >= 1, out
     assert "exactly once and in order" in out
+    # The event-time windows the watermark closed, each count checked by the example.
+    assert re.search(r"\d+ windows of a second closed by the watermark hold \d+ of", out), out
     assert [line for line in (out + result.stderr).splitlines() if " ERROR " in line] == []

@@ -89,7 +89,8 @@ class RowFilter:
         if not self.timed:
             return False
         found = batch_time_range(data)
-        # The header's max is an upper bound of its records' timestamps, the min exact.
+        # The header's min is a lower bound of its records' timestamps (their deltas from
+        # it are unsigned), its max an upper bound: neither is taken as exact.
         return found is None or found[1] < self.time_low or found[0] >= self.time_high
 
 
