@@ -105,7 +105,7 @@ class _Builder:
         self.bases = bytearray()   # timestamps: the entries' bases...
         self.deltas = bytearray()  # ...plus their records' deltas (int64, native order)
         self.untimed: list[tuple[int, int]] = []  # rows without timestamp (version 1)
-        self.keys: list[bytes | None] = []
+        self.keys: list[bytes | None] | None = None  # None: no row has a key yet
         self.headers: list | None = [] if headers else None
 
     @property
@@ -135,11 +135,14 @@ class _Builder:
             self.deltas += _widened(columns.deltas, columns.delta_width, first, end)
         if columns.keyed or (columns.with_headers and self.headers is not None):
             fields = decode_fields(data)
+            if self.keys is None:
+                self.keys = [None] * rows
             self.keys += fields.keys[first:end]
             if self.headers is not None:
                 self.headers += fields.headers[first:end]
         else:
-            self.keys += [None] * count
+            if self.keys is not None:
+                self.keys += [None] * count
             if self.headers is not None:
                 self.headers += [()] * count
 
@@ -156,7 +159,8 @@ class _Builder:
             pc.cast(slot_column, pa.string()), ":")
         logs = pa.repeat(pa.scalar(log, pa.string()), n)
         columns = [logs, segments, entries, slot_column, positions, values,
-                   pa.array(self.keys, pa.binary()), self._timestamps()]
+                   pa.nulls(n, pa.binary()) if self.keys is None
+                   else pa.array(self.keys, pa.binary()), self._timestamps()]
         if self.headers is None:
             return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
         lists = pa.array(self.headers, HEADERS_TYPE)
