@@ -117,6 +117,18 @@ def test_long_timestamps_null_timestamps_and_no_fields_columns(utc_session, tmp_
     assert {r.key for r in rows} == {None}
 
 
+@pytest.mark.parametrize("row, match", [
+    ((b"v", [None]), "column headers holds a null header"),
+    ((b"v", [(None, b"x")]), "a header's name is a str, not NoneType"),
+])
+def test_a_row_the_log_cannot_hold_fails_the_write_naming_what_is_wrong(
+        spark, tmp_path, row, match):
+    df = spark.createDataFrame([row], "value binary, "
+                                      "headers array<struct<key: string, value: binary>>")
+    with pytest.raises(Exception, match=match):
+        df.write.format("pybk").mode("append").save(str(tmp_path / "wal"))
+
+
 def test_version_1_records_read_with_null_key_and_timestamp(spark, tmp_path, monkeypatch):
     directory = str(tmp_path / "wal")
     with contextlib.closing(pybk.open(directory)) as wal:

@@ -245,8 +245,7 @@ def _record_entries(batch: "pa.RecordBatch", batch_max_bytes: int,
     keys = batch.column("key").cast(pa.binary()).to_pylist() if "key" in names else None
     headers = None
     if "headers" in names:  # a list of {"key": name, "value": value} structs, or null
-        headers = [tuple((h["key"], h["value"]) for h in found) if found else ()
-                   for found in batch.column("headers").to_pylist()]
+        headers = [_header_pairs(found) for found in batch.column("headers").to_pylist()]
     timestamps = None
     if "timestamp" in names:
         stamps = batch.column("timestamp")
@@ -274,6 +273,18 @@ def _record_entries(batch: "pa.RecordBatch", batch_max_bytes: int,
             entry_stamps = pc.fill_null(timestamps[first:last], now_ms()).to_pylist()
         yield encode_batch(values[first:last], entry_stamps, entry_keys,
                            headers[first:last] if headers is not None else None)
+
+
+def _header_pairs(found: list[dict] | None) -> tuple:
+    """A row's ``headers`` (a list of {"key", "value"} structs, or null) as the pairs
+    :func:`pybk.log.batch.check_fields` takes."""
+    if not found:
+        return ()
+    if None in found:
+        raise InvalidConfiguration("column headers holds a null header (a null struct in "
+                                   "a row's array): drop it, e.g. with filter(headers, h "
+                                   "-> h is not null)")
+    return tuple((h["key"], h["value"]) for h in found)
 
 
 def _cuts(end_of: Callable[[int], int], count: int,
