@@ -189,12 +189,15 @@ from pybk.errors import BadVersion, MalformedMetadata, MetadataError, NodeExists
 from pybk.log.position import START, Position
 from pybk.meta import paths
 from pybk.meta.interface import ANY_VERSION, MetadataStore, batches
-from pybk.meta.sealed import HEADER, seal, typed, unseal
+from pybk.meta.sealed import HEADER, seal, typed, unseal, unseal_versions
 
 MAGIC = b"PBKG"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 SEGMENT_MAGIC = b"PBKS"
-SEGMENT_FORMAT_VERSION = 1
+SEGMENT_FORMAT_VERSION = 2
+#: A segment's max_before when no record before it (in the index: see "Maxima before")
+#: has a timestamp: timestamps are 0 or more (:func:`pybk.log.batch.check_timestamp`).
+NO_TIMESTAMP = -1
 #: The parent of every log's records (in ZooKeeper under the cluster's root:
 #: ``<root>/pybk/logs``, :mod:`pybk.meta.zookeeper`).
 LOGS = "/logs"
@@ -219,10 +222,22 @@ _NUMBER_DIGITS = 20
 
 
 class Segment(NamedTuple):
-    """One ledger of a log, with its segment number."""
+    """One ledger of a log, with its segment number and its max_before (None: unknown,
+    written by an older pybk; see "Maxima before" in the module docstring)."""
 
     number: int
     ledger_id: int
+    max_before: int | None = None
+
+
+def next_max_before(segment: Segment | None, segment_max: int | None) -> int:
+    """The max_before of the segment that comes after ``segment`` (None: after no live
+    segment), whose records' largest timestamp is at most ``segment_max`` (None: it has
+    no record with a timestamp).  A ``segment`` whose max_before is unknown starts the
+    index: the next one's is NO_TIMESTAMP ("Maxima before" in the module docstring)."""
+    if segment is None or segment.max_before is None:
+        return NO_TIMESTAMP
+    return segment.max_before if segment_max is None else max(segment.max_before, segment_max)
 
 
 class Dropped(NamedTuple):
@@ -279,11 +294,12 @@ class LogMetadata:
         return dataclasses.replace(other, committing=self.committing, aborted=self.aborted,
                                    oldest_segment=self.oldest_segment) == self
 
-    def with_new_segment(self, ledger_id: int) -> "LogMetadata":
-        """The log with one more segment at its end, in format 2: the oldest tail segment
-        leaves the tail if it is full (its record exists, by the invariant of the module
-        docstring; a format-1 head's records are written first: :func:`ensure_records`)."""
-        tail = self.tail + (Segment(self.next_segment, ledger_id),)
+    def with_new_segment(self, ledger_id: int, max_before: int) -> "LogMetadata":
+        """The log with one more segment at its end, whose max_before is ``max_before``,
+        in the newest format: the oldest tail segment leaves the tail if it is full (its
+        record exists, by the invariant of the module docstring; a format-1 head's
+        records are written first: :func:`ensure_records`)."""
+        tail = self.tail + (Segment(self.next_segment, ledger_id, max_before),)
         return dataclasses.replace(self, tail=tail[-TAIL_SEGMENTS:],
                                    next_segment=self.next_segment + 1,
                                    format_version=FORMAT_VERSION)
@@ -300,7 +316,7 @@ class LogMetadata:
             "name": self.name,
             "next_segment": self.next_segment,
             "truncated_before": list(self.truncated_before),
-            "tail": [list(s) for s in self.tail],
+            "tail": [list(s) for s in self.tail],  # [number, ledger id, max_before]
             "oldest_segment": self.oldest_segment,
             "dropping": [list(d) for d in self.dropping],
             "epoch": self.epoch,
@@ -311,21 +327,23 @@ class LogMetadata:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "LogMetadata":
-        """A head in format 2, or a format-1 record read as one (module docstring)."""
+        """A head in the newest format, or an older one read as one (module docstring)."""
         data = bytes(data)
         version = HEADER.unpack_from(data)[1] if len(data) >= HEADER.size else None
         if version == 1:
             return cls._from_format_1(unseal(data, MAGIC, 1, _KEYS_1, "log metadata"))
-        if version == 2:
-            obj = unseal(data, MAGIC, 2, _KEYS_2, "log metadata")
-            obj.update(epoch=0, sinks={}, committing=[], aborted=[])
+        if version in (2, 3):
+            obj = unseal(data, MAGIC, version, _KEYS if version == 3 else _KEYS_2,
+                         "log metadata")
+            if version == 2:
+                obj.update(epoch=0, sinks={}, committing=[], aborted=[])
         else:
             obj = unseal(data, MAGIC, FORMAT_VERSION, _KEYS, "log metadata")
             version = FORMAT_VERSION  # unseal() refused any other
         try:
             return cls(
                 name=typed("name", obj["name"], str),
-                tail=tuple(Segment(*_ints("a segment", s, 2))
+                tail=tuple(_tail_segment(s, version)
                            for s in typed("tail", obj["tail"], list)),
                 next_segment=typed("next_segment", obj["next_segment"], int),
                 truncated_before=Position(*_ints("truncated_before",
@@ -371,6 +389,25 @@ def _ints(name: str, value: object, count: int) -> list[int]:
     return [typed(name, v, int) for v in value]
 
 
+def _tail_segment(value: object, version: int) -> Segment:
+    """A tail segment of a head of format ``version`` (before 4: [number, ledger id])."""
+    if version < 4:
+        return Segment(*_ints("a segment", value, 2))
+    if not isinstance(value, list) or len(value) != 3:
+        raise ValueError(f"a tail segment is {value!r}, not [number, ledger id, "
+                         "max_before or null]")
+    return Segment(typed("a segment's number", value[0], int),
+                   typed("a segment's ledger id", value[1], int),
+                   _max_before(value[2]))
+
+
+def _max_before(value: object) -> int | None:
+    max_before = typed("max_before", value, int, nullable=True)
+    if max_before is not None and max_before < NO_TIMESTAMP:
+        raise ValueError(f"max_before is {max_before}, below {NO_TIMESTAMP}")
+    return max_before
+
+
 def _job_ids(name: str, value: object) -> tuple[str, ...]:
     return tuple(typed(f"a job id in {name}", v, str) for v in typed(name, value, list))
 
@@ -389,36 +426,40 @@ class SegmentRecord(NamedTuple):
     ledger_id: int | None       # None: a dead number
     skip_to: int | None = None  # for a dead number: no segment below this one either
     hollow: bool = False        # for a dead number: no record below skip_to either
+    max_before: int | None = None  # for a segment: "Maxima before" (None: unknown)
 
     def to_bytes(self) -> bytes:
         return seal(SEGMENT_MAGIC, SEGMENT_FORMAT_VERSION, {
             "segment": self.number, "ledger_id": self.ledger_id, "skip_to": self.skip_to,
-            "hollow": self.hollow})
+            "hollow": self.hollow, "max_before": self.max_before})
 
     @classmethod
     def from_bytes(cls, data: bytes, number: int) -> "SegmentRecord":
-        """The record found at segment ``number``'s path; MalformedMetadata if it is not
-        one, or not that number's."""
-        obj = unseal(data, SEGMENT_MAGIC, SEGMENT_FORMAT_VERSION, _SEGMENT_KEYS,
-                     "segment record")
+        """The record found at segment ``number``'s path (format 1 read with max_before
+        None); MalformedMetadata if it is not one, or not that number's."""
+        version, obj = unseal_versions(data, SEGMENT_MAGIC, {
+            1: _SEGMENT_KEYS_1, SEGMENT_FORMAT_VERSION: _SEGMENT_KEYS}, "segment record")
+        old = version == 1
         try:
             record = cls(typed("segment", obj["segment"], int),
                          typed("ledger_id", obj["ledger_id"], int, nullable=True),
                          typed("skip_to", obj["skip_to"], int, nullable=True),
-                         typed("hollow", obj["hollow"], bool))
+                         typed("hollow", obj["hollow"], bool),
+                         None if old else _max_before(obj["max_before"]))
         except ValueError as e:
             raise MalformedMetadata(f"segment record body is malformed: {e}") from e
         dead = record.ledger_id is None
         if record.number != number or dead != (record.skip_to is not None) \
                 or (record.skip_to is not None and record.skip_to <= number) \
-                or (record.hollow and not dead):
+                or (record.hollow and not dead) or (dead and record.max_before is not None):
             raise MalformedMetadata(f"the record of segment {number} says {record}: it must "
                                     "name its own number and either a ledger or a greater "
                                     "number to skip to")
         return record
 
 
-_SEGMENT_KEYS = frozenset(("segment", "ledger_id", "skip_to", "hollow"))
+_SEGMENT_KEYS_1 = frozenset(("segment", "ledger_id", "skip_to", "hollow"))
+_SEGMENT_KEYS = _SEGMENT_KEYS_1 | {"max_before"}
 
 
 class VersionedLog(NamedTuple):
@@ -554,7 +595,8 @@ def write_segment(store: MetadataStore, name: str, segment: Segment) -> None:
     record stays dead; MalformedMetadata if it names another ledger)."""
     try:
         store.create(segment_path(name, segment.number),
-                     SegmentRecord(segment.number, segment.ledger_id).to_bytes())
+                     SegmentRecord(segment.number, segment.ledger_id,
+                                   max_before=segment.max_before).to_bytes())
         return
     except NodeExists:
         pass
@@ -612,7 +654,8 @@ def store_records(store: MetadataStore, name: str, segments: Iterable[Segment],
                     assert record.skip_to is not None  # _planned_records: a dead record
                     mark_dead(store, name, record.number, record.skip_to, record.hollow)
                 else:
-                    write_segment(store, name, Segment(record.number, record.ledger_id))
+                    write_segment(store, name, Segment(record.number, record.ledger_id,
+                                                       record.max_before))
 
 
 def _planned_records(segments: Iterable[Segment], start: int | None, end: int | None,
@@ -622,7 +665,7 @@ def _planned_records(segments: Iterable[Segment], start: int | None, end: int | 
     for segment in segments:
         if expected is not None and segment.number > expected:
             yield SegmentRecord(expected, None, segment.number, hollow)
-        yield SegmentRecord(segment.number, segment.ledger_id)
+        yield SegmentRecord(segment.number, segment.ledger_id, max_before=segment.max_before)
         expected = segment.number + 1
     if expected is not None and end is not None and end > expected:
         yield SegmentRecord(expected, None, end, hollow)
@@ -736,7 +779,7 @@ def find_segment(store: MetadataStore, metadata: LogMetadata, number: int) -> Se
                 assert record.skip_to is not None  # from_bytes: a dead record names it
                 number, reached = record.skip_to, True
             elif number >= target:
-                return Segment(number, record.ledger_id)
+                return Segment(number, record.ledger_id, record.max_before)
             else:
                 number, reached = number + 1, True
         number = max(number, target)
