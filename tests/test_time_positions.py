@@ -186,6 +186,22 @@ def test_a_writer_that_died_between_its_roll_cas_and_its_record(client, writers,
     check_every_target(bk2, second)
 
 
+def test_after_a_truncation_inside_a_segment(client, writers):
+    """Records before truncated_before are never answered, also where the maxima still
+    count them (a truncated record newer than the target)."""
+    bk = client()
+    w = writers(bk)
+    append_all(w, [T0 + 5000, T0 + 100, T0 + 200, T0 + 300, T0 + 4000, T0 + 400, T0 + 500,
+                   T0 + 600, T0 + 700, T0 + 800])
+    positions = [p for p, _ in LogReader(bk, LOG, writer=w).read()]
+    cut = next(p for p in positions if p.segment == positions[-1].segment)  # a segment's first
+    w.truncate(positions[positions.index(cut) - 1])  # inside the segment before it
+    head = read_log(bk.metadata, LOG).metadata
+    assert head.truncated_before.entry > 0
+    assert position_at(bk, LOG, T0, writer=w) == head.truncated_before
+    check_every_target(bk, w)
+
+
 # -- commits, version 1, older pybk ---------------------------------------------------------
 
 

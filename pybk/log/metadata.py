@@ -1,11 +1,11 @@
 """A log's metadata: its segments (ledgers, in order), kept under compare-and-set in
 records whose size does not depend on how many segments the log has.
 
-Format version 3.  Log ``name`` has a head record and one record per segment number, all
+Format version 4.  Log ``name`` has a head record and one record per segment number, all
 sealed records (:mod:`pybk.meta.sealed`)::
 
-    /logs/<name>                                   the head (magic b"PBKG", version 3)
-    /logs/<name>/segments/<number, 20 digits>      segment records (magic b"PBKS", version 1)
+    /logs/<name>                                   the head (magic b"PBKG", version 4)
+    /logs/<name>/segments/<number, 20 digits>      segment records (magic b"PBKS", version 2)
     /logs/<name>/consumers/<consumer id>           consumers' positions (:mod:`pybk.log.consumers`)
     /logs/<name>/jobs/<job id>[/<ledger id>]       jobs that write ledgers to commit to the
                                                    log (:mod:`pybk.log.jobs`)
@@ -15,7 +15,8 @@ The head's body::
     "name"              the log's name
     "next_segment"      the number the next segment gets (numbers are never reused)
     "truncated_before"  [segment, entry, slot]: records before it are gone
-    "tail"              [[segment number, ledger id], ...]: the newest segments, numbers
+    "tail"              [[segment number, ledger id, max_before], ...]: the newest segments
+                        (max_before: "Maxima before" below; null: unknown), numbers
                         increasing, at most TAIL_SEGMENTS (4) of them, except for a moment
                         after a commit (below): then up to TAIL_SEGMENTS + COMMIT_LEDGERS_MAX
     "oldest_segment"    every segment record numbered below it is deleted (truncation's
@@ -41,6 +42,9 @@ A segment record's body::
                  segment is numbered from this one up to it: a reader goes on there
     "hollow"     false for a segment; for a dead number, true if no number after it, up
                  to skip_to, has a record either (a deleting walk skips them)
+    "max_before" for a segment, its max_before ("Maxima before"), the value the head
+                 CAS that added the segment gave it; null for a dead number, and for a
+                 segment whose max_before is unknown
 
 The head stays a few hundred bytes however many segments the log has; segment records
 are about 90 bytes and are never listed (a ZooKeeper node with a million children cannot
@@ -164,8 +168,37 @@ writer or a commit took the log over: LogFenced.  (A committed job's record name
 ledgers its commit appends, written before the CAS, so whoever settles it knows which
 of its ledgers to keep: :mod:`pybk.log.jobs`.)
 
+**Maxima before** (for searches by time, :mod:`pybk.log.timeindex`).  A segment's
+``max_before`` is an int: at least the largest timestamp of the records of every segment
+numbered below it, from the first segment of the log that has a max_before on
+(NO_TIMESTAMP, -1: no such record has a timestamp); null (None) if unknown.  It is fixed
+by the head CAS that adds the segment, so its record, written after that CAS (by that
+writer, or by whoever finds it missing, from the head: :func:`ensure_records`), says the
+same, and "created once, never replaced" holds for it as for the ledger id.  Each one is
+made from the segment before it (:func:`next_max_before`: that segment's max_before and
+an upper bound of that segment's largest timestamp): a writer that rolls takes the
+largest timestamp it sent to its segment (no batch goes to a segment once its roll
+started); an opener or a committer (both take the log over first) takes the header max
+of the last entry of the last tail segment that survives the takeover (closed by then;
+a running maximum of its ledger: :mod:`pybk.log.batch`), and a commit chains its
+ledgers the same way, reading each one's last entry before its CAS (with ``overwrite``
+its first segment's is NO_TIMESTAMP: nothing before it stays).  So max_before never
+decreases with the segment number among live segments, whatever a dropped segment
+(empty), a lost CAS (its number is never a segment) or truncation does (a truncation
+leaves the values, which stay upper bounds).  A writer fenced meanwhile cannot break
+this: its late record carries the value of its own CAS, the one that gave the number.
+Unknown values are the oldest segments only: a segment added by a pybk before format 4
+has none, and a takeover whose last tail segment has none gives its new segment
+NO_TIMESTAMP (the index starts there, covering the segments from it on), so every
+segment after a known one has a known one too.  A pybk before format 4 refuses the head
+and the records (their format versions), so it cannot add a segment without one.
+
+**Format 3** (tail segments without max_before) and segment records of **format 1**
+(without ``max_before``) are read with max_before None; the next takeover's CAS writes
+format 4.
+
 **Format 2** (no ``epoch``, ``sinks``, ``committing``, ``aborted``) is read as a head
-whose new fields are empty; the next CAS writes format 3.
+whose new fields are empty; the next CAS writes format 4.
 
 **Format 1** (one record holding the whole list: ``segments`` instead of ``tail`` and
 ``oldest_segment``, and ``deleting``, a list of ledger ids, instead of ``dropping``) is
@@ -174,7 +207,7 @@ log written by an earlier pybk reads as before.  The first writer that opens it 
 it with the steps of any opening: it writes every segment's record and a hollow dead
 record at the start of every gap (format 1 wrote none), in number order and in atomic
 batches (:meth:`~pybk.meta.interface.MetadataStore.create_many`: one commit per
-thousands of records), and its CAS writes format 2 with the newest TAIL_SEGMENTS.  A
+thousands of records), and its CAS writes format 4 with the newest TAIL_SEGMENTS.  A
 crash in the middle leaves the format-1 record and a prefix of the batches, and the
 next opener writes the records still missing.  Format 1 had to fit its list in one
 record (MAX_DATA_BYTES, about 34,400 segments); such a log opens this way too.

@@ -73,7 +73,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from pybk.errors import NoNode, NoSuchLedger, NoSuchLog
+from pybk.errors import NoNode, NoSuchEntry, NoSuchLedger, NoSuchLog
 from pybk.log.batch import batch_time_range, decode_fields
 from pybk.log.metadata import (
     NO_TIMESTAMP,
@@ -162,9 +162,15 @@ class _Search:
         """The first record at or after the target in ``segment``, from the first
         position a reader may read; None if it holds none (``self.end`` then moves past
         it).  ``bisect``: its headers are running maxima."""
-        handle = self._open(segment)
-        if handle is None:
+        try:
+            return self._in_ledger(segment, bisect)
+        except (NoSuchLedger, NoSuchEntry):
+            if self._listed(segment):
+                raise
             return None  # truncated away since the head was read: what is left is later
+
+    def _in_ledger(self, segment: Segment, bisect: bool) -> Position | None:
+        handle = self._open(segment)
         last = self._last_readable(handle)
         truncated = self._head.truncated_before
         start = truncated if truncated.segment == segment.number else \
@@ -191,20 +197,17 @@ class _Search:
                     return Position(segment.number, entry.entry_id, slot)
         return None
 
-    def _open(self, segment: Segment) -> "LedgerHandle | None":
-        """The segment's ledger; None if truncation deleted it since the head was read
-        (what is left of the log is after it)."""
+    def _open(self, segment: Segment) -> "LedgerHandle":
         own = self._writer.ledger_for(segment.ledger_id) if self._writer is not None \
             else None
         if own is not None:
             return own
-        try:
-            return self._bk.open_ledger(segment.ledger_id, self._password, recovery=False)
-        except NoSuchLedger:
-            now = read_log(self._bk.metadata, self._head.name).metadata
-            if find_segment(self._bk.metadata, now, segment.number) == segment:
-                raise
-            return None
+        return self._bk.open_ledger(segment.ledger_id, self._password, recovery=False)
+
+    def _listed(self, segment: Segment) -> bool:
+        """Whether ``segment`` is still in the log, as its head says now."""
+        now = read_log(self._bk.metadata, self._head.name).metadata
+        return find_segment(self._bk.metadata, now, segment.number) == segment
 
     def _last_readable(self, handle: "LedgerHandle") -> int:
         if handle.metadata.state is LedgerState.CLOSED:
