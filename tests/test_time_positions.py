@@ -16,6 +16,7 @@ import zkutil
 from recordutil import write_version_1
 
 import pybk
+import pybk.aio
 from pybk.client import BookKeeper
 from pybk.client.ledger import LedgerHandle
 from pybk.client.transport import InProcessBookieClient
@@ -332,6 +333,18 @@ def test_the_wal_and_its_faces(tmp_path):
         assert readonly.position_at(T0 + 35) == positions[2]
     with pytest.raises(TypeError):
         position_at(None, LOG, "yesterday")
+
+
+@pytest.mark.asyncio
+async def test_the_asyncio_faces(tmp_path):
+    path = tmp_path / "wal"
+    async with await pybk.aio.open(path) as wal:
+        positions = [await wal.append(b"%d" % i, timestamp=T0 + stamp)
+                     for i, stamp in enumerate((30, 10, 40))]
+        assert await wal.position_at(T0 + 11) == positions[0]
+        assert await wal.position_at(T0 + 31) == positions[2]
+    async with await pybk.aio.open_readonly(path) as readonly:
+        assert await readonly.position_at(T0 + 31) == positions[2]
 
 
 def test_no_log_no_position(client):
