@@ -60,8 +60,14 @@ while a background thread creates the next ledger, appends it to the head
 (compare-and-set), writes its segment record and switches to it, then sends them there;
 it closes the previous ledger once its batches completed.  So a segment ends at most one
 batch past ``segmentMaxBytes``, however fast appends come and however long the roll
-takes.  A roll costs the same whatever the number of segments: one head of a few hundred
-bytes and one segment record are written.
+takes.  The new segment's max_before (:mod:`pybk.log.metadata`, "Maxima before") is the
+old one's raised to the largest timestamp sent to the old segment, final once the roll
+starts since no batch goes to a segment due to roll; an opening writer makes its
+segment's from the last segment it recovered (:func:`~pybk.log.timeindex.max_before_next`).
+Each batch's max timestamp is raised to the segment's running maximum, under the lock
+that orders the sends, so a ledger's header maxima never decrease (:mod:`pybk.log.batch`).
+A roll costs the same whatever the number of segments: one head of a few hundred bytes
+and one segment record are written.
 
 Deferred sync (``deferredSync``): an append returns once its record is written on Qa
 bookies (it survives this process and the bookies' processes dying, not a power cut);
@@ -273,6 +279,7 @@ class LogWriter:
         for _ in range(OPEN_ATTEMPTS_MAX):
             metadata, version = read_log(store, name, create=True)
             taken = take_over(bk, metadata, password)
+            max_before = max_before_next(bk, taken, password)  # before a ledger to leak
             try:
                 ledger = _create_segment_ledger(bk, name, settings, password)
             except NotEnoughBookies as e:
@@ -282,7 +289,7 @@ class LogWriter:
                     f"{settings.ackQuorumSize}): start more bookies, or ask for fewer in "
                     "LogSettings (ensembleSize=writeQuorumSize=ackQuorumSize=1 for a single "
                     "copy)") from None
-            opened = taken.with_new_segment(ledger.id, max_before_next(bk, taken, password))
+            opened = taken.with_new_segment(ledger.id, max_before)
             try:
                 version = update_log(store, opened, version)
             except (BadVersion, MetadataUnavailable) as e:
