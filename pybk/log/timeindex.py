@@ -71,7 +71,7 @@ answer may be a later record at or after the target than the first.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 from pybk.errors import NoNode, NoSuchEntry, NoSuchLedger, NoSuchLog
 from pybk.log.batch import batch_time_range, decode_fields
@@ -89,11 +89,17 @@ from pybk.meta.ledger_metadata import LedgerState
 if TYPE_CHECKING:
     from pybk.client import BookKeeper
     from pybk.client.ledger import LedgerEntry, LedgerHandle
-    from pybk.log.writer import LogWriter
+
+
+class Writer(Protocol):
+    """What a search asks the log's writer in its own process (a
+    :class:`~pybk.log.writer.LogWriter`, which imports this module)."""
+
+    def ledger_for(self, ledger_id: int) -> "LedgerHandle | None": ...
 
 
 def position_at(bk: "BookKeeper", name: str, timestamp: int, password: bytes = b"",
-                writer: "LogWriter | None" = None) -> Position:
+                writer: "Writer | None" = None) -> Position:
     """The position of the first record of log ``name`` whose timestamp is at least
     ``timestamp`` (milliseconds since the epoch), or the log's end if none is (see the
     module docstring); ``writer``: the log's writer, in its own process (its open
@@ -128,7 +134,7 @@ class _Search:
     """One search by time over the log as of ``head`` (see the module docstring)."""
 
     def __init__(self, bk: "BookKeeper", head: LogMetadata, target: int, password: bytes,
-                 writer: "LogWriter | None") -> None:
+                 writer: "Writer | None") -> None:
         self._bk, self._head, self._target = bk, head, target
         self._password, self._writer = password, writer
         #: Where the next record will be, as far as the segments searched tell: after
