@@ -29,6 +29,8 @@ from pybk.log.metadata import (
     NO_TIMESTAMP,
     SEGMENT_MAGIC,
     TAIL_SEGMENTS,
+    LogMetadata,
+    Segment,
     live_segments,
     log_path,
     read_log,
@@ -345,6 +347,17 @@ async def test_the_asyncio_faces(tmp_path):
         assert await wal.position_at(T0 + 31) == positions[2]
     async with await pybk.aio.open_readonly(path) as readonly:
         assert await readonly.position_at(T0 + 31) == positions[2]
+
+
+def test_a_head_whose_max_before_values_decrease_is_refused():
+    """Checked where a head is made, so no CAS can write one and no read accepts one."""
+    good = LogMetadata(LOG, tail=(Segment(0, 7), Segment(1, 8, NO_TIMESTAMP),
+                                  Segment(2, 9, T0)), next_segment=3)
+    assert LogMetadata.from_bytes(good.to_bytes()) == good
+    for tail in ((Segment(0, 7, T0), Segment(1, 8, T0 - 1)),
+                 (Segment(0, 7, T0), Segment(1, 8))):
+        with pytest.raises(ValueError, match="never decrease"):
+            LogMetadata(LOG, tail=tail, next_segment=2)
 
 
 def test_no_log_no_position(client):

@@ -191,7 +191,9 @@ Unknown values are the oldest segments only: a segment added by a pybk before fo
 has none, and a takeover whose last tail segment has none gives its new segment
 NO_TIMESTAMP (the index starts there, covering the segments from it on), so every
 segment after a known one has a known one too.  A pybk before format 4 refuses the head
-and the records (their format versions), so it cannot add a segment without one.
+and the records (their format versions), so it cannot add a segment without one.  A head
+whose tail breaks either rule is refused where it is made (:class:`LogMetadata`), so no
+CAS writes one and no read accepts one.
 
 **Format 3** (tail segments without max_before) and segment records of **format 1**
 (without ``max_before``) are read with max_before None; the next takeover's CAS writes
@@ -304,6 +306,11 @@ class LogMetadata:
         if numbers != sorted(set(numbers)) or any(n >= self.next_segment for n in numbers):
             raise ValueError(f"log {self.name}: segment numbers {numbers} must increase and "
                              f"stay under next_segment={self.next_segment}")
+        befores = [s.max_before for s in self.tail]
+        known = [b for b in befores if b is not None]
+        if known != sorted(known) or befores[len(befores) - len(known):] != known:
+            raise ValueError(f"log {self.name}: the tail's max_before values {befores} must "
+                             "never decrease, unknown ones (None) first")
         if numbers and numbers[0] < self.truncated_before.segment:
             raise ValueError(f"log {self.name}: segment {numbers[0]} is before "
                              f"truncated_before={self.truncated_before}")
