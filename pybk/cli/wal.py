@@ -3,9 +3,11 @@
 ``pybk demote DIR``
     Turn a promoted WAL directory whose cluster is gone back into an embedded WAL
     (:func:`pybk.log.wal.demote`), and say what was kept.
-``pybk tail DIR [--from POS] [--follow] [--poll-ms N] [--hex]``
+``pybk tail DIR [--from POS | --from-time MS] [--follow] [--poll-ms N] [--hex]``
     A WAL's records, read from another process while its application runs
-    (:func:`pybk.open_readonly`), or with no application running.  One line per record,
+    (:func:`pybk.open_readonly`), or with no application running, from the first record
+    or ``--from`` a position, or from the first record whose timestamp is at least
+    ``--from-time`` (milliseconds since the epoch: :mod:`pybk.log.timeindex`).  One line per record,
     in position order: its position (``segment:entry:slot``), a tab, and its payload: as
     text if it is UTF-8 without control characters (tabs aside), else (and always with
     ``--hex``) as ``0x`` and hex digits.  Without ``--follow`` it prints the records
@@ -58,16 +60,22 @@ def add_commands(commands: Any) -> None:
                     "that has it open (pybk.open_readonly).  With --follow, go on printing "
                     "new ones until interrupted.")
     tail.add_argument("dir", metavar="DIR", help="the WAL directory")
-    tail.add_argument("--from", dest="start", metavar="POS",
-                      help="start at this position (segment:entry:slot; default: the first "
-                           "record)")
+    start = tail.add_mutually_exclusive_group()
+    start.add_argument("--from", dest="start", metavar="POS",
+                       help="start at this position (segment:entry:slot; default: the first "
+                            "record)")
+    start.add_argument("--from-time", type=int, metavar="MS",
+                       help="start at the first record whose timestamp is at least MS "
+                            "(milliseconds since the epoch; records' timestamps need not "
+                            "be ordered)")
     tail.add_argument("--follow", "-f", action="store_true",
                       help="keep printing records as they are appended")
     tail.add_argument("--poll-ms", type=options.positive(float), default=10.0, metavar="N",
                       help="with --follow: look for new records at most N ms apart "
                            "(default 10)")
     tail.add_argument("--hex", action="store_true", help="show every payload in hex")
-    tail.set_defaults(run=lambda a: run(a.dir, a.start, a.follow, a.poll_ms, a.hex))
+    tail.set_defaults(run=lambda a: run(a.dir, a.start, a.follow, a.poll_ms, a.hex,
+                                        from_time=a.from_time))
 
     consumers = commands.add_parser(
         "consumers", help="list or remove a log's consumers (they hold back truncation)",
@@ -120,14 +128,14 @@ def show(data: bytes, as_hex: bool = False) -> str:
 
 
 def run(directory: str, start: str | None, follow: bool, poll_ms: float, as_hex: bool,
-        out: TextIO = sys.stdout) -> int:
+        out: TextIO = sys.stdout, from_time: int | None = None) -> int:
     """``pybk tail``: print the records; the exit status (see the module docstring)."""
     from pybk.log.readonly import open_readonly
 
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         with open_readonly(directory) as wal:
-            reader = wal.reader(start)
+            reader = wal.reader(start if from_time is None else wal.position_at(from_time))
             records = reader.tail(math.inf, poll_ms / 1000.0) if follow else reader.read()
             for position, data in records:
                 out.write(f"{position}\t{show(data, as_hex)}\n")
