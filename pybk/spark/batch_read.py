@@ -1,12 +1,17 @@
-"""Batch reads of a pybk log: ``spark.read.format("pybk")...load()``.
+"""Batch reads of pybk logs: ``spark.read.format("pybk")...load()``.
 
-Planning (:meth:`BatchReader.partitions`, on the driver) connects once and asks
-:func:`pybk.log.ranges.plan` for the ranges from ``startingPosition`` (inclusive, default
-``earliest``) to ``endingPosition`` (exclusive, default ``latest``): closed segments
-whole, the first open segment up to its last add confirmed (no fencing, no recovery: a
-live writer goes on undisturbed), nothing after it.  Each range is one partition; with
-``minPartitions`` the largest are halved by entries until there are that many.  What a
-job reads is fixed when it is planned: records appended later are not in it.
+Planning (:meth:`BatchReader.partitions`, on the driver) connects once, finds the logs
+to read (:func:`find_logs`: those the option ``log`` lists, or with ``logPattern`` those
+whose names match, listed then) and asks :func:`pybk.log.ranges.plan`, for each, for the
+ranges from its ``startingPosition`` (inclusive, default ``earliest``) to its
+``endingPosition`` (exclusive, default ``latest``; both given by log in a JSON object
+when the read has several): closed segments whole, the first open segment up to its
+last add confirmed (no fencing, no recovery: a live writer goes on undisturbed), nothing
+after it.  Each range is one partition; with ``minPartitions`` the largest (of all the
+logs) are halved by entries until there are that many.  Partitions come log by log (in
+the list's order, or by name for a pattern), each log's in position order.  What a job
+reads is fixed when it is planned: records appended later, and logs created later, are
+not in it.  A pattern that matches no log reads no rows.
 
 Each task (:meth:`BatchReader.read`) connects on its executor
 (:func:`pybk.spark.connect.connect`), reads its range with read-ahead and closes its
@@ -16,9 +21,10 @@ one tuple per record.  Within a partition rows are in position order; a DataFram
 order across partitions is Spark's to keep or not (``orderBy("position")`` is not a
 text order: order by ``segment``, ``entry``, ``slot``).
 
-A missing log, a start in a segment the log has not reached, or a cluster that cannot be
-reached fails the job on the driver, while it is planned, before any task runs.  A range
-truncated away between planning and reading fails its task with RecordsTruncated.
+A missing log (one the option ``log`` lists), a start in a segment the log has not
+reached, or a cluster that cannot be reached fails the job on the driver, while it is
+planned, before any task runs.  A range truncated away between planning and reading
+fails its task with RecordsTruncated.
 
 Filter pushdown (Spark calls :meth:`FilteringBatchReader.pushFilters` only with
 ``spark.sql.python.filterPushdown.enabled=true``): comparisons of ``segment`` and

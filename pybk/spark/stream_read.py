@@ -1,12 +1,30 @@
-"""Streaming reads of a pybk log: ``spark.readStream.format("pybk")...load()``.
+"""Streaming reads of pybk logs: ``spark.readStream.format("pybk")...load()``.
 
-**Offsets** are log positions as JSON, ``{"position": "segment:entry:slot"}``: the
-position of the next record to read (a micro-batch reads from its start offset,
-inclusive, to its end offset, exclusive).  A new query starts at ``startingPosition``
-(default ``latest``: only records appended from now on; ``earliest``: everything the log
-holds); a restarted query goes on from its checkpoint, and since a micro-batch's records
-are fixed by its two positions (:func:`pybk.log.ranges.plan`), a batch Spark replays
-after a restart reads the same records: none lost, none repeated.
+**Offsets** are log positions by log name as JSON, ``{"a": "segment:entry:slot", "b":
+...}`` (as Spark's Kafka source keeps offsets by topic): for each log, the position of
+the next record to read (a micro-batch reads from its start offset, inclusive, to its
+end offset, exclusive).  A checkpoint written before offsets were kept by log holds
+``{"position": "segment:entry:slot"}``: that is the position of the one log the option
+``log`` names (:func:`from_offset`), and the query goes on from it (its next offsets are
+of the new form, which an earlier pybk cannot read).  A new query starts each log at its
+``startingPosition`` (default ``latest``: only records appended from now on;
+``earliest``: everything the log holds); a restarted query goes on from its checkpoint,
+and since a micro-batch's records are fixed by its two offsets
+(:func:`pybk.log.ranges.plan`), a batch Spark replays after a restart reads the same
+records: none lost, none repeated.
+
+**Logs**: those the option ``log`` lists (each must exist when a new query starts), or
+with ``logPattern`` those whose names match (none at all is fine: the query waits for
+them).  The logs are listed again each time a micro-batch's end is chosen
+(:meth:`StreamReader.latestOffset`): a log that is not in the start offset (created
+since, or added to the list before a restart) joins the end offset at its start, its
+earliest record (Kafka's ``subscribePattern`` with ``earliest`` does the same), and is
+read from the next micro-batch on; so the records of each micro-batch stay fixed by
+its two offsets.  A log deleted while the query runs (or between runs) leaves the next
+end offset: the query reads it no more and logs a warning.  Its records the query had
+not read are not reported as lost (deleting a log is no truncation under a reader); a
+micro-batch already planned over it skips it.  A log of the same name created later is
+a new log, read from its start.
 
 **What a micro-batch reads**: up to what is readable when its end is chosen: closed
 segments whole, the first open segment up to its last add confirmed as the bookies
@@ -18,17 +36,21 @@ behind.  Nothing is fenced or recovered.  One partition per segment read.
 ``maxBytesPerTrigger`` (:class:`ReadMaxBytes`, bytes of values) bound a micro-batch;
 with both, the default limit Spark is given is the record count and the byte bound
 applies too, whichever is reached first.  A micro-batch always takes at least one record
-when one is there.  When Spark passes :class:`ReadAllAvailable` (``Trigger.Once``, or
-its own reasons) the options are ignored.  *Cost*: a position ``n`` records ahead cannot
-be known without the entries' batch headers, and bookies serve whole entries: with a
-limit, the offsets process reads the micro-batch's entries (read-ahead, stopping at the
-limit) to count them, so those bytes cross the network twice, once for counting and
-once in the tasks.  Without a limit nothing is read to plan a micro-batch (metadata and
-a LAC request only).
+when one is there.  With several logs the bounds are shared out among the logs that
+have records: each in turn (by name) takes at most what is left divided by the logs
+still to come, and at least one record, so that no log waits on another (a bound of
+fewer records than logs with records gives each one record).  When Spark passes
+:class:`ReadAllAvailable` (``Trigger.Once``, or its own reasons) the options are
+ignored.  *Cost*: a position ``n`` records ahead cannot be known without the entries'
+batch headers, and bookies serve whole entries: with a limit, the offsets process reads
+the micro-batch's entries (read-ahead, stopping at the limit) to count them, so those
+bytes cross the network twice, once for counting and once in the tasks.  Without a
+limit nothing is read to plan a micro-batch (metadata, a LAC request a log, and with
+``logPattern`` a listing of the logs).
 
 ``Trigger.AvailableNow`` reads up to the end of what was readable when the query
-started (:meth:`StreamReader.prepareForTriggerAvailableNow`), in micro-batches bounded
-as above, then stops.
+started (:meth:`StreamReader.prepareForTriggerAvailableNow`: the logs there were then,
+each up to its end then), in micro-batches bounded as above, then stops.
 
 **Data loss**: if truncation removed records the query has not read yet (its start
 offset is before the log's ``truncated_before``, or a task's range is gone when read),
@@ -39,9 +61,11 @@ records before it was truncated: it reports a possible loss.  A ``consumerId`` h
 back truncation, so a truncation point past the query's position then means that only
 numbers of dropped empty segments were skipped: no loss is reported.)
 
-**Consumers**: with ``consumerId``, a new query registers that consumer at its start,
-and every :meth:`StreamReader.commit` stores the committed end as its position
-(:mod:`pybk.log.consumers`): truncation stops there until the query has read past it.
+**Consumers**: with ``consumerId``, a new query registers that consumer at its start
+in each log it reads (a log that joins later: when the first offset that holds it is
+committed), and every :meth:`StreamReader.commit` stores each log's committed end as
+the consumer's position in it (:mod:`pybk.log.consumers`): truncation stops there
+until the query has read past it.
 Spark commits a micro-batch's end to the source when it plans the next micro-batch
 that has data, so the records of the last one stay held until the query moves on.
 ``pybk consumers remove`` unregisters a query that is gone for good.
