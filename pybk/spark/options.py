@@ -155,10 +155,10 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            "`save(path)`); a batch read reads it beside its running application, other "
            "uses need the application stopped"),
     Option("log", _text, None, _ALL,
-           "the log's name (with metadataServiceUri, this or `logPattern` is required; "
-           "`wal` for a WAL directory); reads take several, separated by commas (`a,b,c`; "
-           "spaces around names are dropped; read a name that holds a comma by "
-           "`logPattern`)"),
+           "the log's name (required with metadataServiceUri, unless a read gives "
+           "`logPattern`; `wal` for a WAL directory); reads take several, separated by "
+           "commas (`a,b,c`; spaces around names are dropped; read a name that holds a "
+           "comma by `logPattern`)"),
     Option("logPattern", _pattern, None, _READS,
            "instead of `log`: a regular expression over log names (Python's "
            "`re.fullmatch`: the whole name must match); reads every log that matches. A "
@@ -183,15 +183,17 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
     Option("minPartitions", _number(int), None, frozenset({READ}),
            "at least this many partitions: big segments are split into entry ranges"),
     Option("maxRecordsPerTrigger", _number(int), None, frozenset({STREAM_READ}),
-           "at most this many records per micro-batch"),
+           "at most this many records per micro-batch (with several logs, shared out "
+           "among those with records, each taking at least one)"),
     Option("maxBytesPerTrigger", _number(int), None, frozenset({STREAM_READ}),
-           "at most about this many bytes of values per micro-batch"),
+           "at most about this many bytes of values per micro-batch (shared out as "
+           "`maxRecordsPerTrigger` is)"),
     Option("failOnDataLoss", _boolean, True, frozenset({STREAM_READ}),
            "fail the query when records it has not read were truncated away (false: "
            "skip ahead to the log's start with a warning)"),
     Option("consumerId", _text, None, frozenset({STREAM_READ}),
-           "a name under which the query's committed position is kept in the log; "
-           "truncation never passes it"),
+           "a name under which the query's committed position is kept in the log (in "
+           "each log it reads); truncation never passes it"),
     Option("sinkId", _text, None, frozenset({STREAM_WRITE}),
            "required: the name under which the query's last committed batch id is kept "
            "in the log, so that a replayed micro-batch commits nothing twice"),
