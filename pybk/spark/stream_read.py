@@ -24,7 +24,10 @@ its two offsets.  A log deleted while the query runs (or between runs) leaves th
 end offset: the query reads it no more and logs a warning.  Its records the query had
 not read are not reported as lost (deleting a log is no truncation under a reader); a
 micro-batch already planned over it skips it.  A log of the same name created later is
-a new log, read from its start.
+a new log, read from its start, once an end offset went without it; deleted and
+created again between two micro-batches it is not told apart from the old one (offsets
+hold names, not identities, as Kafka's did before topic ids): the query goes on at its
+position, or fails if the new log has no such position yet.
 
 **What a micro-batch reads**: up to what is readable when its end is chosen: closed
 segments whole, the first open segment up to its last add confirmed as the bookies
