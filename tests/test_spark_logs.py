@@ -20,7 +20,7 @@ import pytest
 from test_spark_read import _fails_before_any_task
 from test_spark_stream import SETTINGS, WAIT_S, FileSink, _batch_sizes, _running, _wait
 
-from pybk.log import LogWriter, Position
+from pybk.log import LogWriter, Position, consumers
 from pybk.log.metadata import delete_log
 from pybk.spark.options import STREAM_READ, parse
 from pybk.spark.stream_read import StreamReader
@@ -88,22 +88,31 @@ def test_bad_log_options_fail_on_the_driver_before_any_task(spark, address, bk):
             match)
 
 
-def test_a_micro_batch_bound_is_shared_out_among_the_logs_with_records(address, bk):
+def test_a_micro_batch_bound_is_shared_out_among_the_logs_and_each_log_has_a_consumer(
+        address, bk):
     """The planning methods called as Spark's offsets process calls them: of 60 records,
-    each log in turn takes what is left divided by the logs still to come."""
+    each log in turn takes what is left divided by the logs still to come; the consumer
+    is registered in each log, a log that joins too."""
     a, b, c = (_append(bk, log, n) for log, n in (("share-a", 100), ("share-b", 5),
                                                    ("share-c", 100)))
     _append(bk, "share-d", 0)  # no records: no share
     reader = StreamReader(parse({"metadataServiceUri": address, "logPattern": "share-.*",
-                                 "startingPosition": "earliest",
+                                 "startingPosition": "earliest", "consumerId": "etl",
                                  "maxRecordsPerTrigger": "60"}, STREAM_READ))
     start = reader.initialOffset()
-    assert sorted(start) == ["share-a", "share-b", "share-c", "share-d"]
+    assert start == dict.fromkeys(["share-a", "share-b", "share-c", "share-d"], "0:0:0")
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
     assert end["share-a"] == str(a[20][0])  # 60 / 3
     assert Position.parse(end["share-b"]) > b[-1][0]  # all 5 (of 40 / 2)
     assert end["share-c"] == str(c[35][0])  # the 35 left
     assert end["share-d"] == "1:0:0"  # past its empty segment
+    reader.commit(end)
+    _append(bk, "share-e", 3)
+    later = reader.latestOffset(end, reader.getDefaultReadLimit())
+    assert later["share-e"] == "0:0:0"  # joins at its start: read from the next batch
+    reader.commit(later)
+    assert {log: str(consumers.get(bk.metadata, log, "etl").position) for log in later} \
+        == later
 
 
 def _values(out: str) -> list[bytes]:
