@@ -364,6 +364,11 @@ def parse(options: Mapping[str, Any], use: str) -> PybkOptions:
     return parsed
 
 
+def _describe_use(use: str) -> str:
+    return {READ: "batch reads", STREAM_READ: "streaming reads", WRITE: "batch writes",
+            STREAM_WRITE: "streaming writes"}[use]
+
+
 def _log_names(text: str) -> tuple[str, ...]:
     """The names of a read's option ``log``: split at commas, spaces around them
     dropped; an empty or repeated name raises InvalidConfiguration."""
@@ -397,11 +402,6 @@ def _check_positions(opts: PybkOptions) -> None:
                 f"option {name}={value}: a position is one log's, and this read reads the "
                 f"{opts.describe()}: give positions by log, "
                 f'{{"<log>": "{value}", ...}}')
-
-
-def _describe_use(use: str) -> str:
-    return {READ: "batch reads", STREAM_READ: "streaming reads", WRITE: "batch writes",
-            STREAM_WRITE: "streaming writes"}[use]
 
 
 def with_values(opts: PybkOptions, **values: Any) -> PybkOptions:
