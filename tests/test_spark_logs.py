@@ -1,9 +1,11 @@
 """Spark reads of several pybk logs in one query (options ``log`` with a list and
 ``logPattern``): a batch read of three logs, by list and by pattern, with positions by
-log; a streaming query over a pattern that picks up a log created while it runs, goes
-on past a deleted one and resumes from its checkpoint with every record exactly once; a
-checkpoint of a single-log query whose offsets are of the form written before offsets
-were kept by log; and bad options refused on the driver.
+log; a micro-batch's bound shared out among the logs, and the query's consumer in each
+log (the planning methods called directly); a streaming query over a pattern that picks
+up a log created while it runs, goes on past one deleted while it runs and resumes from
+its checkpoint with every record exactly once; a checkpoint of a single-log query whose
+offsets are of the form written before offsets were kept by log; and bad options
+refused on the driver.
 
 Real Spark in local mode (the worker's shared session), a real ZooKeeper and three
 ``pybk bookie`` processes; the logs are written by LogWriters of this process.  (The
