@@ -225,7 +225,9 @@ def test_a_consumer_holds_back_truncation_until_the_query_read_past_it(
                   lambda: consumers.get(bk.metadata, "held", "etl").position > written[150][0],
                   query)
         committed = consumers.get(bk.metadata, "held", "etl").position
-        assert committed <= written[len(FileSink.records(out))][0]
+        # Not past the first record the sink lacks (a loaded machine may have read all).
+        assert all(committed <= position for position, _ in
+                   written[len(FileSink.records(out)):])
         writer.truncate(written[-1][0])
         assert read_log(bk.metadata, "held").metadata.truncated_before == committed
         with _running(start()) as query:  # nothing it has not read is gone
