@@ -27,6 +27,10 @@ from typing import Iterator
 import pytest
 import zkutil
 
+from pybk.cluster.node import BookieNode
+from pybk.settings import ServerSettings
+from pybk.storage import format_bookie
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
 START_TIMEOUT_S = 60.0
@@ -295,12 +299,19 @@ class Writer:
 
 @contextlib.contextmanager
 def serving_cluster(zookeeper, workdir: Path, count: int = 3) -> Iterator[str]:
-    """A freshly formatted cluster on ``zookeeper`` with ``count`` bookie processes under
-    ``workdir``, for a test module; yields its address and stops the bookies on exit."""
+    """A freshly formatted cluster on ``zookeeper`` with ``count`` bookies serving it from
+    this process (:class:`~pybk.cluster.node.BookieNode`, each with its directories under
+    ``workdir``), for tests about what a cluster does rather than about bookie processes
+    (those use :class:`BookieProcesses`, which they can kill): no interpreter to start
+    per bookie.  Yields its address; closes the bookies on exit."""
     address = zkutil.formatted_cluster(zookeeper)
-    group = BookieProcesses(workdir, address)
-    try:
-        group.start_serving(count)
+    with contextlib.ExitStack() as nodes:
+        for number in range(1, count + 1):
+            settings = ServerSettings(
+                metadataServiceUri=address, listenAddress="127.0.0.1:0",
+                zkTimeout=zkutil.SESSION_TIMEOUT_MS, journalPreAllocSizeMB=1,
+                journalDirectory=str(workdir / f"bookie{number}" / "journal"),
+                ledgerDirectories=(str(workdir / f"bookie{number}" / "ledgers"),))
+            format_bookie(settings)
+            nodes.enter_context(BookieNode(settings))
         yield address
-    finally:
-        group.close()

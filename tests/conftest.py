@@ -131,7 +131,7 @@ def no_threads_left_behind():
 
 #: Fixtures whose tests start processes of their own (bookies, crash children) and kill
 #: some: the ``processes`` marker.
-PROCESS_FIXTURES = {"bookies", "children", "bookie_pool", "address"}
+PROCESS_FIXTURES = {"bookies", "children", "bookie_pool"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -178,7 +178,7 @@ def _long_modules_first(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="module")
 def address(zookeeper, tmp_path_factory):
-    """A cluster of three ``pybk bookie`` processes for the module: its address."""
+    """A cluster of three bookies (in this process) for the module: its address."""
     with serving_cluster(zookeeper, tmp_path_factory.mktemp("bookies")) as found:
         yield found
 

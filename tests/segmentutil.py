@@ -134,7 +134,8 @@ def forge_segments(directory: str, name: str, count: int, bookie_id: str,
 def format_1_record(name: str, segments: list[Segment], next_segment: int) -> bytes:
     """Log ``name``'s record in format 1, as pybk wrote it before format 2: the whole
     list of segments in one record (nothing truncated, nothing being deleted)."""
-    return seal(MAGIC, 1, {"name": name, "segments": [list(s) for s in segments],
+    return seal(MAGIC, 1, {"name": name,
+                           "segments": [[s.number, s.ledger_id] for s in segments],
                            "next_segment": next_segment, "truncated_before": [0, 0, 0],
                            "deleting": []})
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
 import sys
+import types
 
 import pytest
 import sparkutil
@@ -100,13 +102,24 @@ def _run_spark_example(*args: str) -> str:
     return result.stdout
 
 
-@pytest.mark.spark
+def _example_module(name: str) -> types.ModuleType:
+    """``examples/<name>.py`` imported as a module (its ``__main__`` part not run)."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}",
+                                                  os.path.join(ROOT, "examples", f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.mark.timeout(400)
 def test_the_spark_etl_example_aggregates_its_own_log_and_stops_at_a_record_it_cannot_parse(
-        address):
+        address, spark):
     """On a cluster where the README's Spark snippet wrote its log ``events`` (three
-    records that are not JSON), the example reads only its own log; a record there that
-    it cannot parse fails it, naming the record, before it writes anything."""
+    records that are not JSON), the example, run as a user runs it, reads only its own
+    log; a record there that it cannot parse fails its job (run here on the worker's
+    SparkSession: the process was the first run's point), naming the record, before it
+    writes anything."""
     etl = os.path.join(ROOT, "examples", "spark_batch.py")
     with pybk.connect(address) as bk, pybk.LogWriter.open(bk, "events") as writer:
         for value in (b"first", b"second", b"third"):
@@ -115,26 +128,30 @@ def test_the_spark_etl_example_aggregates_its_own_log_and_stops_at_a_record_it_c
     assert "appended 10000 events" in out and "read 10000 events; wrote 5 counts" in out
     for user in ("ada", "brian", "carol", "dennis", "edsger"):
         assert f'{{"user":"{user}","count":2000}}' in out
+    example = _example_module("spark_batch")
     with pybk.connect(address) as bk:
-        with pybk.LogWriter.open(bk, "example-etl-events") as writer:
+        with pybk.LogWriter.open(bk, example.EVENTS) as writer:
             bad = writer.append(b"not an event")
-        counts = list(pybk.LogReader(bk, "example-etl-user-counts").read())
-        result = _spark_example(etl, address)
-        assert result.returncode == 1, result.stdout + result.stderr[-5000:]
-        assert ("the log 'example-etl-events' holds records that are not JSON events with a "
-                f"user, at {bad}: this example reads only what its append_events wrote; "
-                "nothing was written") in result.stderr, result.stderr[-5000:]
-        assert list(pybk.LogReader(bk, "example-etl-user-counts").read()) == counts
+        counts = list(pybk.LogReader(bk, example.COUNTS).read())
+        with pytest.raises(SystemExit) as stopped:
+            example.run_job(spark, address)
+        assert str(stopped.value) == (
+            "the log 'example-etl-events' holds records that are not JSON events with a "
+            f"user, at {bad}: this example reads only what its append_events wrote; "
+            "nothing was written")
+        assert list(pybk.LogReader(bk, example.COUNTS).read()) == counts
 
 
 @pytest.mark.spark
 @pytest.mark.timeout(300)
-def test_the_spark_streaming_example_copies_a_live_log_exactly_once_and_counts_by_event_time():
+def test_the_spark_streaming_example_copies_a_live_log_exactly_once_and_counts_by_event_time(
+        address):
     """Each run of the query is stopped while a micro-batch writes: Spark aborts that
     write, which it logs at ERROR, and the example quiets: a successful run prints no
-    ERROR."""
+    ERROR.  It runs on the module's cluster (the example's own throwaway cluster is
+    LocalCluster's, which tests/test_cluster.py runs)."""
     result = _spark_example(os.path.join(ROOT, "examples", "spark_streaming.py"),
-                            "--seconds", "4")
+                            "--seconds", "4", address)
     out = result.stdout
     assert result.returncode == 0, out + result.stderr[-5000:]
     for run in (1, 2):  # each run committed a micro-batch: the restart resumed one

@@ -38,7 +38,7 @@ from pybk.client import BookKeeper
 from pybk.client.digest import DigestManager
 from pybk.errors import Unauthorized
 from pybk.log.batch import BatchFields, Headers, decode_batch, decode_fields, encode_batch
-from pybk.log.metadata import Dropped, LogMetadata, Segment, SegmentRecord
+from pybk.log.metadata import NO_TIMESTAMP, Dropped, LogMetadata, Segment, SegmentRecord
 from pybk.log.position import Position
 from pybk.log.record import Record, batch_records
 from pybk.meta.cookies import Cookie
@@ -66,7 +66,8 @@ GOLDEN_FILES = frozenset({
     "storage/index.v1.txt",
     "storage/COOKIE", "meta/ledger-closed.bin", "meta/ledger-closed-v1.bin",
     "meta/bookie-cookie.bin", "log/head.bin", "log/batch-v2.bin", "log/batch-v2-fields.bin",
-    "log/segment-3.bin", "log/segment-4.bin", "wire/add-request.0.bin",
+    "log/segment-3.bin", "log/segment-4.bin", "log/head-v3.bin", "log/segment-3-v1.bin",
+    "log/segment-4-v1.bin", "wire/add-request.0.bin",
     "wire/add-request.1.bin", "wire/add-reply.0.bin", "wire/add-reply.1.bin",
     "wire/read-request.0.bin", "wire/read-reply.0.bin", "wire/read-reply.1.bin",
     "wire/deferred-add-request.0.bin", "wire/deferred-add-request.1.bin",
@@ -159,13 +160,23 @@ CLOSED_METADATA = LedgerMetadata(
     length=sum(map(len, LOG_LEDGER.payloads)), creation_time_ms=1_764_028_800_000,
     custom_metadata={"application": b"pybk golden", "empty": b""})
 
+#: Version 4: the tail's max_before values (segment 3 the first of the index, with none
+#: before it; 5 after records up to a time).
 LOG_HEAD = LogMetadata(
-    name="golden-log", tail=(Segment(3, LOG_LEDGER.ledger_id), Segment(5, 12)),
+    name="golden-log", tail=(Segment(3, LOG_LEDGER.ledger_id, NO_TIMESTAMP),
+                             Segment(5, 12, 1_764_028_800_123)),
     next_segment=6, truncated_before=Position(3, 1, 0), oldest_segment=2,
     dropping=(Dropped(4, 10),), epoch=5, sinks={"sink-a": 17}, committing=("job-b",),
     aborted=("job-a",))
 #: A segment's record and the dead record of the dropped segment 4.
-SEGMENT_RECORDS = (SegmentRecord(3, LOG_LEDGER.ledger_id), SegmentRecord(4, None, 5))
+SEGMENT_RECORDS = (SegmentRecord(3, LOG_LEDGER.ledger_id, max_before=1_764_028_800_123),
+                   SegmentRecord(4, None, 5))
+#: The same, as pybk wrote them in head format 3 and segment format 1 (no max_before):
+#: read with max_before None.
+LOG_HEAD_3 = dataclasses.replace(
+    LOG_HEAD, tail=tuple(Segment(s.number, s.ledger_id) for s in LOG_HEAD.tail),
+    format_version=3)
+SEGMENT_RECORDS_1 = tuple(r._replace(max_before=None) for r in SEGMENT_RECORDS)
 
 COOKIE = BookieCookie(instance_id="0123456789abcdef0123456789abcdef",
                       bookie_id="10.0.0.1:3181", ledger_directory_count=1,
@@ -578,6 +589,13 @@ def test_reads_log_records():
     assert LogMetadata.from_bytes(golden("log/head.bin")) == LOG_HEAD
     for record in SEGMENT_RECORDS:
         assert SegmentRecord.from_bytes(golden(f"log/segment-{record.number}.bin"),
+                                        record.number) == record
+
+
+def test_reads_log_records_of_older_formats():
+    assert LogMetadata.from_bytes(golden("log/head-v3.bin")) == LOG_HEAD_3
+    for record in SEGMENT_RECORDS_1:
+        assert SegmentRecord.from_bytes(golden(f"log/segment-{record.number}-v1.bin"),
                                         record.number) == record
 
 

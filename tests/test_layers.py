@@ -29,7 +29,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import re
+import subprocess
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -351,3 +354,28 @@ def test_the_checker_finds_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
         "cycle: top.high.b -> top.low [top/high/b.py:3 (deferred import of top.low)]"
         " -> top.low.a [top/low/__init__.py:1 (module-level import of top.low.a)]"
         " -> top.high.b [top/low/a.py:4 (type-only import of top.high.b)]; ")
+
+
+# -- what importing pybk costs a process ------------------------------------------------
+
+def test_importing_pybk_leaves_out_what_only_some_processes_need() -> None:
+    """``import pybk`` (every ``pybk`` command, bookie and Spark worker pays it at start)
+    imports neither the metrics library (a client imports it when given a registry) nor
+    the installed distributions' metadata (pybk.checksum takes the ``crc32c`` package's C
+    function without the package's ``__init__``, which reads it)."""
+    code = ("import sys, pybk\n"
+            "print(sorted(m for m in ('prometheus_client', 'importlib.metadata', 'email')"
+            " if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_checksum_is_the_crc32c_packages_function() -> None:
+    import crc32c as package
+
+    from pybk.checksum import crc32c
+    assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    assert crc32c(b"6789", crc32c(b"12345")) == 0xE3069283
+    assert crc32c is package.crc32c  # one extension module, also once the package loads

@@ -282,9 +282,9 @@ def test_reading_a_missing_log_is_a_clear_error(cluster):
 
 
 def test_formats_refuse_foreign_bytes():
-    metadata = LogMetadata("x").with_new_segment(7).with_new_segment(9)
+    metadata = LogMetadata("x").with_new_segment(7, -1).with_new_segment(9, 5)
     assert LogMetadata.from_bytes(metadata.to_bytes()) == metadata
-    assert metadata.tail == (Segment(0, 7), Segment(1, 9))
+    assert metadata.tail == (Segment(0, 7, -1), Segment(1, 9, 5))
     with pytest.raises(MalformedMetadata):
         LogMetadata.from_bytes(metadata.to_bytes()[:-1])
     with pytest.raises(ValueError):

@@ -222,7 +222,7 @@ def test_a_commit_of_more_ledgers_than_the_tail_holds_reads_back_in_partition_or
     assert records[:2] == list(zip(before, [b"before 0", b"before 1"]))
     final = head(bk)
     assert len(final.tail) == TAIL_SEGMENTS and final.committing == ()
-    assert final.tail[-1] == result.segments[-1]
+    assert final.tail[-1][:2] == result.segments[-1][:2]
     assert [s.ledger_id for s in live_segments(bk.metadata, final)][-7:] == \
         committed_ledgers[-7:]
     for segment in result.segments:
@@ -499,7 +499,7 @@ def test_too_many_ledgers_for_one_commit_are_refused_before_anything_changes(emb
     assert commit_job(bk, LOG, job, [ledger]).committed
 
 
-def test_a_format_2_head_is_read_and_the_next_commit_writes_format_3(embedded):
+def test_a_format_2_head_is_read_and_the_next_commit_writes_the_newest_format(embedded):
     bk, _ = embedded.client()
     bk.metadata.create(log_path(LOG), seal(MAGIC, 2, {
         "name": LOG, "next_segment": 3, "truncated_before": [0, 0, 0], "tail": [],
@@ -510,7 +510,7 @@ def test_a_format_2_head_is_read_and_the_next_commit_writes_format_3(embedded):
     ledger = task_ledger(bk, job, 0, [b"x"])
     result = commit_job(bk, LOG, job, [ledger], sink=Sink("s", 0))
     new = head(bk)
-    assert new.format_version == FORMAT_VERSION == 3
+    assert new.format_version == FORMAT_VERSION == 4
     assert (result.segments[0].number, new.sinks, new.epoch) == (3, {"s": 0}, 1)
 
 
@@ -581,7 +581,7 @@ def test_a_commit_whose_answer_is_lost_is_reported_committed(parties, meanwhile,
     assert lost.hit and result.committed
     assert [s.ledger_id for s in result.segments] == ledgers
     found = list(live_segments(bk2.metadata, head(bk2)))
-    assert [s for s in found if s.ledger_id in ledgers] == list(result.segments)
+    assert [s[:2] for s in found if s.ledger_id in ledgers] == [s[:2] for s in result.segments]
     job_records = [r for p in range(3) for r in partition_records(p, 2)]
     assert values(read_all(bk2)) == job_records + after
     assert only_its_marker(bk2, job) and all(ledger_exists(bk2, i) for i in ledgers)

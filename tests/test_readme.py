@@ -33,11 +33,9 @@ import warnings
 
 import pytest
 import sparkutil
-import zkutil
+from clusterutil import serving_cluster
 
-from pybk.cluster.node import BookieNode
 from pybk.settings import ServerSettings
-from pybk.storage import format_bookie
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -118,21 +116,8 @@ def test_the_readme_is_a_page():
 def cluster(zookeeper, tmp_path):
     """A formatted cluster of its own on the test ZooKeeper with three bookies serving
     it in this process (closed after the test); its address."""
-    address = zkutil.formatted_cluster(zookeeper)
-    nodes = []
-    try:
-        for number in (1, 2, 3):
-            settings = ServerSettings(
-                metadataServiceUri=address, listenAddress="127.0.0.1:0",
-                zkTimeout=zkutil.SESSION_TIMEOUT_MS, journalPreAllocSizeMB=1,
-                journalDirectory=str(tmp_path / f"bookie{number}" / "journal"),
-                ledgerDirectories=(str(tmp_path / f"bookie{number}" / "ledgers"),))
-            format_bookie(settings)
-            nodes.append(BookieNode(settings))
+    with serving_cluster(zookeeper, tmp_path) as address:
         yield address
-    finally:
-        for node in nodes:
-            node.close()
 
 
 def _needs(code: str) -> list[pytest.MarkDecorator]:

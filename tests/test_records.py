@@ -130,7 +130,7 @@ def test_decoding_refuses_bytes_no_pybk_writer_wrote():
     flags_5 = bytearray(good)
     flags_5[1] = (flags_5[1] & ~0x07) | 5  # no such delta width
     wrong_max = bytearray(good)
-    struct.pack_into(">q", wrong_max, 14, T0 + 2)  # the deltas span 1 ms
+    struct.pack_into(">q", wrong_max, 14, T0)  # below the largest delta (1 ms)
     bad_key = bytearray(good)
     struct.pack_into(">i", bad_key, 22 + 8 + 2, -2)
     not_utf8 = bytes(good).replace(b"hv", b"\xffv")

@@ -78,6 +78,26 @@ def test_positions_are_checked_and_kept_as_text():
         parse({"metadataServiceUri": URI, "log": "x", "startingPosition": "3:x"}, READ)
 
 
+def test_a_read_takes_a_list_of_logs_or_a_pattern_and_positions_by_log():
+    opts = parse({"metadataServiceUri": URI, "log": " b, a ,c"}, STREAM_READ)
+    assert (opts.logs, opts.log_pattern) == (("b", "a", "c"), None)
+    assert opts.describe() == f"logs 'b', 'a', 'c' of {URI}"
+    assert opts.for_log("a").describe() == f"log 'a' of {URI}"
+    assert parse({"metadataServiceUri": URI, "log": "a,b"}, WRITE).logs == ("a,b",)
+    opts = parse({"metadataServiceUri": URI, "logpattern": "ev-.*",
+                  "startingPosition": '{"ev-1": "1:2:3", "ev-2": "EARLIEST"}',
+                  "endingPosition": '{"ev-1": "4:0:0"}'}, READ)
+    assert (opts.logs, opts.log_pattern) == ((), "ev-.*")
+    assert opts.reads_log("ev-1") and not opts.reads_log("ev") \
+        and not opts.reads_log("xev-1")  # the whole name matches
+    assert [opts.position("startingPosition", log) for log in ("ev-1", "ev-2", "ev-3")] \
+        == ["1:2:3", "earliest", None]
+    assert [opts.position("endingPosition", log) for log in ("ev-1", "ev-2")] \
+        == ["4:0:0", None]
+    assert parse({"metadataServiceUri": URI, "log": "a,b", "startingPosition": "latest"},
+                 STREAM_READ).position("startingPosition", "b") == "latest"
+
+
 @pytest.mark.parametrize("options, use, message", [
     ({"metadataServiceUri": URI, "log": "x", "maxRecordPerTrigger": "1"}, STREAM_READ,
      "unknown option 'maxRecordPerTrigger' \\(did you mean 'maxRecordsPerTrigger'\\?\\)"),
@@ -89,6 +109,25 @@ def test_positions_are_checked_and_kept_as_text():
     ({"metadataServiceUri": URI, "path": "/tmp/w"}, READ, "got both"),
     ({"metadataServiceUri": "localhost:2181", "log": "x"}, READ, "zk://"),
     ({"metadataServiceUri": URI}, READ, "option log .* is required"),
+    ({"metadataServiceUri": URI, "log": "a,,b"}, READ, "log='a,,b' holds an empty name"),
+    ({"metadataServiceUri": URI, "log": "a, "}, STREAM_READ, "holds an empty name"),
+    ({"metadataServiceUri": URI, "log": "a,b,a"}, READ, "names a twice"),
+    ({"metadataServiceUri": URI, "log": "a", "logPattern": "a"}, READ, "give one of them"),
+    ({"metadataServiceUri": URI}, STREAM_READ, "or logPattern"),
+    ({"metadataServiceUri": URI, "logPattern": "a("}, READ, "not a regular expression"),
+    ({"metadataServiceUri": URI, "log": "x", "logPattern": "x"}, WRITE,
+     "logPattern does not apply to batch writes"),
+    ({"metadataServiceUri": URI, "log": "a,b", "startingPosition": "1:0:0"}, READ,
+     "startingPosition=1:0:0: a position is one log's.*\\{\"<log>\": \"1:0:0\""),
+    ({"metadataServiceUri": URI, "logPattern": "a.*", "endingPosition": "1:0:0"}, READ,
+     "a position is one log's"),
+    ({"metadataServiceUri": URI, "logPattern": "a.*", "startingPosition": '{"b": "1:0:0"}'},
+     STREAM_READ, "names 'b', which this read does not read"),
+    ({"metadataServiceUri": URI, "log": "a", "startingPosition": '{"a": "soon"}'}, READ,
+     "startingPosition gives log 'a' 'soon': expected earliest"),
+    ({"metadataServiceUri": URI, "log": "a", "startingPosition": '{"a": 1}'}, READ,
+     "a JSON object of strings by log name"),
+    ({"metadataServiceUri": URI, "log": "a", "startingPosition": '{"a"'}, READ, "is not JSON"),
     ({"metadataServiceUri": URI, "log": "x", "minPartitions": "0"}, READ,
      "minPartitions='0': must be greater than 0"),
     ({"metadataServiceUri": URI, "log": "x", "minPartitions": "many"}, READ,

@@ -26,7 +26,7 @@ from pybk.log import LogWriter, Position, consumers
 from pybk.log.metadata import read_log
 from pybk.settings import LogSettings
 from pybk.spark.options import STREAM_READ, parse
-from pybk.spark.stream_read import StreamReader, from_offset
+from pybk.spark.stream_read import StreamReader
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -225,7 +225,9 @@ def test_a_consumer_holds_back_truncation_until_the_query_read_past_it(
                   lambda: consumers.get(bk.metadata, "held", "etl").position > written[150][0],
                   query)
         committed = consumers.get(bk.metadata, "held", "etl").position
-        assert committed <= written[len(FileSink.records(out))][0]
+        # Not past the first record the sink lacks (a loaded machine may have read all).
+        assert all(committed <= position for position, _ in
+                   written[len(FileSink.records(out)):])
         writer.truncate(written[-1][0])
         assert read_log(bk.metadata, "held").metadata.truncated_before == committed
         with _running(start()) as query:  # nothing it has not read is gone
@@ -258,7 +260,7 @@ def test_a_consumer_at_a_dropped_empty_segment_sees_no_loss_when_truncation_skip
     abandoned = LogWriter.open(bk, "gap", SETTINGS)  # an empty segment, open while read
     try:
         end = reader.latestOffset(start, ReadAllAvailable())
-        assert from_offset(end) == Position(1, 0, 0)  # the start of that segment
+        assert end == {"gap": "1:0:0"}  # the start of that segment
         assert [r.num_rows for p in reader.partitions(start, end)
                 for r in reader.read(p)] == [len(before)]
         reader.commit(end)

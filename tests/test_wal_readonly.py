@@ -338,6 +338,17 @@ def test_pybk_tail_json_prints_every_field_of_each_record(tmp_path, monkeypatch)
     assert tail.wait(timeout=60) == 2  # one or the other
 
 
+def test_pybk_tail_from_a_time(tmp_path):
+    """--from-time: from the first record whose timestamp is at least the time, in
+    position order (pybk.log.timeindex), or nothing past them all."""
+    with pybk.open(tmp_path / "timed") as wal:
+        for ms in (100, 300, 200):  # event times, out of order
+            wal.append(b"at %d" % ms, timestamp=ms)
+    for from_time, printed in (("150", "0:1:0\tat 300\n0:2:0\tat 200\n"), ("301", "")):
+        tail = _pybk("tail", str(tmp_path / "timed"), "--from-time", from_time)
+        assert tail.communicate(timeout=60) == (printed, "")
+
+
 def test_a_read_only_metadata_store_reads_and_refuses_changes(tmp_path):
     with EmbeddedMetadataStore(tmp_path / "meta") as store:
         store.create("/a", b"one")

@@ -91,6 +91,11 @@ class AsyncWAL(AsyncClosing):
         """A reader from ``start`` that can also tail the WAL (``reader.tail()``)."""
         return AsyncLogReader(self._bridge, self.wal.reader(start))
 
+    async def position_at(self, timestamp: int) -> Position:
+        """The position of the first record whose timestamp is at least ``timestamp``,
+        or where the next record will go (:meth:`pybk.log.wal.WAL.position_at`)."""
+        return await self._bridge.call(self.wal.position_at, timestamp)
+
     async def close(self) -> None:
         """Stop the streams, finish what was queued and close the WAL (its directory is
         free again once this returns).  Closing again does nothing."""
@@ -123,6 +128,11 @@ class AsyncReadOnlyWAL(AsyncClosing):
         records the owner makes visible, as they come)."""
         self._bridge.check_open()
         return AsyncLogReader(self._bridge, self.wal.reader(start))
+
+    async def position_at(self, timestamp: int) -> Position:
+        """The position of the first record visible whose timestamp is at least
+        ``timestamp``, or the end (:meth:`pybk.log.wal.WAL.position_at`)."""
+        return await self._bridge.call(self.wal.position_at, timestamp)
 
     async def first_position(self) -> Position | None:
         """The position of the first record visible, or None if there is none."""

@@ -3,18 +3,20 @@
 ``pybk demote DIR``
     Turn a promoted WAL directory whose cluster is gone back into an embedded WAL
     (:func:`pybk.log.wal.demote`), and say what was kept.
-``pybk tail DIR [--from POS] [--follow] [--poll-ms N] [--hex | --json]``
+``pybk tail DIR [--from POS | --from-time MS] [--follow] [--poll-ms N] [--hex | --json]``
     A WAL's records, read from another process while its application runs
-    (:func:`pybk.open_readonly`), or with no application running.  One line per record,
-    in position order: its position (``segment:entry:slot``), a tab, and its payload: as
-    text if it is UTF-8 without control characters (tabs aside), else (and always with
-    ``--hex``) as ``0x`` and hex digits.  With ``--json``, each line is one JSON object
-    (:func:`record_json`: JSON Lines, since a followed tail has no end) with every field
-    of the record: position, key, timestamp, headers and value.  Without ``--follow`` it
-    prints the records
-    visible now and exits; with it, it goes on printing records as they become visible
-    (see :mod:`pybk.log.readonly` for how fresh) until interrupted (SIGINT or SIGTERM:
-    exit status 0), looking for new ones at most ``--poll-ms`` apart.  A closed
+    (:func:`pybk.open_readonly`), or with no application running, from the first record
+    or ``--from`` a position, or from the first record whose timestamp is at least
+    ``--from-time`` (milliseconds since the epoch: :mod:`pybk.log.timeindex`).  One line
+    per record, in position order: its position (``segment:entry:slot``), a tab, and its
+    payload: as text if it is UTF-8 without control characters (tabs aside), else (and
+    always with ``--hex``) as ``0x`` and hex digits.  With ``--json``, each line is one
+    JSON object (:func:`record_json`: JSON Lines, since a followed tail has no end) with
+    every field of the record: position, key, timestamp, headers and value.  Without
+    ``--follow`` it prints the records visible now and exits; with it, it goes on
+    printing records as they become visible (see :mod:`pybk.log.readonly` for how fresh)
+    until interrupted (SIGINT or SIGTERM: exit status 0), looking for new ones at most
+    ``--poll-ms`` apart.  A closed
     standard output (``pybk tail DIR | head``) ends it quietly, exit status 0.
 ``pybk consumers list|remove --zk ADDRESS|--dir DIR [--log NAME]``
     A log's consumers (:mod:`pybk.log.consumers`): one line per consumer (its id, tab,
@@ -66,9 +68,14 @@ def add_commands(commands: Any) -> None:
                     "that has it open (pybk.open_readonly).  With --follow, go on printing "
                     "new ones until interrupted.")
     tail.add_argument("dir", metavar="DIR", help="the WAL directory")
-    tail.add_argument("--from", dest="start", metavar="POS",
-                      help="start at this position (segment:entry:slot; default: the first "
-                           "record)")
+    start = tail.add_mutually_exclusive_group()
+    start.add_argument("--from", dest="start", metavar="POS",
+                       help="start at this position (segment:entry:slot; default: the first "
+                            "record)")
+    start.add_argument("--from-time", type=int, metavar="MS",
+                       help="start at the first record whose timestamp is at least MS "
+                            "(milliseconds since the epoch; records' timestamps need not "
+                            "be ordered)")
     tail.add_argument("--follow", "-f", action="store_true",
                       help="keep printing records as they are appended")
     tail.add_argument("--poll-ms", type=options.positive(float), default=10.0, metavar="N",
@@ -80,7 +87,8 @@ def add_commands(commands: Any) -> None:
                        help="one JSON object a line per record, with its position, key, "
                             "timestamp (ms and ISO 8601 UTC), headers and value (UTF-8 "
                             "text, or base64: a field says which)")
-    tail.set_defaults(run=lambda a: run(a.dir, a.start, a.follow, a.poll_ms, a.hex, a.json))
+    tail.set_defaults(run=lambda a: run(a.dir, a.start, a.follow, a.poll_ms, a.hex,
+                                        from_time=a.from_time, as_json=a.json))
 
     consumers = commands.add_parser(
         "consumers", help="list or remove a log's consumers (they hold back truncation)",
@@ -162,14 +170,15 @@ def _encoded(data: bytes) -> tuple[str, str]:
 
 
 def run(directory: str, start: str | None, follow: bool, poll_ms: float, as_hex: bool,
-        as_json: bool = False, out: TextIO = sys.stdout) -> int:
+        out: TextIO = sys.stdout, from_time: int | None = None,
+        as_json: bool = False) -> int:
     """``pybk tail``: print the records; the exit status (see the module docstring)."""
     from pybk.log.readonly import open_readonly
 
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         with open_readonly(directory) as wal:
-            reader = wal.reader(start)
+            reader = wal.reader(start if from_time is None else wal.position_at(from_time))
             records = reader.tail_records(math.inf, poll_ms / 1000.0) if follow \
                 else reader.records()
             for record in records:

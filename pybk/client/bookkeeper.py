@@ -36,7 +36,6 @@ from pybk.client.context import ClientContext, Writer
 from pybk.client.deferred import WriteFlag
 from pybk.client.ledger import LedgerHandle
 from pybk.client.ledger_adv import LedgerHandleAdv
-from pybk.client.metrics import ClientMetrics
 from pybk.client.placement import PlacementPolicy, RendezvousPlacement
 from pybk.client.rackaware import Locate, RackAwarePlacement
 from pybk.client.recovery import recover
@@ -58,6 +57,8 @@ from pybk.storage import Bookie
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from pybk.client.metrics import ClientMetrics
+
 log = logging.getLogger(__name__)
 
 _TICK_S = 0.05
@@ -77,10 +78,11 @@ class BookKeeper(ClientContext):
         ``clientHost``, if any).  With ``metrics_registry`` (a prometheus_client
         registry) the client reports its metrics there (:mod:`pybk.client.metrics`)."""
         self.settings = settings or ClientSettings()
-        #: The client's metrics (None: it keeps none).
-        self.metrics: ClientMetrics | None = (
-            ClientMetrics.on(metrics_registry, self) if metrics_registry is not None
-            else None)
+        #: The client's metrics (None: it keeps none, and needs no prometheus_client).
+        self.metrics: ClientMetrics | None = None
+        if metrics_registry is not None:
+            from pybk.client.metrics import ClientMetrics
+            self.metrics = ClientMetrics.on(metrics_registry, self)
         self._locations: dict[str, str] = {}  # bookie id -> registered location
         self.placement = _policy(self.settings, local_bookie, self._locate)
         host = self.settings.clientHost

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
-from pybk.client.metrics import ClientMetrics
 from pybk.client.transport import BookieClient
 from pybk.meta.ledgers import LedgerManager
 from pybk.settings import ClientSettings
+
+if TYPE_CHECKING:  # prometheus_client is imported only by a client that keeps metrics
+    from pybk.client.metrics import ClientMetrics
 
 
 class Writer(Protocol):

@@ -16,12 +16,14 @@ Version 2::
                fields; bit 4 (H): they have header fields; bits 5-7: 0
     4          record count n, unsigned, at least 1
     8          base timestamp: the smallest of the records' timestamps, signed
-    8          max timestamp: the largest, signed
+    8          max timestamp: at least the largest of the records' timestamps, and at
+               least the max timestamp of every batch before it in the same ledger
+               (the ledger's running maximum: see "Maxima" below), signed
     4*n        each record's value length, unsigned
     w*n        each record's timestamp delta, unsigned: its timestamp is the base
                timestamp plus its delta (with w = 0 every record has the base
-               timestamp, and the max timestamp equals it); the largest delta is the
-               max timestamp minus the base
+               timestamp); the largest delta is at most the max timestamp minus the
+               base
     4*n        if K: each record's key length, signed; -1: the record has no key
     2*n        if H: each record's header count, unsigned
     6*h        if H: each header's name length (2 bytes) and value length (4 bytes),
@@ -42,6 +44,19 @@ times, ``map``, ``bytes.join``); only keys and headers take a Python loop per re
 The values lie back to back (as in version 1), so a column of values is one slice of
 the entry (:func:`batch_lengths`); the batch's time range is in its header
 (:func:`batch_time_range`), so a search by time reads no record.
+
+**Maxima.**  A writer gives each batch of a ledger the largest timestamp of that batch
+and of the batches it wrote to the ledger before (:func:`encode_batch`'s ``max_floor``:
+the max timestamp of the ledger's previous entry), so the max timestamps of a ledger's
+entries never decrease with the entry id, whatever order the records' timestamps come
+in.  A search by time (:mod:`pybk.log.timeindex`) bisects a ledger's entries on them:
+every record before the first entry whose max is at least a time has a smaller
+timestamp, and that entry holds a record at or after it.  The field is still an upper
+bound of the batch's own timestamps, which is all a filter that prunes batches by time
+needs (:func:`batch_time_range`); the largest timestamp of the batch itself is the base
+plus the largest delta.  (The first pybk writing version 2 wrote each batch's own
+maximum there: a ledger written by it reads the same, and is searched as one whose
+maxima are not running, entry by entry: see :mod:`pybk.log.timeindex`.)
 
 Version 1 (written by pybk before records had keys, timestamps and headers)::
 
@@ -199,31 +214,43 @@ def _bytes(value: object, what: str) -> bytes:
 
 def encode_batch(values: Sequence[bytes], timestamps: Sequence[int] | None = None,
                  keys: Sequence[bytes | None] | None = None,
-                 headers: Sequence[Headers] | None = None) -> bytes:
+                 headers: Sequence[Headers] | None = None,
+                 max_floor: int | None = None) -> bytes:
     """One entry (version 2) holding the records of ``values`` (at least one) in
     order, with ``timestamps`` (None: all now), ``keys`` (None: none has a key) and
     ``headers`` (None: none has headers), as :func:`check_timestamp` and
-    :func:`check_fields` give them (timestamps out of bounds raise InvalidRecord)."""
-    return b"".join((_header_bytes(list(map(len, values)), timestamps, keys, headers),
+    :func:`check_fields` give them (timestamps out of bounds raise InvalidRecord).
+    ``max_floor``: the max timestamp of the ledger's previous entry (None for a
+    ledger's first), which the batch's max timestamp is raised to ("Maxima" in the
+    module docstring; :func:`batch_max` gives it back to chain the next batch)."""
+    return b"".join((_header_bytes(list(map(len, values)), timestamps, keys, headers,
+                                   max_floor=max_floor),
                      *values, *_field_bytes(keys, headers)))
 
 
 def encode_batch_parts(lengths: Sequence[int], body: bytes | memoryview,
-                       timestamp: int | None = None) -> bytes:
+                       timestamp: int | None = None, max_floor: int | None = None) -> bytes:
     """One entry (version 2) holding records of ``lengths`` (at least one) whose bytes,
     one after the other, are ``body`` (as a column of values lies in an Arrow buffer),
-    all with ``timestamp`` (None: now), without keys or headers."""
+    all with ``timestamp`` (None: now), without keys or headers; ``max_floor`` as for
+    :func:`encode_batch`."""
     if sum(lengths) != len(body):
         raise ValueError(f"records of {sum(lengths)} bytes in all, in a body of {len(body)}")
     stamp = None if timestamp is None else check_timestamp(timestamp)
-    return b"".join((_header_bytes(lengths, None, None, None, stamp), body))
+    return b"".join((_header_bytes(lengths, None, None, None, stamp, max_floor), body))
+
+
+def batch_max(data: bytes) -> int:
+    """The max timestamp in the header of a version 2 batch that this module encoded
+    (the ``max_floor`` of the ledger's next batch)."""
+    return int(_HEADER.unpack_from(data)[4])
 
 
 def _header_bytes(lengths: Sequence[int], timestamps: Sequence[int] | None,
                   keys: Sequence[bytes | None] | None, headers: Sequence[Headers] | None,
-                  stamp: int | None = None) -> bytes:
+                  stamp: int | None = None, max_floor: int | None = None) -> bytes:
     """Everything of a batch before its values; without ``timestamps``, every record
-    has timestamp ``stamp`` (None: now)."""
+    has timestamp ``stamp`` (None: now); the max timestamp raised to ``max_floor``."""
     count = len(lengths)
     for what, column in (("timestamps", timestamps), ("keys", keys), ("headers", headers)):
         if column is not None and len(column) != count:
@@ -238,6 +265,10 @@ def _header_bytes(lengths: Sequence[int], timestamps: Sequence[int] | None,
     code = 0 if span == 0 else 1 if span < 1 << 8 else 2 if span < 1 << 16 \
         else 3 if span < 1 << 32 else 4
     flags = code | (_KEYS if keys is not None else 0) | (_HEADERS if headers is not None else 0)
+    if max_floor is not None and max_floor > top:
+        if not 0 <= max_floor <= TIMESTAMP_MAX:
+            check_timestamp(max_floor)
+        top = max_floor  # the ledger's running maximum (the deltas are already sized)
     head = struct.pack(f">BBIqq{count}I", VERSION, flags, count, base, top, *lengths)
     if code:
         assert timestamps is not None
@@ -343,8 +374,9 @@ def batch_lengths(data: bytes) -> tuple[tuple[int, ...], int]:
 
 
 def batch_time_range(data: bytes) -> tuple[int, int] | None:
-    """The smallest and the largest timestamp of an entry's records, from its header
-    only; None for a version 1 batch (its records have none).  CorruptData if the
+    """The smallest timestamp of an entry's records and an upper bound of the largest
+    (its header's max: the ledger's running maximum, "Maxima" in the module docstring),
+    from its header only; None for a version 1 batch (its records have none).  CorruptData if the
     entry starts with no batch header (its lengths are not checked: the decoders do)."""
     version = data[:1]
     if version == _VERSION_1_BYTE:
@@ -421,13 +453,13 @@ def decode_fields(data: bytes) -> BatchFields:
     timestamps: Sequence[int]
     if code:
         deltas = struct.unpack_from(f">{count}{_DELTA_FORMATS[code]}", data, layout.deltas_at)
-        if max(deltas) != layout.top - layout.base:
-            raise CorruptData(f"log entry's timestamps span {max(deltas)} ms, its header "
-                              f"says {layout.top - layout.base}")
+        if max(deltas) > layout.top - layout.base:
+            raise CorruptData(f"log entry's timestamps span {max(deltas)} ms, past its "
+                              f"header's max, {layout.top - layout.base} ms after its base")
         timestamps = list(map(operator.add, deltas, repeat(layout.base, count)))
-    elif layout.top != layout.base:
-        raise CorruptData(f"log entry's records share timestamp {layout.base}, its "
-                          f"header's max is {layout.top}")
+    elif layout.top < layout.base:
+        raise CorruptData(f"log entry's records share timestamp {layout.base}, over its "
+                          f"header's max {layout.top}")
     else:
         timestamps = [layout.base] * count
     at = layout.values_at + sum(layout.lengths)

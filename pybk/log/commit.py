@@ -81,6 +81,7 @@ from pybk.log import jobs
 from pybk.log.metadata import (
     COMMIT_LEDGERS_MAX,
     FORMAT_VERSION,
+    NO_TIMESTAMP,
     ORPHANS_PER_CAS_MAX,
     SINK_ID_MAX_CHARS,
     SINKS_MAX,
@@ -88,10 +89,12 @@ from pybk.log.metadata import (
     LogMetadata,
     Segment,
     ensure_records,
+    next_max_before,
     read_log,
     update_log,
 )
 from pybk.log.position import Position
+from pybk.log.timeindex import max_before_next, segment_max
 from pybk.log.writer import OPEN_ATTEMPTS_MAX, delete_segments, finish_take_over, take_over
 from pybk.meta.ledger_metadata import LedgerState
 
@@ -114,7 +117,8 @@ class CommitResult(NamedTuple):
 
     #: False if the sink had recorded the batch already: nothing was added.
     committed: bool
-    #: The job's segments, in the order of the ledgers given (none if not committed).
+    #: The job's segments, in the order of the ledgers given (none if not committed),
+    #: each its number and ledger (max_before None: the log's records say it).
     segments: tuple[Segment, ...]
 
 
@@ -136,6 +140,9 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
     if done is not None:
         return _forget(bk, name, job_id, sink, done)
     _check_commit(bk, name, job_id, ledger_ids, password, sink)
+    # The ledgers' largest timestamps, for the max_before of the segments after them
+    # (pybk.log.timeindex): closed ledgers, read once whatever the rounds below.
+    maxima = [segment_max(bk, ledger_id, password) for ledger_id in ledger_ids[:-1]]
     jobs.write_plan(store, name, job_id, ledger_ids)
     sent = False  # whether a CAS of ours was sent whose answer may be lost
     found = jobs.Leftovers([], [])
@@ -159,7 +166,9 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
                 return _replayed(bk, metadata, job_id, sink)
             taken = take_over(bk, metadata, password)
             found = _leftovers(store, taken, orphan_timeout_s, job_id)
-            committed = _appended(taken, job_id, ledger_ids, overwrite, sink, found.orphans)
+            before = NO_TIMESTAMP if overwrite else max_before_next(bk, taken, password)
+            committed = _appended(taken, job_id, ledger_ids, overwrite, sink, found.orphans,
+                                  before, maxima)
             try:
                 sent = True
                 version = update_log(store, committed, version)
@@ -285,10 +294,17 @@ def _check_commit(bk: "BookKeeper", name: str, job_id: str, ledger_ids: list[int
 
 
 def _appended(taken: LogMetadata, job_id: str, ledger_ids: list[int], overwrite: bool,
-              sink: Sink | None, orphans: list[str]) -> LogMetadata:
-    """The head with the job's ledgers appended to ``taken`` (a takeover's head)."""
+              sink: Sink | None, orphans: list[str], max_before: int,
+              maxima: list[int | None]) -> LogMetadata:
+    """The head with the job's ledgers appended to ``taken`` (a takeover's head), the
+    first with ``max_before``, each next one's made from it and the ledger before's
+    largest timestamp (``maxima``)."""
     first = taken.next_segment
-    new = tuple(Segment(first + i, ledger_id) for i, ledger_id in enumerate(ledger_ids))
+    new: list[Segment] = []
+    for i, ledger_id in enumerate(ledger_ids):
+        if new:
+            max_before = next_max_before(new[-1], maxima[i - 1])
+        new.append(Segment(first + i, ledger_id, max_before))
     sinks = dict(taken.sinks)
     if sink is not None:
         if sink.sink_id not in sinks and len(sinks) >= SINKS_MAX:
@@ -299,10 +315,10 @@ def _appended(taken: LogMetadata, job_id: str, ledger_ids: list[int], overwrite:
     if overwrite:
         # Readers start at truncated_before's segment: the job's first, or the number
         # the next segment gets if the job brings none.
-        tail, truncated_before = new, Position(first, 0, 0)
+        tail, truncated_before = tuple(new), Position(first, 0, 0)
     else:
         # The older tail segments have their records (the takeover wrote them).
-        tail = (taken.tail + new)[-max(TAIL_SEGMENTS, len(new)):]
+        tail = (taken.tail + tuple(new))[-max(TAIL_SEGMENTS, len(new)):]
         truncated_before = taken.truncated_before
     return dataclasses.replace(taken, next_segment=first + len(new), sinks=sinks,
                                committing=(job_id,), aborted=tuple(orphans), tail=tail,

@@ -1,11 +1,11 @@
 """A log's metadata: its segments (ledgers, in order), kept under compare-and-set in
 records whose size does not depend on how many segments the log has.
 
-Format version 3.  Log ``name`` has a head record and one record per segment number, all
+Format version 4.  Log ``name`` has a head record and one record per segment number, all
 sealed records (:mod:`pybk.meta.sealed`)::
 
-    /logs/<name>                                   the head (magic b"PBKG", version 3)
-    /logs/<name>/segments/<number, 20 digits>      segment records (magic b"PBKS", version 1)
+    /logs/<name>                                   the head (magic b"PBKG", version 4)
+    /logs/<name>/segments/<number, 20 digits>      segment records (magic b"PBKS", version 2)
     /logs/<name>/consumers/<consumer id>           consumers' positions (:mod:`pybk.log.consumers`)
     /logs/<name>/jobs/<job id>[/<ledger id>]       jobs that write ledgers to commit to the
                                                    log (:mod:`pybk.log.jobs`)
@@ -15,7 +15,8 @@ The head's body::
     "name"              the log's name
     "next_segment"      the number the next segment gets (numbers are never reused)
     "truncated_before"  [segment, entry, slot]: records before it are gone
-    "tail"              [[segment number, ledger id], ...]: the newest segments, numbers
+    "tail"              [[segment number, ledger id, max_before], ...]: the newest segments
+                        (max_before: "Maxima before" below; null: unknown), numbers
                         increasing, at most TAIL_SEGMENTS (4) of them, except for a moment
                         after a commit (below): then up to TAIL_SEGMENTS + COMMIT_LEDGERS_MAX
     "oldest_segment"    every segment record numbered below it is deleted (truncation's
@@ -41,6 +42,9 @@ A segment record's body::
                  segment is numbered from this one up to it: a reader goes on there
     "hollow"     false for a segment; for a dead number, true if no number after it, up
                  to skip_to, has a record either (a deleting walk skips them)
+    "max_before" for a segment, its max_before ("Maxima before"), the value the head
+                 CAS that added the segment gave it; null for a dead number, and for a
+                 segment whose max_before is unknown
 
 The head stays a few hundred bytes however many segments the log has; segment records
 are about 90 bytes and are never listed (a ZooKeeper node with a million children cannot
@@ -164,8 +168,39 @@ writer or a commit took the log over: LogFenced.  (A committed job's record name
 ledgers its commit appends, written before the CAS, so whoever settles it knows which
 of its ledgers to keep: :mod:`pybk.log.jobs`.)
 
+**Maxima before** (for searches by time, :mod:`pybk.log.timeindex`).  A segment's
+``max_before`` is an int: at least the largest timestamp of the records of every segment
+numbered below it, from the first segment of the log that has a max_before on
+(NO_TIMESTAMP, -1: no such record has a timestamp); null (None) if unknown.  It is fixed
+by the head CAS that adds the segment, so its record, written after that CAS (by that
+writer, or by whoever finds it missing, from the head: :func:`ensure_records`), says the
+same, and "created once, never replaced" holds for it as for the ledger id.  Each one is
+made from the segment before it (:func:`next_max_before`: that segment's max_before and
+an upper bound of that segment's largest timestamp): a writer that rolls takes the
+largest timestamp it sent to its segment (no batch goes to a segment once its roll
+started); an opener or a committer (both take the log over first) takes the header max
+of the last entry of the last tail segment that survives the takeover (closed by then;
+a running maximum of its ledger: :mod:`pybk.log.batch`), and a commit chains its
+ledgers the same way, reading each one's last entry before its CAS (with ``overwrite``
+its first segment's is NO_TIMESTAMP: nothing before it stays).  So max_before never
+decreases with the segment number among live segments, whatever a dropped segment
+(empty), a lost CAS (its number is never a segment) or truncation does (a truncation
+leaves the values, which stay upper bounds).  A writer fenced meanwhile cannot break
+this: its late record carries the value of its own CAS, the one that gave the number.
+Unknown values are the oldest segments only: a segment added by a pybk before format 4
+has none, and a takeover whose last tail segment has none gives its new segment
+NO_TIMESTAMP (the index starts there, covering the segments from it on), so every
+segment after a known one has a known one too.  A pybk before format 4 refuses the head
+and the records (their format versions), so it cannot add a segment without one.  A head
+whose tail breaks either rule is refused where it is made (:class:`LogMetadata`), so no
+CAS writes one and no read accepts one.
+
+**Format 3** (tail segments without max_before) and segment records of **format 1**
+(without ``max_before``) are read with max_before None; the next takeover's CAS writes
+format 4.
+
 **Format 2** (no ``epoch``, ``sinks``, ``committing``, ``aborted``) is read as a head
-whose new fields are empty; the next CAS writes format 3.
+whose new fields are empty; the next CAS writes format 4.
 
 **Format 1** (one record holding the whole list: ``segments`` instead of ``tail`` and
 ``oldest_segment``, and ``deleting``, a list of ledger ids, instead of ``dropping``) is
@@ -174,7 +209,7 @@ log written by an earlier pybk reads as before.  The first writer that opens it 
 it with the steps of any opening: it writes every segment's record and a hollow dead
 record at the start of every gap (format 1 wrote none), in number order and in atomic
 batches (:meth:`~pybk.meta.interface.MetadataStore.create_many`: one commit per
-thousands of records), and its CAS writes format 2 with the newest TAIL_SEGMENTS.  A
+thousands of records), and its CAS writes format 4 with the newest TAIL_SEGMENTS.  A
 crash in the middle leaves the format-1 record and a prefix of the batches, and the
 next opener writes the records still missing.  Format 1 had to fit its list in one
 record (MAX_DATA_BYTES, about 34,400 segments); such a log opens this way too.
@@ -189,12 +224,15 @@ from pybk.errors import BadVersion, MalformedMetadata, MetadataError, NodeExists
 from pybk.log.position import START, Position
 from pybk.meta import paths
 from pybk.meta.interface import ANY_VERSION, MetadataStore, batches
-from pybk.meta.sealed import HEADER, seal, typed, unseal
+from pybk.meta.sealed import HEADER, seal, typed, unseal, unseal_versions
 
 MAGIC = b"PBKG"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 SEGMENT_MAGIC = b"PBKS"
-SEGMENT_FORMAT_VERSION = 1
+SEGMENT_FORMAT_VERSION = 2
+#: A segment's max_before when no record before it (in the index: see "Maxima before")
+#: has a timestamp: timestamps are 0 or more (:func:`pybk.log.batch.check_timestamp`).
+NO_TIMESTAMP = -1
 #: The parent of every log's records (in ZooKeeper under the cluster's root:
 #: ``<root>/pybk/logs``, :mod:`pybk.meta.zookeeper`).
 LOGS = "/logs"
@@ -219,10 +257,22 @@ _NUMBER_DIGITS = 20
 
 
 class Segment(NamedTuple):
-    """One ledger of a log, with its segment number."""
+    """One ledger of a log, with its segment number and its max_before (None: unknown,
+    written by an older pybk; see "Maxima before" in the module docstring)."""
 
     number: int
     ledger_id: int
+    max_before: int | None = None
+
+
+def next_max_before(segment: Segment | None, segment_max: int | None) -> int:
+    """The max_before of the segment that comes after ``segment`` (None: after no live
+    segment), whose records' largest timestamp is at most ``segment_max`` (None: it has
+    no record with a timestamp).  A ``segment`` whose max_before is unknown starts the
+    index: the next one's is NO_TIMESTAMP ("Maxima before" in the module docstring)."""
+    if segment is None or segment.max_before is None:
+        return NO_TIMESTAMP
+    return segment.max_before if segment_max is None else max(segment.max_before, segment_max)
 
 
 class Dropped(NamedTuple):
@@ -256,6 +306,11 @@ class LogMetadata:
         if numbers != sorted(set(numbers)) or any(n >= self.next_segment for n in numbers):
             raise ValueError(f"log {self.name}: segment numbers {numbers} must increase and "
                              f"stay under next_segment={self.next_segment}")
+        befores = [s.max_before for s in self.tail]
+        known = [b for b in befores if b is not None]
+        if known != sorted(known) or befores[len(befores) - len(known):] != known:
+            raise ValueError(f"log {self.name}: the tail's max_before values {befores} must "
+                             "never decrease, unknown ones (None) first")
         if numbers and numbers[0] < self.truncated_before.segment:
             raise ValueError(f"log {self.name}: segment {numbers[0]} is before "
                              f"truncated_before={self.truncated_before}")
@@ -279,11 +334,12 @@ class LogMetadata:
         return dataclasses.replace(other, committing=self.committing, aborted=self.aborted,
                                    oldest_segment=self.oldest_segment) == self
 
-    def with_new_segment(self, ledger_id: int) -> "LogMetadata":
-        """The log with one more segment at its end, in format 2: the oldest tail segment
-        leaves the tail if it is full (its record exists, by the invariant of the module
-        docstring; a format-1 head's records are written first: :func:`ensure_records`)."""
-        tail = self.tail + (Segment(self.next_segment, ledger_id),)
+    def with_new_segment(self, ledger_id: int, max_before: int) -> "LogMetadata":
+        """The log with one more segment at its end, whose max_before is ``max_before``,
+        in the newest format: the oldest tail segment leaves the tail if it is full (its
+        record exists, by the invariant of the module docstring; a format-1 head's
+        records are written first: :func:`ensure_records`)."""
+        tail = self.tail + (Segment(self.next_segment, ledger_id, max_before),)
         return dataclasses.replace(self, tail=tail[-TAIL_SEGMENTS:],
                                    next_segment=self.next_segment + 1,
                                    format_version=FORMAT_VERSION)
@@ -300,7 +356,7 @@ class LogMetadata:
             "name": self.name,
             "next_segment": self.next_segment,
             "truncated_before": list(self.truncated_before),
-            "tail": [list(s) for s in self.tail],
+            "tail": [list(s) for s in self.tail],  # [number, ledger id, max_before]
             "oldest_segment": self.oldest_segment,
             "dropping": [list(d) for d in self.dropping],
             "epoch": self.epoch,
@@ -311,21 +367,23 @@ class LogMetadata:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "LogMetadata":
-        """A head in format 2, or a format-1 record read as one (module docstring)."""
+        """A head in the newest format, or an older one read as one (module docstring)."""
         data = bytes(data)
         version = HEADER.unpack_from(data)[1] if len(data) >= HEADER.size else None
         if version == 1:
             return cls._from_format_1(unseal(data, MAGIC, 1, _KEYS_1, "log metadata"))
-        if version == 2:
-            obj = unseal(data, MAGIC, 2, _KEYS_2, "log metadata")
-            obj.update(epoch=0, sinks={}, committing=[], aborted=[])
+        if version in (2, 3):
+            obj = unseal(data, MAGIC, version, _KEYS if version == 3 else _KEYS_2,
+                         "log metadata")
+            if version == 2:
+                obj.update(epoch=0, sinks={}, committing=[], aborted=[])
         else:
             obj = unseal(data, MAGIC, FORMAT_VERSION, _KEYS, "log metadata")
             version = FORMAT_VERSION  # unseal() refused any other
         try:
             return cls(
                 name=typed("name", obj["name"], str),
-                tail=tuple(Segment(*_ints("a segment", s, 2))
+                tail=tuple(_tail_segment(s, version)
                            for s in typed("tail", obj["tail"], list)),
                 next_segment=typed("next_segment", obj["next_segment"], int),
                 truncated_before=Position(*_ints("truncated_before",
@@ -371,6 +429,25 @@ def _ints(name: str, value: object, count: int) -> list[int]:
     return [typed(name, v, int) for v in value]
 
 
+def _tail_segment(value: object, version: int) -> Segment:
+    """A tail segment of a head of format ``version`` (before 4: [number, ledger id])."""
+    if version < 4:
+        return Segment(*_ints("a segment", value, 2))
+    if not isinstance(value, list) or len(value) != 3:
+        raise ValueError(f"a tail segment is {value!r}, not [number, ledger id, "
+                         "max_before or null]")
+    return Segment(typed("a segment's number", value[0], int),
+                   typed("a segment's ledger id", value[1], int),
+                   _max_before(value[2]))
+
+
+def _max_before(value: object) -> int | None:
+    max_before = typed("max_before", value, int, nullable=True)
+    if max_before is not None and max_before < NO_TIMESTAMP:
+        raise ValueError(f"max_before is {max_before}, below {NO_TIMESTAMP}")
+    return max_before
+
+
 def _job_ids(name: str, value: object) -> tuple[str, ...]:
     return tuple(typed(f"a job id in {name}", v, str) for v in typed(name, value, list))
 
@@ -389,36 +466,40 @@ class SegmentRecord(NamedTuple):
     ledger_id: int | None       # None: a dead number
     skip_to: int | None = None  # for a dead number: no segment below this one either
     hollow: bool = False        # for a dead number: no record below skip_to either
+    max_before: int | None = None  # for a segment: "Maxima before" (None: unknown)
 
     def to_bytes(self) -> bytes:
         return seal(SEGMENT_MAGIC, SEGMENT_FORMAT_VERSION, {
             "segment": self.number, "ledger_id": self.ledger_id, "skip_to": self.skip_to,
-            "hollow": self.hollow})
+            "hollow": self.hollow, "max_before": self.max_before})
 
     @classmethod
     def from_bytes(cls, data: bytes, number: int) -> "SegmentRecord":
-        """The record found at segment ``number``'s path; MalformedMetadata if it is not
-        one, or not that number's."""
-        obj = unseal(data, SEGMENT_MAGIC, SEGMENT_FORMAT_VERSION, _SEGMENT_KEYS,
-                     "segment record")
+        """The record found at segment ``number``'s path (format 1 read with max_before
+        None); MalformedMetadata if it is not one, or not that number's."""
+        version, obj = unseal_versions(data, SEGMENT_MAGIC, {
+            1: _SEGMENT_KEYS_1, SEGMENT_FORMAT_VERSION: _SEGMENT_KEYS}, "segment record")
+        old = version == 1
         try:
             record = cls(typed("segment", obj["segment"], int),
                          typed("ledger_id", obj["ledger_id"], int, nullable=True),
                          typed("skip_to", obj["skip_to"], int, nullable=True),
-                         typed("hollow", obj["hollow"], bool))
+                         typed("hollow", obj["hollow"], bool),
+                         None if old else _max_before(obj["max_before"]))
         except ValueError as e:
             raise MalformedMetadata(f"segment record body is malformed: {e}") from e
         dead = record.ledger_id is None
         if record.number != number or dead != (record.skip_to is not None) \
                 or (record.skip_to is not None and record.skip_to <= number) \
-                or (record.hollow and not dead):
+                or (record.hollow and not dead) or (dead and record.max_before is not None):
             raise MalformedMetadata(f"the record of segment {number} says {record}: it must "
                                     "name its own number and either a ledger or a greater "
                                     "number to skip to")
         return record
 
 
-_SEGMENT_KEYS = frozenset(("segment", "ledger_id", "skip_to", "hollow"))
+_SEGMENT_KEYS_1 = frozenset(("segment", "ledger_id", "skip_to", "hollow"))
+_SEGMENT_KEYS = _SEGMENT_KEYS_1 | {"max_before"}
 
 
 class VersionedLog(NamedTuple):
@@ -554,7 +635,8 @@ def write_segment(store: MetadataStore, name: str, segment: Segment) -> None:
     record stays dead; MalformedMetadata if it names another ledger)."""
     try:
         store.create(segment_path(name, segment.number),
-                     SegmentRecord(segment.number, segment.ledger_id).to_bytes())
+                     SegmentRecord(segment.number, segment.ledger_id,
+                                   max_before=segment.max_before).to_bytes())
         return
     except NodeExists:
         pass
@@ -612,7 +694,8 @@ def store_records(store: MetadataStore, name: str, segments: Iterable[Segment],
                     assert record.skip_to is not None  # _planned_records: a dead record
                     mark_dead(store, name, record.number, record.skip_to, record.hollow)
                 else:
-                    write_segment(store, name, Segment(record.number, record.ledger_id))
+                    write_segment(store, name, Segment(record.number, record.ledger_id,
+                                                       record.max_before))
 
 
 def _planned_records(segments: Iterable[Segment], start: int | None, end: int | None,
@@ -622,7 +705,7 @@ def _planned_records(segments: Iterable[Segment], start: int | None, end: int | 
     for segment in segments:
         if expected is not None and segment.number > expected:
             yield SegmentRecord(expected, None, segment.number, hollow)
-        yield SegmentRecord(segment.number, segment.ledger_id)
+        yield SegmentRecord(segment.number, segment.ledger_id, max_before=segment.max_before)
         expected = segment.number + 1
     if expected is not None and end is not None and end > expected:
         yield SegmentRecord(expected, None, end, hollow)
@@ -736,7 +819,7 @@ def find_segment(store: MetadataStore, metadata: LogMetadata, number: int) -> Se
                 assert record.skip_to is not None  # from_bytes: a dead record names it
                 number, reached = record.skip_to, True
             elif number >= target:
-                return Segment(number, record.ledger_id)
+                return Segment(number, record.ledger_id, record.max_before)
             else:
                 number, reached = number + 1, True
         number = max(number, target)

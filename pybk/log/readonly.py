@@ -44,7 +44,7 @@ from typing import Any, Iterator
 from pybk.client import BookKeeper
 from pybk.client.transport import BookieClient, _completed, failed_future
 from pybk.errors import DirectoryLocked, LogClosed, NoSuchLog
-from pybk.log import walinfo
+from pybk.log import timeindex, walinfo
 from pybk.log.position import Position
 from pybk.log.reader import LogReader
 from pybk.log.record import PositionedValue, Record
@@ -94,6 +94,12 @@ class ReadOnlyWAL:
         """A reader from ``start`` that can also tail the WAL (:meth:`LogReader.tail`)."""
         self._check_open()
         return LogReader(self._bk, self.log_name, start, writerless=self._writerless)
+
+    def position_at(self, timestamp: int) -> Position:
+        """The position of the first record visible whose timestamp is at least
+        ``timestamp``, or the end if none is (:meth:`pybk.log.wal.WAL.position_at`)."""
+        self._check_open()
+        return timeindex.position_at(self._bk, self.log_name, timestamp)
 
     def _writerless(self) -> bool:
         return not self._storage.owner_running

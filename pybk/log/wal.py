@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import BookKeeperError, DirectoryLocked, InvalidConfiguration, LogClosed, NoSuchLog
-from pybk.log import promotion, walinfo
+from pybk.log import promotion, timeindex, walinfo
 from pybk.log.position import Position
 from pybk.log.reader import LogReader
 from pybk.log.record import PositionedValue, Record
@@ -263,6 +263,15 @@ class WAL:
         """A reader from ``start`` that can also tail the WAL (see LogReader)."""
         self._check_open()
         return LogReader(self._bk, self.log_name, start, writer=self._writer)
+
+    def position_at(self, timestamp: int) -> Position:
+        """The position of the first record whose timestamp is at least ``timestamp``
+        (milliseconds since the epoch), or where the next record will go if none is:
+        give it to :meth:`records` or :meth:`reader` to read from a time.  A bounded
+        number of reads whatever the WAL's length, exact whatever the order of the
+        records' timestamps (:mod:`pybk.log.timeindex`)."""
+        self._check_open()
+        return timeindex.position_at(self._bk, self.log_name, timestamp, writer=self._writer)
 
     def truncate(self, before: Position | str) -> None:
         """Drop the records before ``before`` (a Position or its text).  Whole segments

@@ -60,8 +60,14 @@ while a background thread creates the next ledger, appends it to the head
 (compare-and-set), writes its segment record and switches to it, then sends them there;
 it closes the previous ledger once its batches completed.  So a segment ends at most one
 batch past ``segmentMaxBytes``, however fast appends come and however long the roll
-takes.  A roll costs the same whatever the number of segments: one head of a few hundred
-bytes and one segment record are written.
+takes.  The new segment's max_before (:mod:`pybk.log.metadata`, "Maxima before") is the
+old one's raised to the largest timestamp sent to the old segment, final once the roll
+starts since no batch goes to a segment due to roll; an opening writer makes its
+segment's from the last segment it recovered (:func:`~pybk.log.timeindex.max_before_next`).
+Each batch's max timestamp is raised to the segment's running maximum, under the lock
+that orders the sends, so a ledger's header maxima never decrease (:mod:`pybk.log.batch`).
+A roll costs the same whatever the number of segments: one head of a few hundred bytes
+and one segment record are written.
 
 Deferred sync (``deferredSync``): an append returns once its record is written on Qa
 bookies (it survives this process and the bookies' processes dying, not a power cut);
@@ -135,6 +141,7 @@ from pybk.log.metadata import (
     ensure_records,
     find_segment,
     mark_dropped,
+    next_max_before,
     read_log,
     read_segment,
     store_records,
@@ -142,6 +149,7 @@ from pybk.log.metadata import (
     write_segment,
 )
 from pybk.log.position import Position, positions
+from pybk.log.timeindex import max_before_next
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.settings import LogSettings
 
@@ -167,7 +175,7 @@ class _Batch:
     """Records that go out together as one entry."""
 
     __slots__ = ("records", "timestamps", "fields", "overhead", "futures", "size",
-                 "segment", "ledger")
+                 "segment", "ledger", "max_floor")
 
     def __init__(self) -> None:
         self.records: list[bytes] = []
@@ -180,6 +188,8 @@ class _Batch:
         self.size = BATCH_HEADER_BYTES  # the batch's bytes at most, as the format counts
         self.segment: Segment | None = None      # set when the batch is sent
         self.ledger: LedgerHandle | None = None
+        #: The max timestamp of the ledger's entry before this one (set when sent).
+        self.max_floor: int | None = None
 
     def add_fields(self, key: bytes | None, headers: Headers) -> None:
         """Give the record about to be added ``key`` and ``headers``.  From then on
@@ -193,7 +203,7 @@ class _Batch:
     def encode(self) -> bytes:
         """The batch's entry (:mod:`pybk.log.batch`)."""
         if self.fields is None:  # the common case: no Python loop per record
-            return encode_batch(self.records, self.timestamps)
+            return encode_batch(self.records, self.timestamps, max_floor=self.max_floor)
         count = len(self.records)
         keys: list[bytes | None] = [None] * count
         headers: list[Headers] = [()] * count
@@ -202,7 +212,7 @@ class _Batch:
         with_keys = any(key is not None for key, _ in self.fields.values())
         with_headers = any(pairs for _, pairs in self.fields.values())
         return encode_batch(self.records, self.timestamps, keys if with_keys else None,
-                            headers if with_headers else None)
+                            headers if with_headers else None, self.max_floor)
 
 
 class LogWriter:
@@ -224,6 +234,9 @@ class LogWriter:
         self._unanswered: LogMetadata | None = None
         self._segment, self._ledger = segment, ledger
         self._segment_bytes = 0
+        #: The largest timestamp of the batches sent to the segment (None: none sent):
+        #: each batch's max timestamp is raised to it (:mod:`pybk.log.batch`, "Maxima").
+        self._segment_max: int | None = None
         self._segment_started = time.monotonic()
         self._batch = _Batch()
         self._ready: collections.deque[_Batch] = collections.deque()
@@ -266,6 +279,7 @@ class LogWriter:
         for _ in range(OPEN_ATTEMPTS_MAX):
             metadata, version = read_log(store, name, create=True)
             taken = take_over(bk, metadata, password)
+            max_before = max_before_next(bk, taken, password)  # before a ledger to leak
             try:
                 ledger = _create_segment_ledger(bk, name, settings, password)
             except NotEnoughBookies as e:
@@ -275,7 +289,7 @@ class LogWriter:
                     f"{settings.ackQuorumSize}): start more bookies, or ask for fewer in "
                     "LogSettings (ensembleSize=writeQuorumSize=ackQuorumSize=1 for a single "
                     "copy)") from None
-            opened = taken.with_new_segment(ledger.id)
+            opened = taken.with_new_segment(ledger.id, max_before)
             try:
                 version = update_log(store, opened, version)
             except (BadVersion, MetadataUnavailable) as e:
@@ -418,6 +432,10 @@ class LogWriter:
                     break
                 batch = self._ready.popleft()
                 batch.segment, batch.ledger = self._segment, self._ledger
+                # Under the lock that orders the sends: the ledger's running maximum.
+                batch.max_floor = floor = self._segment_max
+                top = max(batch.timestamps)
+                self._segment_max = top if floor is None or top > floor else floor
                 self._in_flight[batch.ledger.id] += 1
                 self._segment_bytes += batch.size
             try:
@@ -565,7 +583,9 @@ class LogWriter:
     def _roll_locked(self) -> None:
         self._refresh_head()
         ledger = _create_segment_ledger(self._bk, self.name, self.settings, self._password)
-        rolled = self._metadata.with_new_segment(ledger.id)
+        with self._lock:  # final: no batch goes to a segment due to roll
+            max_before = next_max_before(self._segment, self._segment_max)
+        rolled = self._metadata.with_new_segment(ledger.id, max_before)
         try:
             self._store_metadata(rolled)
         except BookKeeperError:
@@ -578,6 +598,7 @@ class LogWriter:
             previous = self._ledger
             self._closing[previous.id] = previous
             self._segment, self._ledger = rolled.tail[-1], ledger
+            self._segment_max = None
             self._in_flight[ledger.id] = 0
             self._segment_bytes, self._segment_started = 0, time.monotonic()
         self._send_ready()  # the batches that waited for this segment
@@ -853,7 +874,7 @@ def take_over(bk: "BookKeeper", metadata: LogMetadata, password: bytes) -> LogMe
     return dataclasses.replace(
         metadata, tail=tuple(s for s in metadata.tail if s not in empty),
         oldest_segment=metadata.truncated_before.segment,
-        dropping=tuple(Dropped(*s) for s in empty), epoch=metadata.epoch + 1,
+        dropping=tuple(Dropped(s.number, s.ledger_id) for s in empty), epoch=metadata.epoch + 1,
         committing=(), aborted=(), format_version=FORMAT_VERSION)
 
 

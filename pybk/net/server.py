@@ -175,6 +175,9 @@ class BookieServer:
         self._mailbox = Mailbox()
         self._deleter = ThreadPoolExecutor(max_workers=1,
                                            thread_name_prefix="pybk-server-delete")
+        # Its thread starts now rather than at the first DELETE: a server's threads are
+        # all there from its start to its close (docs/THREADS.md), whoever watches them.
+        self._deleter.submit(int)
         self._handlers: dict[Op, Callable[[bytes, Request], Reply | None]] = {
             Op.ADD: self._add, Op.READ: self._read, Op.READ_LAC: self._read_lac,
             Op.WRITE_LAC: self._write_lac, Op.LONG_POLL: self._long_poll,

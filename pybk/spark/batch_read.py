@@ -1,12 +1,17 @@
-"""Batch reads of a pybk log: ``spark.read.format("pybk")...load()``.
+"""Batch reads of pybk logs: ``spark.read.format("pybk")...load()``.
 
-Planning (:meth:`BatchReader.partitions`, on the driver) connects once and asks
-:func:`pybk.log.ranges.plan` for the ranges from ``startingPosition`` (inclusive, default
-``earliest``) to ``endingPosition`` (exclusive, default ``latest``): closed segments
-whole, the first open segment up to its last add confirmed (no fencing, no recovery: a
-live writer goes on undisturbed), nothing after it.  Each range is one partition; with
-``minPartitions`` the largest are halved by entries until there are that many.  What a
-job reads is fixed when it is planned: records appended later are not in it.
+Planning (:meth:`BatchReader.partitions`, on the driver) connects once, finds the logs
+to read (:func:`find_logs`: those the option ``log`` lists, or with ``logPattern`` those
+whose names match, listed then) and asks :func:`pybk.log.ranges.plan`, for each, for the
+ranges from its ``startingPosition`` (inclusive, default ``earliest``) to its
+``endingPosition`` (exclusive, default ``latest``; both given by log in a JSON object
+when the read has several): closed segments whole, the first open segment up to its
+last add confirmed (no fencing, no recovery: a live writer goes on undisturbed), nothing
+after it.  Each range is one partition; with ``minPartitions`` the largest (of all the
+logs) are halved by entries until there are that many.  Partitions come log by log (in
+the list's order, or by name for a pattern), each log's in position order.  What a job
+reads is fixed when it is planned: records appended later, and logs created later, are
+not in it.  A pattern that matches no log reads no rows.
 
 Each task (:meth:`BatchReader.read`) connects on its executor
 (:func:`pybk.spark.connect.connect`), reads its range with read-ahead and closes its
@@ -16,9 +21,10 @@ one tuple per record.  Within a partition rows are in position order; a DataFram
 order across partitions is Spark's to keep or not (``orderBy("position")`` is not a
 text order: order by ``segment``, ``entry``, ``slot``).
 
-A missing log, a start in a segment the log has not reached, or a cluster that cannot be
-reached fails the job on the driver, while it is planned, before any task runs.  A range
-truncated away between planning and reading fails its task with RecordsTruncated.
+A missing log (one the option ``log`` lists), a start in a segment the log has not
+reached, or a cluster that cannot be reached fails the job on the driver, while it is
+planned, before any task runs.  A range truncated away between planning and reading
+fails its task with RecordsTruncated.
 
 Filter pushdown (Spark calls :meth:`FilteringBatchReader.pushFilters` only with
 ``spark.sql.python.filterPushdown.enabled=true``): comparisons of ``segment`` and
@@ -28,11 +34,11 @@ comparisons are exact and Spark does not evaluate them again (``IN`` it does).
 Comparisons of ``timestamp`` with a time (``IN`` as its least and greatest) skip the
 entries whose records all lie outside them, from each entry's header, and Spark
 evaluates them again; ``key = b`` and ``key IN (...)`` keep only the rows with one of
-those keys, exactly, and skip the entries without keys (:class:`pybk.spark.arrow.RowFilter`).
-PySpark
-refuses to read through a reader that implements ``pushFilters`` while that setting is
-off, so the data source hands out the filtering reader only to Spark's filter pushdown
-step (:func:`reader`); without it, the range options do the same job.
+those keys, exactly, and skip the entries without keys
+(:class:`pybk.spark.arrow.RowFilter`).  PySpark refuses to read through a reader that
+implements ``pushFilters`` while that setting is off, so the data source hands out the
+filtering reader only to Spark's filter pushdown step (:func:`reader`); without it, the
+range options do the same job.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from pyspark.sql.datasource import (
 )
 
 from pybk.errors import InvalidConfiguration
+from pybk.log.metadata import list_logs
 from pybk.log.position import Position
 from pybk.log.ranges import EARLIEST, LATEST, Plan, ReadRange, plan, read_entries, split_ranges
 from pybk.spark.arrow import RowFilter, record_batches
@@ -73,10 +80,11 @@ _UNBOUNDED = 1 << 63
 
 
 class RangePartition(InputPartition):
-    """One task's range of a segment (plain data: a :class:`ReadRange`)."""
+    """One task's range of a segment of a log (plain data: the log's name and a
+    :class:`ReadRange`)."""
 
-    def __init__(self, r: ReadRange) -> None:
-        super().__init__(r)
+    def __init__(self, log: str, r: ReadRange) -> None:
+        super().__init__((log, r))
 
 
 @dataclass
@@ -121,20 +129,33 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self._opts
-        start = opts.get("startingPosition") or EARLIEST
-        end = opts.get("endingPosition") or LATEST
+        ranges: list[ReadRange] = []
+        log_of: dict[int, str] = {}  # ledger ids are unique: a range's ledger names its log
+        with connect(opts) as bk:
+            names = find_logs(bk, opts)
+            for name in names:
+                found = plan_from_start(bk, opts.for_log(name), *self._bounds_of(name))
+                for r in filter(None, map(self._bounds.clip, found.ranges)):
+                    ranges.append(r)
+                    log_of[r.ledger_id] = name
+        order = {name: i for i, name in enumerate(names)}
+        split = split_ranges(ranges, opts.get("minPartitions") or 1)
+        return [RangePartition(log_of[r.ledger_id], r)
+                for r in sorted(split, key=lambda r: (order[log_of[r.ledger_id]], r.start))]
+
+    def _bounds_of(self, log: str) -> tuple[str, "Position | str"]:
+        """Where the read of ``log`` starts and ends, by the options and the filters."""
+        start = self._opts.position("startingPosition", log) or EARLIEST
+        end: Position | str = self._opts.position("endingPosition", log) or LATEST
         if end == EARLIEST:
-            raise InvalidConfiguration("option endingPosition=earliest: a batch read ends "
-                                       "at latest or at a position (exclusive)")
+            raise InvalidConfiguration(f"option endingPosition: earliest for log {log!r}: "
+                                       "a batch read ends at latest or at a position "
+                                       "(exclusive)")
         bounds = self._bounds
         if bounds.segment_high != _UNBOUNDED:  # plan no further than the filters allow
             ceiling = Position(bounds.segment_high, 0, 0)
-            end = ceiling if end == LATEST else min(Position.parse(end), ceiling)
-        with connect(opts) as bk:
-            found = plan_from_start(bk, opts, start, end)
-        ranges = [c for c in map(bounds.clip, found.ranges) if c is not None]
-        return [RangePartition(r)
-                for r in split_ranges(ranges, opts.get("minPartitions") or 1)]
+            end = ceiling if end == LATEST else min(Position.parse(str(end)), ceiling)
+        return start, end
 
     def read(self, partition: InputPartition) -> Iterator:
         return read_partition(self._opts, partition, self._bounds.rows)
@@ -233,16 +254,24 @@ def plan_from_start(bk: "BookKeeper", opts: PybkOptions, start: str,
                                    f"{e}") from None
 
 
+def find_logs(bk: "BookKeeper", opts: PybkOptions) -> list[str]:
+    """The logs a read reads: those its option ``log`` names, or, with ``logPattern``,
+    those of the metadata store whose names match it, sorted."""
+    if opts.log_pattern is None:
+        return list(opts.logs)
+    return [name for name in list_logs(bk.metadata) if opts.reads_log(name)]
+
+
 def read_partition(opts: PybkOptions, partition: InputPartition,
                    rows: RowFilter | None = None) -> Iterator:
     """The rows of a planned range as Arrow record batches (those ``rows`` allows),
     through a client of the task's own, closed when the range is done (or the task stops
     reading)."""
-    r: ReadRange | None = partition.value
-    if r is None:  # PySpark's one partition of a read that planned none
+    if partition.value is None:  # PySpark's one partition of a read that planned none
         return
+    log, r = partition.value
     with connect(opts) as bk:
-        yield from record_batches(opts.log, r, read_entries(bk, r, opts.password),
+        yield from record_batches(log, r, read_entries(bk, r, opts.password),
                                   opts.get("includeHeaders"), rows)
 
 

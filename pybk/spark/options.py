@@ -31,6 +31,8 @@ which build their own client from it (:mod:`pybk.spark.connect`).
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
@@ -88,17 +90,49 @@ def _number(kind: type) -> Callable[[str, Any], Any]:
     return convert
 
 
-def _position(name: str, raw: Any) -> str:
-    """``earliest``, ``latest`` or a position ``segment:entry:slot`` (kept as text)."""
+def _position(name: str, raw: Any, log: str | None = None) -> str:
+    """``earliest``, ``latest`` or a position ``segment:entry:slot`` (kept as text); the
+    value for ``log`` in a JSON object of them (:func:`_positions`)."""
     text = str(raw).strip()
     if text.lower() in (EARLIEST, LATEST):
         return text.lower()
     try:
         return str(Position.parse(text))
     except ValueError:
+        given = f"={raw!r}" if log is None else f" gives log {log!r} {raw!r}"
         raise InvalidConfiguration(
-            f"option {name}={raw!r}: expected earliest, latest or a position "
-            "segment:entry:slot (as str(Position) gives it)") from None
+            f"option {name}{given}: expected earliest, latest, a position "
+            'segment:entry:slot (as str(Position) gives it) or, by log, JSON {"log": '
+            '"earliest", "other": "3:0:0"}') from None
+
+
+def _positions(name: str, raw: Any) -> "str | dict[str, str]":
+    """What :func:`_position` reads, or a JSON object giving one of those to each log
+    it names (Spark's Kafka source's form of offsets by topic): a dict then."""
+    text = str(raw).strip()
+    if not text.startswith("{"):
+        return _position(name, raw)
+    try:
+        by_log = json.loads(text)
+    except ValueError as e:
+        raise InvalidConfiguration(f"option {name}={raw!r} is not JSON ({e}): expected "
+                                   '{"log": "earliest", "other": "3:0:0"}') from None
+    if not isinstance(by_log, dict) or not all(isinstance(v, str) for v in by_log.values()):
+        raise InvalidConfiguration(f"option {name}={raw!r}: expected a JSON object of "
+                                   'strings by log name, {"log": "earliest", "other": '
+                                   '"3:0:0"}')
+    return {log: _position(name, value, log) for log, value in by_log.items()}
+
+
+def _pattern(name: str, raw: Any) -> str:
+    """A regular expression (kept as text: compiled where it is used)."""
+    text = _text(name, raw)
+    try:
+        re.compile(text)
+    except re.error as e:
+        raise InvalidConfiguration(f"option {name}={raw!r} is not a regular expression: "
+                                   f"{e}") from None
+    return text
 
 
 class Option(NamedTuple):
@@ -121,32 +155,48 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            "`save(path)`); a batch read reads it beside its running application, other "
            "uses need the application stopped"),
     Option("log", _text, None, _ALL,
-           "the log's name (required with metadataServiceUri; `wal` for a WAL directory)"),
+           "the log's name (required with metadataServiceUri, unless a read gives "
+           "`logPattern`; `wal` for a WAL directory); reads take several, separated by "
+           "commas (`a,b,c`; spaces around names are dropped; read a name that holds a "
+           "comma by `logPattern`)"),
+    Option("logPattern", _pattern, None, _READS,
+           "instead of `log`: a regular expression over log names (Python's "
+           "`re.fullmatch`: the whole name must match); reads every log that matches. A "
+           "streaming query lists the logs at each micro-batch: a log created while it "
+           "runs is read from its start (its earliest record), a log deleted while it "
+           "runs is read no more (a warning is logged; its records not yet read are not "
+           "reported as lost)"),
     Option("password", _string, "", _ALL,
            "the password of the log's ledgers (as the log's writers use it)"),
     Option("lockTimeoutSeconds", _number(float), 60.0, _ALL,
            "with `path`, except for a batch read: how long a task waits for the directory, "
            "which the job's tasks take in turns"),
-    Option("startingPosition", _position, None, _READS,
+    Option("startingPosition", _positions, None, _READS,
            "`earliest`, `latest` or a position, inclusive (default: earliest for a batch "
-           "read, latest for a new streaming query)"),
-    Option("endingPosition", _position, LATEST, frozenset({READ}),
-           "`latest` or a position, exclusive"),
+           "read, latest for a new streaming query); a position applies to one log: with "
+           'several, a JSON object by log name, `{"a": "3:0:0", "b": "earliest"}`, whose '
+           "logs not named take the default (a log a streaming query finds later starts "
+           "at earliest)"),
+    Option("endingPosition", _positions, LATEST, frozenset({READ}),
+           "`latest` or a position, exclusive; with several logs, a JSON object by log "
+           'name as for `startingPosition` (logs not named: latest)'),
     Option("includeHeaders", _boolean, False, _READS,
            "add the column `headers` (`array<struct<key: string, value: binary>>`, as "
            "Spark's Kafka source gives it: a record's headers in order, null for none)"),
     Option("minPartitions", _number(int), None, frozenset({READ}),
            "at least this many partitions: big segments are split into entry ranges"),
     Option("maxRecordsPerTrigger", _number(int), None, frozenset({STREAM_READ}),
-           "at most this many records per micro-batch"),
+           "at most this many records per micro-batch (with several logs, shared out "
+           "among those with records, each taking at least one)"),
     Option("maxBytesPerTrigger", _number(int), None, frozenset({STREAM_READ}),
-           "at most about this many bytes of values per micro-batch"),
+           "at most about this many bytes of values per micro-batch (shared out as "
+           "`maxRecordsPerTrigger` is)"),
     Option("failOnDataLoss", _boolean, True, frozenset({STREAM_READ}),
            "fail the query when records it has not read were truncated away (false: "
            "skip ahead to the log's start with a warning)"),
     Option("consumerId", _text, None, frozenset({STREAM_READ}),
-           "a name under which the query's committed position is kept in the log; "
-           "truncation never passes it"),
+           "a name under which the query's committed position is kept in the log (in "
+           "each log it reads); truncation never passes it"),
     Option("sinkId", _text, None, frozenset({STREAM_WRITE}),
            "required: the name under which the query's last committed batch id is kept "
            "in the log, so that a replayed micro-batch commits nothing twice"),
@@ -187,6 +237,12 @@ class PybkOptions:
     log_settings: dict[str, Any] = field(default_factory=dict)
     #: ZooKeeper settings given (:data:`ZOOKEEPER_SETTINGS`).
     zookeeper: dict[str, Any] = field(default_factory=dict)
+    #: The logs a read names (option ``log``, split at commas; ``(log,)`` for a write);
+    #: empty with ``log_pattern``.
+    logs: tuple[str, ...] = ()
+    #: The option ``logPattern``: the read's logs are those whose names match it (Python's
+    #: ``re.fullmatch``), listed where the read is planned.
+    log_pattern: str | None = None
 
     def get(self, name: str) -> Any:
         """The value of source option ``name`` (its default when not given)."""
@@ -211,10 +267,32 @@ class PybkOptions:
         return LogSettings.from_mapping(self.log_settings,
                                         defaults=WAL_LOG_DEFAULTS if self.path else None)
 
+    def position(self, name: str, log: str) -> str | None:
+        """Option ``name`` (``startingPosition`` or ``endingPosition``) for log ``log``:
+        ``earliest``, ``latest``, a position's text, or None when the option gives none
+        to that log (not set, or a JSON object that does not name it)."""
+        value = self.values[name]
+        return value.get(log) if isinstance(value, dict) else value
+
+    def reads_log(self, name: str) -> bool:
+        """Whether log ``name`` is one the options name (in ``logs``, or matching
+        ``log_pattern``)."""
+        if self.log_pattern is None:
+            return name in self.logs
+        return re.fullmatch(self.log_pattern, name) is not None
+
+    def for_log(self, name: str) -> "PybkOptions":
+        """These options for the one log ``name`` of a read of several."""
+        return dataclasses.replace(self, log=name, logs=(name,), log_pattern=None)
+
     def describe(self) -> str:
         """Where the log is, for messages: ``log 'x' of zk://...`` or ``of the WAL in
-        /dir``."""
+        /dir`` (``logs 'a', 'b' of``, ``logs matching 'p' of`` for a read of several)."""
         where = self.uri if self.uri else f"the WAL in {self.path}"
+        if self.log_pattern is not None:
+            return f"logs matching {self.log_pattern!r} of {where}"
+        if len(self.logs) > 1:
+            return f"logs {', '.join(map(repr, self.logs))} of {where}"
         return f"log {self.log!r} of {where}"
 
 
@@ -263,11 +341,25 @@ def parse(options: Mapping[str, Any], use: str) -> PybkOptions:
             f"given by load(path) / save(path)); got {'both' if uri else 'neither'}")
     if uri is not None:
         parse_zookeeper_address(uri)  # InvalidConfiguration naming what is wrong
-    name = values.pop("log") or (WAL_LOG_NAME if path is not None else None)
+    given, pattern = values.pop("log"), values.pop("logPattern", None)
+    if given is not None and pattern is not None:
+        raise InvalidConfiguration(
+            f"options log={given!r} and logPattern={pattern!r}: give one of them, log "
+            "(names separated by commas) or logPattern (a regular expression)")
+    name = given or (WAL_LOG_NAME if path is not None else None)
+    if name is None and pattern is None:
+        raise InvalidConfiguration(
+            "option log (the log's name) is required with metadataServiceUri" + (
+                " (or logPattern, a regular expression over log names)"
+                if use in _READS else ""))
     if name is None:
-        raise InvalidConfiguration("option log (the log's name) is required with "
-                                   "metadataServiceUri")
-    parsed = PybkOptions(use, uri, path, name, values, client, log_settings, zookeeper)
+        logs: tuple[str, ...] = ()
+    else:
+        logs = _log_names(name) if use in _READS else (name,)
+    parsed = PybkOptions(use, uri, path, ",".join(logs), values, client, log_settings,
+                         zookeeper, logs, pattern)
+    if use in _READS:
+        _check_positions(parsed)
     parsed.client_settings()  # bad values fail here, on the driver, not in every task
     parsed.zookeeper_settings()
     if use in _WRITES:
@@ -287,6 +379,41 @@ def include_headers(options: Mapping[str, Any]) -> bool:
 def _describe_use(use: str) -> str:
     return {READ: "batch reads", STREAM_READ: "streaming reads", WRITE: "batch writes",
             STREAM_WRITE: "streaming writes"}[use]
+
+
+def _log_names(text: str) -> tuple[str, ...]:
+    """The names of a read's option ``log``: split at commas, spaces around them
+    dropped; an empty or repeated name raises InvalidConfiguration."""
+    names = tuple(part.strip() for part in text.split(","))
+    if not all(names):
+        raise InvalidConfiguration(
+            f"option log={text!r} holds an empty name: give log names separated by commas "
+            "(a,b,c); to read a log whose name holds a comma, use logPattern (re.escape "
+            "its name)")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InvalidConfiguration(f"option log={text!r} names {', '.join(twice)} twice: "
+                                   "name each log once")
+    return names
+
+
+def _check_positions(opts: PybkOptions) -> None:
+    """A position (not earliest or latest) only for a read of one log; a JSON object of
+    positions only naming logs the read reads."""
+    several = opts.log_pattern is not None or len(opts.logs) > 1
+    for name in ("startingPosition", "endingPosition"):
+        value = opts.values.get(name)
+        if isinstance(value, dict):
+            others = [log for log in value if not opts.reads_log(log)]
+            if others:
+                raise InvalidConfiguration(
+                    f"option {name} names {', '.join(map(repr, others))}, which this read "
+                    f"does not read (it reads the {opts.describe()})")
+        elif several and value not in (None, EARLIEST, LATEST):
+            raise InvalidConfiguration(
+                f"option {name}={value}: a position is one log's, and this read reads the "
+                f"{opts.describe()}: give positions by log, "
+                f'{{"<log>": "{value}", ...}}')
 
 
 def with_values(opts: PybkOptions, **values: Any) -> PybkOptions:

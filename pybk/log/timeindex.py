@@ -1,0 +1,274 @@
+"""Positions by time: the first record of a log at or after a timestamp.
+
+:func:`position_at` answers as Kafka's ``offsetsForTimes`` does: the position of the
+first record (in position order) whose timestamp is at least the target, or, if there
+is none, the log's end (where the next record will be: a reader started there reads
+only records appended later).  Timestamps are the callers' (event times): they need not
+grow with positions, and the answer is exact whatever their order.  A version 1 record
+(written by a pybk before records had timestamps, :mod:`pybk.log.batch`) has none: it
+is never at or after a time, and the search passes it.
+
+**What makes the search short.**  Two running maxima, each kept where it is known
+when written, so that nothing is ever rewritten:
+
+* *In a ledger* (:mod:`pybk.log.batch`, "Maxima"): each entry's header holds the
+  largest timestamp of its batch and of every entry before it in the ledger (its
+  writer raises it to the previous entry's: ``max_floor``).  So the headers never
+  decrease with the entry id, and the first entry whose header max is at least the
+  target holds the first record at or after it in that ledger: every record before
+  that entry is smaller (the header before it says so), and since the entry's own
+  max raised the running max to the target, one of its records is at least the
+  target.  A bisection over the entry ids finds it: at most ``log2(entries) + 1``
+  entry reads, then the entry's records are decoded to find the slot.
+* *Across segments* (:mod:`pybk.log.metadata`, "Maxima before"): each segment's
+  ``max_before`` (in its record and in the head's tail) is at least the largest
+  timestamp of the records of every segment before it, from the first segment that
+  has one on.  It never decreases with the segment number, since each is made from the
+  one before: a writer that rolls takes its segment's max_before and the largest
+  timestamp it sent to the segment; an opening writer or a commit the last tail
+  segment's max_before and the header max of that segment's last entry (recovery just
+  closed it; one read), then for a commit each of its ledgers' last entries in turn.
+  A bisection over the segment numbers (:func:`~pybk.log.metadata.find_segment` for
+  each) finds the last segment whose max_before is below the target: every record
+  before it is below the target, so the answer is in that segment or after it.
+
+**The search**, from the head as read once: (1) the segments whose max_before is
+unknown (None: their records were written by a pybk before this index, always a run
+of the oldest live segments) are searched first, entry by entry, as their headers hold
+each batch's own max only; (2) among the others, the bisection over numbers gives the
+segment ``k`` to start from (the first of them if none is below the target); (3) ``k``'s
+entries are bisected from the first one a reader may read (truncated_before's, in its
+segment) to its last readable one (a closed segment's last entry; the writer's LAC for
+an open one); if none is at or after the target, the next segment is searched the
+same way, and so on to the end of the log.
+
+**Why it is exact.**  Every value the search trusts is an upper bound of what it
+stands for: a header max is at least its batch's timestamps and the ledger's earlier
+ones; a max_before is at least the timestamps of the segments before it, since a
+writer counts each batch when it sends it (a batch whose add then failed only makes
+the bound larger) and an opener or committer reads the header of the last entry the
+ledger closed with.  Upper bounds never make the search skip a record at or after the
+target: they can only make it start early, and step (3) goes on forward until it finds
+one.  A bound is also *tight* (the maximum itself) for every segment whose writer did
+not die with adds in flight and for every entry, so step (3) reads one segment, two at
+most, in a log where no writer died while rolling.
+
+**What it costs**, in a log of ``S`` segment numbers from truncated_before's and ``E``
+entries per segment: ``log2(S) + 1`` segment lookups (each one record read, and the
+head's tail is read from the head; a lookup that lands in a run of dead numbers follows
+the run's records as a reader does) and ``log2(E) + 2`` entry reads (and one ledger
+open) for the segment found, plus one more ledger's worth per segment step (3) goes on
+to.  Not bounded, and documented as such: the segments of step (1), read entry by entry
+(a log upgraded from an older pybk until truncation removes them); and records that
+truncation removed still count in the maxima of the entries and segments after them,
+so after a truncation that removed records at or after the target, step (3) may step
+through the live records before the answer (at worst the whole log).  Headers of
+ledgers that were not written by a :class:`~pybk.log.LogWriter` (a Spark job's task
+ledgers, :mod:`pybk.spark.job_write`) are running maxima only if their writer passed
+``max_floor``: a ledger whose headers decrease is searched as if they did not, and the
+answer may be a later record at or after the target than the first.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol
+
+from pybk.errors import NoNode, NoSuchEntry, NoSuchLedger, NoSuchLog
+from pybk.log.batch import batch_time_range, decode_fields
+from pybk.log.metadata import (
+    NO_TIMESTAMP,
+    LogMetadata,
+    Segment,
+    find_segment,
+    next_max_before,
+    read_log,
+)
+from pybk.log.position import Position
+from pybk.meta.ledger_metadata import LedgerState
+
+if TYPE_CHECKING:
+    from pybk.client import BookKeeper
+    from pybk.client.ledger import LedgerEntry, LedgerHandle
+
+
+class Writer(Protocol):
+    """What a search asks the log's writer in its own process (a
+    :class:`~pybk.log.writer.LogWriter`, which imports this module)."""
+
+    def ledger_for(self, ledger_id: int) -> "LedgerHandle | None": ...
+
+
+def position_at(bk: "BookKeeper", name: str, timestamp: int, password: bytes = b"",
+                writer: "Writer | None" = None) -> Position:
+    """The position of the first record of log ``name`` whose timestamp is at least
+    ``timestamp`` (milliseconds since the epoch), or the log's end if none is (see the
+    module docstring); ``writer``: the log's writer, in its own process (its open
+    segment is read up to its last acknowledged entry).  NoSuchLog if there is no such
+    log; TypeError if ``timestamp`` is not an int."""
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int):
+        raise TypeError(f"a time to look for is an int of milliseconds since the epoch, "
+                        f"not {type(timestamp).__name__} ({timestamp!r})")
+    try:
+        head = read_log(bk.metadata, name).metadata
+    except NoNode:
+        raise NoSuchLog(f"there is no log named {name!r}") from None
+    search = _Search(bk, head, timestamp, password, writer)
+    segment = search.segment(head.truncated_before.segment)
+    while segment is not None and segment.max_before is None:  # (1): unindexed
+        found = search.in_segment(segment, bisect=False)
+        if found is not None:
+            return found
+        segment = search.segment(segment.number + 1)
+    if segment is None:
+        return search.end
+    segment = search.start_segment(segment)  # (2)
+    while segment is not None:  # (3)
+        found = search.in_segment(segment, bisect=True)
+        if found is not None:
+            return found
+        segment = search.segment(segment.number + 1)
+    return search.end
+
+
+class _Search:
+    """One search by time over the log as of ``head`` (see the module docstring)."""
+
+    def __init__(self, bk: "BookKeeper", head: LogMetadata, target: int, password: bytes,
+                 writer: "Writer | None") -> None:
+        self._bk, self._head, self._target = bk, head, target
+        self._password, self._writer = password, writer
+        #: Where the next record will be, as far as the segments searched tell: after
+        #: the last readable entry of the last segment searched.
+        tail = head.tail[-1].number if head.tail else head.next_segment
+        self.end = max(Position(tail, 0, 0), head.truncated_before)
+
+    def segment(self, number: int) -> Segment | None:
+        return find_segment(self._bk.metadata, self._head, number)
+
+    def start_segment(self, first: Segment) -> Segment:
+        """The last segment from ``first`` on whose max_before is below the target, or
+        ``first`` if none is: a bisection over the numbers, keeping every segment
+        numbered from ``high`` on at or after the target."""
+        assert first.max_before is not None  # the caller passed the unindexed ones
+        if first.max_before >= self._target:
+            return first
+        best, low, high = first, first.number + 1, self._head.next_segment
+        while low < high:
+            middle = (low + high) // 2
+            found = self.segment(middle)
+            if found is None or found.number >= high:
+                high = middle
+            elif found.max_before is not None and found.max_before < self._target:
+                best, low = found, found.number + 1
+            else:
+                high = middle  # none from middle to found.number, found is at or after
+        return best
+
+    def in_segment(self, segment: Segment, bisect: bool) -> Position | None:
+        """The first record at or after the target in ``segment``, from the first
+        position a reader may read; None if it holds none (``self.end`` then moves past
+        it).  ``bisect``: its headers are running maxima."""
+        try:
+            return self._in_ledger(segment, bisect)
+        except (NoSuchLedger, NoSuchEntry):
+            if self._listed(segment):
+                raise
+            return None  # truncated away since the head was read: what is left is later
+
+    def _in_ledger(self, segment: Segment, bisect: bool) -> Position | None:
+        handle = self._open(segment)
+        last = self._last_readable(handle)
+        truncated = self._head.truncated_before
+        start = truncated if truncated.segment == segment.number else \
+            Position(segment.number, 0, 0)
+        self.end = max(self.end, Position(segment.number, max(last + 1, start.entry), 0))
+        first = start.entry
+        if first > last:
+            return None
+
+        def top(entry_id: int) -> int:
+            found = batch_time_range(handle.read_entry(entry_id).data)
+            return NO_TIMESTAMP if found is None else found[1]
+
+        begin = _first_at_least(first, last, top, self._target) if bisect else first
+        for entry in _entries(handle, begin, last):
+            found = batch_time_range(entry.data)
+            if found is None or found[1] < self._target:
+                continue
+            fields = decode_fields(entry.data)
+            low_slot = start.slot if entry.entry_id == start.entry else 0
+            for slot in range(low_slot, len(fields.timestamps)):
+                stamp = fields.timestamps[slot]
+                if stamp is not None and stamp >= self._target:
+                    return Position(segment.number, entry.entry_id, slot)
+        return None
+
+    def _open(self, segment: Segment) -> "LedgerHandle":
+        own = self._writer.ledger_for(segment.ledger_id) if self._writer is not None \
+            else None
+        if own is not None:
+            return own
+        return self._bk.open_ledger(segment.ledger_id, self._password, recovery=False)
+
+    def _listed(self, segment: Segment) -> bool:
+        """Whether ``segment`` is still in the log, as its head says now."""
+        now = read_log(self._bk.metadata, self._head.name).metadata
+        return find_segment(self._bk.metadata, now, segment.number) == segment
+
+    def _last_readable(self, handle: "LedgerHandle") -> int:
+        if handle.metadata.state is LedgerState.CLOSED:
+            return handle.metadata.closed_last_entry_id()
+        if self._writer is not None and handle is self._writer.ledger_for(handle.id):
+            return handle.last_add_confirmed
+        return handle.read_last_add_confirmed()
+
+
+def _entries(handle: "LedgerHandle", first: int, last: int) -> Iterator["LedgerEntry"]:
+    """Entries ``first..last``: the first alone (the entry a bisection found holds the
+    record), then read ahead (a forward scan: unindexed, or a bound that was not tight)."""
+    yield handle.read_entry(first)
+    if first < last:
+        yield from handle.read_entries(first + 1, last)
+
+
+def _first_at_least(first: int, last: int, top: Callable[[int], int], target: int) -> int:
+    """The first entry id from ``first`` to ``last`` whose ``top`` (never decreasing) is at
+    least ``target``; ``last`` if none is (the caller decodes it and finds none)."""
+    low, high = first, last
+    while low < high:
+        middle = (low + high) // 2
+        if top(middle) >= target:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+# -- keeping max_before ------------------------------------------------------------------
+
+
+def segment_max(bk: "BookKeeper", ledger_id: int, password: bytes = b"") -> int | None:
+    """The header max of the last entry of closed ledger ``ledger_id`` (a segment's
+    largest timestamp, if its writer kept running maxima); None if it has no entry, or
+    no timestamp (version 1)."""
+    handle = bk.open_ledger(ledger_id, password, recovery=False)
+    try:
+        last = handle.metadata.closed_last_entry_id() \
+            if handle.metadata.state is LedgerState.CLOSED else handle.read_last_add_confirmed()
+        if last < 0:
+            return None
+        found = batch_time_range(handle.read_entry(last).data)
+        return None if found is None else found[1]
+    finally:
+        handle.close()
+
+
+def max_before_next(bk: "BookKeeper", taken: LogMetadata, password: bytes) -> int:
+    """The max_before of the segment that comes after ``taken``'s tail (a takeover's
+    head: its last tail segment was recovered, so it is closed).  One ledger open and
+    one entry read; none if the tail is empty (the log has no live record) or its last
+    segment's max_before is unknown (the index starts with the next segment)."""
+    last = taken.tail[-1] if taken.tail else None
+    if last is None or last.max_before is None:
+        return NO_TIMESTAMP
+    return next_max_before(last, segment_max(bk, last.ledger_id, password))

@@ -1,0 +1,371 @@
+"""Positions by time (pybk.log.timeindex): the first record at or after a timestamp, or
+the log's end, exact whatever the order of the callers' timestamps, in a bounded number
+of reads; over logs rolled by a writer, reopened, committed by a job, left by a writer
+that died between its roll's CAS and its record, holding version-1 batches, and written
+by a pybk before the index.  Every answer is checked against the records read back
+(the first one, in position order, whose timestamp is at least the target)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+
+import pytest
+import zkutil
+from recordutil import write_version_1
+
+import pybk
+import pybk.aio
+from pybk.client import BookKeeper
+from pybk.client.ledger import LedgerHandle
+from pybk.client.transport import InProcessBookieClient
+from pybk.errors import BookKeeperError, NoSuchLog
+from pybk.log import LogReader, LogWriter, Position, jobs, position_at, writer
+from pybk.log.batch import batch_time_range, encode_batch
+from pybk.log.commit import commit_job
+from pybk.log.metadata import (
+    MAGIC,
+    NO_TIMESTAMP,
+    SEGMENT_MAGIC,
+    TAIL_SEGMENTS,
+    LogMetadata,
+    Segment,
+    live_segments,
+    log_path,
+    read_log,
+    segment_path,
+)
+from pybk.meta.sealed import seal
+from pybk.settings import ClientSettings, LogSettings
+
+pytestmark = pytest.mark.timeout(120)
+
+LOG = "timed"
+ONE_COPY = LogSettings(ensembleSize=1, writeQuorumSize=1, ackQuorumSize=1)
+#: Records of 100 bytes appended one at a time: one entry each, a few entries a segment.
+SEGMENTS = dataclasses.replace(ONE_COPY, segmentMaxBytes=450)
+#: A record of 300 bytes fills a segment: one entry a segment.
+ONE_ENTRY_SEGMENTS = dataclasses.replace(ONE_COPY, segmentMaxBytes=256)
+T0 = 1_764_028_800_000
+
+
+@pytest.fixture(params=["embedded", "zookeeper"])
+def client(request, tmp_path, bookie):
+    """Clients of one bookie in this process, on a metadata store of either kind; the
+    test gets a function that makes one (closed at the end, also if it fails)."""
+    with contextlib.ExitStack() as stack:
+        store = stack.enter_context(zkutil.store_of_kind(request, tmp_path / "meta"))
+
+        def make() -> BookKeeper:
+            return stack.enter_context(BookKeeper(
+                store, {"B1": InProcessBookieClient("B1", bookie)}, ClientSettings()))
+
+        yield make
+
+
+@pytest.fixture
+def writers():
+    """Opens LogWriters of LOG, closed at the end of the test (quietly: another writer
+    or a commit may have fenced them)."""
+    opened: list[LogWriter] = []
+
+    def open_(bk, settings=SEGMENTS) -> LogWriter:
+        opened.append(LogWriter.open(bk, LOG, settings))
+        return opened[-1]
+
+    yield open_
+    for w in opened:
+        with contextlib.suppress(BookKeeperError):
+            w.close()
+
+
+def append_all(w: LogWriter, stamps: list[int], size: int = 100) -> None:
+    for i, stamp in enumerate(stamps):
+        w.append(b"%d" % i + bytes(size), timestamp=stamp)
+
+
+def check_every_target(bk, w: LogWriter | None = None, extra: tuple[int, ...] = ()) -> int:
+    """Check position_at against the records read back, for a target before everything,
+    after everything, at every record's timestamp and between each two; the number of
+    targets checked."""
+    records = list(LogReader(bk, LOG, writer=w).records())
+    stamps = sorted({r.timestamp for r in records if r.timestamp is not None})
+    targets = {0, *stamps, *(s + 1 for s in stamps), *(s - 1 for s in stamps), *extra}
+    for target in sorted(targets):
+        expected = next((r.position for r in records
+                         if r.timestamp is not None and r.timestamp >= target), None)
+        found = position_at(bk, LOG, target, writer=w)
+        if expected is not None:
+            assert found == expected, f"target {target}"
+        else:  # the end: after every record, and reading from it gives nothing yet
+            assert not records or found > records[-1].position, f"target {target}"
+            assert list(LogReader(bk, LOG, found, writer=w).read()) == []
+    return len(targets)
+
+
+# -- writers: ordered and unordered timestamps, rolls, reopening ---------------------------
+
+
+def test_ordered_timestamps_across_segments(client, writers):
+    bk = client()
+    w = writers(bk)
+    append_all(w, [T0 + 10 * i for i in range(20)])
+    assert len(read_log(bk.metadata, LOG).metadata.tail) == TAIL_SEGMENTS  # it rolled
+    assert position_at(bk, LOG, T0 + 55, writer=w) == \
+        list(LogReader(bk, LOG, writer=w).read())[6][0]
+    check_every_target(bk, w)
+
+
+def test_unordered_timestamps_late_records_and_a_segment_below_an_earlier_one(client,
+                                                                              writers):
+    """A late record with a small timestamp after big ones, and a whole segment whose
+    maximum is below an earlier segment's: the answer is still the first record at or
+    after the target in position order."""
+    bk = client()
+    w = writers(bk)
+    stamps = [T0 + 500, T0 + 100, T0 + 900, T0 + 50,   # segment 0: max 900
+              T0 + 10, T0 + 20, T0 + 30, T0 + 40,      # segment 1: all below segment 0's
+              T0 + 1000, T0 + 5, T0 + 950, T0 + 2000,  # a late small one among big ones
+              T0 + 1500, T0 + 1, T0 + 3000, T0 + 2500]
+    append_all(w, stamps)
+    assert position_at(bk, LOG, T0 + 950, writer=w) == position_at(bk, LOG, T0 + 901,
+                                                                    writer=w)
+    assert check_every_target(bk, w) > 40
+    # Segment maxima really are unordered, and max_before never decreases.
+    befores = [s.max_before for s in live_segments(bk.metadata,
+                                                   read_log(bk.metadata, LOG).metadata)]
+    assert befores[0] == NO_TIMESTAMP and befores == sorted(befores)
+
+
+def test_batches_carry_their_ledgers_running_maximum(client, writers):
+    bk = client()
+    w = writers(bk, dataclasses.replace(ONE_COPY, segmentMaxBytes=100_000))
+    stamps = [T0 + 30, T0 + 10, T0 + 20, T0 + 40, T0 + 5]
+    append_all(w, stamps)
+    ledger = bk.open_ledger(w.metadata.tail[-1].ledger_id, recovery=False)
+    tops = [batch_time_range(e.data)[1]
+            for e in ledger.read_entries(0, ledger.read_last_add_confirmed())]
+    assert tops[:len(stamps) - 1] == [T0 + 30, T0 + 30, T0 + 30, T0 + 40]
+    assert list(w.metadata.tail[-1])[:2] == [w.metadata.tail[-1].number, ledger.id]
+
+
+def test_a_reopened_writer_and_one_that_died_without_closing(client, writers):
+    """The opener takes the last segment's maximum from its last entry (recovered): the
+    new segment's max_before covers a late writer's records too."""
+    bk1, bk2, bk3 = client(), client(), client()
+    first = writers(bk1)
+    append_all(first, [T0 + 800, T0 + 100, T0 + 700, T0 + 300, T0 + 900, T0 + 200])
+    first.close()
+    second = writers(bk2)  # reopened after a close
+    append_all(second, [T0 + 50, T0 + 850, T0 + 60])
+    third = writers(bk3)  # the second never closed: fenced, its last segment recovered
+    append_all(third, [T0 + 10, T0 + 1000, T0 + 20])
+    check_every_target(bk3, third)
+    tail = read_log(bk3.metadata, LOG).metadata.tail
+    assert tail[-1].max_before == T0 + 900
+
+
+def test_a_writer_that_died_between_its_roll_cas_and_its_record(client, writers,
+                                                                 monkeypatch):
+    """The roll's CAS named the new segment with its max_before in the head; the record
+    was never written.  The next opener writes it from the head, and searches go on
+    exact across it."""
+    bk1, bk2 = client(), client()
+    first = writers(bk1, ONE_ENTRY_SEGMENTS)
+    append_all(first, [T0 + 500, T0 + 100], size=300)
+
+    def dies(*args):
+        raise BookKeeperError("the writer's process died here")
+
+    monkeypatch.setattr(writer, "write_segment", dies)
+    with pytest.raises(BookKeeperError):  # the roll failed: the writer stopped
+        append_all(first, [T0 + 50, T0 + 700], size=300)
+    monkeypatch.undo()
+    head = read_log(bk2.metadata, LOG).metadata
+    assert not bk2.metadata.exists(segment_path(LOG, head.tail[-1].number))
+    second = writers(bk2, ONE_ENTRY_SEGMENTS)
+    append_all(second, [T0 + 5, T0 + 600, T0 + 3, T0 + 400, T0 + 800], size=300)
+    check_every_target(bk2, second)
+
+
+def test_after_a_truncation_inside_a_segment(client, writers):
+    """Records before truncated_before are never answered, also where the maxima still
+    count them (a truncated record newer than the target)."""
+    bk = client()
+    w = writers(bk)
+    append_all(w, [T0 + 5000, T0 + 100, T0 + 200, T0 + 300, T0 + 4000, T0 + 400, T0 + 500,
+                   T0 + 600, T0 + 700, T0 + 800])
+    positions = [p for p, _ in LogReader(bk, LOG, writer=w).read()]
+    cut = next(p for p in positions if p.segment == positions[-1].segment)  # a segment's first
+    w.truncate(positions[positions.index(cut) - 1])  # inside the segment before it
+    head = read_log(bk.metadata, LOG).metadata
+    assert head.truncated_before.entry > 0
+    assert position_at(bk, LOG, T0, writer=w) == head.truncated_before
+    check_every_target(bk, w)
+
+
+# -- commits, version 1, older pybk ---------------------------------------------------------
+
+
+def job_ledger(bk, job_id: str, partition: int, stamps: list[int]) -> int:
+    """A task's ledger with running maxima in its headers (two records an entry)."""
+    ledger = bk.create_ledger(1, 1, 1)
+    jobs.register_ledger(bk, LOG, job_id, ledger.id, partition, 0)
+    floor = None
+    for i in range(0, len(stamps), 2):
+        entry = encode_batch([b"p%d %d" % (partition, i)] * len(stamps[i:i + 2]),
+                             stamps[i:i + 2], max_floor=floor)
+        ledger.add_entry(entry)
+        floor = batch_time_range(entry)[1]
+    ledger.close()
+    return ledger.id
+
+
+def test_a_committed_jobs_segments(client, writers):
+    """Ledgers written apart, their maxima unordered, appended by one commit after a
+    writer's segments: max_before chains through them."""
+    bk = client()
+    w = writers(bk)
+    append_all(w, [T0 + 400, T0 + 100, T0 + 300])
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledgers = [job_ledger(bk, job, 0, [T0 + 900, T0 + 50, T0 + 60]),
+               job_ledger(bk, job, 1, [T0 + 10, T0 + 20]),
+               job_ledger(bk, job, 2, [T0 + 30, T0 + 1200, T0 + 40, T0 + 500])]
+    assert commit_job(bk, LOG, job, ledgers).committed
+    later = writers(bk)
+    append_all(later, [T0 + 5, T0 + 1100])
+    check_every_target(bk, later)
+    befores = [s.max_before for s in live_segments(bk.metadata,
+                                                   read_log(bk.metadata, LOG).metadata)]
+    assert befores == sorted(befores) and befores[-1] == T0 + 1200
+
+
+def test_version_1_batches_have_no_time(client, writers, monkeypatch):
+    """A version 1 record is never at or after a time; version 2 records after them
+    are found, and a target past them all gives the end."""
+    bk = client()
+    with monkeypatch.context() as old:
+        write_version_1(old)
+        old_writer = writers(bk)
+        append_all(old_writer, [T0 + 100] * 5)
+        old_writer.close()
+    w = writers(bk)
+    append_all(w, [T0 + 300, T0 + 200])
+    records = list(LogReader(bk, LOG, writer=w).records())
+    assert [r.timestamp for r in records] == [None] * 5 + [T0 + 300, T0 + 200]
+    assert position_at(bk, LOG, 0, writer=w) == records[5].position
+    check_every_target(bk, w)
+
+
+def test_a_log_an_older_pybk_wrote_is_searched_then_indexed(client, writers):
+    """Segments without max_before (head format 3, segment records of format 1) are
+    searched entry by entry; the next writer starts the index after them."""
+    bk = client()
+    w = writers(bk)
+    append_all(w, [T0 + 700, T0 + 100, T0 + 900, T0 + 50, T0 + 30, T0 + 800, T0 + 10])
+    w.close()
+    head, version = read_log(bk.metadata, LOG)
+    for segment in live_segments(bk.metadata, head):  # as the older pybk wrote them
+        if segment.number < head.tail[0].number:
+            bk.metadata.set(segment_path(LOG, segment.number), seal(SEGMENT_MAGIC, 1, {
+                "segment": segment.number, "ledger_id": segment.ledger_id, "skip_to": None,
+                "hollow": False}), -1)
+    bk.metadata.set(log_path(LOG), seal(MAGIC, 3, {
+        "name": LOG, "next_segment": head.next_segment,
+        "truncated_before": list(head.truncated_before),
+        "tail": [[s.number, s.ledger_id] for s in head.tail],
+        "oldest_segment": head.oldest_segment, "dropping": [], "epoch": head.epoch,
+        "sinks": {}, "committing": [], "aborted": []}), version)
+    assert all(s.max_before is None for s in live_segments(
+        bk.metadata, read_log(bk.metadata, LOG).metadata))
+    check_every_target(bk)
+    later = writers(bk)
+    append_all(later, [T0 + 20, T0 + 1000, T0 + 5])
+    assert read_log(bk.metadata, LOG).metadata.tail[-1].max_before is not None
+    check_every_target(bk, later)
+
+
+# -- what it costs -----------------------------------------------------------------------
+
+
+def test_reads_are_logarithmic_in_segments_and_entries(client, writers, monkeypatch):
+    """64 segments of 4 entries, timestamps shuffled within each segment and rising
+    across them: each search reads at most c * log2(64) + c records and entries."""
+    bk = client()
+    w = writers(bk, dataclasses.replace(ONE_COPY, segmentMaxBytes=4 * 130))
+    stamps = [T0 + 100 * s + (7 * e) % 4 for s in range(64) for e in range(4)]
+    append_all(w, stamps)
+    head = read_log(bk.metadata, LOG).metadata
+    assert head.next_segment >= 64
+    reads = {"metadata": 0, "entries": 0}
+    real_get, real_read_entry = bk.metadata.get, LedgerHandle.read_entry
+
+    def counting_get(path, *args):
+        reads["metadata"] += 1
+        return real_get(path, *args)
+
+    def counting_read_entry(handle, *args, **kwargs):
+        reads["entries"] += 1
+        return real_read_entry(handle, *args, **kwargs)
+
+    monkeypatch.setattr(bk.metadata, "get", counting_get)
+    monkeypatch.setattr(LedgerHandle, "read_entry", counting_read_entry)
+    records = list(LogReader(bk, LOG, writer=w).records())
+    bound = 4 * math.log2(64) + 8
+    for target in (T0 + 1, T0 + 3150, T0 + 4999, T0 + 6301):
+        reads.update(metadata=0, entries=0)
+        found = position_at(bk, LOG, target, writer=w)
+        assert found == next(r.position for r in records if r.timestamp >= target)
+        assert reads["metadata"] <= bound and reads["entries"] <= bound, (target, reads)
+
+
+def test_the_wal_and_its_faces(tmp_path):
+    path = tmp_path / "wal"
+    with pybk.open(path) as wal:
+        positions = [wal.append(b"%d" % i, timestamp=T0 + stamp)
+                     for i, stamp in enumerate((30, 10, 40, 20))]
+        assert wal.position_at(T0 + 35) == positions[2]
+        assert list(wal.records(wal.position_at(T0 + 25)))[0].value == b"0"
+        end = wal.position_at(T0 + 41)
+        assert list(wal.read(end)) == []
+        later = wal.append(b"later", timestamp=T0)
+        assert list(wal.read(end)) == [(later, b"later")]
+    with pybk.open_readonly(path) as readonly:
+        assert readonly.position_at(T0 + 35) == positions[2]
+    with pytest.raises(TypeError):
+        position_at(None, LOG, "yesterday")
+
+
+@pytest.mark.asyncio
+async def test_the_asyncio_faces(tmp_path):
+    path = tmp_path / "wal"
+    async with await pybk.aio.open(path) as wal:
+        positions = [await wal.append(b"%d" % i, timestamp=T0 + stamp)
+                     for i, stamp in enumerate((30, 10, 40))]
+        assert await wal.position_at(T0 + 11) == positions[0]
+        assert await wal.position_at(T0 + 31) == positions[2]
+    async with await pybk.aio.open_readonly(path) as readonly:
+        assert await readonly.position_at(T0 + 31) == positions[2]
+
+
+def test_a_head_whose_max_before_values_decrease_is_refused():
+    """Checked where a head is made, so no CAS can write one and no read accepts one."""
+    good = LogMetadata(LOG, tail=(Segment(0, 7), Segment(1, 8, NO_TIMESTAMP),
+                                  Segment(2, 9, T0)), next_segment=3)
+    assert LogMetadata.from_bytes(good.to_bytes()) == good
+    for tail in ((Segment(0, 7, T0), Segment(1, 8, T0 - 1)),
+                 (Segment(0, 7, T0), Segment(1, 8))):
+        with pytest.raises(ValueError, match="never decrease"):
+            LogMetadata(LOG, tail=tail, next_segment=2)
+
+
+def test_no_log_no_position(client):
+    with pytest.raises(NoSuchLog):
+        position_at(client(), "none", T0)
+
+
+def test_an_empty_log_answers_its_start(client, writers):
+    bk = client()
+    writers(bk)
+    assert position_at(bk, LOG, T0) == Position(0, 0, 0)
