@@ -43,11 +43,12 @@ FIELDS = "key binary, value binary, timestamp timestamp, " \
 
 
 @pytest.fixture(params=["cluster", "wal"])
-def where(request, tmp_path):
+def where(request, tmp_path, address):
     """Options naming a new log: of the cluster (ZooKeeper's metadata store), or of a
-    new WAL directory (its own metadata store); and a second one to copy to."""
+    new WAL directory (its own metadata store); and a second one to copy to.  (The
+    module's cluster is asked for either way: a module fixture set up inside a test
+    would leave its threads to the test.)"""
     if request.param == "cluster":
-        address = request.getfixturevalue("address")
         run = uuid.uuid4().hex[:8]
         return ({"metadataServiceUri": address, "log": f"records-{run}"},
                 {"metadataServiceUri": address, "log": f"copy-{run}"})
@@ -181,21 +182,23 @@ def _at(ms: int, micros: int = 0) -> datetime.datetime:
 
 @pytest.fixture
 def timed_wal(tmp_path, monkeypatch):
-    """A WAL directory of 3 version 1 records, then 30 entries of one record each, at
-    BASE_MS + i seconds (i = 0..29, the entries of 10..19 in reverse order), with key
-    ``k{i % 3}`` for odd i and none for even i; and its records."""
+    """A WAL directory of 30 entries of one record each, at BASE_MS + i seconds (i =
+    0..29, the entries of 10..19 in reverse order), with key ``k{i % 3}`` for odd i and
+    none for even i, then 3 version 1 records; and its records.  (The version 1 records
+    come last: their appends' times, now, would raise the running maximum that the
+    headers of the entries after them carry.)"""
     directory = str(tmp_path / "wal")
     records = []
     with contextlib.closing(pybk.open(directory)) as wal:
-        with monkeypatch.context() as old_pybk:
-            write_version_1(old_pybk)
-            records += [(wal.append(b"old %d" % i), b"old %d" % i, None, None)
-                        for i in range(3)]
         for i in (*range(10), *range(19, 9, -1), *range(20, 30)):
             key = b"k%d" % (i % 3) if i % 2 else None
             ms = BASE_MS + 1000 * i
             records.append((wal.append(b"v%d" % i, key=key, timestamp=ms), b"v%d" % i, key,
                             ms))
+        with monkeypatch.context() as old_pybk:
+            write_version_1(old_pybk)
+            records += [(wal.append(b"old %d" % i), b"old %d" % i, None, None)
+                        for i in range(3)]
     assert len({(p.segment, p.entry) for p, *_ in records}) == len(records)  # one an entry
     return directory, records
 
@@ -224,15 +227,18 @@ def test_timestamp_and_key_filters_skip_entries_and_keep_exactly_the_rows_they_a
         LessThanOrEqual(("timestamp",), _at(BASE_MS + 15_000))
     back, values = read(after, until)
     assert back == [after, until]
-    # Rounded outwards to milliseconds: 11 s (Spark drops it) to 15 s, 5 entries decoded.
-    assert values == [b"v15", b"v14", b"v13", b"v12", b"v11"] and len(decoded) == 5
+    # Rounded outwards to milliseconds: 11 s (Spark drops it) to 15 s.  The entry of v10,
+    # appended after v19, carries its ledger's running maximum, 19 s, as its header's
+    # max (an upper bound): it may hold a later record, so it is decoded too (and Spark
+    # drops its row).  The 27 others are skipped.
+    assert values == [b"v15", b"v14", b"v13", b"v12", b"v11", b"v10"] and len(decoded) == 6
     keyed = In(("key",), (b"k1", b"k2"))
     back, values = read(keyed)
     assert back == []  # exact: Spark filters no more
     assert values == [v for _, v, k, _ in records if k in (b"k1", b"k2")]
     assert len(decoded) == 33  # every entry's header read, keys decoded where there are
     back, values = read(EqualTo(("key",), b"k1"), after, until)
-    assert values == [b"v13"] and len(decoded) == 5
+    assert values == [b"v13"] and len(decoded) == 6
 
 
 def test_pushed_timestamp_and_key_filters_give_the_rows_spark_gives_without_them(
@@ -259,3 +265,4 @@ def test_pushed_timestamp_and_key_filters_give_the_rows_spark_gives_without_them
     assert plain[0] == [b"v15", b"v14", b"v13", b"v12"]
     assert plain[4] == [b"v3", b"v9", b"v15", b"v21", b"v27"]
     assert plain[5] == [b"old 0", b"old 1", b"old 2"]
+    assert plain[2] == [b"v0", b"v1", b"v7", b"v19", b"v13", b"v25"]
