@@ -17,7 +17,8 @@ pybk job (:mod:`pybk.log.jobs`), committed exactly once (:mod:`pybk.log.commit`)
   written,
   closes them, and returns a :class:`PybkCommitMessage` naming them.  Values are packed
   into entries in the log's batch format (:mod:`pybk.log.batch`), up to
-  ``batchMaxBytes`` each, straight from the Arrow column's buffers, with up to
+  ``batchMaxBytes`` each, straight from the Arrow column's buffers (their max timestamps
+  running maxima, which commits and searches by time rely on), with up to
   ENTRIES_IN_FLIGHT_MAX entries in flight.  A failed attempt deletes its ledgers.
 * **Driver, after the tasks** (:func:`commit`): the successful attempts' ledgers, in
   partition order, are appended to the log in one compare-and-set; the job's other
@@ -54,7 +55,12 @@ from pybk.errors import (
     MetadataError,
 )
 from pybk.log import jobs
-from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, encode_batch_parts
+from pybk.log.batch import (
+    BATCH_HEADER_BYTES,
+    RECORD_OVERHEAD_BYTES,
+    batch_max,
+    encode_batch_parts,
+)
 from pybk.log.commit import CommitResult, Sink, abort_job, commit_job
 from pybk.log.metadata import log_path
 from pybk.log.writer import LOG_NAME_KEY
@@ -165,10 +171,12 @@ def write_partition(opts: PybkOptions, job_id: str,
         ledgers = _TaskLedgers(bk, opts, job_id, partition, attempt)
         try:
             records = 0
+            floor: int | None = None  # the max timestamp of the entry sent before
             for batch in batches:
                 for entry in _entries(batch.column(0), ledgers.settings.batchMaxBytes,
-                                      ledgers.settings.recordMaxBytes):
+                                      ledgers.settings.recordMaxBytes, floor):
                     ledgers.add(entry)
+                    floor = batch_max(entry)
                 records += batch.num_rows
             ledger_ids = ledgers.finish()
         except BaseException:
@@ -177,11 +185,15 @@ def write_partition(opts: PybkOptions, job_id: str,
     return PybkCommitMessage(job_id, partition, tuple(ledger_ids), records)
 
 
-def _entries(column: "pa.Array", batch_max_bytes: int,
-             record_max_bytes: int) -> Iterator[bytes]:
+def _entries(column: "pa.Array", batch_max_bytes: int, record_max_bytes: int,
+             max_floor: int | None = None) -> Iterator[bytes]:
     """The entries (log batches of up to ``batch_max_bytes``, a larger record alone)
     holding the values of a binary or string column, in order, cut straight from its
-    buffers."""
+    buffers.  Their max timestamps are running maxima from ``max_floor`` (the max
+    timestamp of the entry sent before: :mod:`pybk.log.batch`, "Maxima"), whatever the
+    wall clock does, since a commit and a search by time rely on them
+    (:mod:`pybk.log.timeindex`).  The floor is carried over when a task starts a new
+    ledger: a header max above its ledger's records is still an upper bound."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -220,7 +232,10 @@ def _entries(column: "pa.Array", batch_max_bytes: int,
                                    key=end_of) - 1
         last = max(last, first + 1)  # a record over the budget goes alone
         lengths = list(map(operator.sub, offsets[first + 1:last + 1], offsets[first:last]))
-        yield encode_batch_parts(lengths, data[offsets[first]:offsets[last]])
+        entry = encode_batch_parts(lengths, data[offsets[first]:offsets[last]],
+                                   max_floor=max_floor)
+        max_floor = batch_max(entry)
+        yield entry
         first = last
 
 
