@@ -59,6 +59,7 @@ from pybk.errors import InvalidConfiguration
 from pybk.log.metadata import list_logs
 from pybk.log.position import Position
 from pybk.log.ranges import EARLIEST, LATEST, Plan, ReadRange, plan, read_entries, split_ranges
+from pybk.log.timeindex import position_at
 from pybk.spark.arrow import record_batches
 from pybk.spark.connect import connect
 from pybk.spark.options import PybkOptions
@@ -124,7 +125,7 @@ class BatchReader(DataSourceReader):
         with connect(opts) as bk:
             names = find_logs(bk, opts)
             for name in names:
-                found = plan_from_start(bk, opts.for_log(name), *self._bounds_of(name))
+                found = plan_from_start(bk, opts.for_log(name), *self._bounds_of(bk, name))
                 for r in filter(None, map(self._bounds.clip, found.ranges)):
                     ranges.append(r)
                     log_of[r.ledger_id] = name
@@ -133,10 +134,11 @@ class BatchReader(DataSourceReader):
         return [RangePartition(log_of[r.ledger_id], r)
                 for r in sorted(split, key=lambda r: (order[log_of[r.ledger_id]], r.start))]
 
-    def _bounds_of(self, log: str) -> tuple[str, "Position | str"]:
+    def _bounds_of(self, bk: "BookKeeper", log: str) -> tuple["Position | str",
+                                                              "Position | str"]:
         """Where the read of ``log`` starts and ends, by the options and the filters."""
-        start = self._opts.position("startingPosition", log) or EARLIEST
-        end: Position | str = self._opts.position("endingPosition", log) or LATEST
+        start = bound_of(bk, self._opts, "starting", log, EARLIEST)
+        end = bound_of(bk, self._opts, "ending", log, LATEST)
         if end == EARLIEST:
             raise InvalidConfiguration(f"option endingPosition: earliest for log {log!r}: "
                                        "a batch read ends at latest or at a position "
@@ -193,7 +195,19 @@ class FilteringBatchReader(BatchReader):
             b.entry_high = b.entry_low
 
 
-def plan_from_start(bk: "BookKeeper", opts: PybkOptions, start: str,
+def bound_of(bk: "BookKeeper", opts: PybkOptions, bound: str, log: str,
+             default: str) -> "Position | str":
+    """Where the read of ``log`` starts (``bound`` ``starting``) or ends (``ending``) by
+    the options: ``position_at`` the option ``<bound>Timestamp``'s time for that log,
+    else the option ``<bound>Position``'s word or position (parse checked that no log
+    has both), else ``default``.  NoSuchLog if there is no log ``log``."""
+    timestamp = opts.position(f"{bound}Timestamp", log)
+    if isinstance(timestamp, int):
+        return position_at(bk, log, timestamp, opts.password)
+    return str(opts.position(f"{bound}Position", log) or default)
+
+
+def plan_from_start(bk: "BookKeeper", opts: PybkOptions, start: "Position | str",
                     end: "Position | str") -> Plan:
     """:func:`pybk.log.ranges.plan` from the option ``startingPosition``'s ``start``; a
     start the log cannot have (past its end) raises InvalidConfiguration naming it."""

@@ -98,7 +98,13 @@ from pybk.log import consumers
 from pybk.log.batch import batch_lengths
 from pybk.log.position import Position
 from pybk.log.ranges import EARLIEST, LATEST, Plan, plan, read_entries, slots
-from pybk.spark.batch_read import RangePartition, find_logs, plan_from_start, read_partition
+from pybk.spark.batch_read import (
+    RangePartition,
+    bound_of,
+    find_logs,
+    plan_from_start,
+    read_partition,
+)
 from pybk.spark.connect import connect
 from pybk.spark.options import PybkOptions
 
@@ -158,14 +164,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with connect(opts) as bk:
             for name in find_logs(bk, opts):
                 one = opts.for_log(name)
-                start = opts.position("startingPosition", name) or LATEST
                 try:
+                    start = bound_of(bk, opts, "starting", name, LATEST)
                     found = plan_from_start(bk, one, start, start)
                 except NoSuchLog:
                     if opts.log_pattern is None:
                         raise  # a log the option log names must be there
                     continue  # deleted since it was listed
-                if start not in (EARLIEST, LATEST) and found.start > Position.parse(start):
+                if start not in (EARLIEST, LATEST) and found.start > Position.parse(str(start)):
                     self._lost(f"{one.describe()} was truncated before {found.start}: the "
                                f"records from startingPosition={start} up to there are gone")
                 positions[name] = found.start
