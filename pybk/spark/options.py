@@ -200,7 +200,8 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            "instead of `log`: a regular expression over log names (Python's "
            "`re.fullmatch`: the whole name must match); reads every log that matches. A "
            "streaming query lists the logs at each micro-batch: a log created while it "
-           "runs is read from its start (its earliest record), a log deleted while it "
+           "runs is read from its start (its earliest record, whatever "
+           "`startingPosition` or `startingTimestamp` say), a log deleted while it "
            "runs is read no more (a warning is logged; its records not yet read are not "
            "reported as lost)"),
     Option("password", _string, "", _ALL,

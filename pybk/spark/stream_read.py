@@ -8,26 +8,30 @@ end offset, exclusive).  A checkpoint written before offsets were kept by log ho
 ``log`` names (:func:`from_offset`), and the query goes on from it (its next offsets are
 of the new form, which an earlier pybk cannot read).  A new query starts each log at its
 ``startingPosition`` (default ``latest``: only records appended from now on;
-``earliest``: everything the log holds); a restarted query goes on from its checkpoint,
-and since a micro-batch's records are fixed by its two offsets
-(:func:`pybk.log.ranges.plan`), a batch Spark replays after a restart reads the same
-records: none lost, none repeated.
+``earliest``: everything the log holds) or at the position of its ``startingTimestamp``
+(:func:`~pybk.spark.batch_read.bound_of`: the first record whose timestamp is at least
+that time, or the log's end); a restarted query goes on from its checkpoint, whatever
+its starting options say (as Kafka's source does), and since a micro-batch's records
+are fixed by its two offsets (:func:`pybk.log.ranges.plan`), a batch Spark replays
+after a restart reads the same records: none lost, none repeated.
 
 **Logs**: those the option ``log`` lists (each must exist when a new query starts), or
 with ``logPattern`` those whose names match (none at all is fine: the query waits for
 them).  The logs are listed again each time a micro-batch's end is chosen
 (:meth:`StreamReader.latestOffset`): a log that is not in the start offset (created
 since, or added to the list before a restart) joins the end offset at its start, its
-earliest record (Kafka's ``subscribePattern`` with ``earliest`` does the same), and is
-read from the next micro-batch on; so the records of each micro-batch stay fixed by
-its two offsets.  A log deleted while the query runs (or between runs) leaves the next
-end offset: the query reads it no more and logs a warning.  Its records the query had
-not read are not reported as lost (deleting a log is no truncation under a reader); a
-micro-batch already planned over it skips it.  A log of the same name created later is
-a new log, read from its start, once an end offset went without it; deleted and
-created again between two micro-batches it is not told apart from the old one (offsets
-hold names, not identities, as Kafka's did before topic ids): the query goes on at its
-position, or fails if the new log has no such position yet.
+earliest record, whatever the starting options say (Kafka's source starts partitions it
+discovers later at their earliest offset too; a time would silently skip the records of
+a log written late with older event times), and is read from the next micro-batch on; so
+the records of each micro-batch stay fixed by its two offsets.  A log deleted while the
+query runs (or between runs) leaves the next end offset: the query reads it no more and
+logs a warning.  Its records the query had not read are not reported as lost (deleting a
+log is no truncation under a reader); a micro-batch already planned over it skips it.  A
+log of the same name created later is a new log, read from its start, once an end offset
+went without it; deleted and created again between two micro-batches it is not told
+apart from the old one (offsets hold names, not identities, as Kafka's did before topic
+ids): the query goes on at its position, or fails if the new log has no such position
+yet.
 
 **What a micro-batch reads**: up to what is readable when its end is chosen: closed
 segments whole, the first open segment up to its last add confirmed as the bookies
