@@ -10,13 +10,13 @@ and ``endingTimestamp`` (:func:`bound_of`: :func:`pybk.log.timeindex.position_at
 first record whose timestamp is at least the time; found once, while planning, so a
 record with a smaller timestamp between the two is read and one with a larger timestamp
 after the end is not, as Kafka's offsets by timestamp do): closed segments whole, the
-first open segment up to its last add confirmed (no fencing, no recovery: a live writer
-goes on undisturbed), nothing after it.  Each range is one partition; with
-``minPartitions`` the largest (of all the logs) are halved by entries until there are
-that many.  Partitions come log by log (in the list's order, or by name for a pattern),
-each log's in position order.  What a job reads is fixed when it is planned: records
-appended later, and logs created later, are not in it.  A pattern that matches no log
-reads no rows.
+first open segment up to its
+last add confirmed (no fencing, no recovery: a live writer goes on undisturbed), nothing
+after it.  Each range is one partition; with ``minPartitions`` the largest (of all the
+logs) are halved by entries until there are that many.  Partitions come log by log (in
+the list's order, or by name for a pattern), each log's in position order.  What a job
+reads is fixed when it is planned: records appended later, and logs created later, are
+not in it.  A pattern that matches no log reads no rows.
 
 Each task (:meth:`BatchReader.read`) connects on its executor
 (:func:`pybk.spark.connect.connect`), reads its range with read-ahead and closes its

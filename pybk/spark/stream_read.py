@@ -22,16 +22,16 @@ them).  The logs are listed again each time a micro-batch's end is chosen
 since, or added to the list before a restart) joins the end offset at its start, its
 earliest record, whatever the starting options say (Kafka's source starts partitions it
 discovers later at their earliest offset too; a time would silently skip the records of
-a log written late with older event times), and is read from the next micro-batch on; so
-the records of each micro-batch stay fixed by its two offsets.  A log deleted while the
-query runs (or between runs) leaves the next end offset: the query reads it no more and
-logs a warning.  Its records the query had not read are not reported as lost (deleting a
-log is no truncation under a reader); a micro-batch already planned over it skips it.  A
-log of the same name created later is a new log, read from its start, once an end offset
-went without it; deleted and created again between two micro-batches it is not told
-apart from the old one (offsets hold names, not identities, as Kafka's did before topic
-ids): the query goes on at its position, or fails if the new log has no such position
-yet.
+a log written late with older event times), and is
+read from the next micro-batch on; so the records of each micro-batch stay fixed by
+its two offsets.  A log deleted while the query runs (or between runs) leaves the next
+end offset: the query reads it no more and logs a warning.  Its records the query had
+not read are not reported as lost (deleting a log is no truncation under a reader); a
+micro-batch already planned over it skips it.  A log of the same name created later is
+a new log, read from its start, once an end offset went without it; deleted and
+created again between two micro-batches it is not told apart from the old one (offsets
+hold names, not identities, as Kafka's did before topic ids): the query goes on at its
+position, or fails if the new log has no such position yet.
 
 **What a micro-batch reads**: up to what is readable when its end is chosen: closed
 segments whole, the first open segment up to its last add confirmed as the bookies
