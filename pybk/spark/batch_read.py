@@ -61,10 +61,10 @@ from pyspark.sql.datasource import (
 )
 
 from pybk.errors import InvalidConfiguration
+from pybk.log import position_at
 from pybk.log.metadata import list_logs
 from pybk.log.position import Position
 from pybk.log.ranges import EARLIEST, LATEST, Plan, ReadRange, plan, read_entries, split_ranges
-from pybk.log.timeindex import position_at
 from pybk.spark.arrow import record_batches
 from pybk.spark.connect import connect
 from pybk.spark.options import PybkOptions
