@@ -215,9 +215,6 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            'several, a JSON object by log name, `{"a": "3:0:0", "b": "earliest"}`, whose '
            "logs not named take the default (a log a streaming query finds later starts "
            "at earliest)"),
-    Option("endingPosition", _positions, LATEST, frozenset({READ}),
-           "`latest` or a position, exclusive; with several logs, a JSON object by log "
-           'name as for `startingPosition` (logs not named: latest)'),
     Option("startingTimestamp", _timestamps, None, _READS,
            "instead of `startingPosition`: a time, in milliseconds since the epoch; each "
            "log is read from its first record whose timestamp is at least that "
@@ -234,6 +231,9 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            "log is read up to its first record whose timestamp is at least that, "
            "exclusive (that record is not read), or to its end if none is; one number or "
            "a JSON object by log name, as `startingTimestamp`"),
+    Option("endingPosition", _positions, LATEST, frozenset({READ}),
+           "`latest` or a position, exclusive; with several logs, a JSON object by log "
+           'name as for `startingPosition` (logs not named: latest)'),
     Option("minPartitions", _number(int), None, frozenset({READ}),
            "at least this many partitions: big segments are split into entry ranges"),
     Option("maxRecordsPerTrigger", _number(int), None, frozenset({STREAM_READ}),
