@@ -98,7 +98,52 @@ def test_a_read_takes_a_list_of_logs_or_a_pattern_and_positions_by_log():
                  STREAM_READ).position("startingPosition", "b") == "latest"
 
 
+def test_times_are_whole_milliseconds_alone_or_by_log_and_bounds_come_one_way_a_log():
+    opts = parse({"metadataServiceUri": URI, "logPattern": "ev-.*",
+                  "startingtimestamp": " 1764028800000 ",
+                  "endingTimestamp": '{"ev-1": 1764032400000, "ev-2": 0}'}, READ)
+    assert [opts.position("startingTimestamp", log) for log in ("ev-1", "ev-9")] \
+        == [1764028800000] * 2
+    assert [opts.position("endingTimestamp", log) for log in ("ev-1", "ev-2", "ev-3")] \
+        == [1764032400000, 0, None]
+    # JSON objects that name different logs may give a log's bound either way.
+    opts = parse({"metadataServiceUri": URI, "log": "a,b",
+                  "startingPosition": '{"a": "earliest"}', "startingTimestamp": '{"b": 5}',
+                  "endingPosition": "{}", "endingTimestamp": "7"}, READ)
+    assert (opts.position("startingPosition", "a"), opts.position("startingTimestamp", "b"),
+            opts.position("endingTimestamp", "a")) == ("earliest", 5, 7)
+
+
 @pytest.mark.parametrize("options, use, message", [
+    ({"metadataServiceUri": URI, "log": "x", "startingTimestamp": "-5"}, STREAM_READ,
+     "startingTimestamp='-5': a timestamp is 0 or more"),
+    ({"metadataServiceUri": URI, "log": "x", "startingTimestamp": "1.5e12"}, READ,
+     "expected a whole number of milliseconds since the epoch"),
+    ({"metadataServiceUri": URI, "log": "x", "endingTimestamp": "now"}, READ,
+     "endingTimestamp='now': expected a whole number"),
+    ({"metadataServiceUri": URI, "log": "x", "endingTimestamp": '{"x": -1}'}, READ,
+     "endingTimestamp gives log 'x' -1: a timestamp is 0 or more"),
+    ({"metadataServiceUri": URI, "log": "x", "startingTimestamp": '{"x": "5"}'}, READ,
+     "a JSON object of whole numbers by log name"),
+    ({"metadataServiceUri": URI, "log": "x", "startingTimestamp": '{"x": true}'}, READ,
+     "a JSON object of whole numbers by log name"),
+    ({"metadataServiceUri": URI, "log": "x", "startingTimestamp": '{"x"'}, READ,
+     "is not JSON"),
+    ({"metadataServiceUri": URI, "log": "x", "endingTimestamp": "5"}, STREAM_READ,
+     "endingTimestamp does not apply to streaming reads"),
+    ({"metadataServiceUri": URI, "log": "x", "startingTimestamp": "5"}, WRITE,
+     "startingTimestamp does not apply to batch writes"),
+    ({"metadataServiceUri": URI, "log": "x", "startingTimestamp": "5",
+      "startingPosition": "latest"}, STREAM_READ,
+     "options startingPosition and startingTimestamp both give the start of every log"),
+    ({"metadataServiceUri": URI, "log": "x,y", "endingTimestamp": "5",
+      "endingPosition": '{"y": "1:0:0"}'}, READ,
+     "endingPosition and endingTimestamp both give the end of log 'y'"),
+    ({"metadataServiceUri": URI, "log": "x,y", "startingTimestamp": '{"x": 1, "y": 2}',
+      "startingPosition": '{"y": "earliest", "x": "latest"}'}, READ,
+     "the start of logs 'x', 'y'"),
+    ({"metadataServiceUri": URI, "logPattern": "a.*", "startingTimestamp": '{"b": 1}'},
+     STREAM_READ, "startingTimestamp names 'b', which this read does not read"),
     ({"metadataServiceUri": URI, "log": "x", "maxRecordPerTrigger": "1"}, STREAM_READ,
      "unknown option 'maxRecordPerTrigger' \\(did you mean 'maxRecordsPerTrigger'\\?\\)"),
     ({"metadataServiceUri": URI, "log": "x", "sinkId": "s"}, READ,

@@ -266,3 +266,22 @@ def test_pushed_timestamp_and_key_filters_give_the_rows_spark_gives_without_them
     assert plain[4] == [b"v3", b"v9", b"v15", b"v21", b"v27"]
     assert plain[5] == [b"old 0", b"old 1", b"old 2"]
     assert plain[2] == [b"v0", b"v1", b"v7", b"v19", b"v13", b"v25"]
+
+
+def test_entries_written_with_record_fields_carry_running_maximum_timestamps():
+    """A task's entries keep their ledger's running maximum in their headers
+    (pybk.log.batch, "Maxima") also when rows bring their own, unordered, timestamps."""
+    import pyarrow as pa
+
+    from pybk.log.batch import batch_max, decode_fields
+    from pybk.spark.job_write import _entries
+    stamps = [5_000, 1_000, 9_000, 2_000, 3_000, 4_000]
+    batch = pa.RecordBatch.from_pydict({
+        "value": [b"v%d" % i for i in range(6)], "key": [b"k", None] * 3,
+        "timestamp": pa.array(stamps, pa.int64())})
+    # 64 bytes: a 22-byte header and two records of 20 or 21 bytes (value, key, overheads).
+    entries = list(_entries(batch, 64, 100, max_floor=7_000))
+    assert [decode_fields(e).timestamps for e in entries] == [stamps[0:2], stamps[2:4],
+                                                               stamps[4:6]]
+    assert [batch_max(e) for e in entries] == [7_000, 9_000, 9_000]
+    assert [decode_fields(e).keys for e in entries] == [[b"k", None]] * 3

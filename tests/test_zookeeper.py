@@ -51,6 +51,8 @@ def next_state(states: queue.Queue) -> SessionState:
 
 def test_hierarchical_layout_puts_ledger_1_at_ledgers_00_0000_L0001(zookeeper, kazoo):
     address = zookeeper.address()  # the default root, /ledgers: BookKeeper's own paths
+    # A cluster another test left at the default root would have taken ids 0 and 1.
+    kazoo.delete("/ledgers", recursive=True)
     format_cluster(address, settings=zkutil.settings())
     with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
         assert store.layout is HIERARCHICAL

@@ -40,7 +40,11 @@ segment ``k`` to start from (the first of them if none is below the target); (3)
 entries are bisected from the first one a reader may read (truncated_before's, in its
 segment) to its last readable one (a closed segment's last entry; the writer's LAC for
 an open one); if none is at or after the target, the next segment is searched the
-same way, and so on to the end of the log.
+same way, and so on to the end of the log.  An open segment that a later one follows (a
+roll is closing it, or its writer died while rolling) ends the search: entries past its
+last add confirmed may still be acknowledged, or kept by the recovery that closes it, and
+a reader goes past it only once it is closed (:mod:`pybk.log.reader`), so the answer is
+the end of its readable entries (a reader from there gets its later entries first).
 
 **Why it is exact.**  Every value the search trusts is an upper bound of what it
 stands for: a header max is at least its batch's timestamps and the ledger's earlier
@@ -55,18 +59,25 @@ most, in a log where no writer died while rolling.
 
 **What it costs**, in a log of ``S`` segment numbers from truncated_before's and ``E``
 entries per segment: ``log2(S) + 1`` segment lookups (each one record read, and the
-head's tail is read from the head; a lookup that lands in a run of dead numbers follows
-the run's records as a reader does) and ``log2(E) + 2`` entry reads (and one ledger
+head's tail is read from the head; a lookup that lands on a dead record follows it to
+its skip_to; one that lands inside a run of dead numbers, which has a record at its
+first number only (a hollow run: demotion's jump of 2**32, a format-1 conversion's gaps),
+finds that first number by a bisection between the segment before and it, ``log2`` of
+the run's length, after which the bisection over numbers has left the run behind, so a
+run is paid for once; find_segment itself would walk every record from
+truncated_before's segment there) and ``log2(E) + 2`` entry reads (and one ledger
 open) for the segment found, plus one more ledger's worth per segment step (3) goes on
 to.  Not bounded, and documented as such: the segments of step (1), read entry by entry
 (a log upgraded from an older pybk until truncation removes them); and records that
 truncation removed still count in the maxima of the entries and segments after them,
 so after a truncation that removed records at or after the target, step (3) may step
 through the live records before the answer (at worst the whole log).  Headers of
-ledgers that were not written by a :class:`~pybk.log.LogWriter` (a Spark job's task
-ledgers, :mod:`pybk.spark.job_write`) are running maxima only if their writer passed
-``max_floor``: a ledger whose headers decrease is searched as if they did not, and the
-answer may be a later record at or after the target than the first.
+ledgers that were not written by a :class:`~pybk.log.LogWriter` are running maxima only
+if their writer passed ``max_floor`` (a Spark job's tasks do,
+:mod:`pybk.spark.job_write`; those of a pybk before this index did not): a ledger whose
+headers decrease is searched as if they did not, and a commit takes its last header's
+max for its largest timestamp, so the answer may be a later record at or after the
+target than the first.
 """
 
 from __future__ import annotations
@@ -82,6 +93,7 @@ from pybk.log.metadata import (
     find_segment,
     next_max_before,
     read_log,
+    read_segment,
 )
 from pybk.log.position import Position
 from pybk.meta.ledger_metadata import LedgerState
@@ -118,7 +130,9 @@ def position_at(bk: "BookKeeper", name: str, timestamp: int, password: bytes = b
         found = search.in_segment(segment, bisect=False)
         if found is not None:
             return found
-        segment = search.segment(segment.number + 1)
+        segment = search.after(segment)
+        if search.stopped is not None:
+            return search.stopped
     if segment is None:
         return search.end
     segment = search.start_segment(segment)  # (2)
@@ -126,7 +140,9 @@ def position_at(bk: "BookKeeper", name: str, timestamp: int, password: bytes = b
         found = search.in_segment(segment, bisect=True)
         if found is not None:
             return found
-        segment = search.segment(segment.number + 1)
+        segment = search.after(segment)
+        if search.stopped is not None:
+            return search.stopped
     return search.end
 
 
@@ -141,9 +157,26 @@ class _Search:
         #: the last readable entry of the last segment searched.
         tail = head.tail[-1].number if head.tail else head.next_segment
         self.end = max(Position(tail, 0, 0), head.truncated_before)
+        #: The end of the readable entries of the segment just searched if it is open.
+        self._open_end: Position | None = None
+        #: Where the search stopped at an open segment that a later one follows.
+        self.stopped: Position | None = None
 
     def segment(self, number: int) -> Segment | None:
         return find_segment(self._bk.metadata, self._head, number)
+
+    def after(self, segment: Segment) -> Segment | None:
+        """The segment after ``segment``, which the search just left without finding
+        the target.  If ``segment`` was open (not closed) and a later one follows it (a
+        roll is closing it, or its writer died while rolling), the search stops instead
+        (``self.stopped``: where its readable entries end): entries past its last add
+        confirmed may still be acknowledged or recovered, and a reader waits for its
+        close before it goes on (:mod:`pybk.log.reader`), so no answer past it would be
+        the first record at or after the target."""
+        following = self.segment(segment.number + 1)
+        if following is not None and self._open_end is not None:
+            self.stopped = self._open_end
+        return following
 
     def start_segment(self, first: Segment) -> Segment:
         """The last segment from ``first`` on whose max_before is below the target, or
@@ -155,19 +188,49 @@ class _Search:
         best, low, high = first, first.number + 1, self._head.next_segment
         while low < high:
             middle = (low + high) // 2
-            found = self.segment(middle)
+            found, gap = self._probe(best, middle)
             if found is None or found.number >= high:
-                high = middle
+                high = gap
             elif found.max_before is not None and found.max_before < self._target:
                 best, low = found, found.number + 1
             else:
-                high = middle  # none from middle to found.number, found is at or after
+                high = gap  # none from gap to found.number, found is at or after
         return best
+
+    def _probe(self, best: Segment, middle: int) -> tuple[Segment | None, int]:
+        """A segment of the bisection's range, from ``best`` (exclusive) on: the first
+        one numbered ``gap`` or more, and ``gap`` (from ``best.number + 1`` to
+        ``middle``).  A number with no record lies inside a run of dead numbers, and
+        find_segment would walk the records from truncated_before's segment to it (one
+        read per segment before it); instead the run's first number, whose dead record
+        says where the run ends, is found by a bisection between ``best`` and
+        ``middle`` (a number with a record whose next one has none): a run costs
+        ``log2`` of its length, and the bisection over numbers leaves it behind."""
+        store, name = self._bk.metadata, self._head.name
+        end = self._head.tail[0].number if self._head.tail else self._head.next_segment
+        if middle >= end or self._head.format_version == 1:
+            return self.segment(middle), middle  # the head says
+        record = read_segment(store, name, middle)
+        if record is not None:
+            if record.ledger_id is not None:
+                return Segment(middle, record.ledger_id, record.max_before), middle
+            return self.segment(middle), middle  # a dead record: at its skip_to
+        low, high = best.number, middle  # low has a record, high has none
+        while high - low > 1:
+            number = (low + high) // 2
+            if read_segment(store, name, number) is None:
+                high = number
+            else:
+                low = number
+        if low == best.number:  # none between (a record being written, a truncation)
+            return self.segment(middle), middle
+        return self.segment(low), low
 
     def in_segment(self, segment: Segment, bisect: bool) -> Position | None:
         """The first record at or after the target in ``segment``, from the first
         position a reader may read; None if it holds none (``self.end`` then moves past
         it).  ``bisect``: its headers are running maxima."""
+        self._open_end = None
         try:
             return self._in_ledger(segment, bisect)
         except (NoSuchLedger, NoSuchEntry):
@@ -181,7 +244,10 @@ class _Search:
         truncated = self._head.truncated_before
         start = truncated if truncated.segment == segment.number else \
             Position(segment.number, 0, 0)
-        self.end = max(self.end, Position(segment.number, max(last + 1, start.entry), 0))
+        readable_end = Position(segment.number, max(last + 1, start.entry), 0)
+        self.end = max(self.end, readable_end)
+        if handle.metadata.state is not LedgerState.CLOSED:
+            self._open_end = readable_end
         first = start.entry
         if first > last:
             return None

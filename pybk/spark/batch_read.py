@@ -5,7 +5,12 @@ to read (:func:`find_logs`: those the option ``log`` lists, or with ``logPattern
 whose names match, listed then) and asks :func:`pybk.log.ranges.plan`, for each, for the
 ranges from its ``startingPosition`` (inclusive, default ``earliest``) to its
 ``endingPosition`` (exclusive, default ``latest``; both given by log in a JSON object
-when the read has several): closed segments whole, the first open segment up to its
+when the read has several), or from and to the positions of its ``startingTimestamp``
+and ``endingTimestamp`` (:func:`bound_of`: :func:`pybk.log.timeindex.position_at`, the
+first record whose timestamp is at least the time; found once, while planning, so a
+record with a smaller timestamp between the two is read and one with a larger timestamp
+after the end is not, as Kafka's offsets by timestamp do): closed segments whole, the
+first open segment up to its
 last add confirmed (no fencing, no recovery: a live writer goes on undisturbed), nothing
 after it.  Each range is one partition; with ``minPartitions`` the largest (of all the
 logs) are halved by entries until there are that many.  Partitions come log by log (in
@@ -64,6 +69,7 @@ from pyspark.sql.datasource import (
 )
 
 from pybk.errors import InvalidConfiguration
+from pybk.log import position_at
 from pybk.log.metadata import list_logs
 from pybk.log.position import Position
 from pybk.log.ranges import EARLIEST, LATEST, Plan, ReadRange, plan, read_entries, split_ranges
@@ -134,7 +140,7 @@ class BatchReader(DataSourceReader):
         with connect(opts) as bk:
             names = find_logs(bk, opts)
             for name in names:
-                found = plan_from_start(bk, opts.for_log(name), *self._bounds_of(name))
+                found = plan_from_start(bk, opts.for_log(name), *self._bounds_of(bk, name))
                 for r in filter(None, map(self._bounds.clip, found.ranges)):
                     ranges.append(r)
                     log_of[r.ledger_id] = name
@@ -143,10 +149,11 @@ class BatchReader(DataSourceReader):
         return [RangePartition(log_of[r.ledger_id], r)
                 for r in sorted(split, key=lambda r: (order[log_of[r.ledger_id]], r.start))]
 
-    def _bounds_of(self, log: str) -> tuple[str, "Position | str"]:
+    def _bounds_of(self, bk: "BookKeeper", log: str) -> tuple["Position | str",
+                                                              "Position | str"]:
         """Where the read of ``log`` starts and ends, by the options and the filters."""
-        start = self._opts.position("startingPosition", log) or EARLIEST
-        end: Position | str = self._opts.position("endingPosition", log) or LATEST
+        start = bound_of(bk, self._opts, "starting", log, EARLIEST)
+        end = bound_of(bk, self._opts, "ending", log, LATEST)
         if end == EARLIEST:
             raise InvalidConfiguration(f"option endingPosition: earliest for log {log!r}: "
                                        "a batch read ends at latest or at a position "
@@ -243,7 +250,19 @@ class FilteringBatchReader(BatchReader):
             b.entry_high = b.entry_low
 
 
-def plan_from_start(bk: "BookKeeper", opts: PybkOptions, start: str,
+def bound_of(bk: "BookKeeper", opts: PybkOptions, bound: str, log: str,
+             default: str) -> "Position | str":
+    """Where the read of ``log`` starts (``bound`` ``starting``) or ends (``ending``) by
+    the options: ``position_at`` the option ``<bound>Timestamp``'s time for that log,
+    else the option ``<bound>Position``'s word or position (parse checked that no log
+    has both), else ``default``.  NoSuchLog if there is no log ``log``."""
+    timestamp = opts.position(f"{bound}Timestamp", log)
+    if isinstance(timestamp, int):
+        return position_at(bk, log, timestamp, opts.password)
+    return str(opts.position(f"{bound}Position", log) or default)
+
+
+def plan_from_start(bk: "BookKeeper", opts: PybkOptions, start: "Position | str",
                     end: "Position | str") -> Plan:
     """:func:`pybk.log.ranges.plan` from the option ``startingPosition``'s ``start``; a
     start the log cannot have (past its end) raises InvalidConfiguration naming it."""

@@ -17,7 +17,8 @@ pybk job (:mod:`pybk.log.jobs`), committed exactly once (:mod:`pybk.log.commit`)
   written,
   closes them, and returns a :class:`PybkCommitMessage` naming them.  Records are packed
   into entries in the log's batch format (:mod:`pybk.log.batch`), up to
-  ``batchMaxBytes`` each, with up to ENTRIES_IN_FLIGHT_MAX entries in flight.  Rows of a
+  ``batchMaxBytes`` each, with up to ENTRIES_IN_FLIGHT_MAX entries in flight, their max
+  timestamps running maxima (which commits and searches by time rely on).  Rows of a
   ``value`` column alone are cut straight from the Arrow column's buffers, all of an
   entry with the time it is made; with ``key``, ``timestamp`` or ``headers`` columns
   (:func:`pybk.spark.source.check_write_schema`) each record takes its own (a null
@@ -63,6 +64,7 @@ from pybk.log.batch import (
     BATCH_HEADER_BYTES,
     FIELDS_OVERHEAD_BYTES,
     RECORD_OVERHEAD_BYTES,
+    batch_max,
     check_fields,
     encode_batch,
     encode_batch_parts,
@@ -178,10 +180,12 @@ def write_partition(opts: PybkOptions, job_id: str,
         ledgers = _TaskLedgers(bk, opts, job_id, partition, attempt)
         try:
             records = 0
+            floor: int | None = None  # the max timestamp of the entry sent before
             for batch in batches:
                 for entry in _entries(batch, ledgers.settings.batchMaxBytes,
-                                      ledgers.settings.recordMaxBytes):
+                                      ledgers.settings.recordMaxBytes, floor):
                     ledgers.add(entry)
+                    floor = batch_max(entry)
                 records += batch.num_rows
             ledger_ids = ledgers.finish()
         except BaseException:
@@ -190,11 +194,16 @@ def write_partition(opts: PybkOptions, job_id: str,
     return PybkCommitMessage(job_id, partition, tuple(ledger_ids), records)
 
 
-def _entries(batch: "pa.RecordBatch", batch_max_bytes: int,
-             record_max_bytes: int) -> Iterator[bytes]:
+def _entries(batch: "pa.RecordBatch", batch_max_bytes: int, record_max_bytes: int,
+             max_floor: int | None = None) -> Iterator[bytes]:
     """The entries (log batches of up to ``batch_max_bytes``, a larger record alone)
     holding the rows of ``batch``, in order: cut straight from the value column's
-    buffers if it is the only column, else with each row's key, timestamp and headers."""
+    buffers if it is the only column, else with each row's key, timestamp and headers.
+    Their max timestamps are running maxima from ``max_floor`` (the max timestamp of the
+    entry sent before: :mod:`pybk.log.batch`, "Maxima"), whatever the wall clock does,
+    since a commit and a search by time rely on them (:mod:`pybk.log.timeindex`).  The
+    floor is carried over when a task starts a new ledger: a header max above its
+    ledger's records is still an upper bound."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -215,7 +224,7 @@ def _entries(batch: "pa.RecordBatch", batch_max_bytes: int,
     else:
         raise InvalidConfiguration(f"column value is {kind}: binary or string only")
     if batch.num_columns > 1:
-        yield from _record_entries(batch, batch_max_bytes, record_max_bytes)
+        yield from _record_entries(batch, batch_max_bytes, record_max_bytes, max_floor)
         return
     longest = pc.max(pc.binary_length(column)).as_py()
     if longest > record_max_bytes:
@@ -230,11 +239,14 @@ def _entries(batch: "pa.RecordBatch", batch_max_bytes: int,
 
     for first, last in _cuts(end_of, count, batch_max_bytes):
         lengths = list(map(operator.sub, offsets[first + 1:last + 1], offsets[first:last]))
-        yield encode_batch_parts(lengths, data[offsets[first]:offsets[last]])
+        entry = encode_batch_parts(lengths, data[offsets[first]:offsets[last]],
+                                   max_floor=max_floor)
+        max_floor = batch_max(entry)
+        yield entry
 
 
-def _record_entries(batch: "pa.RecordBatch", batch_max_bytes: int,
-                    record_max_bytes: int) -> Iterator[bytes]:
+def _record_entries(batch: "pa.RecordBatch", batch_max_bytes: int, record_max_bytes: int,
+                    max_floor: int | None) -> Iterator[bytes]:
     """:func:`_entries` of a batch with ``key``, ``timestamp`` or ``headers`` columns."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -271,8 +283,11 @@ def _record_entries(batch: "pa.RecordBatch", batch_max_bytes: int,
         entry_stamps = None
         if timestamps is not None:  # a null timestamp: now, as the entry is made
             entry_stamps = pc.fill_null(timestamps[first:last], now_ms()).to_pylist()
-        yield encode_batch(values[first:last], entry_stamps, entry_keys,
-                           headers[first:last] if headers is not None else None)
+        entry = encode_batch(values[first:last], entry_stamps, entry_keys,
+                             headers[first:last] if headers is not None else None,
+                             max_floor=max_floor)
+        max_floor = batch_max(entry)
+        yield entry
 
 
 def _header_pairs(found: list[dict] | None) -> tuple:
@@ -298,7 +313,7 @@ def _cuts(end_of: Callable[[int], int], count: int,
     while first < count:
         last = bisect.bisect_right(range(count + 1), end_of(first) + budget, lo=first + 1,
                                    key=end_of) - 1
-        last = max(last, first + 1)
+        last = max(last, first + 1)  # a record over the budget goes alone
         yield first, last
         first = last
 

@@ -124,6 +124,43 @@ def _positions(name: str, raw: Any) -> "str | dict[str, str]":
     return {log: _position(name, value, log) for log, value in by_log.items()}
 
 
+def _timestamp(name: str, raw: Any, log: str | None = None) -> int:
+    """A timestamp: a whole number of milliseconds since the epoch, 0 or more (as
+    :attr:`pybk.log.Record.timestamp` holds them); the value for ``log`` in a JSON
+    object of them (:func:`_timestamps`)."""
+    given = f"={raw!r}" if log is None else f" gives log {log!r} {raw!r}"
+    try:
+        value = raw if isinstance(raw, int) and not isinstance(raw, bool) \
+            else int(str(raw).strip())
+    except ValueError:
+        raise InvalidConfiguration(
+            f"option {name}{given}: expected a whole number of milliseconds since the "
+            "epoch (as Record.timestamp holds them, e.g. 1764028800000) or, by log, JSON "
+            '{"log": 1764028800000, "other": 1764032400000}') from None
+    if value < 0:
+        raise InvalidConfiguration(f"option {name}{given}: a timestamp is 0 or more "
+                                   "(milliseconds since the epoch)")
+    return value
+
+
+def _timestamps(name: str, raw: Any) -> "int | dict[str, int]":
+    """What :func:`_timestamp` reads, or a JSON object giving one to each log it names
+    (as ``startingPosition`` takes positions by log): a dict then."""
+    text = str(raw).strip()
+    if not text.startswith("{"):
+        return _timestamp(name, raw)
+    try:
+        by_log = json.loads(text)
+    except ValueError as e:
+        raise InvalidConfiguration(f"option {name}={raw!r} is not JSON ({e}): expected "
+                                   '{"log": 1764028800000, "other": 1764032400000}') from None
+    if not isinstance(by_log, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in by_log.values()):
+        raise InvalidConfiguration(f"option {name}={raw!r}: expected a JSON object of "
+                                   'whole numbers by log name, {"log": 1764028800000}')
+    return {log: _timestamp(name, value, log) for log, value in by_log.items()}
+
+
 def _pattern(name: str, raw: Any) -> str:
     """A regular expression (kept as text: compiled where it is used)."""
     text = _text(name, raw)
@@ -163,7 +200,8 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            "instead of `log`: a regular expression over log names (Python's "
            "`re.fullmatch`: the whole name must match); reads every log that matches. A "
            "streaming query lists the logs at each micro-batch: a log created while it "
-           "runs is read from its start (its earliest record), a log deleted while it "
+           "runs is read from its start (its earliest record, whatever "
+           "`startingPosition` or `startingTimestamp` say), a log deleted while it "
            "runs is read no more (a warning is logged; its records not yet read are not "
            "reported as lost)"),
     Option("password", _string, "", _ALL,
@@ -177,6 +215,22 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            'several, a JSON object by log name, `{"a": "3:0:0", "b": "earliest"}`, whose '
            "logs not named take the default (a log a streaming query finds later starts "
            "at earliest)"),
+    Option("startingTimestamp", _timestamps, None, _READS,
+           "instead of `startingPosition`: a time, in milliseconds since the epoch; each "
+           "log is read from its first record whose timestamp is at least that "
+           "(`pybk.log.position_at`, exact with unordered timestamps: records after it "
+           "are read whatever their timestamps), or from its end if none is. One "
+           'number for every log, or a JSON object by log name, `{"a": 1764028800000}` '
+           "(Kafka's `startingTimestamp` and, by topic, `startingOffsetsByTimestamp`). A "
+           "log's start is given by one of the two options: as JSON objects, they may "
+           "name different logs. A streaming query uses it for its first start only "
+           "(then its checkpoint), and a log it finds later starts at earliest, as with "
+           "`startingPosition`"),
+    Option("endingTimestamp", _timestamps, None, frozenset({READ}),
+           "instead of `endingPosition`: a time, in milliseconds since the epoch; each "
+           "log is read up to its first record whose timestamp is at least that, "
+           "exclusive (that record is not read), or to its end if none is; one number or "
+           "a JSON object by log name, as `startingTimestamp`"),
     Option("endingPosition", _positions, LATEST, frozenset({READ}),
            "`latest` or a position, exclusive; with several logs, a JSON object by log "
            'name as for `startingPosition` (logs not named: latest)'),
@@ -267,8 +321,9 @@ class PybkOptions:
         return LogSettings.from_mapping(self.log_settings,
                                         defaults=WAL_LOG_DEFAULTS if self.path else None)
 
-    def position(self, name: str, log: str) -> str | None:
-        """Option ``name`` (``startingPosition`` or ``endingPosition``) for log ``log``:
+    def position(self, name: str, log: str) -> str | int | None:
+        """Option ``name`` (``startingPosition`` or ``endingPosition``; or
+        ``startingTimestamp`` or ``endingTimestamp``, then an int) for log ``log``:
         ``earliest``, ``latest``, a position's text, or None when the option gives none
         to that log (not set, or a JSON object that does not name it)."""
         value = self.values[name]
@@ -330,6 +385,7 @@ def parse(options: Mapping[str, Any], use: str) -> PybkOptions:
         else:
             raise InvalidConfiguration(f"option {name} is a setting of the ledgers a write "
                                        f"makes; it does not apply to {_describe_use(use)}")
+    _check_one_per_bound(values)
     for name, option in OPTIONS.items():
         if use in option.uses:
             values.setdefault(name, option.default)
@@ -397,11 +453,34 @@ def _log_names(text: str) -> tuple[str, ...]:
     return names
 
 
+def _check_one_per_bound(given: Mapping[str, Any]) -> None:
+    """The options ``given`` (parsed, before defaults) give each log's start, and each
+    log's end, by a position or by a timestamp, not both."""
+    for bound in ("starting", "ending"):
+        position, timestamp = f"{bound}Position", f"{bound}Timestamp"
+        by_position, by_time = given.get(position), given.get(timestamp)
+        if by_position is None or by_time is None:
+            continue
+        # A JSON object gives a bound to the logs it names, a value alone to every log.
+        named = [set(v) for v in (by_position, by_time) if isinstance(v, dict)]
+        if not named:
+            where = "every log"
+        elif both := set.intersection(*named):
+            where = ("log " if len(both) == 1 else "logs ") + ", ".join(map(repr, sorted(both)))
+        else:
+            continue
+        raise InvalidConfiguration(
+            f"options {position} and {timestamp} both give the "
+            f"{'start' if bound == 'starting' else 'end'} of {where}: give one of them "
+            "(or, by log, JSON objects that name different logs)")
+
+
 def _check_positions(opts: PybkOptions) -> None:
     """A position (not earliest or latest) only for a read of one log; a JSON object of
-    positions only naming logs the read reads."""
+    positions or timestamps only naming logs the read reads."""
     several = opts.log_pattern is not None or len(opts.logs) > 1
-    for name in ("startingPosition", "endingPosition"):
+    for name in ("startingPosition", "endingPosition", "startingTimestamp",
+                 "endingTimestamp"):
         value = opts.values.get(name)
         if isinstance(value, dict):
             others = [log for log in value if not opts.reads_log(log)]
@@ -409,7 +488,8 @@ def _check_positions(opts: PybkOptions) -> None:
                 raise InvalidConfiguration(
                     f"option {name} names {', '.join(map(repr, others))}, which this read "
                     f"does not read (it reads the {opts.describe()})")
-        elif several and value not in (None, EARLIEST, LATEST):
+        elif several and name.endswith("Position") and value not in (None, EARLIEST,
+                                                                       LATEST):
             raise InvalidConfiguration(
                 f"option {name}={value}: a position is one log's, and this read reads the "
                 f"{opts.describe()}: give positions by log, "

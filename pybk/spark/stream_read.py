@@ -8,17 +8,21 @@ end offset, exclusive).  A checkpoint written before offsets were kept by log ho
 ``log`` names (:func:`from_offset`), and the query goes on from it (its next offsets are
 of the new form, which an earlier pybk cannot read).  A new query starts each log at its
 ``startingPosition`` (default ``latest``: only records appended from now on;
-``earliest``: everything the log holds); a restarted query goes on from its checkpoint,
-and since a micro-batch's records are fixed by its two offsets
-(:func:`pybk.log.ranges.plan`), a batch Spark replays after a restart reads the same
-records: none lost, none repeated.
+``earliest``: everything the log holds) or at the position of its ``startingTimestamp``
+(:func:`~pybk.spark.batch_read.bound_of`: the first record whose timestamp is at least
+that time, or the log's end); a restarted query goes on from its checkpoint, whatever
+its starting options say (as Kafka's source does), and since a micro-batch's records
+are fixed by its two offsets (:func:`pybk.log.ranges.plan`), a batch Spark replays
+after a restart reads the same records: none lost, none repeated.
 
 **Logs**: those the option ``log`` lists (each must exist when a new query starts), or
 with ``logPattern`` those whose names match (none at all is fine: the query waits for
 them).  The logs are listed again each time a micro-batch's end is chosen
 (:meth:`StreamReader.latestOffset`): a log that is not in the start offset (created
 since, or added to the list before a restart) joins the end offset at its start, its
-earliest record (Kafka's ``subscribePattern`` with ``earliest`` does the same), and is
+earliest record, whatever the starting options say (Kafka's source starts partitions it
+discovers later at their earliest offset too; a time would silently skip the records of
+a log written late with older event times), and is
 read from the next micro-batch on; so the records of each micro-batch stay fixed by
 its two offsets.  A log deleted while the query runs (or between runs) leaves the next
 end offset: the query reads it no more and logs a warning.  Its records the query had
@@ -98,7 +102,13 @@ from pybk.log import consumers
 from pybk.log.batch import batch_lengths
 from pybk.log.position import Position
 from pybk.log.ranges import EARLIEST, LATEST, Plan, plan, read_entries, slots
-from pybk.spark.batch_read import RangePartition, find_logs, plan_from_start, read_partition
+from pybk.spark.batch_read import (
+    RangePartition,
+    bound_of,
+    find_logs,
+    plan_from_start,
+    read_partition,
+)
 from pybk.spark.connect import connect
 from pybk.spark.options import PybkOptions
 
@@ -158,14 +168,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with connect(opts) as bk:
             for name in find_logs(bk, opts):
                 one = opts.for_log(name)
-                start = opts.position("startingPosition", name) or LATEST
                 try:
+                    start = bound_of(bk, opts, "starting", name, LATEST)
                     found = plan_from_start(bk, one, start, start)
                 except NoSuchLog:
                     if opts.log_pattern is None:
                         raise  # a log the option log names must be there
                     continue  # deleted since it was listed
-                if start not in (EARLIEST, LATEST) and found.start > Position.parse(start):
+                if start not in (EARLIEST, LATEST) and found.start > Position.parse(str(start)):
                     self._lost(f"{one.describe()} was truncated before {found.start}: the "
                                f"records from startingPosition={start} up to there are gone")
                 positions[name] = found.start
