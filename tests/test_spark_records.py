@@ -241,6 +241,21 @@ def test_timestamp_and_key_filters_skip_entries_and_keep_exactly_the_rows_they_a
     assert values == [b"v13"] and len(decoded) == 6
 
 
+def test_a_lower_time_bound_plans_the_read_from_the_first_record_at_or_after_it(timed_wal):
+    """``timestamp >= t`` starts the plan at position_at(t): the entries before the
+    first record at or after t (in position order) are not read at all."""
+    from pyspark.sql.datasource import GreaterThanOrEqual
+    directory, records = timed_wal
+    reader = FilteringBatchReader(parse({"path": directory}, READ))
+    list(reader.pushFilters([GreaterThanOrEqual(("timestamp",), _at(BASE_MS + 12_000))]))
+    partitions = reader.partitions()
+    # v0..v9 (0 to 9 s) come first; v19 (19 s), the eleventh, is the first at or after.
+    assert min(p.value[1].start for p in partitions) == records[10][0]
+    rows = [row for p in partitions for batch in reader.read(p) for row in batch.to_pylist()]
+    assert {row["value"] for row in rows} >= {v for _, v, _, ms in records
+                                              if ms is not None and ms >= BASE_MS + 12_000}
+
+
 def test_pushed_timestamp_and_key_filters_give_the_rows_spark_gives_without_them(
         utc_session, timed_wal):
     spark = utc_session

@@ -38,8 +38,11 @@ greatest values) narrow the ranges read, so rows outside them are never read; th
 comparisons are exact and Spark does not evaluate them again (``IN`` it does).
 Comparisons of ``timestamp`` with a time (``IN`` as its least and greatest) skip the
 entries whose records all lie outside them, from each entry's header, and Spark
-evaluates them again; ``key = b`` and ``key IN (...)`` keep only the rows with one of
-those keys, exactly, and skip the entries without keys
+evaluates them again; a lower bound of the time also starts each log's plan at
+:func:`~pybk.log.timeindex.position_at` that time, so that the segments and entries
+before the first record at or after it are not read at all; ``key = b`` and
+``key IN (...)`` keep only the rows with one of those keys, exactly, and skip the
+entries without keys
 (:class:`pybk.spark.arrow.RowFilter`).  PySpark refuses to read through a reader that
 implements ``pushFilters`` while that setting is off, so the data source hands out the
 filtering reader only to Spark's filter pushdown step (:func:`reader`); without it, the
@@ -159,6 +162,12 @@ class BatchReader(DataSourceReader):
                                        "a batch read ends at latest or at a position "
                                        "(exclusive)")
         bounds = self._bounds
+        if bounds.rows.time_low > 0 and (isinstance(start, Position) or start == EARLIEST):
+            # No record before the first one at or after the filters' earliest time can
+            # pass them (position_at's answer is exact): plan from there, so that the
+            # segments and entries before it are never read.
+            at = position_at(bk, log, bounds.rows.time_low, self._opts.password)
+            start = at if start == EARLIEST else max(Position.parse(str(start)), at)
         if bounds.segment_high != _UNBOUNDED:  # plan no further than the filters allow
             ceiling = Position(bounds.segment_high, 0, 0)
             end = ceiling if end == LATEST else min(Position.parse(str(end)), ceiling)
