@@ -454,17 +454,17 @@ def test_a_spark_tasks_entries_carry_running_maxima(monkeypatch):
     from pybk.spark import job_write
     clock = iter([T0 + 500, T0 + 100, T0 + 50, T0 + 40, T0 + 30, T0 + 20])
     monkeypatch.setattr(batch, "now_ms", lambda: next(clock))
-    entries = list(job_write._entries(pa.array([b"x" * 100] * 4), 200, 1000))
+    rows = pa.record_batch([pa.array([b"x" * 100] * 4)], names=["value"])
+    entries = list(job_write._entries(rows, 200, 1000))
     assert len(entries) == 4
     tops = [batch_time_range(e)[1] for e in entries]
     assert tops == sorted(tops), tops
 
 
-@pytest.mark.xfail(strict=True, reason="review1: a commit trusts the last entry's header max "
-                   "of every job ledger; a ledger whose headers are not running maxima (an "
-                   "executor of an older pybk, or the fix/sparkrecords branch's entries "
-                   "with caller timestamps) gets a max_before below its records, and the "
-                   "search skips them")
+@pytest.mark.xfail(strict=True, reason="a commit trusts the last entry's header max of every "
+                   "job ledger; a ledger whose headers are not running maxima (written by "
+                   "an executor of an older pybk) gets a max_before below its records, "
+                   "and the search skips them")
 def test_a_committed_ledger_without_running_maxima(client, writers):
     bk = client()
     w = writers(bk)
