@@ -34,7 +34,7 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, TypeVar
 
 from pybk.errors import InvalidConfiguration
 from pybk.log.position import Position
@@ -44,6 +44,8 @@ from pybk.settings import ClientSettings, LogSettings, ServerSettings, unknown_s
 
 if TYPE_CHECKING:
     from pybk.meta.zookeeper import ZooKeeperSettings
+
+T = TypeVar("T")
 
 READ, STREAM_READ, WRITE, STREAM_WRITE = "read", "stream_read", "write", "stream_write"
 USES = (READ, STREAM_READ, WRITE, STREAM_WRITE)
@@ -106,24 +108,6 @@ def _position(name: str, raw: Any, log: str | None = None) -> str:
             '"earliest", "other": "3:0:0"}') from None
 
 
-def _positions(name: str, raw: Any) -> "str | dict[str, str]":
-    """What :func:`_position` reads, or a JSON object giving one of those to each log
-    it names (Spark's Kafka source's form of offsets by topic): a dict then."""
-    text = str(raw).strip()
-    if not text.startswith("{"):
-        return _position(name, raw)
-    try:
-        by_log = json.loads(text)
-    except ValueError as e:
-        raise InvalidConfiguration(f"option {name}={raw!r} is not JSON ({e}): expected "
-                                   '{"log": "earliest", "other": "3:0:0"}') from None
-    if not isinstance(by_log, dict) or not all(isinstance(v, str) for v in by_log.values()):
-        raise InvalidConfiguration(f"option {name}={raw!r}: expected a JSON object of "
-                                   'strings by log name, {"log": "earliest", "other": '
-                                   '"3:0:0"}')
-    return {log: _position(name, value, log) for log, value in by_log.items()}
-
-
 def _timestamp(name: str, raw: Any, log: str | None = None) -> int:
     """A timestamp: a whole number of milliseconds since the epoch, 0 or more (as
     :attr:`pybk.log.Record.timestamp` holds them); the value for ``log`` in a JSON
@@ -143,22 +127,35 @@ def _timestamp(name: str, raw: Any, log: str | None = None) -> int:
     return value
 
 
-def _timestamps(name: str, raw: Any) -> "int | dict[str, int]":
-    """What :func:`_timestamp` reads, or a JSON object giving one to each log it names
-    (as ``startingPosition`` takes positions by log): a dict then."""
-    text = str(raw).strip()
-    if not text.startswith("{"):
-        return _timestamp(name, raw)
-    try:
-        by_log = json.loads(text)
-    except ValueError as e:
-        raise InvalidConfiguration(f"option {name}={raw!r} is not JSON ({e}): expected "
-                                   '{"log": 1764028800000, "other": 1764032400000}') from None
-    if not isinstance(by_log, dict) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in by_log.values()):
-        raise InvalidConfiguration(f"option {name}={raw!r}: expected a JSON object of "
-                                   'whole numbers by log name, {"log": 1764028800000}')
-    return {log: _timestamp(name, value, log) for log, value in by_log.items()}
+def _by_log(one: Callable[..., T], kind: str, accepts: Callable[[object], bool],
+            example: str) -> Callable[[str, Any], "T | dict[str, T]"]:
+    """A reader of what ``one`` reads, or of a JSON object giving one of those (JSON
+    values that ``accepts``, ``kind`` in messages) to each log it names (Spark's Kafka
+    source's form of offsets by topic): a dict then."""
+    def read(name: str, raw: Any) -> "T | dict[str, T]":
+        text = str(raw).strip()
+        if not text.startswith("{"):
+            return one(name, raw)
+        try:
+            by_log = json.loads(text)
+        except ValueError as e:
+            raise InvalidConfiguration(f"option {name}={raw!r} is not JSON ({e}): expected "
+                                       f"{example}") from None
+        if not isinstance(by_log, dict) or not all(map(accepts, by_log.values())):
+            raise InvalidConfiguration(f"option {name}={raw!r}: expected a JSON object of "
+                                       f"{kind} by log name, {example}")
+        return {log: one(name, value, log) for log, value in by_log.items()}
+    return read
+
+
+#: :func:`_position`'s reader, or positions by log.
+_positions = _by_log(_position, "strings", lambda v: isinstance(v, str),
+                     '{"log": "earliest", "other": "3:0:0"}')
+#: :func:`_timestamp`'s reader, or timestamps by log (as ``startingPosition`` takes
+#: positions by log).
+_timestamps = _by_log(_timestamp, "whole numbers",
+                      lambda v: isinstance(v, int) and not isinstance(v, bool),
+                      '{"log": 1764028800000, "other": 1764032400000}')
 
 
 def _pattern(name: str, raw: Any) -> str:
