@@ -117,7 +117,9 @@ def test_a_bookie_that_lost_acknowledged_adds_in_a_power_cut_does_not_count_for_
         bookie = stack.enter_context(Bookie(settings, io=io))
         server = stack.enter_context(BookieServer(bookie, address))
 
-        bk = cluster.client(QUIET)
+        # The force's replies are held by the test (force_held): a timeout of its own
+        # must not end it first on a loaded machine.
+        bk = cluster.client(dataclasses.replace(QUIET, addEntryTimeout=30.0))
         lh = bk.create_ledger(3, 3, 2, password=PASSWORD, write_flags=DEFERRED)
         assert cut in lh.metadata.fragments[0].ensemble
         for i in range(5):
