@@ -31,14 +31,13 @@ MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
 docs: $(VENV)/.installed
 	$(MKDOCS) build --strict
 
-# Three pytest-xdist workers on two cores: the suite waits (on processes, fsync, JVMs,
-# ZooKeeper sessions) more than it computes, its CPU busy about 40% of the time with
-# two workers, so a third overlaps one's waits with the others' work; --dist loadfile keeps each file on one worker, so that a module's
+# Two pytest-xdist workers (the suite waits on processes, fsync and JVMs about as much as
+# it computes); --dist loadfile keeps each file on one worker, so that a module's
 # fixtures (its cluster of bookies) start once, and the workers take the files in
 # collection order, which puts the long ones first (tests/conftest.py).  Each worker
 # has its own ZooKeeper server and SparkSession, shared by its files.
 # `make test PYTEST_WORKERS=0` runs in one process.
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 2
 
 test: lint docs
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder tests

@@ -162,8 +162,8 @@ def _long_modules_first(items: list[pytest.Item]) -> None:
     """Put the modules with Spark tests first, then those with ``processes`` tests, the
     rest after (a stable sort: each module's tests, and modules of one kind, keep their
     order).  ``make test``'s workers take whole files in this order (``--dist loadfile
-    --no-loadscope-reorder``): the longest start early, so that the workers end at about
-    the same time instead of one running a Spark module alone at the end."""
+    --no-loadscope-reorder``): the longest start early, so that both end at about the
+    same time instead of one running a Spark module alone at the end."""
     rank: dict[str, int] = {}
     for item in items:
         kind = (0 if item.get_closest_marker("spark") else
