@@ -125,25 +125,12 @@ def position_at(bk: "BookKeeper", name: str, timestamp: int, password: bytes = b
     except NoNode:
         raise NoSuchLog(f"there is no log named {name!r}") from None
     search = _Search(bk, head, timestamp, password, writer)
-    segment = search.segment(head.truncated_before.segment)
-    while segment is not None and segment.max_before is None:  # (1): unindexed
-        found = search.in_segment(segment, bisect=False)
-        if found is not None:
-            return found
-        segment = search.after(segment)
-        if search.stopped is not None:
-            return search.stopped
-    if segment is None:
-        return search.end
-    segment = search.start_segment(segment)  # (2)
-    while segment is not None:  # (3)
-        found = search.in_segment(segment, bisect=True)
-        if found is not None:
-            return found
-        segment = search.after(segment)
-        if search.stopped is not None:
-            return search.stopped
-    return search.end
+    # (1): the unindexed segments, entry by entry; then (2) the bisection over numbers
+    # and (3) the indexed segments from there, by bisection over entries.
+    reached = search.scan(search.segment(head.truncated_before.segment), bisect=False)
+    if isinstance(reached, Segment):
+        reached = search.scan(search.start_segment(reached), bisect=True)
+    return reached if isinstance(reached, Position) else search.end
 
 
 class _Search:
@@ -164,6 +151,20 @@ class _Search:
 
     def segment(self, number: int) -> Segment | None:
         return find_segment(self._bk.metadata, self._head, number)
+
+    def scan(self, segment: Segment | None, bisect: bool) -> "Segment | Position | None":
+        """Search ``segment`` and those after it in turn (by bisection over entries if
+        ``bisect``), up to the first segment with a known max_before when not
+        ``bisect``: the position found (or where the search stopped), else that segment,
+        or None at the log's end."""
+        while segment is not None and (bisect or segment.max_before is None):
+            found = self.in_segment(segment, bisect=bisect)
+            if found is not None:
+                return found
+            segment = self.after(segment)
+            if self.stopped is not None:
+                return self.stopped
+        return segment
 
     def after(self, segment: Segment) -> Segment | None:
         """The segment after ``segment``, which the search just left without finding
