@@ -519,7 +519,7 @@ def test_recover_then_decommission_killed_bookies(zookeeper, tmp_path):
         recovered = get_json(url + "/bookie", method="PUT", token=TOKEN,
                              body={"bookie_src": [first], "delete_cookie": True})
         assert [(r["ledger"], r["outcome"], r["entries"]) for r in recovered["ledgers"]] \
-            == [(handle.id, "replicated", 20)]
+            == [(handle.id, "replicated", 20)], recovered
         assert recovered["cookies_deleted"] == [first]
         assert first not in ensemble()
 
