@@ -55,8 +55,13 @@ timestamp, and that entry holds a record at or after it.  The field is still an 
 bound of the batch's own timestamps, which is all a filter that prunes batches by time
 needs (:func:`batch_time_range`); the largest timestamp of the batch itself is the base
 plus the largest delta.  (The first pybk writing version 2 wrote each batch's own
-maximum there: a ledger written by it reads the same, and is searched as one whose
-maxima are not running, entry by entry: see :mod:`pybk.log.timeindex`.)
+maximum there: a ledger written by it reads the same.)  A ledger's creator says that
+its entries carry running maxima in the ledger's custom metadata, when it creates it:
+:data:`MAXIMA_KEY` = :data:`RUNNING_MAXIMA` (every pybk writer of record batches does:
+a log writer's segments, a Spark task's ledgers).  Only a ledger with that tag has its
+last header trusted as its largest timestamp and its entries bisected; the others
+(written by an older pybk, or by any other writer) are read entry by entry: see
+:mod:`pybk.log.timeindex`.
 
 Version 1 (written by pybk before records had keys, timestamps and headers)::
 
@@ -91,7 +96,7 @@ import operator
 import struct
 import time
 from itertools import accumulate, chain, compress, repeat
-from typing import Iterable, NamedTuple, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from pybk.errors import CorruptData, InvalidRecord
 
@@ -129,6 +134,17 @@ RECORD_OVERHEAD_BYTES = 4 + _WIDTHS[-1]
 FIELDS_OVERHEAD_BYTES = 4 + 2
 #: A header's lengths (its name and value count on top).
 HEADER_OVERHEAD_BYTES = 6
+#: The ledger custom metadata key (:mod:`pybk.meta.ledger_metadata`) whose value
+#: :data:`RUNNING_MAXIMA` says that the ledger's entries are record batches whose header
+#: maxima are running maxima ("Maxima" above); an untagged ledger's are not trusted to be.
+MAXIMA_KEY = "pybk.maxima"
+RUNNING_MAXIMA = b"running"
+
+
+def has_running_maxima(custom_metadata: Mapping[str, bytes]) -> bool:
+    """Whether a ledger with ``custom_metadata`` was tagged by its creator as holding
+    batches whose header maxima are running maxima (see "Maxima" above)."""
+    return custom_metadata.get(MAXIMA_KEY) == RUNNING_MAXIMA
 
 
 def now_ms() -> int:

@@ -85,7 +85,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 from pybk.errors import NoNode, NoSuchEntry, NoSuchLedger, NoSuchLog
-from pybk.log.batch import batch_time_range, decode_fields
+from pybk.log.batch import batch_time_range, decode_fields, has_running_maxima
 from pybk.log.metadata import (
     NO_TIMESTAMP,
     LogMetadata,
@@ -230,7 +230,8 @@ class _Search:
     def in_segment(self, segment: Segment, bisect: bool) -> Position | None:
         """The first record at or after the target in ``segment``, from the first
         position a reader may read; None if it holds none (``self.end`` then moves past
-        it).  ``bisect``: its headers are running maxima."""
+        it).  ``bisect``: its entries are bisected if its ledger is tagged as keeping
+        running maxima (read entry by entry otherwise)."""
         self._open_end = None
         try:
             return self._in_ledger(segment, bisect)
@@ -257,6 +258,7 @@ class _Search:
             found = batch_time_range(handle.read_entry(entry_id).data)
             return NO_TIMESTAMP if found is None else found[1]
 
+        bisect = bisect and has_running_maxima(handle.metadata.custom_metadata)
         begin = _first_at_least(first, last, top, self._target) if bisect else first
         for entry in _entries(handle, begin, last):
             found = batch_time_range(entry.data)
@@ -315,17 +317,22 @@ def _first_at_least(first: int, last: int, top: Callable[[int], int], target: in
 
 
 def segment_max(bk: "BookKeeper", ledger_id: int, password: bytes = b"") -> int | None:
-    """The header max of the last entry of closed ledger ``ledger_id`` (a segment's
-    largest timestamp, if its writer kept running maxima); None if it has no entry, or
-    no timestamp (version 1)."""
+    """An upper bound of the timestamps of closed ledger ``ledger_id``'s records (the
+    largest one, unless a batch's add failed after its header was counted): the header
+    max of its last entry if the ledger is tagged as keeping running maxima
+    (:func:`~pybk.log.batch.has_running_maxima`: one entry read), else the largest
+    header max of all its entries (one read of the whole ledger, whose last header may
+    hold its own batch's max only: see the module docstring, "Untagged ledgers").  None
+    if it has no entry, or no timestamp (version 1)."""
     handle = bk.open_ledger(ledger_id, password, recovery=False)
     try:
         last = handle.metadata.closed_last_entry_id() \
             if handle.metadata.state is LedgerState.CLOSED else handle.read_last_add_confirmed()
         if last < 0:
             return None
-        found = batch_time_range(handle.read_entry(last).data)
-        return None if found is None else found[1]
+        first = last if has_running_maxima(handle.metadata.custom_metadata) else 0
+        ranges = map(batch_time_range, (e.data for e in handle.read_entries(first, last)))
+        return max((found[1] for found in ranges if found is not None), default=None)
     finally:
         handle.close()
 

@@ -99,7 +99,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from time import time_ns
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from pybk.client.deferred import WriteFlag
 from pybk.client.digest import MAX_OVERHEAD
@@ -123,7 +123,9 @@ from pybk.log import consumers
 from pybk.log.batch import (
     BATCH_HEADER_BYTES,
     FIELDS_OVERHEAD_BYTES,
+    MAXIMA_KEY,
     RECORD_OVERHEAD_BYTES,
+    RUNNING_MAXIMA,
     Headers,
     check_fields,
     check_timestamp,
@@ -860,8 +862,18 @@ def _create_segment_ledger(bk: "BookKeeper", name: str, settings: LogSettings,
                            password: bytes) -> "LedgerHandle":
     return bk.create_ledger(settings.ensembleSize, settings.writeQuorumSize,
                             settings.ackQuorumSize, settings.digestType, password,
-                            {LOG_NAME_KEY: name.encode("utf-8")},
+                            batch_ledger_metadata(name),
                             {WriteFlag.DEFERRED_SYNC} if settings.deferredSync else ())
+
+
+def batch_ledger_metadata(name: str, extra: Mapping[str, bytes] | None = None
+                          ) -> dict[str, bytes]:
+    """The custom metadata of a new ledger of log ``name`` whose entries are record
+    batches with running maxima (its writer passes ``max_floor``): the log's name, the
+    running-maxima tag (:data:`~pybk.log.batch.MAXIMA_KEY`: a commit and a search by time
+    trust its headers only with it) and ``extra``.  Every creator of such a ledger calls
+    this, so that none is left untagged."""
+    return {LOG_NAME_KEY: name.encode("utf-8"), MAXIMA_KEY: RUNNING_MAXIMA, **(extra or {})}
 
 
 def take_over(bk: "BookKeeper", metadata: LogMetadata, password: bytes) -> LogMetadata:

@@ -72,7 +72,7 @@ from pybk.log.batch import (
 )
 from pybk.log.commit import CommitResult, Sink, abort_job, commit_job
 from pybk.log.metadata import log_path
-from pybk.log.writer import LOG_NAME_KEY
+from pybk.log.writer import batch_ledger_metadata
 from pybk.spark.connect import connect
 from pybk.spark.options import PybkOptions
 
@@ -394,8 +394,8 @@ class _TaskLedgers:
                                                   ledger_id, self._partition, self._attempt)
         self._ledger = self._bk.create_ledger_adv(
             s.ensembleSize, s.writeQuorumSize, s.ackQuorumSize, s.digestType,
-            self._opts.password, {LOG_NAME_KEY: self._opts.log.encode("utf-8"),
-                                  JOB_KEY: self._job_id.encode("ascii")},
+            self._opts.password,
+            batch_ledger_metadata(self._opts.log, {JOB_KEY: self._job_id.encode("ascii")}),
             ledger_id=ledger_id)
         self._ledger_bytes = self._entries = 0
         self._registration = jobs.refresh_ledger(self._bk.metadata, self._opts.log,
