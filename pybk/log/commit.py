@@ -141,7 +141,8 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
         return _forget(bk, name, job_id, sink, done)
     _check_commit(bk, name, job_id, ledger_ids, password, sink)
     # The ledgers' largest timestamps, for the max_before of the segments after them
-    # (pybk.log.timeindex): closed ledgers, read once whatever the rounds below.
+    # (pybk.log.timeindex): closed ledgers, read once whatever the rounds below (a tagged
+    # one's last entry; all of an untagged one's, which an older executor wrote).
     maxima = [segment_max(bk, ledger_id, password) for ledger_id in ledger_ids[:-1]]
     jobs.write_plan(store, name, job_id, ledger_ids)
     sent = False  # whether a CAS of ours was sent whose answer may be lost

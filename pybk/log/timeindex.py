@@ -11,9 +11,10 @@ is never at or after a time, and the search passes it.
 **What makes the search short.**  Two running maxima, each kept where it is known
 when written, so that nothing is ever rewritten:
 
-* *In a ledger* (:mod:`pybk.log.batch`, "Maxima"): each entry's header holds the
-  largest timestamp of its batch and of every entry before it in the ledger (its
-  writer raises it to the previous entry's: ``max_floor``).  So the headers never
+* *In a ledger* tagged as keeping running maxima (:mod:`pybk.log.batch`, "Maxima"):
+  each entry's header holds the largest timestamp of its batch and of every entry
+  before it in the ledger (its writer raises it to the previous entry's: ``max_floor``,
+  and says so in the ledger's custom metadata).  So the headers never
   decrease with the entry id, and the first entry whose header max is at least the
   target holds the first record at or after it in that ledger: every record before
   that entry is smaller (the header before it says so), and since the entry's own
@@ -26,8 +27,9 @@ when written, so that nothing is ever rewritten:
   has one on.  It never decreases with the segment number, since each is made from the
   one before: a writer that rolls takes its segment's max_before and the largest
   timestamp it sent to the segment; an opening writer or a commit the last tail
-  segment's max_before and the header max of that segment's last entry (recovery just
-  closed it; one read), then for a commit each of its ledgers' last entries in turn.
+  segment's max_before and that segment's largest timestamp (recovery just closed it),
+  then for a commit each of its ledgers' in turn (:func:`segment_max`: a tagged
+  ledger's last header, one read; an untagged one's largest header, below).
   A bisection over the segment numbers (:func:`~pybk.log.metadata.find_segment` for
   each) finds the last segment whose max_before is below the target: every record
   before it is below the target, so the answer is in that segment or after it.
@@ -37,14 +39,15 @@ unknown (None: their records were written by a pybk before this index, always a 
 of the oldest live segments) are searched first, entry by entry, as their headers hold
 each batch's own max only; (2) among the others, the bisection over numbers gives the
 segment ``k`` to start from (the first of them if none is below the target); (3) ``k``'s
-entries are bisected from the first one a reader may read (truncated_before's, in its
-segment) to its last readable one (a closed segment's last entry; the writer's LAC for
-an open one); if none is at or after the target, the next segment is searched the
-same way, and so on to the end of the log.  An open segment that a later one follows (a
-roll is closing it, or its writer died while rolling) ends the search: entries past its
-last add confirmed may still be acknowledged, or kept by the recovery that closes it, and
-a reader goes past it only once it is closed (:mod:`pybk.log.reader`), so the answer is
-the end of its readable entries (a reader from there gets its later entries first).
+entries are bisected (if its ledger is tagged; else read one by one) from the first one
+a reader may read (truncated_before's, in its segment) to its last readable one (a
+closed segment's last entry; the writer's LAC for an open one); if none is at or after
+the target, the next segment is searched the same way, and so on to the end of the log.
+An open segment that a later one follows (a roll is closing it, or its writer died while
+rolling) ends the search: entries past its last add confirmed may still be acknowledged,
+or kept by the recovery that closes it, and a reader goes past it only once it is closed
+(:mod:`pybk.log.reader`), so the answer is the end of its readable entries (a reader from
+there gets its later entries first).
 
 **Why it is exact.**  Every value the search trusts is an upper bound of what it
 stands for: a header max is at least its batch's timestamps and the ledger's earlier
@@ -71,13 +74,31 @@ to.  Not bounded, and documented as such: the segments of step (1), read entry b
 (a log upgraded from an older pybk until truncation removes them); and records that
 truncation removed still count in the maxima of the entries and segments after them,
 so after a truncation that removed records at or after the target, step (3) may step
-through the live records before the answer (at worst the whole log).  Headers of
-ledgers that were not written by a :class:`~pybk.log.LogWriter` are running maxima only
-if their writer passed ``max_floor`` (a Spark job's tasks do,
-:mod:`pybk.spark.job_write`; those of a pybk before this index did not): a ledger whose
-headers decrease is searched as if they did not, and a commit takes its last header's
-max for its largest timestamp, so the answer may be a later record at or after the
-target than the first.
+through the live records before the answer (at worst the whole log); and the untagged
+ledgers below.
+
+**Untagged ledgers.**  A ledger's headers are trusted to be running maxima only if its
+creator tagged it so (:func:`~pybk.log.batch.has_running_maxima`: every pybk writer of
+batches does, :func:`~pybk.log.writer.batch_ledger_metadata`, a log writer's segments
+and a Spark task's ledgers alike).  Untagged are the ledgers of a pybk before the tag: a
+Spark task of an older executor (whose headers held each batch's own max), and a log
+writer's segments from before it (running maxima, but nothing says so).  Such a ledger
+costs, where its largest timestamp is needed (the commit that appends it, if another
+of its ledgers follows it; each opener or commit while it ends the tail, which the
+first segment written after it ends): one read of all its entries instead of its last
+one (:func:`segment_max`); and
+each search that reaches its segment in step (3) reads its entries one by one, up to
+the answer, instead of ``log2(E) + 2``.  Its segment's max_before, and those after it,
+are as tight as a tagged one's.  Why not leave its largest timestamp unknown, which
+costs nothing at the commit: max_before cannot be unknown past the oldest segments
+(:mod:`pybk.log.metadata`, "Maxima before"), since a max_before after the unknown one
+would bound only the segments from there, and the bisection over numbers, which takes
+max_before to grow with the number, could land past the ledger and skip its records;
+making every later max_before unknown instead would make every search read the log from
+there, entry by entry, until truncation removed the ledger.  The reads are bounded by
+the ledger's size (``segmentMaxBytes`` and one batch, for the writers that roll by it),
+and only a log upgraded from a pybk before the tag, or a job of older executors, has
+such ledgers.
 """
 
 from __future__ import annotations

@@ -65,7 +65,8 @@ old one's raised to the largest timestamp sent to the old segment, final once th
 starts since no batch goes to a segment due to roll; an opening writer makes its
 segment's from the last segment it recovered (:func:`~pybk.log.timeindex.max_before_next`).
 Each batch's max timestamp is raised to the segment's running maximum, under the lock
-that orders the sends, so a ledger's header maxima never decrease (:mod:`pybk.log.batch`).
+that orders the sends, so a ledger's header maxima never decrease (:mod:`pybk.log.batch`),
+and the writer tags its ledgers so (:func:`batch_ledger_metadata`).
 A roll costs the same whatever the number of segments: one head of a few hundred bytes
 and one segment record are written.
 

@@ -8,7 +8,8 @@ pybk job (:mod:`pybk.log.jobs`), committed exactly once (:mod:`pybk.log.commit`)
   unusable log name fails here, with the reason) and record the job under the log.
 * **Tasks** (:func:`write_partition`, on the executors): each task attempt builds its own
   client, writes its rows into ledgers of its own (created with the options'
-  LogSettings quorums, tagged with the log's name; a new one past ``segmentMaxBytes``),
+  LogSettings quorums, tagged with the log's name and as keeping running maxima:
+  :func:`pybk.log.writer.batch_ledger_metadata`; a new one past ``segmentMaxBytes``),
   each registered in the job under an id reserved before the ledger is created (an
   attempt killed in between leaves nothing that the job's commit or abort does not
   delete; one gap is left: an attempt that creates its ledger just after the job's
@@ -18,7 +19,8 @@ pybk job (:mod:`pybk.log.jobs`), committed exactly once (:mod:`pybk.log.commit`)
   closes them, and returns a :class:`PybkCommitMessage` naming them.  Records are packed
   into entries in the log's batch format (:mod:`pybk.log.batch`), up to
   ``batchMaxBytes`` each, with up to ENTRIES_IN_FLIGHT_MAX entries in flight, their max
-  timestamps running maxima (which commits and searches by time rely on).  Rows of a
+  timestamps running maxima (which commits and searches by time rely on, for a ledger
+  so tagged).  Rows of a
   ``value`` column alone are cut straight from the Arrow column's buffers, all of an
   entry with the time it is made; with ``key``, ``timestamp`` or ``headers`` columns
   (:func:`pybk.spark.source.check_write_schema`) each record takes its own (a null
