@@ -515,3 +515,76 @@ def test_a_writers_segment_without_running_maxima_ends_the_tail(client, writers,
     later = writers(bk)
     append_all(later, [T0 + 1000])
     check_every_target(bk, later)
+
+
+# -- review of the running-maxima tag --------------------------------------------------------
+
+
+def count_entry_reads(monkeypatch, ledger_id: int | None = None) -> dict[str, int]:
+    """Count the entries read through LedgerHandle (read_entry, and each entry that
+    read_entries yields), of ledger ``ledger_id`` only if given."""
+    reads = {"entries": 0}
+    real_read_entry, real_read_entries = LedgerHandle.read_entry, LedgerHandle.read_entries
+
+    def counted(handle) -> bool:
+        return ledger_id is None or handle.id == ledger_id
+
+    def read_entry(handle, *args, **kwargs):
+        reads["entries"] += counted(handle)
+        return real_read_entry(handle, *args, **kwargs)
+
+    def read_entries(handle, *args, **kwargs):
+        for entry in real_read_entries(handle, *args, **kwargs):
+            reads["entries"] += counted(handle)
+            yield entry
+
+    monkeypatch.setattr(LedgerHandle, "read_entry", read_entry)
+    monkeypatch.setattr(LedgerHandle, "read_entries", read_entries)
+    return reads
+
+
+def test_a_commits_retries_read_an_untagged_tail_once(client, writers, monkeypatch):
+    """A commit whose CAS loses races reads the last tail segment's largest timestamp
+    once: an untagged one is read whole (up to segmentMaxBytes), not once a round."""
+    from pybk.errors import BadVersion
+    from pybk.log import commit as commit_module
+    bk = client()
+    w = writers(bk)
+    append_all(w, [T0 + 100])
+    first = jobs.begin_job(bk.metadata, LOG)
+    tail = untagged_ledger(bk, first, 0, [T0 + 900, T0 + 200, T0 + 300, T0 + 250])
+    assert commit_job(bk, LOG, first, [tail]).committed
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledgers = [untagged_ledger(bk, job, 0, [T0 + 950])]
+    real_update = commit_module.update_log
+    lost = iter(range(3))
+
+    def losing_update(store, metadata, version):
+        if next(lost, None) is not None:
+            raise BadVersion("another write came first (test)")
+        return real_update(store, metadata, version)
+
+    monkeypatch.setattr(commit_module, "update_log", losing_update)
+    reads = count_entry_reads(monkeypatch, tail)
+    assert commit_job(bk, LOG, job, ledgers).committed
+    assert reads["entries"] == 4, reads
+    monkeypatch.undo()
+    later = writers(bk)
+    append_all(later, [T0 + 1000])
+    check_every_target(bk, later)
+
+
+def test_recovery_keeps_the_tag(client, writers):
+    """A writer that dies leaves its segment open; the next one's takeover recovers it
+    (closing it changes its metadata): the tag stays, and the search still bisects it."""
+    from pybk.log.batch import has_running_maxima
+    bk = client()
+    w = writers(bk, ONE_COPY)
+    append_all(w, [T0 + 300, T0 + 100, T0 + 200])
+    segment = read_log(bk.metadata, LOG).metadata.tail[-1]
+    later = writers(client(), ONE_COPY)  # w is fenced, never closed
+    metadata = bk.ledger_manager.read(segment.ledger_id).metadata
+    assert metadata.state.name == "CLOSED"
+    assert has_running_maxima(metadata.custom_metadata)
+    append_all(later, [T0 + 150])
+    check_every_target(bk, later)

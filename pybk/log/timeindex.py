@@ -345,25 +345,41 @@ def segment_max(bk: "BookKeeper", ledger_id: int, password: bytes = b"") -> int 
     header max of all its entries (one read of the whole ledger, whose last header may
     hold its own batch's max only: see the module docstring, "Untagged ledgers").  None
     if it has no entry, or no timestamp (version 1)."""
+    return _segment_max(bk, ledger_id, password)[0]
+
+
+def _segment_max(bk: "BookKeeper", ledger_id: int, password: bytes) -> tuple[int | None, bool]:
+    """:func:`segment_max`, and whether the ledger was closed (its value final)."""
     handle = bk.open_ledger(ledger_id, password, recovery=False)
     try:
-        last = handle.metadata.closed_last_entry_id() \
-            if handle.metadata.state is LedgerState.CLOSED else handle.read_last_add_confirmed()
+        closed = handle.metadata.state is LedgerState.CLOSED
+        last = handle.metadata.closed_last_entry_id() if closed \
+            else handle.read_last_add_confirmed()
         if last < 0:
-            return None
+            return None, closed
         first = last if has_running_maxima(handle.metadata.custom_metadata) else 0
         ranges = map(batch_time_range, (e.data for e in handle.read_entries(first, last)))
-        return max((found[1] for found in ranges if found is not None), default=None)
+        return max((found[1] for found in ranges if found is not None), default=None), closed
     finally:
         handle.close()
 
 
-def max_before_next(bk: "BookKeeper", taken: LogMetadata, password: bytes) -> int:
+def max_before_next(bk: "BookKeeper", taken: LogMetadata, password: bytes,
+                    known: dict[int, int | None] | None = None) -> int:
     """The max_before of the segment that comes after ``taken``'s tail (a takeover's
     head: its last tail segment was recovered, so it is closed).  One ledger open and
-    one entry read; none if the tail is empty (the log has no live record) or its last
-    segment's max_before is unknown (the index starts with the next segment)."""
+    :func:`segment_max`'s reads (one entry if the ledger is tagged, all of them if not);
+    none if the tail is empty (the log has no live record) or its last segment's
+    max_before is unknown (the index starts with the next segment).  ``known``: the
+    values of closed ledgers read before by the caller, by ledger id, filled in here, so
+    that a caller that takes the log over again after a lost race (an opening writer, a
+    commit: up to OPEN_ATTEMPTS_MAX rounds) reads an untagged ledger once."""
     last = taken.tail[-1] if taken.tail else None
     if last is None or last.max_before is None:
         return NO_TIMESTAMP
-    return next_max_before(last, segment_max(bk, last.ledger_id, password))
+    if known is not None and last.ledger_id in known:
+        return next_max_before(last, known[last.ledger_id])
+    found, closed = _segment_max(bk, last.ledger_id, password)
+    if known is not None and closed:
+        known[last.ledger_id] = found
+    return next_max_before(last, found)

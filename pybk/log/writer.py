@@ -279,10 +279,12 @@ class LogWriter:
                 f"{bk.settings.maxEntrySizeBytes}: raise it (ClientSettings) and the "
                 "bookies' (ServerSettings) to at least that")
         store = bk.metadata
+        known: dict[int, int | None] = {}  # closed ledgers' maxima, read once for all rounds
         for _ in range(OPEN_ATTEMPTS_MAX):
             metadata, version = read_log(store, name, create=True)
             taken = take_over(bk, metadata, password)
-            max_before = max_before_next(bk, taken, password)  # before a ledger to leak
+            # Before a ledger to leak.
+            max_before = max_before_next(bk, taken, password, known)
             try:
                 ledger = _create_segment_ledger(bk, name, settings, password)
             except NotEnoughBookies as e:
