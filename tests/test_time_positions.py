@@ -543,6 +543,61 @@ def count_entry_reads(monkeypatch, ledger_id: int | None = None) -> dict[str, in
     return reads
 
 
+def write_as_main_did(bk, writers, monkeypatch, stamps: list[int]) -> None:
+    """Records appended by a LogWriter of pybk before the tag (head format 4, running
+    maxima in its headers: max_floor since positions by time came in), one entry each,
+    all in one segment: its segments' custom metadata named the log only."""
+    with monkeypatch.context() as old:
+        old.setattr(writer, "_create_segment_ledger", lambda bk, name, settings, password:
+                    bk.create_ledger(1, 1, 1, password=password,
+                                     custom_metadata={writer.LOG_NAME_KEY: name.encode()}))
+        older = writers(bk, dataclasses.replace(ONE_COPY, segmentMaxBytes=1 << 20))
+        append_all(older, stamps, size=10)
+        older.close()
+
+
+@pytest.mark.xfail(strict=True, reason="a segment a LogWriter of pybk before the tag wrote "
+                   "(running maxima, known max_before, untagged) is read entry by entry: "
+                   "a log upgraded from main loses the logarithmic search in its old "
+                   "segments, though every such segment has running maxima")
+def test_a_segment_written_before_the_tag_is_bisected(client, writers, monkeypatch):
+    bk = client()
+    w = writers(bk)
+    append_all(w, [T0])
+    w.close()
+    stamps = [T0 + 100 + 10 * i + (7 * i) % 4 for i in range(64)]
+    write_as_main_did(bk, writers, monkeypatch, stamps)
+    later = writers(bk)
+    append_all(later, [T0 + 5000])
+    later.close()
+    records = list(LogReader(bk, LOG).records())
+    reads = count_entry_reads(monkeypatch)
+    bound = 2 * math.log2(64) + 8
+    for target in (T0 + 101, T0 + 400, T0 + 700):
+        reads["entries"] = 0
+        assert position_at(bk, LOG, target) == \
+            next(r.position for r in records if r.timestamp >= target)
+        assert reads["entries"] <= bound, (target, reads)
+
+
+@pytest.mark.xfail(strict=True, reason="an opening writer reads every entry of a last "
+                   "segment that a LogWriter of pybk before the tag wrote (up to "
+                   "segmentMaxBytes), though its last header is its running maximum; "
+                   "again at each open while no record follows it")
+def test_opening_after_a_segment_written_before_the_tag_reads_one_entry(
+        client, writers, monkeypatch):
+    bk = client()
+    write_as_main_did(bk, writers, monkeypatch, [T0 + i for i in range(64)])
+    segment = read_log(bk.metadata, LOG).metadata.tail[-1]
+    assert segment.max_before is not None
+    reads = count_entry_reads(monkeypatch, segment.ledger_id)
+    for _ in range(3):  # opened and closed without a record: it still ends the tail
+        writers(bk).close()  # (the empty segment before is dropped by the next opener)
+    assert reads["entries"] <= 3, reads
+    monkeypatch.undo()
+    check_every_target(bk)
+
+
 def test_a_commits_retries_read_an_untagged_tail_once(client, writers, monkeypatch):
     """A commit whose CAS loses races reads the last tail segment's largest timestamp
     once: an untagged one is read whole (up to segmentMaxBytes), not once a round."""
