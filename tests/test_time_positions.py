@@ -22,7 +22,15 @@ from pybk.client.ledger import LedgerHandle
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import BookKeeperError, NoSuchLog
 from pybk.log import LogReader, LogWriter, Position, jobs, position_at, writer
-from pybk.log.batch import batch_time_range, encode_batch
+from pybk.log.batch import (
+    JOB_KEY,
+    LOG_NAME_KEY,
+    MAXIMA_KEY,
+    RUNNING_MAXIMA,
+    batch_time_range,
+    encode_batch,
+    keeps_running_maxima,
+)
 from pybk.log.commit import commit_job
 from pybk.log.metadata import (
     MAGIC,
@@ -465,8 +473,9 @@ def test_a_spark_tasks_entries_carry_running_maxima(monkeypatch):
 
 def untagged_ledger(bk, job_id: str, partition: int, stamps: list[int]) -> int:
     """A task's ledger as an executor of an older pybk wrote it: each entry's header max
-    its own batch's, and no running-maxima tag."""
-    ledger = bk.create_ledger(1, 1, 1)
+    its own batch's, named after the log and the job, and no running-maxima tag."""
+    ledger = bk.create_ledger(1, 1, 1, custom_metadata={
+        LOG_NAME_KEY: LOG.encode(), JOB_KEY: job_id.encode("ascii")})
     jobs.register_ledger(bk, LOG, job_id, ledger.id, partition, 0)
     for stamp in stamps:
         ledger.add_entry(encode_batch([b"task"], [stamp]))
@@ -494,27 +503,38 @@ def test_a_committed_ledger_without_running_maxima(client, writers):
     assert befores[-2:] == [T0 + 900, T0 + 900]
 
 
-def test_a_writers_segment_without_running_maxima_ends_the_tail(client, writers,
-                                                                  monkeypatch):
-    """A log writer's segment without the tag and running maxima (as the first pybk
-    writing version 2 batches wrote them) last in the tail: the next writer reads every
-    header of it for the max_before of its own segment."""
+def test_a_job_ledger_without_running_maxima_ends_the_tail(client, writers):
+    """An untagged job ledger (from an older executor) last in the tail, whose segment
+    has a known max_before, as a log writer's segment would: the job id keeps it from
+    being trusted, and the next writer reads every header of it for the max_before of
+    its own segment (its last header alone would put that below the ledger's first
+    record, and a search by time would skip it)."""
     bk = client()
     w = writers(bk)
     append_all(w, [T0 + 100])
-    w.close()
-    with monkeypatch.context() as old:
-        old.setattr(writer._Batch, "encode", lambda batch: encode_batch(
-            batch.records, batch.timestamps))
-        old.setattr(writer, "_create_segment_ledger", lambda bk, name, settings, password:
-                    bk.create_ledger(1, 1, 1, password=password,
-                                     custom_metadata={writer.LOG_NAME_KEY: name.encode()}))
-        older = writers(bk)
-        append_all(older, [T0 + 900, T0 + 200, T0 + 200], size=10)
-        older.close()
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledger = untagged_ledger(bk, job, 0, [T0 + 900, T0 + 200, T0 + 200])
+    assert commit_job(bk, LOG, job, [ledger]).committed
+    segment = read_log(bk.metadata, LOG).metadata.tail[-1]
+    assert (segment.ledger_id, segment.max_before) == (ledger, T0 + 100)
     later = writers(bk)
     append_all(later, [T0 + 1000])
+    assert read_log(bk.metadata, LOG).metadata.tail[-1].max_before == T0 + 900
     check_every_target(bk, later)
+
+
+@pytest.mark.parametrize("metadata, max_before, trusted", [
+    ({MAXIMA_KEY: RUNNING_MAXIMA}, None, True),  # tagged, whatever else
+    ({LOG_NAME_KEY: b"log", MAXIMA_KEY: RUNNING_MAXIMA, JOB_KEY: b"j"}, 5, True),
+    ({LOG_NAME_KEY: b"log"}, NO_TIMESTAMP, True),  # a LogWriter's, before the tag
+    ({LOG_NAME_KEY: b"log"}, None, False),  # a LogWriter's, before running maxima
+    ({LOG_NAME_KEY: b"log", JOB_KEY: b"j"}, 5, False),  # an older executor's
+    ({LOG_NAME_KEY: b"log", JOB_KEY: b"j"}, None, False),  # the same, being committed
+    ({LOG_NAME_KEY: b"log", MAXIMA_KEY: b"other"}, None, False),
+    ({}, 5, False),  # a caller's own ledger
+])
+def test_which_ledgers_keep_running_maxima(metadata, max_before, trusted):
+    assert keeps_running_maxima(metadata, max_before) is trusted
 
 
 # -- review of the running-maxima tag --------------------------------------------------------
@@ -550,17 +570,16 @@ def write_as_main_did(bk, writers, monkeypatch, stamps: list[int]) -> None:
     with monkeypatch.context() as old:
         old.setattr(writer, "_create_segment_ledger", lambda bk, name, settings, password:
                     bk.create_ledger(1, 1, 1, password=password,
-                                     custom_metadata={writer.LOG_NAME_KEY: name.encode()}))
+                                     custom_metadata={LOG_NAME_KEY: name.encode()}))
         older = writers(bk, dataclasses.replace(ONE_COPY, segmentMaxBytes=1 << 20))
         append_all(older, stamps, size=10)
         older.close()
 
 
-@pytest.mark.xfail(strict=True, reason="a segment a LogWriter of pybk before the tag wrote "
-                   "(running maxima, known max_before, untagged) is read entry by entry: "
-                   "a log upgraded from main loses the logarithmic search in its old "
-                   "segments, though every such segment has running maxima")
 def test_a_segment_written_before_the_tag_is_bisected(client, writers, monkeypatch):
+    """A segment a LogWriter of pybk before the tag wrote (running maxima, a known
+    max_before, untagged) is bisected: a log upgraded from it keeps the logarithmic
+    search in its old segments."""
     bk = client()
     w = writers(bk)
     append_all(w, [T0])
@@ -580,12 +599,11 @@ def test_a_segment_written_before_the_tag_is_bisected(client, writers, monkeypat
         assert reads["entries"] <= bound, (target, reads)
 
 
-@pytest.mark.xfail(strict=True, reason="an opening writer reads every entry of a last "
-                   "segment that a LogWriter of pybk before the tag wrote (up to "
-                   "segmentMaxBytes), though its last header is its running maximum; "
-                   "again at each open while no record follows it")
 def test_opening_after_a_segment_written_before_the_tag_reads_one_entry(
         client, writers, monkeypatch):
+    """An opening writer reads one entry of a last segment that a LogWriter of pybk
+    before the tag wrote (its last header is its running maximum), not all of them (up
+    to segmentMaxBytes), at each open while no record follows it."""
     bk = client()
     write_as_main_did(bk, writers, monkeypatch, [T0 + i for i in range(64)])
     segment = read_log(bk.metadata, LOG).metadata.tail[-1]
@@ -632,7 +650,6 @@ def test_a_commits_retries_read_an_untagged_tail_once(client, writers, monkeypat
 def test_recovery_keeps_the_tag(client, writers):
     """A writer that dies leaves its segment open; the next one's takeover recovers it
     (closing it changes its metadata): the tag stays, and the search still bisects it."""
-    from pybk.log.batch import has_running_maxima
     bk = client()
     w = writers(bk, ONE_COPY)
     append_all(w, [T0 + 300, T0 + 100, T0 + 200])
@@ -640,6 +657,6 @@ def test_recovery_keeps_the_tag(client, writers):
     later = writers(client(), ONE_COPY)  # w is fenced, never closed
     metadata = bk.ledger_manager.read(segment.ledger_id).metadata
     assert metadata.state.name == "CLOSED"
-    assert has_running_maxima(metadata.custom_metadata)
+    assert metadata.custom_metadata[MAXIMA_KEY] == RUNNING_MAXIMA
     append_all(later, [T0 + 150])
     check_every_target(bk, later)

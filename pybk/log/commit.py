@@ -142,7 +142,8 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
     _check_commit(bk, name, job_id, ledger_ids, password, sink)
     # The ledgers' largest timestamps, for the max_before of the segments after them
     # (pybk.log.timeindex): closed ledgers, read once whatever the rounds below (a tagged
-    # one's last entry; all of an untagged one's, which an older executor wrote).
+    # one's last entry; all of an untagged one's, which an older executor wrote: no
+    # segment yet, so no max_before makes it trusted).
     maxima = [segment_max(bk, ledger_id, password) for ledger_id in ledger_ids[:-1]]
     known: dict[int, int | None] = {}  # the tail's last ledger's, read once for all rounds
     jobs.write_plan(store, name, job_id, ledger_ids)

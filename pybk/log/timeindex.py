@@ -11,10 +11,11 @@ is never at or after a time, and the search passes it.
 **What makes the search short.**  Two running maxima, each kept where it is known
 when written, so that nothing is ever rewritten:
 
-* *In a ledger* tagged as keeping running maxima (:mod:`pybk.log.batch`, "Maxima"):
-  each entry's header holds the largest timestamp of its batch and of every entry
-  before it in the ledger (its writer raises it to the previous entry's: ``max_floor``,
-  and says so in the ledger's custom metadata).  So the headers never
+* *In a ledger* that keeps running maxima (:mod:`pybk.log.batch`, "Maxima"; which
+  ledgers do: "Untagged ledgers" below): each entry's header holds the largest
+  timestamp of its batch and of every entry before it in the ledger (its writer raises
+  it to the previous entry's: ``max_floor``, and says so in the ledger's custom
+  metadata).  So the headers never
   decrease with the entry id, and the first entry whose header max is at least the
   target holds the first record at or after it in that ledger: every record before
   that entry is smaller (the header before it says so), and since the entry's own
@@ -28,8 +29,8 @@ when written, so that nothing is ever rewritten:
   one before: a writer that rolls takes its segment's max_before and the largest
   timestamp it sent to the segment; an opening writer or a commit the last tail
   segment's max_before and that segment's largest timestamp (recovery just closed it),
-  then for a commit each of its ledgers' in turn (:func:`segment_max`: a tagged
-  ledger's last header, one read; an untagged one's largest header, below).
+  then for a commit each of its ledgers' in turn (:func:`segment_max`: the last header
+  of a ledger that keeps running maxima, one read; else its largest header, below).
   A bisection over the segment numbers (:func:`~pybk.log.metadata.find_segment` for
   each) finds the last segment whose max_before is below the target: every record
   before it is below the target, so the answer is in that segment or after it.
@@ -39,7 +40,8 @@ unknown (None: their records were written by a pybk before this index, always a 
 of the oldest live segments) are searched first, entry by entry, as their headers hold
 each batch's own max only; (2) among the others, the bisection over numbers gives the
 segment ``k`` to start from (the first of them if none is below the target); (3) ``k``'s
-entries are bisected (if its ledger is tagged; else read one by one) from the first one
+entries are bisected (if its ledger keeps running maxima; else read one by one) from
+the first one
 a reader may read (truncated_before's, in its segment) to its last readable one (a
 closed segment's last entry; the writer's LAC for an open one); if none is at or after
 the target, the next segment is searched the same way, and so on to the end of the log.
@@ -77,28 +79,36 @@ so after a truncation that removed records at or after the target, step (3) may 
 through the live records before the answer (at worst the whole log); and the untagged
 ledgers below.
 
-**Untagged ledgers.**  A ledger's headers are trusted to be running maxima only if its
-creator tagged it so (:func:`~pybk.log.batch.has_running_maxima`: every pybk writer of
-batches does, :func:`~pybk.log.writer.batch_ledger_metadata`, a log writer's segments
-and a Spark task's ledgers alike).  Untagged are the ledgers of a pybk before the tag: a
-Spark task of an older executor (whose headers held each batch's own max), and a log
-writer's segments from before it (running maxima, but nothing says so).  Such a ledger
-costs, where its largest timestamp is needed (the commit that appends it, if another
-of its ledgers follows it; each opener or commit while it ends the tail, which the
-first segment written after it ends): one read of all its entries instead of its last
-one (:func:`segment_max`); and
-each search that reaches its segment in step (3) reads its entries one by one, up to
-the answer, instead of ``log2(E) + 2``.  Its segment's max_before, and those after it,
-are as tight as a tagged one's.  Why not leave its largest timestamp unknown, which
-costs nothing at the commit: max_before cannot be unknown past the oldest segments
-(:mod:`pybk.log.metadata`, "Maxima before"), since a max_before after the unknown one
-would bound only the segments from there, and the bisection over numbers, which takes
-max_before to grow with the number, could land past the ledger and skip its records;
-making every later max_before unknown instead would make every search read the log from
-there, entry by entry, until truncation removed the ledger.  The reads are bounded by
-the ledger's size (``segmentMaxBytes`` and one batch, for the writers that roll by it),
-and only a log upgraded from a pybk before the tag, or a job of older executors, has
-such ledgers.
+**Untagged ledgers.**  A ledger's header maxima are trusted to be running maxima only
+where :func:`~pybk.log.batch.keeps_running_maxima` says so, the one rule every step
+above and :func:`segment_max` follow: a ledger tagged so by its creator (every pybk
+writer of batches tags its ledgers, :func:`~pybk.log.writer.batch_ledger_metadata`, a log
+writer's segments and a Spark task's ledgers alike); and a log writer's segment whose
+max_before is known, which a pybk before the tag wrote untagged: its LogWriter kept
+running maxima already, since they came in with max_before, which an older writer's
+segments never have (a log upgraded from it costs what a tagged one does).  Not
+trusted: a Spark task's ledger from an executor of a pybk before the tag (its headers
+held each batch's own max; the job id in its custom metadata tells it from a log
+writer's segment), and a ledger without the log's name in its custom metadata (another
+writer's, appended by a caller of :func:`~pybk.log.commit.commit_job`).  (A log writer's
+segment whose max_before is unknown is not trusted either, but costs nothing more: step
+(1) reads it entry by entry anyway, and a takeover after it gives the next segment
+NO_TIMESTAMP without reading it.)  A ledger not trusted costs, where its largest
+timestamp is needed (the commit that appends it, if another of its ledgers follows it;
+each opener or commit while it ends the tail, which the first segment written after it
+ends; once for all the rounds of one that loses races): one read of all its entries
+instead of its last one (:func:`segment_max`); and each search that reaches its segment
+in step (3) reads its entries one by one, up to the answer, instead of ``log2(E) + 2``.
+Its segment's max_before, and those after it, are as tight as a trusted one's.  Why not
+leave its largest timestamp unknown, which costs nothing at the commit: max_before
+cannot be unknown past the oldest segments (:mod:`pybk.log.metadata`, "Maxima before"),
+since a max_before after the unknown one would bound only the segments from there, and
+the bisection over numbers, which takes max_before to grow with the number, could land
+past the ledger and skip its records; making every later max_before unknown instead
+would make every search read the log from there, entry by entry, until truncation
+removed the ledger.  The reads are bounded by the ledger's size (``segmentMaxBytes``
+and one batch, for the writers that roll by it), and only a log that a job of executors
+of a pybk before the tag wrote to (or a caller's own ledgers) has such ledgers.
 """
 
 from __future__ import annotations
@@ -106,7 +116,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 from pybk.errors import NoNode, NoSuchEntry, NoSuchLedger, NoSuchLog
-from pybk.log.batch import batch_time_range, decode_fields, has_running_maxima
+from pybk.log.batch import batch_time_range, decode_fields, keeps_running_maxima
 from pybk.log.metadata import (
     NO_TIMESTAMP,
     LogMetadata,
@@ -251,8 +261,8 @@ class _Search:
     def in_segment(self, segment: Segment, bisect: bool) -> Position | None:
         """The first record at or after the target in ``segment``, from the first
         position a reader may read; None if it holds none (``self.end`` then moves past
-        it).  ``bisect``: its entries are bisected if its ledger is tagged as keeping
-        running maxima (read entry by entry otherwise)."""
+        it).  ``bisect``: its entries are bisected if its ledger keeps running maxima
+        (:func:`~pybk.log.batch.keeps_running_maxima`; read entry by entry otherwise)."""
         self._open_end = None
         try:
             return self._in_ledger(segment, bisect)
@@ -279,7 +289,8 @@ class _Search:
             found = batch_time_range(handle.read_entry(entry_id).data)
             return NO_TIMESTAMP if found is None else found[1]
 
-        bisect = bisect and has_running_maxima(handle.metadata.custom_metadata)
+        bisect = bisect and keeps_running_maxima(handle.metadata.custom_metadata,
+                                                 segment.max_before)
         begin = _first_at_least(first, last, top, self._target) if bisect else first
         for entry in _entries(handle, begin, last):
             found = batch_time_range(entry.data)
@@ -337,18 +348,21 @@ def _first_at_least(first: int, last: int, top: Callable[[int], int], target: in
 # -- keeping max_before ------------------------------------------------------------------
 
 
-def segment_max(bk: "BookKeeper", ledger_id: int, password: bytes = b"") -> int | None:
+def segment_max(bk: "BookKeeper", ledger_id: int, password: bytes = b"",
+                max_before: int | None = None) -> int | None:
     """An upper bound of the timestamps of closed ledger ``ledger_id``'s records (the
     largest one, unless a batch's add failed after its header was counted): the header
-    max of its last entry if the ledger is tagged as keeping running maxima
-    (:func:`~pybk.log.batch.has_running_maxima`: one entry read), else the largest
+    max of its last entry if its header maxima are running maxima
+    (:func:`~pybk.log.batch.keeps_running_maxima`, given the max_before of the segment
+    it is, ``max_before``, None if it is no segment: one entry read), else the largest
     header max of all its entries (one read of the whole ledger, whose last header may
     hold its own batch's max only: see the module docstring, "Untagged ledgers").  None
     if it has no entry, or no timestamp (version 1)."""
-    return _segment_max(bk, ledger_id, password)[0]
+    return _segment_max(bk, ledger_id, password, max_before)[0]
 
 
-def _segment_max(bk: "BookKeeper", ledger_id: int, password: bytes) -> tuple[int | None, bool]:
+def _segment_max(bk: "BookKeeper", ledger_id: int, password: bytes,
+                 max_before: int | None) -> tuple[int | None, bool]:
     """:func:`segment_max`, and whether the ledger was closed (its value final)."""
     handle = bk.open_ledger(ledger_id, password, recovery=False)
     try:
@@ -357,7 +371,8 @@ def _segment_max(bk: "BookKeeper", ledger_id: int, password: bytes) -> tuple[int
             else handle.read_last_add_confirmed()
         if last < 0:
             return None, closed
-        first = last if has_running_maxima(handle.metadata.custom_metadata) else 0
+        running = keeps_running_maxima(handle.metadata.custom_metadata, max_before)
+        first = last if running else 0
         ranges = map(batch_time_range, (e.data for e in handle.read_entries(first, last)))
         return max((found[1] for found in ranges if found is not None), default=None), closed
     finally:
@@ -368,18 +383,19 @@ def max_before_next(bk: "BookKeeper", taken: LogMetadata, password: bytes,
                     known: dict[int, int | None] | None = None) -> int:
     """The max_before of the segment that comes after ``taken``'s tail (a takeover's
     head: its last tail segment was recovered, so it is closed).  One ledger open and
-    :func:`segment_max`'s reads (one entry if the ledger is tagged, all of them if not);
+    :func:`segment_max`'s reads (one entry if the ledger keeps running maxima, all of
+    them if not);
     none if the tail is empty (the log has no live record) or its last segment's
     max_before is unknown (the index starts with the next segment).  ``known``: the
     values of closed ledgers read before by the caller, by ledger id, filled in here, so
     that a caller that takes the log over again after a lost race (an opening writer, a
-    commit: up to OPEN_ATTEMPTS_MAX rounds) reads an untagged ledger once."""
+    commit: up to OPEN_ATTEMPTS_MAX rounds) reads a ledger not trusted once."""
     last = taken.tail[-1] if taken.tail else None
     if last is None or last.max_before is None:
         return NO_TIMESTAMP
     if known is not None and last.ledger_id in known:
         return next_max_before(last, known[last.ledger_id])
-    found, closed = _segment_max(bk, last.ledger_id, password)
+    found, closed = _segment_max(bk, last.ledger_id, password, last.max_before)
     if known is not None and closed:
         known[last.ledger_id] = found
     return next_max_before(last, found)

@@ -124,6 +124,7 @@ from pybk.log import consumers
 from pybk.log.batch import (
     BATCH_HEADER_BYTES,
     FIELDS_OVERHEAD_BYTES,
+    LOG_NAME_KEY,
     MAXIMA_KEY,
     RECORD_OVERHEAD_BYTES,
     RUNNING_MAXIMA,
@@ -163,8 +164,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Custom metadata key that tags a segment ledger with the name of its log.
-LOG_NAME_KEY = "pybk.log"
 #: How many times an opening writer retries after losing a compare-and-set race.
 OPEN_ATTEMPTS_MAX = 10
 #: With deferredSync, how many times a segment is forced before the writer gives up on

@@ -8,8 +8,10 @@ pybk job (:mod:`pybk.log.jobs`), committed exactly once (:mod:`pybk.log.commit`)
   unusable log name fails here, with the reason) and record the job under the log.
 * **Tasks** (:func:`write_partition`, on the executors): each task attempt builds its own
   client, writes its rows into ledgers of its own (created with the options'
-  LogSettings quorums, tagged with the log's name and as keeping running maxima:
-  :func:`pybk.log.writer.batch_ledger_metadata`; a new one past ``segmentMaxBytes``),
+  LogSettings quorums, tagged with the log's name, the job's id (``JOB_KEY``: a job's
+  ledger is trusted to keep running maxima only by its tag, which older executors did
+  not set) and as keeping running maxima: :func:`pybk.log.writer.batch_ledger_metadata`;
+  a new one past ``segmentMaxBytes``),
   each registered in the job under an id reserved before the ledger is created (an
   attempt killed in between leaves nothing that the job's commit or abort does not
   delete; one gap is left: an attempt that creates its ledger just after the job's
@@ -65,6 +67,7 @@ from pybk.log import jobs
 from pybk.log.batch import (
     BATCH_HEADER_BYTES,
     FIELDS_OVERHEAD_BYTES,
+    JOB_KEY,
     RECORD_OVERHEAD_BYTES,
     batch_max,
     check_fields,
@@ -86,8 +89,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Custom metadata key naming the job a task's ledger was written for.
-JOB_KEY = "pybk.job"
 #: How many entries a task has in flight at once (256 KiB each with the default
 #: batchMaxBytes): enough to keep every bookie's pipeline busy.
 ENTRIES_IN_FLIGHT_MAX = 32
