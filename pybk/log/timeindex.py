@@ -41,10 +41,10 @@ of the oldest live segments) are searched first, entry by entry, as their header
 each batch's own max only; (2) among the others, the bisection over numbers gives the
 segment ``k`` to start from (the first of them if none is below the target); (3) ``k``'s
 entries are bisected (if its ledger keeps running maxima; else read one by one) from
-the first one
-a reader may read (truncated_before's, in its segment) to its last readable one (a
-closed segment's last entry; the writer's LAC for an open one); if none is at or after
-the target, the next segment is searched the same way, and so on to the end of the log.
+the first one a reader may read (truncated_before's, in its segment) to its last
+readable one (a closed segment's last entry; the writer's LAC for an open one); if none
+is at or after the target, the next segment is searched the same way, and so on to the
+end of the log.
 An open segment that a later one follows (a roll is closing it, or its writer died while
 rolling) ends the search: entries past its last add confirmed may still be acknowledged,
 or kept by the recovery that closes it, and a reader goes past it only once it is closed
