@@ -16,6 +16,7 @@ import struct
 
 import lmdb
 
+from pybk.log.batch import LOG_NAME_KEY
 from pybk.log.metadata import (
     MAGIC,
     TAIL_SEGMENTS,
@@ -26,7 +27,6 @@ from pybk.log.metadata import (
     segment_path,
     segments_path,
 )
-from pybk.log.writer import LOG_NAME_KEY
 from pybk.meta import paths
 from pybk.meta.layout import FLAT
 from pybk.meta.ledger_metadata import (

@@ -23,8 +23,8 @@ from clusterutil import TESTS, child_env
 from securityutil import secured_cluster_of_bookies
 
 from pybk.log import LogReader, jobs
+from pybk.log.batch import LOG_NAME_KEY, keeps_running_maxima
 from pybk.log.metadata import jobs_path, read_log
-from pybk.log.writer import LOG_NAME_KEY
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -106,6 +106,10 @@ def test_a_dataframe_of_8_partitions_is_written_and_read_back_in_partition_order
     segments = segment_ledgers(bk, log_name)
     assert len(segments) > 8
     assert ledgers_of(bk, log_name) == segments
+    # Tagged as keeping running maxima: a commit (before they are segments: no
+    # max_before) trusts their last headers.
+    assert all(keeps_running_maxima(bk.ledger_manager.read(i).metadata.custom_metadata,
+                                    None) for i in segments)
     assert pending_jobs(bk, log_name) == []
     # A second job appends after the first; string values are written as UTF-8.
     writer(spark.createDataFrame([("héllo",), ("wörld",)], "value string"), address,

@@ -22,7 +22,15 @@ from pybk.client.ledger import LedgerHandle
 from pybk.client.transport import InProcessBookieClient
 from pybk.errors import BookKeeperError, NoSuchLog
 from pybk.log import LogReader, LogWriter, Position, jobs, position_at, writer
-from pybk.log.batch import batch_time_range, encode_batch
+from pybk.log.batch import (
+    JOB_KEY,
+    LOG_NAME_KEY,
+    MAXIMA_KEY,
+    RUNNING_MAXIMA,
+    batch_time_range,
+    encode_batch,
+    keeps_running_maxima,
+)
 from pybk.log.commit import commit_job
 from pybk.log.metadata import (
     MAGIC,
@@ -38,6 +46,7 @@ from pybk.log.metadata import (
     segment_path,
     update_log,
 )
+from pybk.log.writer import batch_ledger_metadata
 from pybk.meta.sealed import seal
 from pybk.settings import ClientSettings, LogSettings
 
@@ -212,8 +221,9 @@ def test_after_a_truncation_inside_a_segment(client, writers):
 
 
 def job_ledger(bk, job_id: str, partition: int, stamps: list[int]) -> int:
-    """A task's ledger with running maxima in its headers (two records an entry)."""
-    ledger = bk.create_ledger(1, 1, 1)
+    """A task's ledger with running maxima in its headers (two records an entry), tagged
+    as job_write tags them."""
+    ledger = bk.create_ledger(1, 1, 1, custom_metadata=batch_ledger_metadata(LOG))
     jobs.register_ledger(bk, LOG, job_id, ledger.id, partition, 0)
     floor = None
     for i in range(0, len(stamps), 2):
@@ -461,21 +471,192 @@ def test_a_spark_tasks_entries_carry_running_maxima(monkeypatch):
     assert tops == sorted(tops), tops
 
 
-@pytest.mark.xfail(strict=True, reason="a commit trusts the last entry's header max of every "
-                   "job ledger; a ledger whose headers are not running maxima (written by "
-                   "an executor of an older pybk) gets a max_before below its records, "
-                   "and the search skips them")
+def untagged_ledger(bk, job_id: str, partition: int, stamps: list[int]) -> int:
+    """A task's ledger as an executor of an older pybk wrote it: each entry's header max
+    its own batch's, named after the log and the job, and no running-maxima tag."""
+    ledger = bk.create_ledger(1, 1, 1, custom_metadata={
+        LOG_NAME_KEY: LOG.encode(), JOB_KEY: job_id.encode("ascii")})
+    jobs.register_ledger(bk, LOG, job_id, ledger.id, partition, 0)
+    for stamp in stamps:
+        ledger.add_entry(encode_batch([b"task"], [stamp]))
+    ledger.close()
+    return ledger.id
+
+
 def test_a_committed_ledger_without_running_maxima(client, writers):
+    """Untagged job ledgers whose last headers are below their records: their maxima
+    are read from every header, for the next ledger of the commit and for the segment a
+    later writer adds, and their entries are searched one by one (a bisection on their
+    headers would pass the first one)."""
     bk = client()
     w = writers(bk)
     append_all(w, [T0 + 100])
     job = jobs.begin_job(bk.metadata, LOG)
-    ledger = bk.create_ledger(1, 1, 1)
-    jobs.register_ledger(bk, LOG, job, ledger.id, 0, 0)
-    for stamp in (T0 + 900, T0 + 200):  # each entry its own max, as job_write wrote them
-        ledger.add_entry(encode_batch([b"task"], [stamp]))
-    ledger.close()
-    assert commit_job(bk, LOG, job, [ledger.id]).committed
+    ledgers = [untagged_ledger(bk, job, 0, [T0 + 900, T0 + 200, T0 + 200]),
+               untagged_ledger(bk, job, 1, [T0 + 800, T0 + 300])]
+    assert commit_job(bk, LOG, job, ledgers).committed
     later = writers(bk)
     append_all(later, [T0 + 1000])
+    check_every_target(bk, later)
+    befores = [s.max_before for s in live_segments(bk.metadata,
+                                                   read_log(bk.metadata, LOG).metadata)]
+    assert befores[-2:] == [T0 + 900, T0 + 900]
+
+
+def test_a_job_ledger_without_running_maxima_ends_the_tail(client, writers):
+    """An untagged job ledger (from an older executor) last in the tail, whose segment
+    has a known max_before, as a log writer's segment would: the job id keeps it from
+    being trusted, and the next writer reads every header of it for the max_before of
+    its own segment (its last header alone would put that below the ledger's first
+    record, and a search by time would skip it)."""
+    bk = client()
+    w = writers(bk)
+    append_all(w, [T0 + 100])
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledger = untagged_ledger(bk, job, 0, [T0 + 900, T0 + 200, T0 + 200])
+    assert commit_job(bk, LOG, job, [ledger]).committed
+    segment = read_log(bk.metadata, LOG).metadata.tail[-1]
+    assert (segment.ledger_id, segment.max_before) == (ledger, T0 + 100)
+    later = writers(bk)
+    append_all(later, [T0 + 1000])
+    assert read_log(bk.metadata, LOG).metadata.tail[-1].max_before == T0 + 900
+    check_every_target(bk, later)
+
+
+@pytest.mark.parametrize("metadata, max_before, trusted", [
+    ({MAXIMA_KEY: RUNNING_MAXIMA}, None, True),  # tagged, whatever else
+    ({LOG_NAME_KEY: b"log", MAXIMA_KEY: RUNNING_MAXIMA, JOB_KEY: b"j"}, 5, True),
+    ({LOG_NAME_KEY: b"log"}, NO_TIMESTAMP, True),  # a LogWriter's, before the tag
+    ({LOG_NAME_KEY: b"log"}, None, False),  # a LogWriter's, before running maxima
+    ({LOG_NAME_KEY: b"log", JOB_KEY: b"j"}, 5, False),  # an older executor's
+    ({LOG_NAME_KEY: b"log", JOB_KEY: b"j"}, None, False),  # the same, being committed
+    ({LOG_NAME_KEY: b"log", MAXIMA_KEY: b"other"}, None, False),
+    ({}, 5, False),  # a caller's own ledger
+])
+def test_which_ledgers_keep_running_maxima(metadata, max_before, trusted):
+    assert keeps_running_maxima(metadata, max_before) is trusted
+
+
+# -- review of the running-maxima tag --------------------------------------------------------
+
+
+def count_entry_reads(monkeypatch, ledger_id: int | None = None) -> dict[str, int]:
+    """Count the entries read through LedgerHandle (read_entry, and each entry that
+    read_entries yields), of ledger ``ledger_id`` only if given."""
+    reads = {"entries": 0}
+    real_read_entry, real_read_entries = LedgerHandle.read_entry, LedgerHandle.read_entries
+
+    def counted(handle) -> bool:
+        return ledger_id is None or handle.id == ledger_id
+
+    def read_entry(handle, *args, **kwargs):
+        reads["entries"] += counted(handle)
+        return real_read_entry(handle, *args, **kwargs)
+
+    def read_entries(handle, *args, **kwargs):
+        for entry in real_read_entries(handle, *args, **kwargs):
+            reads["entries"] += counted(handle)
+            yield entry
+
+    monkeypatch.setattr(LedgerHandle, "read_entry", read_entry)
+    monkeypatch.setattr(LedgerHandle, "read_entries", read_entries)
+    return reads
+
+
+def write_as_main_did(bk, writers, monkeypatch, stamps: list[int]) -> None:
+    """Records appended by a LogWriter of pybk before the tag (head format 4, running
+    maxima in its headers: max_floor since positions by time came in), one entry each,
+    all in one segment: its segments' custom metadata named the log only."""
+    with monkeypatch.context() as old:
+        old.setattr(writer, "_create_segment_ledger", lambda bk, name, settings, password:
+                    bk.create_ledger(1, 1, 1, password=password,
+                                     custom_metadata={LOG_NAME_KEY: name.encode()}))
+        older = writers(bk, dataclasses.replace(ONE_COPY, segmentMaxBytes=1 << 20))
+        append_all(older, stamps, size=10)
+        older.close()
+
+
+def test_a_segment_written_before_the_tag_is_bisected(client, writers, monkeypatch):
+    """A segment a LogWriter of pybk before the tag wrote (running maxima, a known
+    max_before, untagged) is bisected: a log upgraded from it keeps the logarithmic
+    search in its old segments."""
+    bk = client()
+    w = writers(bk)
+    append_all(w, [T0])
+    w.close()
+    stamps = [T0 + 100 + 10 * i + (7 * i) % 4 for i in range(64)]
+    write_as_main_did(bk, writers, monkeypatch, stamps)
+    later = writers(bk)
+    append_all(later, [T0 + 5000])
+    later.close()
+    records = list(LogReader(bk, LOG).records())
+    reads = count_entry_reads(monkeypatch)
+    bound = 2 * math.log2(64) + 8
+    for target in (T0 + 101, T0 + 400, T0 + 700):
+        reads["entries"] = 0
+        assert position_at(bk, LOG, target) == \
+            next(r.position for r in records if r.timestamp >= target)
+        assert reads["entries"] <= bound, (target, reads)
+
+
+def test_opening_after_a_segment_written_before_the_tag_reads_one_entry(
+        client, writers, monkeypatch):
+    """An opening writer reads one entry of a last segment that a LogWriter of pybk
+    before the tag wrote (its last header is its running maximum), not all of them (up
+    to segmentMaxBytes), at each open while no record follows it."""
+    bk = client()
+    write_as_main_did(bk, writers, monkeypatch, [T0 + i for i in range(64)])
+    segment = read_log(bk.metadata, LOG).metadata.tail[-1]
+    assert segment.max_before is not None
+    reads = count_entry_reads(monkeypatch, segment.ledger_id)
+    for _ in range(3):  # opened and closed without a record: it still ends the tail
+        writers(bk).close()  # (the empty segment before is dropped by the next opener)
+    assert reads["entries"] <= 3, reads
+    monkeypatch.undo()
+    check_every_target(bk)
+
+
+def test_a_commits_retries_read_an_untagged_tail_once(client, writers, monkeypatch):
+    """A commit whose CAS loses races reads the last tail segment's largest timestamp
+    once: an untagged one is read whole (up to segmentMaxBytes), not once a round."""
+    from pybk.errors import BadVersion
+    from pybk.log import commit as commit_module
+    bk = client()
+    w = writers(bk)
+    append_all(w, [T0 + 100])
+    first = jobs.begin_job(bk.metadata, LOG)
+    tail = untagged_ledger(bk, first, 0, [T0 + 900, T0 + 200, T0 + 300, T0 + 250])
+    assert commit_job(bk, LOG, first, [tail]).committed
+    job = jobs.begin_job(bk.metadata, LOG)
+    ledgers = [untagged_ledger(bk, job, 0, [T0 + 950])]
+    real_update = commit_module.update_log
+    lost = iter(range(3))
+
+    def losing_update(store, metadata, version):
+        if next(lost, None) is not None:
+            raise BadVersion("another write came first (test)")
+        return real_update(store, metadata, version)
+
+    monkeypatch.setattr(commit_module, "update_log", losing_update)
+    reads = count_entry_reads(monkeypatch, tail)
+    assert commit_job(bk, LOG, job, ledgers).committed
+    assert reads["entries"] == 4, reads
+    monkeypatch.undo()
+    later = writers(bk)
+    append_all(later, [T0 + 1000])
+    check_every_target(bk, later)
+
+
+def test_recovery_keeps_the_tag(client, writers):
+    """A writer that dies leaves its segment open; the next one's takeover recovers it
+    (closing it changes its metadata): the tag stays, and the search still bisects it."""
+    bk = client()
+    w = writers(bk, ONE_COPY)
+    append_all(w, [T0 + 300, T0 + 100, T0 + 200])
+    segment = read_log(bk.metadata, LOG).metadata.tail[-1]
+    later = writers(client(), ONE_COPY)  # w is fenced, never closed
+    metadata = bk.ledger_manager.read(segment.ledger_id).metadata
+    assert metadata.state.name == "CLOSED"
+    assert metadata.custom_metadata[MAXIMA_KEY] == RUNNING_MAXIMA
+    append_all(later, [T0 + 150])
     check_every_target(bk, later)

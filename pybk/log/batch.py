@@ -55,8 +55,15 @@ timestamp, and that entry holds a record at or after it.  The field is still an 
 bound of the batch's own timestamps, which is all a filter that prunes batches by time
 needs (:func:`batch_time_range`); the largest timestamp of the batch itself is the base
 plus the largest delta.  (The first pybk writing version 2 wrote each batch's own
-maximum there: a ledger written by it reads the same, and is searched as one whose
-maxima are not running, entry by entry: see :mod:`pybk.log.timeindex`.)
+maximum there: a ledger written by it reads the same.)  A ledger's creator says that
+its entries carry running maxima in the ledger's custom metadata, when it creates it:
+:data:`MAXIMA_KEY` = :data:`RUNNING_MAXIMA` (every pybk writer of record batches does:
+a log writer's segments, a Spark task's ledgers).  A ledger's last header is trusted as
+its largest timestamp, and its entries bisected, only where
+:func:`keeps_running_maxima` says so: a tagged ledger, or a log writer's segment of a
+pybk before the tag that kept running maxima already; the others (a Spark task's ledger
+of an older executor, any other writer's) are read entry by entry: see
+:mod:`pybk.log.timeindex`, "Untagged ledgers".
 
 Version 1 (written by pybk before records had keys, timestamps and headers)::
 
@@ -91,7 +98,7 @@ import operator
 import struct
 import time
 from itertools import accumulate, chain, compress, repeat
-from typing import Iterable, NamedTuple, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from pybk.errors import CorruptData, InvalidRecord
 
@@ -129,6 +136,40 @@ RECORD_OVERHEAD_BYTES = 4 + _WIDTHS[-1]
 FIELDS_OVERHEAD_BYTES = 4 + 2
 #: A header's lengths (its name and value count on top).
 HEADER_OVERHEAD_BYTES = 6
+#: Ledger custom metadata keys (:mod:`pybk.meta.ledger_metadata`) of ledgers of record
+#: batches.  The name of the log (UTF-8) whose ledger it is: on a log writer's segments
+#: and a Spark task's ledgers, since each was first written.
+LOG_NAME_KEY = "pybk.log"
+#: The id of the job (ASCII) a Spark task's ledger was written for, since tasks wrote
+#: ledgers: a ledger with LOG_NAME_KEY and without it is a log writer's segment.
+JOB_KEY = "pybk.job"
+#: Its value :data:`RUNNING_MAXIMA` says that the ledger's header maxima are running
+#: maxima ("Maxima" above): every pybk writer of batches sets it, since the tag came in.
+MAXIMA_KEY = "pybk.maxima"
+RUNNING_MAXIMA = b"running"
+
+
+def keeps_running_maxima(custom_metadata: Mapping[str, bytes], max_before: int | None
+                         ) -> bool:
+    """Whether the header maxima of a ledger with ``custom_metadata`` are running maxima
+    ("Maxima" above), so that its last header is its largest timestamp and its entries
+    can be bisected; ``max_before``: the max_before of the log segment the ledger is
+    (:mod:`pybk.log.metadata`, "Maxima before"), None if unknown or if the ledger is no
+    segment (yet: a job's ledger before its commit).  The one place that decides it:
+
+    * tagged (:data:`MAXIMA_KEY` = :data:`RUNNING_MAXIMA`): its creator says so;
+    * a log writer's segment (:data:`LOG_NAME_KEY`, no :data:`JOB_KEY`) whose
+      max_before is known: only a LogWriter that kept running maxima made such a one
+      (max_before and ``max_floor`` came in together, with head format 4; an older
+      writer's segments keep max_before unknown), so a log upgraded from a pybk before
+      the tag keeps its fast search and opens;
+    * anything else is not trusted: a Spark task's ledger without the tag (an older
+      executor wrote each batch's own max), a log writer's segment whose max_before is
+      unknown (its records came before running maxima), a ledger of another writer."""
+    if custom_metadata.get(MAXIMA_KEY) == RUNNING_MAXIMA:
+        return True
+    return (max_before is not None and LOG_NAME_KEY in custom_metadata
+            and JOB_KEY not in custom_metadata)
 
 
 def now_ms() -> int:

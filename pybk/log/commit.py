@@ -141,8 +141,11 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
         return _forget(bk, name, job_id, sink, done)
     _check_commit(bk, name, job_id, ledger_ids, password, sink)
     # The ledgers' largest timestamps, for the max_before of the segments after them
-    # (pybk.log.timeindex): closed ledgers, read once whatever the rounds below.
+    # (pybk.log.timeindex): closed ledgers, read once whatever the rounds below (a tagged
+    # one's last entry; all of an untagged one's, which an older executor wrote: no
+    # segment yet, so no max_before makes it trusted).
     maxima = [segment_max(bk, ledger_id, password) for ledger_id in ledger_ids[:-1]]
+    known: dict[int, int | None] = {}  # the tail's last ledger's, read once for all rounds
     jobs.write_plan(store, name, job_id, ledger_ids)
     sent = False  # whether a CAS of ours was sent whose answer may be lost
     found = jobs.Leftovers([], [])
@@ -166,7 +169,8 @@ def commit_job(bk: "BookKeeper", name: str, job_id: str, ledger_ids: Sequence[in
                 return _replayed(bk, metadata, job_id, sink)
             taken = take_over(bk, metadata, password)
             found = _leftovers(store, taken, orphan_timeout_s, job_id)
-            before = NO_TIMESTAMP if overwrite else max_before_next(bk, taken, password)
+            before = NO_TIMESTAMP if overwrite \
+                else max_before_next(bk, taken, password, known)
             committed = _appended(taken, job_id, ledger_ids, overwrite, sink, found.orphans,
                                   before, maxima)
             try:

@@ -178,10 +178,12 @@ same, and "created once, never replaced" holds for it as for the ledger id.  Eac
 made from the segment before it (:func:`next_max_before`: that segment's max_before and
 an upper bound of that segment's largest timestamp): a writer that rolls takes the
 largest timestamp it sent to its segment (no batch goes to a segment once its roll
-started); an opener or a committer (both take the log over first) takes the header max
-of the last entry of the last tail segment that survives the takeover (closed by then;
-a running maximum of its ledger: :mod:`pybk.log.batch`), and a commit chains its
-ledgers the same way, reading each one's last entry before its CAS (with ``overwrite``
+started); an opener or a committer (both take the log over first) takes the largest
+timestamp of the last tail segment that survives the takeover (closed by then: the
+header max of its last entry if its ledger keeps running maxima,
+:func:`~pybk.log.batch.keeps_running_maxima`; else the largest header max of its
+entries), and a commit
+chains its ledgers the same way, reading each one's before its CAS (with ``overwrite``
 its first segment's is NO_TIMESTAMP: nothing before it stays).  So max_before never
 decreases with the segment number among live segments, whatever a dropped segment
 (empty), a lost CAS (its number is never a segment) or truncation does (a truncation
@@ -190,8 +192,14 @@ this: its late record carries the value of its own CAS, the one that gave the nu
 Unknown values are the oldest segments only: a segment added by a pybk before format 4
 has none, and a takeover whose last tail segment has none gives its new segment
 NO_TIMESTAMP (the index starts there, covering the segments from it on), so every
-segment after a known one has a known one too.  A pybk before format 4 refuses the head
-and the records (their format versions), so it cannot add a segment without one.  A head
+segment after a known one has a known one too (so a ledger whose largest timestamp is
+not in its last header is read, not left unknown: :mod:`pybk.log.timeindex`, "Untagged
+ledgers").  A pybk before format 4 refuses the head and the records (their format
+versions), so it cannot add a segment without one.  A known max_before on a log
+writer's segment also says that its ledger keeps running maxima, tagged or not (the
+LogWriter that came with format 4 keeps them, and it alone adds such segments): other
+code that adds segments of ledgers named after the log and not after a job must keep
+them too (:func:`~pybk.log.batch.keeps_running_maxima`).  A head
 whose tail breaks either rule is refused where it is made (:class:`LogMetadata`), so no
 CAS writes one and no read accepts one.
 

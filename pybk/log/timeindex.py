@@ -11,9 +11,11 @@ is never at or after a time, and the search passes it.
 **What makes the search short.**  Two running maxima, each kept where it is known
 when written, so that nothing is ever rewritten:
 
-* *In a ledger* (:mod:`pybk.log.batch`, "Maxima"): each entry's header holds the
-  largest timestamp of its batch and of every entry before it in the ledger (its
-  writer raises it to the previous entry's: ``max_floor``).  So the headers never
+* *In a ledger* that keeps running maxima (:mod:`pybk.log.batch`, "Maxima"; which
+  ledgers do: "Untagged ledgers" below): each entry's header holds the largest
+  timestamp of its batch and of every entry before it in the ledger (its writer raises
+  it to the previous entry's: ``max_floor``, and says so in the ledger's custom
+  metadata).  So the headers never
   decrease with the entry id, and the first entry whose header max is at least the
   target holds the first record at or after it in that ledger: every record before
   that entry is smaller (the header before it says so), and since the entry's own
@@ -26,8 +28,9 @@ when written, so that nothing is ever rewritten:
   has one on.  It never decreases with the segment number, since each is made from the
   one before: a writer that rolls takes its segment's max_before and the largest
   timestamp it sent to the segment; an opening writer or a commit the last tail
-  segment's max_before and the header max of that segment's last entry (recovery just
-  closed it; one read), then for a commit each of its ledgers' last entries in turn.
+  segment's max_before and that segment's largest timestamp (recovery just closed it),
+  then for a commit each of its ledgers' in turn (:func:`segment_max`: the last header
+  of a ledger that keeps running maxima, one read; else its largest header, below).
   A bisection over the segment numbers (:func:`~pybk.log.metadata.find_segment` for
   each) finds the last segment whose max_before is below the target: every record
   before it is below the target, so the answer is in that segment or after it.
@@ -37,14 +40,16 @@ unknown (None: their records were written by a pybk before this index, always a 
 of the oldest live segments) are searched first, entry by entry, as their headers hold
 each batch's own max only; (2) among the others, the bisection over numbers gives the
 segment ``k`` to start from (the first of them if none is below the target); (3) ``k``'s
-entries are bisected from the first one a reader may read (truncated_before's, in its
-segment) to its last readable one (a closed segment's last entry; the writer's LAC for
-an open one); if none is at or after the target, the next segment is searched the
-same way, and so on to the end of the log.  An open segment that a later one follows (a
-roll is closing it, or its writer died while rolling) ends the search: entries past its
-last add confirmed may still be acknowledged, or kept by the recovery that closes it, and
-a reader goes past it only once it is closed (:mod:`pybk.log.reader`), so the answer is
-the end of its readable entries (a reader from there gets its later entries first).
+entries are bisected (if its ledger keeps running maxima; else read one by one) from
+the first one a reader may read (truncated_before's, in its segment) to its last
+readable one (a closed segment's last entry; the writer's LAC for an open one); if none
+is at or after the target, the next segment is searched the same way, and so on to the
+end of the log.
+An open segment that a later one follows (a roll is closing it, or its writer died while
+rolling) ends the search: entries past its last add confirmed may still be acknowledged,
+or kept by the recovery that closes it, and a reader goes past it only once it is closed
+(:mod:`pybk.log.reader`), so the answer is the end of its readable entries (a reader from
+there gets its later entries first).
 
 **Why it is exact.**  Every value the search trusts is an upper bound of what it
 stands for: a header max is at least its batch's timestamps and the ledger's earlier
@@ -71,13 +76,39 @@ to.  Not bounded, and documented as such: the segments of step (1), read entry b
 (a log upgraded from an older pybk until truncation removes them); and records that
 truncation removed still count in the maxima of the entries and segments after them,
 so after a truncation that removed records at or after the target, step (3) may step
-through the live records before the answer (at worst the whole log).  Headers of
-ledgers that were not written by a :class:`~pybk.log.LogWriter` are running maxima only
-if their writer passed ``max_floor`` (a Spark job's tasks do,
-:mod:`pybk.spark.job_write`; those of a pybk before this index did not): a ledger whose
-headers decrease is searched as if they did not, and a commit takes its last header's
-max for its largest timestamp, so the answer may be a later record at or after the
-target than the first.
+through the live records before the answer (at worst the whole log); and the untagged
+ledgers below.
+
+**Untagged ledgers.**  A ledger's header maxima are trusted to be running maxima only
+where :func:`~pybk.log.batch.keeps_running_maxima` says so, the one rule every step
+above and :func:`segment_max` follow: a ledger tagged so by its creator (every pybk
+writer of batches tags its ledgers, :func:`~pybk.log.writer.batch_ledger_metadata`, a log
+writer's segments and a Spark task's ledgers alike); and a log writer's segment whose
+max_before is known, which a pybk before the tag wrote untagged: its LogWriter kept
+running maxima already, since they came in with max_before, which an older writer's
+segments never have (a log upgraded from it costs what a tagged one does).  Not
+trusted: a Spark task's ledger from an executor of a pybk before the tag (its headers
+held each batch's own max; the job id in its custom metadata tells it from a log
+writer's segment), and a ledger without the log's name in its custom metadata (another
+writer's, appended by a caller of :func:`~pybk.log.commit.commit_job`).  (A log writer's
+segment whose max_before is unknown is not trusted either, but costs nothing more: step
+(1) reads it entry by entry anyway, and a takeover after it gives the next segment
+NO_TIMESTAMP without reading it.)  A ledger not trusted costs, where its largest
+timestamp is needed (the commit that appends it, if another of its ledgers follows it;
+each opener or commit while it ends the tail, which the first segment written after it
+ends; once for all the rounds of one that loses races): one read of all its entries
+instead of its last one (:func:`segment_max`); and each search that reaches its segment
+in step (3) reads its entries one by one, up to the answer, instead of ``log2(E) + 2``.
+Its segment's max_before, and those after it, are as tight as a trusted one's.  Why not
+leave its largest timestamp unknown, which costs nothing at the commit: max_before
+cannot be unknown past the oldest segments (:mod:`pybk.log.metadata`, "Maxima before"),
+since a max_before after the unknown one would bound only the segments from there, and
+the bisection over numbers, which takes max_before to grow with the number, could land
+past the ledger and skip its records; making every later max_before unknown instead
+would make every search read the log from there, entry by entry, until truncation
+removed the ledger.  The reads are bounded by the ledger's size (``segmentMaxBytes``
+and one batch, for the writers that roll by it), and only a log that a job of executors
+of a pybk before the tag wrote to (or a caller's own ledgers) has such ledgers.
 """
 
 from __future__ import annotations
@@ -85,7 +116,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 from pybk.errors import NoNode, NoSuchEntry, NoSuchLedger, NoSuchLog
-from pybk.log.batch import batch_time_range, decode_fields
+from pybk.log.batch import batch_time_range, decode_fields, keeps_running_maxima
 from pybk.log.metadata import (
     NO_TIMESTAMP,
     LogMetadata,
@@ -230,7 +261,8 @@ class _Search:
     def in_segment(self, segment: Segment, bisect: bool) -> Position | None:
         """The first record at or after the target in ``segment``, from the first
         position a reader may read; None if it holds none (``self.end`` then moves past
-        it).  ``bisect``: its headers are running maxima."""
+        it).  ``bisect``: its entries are bisected if its ledger keeps running maxima
+        (:func:`~pybk.log.batch.keeps_running_maxima`; read entry by entry otherwise)."""
         self._open_end = None
         try:
             return self._in_ledger(segment, bisect)
@@ -257,6 +289,8 @@ class _Search:
             found = batch_time_range(handle.read_entry(entry_id).data)
             return NO_TIMESTAMP if found is None else found[1]
 
+        bisect = bisect and keeps_running_maxima(handle.metadata.custom_metadata,
+                                                 segment.max_before)
         begin = _first_at_least(first, last, top, self._target) if bisect else first
         for entry in _entries(handle, begin, last):
             found = batch_time_range(entry.data)
@@ -314,28 +348,54 @@ def _first_at_least(first: int, last: int, top: Callable[[int], int], target: in
 # -- keeping max_before ------------------------------------------------------------------
 
 
-def segment_max(bk: "BookKeeper", ledger_id: int, password: bytes = b"") -> int | None:
-    """The header max of the last entry of closed ledger ``ledger_id`` (a segment's
-    largest timestamp, if its writer kept running maxima); None if it has no entry, or
-    no timestamp (version 1)."""
+def segment_max(bk: "BookKeeper", ledger_id: int, password: bytes = b"",
+                max_before: int | None = None) -> int | None:
+    """An upper bound of the timestamps of closed ledger ``ledger_id``'s records (the
+    largest one, unless a batch's add failed after its header was counted): the header
+    max of its last entry if its header maxima are running maxima
+    (:func:`~pybk.log.batch.keeps_running_maxima`, given the max_before of the segment
+    it is, ``max_before``, None if it is no segment: one entry read), else the largest
+    header max of all its entries (one read of the whole ledger, whose last header may
+    hold its own batch's max only: see the module docstring, "Untagged ledgers").  None
+    if it has no entry, or no timestamp (version 1)."""
+    return _segment_max(bk, ledger_id, password, max_before)[0]
+
+
+def _segment_max(bk: "BookKeeper", ledger_id: int, password: bytes,
+                 max_before: int | None) -> tuple[int | None, bool]:
+    """:func:`segment_max`, and whether the ledger was closed (its value final)."""
     handle = bk.open_ledger(ledger_id, password, recovery=False)
     try:
-        last = handle.metadata.closed_last_entry_id() \
-            if handle.metadata.state is LedgerState.CLOSED else handle.read_last_add_confirmed()
+        closed = handle.metadata.state is LedgerState.CLOSED
+        last = handle.metadata.closed_last_entry_id() if closed \
+            else handle.read_last_add_confirmed()
         if last < 0:
-            return None
-        found = batch_time_range(handle.read_entry(last).data)
-        return None if found is None else found[1]
+            return None, closed
+        running = keeps_running_maxima(handle.metadata.custom_metadata, max_before)
+        first = last if running else 0
+        ranges = map(batch_time_range, (e.data for e in handle.read_entries(first, last)))
+        return max((found[1] for found in ranges if found is not None), default=None), closed
     finally:
         handle.close()
 
 
-def max_before_next(bk: "BookKeeper", taken: LogMetadata, password: bytes) -> int:
+def max_before_next(bk: "BookKeeper", taken: LogMetadata, password: bytes,
+                    known: dict[int, int | None] | None = None) -> int:
     """The max_before of the segment that comes after ``taken``'s tail (a takeover's
     head: its last tail segment was recovered, so it is closed).  One ledger open and
-    one entry read; none if the tail is empty (the log has no live record) or its last
-    segment's max_before is unknown (the index starts with the next segment)."""
+    :func:`segment_max`'s reads (one entry if the ledger keeps running maxima, all of
+    them if not);
+    none if the tail is empty (the log has no live record) or its last segment's
+    max_before is unknown (the index starts with the next segment).  ``known``: the
+    values of closed ledgers read before by the caller, by ledger id, filled in here, so
+    that a caller that takes the log over again after a lost race (an opening writer, a
+    commit: up to OPEN_ATTEMPTS_MAX rounds) reads a ledger not trusted once."""
     last = taken.tail[-1] if taken.tail else None
     if last is None or last.max_before is None:
         return NO_TIMESTAMP
-    return next_max_before(last, segment_max(bk, last.ledger_id, password))
+    if known is not None and last.ledger_id in known:
+        return next_max_before(last, known[last.ledger_id])
+    found, closed = _segment_max(bk, last.ledger_id, password, last.max_before)
+    if known is not None and closed:
+        known[last.ledger_id] = found
+    return next_max_before(last, found)

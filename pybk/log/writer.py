@@ -65,7 +65,8 @@ old one's raised to the largest timestamp sent to the old segment, final once th
 starts since no batch goes to a segment due to roll; an opening writer makes its
 segment's from the last segment it recovered (:func:`~pybk.log.timeindex.max_before_next`).
 Each batch's max timestamp is raised to the segment's running maximum, under the lock
-that orders the sends, so a ledger's header maxima never decrease (:mod:`pybk.log.batch`).
+that orders the sends, so a ledger's header maxima never decrease (:mod:`pybk.log.batch`),
+and the writer tags its ledgers so (:func:`batch_ledger_metadata`).
 A roll costs the same whatever the number of segments: one head of a few hundred bytes
 and one segment record are written.
 
@@ -99,7 +100,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from time import time_ns
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from pybk.client.deferred import WriteFlag
 from pybk.client.digest import MAX_OVERHEAD
@@ -123,7 +124,10 @@ from pybk.log import consumers
 from pybk.log.batch import (
     BATCH_HEADER_BYTES,
     FIELDS_OVERHEAD_BYTES,
+    LOG_NAME_KEY,
+    MAXIMA_KEY,
     RECORD_OVERHEAD_BYTES,
+    RUNNING_MAXIMA,
     Headers,
     check_fields,
     check_timestamp,
@@ -160,8 +164,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Custom metadata key that tags a segment ledger with the name of its log.
-LOG_NAME_KEY = "pybk.log"
 #: How many times an opening writer retries after losing a compare-and-set race.
 OPEN_ATTEMPTS_MAX = 10
 #: With deferredSync, how many times a segment is forced before the writer gives up on
@@ -276,10 +278,12 @@ class LogWriter:
                 f"{bk.settings.maxEntrySizeBytes}: raise it (ClientSettings) and the "
                 "bookies' (ServerSettings) to at least that")
         store = bk.metadata
+        known: dict[int, int | None] = {}  # closed ledgers' maxima, read once for all rounds
         for _ in range(OPEN_ATTEMPTS_MAX):
             metadata, version = read_log(store, name, create=True)
             taken = take_over(bk, metadata, password)
-            max_before = max_before_next(bk, taken, password)  # before a ledger to leak
+            # Before a ledger to leak.
+            max_before = max_before_next(bk, taken, password, known)
             try:
                 ledger = _create_segment_ledger(bk, name, settings, password)
             except NotEnoughBookies as e:
@@ -860,8 +864,18 @@ def _create_segment_ledger(bk: "BookKeeper", name: str, settings: LogSettings,
                            password: bytes) -> "LedgerHandle":
     return bk.create_ledger(settings.ensembleSize, settings.writeQuorumSize,
                             settings.ackQuorumSize, settings.digestType, password,
-                            {LOG_NAME_KEY: name.encode("utf-8")},
+                            batch_ledger_metadata(name),
                             {WriteFlag.DEFERRED_SYNC} if settings.deferredSync else ())
+
+
+def batch_ledger_metadata(name: str, extra: Mapping[str, bytes] | None = None
+                          ) -> dict[str, bytes]:
+    """The custom metadata of a new ledger of log ``name`` whose entries are record
+    batches with running maxima (its writer passes ``max_floor``): the log's name, the
+    running-maxima tag (:data:`~pybk.log.batch.MAXIMA_KEY`: a commit and a search by time
+    trust its headers only with it) and ``extra``.  Every creator of such a ledger calls
+    this, so that none is left untagged."""
+    return {LOG_NAME_KEY: name.encode("utf-8"), MAXIMA_KEY: RUNNING_MAXIMA, **(extra or {})}
 
 
 def take_over(bk: "BookKeeper", metadata: LogMetadata, password: bytes) -> LogMetadata:

@@ -8,7 +8,10 @@ pybk job (:mod:`pybk.log.jobs`), committed exactly once (:mod:`pybk.log.commit`)
   unusable log name fails here, with the reason) and record the job under the log.
 * **Tasks** (:func:`write_partition`, on the executors): each task attempt builds its own
   client, writes its rows into ledgers of its own (created with the options'
-  LogSettings quorums, tagged with the log's name; a new one past ``segmentMaxBytes``),
+  LogSettings quorums, tagged with the log's name, the job's id (``JOB_KEY``: a job's
+  ledger is trusted to keep running maxima only by its tag, which older executors did
+  not set) and as keeping running maxima: :func:`pybk.log.writer.batch_ledger_metadata`;
+  a new one past ``segmentMaxBytes``),
   each registered in the job under an id reserved before the ledger is created (an
   attempt killed in between leaves nothing that the job's commit or abort does not
   delete; one gap is left: an attempt that creates its ledger just after the job's
@@ -18,7 +21,8 @@ pybk job (:mod:`pybk.log.jobs`), committed exactly once (:mod:`pybk.log.commit`)
   closes them, and returns a :class:`PybkCommitMessage` naming them.  Records are packed
   into entries in the log's batch format (:mod:`pybk.log.batch`), up to
   ``batchMaxBytes`` each, with up to ENTRIES_IN_FLIGHT_MAX entries in flight, their max
-  timestamps running maxima (which commits and searches by time rely on).  Rows of a
+  timestamps running maxima (which commits and searches by time rely on, for a ledger
+  so tagged).  Rows of a
   ``value`` column alone are cut straight from the Arrow column's buffers, all of an
   entry with the time it is made; with ``key``, ``timestamp`` or ``headers`` columns
   (:func:`pybk.spark.source.check_write_schema`) each record takes its own (a null
@@ -63,6 +67,7 @@ from pybk.log import jobs
 from pybk.log.batch import (
     BATCH_HEADER_BYTES,
     FIELDS_OVERHEAD_BYTES,
+    JOB_KEY,
     RECORD_OVERHEAD_BYTES,
     batch_max,
     check_fields,
@@ -72,7 +77,7 @@ from pybk.log.batch import (
 )
 from pybk.log.commit import CommitResult, Sink, abort_job, commit_job
 from pybk.log.metadata import log_path
-from pybk.log.writer import LOG_NAME_KEY
+from pybk.log.writer import batch_ledger_metadata
 from pybk.spark.connect import connect
 from pybk.spark.options import PybkOptions
 
@@ -84,8 +89,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Custom metadata key naming the job a task's ledger was written for.
-JOB_KEY = "pybk.job"
 #: How many entries a task has in flight at once (256 KiB each with the default
 #: batchMaxBytes): enough to keep every bookie's pipeline busy.
 ENTRIES_IN_FLIGHT_MAX = 32
@@ -394,8 +397,8 @@ class _TaskLedgers:
                                                   ledger_id, self._partition, self._attempt)
         self._ledger = self._bk.create_ledger_adv(
             s.ensembleSize, s.writeQuorumSize, s.ackQuorumSize, s.digestType,
-            self._opts.password, {LOG_NAME_KEY: self._opts.log.encode("utf-8"),
-                                  JOB_KEY: self._job_id.encode("ascii")},
+            self._opts.password,
+            batch_ledger_metadata(self._opts.log, {JOB_KEY: self._job_id.encode("ascii")}),
             ledger_id=ledger_id)
         self._ledger_bytes = self._entries = 0
         self._registration = jobs.refresh_ledger(self._bk.metadata, self._opts.log,
