@@ -9,7 +9,8 @@ path, bind to loopback, and Spark's UI and event logs stay off; the session is s
 module asks for another master or conf.
 
 Every Spark JVM of the tests (these sessions, and the drivers and executors of the
-scripts the tests run: :func:`script_env`) runs with :data:`JVM_OPTIONS`.
+scripts the tests run: :func:`script_env`) runs with :data:`JVM_OPTIONS`, and maps its
+classes from the Spark class archive once ``make test`` made it (tests/jvm_archives.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
+
+import jvm_archives
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,9 +39,10 @@ def script_env() -> dict[str, str]:
     """The environment of a script that builds its own SparkSession as a user's does
     (an example, a README block): its Python workers run this interpreter, on loopback,
     and its JVMs (the driver, and the executors of a ``local-cluster`` master) take
-    :data:`JVM_OPTIONS` through ``PYSPARK_SUBMIT_ARGS``, as a user's ``spark-submit
-    --conf`` would give them."""
-    submit = " ".join(f"--conf '{key}={JVM_OPTIONS}'" for key in (
+    :data:`JVM_OPTIONS` and the Spark class archive's options through
+    ``PYSPARK_SUBMIT_ARGS``, as a user's ``spark-submit --conf`` would give them."""
+    jvm = " ".join([JVM_OPTIONS, *jvm_archives.options("spark")])
+    submit = " ".join(f"--conf '{key}={jvm}'" for key in (
         "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"))
     return {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
             "PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"}

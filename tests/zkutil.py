@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 
+import jvm_archives
 from kazoo.client import KazooClient
 from sparkutil import JVM_OPTIONS
 
@@ -29,9 +30,12 @@ SHORT_SESSION_TIMEOUT_MS = 1_000
 def server() -> ZooKeeperServer:
     """A (not yet started) throwaway server with test settings.  Its JVM takes the
     options of the tests' Spark JVMs (:data:`sparkutil.JVM_OPTIONS`: the client compiler
-    only), which halves the CPU a server takes to start; tests start a dozen."""
+    only), which halves the CPU a server takes to start, and maps its classes from the
+    ZooKeeper class archive once ``make test`` made it (tests/jvm_archives.py): tests
+    start dozens."""
     return ZooKeeperServer(force_sync=False, tick_time_ms=TICK_MS, start_timeout_s=60.0,
-                           jvm_options=JVM_OPTIONS.split())
+                           jvm_options=[*JVM_OPTIONS.split(),
+                                        *jvm_archives.options("zookeeper")])
 
 
 def settings(**overrides: int) -> ZooKeeperSettings:

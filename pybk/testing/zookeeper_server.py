@@ -174,12 +174,15 @@ class ZooKeeperServer(TempDirectoryProcesses):
     a small tick lets tests expire sessions quickly.  ``heap_mb`` caps the JVM's heap;
     ``jvm_options`` are more options of the ``java`` command (e.g. a short-lived test
     server's ``-XX:TieredStopAtLevel=1``, which starts it with less CPU).
+    ``stop_grace_s`` is how long a graceful shutdown waits for the JVM to exit after
+    SIGTERM before killing it (longer for a JVM that writes a class archive as it exits).
     """
 
     def __init__(self, directory: str | os.PathLike | None = None, *, port: int = 0,
                  force_sync: bool = True, tick_time_ms: int = 2000, heap_mb: int = 256,
                  start_timeout_s: float = 60.0, jvm_options: Sequence[str] = (),
-                 _peer: _Peer | None = None, _ensemble: Sequence[_Peer] = ()) -> None:
+                 stop_grace_s: float = STOP_GRACE_S, _peer: _Peer | None = None,
+                 _ensemble: Sequence[_Peer] = ()) -> None:
         super().__init__(directory, "pybk-zk-")
         self.port = _peer.client_port if _peer else port
         self._picked_port = not self.port
@@ -188,6 +191,7 @@ class ZooKeeperServer(TempDirectoryProcesses):
         self.heap_mb = heap_mb
         self.start_timeout_s = start_timeout_s
         self.jvm_options = tuple(jvm_options)
+        self.stop_grace_s = stop_grace_s
         self._peer = _peer
         self._ensemble = tuple(_ensemble)
         self._process: subprocess.Popen | None = None
@@ -276,10 +280,10 @@ class ZooKeeperServer(TempDirectoryProcesses):
             if graceful:
                 _signal_group(process, signal.SIGTERM)
                 try:
-                    process.wait(STOP_GRACE_S)
+                    process.wait(self.stop_grace_s)
                 except subprocess.TimeoutExpired:
                     log.warning("ZooKeeper pid %d ignored SIGTERM for %.0f s; killing it",
-                                process.pid, STOP_GRACE_S)
+                                process.pid, self.stop_grace_s)
             # Also after a graceful exit: nothing of the group may outlive the server.
             _signal_group(process, signal.SIGKILL)
             process.wait()
