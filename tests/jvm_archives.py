@@ -67,9 +67,12 @@ def _make(kind: str) -> None:
     ARCHIVE_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=ARCHIVE_DIR) as scratch:
         made = Path(scratch) / f"{kind}.jsa"
-        subprocess.run([sys.executable, __file__, f"--{kind}-work", scratch], check=True,
-                       timeout=600, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       env=dict(os.environ, **{DUMP_VARIABLE: str(made)}))
+        work = subprocess.run([sys.executable, __file__, f"--{kind}-work", scratch],
+                              timeout=600, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, env=dict(os.environ, **{DUMP_VARIABLE: str(made)}))
+        if work.returncode != 0:  # what it printed, only when it failed (Spark's is long)
+            raise SystemExit(f"jvm_archives: making the {kind} archive failed:\n"
+                             f"{work.stdout}{work.stderr[-5000:]}")
         if made.exists():  # a JVM that could not dump (another Java) left none
             os.replace(made, archive(kind))
 
