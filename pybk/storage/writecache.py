@@ -26,6 +26,8 @@ from array import array
 from collections.abc import Set
 from typing import Iterable, Sequence
 
+from pybk.fileio import Buffer
+
 
 class WriteCache:
     """Entries by ledger id and entry id, with their byte count (see the module doc)."""
@@ -35,7 +37,7 @@ class WriteCache:
 
     def __init__(self) -> None:
         self._headers: list[bytes] = []
-        self._entries: list[bytes] = []
+        self._entries: list[Buffer] = []
         self._ledger_ids = array("Q")
         self._entry_ids = array("Q")
         self._records: dict[int, int] = {}   # ledger id << 64 | entry id -> record
@@ -56,9 +58,12 @@ class WriteCache:
         self.size_bytes += len(entry)
 
     def put_run(self, ledger_id: int, entry_ids: Sequence[int],
-                record_headers: Sequence[bytes], entries: Sequence[bytes]) -> None:
-        """Add one ledger's entries with their record headers, in order (a later put of
-        the same id wins): a few C-level operations for the whole run."""
+                record_headers: Sequence[bytes], entries: Sequence[Buffer],
+                nbytes: int) -> None:
+        """Add one ledger's entries (``nbytes`` in all) with their record headers, in
+        order (a later put of the same id wins): a few C-level operations for the whole
+        run.  The entries are kept as given (a server's are views of the message they
+        came in, which they keep alive until the checkpoint lets go of this cache)."""
         first = len(self._entries)
         self._ledger_ids.extend(itertools.repeat(ledger_id, len(entry_ids)))
         self._entry_ids.extend(entry_ids)
@@ -69,9 +74,9 @@ class WriteCache:
         last = max(entry_ids)
         if last > self._last.get(ledger_id, -1):
             self._last[ledger_id] = last
-        self.size_bytes += sum(map(len, entries))
+        self.size_bytes += nbytes
 
-    def get(self, ledger_id: int, entry_id: int) -> bytes | None:
+    def get(self, ledger_id: int, entry_id: int) -> Buffer | None:
         record = self._records.get(ledger_id << 64 | entry_id)
         return self._entries[record] if record is not None else None
 
@@ -134,7 +139,7 @@ class WriteCache:
         self.size_bytes += newer.size_bytes
 
     def records(self, skip_ledgers: Set[int] = frozenset()
-                ) -> tuple[list[bytes], list[int], list[tuple[int, int]]]:
+                ) -> tuple[list[Buffer], list[int], list[tuple[int, int]]]:
         """Every record but those of ``skip_ledgers``, grouped by ledger, in arrival order
         within a ledger: ``(buffers, entry ids, runs)`` with ``buffers`` = record header,
         entry, record header, entry, ..., one entry id per record and ``runs`` = ``(ledger
