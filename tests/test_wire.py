@@ -241,6 +241,21 @@ def test_add_bodies_and_statuses_round_trip():
         wire.decode_add_statuses(wire.encode_add_statuses([0, 0]), 3)
 
 
+@pytest.mark.parametrize("as_view", [False, True], ids=["bytes", "view"])
+def test_decoded_entries_are_read_only_views_of_the_body_and_keys_copies(as_view):
+    """A bookie keeps an ADD's entries as they arrived: no copy per entry, from a body
+    received as bytes or as a view of its ZeroMQ message (pybk/net/frames.py)."""
+    body = wire.encode_adds(RUNS, MAX)
+    received = memoryview(bytearray(body)) if as_view else body  # a writable view too
+    runs = wire.decode_adds(received, MAX)
+    assert runs == RUNS
+    for run in runs:
+        assert type(run.master_key) is bytes
+        for view in run.entries:
+            assert isinstance(view, memoryview) and view.readonly
+            assert view.obj is (received.obj if as_view else body)
+
+
 def add_body(*records: bytes, count: int | None = None) -> bytes:
     """An ADD body of raw records, unchecked."""
     return (len(records) if count is None else count).to_bytes(4, "big") + b"".join(records)
