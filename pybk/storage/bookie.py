@@ -604,21 +604,21 @@ class Bookie:
             deferred = deferred and run_deferred
             passed = self._check_run(ledger_id, entry_ids, entries, first, errors)
             if passed is not None:
-                checked.append((ledger_id, master_key, recovery, run_deferred, *passed))
+                checked.append((ledger_id, master_key, recovery, run_deferred, passed))
             first += len(entry_ids)
         self._make_room()
-        # The records of every run taken, for one journal submission: header, entry,
-        # header, entry, ... (the entries as they came: for a server, views of the
-        # message), and their byte count, summed per run.
+        # The records of every run taken, for one journal submission: the new ledgers'
+        # key records (_writable_state), then header, entry, header, entry, ... (the
+        # entries as they came: for a server, views of the message), and their byte
+        # count, summed per run.
         buffers: list[Buffer] = []
-        nbytes = 0
+        taken: list[tuple[int, LedgerState, _CheckedRun]] = []
         queued: list[Sequence[int]] = []  # the positions of each run taken
         due: list[LacWatcher] = []
         parked: list[tuple[Sequence[int], AddRun]] = []  # runs the guard checks first
         with self._lock:
-            for ledger_id, master_key, recovery, deferred_run, positions, entry_ids, entries, \
-                    record_headers, lac, run_bytes in checked:
-                key_at = len(buffers)
+            for ledger_id, master_key, recovery, deferred_run, passed in checked:
+                positions = passed[0]
                 try:
                     state = self._state_for_add(ledger_id, master_key, recovery, buffers,
                                                 admitted)
@@ -633,11 +633,20 @@ class Bookie:
                         for i in positions:
                             errors[i] = e
                         continue
-                    parked.append((positions, (ledger_id, entry_ids, entries, master_key,
-                                               recovery, deferred_run)))
+                    # Copied: a waiting run holds its own bytes, not its message's.
+                    parked.append((positions, (ledger_id, passed[1], _copies(passed[2]),
+                                               master_key, recovery, deferred_run)))
                     continue
-                if len(buffers) > key_at:  # a new ledger's key record (_writable_state)
-                    nbytes += sum(map(len, buffers[key_at:]))
+                taken.append((ledger_id, state, passed))
+            nbytes = sum(map(len, buffers))  # the key records
+            # An entry that is a view keeps its whole message alive.  When an add of the
+            # message failed or waits for the guard, the entries kept are copied, so that
+            # what the write cache holds is what it counts (a body is never held for the
+            # sake of a part of it; bytes are kept as they are).
+            keep = _copies if parked or any(errors) else _as_they_are
+            for ledger_id, state, (positions, entry_ids, entries, record_headers, lac,
+                                   run_bytes) in taken:
+                entries = keep(entries)
                 self._active.put_run(ledger_id, entry_ids, record_headers, entries, run_bytes)
                 self._raise_lac_locked(ledger_id, state, lac, due)
                 buffers += itertools.chain.from_iterable(zip(record_headers, entries))
@@ -1499,6 +1508,15 @@ class _Gather:
             last = self.parts == 0
         if last:
             self.callback(self.errors)
+
+
+def _copies(entries: Sequence[Buffer]) -> Sequence[Buffer]:
+    """``entries`` as bytes: a copy of each view, the same object for each bytes."""
+    return list(map(bytes, entries))
+
+
+def _as_they_are(entries: Sequence[Buffer]) -> Sequence[Buffer]:
+    return entries
 
 
 def _lac_of(state: LedgerState) -> int:
