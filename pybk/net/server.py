@@ -22,7 +22,10 @@ Guarantees:
   ``fdatasync`` that covers them, whichever thread issued it); a fencing READ reads only
   once the fence is durable.  The adds of one ADD message go to the bookie together
   (:meth:`pybk.storage.Bookie.add_entries_async`: one lock, one journal submission) and
-  are answered together, each with its own status.
+  are answered together, each with its own status.  A body of at least
+  ``_BODY_VIEW_MIN_BYTES`` is not copied out of its ZeroMQ message: its entries reach the
+  journal's write and the write cache as views of it (the bookie copies them when some
+  add of the message fails, so no body is held for a part of it).
 * Each client may have many requests in flight; replies go out in completion order and
   are matched by request id.
 * Bounded work: with ``maxAddsInProgressLimit`` journal-bound requests (adds, explicit
@@ -97,9 +100,11 @@ log = logging.getLogger(__name__)
 _READ_BATCH = 256
 #: Request bodies of at least this many bytes are kept as views of their ZeroMQ message,
 #: not copied (:func:`pybk.net.frames.recv_message`): an ADD's entries then go from the
-#: socket to the journal's write and the write cache without a copy.  Below it, a copy
-#: costs less than the view (measured here: even at about 2 KiB, 3x less at 64 bytes).
-_BODY_VIEW_MIN_BYTES = 2048
+#: socket to the journal's write and the write cache without a copy.  Only bodies larger
+#: than libzmq's receive arena (``ZMQ_IN_BATCH_SIZE``, 8 KiB): a smaller message may be
+#: a slice of an arena shared with others, which a view would keep whole.  (A copy costs
+#: about what a view does at 2 KiB, and 3x less at 64 bytes, measured here.)
+_BODY_VIEW_MIN_BYTES = 8192 + 1
 #: How long the socket may keep sending the last replies after close.
 _CLOSE_LINGER_MS = 1000
 #: While ZeroMQ refuses replies (a client's queue is full), retry this often.
