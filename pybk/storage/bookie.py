@@ -1002,8 +1002,9 @@ class Bookie:
                     data = cache.get(ledger_id, entry_id)
                     if data is not None:
                         # A copy if the cache holds a view of the message the entry came
-                        # in (a server's adds): readers get bytes, whoever they are.
-                        return bytes(data)
+                        # in (a server's adds): readers get bytes, whoever they are.  (The
+                        # test first: calling bytes() on bytes costs a tenth of a read.)
+                        return data if type(data) is bytes else bytes(data)
             location = self._index.location(ledger_id, entry_id)
             if location is None:
                 raise self._unheld(ledger_id, NoSuchEntry(
