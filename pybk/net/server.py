@@ -427,6 +427,10 @@ class BookieServer:
         def on_parked(count: int) -> None:
             parked.count = count
             self._adds_in_progress -= count
+        # The answer needs the request without its body: adds that wait for the guard
+        # hold their callback, and must not hold the message through it (they hold
+        # copies of their own entries, bounded by ADDS_AWAITING_ADMISSION_MAX).
+        r = r._replace(entry=None)
         self._bookie.add_entries_async(runs, partial(self._adds_done, identity, r,
                                                      time.monotonic(), parked), wake=False,
                                        on_parked=on_parked)

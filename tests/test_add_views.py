@@ -1,0 +1,108 @@
+"""What a bookie holds when it keeps ADD entries as views of the message they came in:
+never more than it counts (its write cache's bound), never a message for the sake of
+adds that wait."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from concurrent.futures import Future
+
+import pytest
+from conftest import KEY, entry
+from zmqutil import LOOPBACK, RawDealer
+
+from pybk.errors import NoSuchLedger
+from pybk.net import BookieServer, wire
+from pybk.net import frames as frames_module
+from pybk.testing import wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+LIMIT = 1024 * 1024
+
+
+def held_bytes(bookie) -> int:
+    """The bytes the write cache keeps alive: each distinct object its views are views
+    of, whole, and its bytes entries."""
+    cache = bookie._active
+    objects = {}
+    total = 0
+    for held in cache._entries:
+        if isinstance(held, memoryview):
+            objects[id(held.obj)] = held.obj
+        else:
+            total += len(held)
+    return total + sum(map(len, objects.values()))
+
+
+def test_a_message_of_long_keys_and_short_entries_is_not_held_for_its_entries(bookie):
+    """Each run of an ADD carries its master key (up to 1 KiB) and each add 12 bytes of
+    id and length: a message of many runs with one short entry each is mostly not
+    entries.  Kept as views, the write cache would hold the whole message while counting
+    only the entries (40 times less), so a client could hold 40 times the cache's bound
+    in memory."""
+    key = b"k" * wire.MAX_MASTER_KEY_BYTES
+    runs = [(ledger_id, [0], [entry(ledger_id, 0, body=b"")], key, False)
+            for ledger_id in range(1, 41)]
+    body = wire.encode_adds(runs, LIMIT)
+    done = threading.Event()
+    bookie.add_entries_async(wire.decode_adds(body, LIMIT), lambda errors: done.set())
+    assert done.wait(10)
+    assert bookie._active.size_bytes == sum(len(r[2][0]) for r in runs)
+    assert held_bytes(bookie) <= 2 * bookie._active.size_bytes
+    assert [bookie.read_entry(r[0], 0) for r in runs] == [r[2][0] for r in runs]
+
+
+def test_a_message_with_adds_waiting_for_the_guard_is_not_held_by_the_server(
+        bookie, closing, monkeypatch):
+    """Adds waiting for the guard's check of their ledger are copied so that they do not
+    hold their message (at most ADDS_AWAITING_ADMISSION_MAX adds wait, and a server does
+    not count them among its adds in progress): nothing else may hold it either, or a
+    client sending large messages each with one such add holds that many messages."""
+    received: list[bytearray] = []
+    plain = frames_module.recv_message
+
+    def recv_into_our_buffers(socket, view_min_bytes=None):
+        # Each view frame as a view of a buffer of ours, whose exports tell whether
+        # anything still holds a view of it.
+        message = plain(socket, view_min_bytes)
+        for i, frame in enumerate(message):
+            if isinstance(frame, memoryview):
+                received.append(bytearray(frame))
+                message[i] = memoryview(received[-1]).toreadonly()
+        return message
+
+    monkeypatch.setattr(frames_module, "recv_message", recv_into_our_buffers)
+    bookie.add_entry(5, 0, entry(5, 0), KEY)  # a ledger the bookie knows
+    checks: list[Future] = []
+
+    def stalled_check(ledger_id: int) -> Future:
+        checks.append(Future())
+        return checks[-1]
+
+    bookie.guard_unknown_ledgers(stalled_check, ledger_id_floor=100)
+    server = closing.enter_context(BookieServer(bookie, LOOPBACK))
+    dealer = closing.enter_context(RawDealer(server.address))
+    good = wire.AddRun(5, list(range(1, 41)), [entry(5, e, body=bytes(1000))
+                                               for e in range(1, 41)], KEY)
+    waiting = wire.AddRun(3, [0], [entry(3, 0)], KEY)  # unknown, under the floor
+    dealer.send(wire.encode_add_request(7, [good, waiting], LIMIT))
+    try:
+        wait_until(lambda: checks and bookie._active.get(5, 40) is not None,
+                   "the good adds cached and the guard asked")
+        bookie.force(5).result(timeout=10)  # the good adds are written and synced
+        assert len(received) == 1
+        gc.collect()
+        try:
+            received[0].append(0)  # refused while a view of the message is alive
+        except BufferError:
+            pytest.fail("a view of the message is held while its adds wait for the guard")
+    finally:
+        for check in checks:
+            check.set_exception(NoSuchLedger("ledger 3 is not in the metadata"))
+    reply = dealer.receive(10)
+    assert reply is not None
+    statuses = wire.decode_add_statuses(
+        wire.decode_reply(reply, LIMIT).required_body(), 41)
+    assert statuses is not None and statuses[:40] == [0] * 40 and statuses[40] != 0
