@@ -566,14 +566,16 @@ def decode_adds(body: Frame, max_entry_bytes: int) -> list[AddRun]:
 
     The entries are read-only memoryviews of ``body``, cut in C, not copies: they keep
     ``body`` alive as long as any of them is held (a bookie's write cache holds a
-    message's entries until its next checkpoint).  Master keys are copied (``bytes``)."""
+    message's entries until its next checkpoint).  So that what they keep alive is at
+    most twice what they are, a body whose entries are less than half of it gets
+    ``bytes`` copies instead.  Master keys are copied (``bytes``)."""
     if len(body) < ADD_COUNT.size:
         raise MalformedMessage(f"ADD body of {len(body)} bytes has no count")
     count, = ADD_COUNT.unpack_from(body)
     if not 1 <= count <= MAX_ADDS_PER_MESSAGE:
         raise MalformedMessage(f"an ADD carries 1..{MAX_ADDS_PER_MESSAGE} runs, not {count}")
     runs: list[AddRun] = []
-    offset, end, adds = ADD_COUNT.size, len(body), 0
+    offset, end, adds, entry_bytes = ADD_COUNT.size, len(body), 0, 0
     cut = memoryview(body).toreadonly().__getitem__
     for _ in range(count):
         if offset + RUN_HEADER.size > end:
@@ -601,12 +603,19 @@ def decode_adds(body: Frame, max_entry_bytes: int) -> list[AddRun]:
         offset = ends[-1]
         if offset > end:
             raise MalformedMessage(f"ADD body ends inside run {len(runs)}")
+        entry_bytes += offset - entries_at
         runs.append(AddRun(ledger_id, entry_ids,
                            list(map(cut, map(slice, ends, itertools.islice(ends, 1, None)))),
                            bytes(body[key_at:ids_at]), bool(flags & RECOVERY),
                            bool(flags & DEFERRED_SYNC)))
     if offset != end:
         raise MalformedMessage(f"ADD body has {end - offset} bytes after its {count} runs")
+    if 2 * entry_bytes < end:
+        # Mostly keys, ids and lengths (a run per add with a long master key: up to 40
+        # times its entries): views would keep the whole body alive for what a bookie's
+        # write cache counts as its entries only, so it gets copies of them instead.
+        for run in runs:
+            run.entries[:] = map(bytes, run.entries)
     return runs
 
 
