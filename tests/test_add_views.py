@@ -106,3 +106,22 @@ def test_a_message_with_adds_waiting_for_the_guard_is_not_held_by_the_server(
     statuses = wire.decode_add_statuses(
         wire.decode_reply(reply, LIMIT).required_body(), 41)
     assert statuses is not None and statuses[:40] == [0] * 40 and statuses[40] != 0
+
+
+def test_deleting_a_ledger_leaves_no_message_held_beyond_what_the_cache_counts(
+        bookie_factory):
+    """A message's views of a ledger that is deleted leave the cache; views of other
+    ledgers' entries in the same message still keep it whole: the cache must go on
+    counting it (until the checkpoint lets go), or a client sending a large entry of a
+    ledger it deletes with a short entry of another holds messages the cache's bound
+    does not see."""
+    bookie = bookie_factory(start_background_threads=False)  # no checkpoint meanwhile
+    runs = [(1, list(range(40)), [entry(1, e, body=bytes(1000)) for e in range(40)], KEY,
+             False), (2, [0], [entry(2, 0)], KEY, False)]
+    done = threading.Event()
+    bookie.add_entries_async(wire.decode_adds(wire.encode_adds(runs, LIMIT), LIMIT),
+                             lambda errors: done.set())
+    assert done.wait(10)
+    bookie.delete_ledger(1)
+    assert bookie.read_entry(2, 0) == entry(2, 0)
+    assert held_bytes(bookie) <= 2 * bookie._active.size_bytes

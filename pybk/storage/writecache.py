@@ -107,7 +107,9 @@ class WriteCache:
 
     def drop_ledger(self, ledger_id: int) -> None:
         """Forget a ledger's records (a scan of the cache, in C, plus a step per record
-        of the ledger); their slots stay, marked dropped, and hold no entry."""
+        of the ledger); their slots stay, marked dropped, and hold no entry.  The bytes
+        of entries that were views stay in :attr:`size_bytes` until this cache goes
+        (their message may be kept alive by other ledgers' views of it)."""
         if self._last.pop(ledger_id, None) is None:
             return
         for record in itertools.compress(itertools.count(),
@@ -117,7 +119,11 @@ class WriteCache:
             self._dropped.add(record)
             # An entry put twice (a recovery's re-write) has one key for both records.
             self._records.pop(ledger_id << 64 | self._entry_ids[record], None)
-            self.size_bytes -= len(self._entries[record])
+            held = self._entries[record]
+            # A view's bytes stay counted: other entries of its message (other ledgers')
+            # may still keep the whole message alive, until the checkpoint lets go.
+            if type(held) is not memoryview:
+                self.size_bytes -= len(held)
             self._entries[record] = self._headers[record] = b""
 
     def ledger_ids(self) -> list[int]:
