@@ -125,3 +125,59 @@ def test_deleting_a_ledger_leaves_no_message_held_beyond_what_the_cache_counts(
     bookie.delete_ledger(1)
     assert bookie.read_entry(2, 0) == entry(2, 0)
     assert held_bytes(bookie) <= 2 * bookie._active.size_bytes
+
+
+@pytest.mark.timeout(300)
+def test_a_torn_message_of_new_ledgers_never_leaves_an_entry_without_its_key(
+        tmp_path, settings_factory):
+    """One ADD message creating three ledgers, its entries views of the body: the keys
+    are journaled first, then the adds, in one write.  Cut at every byte of that write,
+    the restarted bookie holds exactly the records before the cut: each entry it holds
+    with its bytes and its ledger's key, and no entry whose key record was cut."""
+    from crashutil import files, restore_image, take_image
+
+    from pybk.errors import NoSuchEntry, Unauthorized
+    from pybk.storage import Bookie, format_bookie, make_entry
+    from pybk.storage import journal_codec as codec
+
+    settings = settings_factory(flushInterval=3_600_000)
+    format_bookie(settings)
+    keys = {1: b"one", 2: b"two", 3: b"three"}
+    entries = {(1, 0): make_entry(1, 0, -1, b"a"), (1, 1): make_entry(1, 1, 0, b"bb"),
+               (2, 0): make_entry(2, 0, -1, b"ccc"), (3, 0): make_entry(3, 0, -1, b"")}
+    runs = [(ledger_id, [e for (lid, e) in entries if lid == ledger_id],
+             [data for (lid, _e), data in entries.items() if lid == ledger_id],
+             keys[ledger_id], False) for ledger_id in keys]
+    with Bookie(settings) as bookie:
+        outcomes: list = []
+        done = threading.Event()
+        bookie.add_entries_async(wire.decode_adds(wire.encode_adds(runs, LIMIT), LIMIT),
+                                 lambda errors: (outcomes.append(errors), done.set()))
+        assert done.wait(10) and outcomes == [[None] * 4]
+        image = take_image(settings, tmp_path / "image")
+    restore_image(image, settings)  # as the crash left it
+    [journal] = files(settings, ".txn")
+    records = list(codec.scan_journal(journal))[-7:]  # 3 keys, then 4 adds
+    assert [r[0] for r in records] == [codec.MASTER_KEY] * 3 + [codec.ADD] * 4
+    start = records[0][2] - codec.RECORD.size - len(records[0][1])
+    ends = {}  # what each record makes: a ledger's key, or an entry
+    for (record_type, payload, end, *_), made in zip(records, [*keys, *entries]):
+        ends[made] = end
+
+    for cut in range(start, records[-1][2] + 1):
+        restore_image(image, settings)
+        with open(journal, "r+b") as f:
+            f.truncate(cut)
+        with Bookie(settings) as bookie:
+            for ledger_id, key in keys.items():
+                if cut < ends[ledger_id]:
+                    assert not bookie.ledger_exists(ledger_id), f"cut at {cut}"
+                    continue
+                with pytest.raises(Unauthorized):
+                    bookie.fence(ledger_id, b"other key")
+            for (ledger_id, entry_id), data in entries.items():
+                if cut >= ends[(ledger_id, entry_id)]:
+                    assert bookie.read_entry(ledger_id, entry_id) == data, f"cut at {cut}"
+                elif cut >= ends[ledger_id]:
+                    with pytest.raises(NoSuchEntry):
+                        bookie.read_entry(ledger_id, entry_id)
