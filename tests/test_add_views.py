@@ -161,7 +161,7 @@ def test_a_torn_message_of_new_ledgers_never_leaves_an_entry_without_its_key(
     assert [r[0] for r in records] == [codec.MASTER_KEY] * 3 + [codec.ADD] * 4
     start = records[0][2] - codec.RECORD.size - len(records[0][1])
     ends = {}  # what each record makes: a ledger's key, or an entry
-    for (record_type, payload, end, *_), made in zip(records, [*keys, *entries]):
+    for (_type, _payload, end, *_), made in zip(records, [*keys, *entries]):
         ends[made] = end
 
     for cut in range(start, records[-1][2] + 1):
@@ -173,8 +173,9 @@ def test_a_torn_message_of_new_ledgers_never_leaves_an_entry_without_its_key(
                 if cut < ends[ledger_id]:
                     assert not bookie.ledger_exists(ledger_id), f"cut at {cut}"
                     continue
-                with pytest.raises(Unauthorized):
+                with pytest.raises(Unauthorized):  # the ledger has its key, no other
                     bookie.fence(ledger_id, b"other key")
+                bookie.add_entry(ledger_id, 10, make_entry(ledger_id, 10, -1, b"x"), key)
             for (ledger_id, entry_id), data in entries.items():
                 if cut >= ends[(ledger_id, entry_id)]:
                     assert bookie.read_entry(ledger_id, entry_id) == data, f"cut at {cut}"
