@@ -19,6 +19,10 @@ import os
 import struct
 from typing import Callable, Sequence
 
+#: What durable writes take: bytes, or a view of bytes held elsewhere (an entry as it
+#: arrived in a bookie server's message, written without a copy).
+Buffer = bytes | memoryview
+
 # Linux refuses writev() with more buffers than IOV_MAX (1024).
 _IOV_MAX = 1024
 
@@ -42,7 +46,7 @@ _WRITE_AND_WAIT = 1 | 2 | 4
 class FileIO:
     """Plain POSIX calls: whole writes (retrying short ones), fdatasync and fsync."""
 
-    def write_all(self, fd: int, buffers: Sequence[bytes]) -> int:
+    def write_all(self, fd: int, buffers: Sequence[Buffer]) -> int:
         """Write ``buffers`` at the file position, in order, completely; return the byte count."""
         total = 0
         for start in range(0, len(buffers), _IOV_MAX):

@@ -19,6 +19,7 @@ from pybk.errors import (
     NoSuchLedger,
     Unauthorized,
 )
+from pybk.net import wire
 from pybk.storage import LAST_ENTRY, Bookie, entrylog
 from pybk.storage.journal_codec import RECORD
 
@@ -40,8 +41,16 @@ def test_add_then_read_back_before_and_after_checkpoint_and_restart(bookie_facto
     assert reopened.entry_ids(7) == list(range(50))
 
 
-def test_a_batch_of_runs_fails_add_by_add_or_run_by_run_and_completes_once_durable(bookie_factory,
-                                                                      settings_factory):
+def as_received(runs: list[tuple]) -> list[wire.AddRun]:
+    """``runs`` as a bookie server hands them to its bookie: entries are views of the
+    message's body (decoded with a limit the bookie's own checks then apply)."""
+    limit = 1024 * 1024
+    return wire.decode_adds(wire.encode_adds(runs, limit), limit)
+
+
+@pytest.mark.parametrize("received", [False, True], ids=["bytes", "views"])
+def test_a_batch_of_runs_fails_add_by_add_or_run_by_run_and_completes_once_durable(
+        bookie_factory, settings_factory, received):
     settings = settings_factory(maxEntrySizeBytes=4096)
     bookie = bookie_factory(settings)
     bookie.add_entry(2, 0, entry(2, 0), KEY)
@@ -58,12 +67,19 @@ def test_a_batch_of_runs_fails_add_by_add_or_run_by_run_and_completes_once_durab
             (4, [0], [entry(4, 0)], KEY, False)]
     outcomes: list = []
     done = threading.Event()
-    bookie.add_entries_async(runs, lambda errors: (outcomes.append(errors), done.set()))
+    bookie.add_entries_async(as_received(runs) if received else runs,
+                             lambda errors: (outcomes.append(errors), done.set()))
     assert done.wait(10)
     errors, = outcomes  # called once, with an outcome per add in run order
     assert [type(e) if e else None for e in errors] == [
         None, LedgerFenced, LedgerFenced, Unauthorized, EntryTooLarge, None, MalformedEntry,
         None, None, None]
+    # Some adds failed: the cache holds copies, not views that would keep the message.
+    assert type(bookie._active.get(1, 2)) is bytes
+    cached = bookie.read_entry(1, 2)  # from the write cache
+    assert type(cached) is bytes and cached == entry(1, 2)
+    bookie.checkpoint()  # the entry log and the index get the same bytes
+    assert bookie.read_entry(1, 2) == entry(1, 2)
     bookie.close()
     reopened = bookie_factory(settings)  # what the batch acknowledged is durable
     assert reopened.read_entry(1, 0) == entry(1, 0)
@@ -73,6 +89,22 @@ def test_a_batch_of_runs_fails_add_by_add_or_run_by_run_and_completes_once_durab
     for ledger_id, entry_id in [(1, 1), (1, 3), (2, 2), (3, 1)]:
         with pytest.raises(NoSuchEntry):
             reopened.read_entry(ledger_id, entry_id)
+
+
+def test_a_message_whose_adds_all_pass_is_kept_as_it_arrived(bookie):
+    """Views of the body go to the write cache (and the journal) uncopied; a read copies
+    an entry out."""
+    done = threading.Event()
+    bookie.add_entries_async(as_received([(1, [0, 1], [entry(1, 0), entry(1, 1)], KEY,
+                                           False), (2, [0], [entry(2, 0)], KEY, False)]),
+                             lambda errors: done.set())
+    assert done.wait(10)
+    held = bookie._active.get(1, 1)
+    assert isinstance(held, memoryview) and held == entry(1, 1)
+    assert type(bookie.read_entry(1, 1)) is bytes
+    bookie.checkpoint()
+    assert [bookie.read_entry(lid, e) for lid, e in ((1, 0), (1, 1), (2, 0))] == [
+        entry(1, 0), entry(1, 1), entry(2, 0)]
 
 
 def test_a_batch_of_adds_fails_as_a_whole_on_a_closed_bookie(bookie):

@@ -241,6 +241,32 @@ def test_add_bodies_and_statuses_round_trip():
         wire.decode_add_statuses(wire.encode_add_statuses([0, 0]), 3)
 
 
+@pytest.mark.parametrize("as_view", [False, True], ids=["bytes", "view"])
+def test_decoded_entries_are_read_only_views_of_the_body_and_keys_copies(as_view):
+    """A bookie keeps an ADD's entries as they arrived: no copy per entry, from a body
+    received as bytes or as a view of its ZeroMQ message (pybk/net/frames.py)."""
+    body = wire.encode_adds(RUNS[:3], MAX)  # mostly entries (see the test below)
+    received = memoryview(bytearray(body)) if as_view else body  # a writable view too
+    runs = wire.decode_adds(received, MAX)
+    assert runs == RUNS[:3]
+    for run in runs:
+        assert type(run.master_key) is bytes
+        for view in run.entries:
+            assert isinstance(view, memoryview) and view.readonly
+            assert view.obj is (received.obj if as_view else body)
+
+
+def test_a_body_mostly_of_keys_and_ids_is_decoded_into_copies_of_its_entries():
+    """Views would keep the whole body alive for entries that are a small part of it (a
+    bookie's write cache counts the entries): such a body's entries are copies."""
+    key = b"k" * wire.MAX_MASTER_KEY_BYTES
+    runs = [run(ledger_id, [0], key) for ledger_id in range(1, 11)]
+    body = wire.encode_adds(runs, MAX)
+    decoded = wire.decode_adds(memoryview(body).toreadonly(), MAX)
+    assert decoded == runs
+    assert all(type(e) is bytes for r in decoded for e in r.entries)
+
+
 def add_body(*records: bytes, count: int | None = None) -> bytes:
     """An ADD body of raw records, unchecked."""
     return (len(records) if count is None else count).to_bytes(4, "big") + b"".join(records)

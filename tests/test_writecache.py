@@ -22,11 +22,16 @@ def put(cache: WriteCache, ledger_id: int, entry_id: int, version: int = 0) -> N
                                                                       version))
 
 
+def put_run(cache: WriteCache, ledger_id: int, entry_ids: list[int]) -> None:
+    entries = [entry(ledger_id, entry_id) for entry_id in entry_ids]
+    cache.put_run(ledger_id, entry_ids, [header(ledger_id, e) for e in entry_ids], entries,
+                  sum(map(len, entries)))
+
+
 def test_lookups_and_a_later_put_wins() -> None:
     cache = WriteCache()
     put(cache, 7, 0)
-    cache.put_run(3, [0, 1, 2], [header(3, i) for i in range(3)],
-                  [entry(3, i) for i in range(3)])
+    put_run(cache, 3, [0, 1, 2])
     put(cache, 7, 1)
     put(cache, 7, 0, version=1)
     assert cache.get(7, 0) == entry(7, 0, 1)
@@ -57,8 +62,7 @@ def test_records_are_grouped_by_ledger_in_arrival_order() -> None:
 def test_records_already_together_keep_their_order_and_skipped_ledgers_go() -> None:
     cache = WriteCache()
     for ledger_id in (9, 4, 6):
-        cache.put_run(ledger_id, [0, 1], [header(ledger_id, 0), header(ledger_id, 1)],
-                      [entry(ledger_id, 0), entry(ledger_id, 1)])
+        put_run(cache, ledger_id, [0, 1])
     buffers, entry_ids, runs = cache.records(skip_ledgers={4})
     assert runs == [(9, 2), (6, 2)]
     assert entry_ids == [0, 1, 0, 1]
@@ -118,7 +122,7 @@ def test_no_object_per_ledger_or_add_for_the_garbage_collector() -> None:
     before = len(gc.get_objects())
     for ledger_id in range(1, 20_001):
         put(cache, ledger_id, 0)
-    cache.put_run(5, [1, 2], [header(5, 1), header(5, 2)], [entry(5, 1), entry(5, 2)])
+    put_run(cache, 5, [1, 2])
     assert len(gc.get_objects()) - before < 10
 
 

@@ -437,6 +437,28 @@ def test_an_entry_over_the_maximum_fails_alone(bookie_factory, settings_factory,
     assert bookie.entry_ids(3) == list(range(6))
 
 
+@pytest.mark.parametrize("entries", [2, 12], ids=["small body", "large body"])
+def test_a_server_keeps_a_large_add_body_as_it_arrived(bookie, closing, entries):
+    """An ADD body over libzmq's 8 KiB receive arena reaches the write cache as views of
+    its ZeroMQ message (no copy); a smaller one, which may share an arena, is copied."""
+    server = closing.enter_context(BookieServer(bookie, LOOPBACK))
+    dealer = closing.enter_context(RawDealer(server.address))
+    run = wire.AddRun(5, list(range(entries)), [entry(5, e, body=bytes(1000))
+                                                for e in range(entries)], KEY)
+    dealer.send(wire.encode_add_request(7, [run], 1024 * 1024))
+    reply = dealer.receive(10)
+    assert reply is not None
+    assert wire.decode_add_statuses(wire.decode_reply(reply, 1024 * 1024).required_body(),
+                                    entries) is None
+    held = [bookie._active.get(5, e) for e in range(entries)]
+    assert held == run.entries
+    large = len(wire.encode_adds([run], 1024 * 1024)) > 8192
+    assert large == (entries == 12)
+    kept_in = zmq.Frame if large else bytes  # the ZeroMQ message itself, or a copy
+    assert all(isinstance(h, memoryview) and isinstance(h.obj, kept_in) for h in held)
+    assert [bookie.read_entry(5, e) for e in range(entries)] == run.entries
+
+
 def test_a_callers_requests_leave_in_order_whether_it_sends_them_or_the_loop_does(closing):
     """A caller sends its request itself when the connection's socket is free; while
     another thread uses it, the request waits for the loop, and the caller's next

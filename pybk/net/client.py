@@ -748,7 +748,7 @@ class _Connection:
         for ledger_adds, grouped in itertools.groupby(items, _RUN_OF):
             group = list(grouped)
             entry_ids = [add.entry_id for add in group]
-            entries = [add.entry for add in group]
+            entries: list[wire.Frame] = [add.entry for add in group]
             tokens = [add.token for add in group]
             last = runs[-1] if runs else None
             if last is not None and (

@@ -6,12 +6,16 @@ of a small request's budget on the server thread.  Frames of 1 MiB and more are 
 without a copy (pyzmq's ``copy=False``: ZeroMQ keeps a reference until the bytes are
 out, and pyzmq's garbage-collector thread releases it, a thread wake-up per frame);
 smaller ones are copied, which costs less than that wake-up.  Received frames are copied
-once into ``bytes``.
+once into ``bytes``, except, for a receiver that asks (``view_min_bytes``), the frames
+after the first of at least that size: those are read-only memoryviews of the ZeroMQ
+message itself, which lives as long as they do (a bookie server keeps an ADD body's
+entries as they arrived, from the socket to its journal and write cache: about 6 µs of
+copying saved per 48 KiB message).
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator, overload
 
 import zmq
 
@@ -34,12 +38,23 @@ def send_message(socket: zmq.Socket, frames: list[bytes]) -> None:
                     copy=len(frame) < ZERO_COPY_MIN_BYTES)
 
 
-def received(socket: zmq.Socket, limit: int) -> Iterator[list[bytes]]:
+@overload
+def received(socket: zmq.Socket, limit: int) -> Iterator[list[bytes]]: ...
+
+
+@overload
+def received(socket: zmq.Socket, limit: int,
+             view_min_bytes: int) -> Iterator[list[bytes | memoryview]]: ...
+
+
+def received(socket: zmq.Socket, limit: int,
+             view_min_bytes: int | None = None) -> Iterator[list[Any]]:
     """The messages waiting on ``socket``, at most ``limit`` of them (a bound so that one
-    busy socket does not starve the rest of an event loop); stop early by breaking."""
+    busy socket does not starve the rest of an event loop); stop early by breaking.
+    ``view_min_bytes``: see :func:`recv_message`."""
     for _ in range(limit):
         try:
-            yield recv_message(socket)
+            yield recv_message(socket, view_min_bytes)
         except zmq.Again:
             return
         # Asking costs a third of a failed receive (whose exception pyzmq builds).
@@ -48,11 +63,17 @@ def received(socket: zmq.Socket, limit: int) -> Iterator[list[bytes]]:
             return
 
 
-def recv_message(socket: zmq.Socket) -> list[bytes]:
-    """The next message's frames; raises ``zmq.Again`` if none is waiting."""
+def recv_message(socket: zmq.Socket,
+                 view_min_bytes: int | None = None) -> list[bytes | memoryview]:
+    """The next message's frames; raises ``zmq.Again`` if none is waiting.  The first
+    frame is always ``bytes``; with ``view_min_bytes``, a later frame of at least that
+    many bytes comes as a read-only memoryview of the message instead of a copy."""
     frame = socket.recv(_NOBLOCK, copy=False)
-    frames = [frame.bytes]
+    frames: list[bytes | memoryview] = [frame.bytes]
     while frame.more:
         frame = socket.recv(_NOBLOCK, copy=False)
-        frames.append(frame.bytes)
+        if view_min_bytes is not None and len(frame) >= view_min_bytes:
+            frames.append(frame.buffer.toreadonly())
+        else:
+            frames.append(frame.bytes)
     return frames

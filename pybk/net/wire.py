@@ -223,6 +223,10 @@ _REQUEST_ID_OFFSET = 8
 MAX_HEADER_BYTES = max(REQUEST_HEADER.size, REPLY_HEADER.size) + max(MAX_MASTER_KEY_BYTES,
                                                                      MAX_MESSAGE_BYTES)
 
+#: A received frame: ``bytes``, or a read-only memoryview of the ZeroMQ message it came
+#: in (a server's large request bodies: :func:`pybk.net.frames.recv_message`).
+Frame = bytes | memoryview
+
 _U64_MAX = 2 ** 64 - 1
 _U32_MAX = 2 ** 32 - 1
 _I64_MIN, _I64_MAX = -2 ** 63, 2 ** 63 - 1
@@ -294,9 +298,9 @@ class Request(NamedTuple):
     timeout_ms: int = 0
     flags: int = 0
     master_key: bytes = b""
-    entry: bytes | None = None
+    entry: Frame | None = None
 
-    def required_body(self) -> bytes:
+    def required_body(self) -> Frame:
         """The body of a request whose operation has one (ADD, READ_BATCH): there, as
         :func:`decode_request` checked."""
         assert self.entry is not None, f"a {_name(self.op)} request without its body"
@@ -327,7 +331,7 @@ class AddRun(NamedTuple):
 
     ledger_id: int
     entry_ids: list[int]
-    entries: list[bytes]
+    entries: list[Frame]  # decoded: read-only views of the body (decode_adds)
     master_key: bytes
     recovery: bool = False
     deferred: bool = False
@@ -352,7 +356,7 @@ def encode_request(request: Request, max_entry_bytes: int) -> list[bytes]:
                                  request.timeout_ms) + request.master_key
     if request.entry is None:
         return [header]
-    return [header, request.entry]
+    return [header, bytes(request.entry)]  # the same object if it is bytes (a sender's)
 
 
 def encode_add_request(request_id: int, runs: Sequence[AddRun | tuple],
@@ -364,7 +368,7 @@ def encode_add_request(request_id: int, runs: Sequence[AddRun | tuple],
             encode_adds(runs, max_entry_bytes)]
 
 
-def decode_request(frames: Sequence[bytes], max_entry_bytes: int) -> Request:
+def decode_request(frames: Sequence[Frame], max_entry_bytes: int) -> Request:
     """A request from its frames; MalformedMessage (or EntryTooLarge) if they break the
     format."""
     header = _header_frame(frames, REQUEST_HEADER)
@@ -379,12 +383,12 @@ def decode_request(frames: Sequence[bytes], max_entry_bytes: int) -> Request:
                                f"frames, not {len(frames)}")
     request = Request(_OPS[op], request_id, ledger_id, entry_id, lac, timeout_ms, flags,
                       bytes(header[REQUEST_HEADER.size:]),
-                      bytes(frames[1]) if spec.request_body else None)
+                      frames[1] if spec.request_body else None)
     _check_request(request, max_entry_bytes)
     return request
 
 
-def peek_request_id(frames: Sequence[bytes]) -> int | None:
+def peek_request_id(frames: Sequence[Frame]) -> int | None:
     """The request id of a message that may not decode, if it has one to reply to."""
     if not frames:
         return None
@@ -527,7 +531,7 @@ def encode_adds(runs: Sequence[AddRun | tuple], max_entry_bytes: int) -> bytes:
                                f"{count}")
     # One pack per run: its header, key, entry ids and lengths (the first run's with the
     # body's count before them), then its entries as they are.
-    parts: list[bytes] = []
+    parts: list[Frame] = []
     count_format, count_fields = ADD_COUNT.format, [len(runs)]
     for ledger_id, entry_ids, entries, key, recovery, *deferred in runs:
         n = len(entry_ids)
@@ -556,16 +560,23 @@ def encode_adds(runs: Sequence[AddRun | tuple], max_entry_bytes: int) -> bytes:
     return body
 
 
-def decode_adds(body: bytes, max_entry_bytes: int) -> list[AddRun]:
+def decode_adds(body: Frame, max_entry_bytes: int) -> list[AddRun]:
     """The runs of an ADD body; MalformedMessage (or EntryTooLarge) if it breaks the
-    format."""
+    format.
+
+    The entries are read-only memoryviews of ``body``, cut in C, not copies: they keep
+    ``body`` alive as long as any of them is held (a bookie's write cache holds a
+    message's entries until its next checkpoint).  So that what they keep alive is at
+    most twice what they are, a body whose entries are less than half of it gets
+    ``bytes`` copies instead.  Master keys are copied (``bytes``)."""
     if len(body) < ADD_COUNT.size:
         raise MalformedMessage(f"ADD body of {len(body)} bytes has no count")
     count, = ADD_COUNT.unpack_from(body)
     if not 1 <= count <= MAX_ADDS_PER_MESSAGE:
         raise MalformedMessage(f"an ADD carries 1..{MAX_ADDS_PER_MESSAGE} runs, not {count}")
     runs: list[AddRun] = []
-    offset, end, adds = ADD_COUNT.size, len(body), 0
+    offset, end, adds, entry_bytes = ADD_COUNT.size, len(body), 0, 0
+    cut = memoryview(body).toreadonly().__getitem__
     for _ in range(count):
         if offset + RUN_HEADER.size > end:
             raise MalformedMessage(f"ADD body ends inside run {len(runs)}")
@@ -592,12 +603,19 @@ def decode_adds(body: bytes, max_entry_bytes: int) -> list[AddRun]:
         offset = ends[-1]
         if offset > end:
             raise MalformedMessage(f"ADD body ends inside run {len(runs)}")
+        entry_bytes += offset - entries_at
         runs.append(AddRun(ledger_id, entry_ids,
-                           [body[a:b] for a, b in zip(ends, itertools.islice(ends, 1, None))],
-                           body[key_at:ids_at], bool(flags & RECOVERY),
+                           list(map(cut, map(slice, ends, itertools.islice(ends, 1, None)))),
+                           bytes(body[key_at:ids_at]), bool(flags & RECOVERY),
                            bool(flags & DEFERRED_SYNC)))
     if offset != end:
         raise MalformedMessage(f"ADD body has {end - offset} bytes after its {count} runs")
+    if 2 * entry_bytes < end:
+        # Mostly keys, ids and lengths (a run per add with a long master key: up to 40
+        # times its entries): views would keep the whole body alive for what a bookie's
+        # write cache counts as its entries only, so it gets copies of them instead.
+        for run in runs:
+            run.entries[:] = map(bytes, run.entries)
     return runs
 
 
@@ -646,7 +664,7 @@ def encode_read_batch(entry_ids: Sequence[int], max_bytes: int) -> bytes:
     return READ_BATCH_HEADER.pack(n, max_bytes) + struct.pack(f">{n}q", *entry_ids)
 
 
-def decode_read_batch(body: bytes) -> tuple[list[int], int]:
+def decode_read_batch(body: Frame) -> tuple[list[int], int]:
     """``(entry ids, most bytes of entries)`` of a READ_BATCH body; MalformedMessage if it
     breaks the format."""
     if len(body) < READ_BATCH_HEADER.size:
@@ -727,7 +745,7 @@ def decode_info(body: bytes) -> BookieInfo:
 
 # -- shared checks ----------------------------------------------------------------------
 
-def _header_frame(frames: Sequence[bytes], fixed: struct.Struct) -> bytes:
+def _header_frame(frames: Sequence[Frame], fixed: struct.Struct) -> Frame:
     if not frames:
         raise MalformedMessage("empty message")
     header = frames[0]

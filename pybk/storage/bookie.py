@@ -73,7 +73,7 @@ from pybk.errors import (
     NoSuchLedger,
     Unauthorized,
 )
-from pybk.fileio import DEFAULT_IO, FileIO, hold_presence, lock_file
+from pybk.fileio import DEFAULT_IO, Buffer, FileIO, hold_presence, lock_file
 from pybk.settings import ServerSettings
 from pybk.stats import JournalStats, StorageGauges, StorageStats
 from pybk.storage import journal as jr
@@ -92,11 +92,14 @@ log = logging.getLogger(__name__)
 
 Callback = Callable[[BaseException | None], None]
 BatchCallback = Callable[[list[BaseException | None]], None]
-# The adds of a run that passed: (positions, entry ids, entries, record headers, highest LAC).
-_CheckedRun = tuple[Sequence[int], Sequence[int], Sequence[bytes], list[bytes], int]
-#: Adds of one ledger: ``(ledger id, entry ids, entries, master key, recovery[, deferred])``.
-AddRun = (tuple[int, Sequence[int], Sequence[bytes], bytes, bool]
-          | tuple[int, Sequence[int], Sequence[bytes], bytes, bool, bool])
+# The adds of a run that passed: (positions, entry ids, entries, record headers, highest
+# LAC, bytes of the entries).
+_CheckedRun = tuple[Sequence[int], Sequence[int], Sequence[Buffer], list[bytes], int, int]
+#: Adds of one ledger: ``(ledger id, entry ids, entries, master key, recovery[, deferred])``;
+#: the entries may be views (a server's are views of the message they came in: kept as
+#: they are until the checkpoint, never copied).
+AddRun = (tuple[int, Sequence[int], Sequence[Buffer], bytes, bool]
+          | tuple[int, Sequence[int], Sequence[Buffer], bytes, bool, bool])
 LacWatcher = Callable[[], object]  # what it returns is ignored
 StateListener = Callable[[], None]
 #: An owner's check of a plain add that would create a ledger the bookie does not know
@@ -459,7 +462,7 @@ class Bookie:
         if failure is not None:
             raise failure
 
-    def _writable_state(self, ledger_id: int, master_key: bytes, records: list[bytes],
+    def _writable_state(self, ledger_id: int, master_key: bytes, records: list[Buffer],
                         guarded: bool = False) -> LedgerState:
         """The ledger's state for a mutation, created on first use.
 
@@ -601,16 +604,21 @@ class Bookie:
             deferred = deferred and run_deferred
             passed = self._check_run(ledger_id, entry_ids, entries, first, errors)
             if passed is not None:
-                checked.append((ledger_id, master_key, recovery, run_deferred, *passed))
+                checked.append((ledger_id, master_key, recovery, run_deferred, passed))
             first += len(entry_ids)
         self._make_room()
-        buffers: list[bytes] = []
-        queued: list[int] = []
+        # The records of every run taken, for one journal submission: the new ledgers'
+        # key records (_writable_state), then header, entry, header, entry, ... (the
+        # entries as they came: for a server, views of the message), and their byte
+        # count, summed per run.
+        buffers: list[Buffer] = []
+        taken: list[tuple[int, LedgerState, _CheckedRun]] = []
+        queued: list[Sequence[int]] = []  # the positions of each run taken
         due: list[LacWatcher] = []
         parked: list[tuple[Sequence[int], AddRun]] = []  # runs the guard checks first
         with self._lock:
-            for ledger_id, master_key, recovery, deferred_run, positions, entry_ids, entries, \
-                    record_headers, lac in checked:
+            for ledger_id, master_key, recovery, deferred_run, passed in checked:
+                positions = passed[0]
                 try:
                     state = self._state_for_add(ledger_id, master_key, recovery, buffers,
                                                 admitted)
@@ -625,13 +633,25 @@ class Bookie:
                         for i in positions:
                             errors[i] = e
                         continue
-                    parked.append((positions, (ledger_id, entry_ids, entries, master_key,
-                                               recovery, deferred_run)))
+                    # Copied: a waiting run holds its own bytes, not its message's.
+                    parked.append((positions, (ledger_id, passed[1], _copies(passed[2]),
+                                               master_key, recovery, deferred_run)))
                     continue
-                self._active.put_run(ledger_id, entry_ids, record_headers, entries)
+                taken.append((ledger_id, state, passed))
+            nbytes = sum(map(len, buffers))  # the key records
+            # An entry that is a view keeps its whole message alive.  When an add of the
+            # message failed or waits for the guard, the entries kept are copied, so that
+            # what the write cache holds is what it counts (a body is never held for the
+            # sake of a part of it; bytes are kept as they are).
+            keep = _copies if parked or any(errors) else _as_they_are
+            for ledger_id, state, (positions, entry_ids, entries, record_headers, lac,
+                                   run_bytes) in taken:
+                entries = keep(entries)
+                self._active.put_run(ledger_id, entry_ids, record_headers, entries, run_bytes)
                 self._raise_lac_locked(ledger_id, state, lac, due)
                 buffers += itertools.chain.from_iterable(zip(record_headers, entries))
-                queued += positions
+                nbytes += run_bytes + codec.RECORD.size * len(record_headers)
+                queued.append(positions)
             # With parked runs, the callback comes once the queued adds and each of them
             # are done; without (the normal path), straight from the journal.
             gather = _Gather(errors, callback, bool(queued) + len(parked)) if parked \
@@ -639,17 +659,16 @@ class Bookie:
             if queued:
                 def done(result: BaseException | None) -> None:
                     if result is not None:
-                        for i in queued:
+                        for i in itertools.chain.from_iterable(queued):
                             errors[i] = result
                     if gather is None:
                         callback(errors)
                     else:
                         gather.part_done()
                 try:
-                    self._journal.submit_many_locked(buffers, sum(map(len, buffers)), done,
-                                                     wake, deferred)
+                    self._journal.submit_many_locked(buffers, nbytes, done, wake, deferred)
                 except BookKeeperError as e:  # the journal failed or closed meanwhile
-                    for i in queued:
+                    for i in itertools.chain.from_iterable(queued):
                         errors[i] = e
                     queued = []
                     if gather is not None:
@@ -735,19 +754,24 @@ class Bookie:
         self._admit(run[0], len(positions), partial(self._add_runs, [run], added, True,
                                                     True), refused)
 
-    def _check_run(self, ledger_id: int, entry_ids: Sequence[int], entries: Sequence[bytes],
+    def _check_run(self, ledger_id: int, entry_ids: Sequence[int], entries: Sequence[Buffer],
                    first: int, errors: list[BaseException | None]
                    ) -> _CheckedRun | None:
         """The checks of a run's adds that need no lock: ``(positions, entry ids, entries,
-        journal record headers, highest LAC)`` of the adds that pass, None if none does.
-        The errors of those that fail go to ``errors`` (the run's first add is at
-        ``first``)."""
+        journal record headers, highest LAC, bytes of the entries)`` of the adds that
+        pass, None if none does.  The errors of those that fail go to ``errors`` (the
+        run's first add is at ``first``).
+
+        The usual run passes whole: its checks are C-level passes over the run, and the
+        only per-entry steps are those the formats impose (each entry's own header, read
+        to check it names this ledger and entry; each journal record's header, with the
+        entry's checksum)."""
         sizes = list(map(len, entries))
         if max(sizes) <= self._max_entry and min(sizes) >= ENTRY_HEADER_SIZE:
             ledgers, ids, lacs = zip(*map(ENTRY_HEADER.unpack_from, entries))
             if ledgers.count(ledger_id) == len(ledgers) and list(ids) == list(entry_ids):
                 return (range(first, first + len(sizes)), entry_ids, entries,
-                        _record_headers(entries), max(lacs))
+                        _record_headers(entries, sizes), max(lacs), sum(sizes))
         passed = []  # some add fails: find which, one by one
         for i, entry_id, entry in zip(itertools.count(first), entry_ids, entries):
             try:
@@ -758,7 +782,8 @@ class Bookie:
         if not passed:
             return None
         positions, kept_ids, kept, lacs = zip(*passed)
-        return positions, kept_ids, kept, _record_headers(kept), max(lacs)
+        sizes = list(map(len, kept))
+        return positions, kept_ids, kept, _record_headers(kept, sizes), max(lacs), sum(sizes)
 
     def _add(self, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes,
              recovery: bool, callback: jr.RecordCallback, wake: bool,
@@ -768,16 +793,16 @@ class Bookie:
         if self._read_only or self._closed or self._journal.failure is not None:
             self._check_writable()
         lac = self._check_entry(ledger_id, entry_id, entry)
-        record_header = _record_headers((entry,))[0]
+        record_header = _record_headers((entry,), (len(entry),))[0]
         self._make_room()
         due: list[LacWatcher] = []
-        key_record: list[bytes] = []  # a new ledger's (see _writable_state)
+        key_record: list[Buffer] = []  # a new ledger's (see _writable_state)
         with self._lock:
             state = self._state_for_add(ledger_id, master_key, recovery, key_record,
                                         admitted)
             self._active.put(ledger_id, entry_id, record_header, entry)
             self._raise_lac_locked(ledger_id, state, lac, due)
-            records: Sequence[bytes] = (record_header, entry)
+            records: Sequence[Buffer] = (record_header, entry)
             nbytes = len(record_header) + len(entry)
             if key_record:  # the key first, in the same write
                 records = [*key_record, *records]
@@ -786,7 +811,7 @@ class Bookie:
         if due:
             _notify(due)
 
-    def _check_entry(self, ledger_id: int, entry_id: int, entry: bytes) -> int:
+    def _check_entry(self, ledger_id: int, entry_id: int, entry: Buffer) -> int:
         """The checks of an add that need no lock; the entry's LAC."""
         size = len(entry)
         if size > self._max_entry:
@@ -809,7 +834,7 @@ class Bookie:
         self._journal.wait_for_queue_space()
 
     def _state_for_add(self, ledger_id: int, master_key: bytes, recovery: bool,
-                       records: list[bytes], admitted: bool) -> LedgerState:
+                       records: list[Buffer], admitted: bool) -> LedgerState:
         """The state of a ledger taking adds, checked (closed bookie, key, fence); a new
         ledger's key record goes to ``records`` (see :meth:`_writable_state`), unless the
         guard must check a plain add's ledger first (_NeedsAdmission; ``admitted``: it
@@ -857,7 +882,7 @@ class Bookie:
         self._check_journal()
         future: Future = Future()
         payload = codec.LEDGER_ID.pack(ledger_id)
-        records: list[bytes] = []
+        records: list[Buffer] = []
         with self._lock:
             state = self._state(ledger_id)
             if state is not None and state.deleted:  # recovering it finds nothing
@@ -876,7 +901,7 @@ class Bookie:
         future: Future = Future()
         payload = codec.LEDGER_LAC.pack(ledger_id, lac)
         due: list[LacWatcher] = []
-        records: list[bytes] = []
+        records: list[Buffer] = []
         with self._lock:
             try:
                 state = self._writable_state(ledger_id, master_key, records, guarded=True)
@@ -976,7 +1001,10 @@ class Bookie:
                 if cache is not None:
                     data = cache.get(ledger_id, entry_id)
                     if data is not None:
-                        return data
+                        # A copy if the cache holds a view of the message the entry came
+                        # in (a server's adds): readers get bytes, whoever they are.  (The
+                        # test first: calling bytes() on bytes costs a tenth of a read.)
+                        return data if type(data) is bytes else bytes(data)
             location = self._index.location(ledger_id, entry_id)
             if location is None:
                 raise self._unheld(ledger_id, NoSuchEntry(
@@ -1483,6 +1511,15 @@ class _Gather:
             self.callback(self.errors)
 
 
+def _copies(entries: Sequence[Buffer]) -> Sequence[Buffer]:
+    """``entries`` as bytes: a copy of each view, the same object for each bytes."""
+    return list(map(bytes, entries))
+
+
+def _as_they_are(entries: Sequence[Buffer]) -> Sequence[Buffer]:
+    return entries
+
+
 def _lac_of(state: LedgerState) -> int:
     explicit = state.explicit_lac if state.explicit_lac is not None else -1
     return max(state.lac, explicit)
@@ -1496,14 +1533,15 @@ def _notify(watchers: list[LacWatcher]) -> None:
             log.exception("a LAC watcher raised")
 
 
-def _record_headers(entries: Sequence[bytes]) -> list[bytes]:
-    """The journal record headers of ADD records of ``entries`` (built in C)."""
-    return list(map(codec.RECORD.pack, map(len, entries),
+def _record_headers(entries: Sequence[Buffer], sizes: Sequence[int]) -> list[bytes]:
+    """The journal record headers of ADD records of ``entries`` (of ``sizes`` bytes),
+    built in C."""
+    return list(map(codec.RECORD.pack, sizes,
                     map(crc32c, entries, itertools.repeat(codec.ENTRY_CRC_SEED)),
                     itertools.repeat(codec.ADD)))
 
 
-def _submit_after(journal: jr.Journal, records: list[bytes], record_type: int,
+def _submit_after(journal: jr.Journal, records: list[Buffer], record_type: int,
                   payload: bytes, callback: jr.RecordCallback) -> None:
     """Journal a record after ``records`` (a new ledger's key record, or none), all in one
     submission completed by ``callback``.  Caller holds the journal's queue lock."""

@@ -46,10 +46,10 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 from pybk.errors import BookKeeperError
-from pybk.fileio import DEFAULT_IO, FileIO
+from pybk.fileio import DEFAULT_IO, Buffer, FileIO
 from pybk.settings import ServerSettings
 from pybk.storage.entrylog import EntryLogger
 from pybk.storage.gc import GarbageCollector
@@ -90,7 +90,7 @@ def flush_generation(generation: Generation, entry_logs: EntryLogger, index: Ind
     return gone
 
 
-def flush_records(buffers: list[bytes], entry_ids: list[int], runs: list[tuple[int, int]],
+def flush_records(buffers: Sequence[Buffer], entry_ids: list[int], runs: list[tuple[int, int]],
                   states: dict[int, StateRow], deletes: set[int],
                   entry_logs: EntryLogger, index: Index, gc: GarbageCollector,
                   entrylog_lock: threading.Lock) -> None:

@@ -60,7 +60,7 @@ from typing import BinaryIO, Callable, Generator, Iterator, NamedTuple, Sequence
 
 from pybk.checksum import crc32c
 from pybk.errors import BookKeeperError, CorruptData
-from pybk.fileio import DEFAULT_IO, FileIO, fsync_directory
+from pybk.fileio import DEFAULT_IO, Buffer, FileIO, fsync_directory
 from pybk.storage.journal_codec import ADD, ENTRY_CRC_SEED, RECORD
 
 log = logging.getLogger(__name__)
@@ -252,7 +252,7 @@ class EntryLogger:
 
     # -- writing -----------------------------------------------------------------
 
-    def append_records(self, buffers: list[bytes], runs: Sequence[tuple[int, int]]
+    def append_records(self, buffers: Sequence[Buffer], runs: Sequence[tuple[int, int]]
                        ) -> list[Placement]:
         """Append the records of many ledgers at once (``buffers`` = header, entry, header,
         entry, ...; ``runs`` = ``(ledger id, number of records)`` of each ledger's records,
@@ -328,7 +328,7 @@ class EntryLogger:
             operator.add, map(ledger_map.get, ledger_ids, itertools.repeat(0)),
             map(operator.sub, itertools.islice(bounds, 1, None), bounds))))
 
-    def _write_current(self, buffers: list[bytes], end_offset: int) -> None:
+    def _write_current(self, buffers: Sequence[Buffer], end_offset: int) -> None:
         """Write buffered records to the current log, which then ends at ``end_offset``."""
         try:
             written = self._io.write_all(self._current_fd, buffers)

@@ -45,7 +45,7 @@ import time
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 from pybk.errors import BookieClosed, BookKeeperError, DiskFull
-from pybk.fileio import DEFAULT_IO, FileIO, fsync_directory
+from pybk.fileio import DEFAULT_IO, Buffer, FileIO, fsync_directory
 from pybk.settings import ServerSettings
 from pybk.stats import JournalStats
 from pybk.storage.journal_codec import (
@@ -64,7 +64,7 @@ RecordCallback = Callable[[BaseException | None], None]
 MarkCallback = Callable[[LogMark | BaseException], None]
 # A taken queue: (record buffers, record callbacks, (bytes before, marker callback), bytes,
 # deferred records' callbacks).
-_Group = tuple[list[bytes], list[RecordCallback], list[tuple[int, MarkCallback]], int,
+_Group = tuple[list[Buffer], list[RecordCallback], list[tuple[int, MarkCallback]], int,
                list[RecordCallback]]
 _Result = TypeVar("_Result")
 
@@ -145,7 +145,7 @@ class Journal:
         # An owner that already holds a lock around its own submits may share it, and then
         # submits with the *_locked methods: one lock per record instead of two.
         self._queue_lock = queue_lock or threading.Lock()
-        self._buffers: list[bytes] = []  # header, payload, header, payload, ...
+        self._buffers: list[Buffer] = []  # header, payload, header, payload, ...
         self._callbacks: list[RecordCallback] = []  # one per record
         self._markers: list[tuple[int, MarkCallback]] = []  # (bytes before, callback)
         self._written: list[RecordCallback] = []  # deferred records: one per submit
@@ -191,7 +191,7 @@ class Journal:
         self.submit_many_locked((header, payload), len(header) + len(payload), callback,
                                 wake)
 
-    def submit_many_locked(self, buffers: Sequence[bytes], nbytes: int,
+    def submit_many_locked(self, buffers: Sequence[Buffer], nbytes: int,
                            callback: RecordCallback, wake: bool = True,
                            deferred: bool = False) -> None:
         """Queue several records (``buffers``: header, payload, header, payload, ... of
@@ -418,7 +418,7 @@ class Journal:
                 self._fail(e)
         return True
 
-    def _write(self, buffers: list[bytes], nbytes: int) -> None:
+    def _write(self, buffers: list[Buffer], nbytes: int) -> None:
         """Write a group at the end of the current file (rolling first if it does not
         fit); the caller syncs it (see :meth:`_sync`)."""
         if self._offset + nbytes > self._max_file_bytes and self._offset > HEADER_SIZE:

@@ -26,6 +26,8 @@ from array import array
 from collections.abc import Set
 from typing import Iterable, Sequence
 
+from pybk.fileio import Buffer
+
 
 class WriteCache:
     """Entries by ledger id and entry id, with their byte count (see the module doc)."""
@@ -35,7 +37,7 @@ class WriteCache:
 
     def __init__(self) -> None:
         self._headers: list[bytes] = []
-        self._entries: list[bytes] = []
+        self._entries: list[Buffer] = []
         self._ledger_ids = array("Q")
         self._entry_ids = array("Q")
         self._records: dict[int, int] = {}   # ledger id << 64 | entry id -> record
@@ -56,9 +58,12 @@ class WriteCache:
         self.size_bytes += len(entry)
 
     def put_run(self, ledger_id: int, entry_ids: Sequence[int],
-                record_headers: Sequence[bytes], entries: Sequence[bytes]) -> None:
-        """Add one ledger's entries with their record headers, in order (a later put of
-        the same id wins): a few C-level operations for the whole run."""
+                record_headers: Sequence[bytes], entries: Sequence[Buffer],
+                nbytes: int) -> None:
+        """Add one ledger's entries (``nbytes`` in all) with their record headers, in
+        order (a later put of the same id wins): a few C-level operations for the whole
+        run.  The entries are kept as given (a server's are views of the message they
+        came in, which they keep alive until the checkpoint lets go of this cache)."""
         first = len(self._entries)
         self._ledger_ids.extend(itertools.repeat(ledger_id, len(entry_ids)))
         self._entry_ids.extend(entry_ids)
@@ -69,9 +74,9 @@ class WriteCache:
         last = max(entry_ids)
         if last > self._last.get(ledger_id, -1):
             self._last[ledger_id] = last
-        self.size_bytes += sum(map(len, entries))
+        self.size_bytes += nbytes
 
-    def get(self, ledger_id: int, entry_id: int) -> bytes | None:
+    def get(self, ledger_id: int, entry_id: int) -> Buffer | None:
         record = self._records.get(ledger_id << 64 | entry_id)
         return self._entries[record] if record is not None else None
 
@@ -102,7 +107,9 @@ class WriteCache:
 
     def drop_ledger(self, ledger_id: int) -> None:
         """Forget a ledger's records (a scan of the cache, in C, plus a step per record
-        of the ledger); their slots stay, marked dropped, and hold no entry."""
+        of the ledger); their slots stay, marked dropped, and hold no entry.  The bytes
+        of entries that were views stay in :attr:`size_bytes` until this cache goes
+        (their message may be kept alive by other ledgers' views of it)."""
         if self._last.pop(ledger_id, None) is None:
             return
         for record in itertools.compress(itertools.count(),
@@ -112,7 +119,11 @@ class WriteCache:
             self._dropped.add(record)
             # An entry put twice (a recovery's re-write) has one key for both records.
             self._records.pop(ledger_id << 64 | self._entry_ids[record], None)
-            self.size_bytes -= len(self._entries[record])
+            held = self._entries[record]
+            # A view's bytes stay counted: other entries of its message (other ledgers')
+            # may still keep the whole message alive, until the checkpoint lets go.
+            if type(held) is not memoryview:
+                self.size_bytes -= len(held)
             self._entries[record] = self._headers[record] = b""
 
     def ledger_ids(self) -> list[int]:
@@ -134,7 +145,7 @@ class WriteCache:
         self.size_bytes += newer.size_bytes
 
     def records(self, skip_ledgers: Set[int] = frozenset()
-                ) -> tuple[list[bytes], list[int], list[tuple[int, int]]]:
+                ) -> tuple[list[Buffer], list[int], list[tuple[int, int]]]:
         """Every record but those of ``skip_ledgers``, grouped by ledger, in arrival order
         within a ledger: ``(buffers, entry ids, runs)`` with ``buffers`` = record header,
         entry, record header, entry, ..., one entry id per record and ``runs`` = ``(ledger

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Sequence
 
-from pybk.fileio import FileIO
+from pybk.fileio import Buffer, FileIO
 
 BLOCK = 4096
 MODES = ("drop", "zero", "garble", "mixed")
@@ -68,7 +68,7 @@ class FaultyFileIO(FileIO):
         self._log_fd = (os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                         if log_path else -1)
 
-    def write_all(self, fd: int, buffers: Sequence[bytes]) -> int:
+    def write_all(self, fd: int, buffers: Sequence[Buffer]) -> int:
         self._before_write(fd, os.lseek(fd, 0, os.SEEK_CUR), sum(len(b) for b in buffers))
         return super().write_all(fd, buffers)
 
