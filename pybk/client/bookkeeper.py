@@ -320,17 +320,25 @@ class BookKeeper(ClientContext):
             return False
         return True
 
-    def _take_add_permit(self) -> None:
-        """Take a permit for one add (see ``_add_permits``): wait up to addEntryTimeout
-        for one (``throttleBlocking``) or not at all; TooManyRequests if none came."""
+    def _take_add_permits(self, count: int = 1) -> None:
+        """Take a permit per add (see ``_add_permits``; ``count`` at most ``throttle``):
+        wait up to addEntryTimeout in all (``throttleBlocking``) or not at all;
+        TooManyRequests, none taken, if they did not all come."""
         settings = self.settings
-        blocking = settings.throttleBlocking
-        if self._add_permits.acquire(blocking,  # type: ignore[union-attr]
-                                     settings.addEntryTimeout if blocking else None):
-            return
-        waited = f" for {settings.addEntryTimeout} s" if blocking else ""
-        raise TooManyRequests(f"{settings.throttle} adds of this client are outstanding "
-                              f"(throttle) and none finished{waited}")
+        deadline = time.monotonic() + settings.addEntryTimeout
+        permits = self._add_permits
+        assert permits is not None
+        for taken in range(count):
+            if permits.acquire(False) or (settings.throttleBlocking and permits.acquire(
+                    True, max(0.0, deadline - time.monotonic()))):
+                continue
+            if taken:
+                self._release_add_permits(taken)
+            waited = f" for {settings.addEntryTimeout} s" if settings.throttleBlocking else ""
+            raise TooManyRequests(f"{settings.throttle} adds of this client are "
+                                  f"outstanding (throttle) and none finished{waited}" + (
+                                      f" (still {count - taken} to take for {count} adds "
+                                      "of one call)" if count > 1 else ""))
 
     def _release_add_permits(self, count: int = 1) -> None:
         self._add_permits.release(count)  # type: ignore[union-attr]

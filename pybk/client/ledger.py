@@ -60,15 +60,17 @@ acknowledges, so the LAC stops before it), through the hook ``_next_entry_id``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
+import itertools
 import logging
 import threading
 import time
 from concurrent.futures import Future, as_completed
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from pybk.client.completions import AddDone, CompletionQueue
 from pybk.client.context import ClientContext
@@ -128,14 +130,32 @@ class _AckLayout:
             for residue in range(size)) for bookie_id in self.ensemble}
 
 
-def _settle(future: Future) -> AddDone:
-    """An :data:`AddDone` that completes ``future`` (unless it was cancelled)."""
+def _range_done(handle: "LedgerHandle", first: int, count: int, done: AddDone,
+                entry_id: int | None, error: BaseException | None) -> None:
+    """The completion of :meth:`LedgerHandle.add_entries_then`'s ``count`` adds from
+    ``first``: ``done`` as it is, or with a copy of the error that tells which of them
+    were acknowledged (``error.acknowledged``)."""
+    if error is not None and isinstance(error, BookKeeperError):
+        # Called after the close was decided: the LAC is final.
+        through = min(handle.last_add_acknowledged, first + count - 1)
+        error = copy.copy(error)
+        error.acknowledged = range(first, through + 1)
+        error.add_note(f"entries {first}..{first + count - 1} of one add_entries call: "
+                       + (f"{first}..{through} acknowledged" if through >= first
+                          else "none acknowledged"))
+    done(entry_id, error)
+
+
+def _settle(future: Future, result: Callable[[int], object] | None = None) -> AddDone:
+    """An :data:`AddDone` that completes ``future`` (unless it was cancelled) with the
+    entry id, or what ``result`` makes of it."""
     def done(entry_id: int | None, error: BaseException | None) -> None:
         if future.set_running_or_notify_cancel():
-            if error is None:
-                future.set_result(entry_id)
-            else:
+            if error is not None:
                 future.set_exception(error)
+            else:
+                future.set_result(entry_id if result is None or entry_id is None
+                                  else result(entry_id))
     return done
 
 
@@ -283,9 +303,75 @@ class LedgerHandle:
         whichever thread completed the add (keep ``done`` short and non-blocking)."""
         self._add(None, data, done)
 
-    def _add(self, requested: int | None, data: bytes, done: AddDone) -> None:
-        """Add an entry as :meth:`add_entry_then` says, under the id
-        :meth:`_next_entry_id` gives for ``requested``."""
+    def add_entries(self, buffers: Sequence[bytes]) -> tuple[int, int]:
+        """Add ``buffers`` as consecutive entries; return ``(first id, last id)`` once
+        every one of them was acknowledged (see :meth:`add_entries_then`)."""
+        return self.add_entries_async(buffers).result()
+
+    def add_entries_async(self, buffers: Sequence[bytes]) -> Future:
+        """Add ``buffers`` as consecutive entries; the future gives ``(first id, last
+        id)`` once all were acknowledged, or fails as :meth:`add_entries_then` says
+        (futures of a handle complete in entry-id order, with :meth:`add_entry_async`'s)."""
+        future: Future = Future()
+        count = len(buffers)
+        self.add_entries_then(buffers, _settle(future, lambda last: (last - count + 1, last)))
+        return future
+
+    def add_entries_then(self, buffers: Sequence[bytes], done: AddDone) -> int:
+        """Add ``buffers`` as consecutive entries, in one call: one lock, one throttle
+        take and one completion for all of them; return the first one's id.
+
+        ``done(last id, None)`` is called once every entry was acknowledged (in entry-id
+        order with the handle's other completions), or ``done(None, error)`` once one
+        failed: then the entries before it may have been acknowledged, and
+        ``error.acknowledged`` is the range of this call's ids that were (the LAC is
+        final by then: a failed add closes the ledger).  A buffer that is not bytes, or
+        too large, refuses the whole call before any entry is sent (TypeError,
+        EntryTooLarge); so does an empty ``buffers`` (ValueError), and, with a
+        ``throttle``, more entries than it lets be outstanding (ValueError)."""
+        if not self._ids_in_order:
+            raise TypeError(f"ledger {self.id} takes the caller's entry ids: add them one "
+                            "by one with add_entry(entry_id, data)")
+        count = len(buffers)
+        if not count:
+            raise ValueError("add_entries needs at least one entry")
+        for data in buffers:
+            self._check_data(data)
+        throttle = self._bk.settings.throttle
+        if self._throttled and count > throttle:
+            raise ValueError(f"{count} entries in one call is more than throttle="
+                             f"{throttle} adds outstanding: split the call")
+        if self._bk.metrics is not None:
+            done = self._bk.metrics.timed_add(done)
+        if self._throttled:
+            self._bk._take_add_permits(count)
+        try:
+            with self._lock:
+                if self._state is not _WriteState.OPEN or not self._writable \
+                        or self._recovery or self._bk.closed:
+                    self._check_can_add()
+                first = self._last_pushed + 1
+                lac = self._forced if self._deferred else self._lac
+                length = self._length
+                lengths = [length := length + len(data) for data in buffers]
+                encode = self._digest.encode
+                entries = [encode(entry_id, lac, entry_length, data) for entry_id,
+                           entry_length, data in zip(range(first, first + count), lengths,
+                                                     buffers)]
+                self._length = length
+                targets = self._push_run(first, entries, lengths,
+                                         partial(_range_done, self, first, count, done))
+        except BaseException:
+            if self._throttled:
+                self._bk._release_add_permits(count)
+            raise
+        size = len(targets)
+        for entry_id, entry in enumerate(entries, first):
+            self._send(entry_id, entry, targets[entry_id % size])
+        return first
+
+    def _check_data(self, data: bytes) -> None:
+        """Refuse an entry no bookie would take, before anything is sent."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"entry data must be bytes, not {type(data).__name__}")
         if len(data) > self._max_payload:  # refused here: no bookie would take it
@@ -293,10 +379,15 @@ class LedgerHandle:
                                 f"bytes an entry can carry (maxEntrySizeBytes="
                                 f"{self._bk.settings.maxEntrySizeBytes}, less the "
                                 f"{self._digest.overhead}-byte entry header)")
+
+    def _add(self, requested: int | None, data: bytes, done: AddDone) -> None:
+        """Add an entry as :meth:`add_entry_then` says, under the id
+        :meth:`_next_entry_id` gives for ``requested``."""
+        self._check_data(data)
         if self._bk.metrics is not None:
             done = self._bk.metrics.timed_add(done)
         if self._throttled:
-            self._bk._take_add_permit()
+            self._bk._take_add_permits()
         try:
             with self._lock:
                 if self._state is not _WriteState.OPEN or not self._writable \
@@ -364,6 +455,27 @@ class LedgerHandle:
         if not self._failed_bookies:
             return write_set
         return [b for b in write_set if b not in self._failed_bookies]
+
+    def _push_run(self, first: int, entries: list[bytes], lengths: list[int],
+                  done: AddDone) -> list[Sequence[str]]:
+        """Put the adds of ``entries`` (ids from ``first``, the next id on) into their
+        slots at once, ``done`` in the last one's; return, per ``entry_id % E``, the
+        bookies to send them to now (as :meth:`_push`).  Caller holds the lock."""
+        count = len(entries)
+        assert first == self._base + len(self._entries), "a run of adds out of order"
+        self._last_pushed = first + count - 1
+        now = self._last_activity = time.monotonic()
+        self._entries.extend(entries)
+        self._dones.extend(itertools.repeat(None, count - 1))
+        self._dones.append(done)
+        self._lengths.extend(lengths)
+        self._pushed_at.extend(itertools.repeat(now, count))
+        self._outstanding += count
+        layout = self._layout
+        assert layout is not None
+        failed = self._failed_bookies
+        return [[b for b in write_set if b not in failed] if failed else write_set
+                for write_set in layout.write_sets]
 
     def _awaits_acks(self) -> bool:
         """Whether a pending add can still be confirmed by bookies' answers alone: the

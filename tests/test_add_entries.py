@@ -1,0 +1,134 @@
+"""``LedgerHandle.add_entries`` and its asyncio twin: many entries in one call, one
+completion per call with the range of ids; a bad buffer refuses the whole call before
+anything is sent; a failure part-way tells which of the call's entries were
+acknowledged, and that matches what the ledger closed at.  Over bookies called
+in-process and served over ZeroMQ on loopback."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+from clientutil import FAST, clusters
+
+from pybk.aio import AsyncBookKeeper
+from pybk.errors import EntryTooLarge, LedgerClosed, LedgerFenced
+
+pytestmark = pytest.mark.timeout(120)
+PASSWORD = b"secret"
+
+
+@pytest.fixture(params=("inprocess", "zmq"))
+def cluster(tmp_path, request):
+    with clusters(tmp_path, request.param) as make:
+        yield make(3)
+
+
+def payload(i: int) -> bytes:
+    return b"entry-%d-" % i * 8
+
+
+@pytest.mark.parametrize("write_quorum", [3, 2])  # every bookie, and striping
+def test_calls_complete_with_their_ranges_in_order_with_single_adds(cluster, write_quorum):
+    bk = cluster.client()
+    lh = bk.create_ledger(3, write_quorum, 2, password=PASSWORD)
+    order: list[object] = []
+    calls = []
+    for call in range(20):
+        first = call * 6
+        if call % 2:
+            futures = [lh.add_entry_async(payload(first + i)) for i in range(6)]
+        else:
+            futures = [lh.add_entries_async([payload(first + i) for i in range(6)])]
+        for future in futures:
+            future.add_done_callback(lambda f: order.append(f.result()))
+        calls.append(futures)
+    results = [[f.result(timeout=30) for f in futures] for futures in calls]
+    for call, result in enumerate(results):
+        first = call * 6
+        assert result == (list(range(first, first + 6)) if call % 2
+                          else [(first, first + 5)])
+    assert order == [r for result in results for r in result]  # completions in id order
+    assert lh.add_entries([payload(120)]) == (120, 120)
+    assert lh.last_add_confirmed == 120
+    assert lh.length == sum(len(payload(i)) for i in range(121))
+    assert [e.data for e in lh.read_entries(0, 120)] == [payload(i) for i in range(121)]
+    for entry_id in (0, 7, 120):
+        assert sorted(cluster.holders(lh.id, entry_id)) == sorted(
+            lh.metadata.write_set(entry_id))
+    lh.close()
+
+
+def test_one_bad_buffer_refuses_the_whole_call_before_any_is_sent(cluster):
+    bk = cluster.client(dataclasses.replace(FAST, throttle=8))
+    lh = bk.create_ledger(3, 3, 2, password=PASSWORD)
+    too_large = b"x" * bk.settings.maxEntrySizeBytes
+    for bad, error in (([payload(0), "text", payload(2)], TypeError),
+                       ([payload(0), too_large], EntryTooLarge),
+                       ([], ValueError),
+                       ([payload(i) for i in range(9)], ValueError)):  # over the throttle
+        with pytest.raises(error):
+            lh.add_entries(bad)
+        assert lh.pending_adds == 0 and lh.last_add_confirmed == -1
+    assert all(not cluster.holds_ledger(b, lh.id) for b in lh.metadata.fragments[0].ensemble)
+    # The throttle's permits: a call of 8 takes all of them, and gives them back.
+    for _ in range(3):
+        first, last = lh.add_entries([payload(i) for i in range(8)])
+        assert last - first == 7
+    assert lh.add_entry(payload(24)) == 24
+    assert [e.data for e in lh.read_entries(0, 7)] == [payload(i) for i in range(8)]
+
+
+def test_a_failure_part_way_tells_what_was_acknowledged(cluster):
+    """Entries 0..9 in one call; the replies of 6..9 are held on every bookie and then
+    fail as fenced: the call's future fails, telling 0..5 acknowledged, which is where
+    the ledger closed (and recovery by another client agrees)."""
+    bk = cluster.client()
+    lh = bk.create_ledger(3, 3, 2, password=PASSWORD)
+    ensemble = lh.metadata.fragments[0].ensemble
+    for bookie_id in ensemble:
+        faults = cluster.faults[bookie_id]
+        faults.hold.add("add")
+        faults.only_entries = set(range(6, 10))
+    future = lh.add_entries_async([payload(i) for i in range(10)])
+    for bookie_id in ensemble:
+        cluster.faults[bookie_id].wait_held(4)
+    deadline = time.monotonic() + 10
+    while lh.last_add_confirmed < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert lh.last_add_confirmed == 5 and not future.done()
+    for bookie_id in ensemble:
+        cluster.faults[bookie_id].release(LedgerFenced("fenced by the test"))
+    with pytest.raises(LedgerFenced) as failed:
+        future.result(timeout=30)
+    assert failed.value.acknowledged == range(0, 6)
+    assert lh.last_add_confirmed == 5
+    with pytest.raises((LedgerFenced, LedgerClosed)):
+        lh.add_entries([payload(10)])
+    for bookie_id in ensemble:
+        cluster.faults[bookie_id].only_entries = None
+        cluster.faults[bookie_id].hold.clear()
+    recovered = cluster.client().open_ledger(lh.id, password=PASSWORD)
+    assert recovered.last_add_confirmed >= 5  # 6..9 are on the bookies: recovery may keep them
+    assert [e.data for e in recovered.read_entries(0, 5)] == [payload(i) for i in range(6)]
+
+
+@pytest.mark.asyncio
+async def test_the_asyncio_twin_keeps_call_order_and_tells_failures(cluster):
+    async with AsyncBookKeeper(cluster.client()) as bk:
+        lh = await bk.create_ledger(3, 2, 2)
+        single = await lh.submit(payload(0))
+        assert await lh.add_entries([payload(i) for i in range(1, 50)]) == (1, 49)
+        assert await single == 0
+        assert await lh.add_entries([bytearray(payload(50))]) == (50, 50)
+        with pytest.raises(TypeError):
+            await lh.add_entries([payload(51), 51])
+        with pytest.raises(ValueError):
+            await lh.add_entries([])
+        assert lh.last_add_confirmed == 50
+        entries = [e async for e in lh.read_entries(0, 50)]
+        assert [e.data for e in entries] == [payload(i) for i in range(51)]
+        await lh.close()
+        with pytest.raises(LedgerClosed):
+            await lh.add_entries([payload(51)])
