@@ -13,7 +13,10 @@ import pytest
 from clientutil import FAST, clusters
 
 from pybk.aio import AsyncBookKeeper
-from pybk.errors import EntryTooLarge, LedgerClosed, LedgerFenced
+from pybk.client.ledger import LedgerHandle
+from pybk.errors import EntryTooLarge, LedgerClosed, LedgerFenced, LogFenced
+from pybk.log import LogWriter, Position
+from pybk.settings import LogSettings
 
 pytestmark = pytest.mark.timeout(120)
 PASSWORD = b"secret"
@@ -132,3 +135,53 @@ async def test_the_asyncio_twin_keeps_call_order_and_tells_failures(cluster):
         await lh.close()
         with pytest.raises(LedgerClosed):
             await lh.add_entries([payload(51)])
+
+
+
+@pytest.mark.parametrize("fenced", [False, True])
+def test_a_log_writer_sends_the_batches_ready_together_in_one_call(cluster, monkeypatch,
+                                                                   fenced):
+    """Batches of one record each wait while a roll's metadata write is held; once it
+    lands they go out to the new segment in one add_entries call.  ``fenced``: the
+    call's entries 1 and 2 fail (a recoverer fenced them), so the batch acknowledged
+    before them succeeds and the others fail, as if sent one by one."""
+    calls: list[int] = []
+    add_entries_then = LedgerHandle.add_entries_then
+
+    def counted(self, buffers, done):
+        calls.append(len(buffers))
+        return add_entries_then(self, buffers, done)
+    monkeypatch.setattr(LedgerHandle, "add_entries_then", counted)
+    bk = cluster.client()
+    settings = LogSettings(ensembleSize=3, writeQuorumSize=3, ackQuorumSize=2,
+                           batchMaxBytes=1024, maxOutstandingBatches=1,
+                           segmentMaxAgeSeconds=0.2)
+    records = [b"%03d" % i + bytes(600) for i in range(5)]
+    with LogWriter.open(bk, "grouped", settings) as writer:
+        assert writer.append(records[0]) == Position(0, 0, 0)
+        cluster.metadata_faults.hold_writes = True
+        time.sleep(0.3)  # the segment is due to roll by age at the next append
+        futures = [writer.append_async(record) for record in records[1:]]
+        cluster.metadata_faults.wait_held(1)  # the roll waits: the batches queue
+        if fenced:
+            for faults in cluster.faults.values():
+                faults.hold.add("add")
+                faults.only_entries = {1, 2}
+        cluster.metadata_faults.release_all()
+        if not fenced:
+            assert [f.result(timeout=30) for f in futures] == [
+                Position(1, entry, 0) for entry in range(4)]
+            assert calls[0] == 3
+            return
+        for faults in cluster.faults.values():
+            faults.wait_held(2)
+        deadline = time.monotonic() + 10  # entry 0 acknowledged: 1 and 2 are pending
+        while bk.pending_adds() > 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for faults in cluster.faults.values():
+            faults.release(LedgerFenced("fenced by the test"))
+        assert futures[0].result(timeout=30) == Position(1, 0, 0)
+        for future in futures[1:]:
+            with pytest.raises(LogFenced):
+                future.result(timeout=30)
+        assert calls == [3]
