@@ -138,7 +138,8 @@ def _range_done(handle: "LedgerHandle", first: int, count: int, done: AddDone,
     if error is not None and isinstance(error, BookKeeperError):
         # Called after the close was decided: the LAC is final.
         through = min(handle.last_add_acknowledged, first + count - 1)
-        error = copy.copy(error)
+        error = copy.copy(error)  # one error fails many calls: each gets its own
+        error.__notes__ = list(getattr(error, "__notes__", ()))  # not the shared list
         error.acknowledged = range(first, through + 1)
         error.add_note(f"entries {first}..{first + count - 1} of one add_entries call: "
                        + (f"{first}..{through} acknowledged" if through >= first
