@@ -518,7 +518,8 @@ def measure_config(bk: BookKeeper, name: str, quorums: tuple[int, int, int],
                    bookie_pids: list[int], profile: Profile,
                    sweep_rates: tuple[float, ...] = ()) -> dict:
     """Full load, full load again in ``add_entries`` calls of :data:`RUN_ENTRIES`, then
-    half of the first one's rate, then :data:`FIXED_RATE_PER_S`, for one (E, Qw, Qa); with ``sweep_rates``, also those offered rates, and ``sweep``: every phase as a
+    half of the first one's rate, then :data:`FIXED_RATE_PER_S`, for one (E, Qw, Qa);
+    with ``sweep_rates``, also those offered rates, and ``sweep``: every phase as a
     point of latency against offered load (full load at the rate it reached)."""
     def open_phase(rate: float) -> dict:
         figures = load_phase(bk, quorums, bookie_pids,

@@ -1,8 +1,11 @@
-"""``LedgerHandle.add_entries`` and its asyncio twin: many entries in one call, one
+"""Acknowledgements as runs: a bookie's answers out of order move the LAC only over
+entries acknowledged by Qa bookies (watermarks and the answers waiting ahead of them);
+``LedgerHandle.add_entries`` and its asyncio twin: many entries in one call, one
 completion per call with the range of ids; a bad buffer refuses the whole call before
 anything is sent; a failure part-way tells which of the call's entries were
-acknowledged, and that matches what the ledger closed at.  Over bookies called
-in-process and served over ZeroMQ on loopback."""
+acknowledged, and that matches what the ledger closed at; the log writer sends the
+batches ready together in one call.  Over bookies called in-process and served over
+ZeroMQ on loopback."""
 
 from __future__ import annotations
 
@@ -25,11 +28,39 @@ PASSWORD = b"secret"
 @pytest.fixture(params=("inprocess", "zmq"))
 def cluster(tmp_path, request):
     with clusters(tmp_path, request.param) as make:
-        yield make(3)
+        yield make(4)
 
 
 def payload(i: int) -> bytes:
     return b"entry-%d-" % i * 8
+
+
+@pytest.mark.parametrize("ensemble", [3, 4])  # Qw = E, and striping (E4/Qw3)
+def test_answers_out_of_order_confirm_only_runs_every_bookie_acknowledged(cluster,
+                                                                          ensemble):
+    """Qa = Qw = 3: the answers of entries 1 and 2 from a bookie storing 1..3 are held,
+    then given 2 first: the bookie's later answers wait ahead of its watermark, and the
+    LAC moves past 0 only once 1 comes."""
+    bk = cluster.client(dataclasses.replace(FAST, addEntryTimeout=60.0))
+    lh = bk.create_ledger(ensemble, 3, 3, password=PASSWORD)
+    metadata = lh.metadata
+    slow = next(b for b in metadata.write_set(1)
+                if all(b in metadata.write_set(e) for e in (1, 2, 3)))
+    faults = cluster.faults[slow]
+    faults.hold.add("add")
+    faults.only_entries = {1, 2}
+    order: list[int] = []
+    futures = [lh.add_entry_async(payload(i)) for i in range(8)]
+    for future in futures:
+        future.add_done_callback(lambda f: order.append(f.result()))
+    faults.wait_held(2)
+    assert futures[0].result(timeout=30) == 0
+    faults.release(entries={2})
+    assert lh.last_add_confirmed == 0 and not futures[1].done()
+    faults.release(entries={1})
+    assert [f.result(timeout=30) for f in futures] == list(range(8))
+    assert order == list(range(8)) and lh.last_add_confirmed == 7
+    lh.close()
 
 
 @pytest.mark.parametrize("write_quorum", [3, 2])  # every bookie, and striping
@@ -152,7 +183,7 @@ def test_a_log_writer_sends_the_batches_ready_together_in_one_call(cluster, monk
         calls.append(len(buffers))
         return add_entries_then(self, buffers, done)
     monkeypatch.setattr(LedgerHandle, "add_entries_then", counted)
-    bk = cluster.client()
+    bk = cluster.client(dataclasses.replace(FAST, addEntryTimeout=60.0))
     settings = LogSettings(ensembleSize=3, writeQuorumSize=3, ackQuorumSize=2,
                            batchMaxBytes=1024, maxOutstandingBatches=1,
                            segmentMaxAgeSeconds=0.2)
@@ -173,10 +204,10 @@ def test_a_log_writer_sends_the_batches_ready_together_in_one_call(cluster, monk
                 Position(1, entry, 0) for entry in range(4)]
             assert calls[0] == 3
             return
-        for faults in cluster.faults.values():
-            faults.wait_held(2)
-        deadline = time.monotonic() + 10  # entry 0 acknowledged: 1 and 2 are pending
-        while bk.pending_adds() > 2 and time.monotonic() < deadline:
+        # Entries 1 and 2 held on the segment's three bookies, entry 0 acknowledged.
+        deadline = time.monotonic() + 10
+        while (sum(len(f.held()) for f in cluster.faults.values()) < 6
+               or bk.pending_adds() > 2) and time.monotonic() < deadline:
             time.sleep(0.01)
         for faults in cluster.faults.values():
             faults.release(LedgerFenced("fenced by the test"))
