@@ -325,13 +325,17 @@ class BookKeeper(ClientContext):
         wait up to addEntryTimeout in all (``throttleBlocking``) or not at all;
         TooManyRequests, none taken, if they did not all come."""
         settings = self.settings
-        deadline = time.monotonic() + settings.addEntryTimeout
         permits = self._add_permits
         assert permits is not None
+        deadline = None  # the clock is read only once a permit has to be waited for
         for taken in range(count):
-            if permits.acquire(False) or (settings.throttleBlocking and permits.acquire(
-                    True, max(0.0, deadline - time.monotonic()))):
+            if permits.acquire(False):
                 continue
+            if settings.throttleBlocking:
+                if deadline is None:
+                    deadline = time.monotonic() + settings.addEntryTimeout
+                if permits.acquire(True, max(0.0, deadline - time.monotonic())):
+                    continue
             if taken:
                 self._release_add_permits(taken)
             waited = f" for {settings.addEntryTimeout} s" if settings.throttleBlocking else ""
