@@ -1,0 +1,183 @@
+"""Acknowledgements as watermarks, attacked: an entry acknowledged by Qa bookies of its
+write set is confirmed as soon as the answers that make it so are in (also when the LAC
+moving lets a bookie's answers waiting ahead of its watermark count), never before (a
+model of every bookie's answers, in random orders with duplicates and answers for ids
+confirmed already, against the handle's LAC after every reply), and add_entries calls
+waiting for the throttle's permits do not split them between themselves."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import time
+
+import pytest
+from clientutil import FAST, clusters
+
+from pybk.errors import TooManyRequests
+
+pytestmark = pytest.mark.timeout(120)
+PASSWORD = b"secret"
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with clusters(tmp_path, "inprocess") as make:
+        yield make(5)
+
+
+def payload(i: int) -> bytes:
+    return b"entry-%d-" % i * 4
+
+
+def _wait(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_answers_waiting_ahead_count_once_the_lac_passes_the_missing_one(cluster):
+    """E = Qw = 3, Qa = 2.  Bookie A's answer for entry 1 is held (its answer for 2 comes
+    and waits ahead of its watermark); C's answers for 1 and 2 are held; B answers all.
+    Releasing C's answer for 1 confirms 1 (B, C) and lifts A's watermark over 2: entry 2
+    then has A's and B's acknowledgements and must be confirmed at once, not after
+    another reply or A/C timing out (addEntryTimeout is a minute here)."""
+    bk = cluster.client(dataclasses.replace(FAST, addEntryTimeout=60.0))
+    lh = bk.create_ledger(3, 3, 2, password=PASSWORD)
+    a, _b, c = lh.metadata.fragments[0].ensemble
+    cluster.faults[a].hold.add("add")
+    cluster.faults[a].only_entries = {1}
+    cluster.faults[c].hold.add("add")
+    cluster.faults[c].only_entries = {1, 2}
+    futures = [lh.add_entry_async(payload(i)) for i in range(3)]
+    cluster.faults[a].wait_held(1)
+    cluster.faults[c].wait_held(2)
+    assert futures[0].result(timeout=10) == 0
+    assert _wait(lambda: lh._ahead.get(a) == {2})  # A's answer for 2 is in, waiting
+    assert lh.last_add_confirmed == 0
+    cluster.faults[c].wait_answered()
+    cluster.faults[c].release(entries={1})
+    assert futures[1].result(timeout=10) == 1
+    assert futures[2].result(timeout=5) == 2  # A and B acknowledged it
+    assert lh.metadata.fragments == lh.metadata.fragments[:1]  # no ensemble change
+    cluster.faults[a].release()
+    cluster.faults[c].release()
+    lh.close()
+
+
+QUORUMS = [(3, 3, 2), (3, 3, 3), (3, 3, 1), (3, 2, 2), (3, 2, 1), (4, 3, 2), (4, 2, 2),
+           (5, 3, 2), (5, 2, 1), (4, 4, 2), (5, 4, 3), (2, 2, 1)]
+
+
+def _reference_lac(lac: int, last: int, write_set, acked: dict[str, set[int]],
+                   qa: int) -> int:
+    """The LAC the watermarks promise: entry by entry from ``lac``, the next one is
+    confirmed when Qa bookies of its write set acknowledged every entry of their write
+    sets above the LAC up to it."""
+    while lac < last:
+        entry_id = lac + 1
+        count = 0
+        for bookie_id in write_set(entry_id):
+            if all(x in acked[bookie_id] for x in range(lac + 1, entry_id + 1)
+                   if bookie_id in write_set(x)):
+                count += 1
+        if count < qa:
+            return lac
+        lac = entry_id
+    return lac
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_watermarks_against_a_model_of_every_answer(cluster, seed):
+    """Every bookie's answers held; the test then gives the handle answers itself (as
+    its transport would: several per reply, in any order, with duplicates and answers
+    for ids confirmed already) and checks after each reply that every confirmed entry
+    has Qa acknowledgements from its write set, and that the LAC is where a model of
+    the watermarks puts it; once every answer is in, every entry is confirmed."""
+    rng = random.Random(seed)
+    ensemble, write, ack = QUORUMS[seed % len(QUORUMS)]
+    bk = cluster.client(dataclasses.replace(FAST, addEntryTimeout=60.0))
+    for faults in cluster.faults.values():
+        faults.hold.add("add")
+    lh = bk.create_ledger(ensemble, write, ack, password=PASSWORD)
+    metadata = lh.metadata
+    count = rng.randint(1, 40)
+    futures = [lh.add_entry_async(payload(i)) for i in range(count)]
+    answers = [(b, e) for e in range(count) for b in metadata.write_set(e)]
+    rng.shuffle(answers)
+    # Bias towards order per bookie, as a transport mostly gives it.
+    if rng.random() < 0.5:
+        answers.sort(key=lambda be: (be[1] + rng.randint(0, 3)))
+    acked: dict[str, set[int]] = {b: set() for b in metadata.fragments[0].ensemble}
+    given = 0
+    while given < len(answers):
+        bookie_id = answers[given][0]
+        reply = []
+        while given < len(answers) and answers[given][0] == bookie_id \
+                and len(reply) < rng.randint(1, 6):
+            reply.append(answers[given][1])
+            given += 1
+        if reply and rng.random() < 0.3:
+            reply.append(rng.choice(reply))  # a duplicate
+        if acked[bookie_id] and rng.random() < 0.2:
+            reply.append(rng.choice(sorted(acked[bookie_id])))  # answered before
+        rng.shuffle(reply)
+        before = lh.last_add_confirmed
+        lh._on_acks(bookie_id, reply, None)
+        acked[bookie_id].update(reply)
+        after = lh.last_add_confirmed
+        assert after >= before
+        for entry_id in range(0, after + 1):
+            holders = [b for b in metadata.write_set(entry_id) if entry_id in acked[b]]
+            assert len(holders) >= ack, (seed, entry_id, holders)
+        expected = _reference_lac(-1, count - 1, metadata.write_set, acked, ack)
+        assert after == expected, (seed, (ensemble, write, ack), reply, bookie_id,
+                                   after, expected)
+    assert lh.last_add_confirmed == count - 1
+    assert [f.result(timeout=5) for f in futures] == list(range(count))
+    for faults in cluster.faults.values():
+        faults.hold.clear()
+    lh.close()
+
+
+def test_two_calls_waiting_for_permits_do_not_split_them(cluster):
+    """throttle = 8, all 8 permits held by adds whose answers are held; two add_entries
+    calls of 5 wait for permits.  The held adds are then acknowledged one by one: 8
+    permits come back, enough for one call, then its 5 come back for the other.  Taking
+    them one at a time, each waiter takes every other permit and both wait for the
+    three they lack until addEntryTimeout: one fails with TooManyRequests with nothing
+    outstanding."""
+    bk = cluster.client(dataclasses.replace(FAST, addEntryTimeout=3.0, throttle=8))
+    lh = bk.create_ledger(3, 3, 2, password=PASSWORD)
+    for bookie_id in lh.metadata.fragments[0].ensemble:
+        cluster.faults[bookie_id].hold.add("add")
+        cluster.faults[bookie_id].only_entries = set(range(8))
+    held = [lh.add_entry_async(payload(i)) for i in range(8)]
+    for bookie_id in lh.metadata.fragments[0].ensemble:
+        cluster.faults[bookie_id].wait_held(8)
+    outcomes: dict[int, object] = {}
+
+    def call(k: int) -> None:
+        try:
+            outcomes[k] = lh.add_entries([payload(100 * k + i) for i in range(5)])
+        except Exception as e:  # noqa: BLE001 - recorded for the assertion
+            outcomes[k] = e
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in (1, 2)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.2)  # both waiting for permits
+    for entry_id in range(8):
+        for bookie_id in lh.metadata.fragments[0].ensemble:
+            cluster.faults[bookie_id].release(entries={entry_id})
+        assert held[entry_id].result(timeout=10) == entry_id
+        time.sleep(0.05)  # the woken waiter takes its permit and waits again
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(isinstance(o, TooManyRequests) for o in outcomes.values()), outcomes
+    assert sorted(outcomes.values()) == [(8, 12), (13, 17)]
+    lh.close()
