@@ -107,6 +107,10 @@ class BookKeeper(ClientContext):
         # failed; bounded, so that a permit given back twice raises.
         self._add_permits = (threading.BoundedSemaphore(self.settings.throttle)
                              if self.settings.throttle else None)
+        # Held by a call taking many permits (add_entries) while it takes them: two
+        # taking theirs permit by permit would split the permits coming back between
+        # them, and both would wait for the rest until addEntryTimeout.
+        self._many_permits_lock = threading.Lock()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pybk-client")
         self._stop = threading.Event()
         self._closed = False  # read by every add of the client's ledgers: a plain flag
@@ -327,7 +331,32 @@ class BookKeeper(ClientContext):
         settings = self.settings
         permits = self._add_permits
         assert permits is not None
-        deadline = None  # the clock is read only once a permit has to be waited for
+        if count == 1:
+            self._take_each_permit(1, None)
+            return
+        many = self._many_permits_lock
+        deadline = None  # the clock is read only once something has to be waited for
+        if not many.acquire(False):
+            if settings.throttleBlocking:
+                deadline = time.monotonic() + settings.addEntryTimeout
+            if not settings.throttleBlocking or not many.acquire(True,
+                                                                 settings.addEntryTimeout):
+                raise TooManyRequests(
+                    f"{settings.throttle} adds of this client are outstanding (throttle): "
+                    f"another call of many adds was still taking its permits" + (
+                        f" after {settings.addEntryTimeout} s"
+                        if settings.throttleBlocking else ""))
+        try:
+            self._take_each_permit(count, deadline)
+        finally:
+            many.release()
+
+    def _take_each_permit(self, count: int, deadline: float | None) -> None:
+        """:meth:`_take_add_permits`'s taking, permit by permit, waiting until
+        ``deadline`` (None: addEntryTimeout from the first wait)."""
+        settings = self.settings
+        permits = self._add_permits
+        assert permits is not None
         for taken in range(count):
             if permits.acquire(False):
                 continue

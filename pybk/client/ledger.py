@@ -642,8 +642,9 @@ class LedgerHandle:
         with ``self._completions.deliver()``).  Caller holds the lock."""
         if self._changing_ensemble:
             return  # the change completes them once the new ensemble is in place
-        count = self._acked_through() - self._base + 1
-        if count > 0:
+        # Raising the watermarks to the new LAC below may let a bookie's answers waiting
+        # ahead count (its missing one is confirmed now): derive the LAC again then.
+        while (count := self._acked_through() - self._base + 1) > 0:
             assert count <= len(self._entries) and self._lac == self._base - 1, \
                 "adds confirmed out of order"
             dones = self._dones[:count]
@@ -660,10 +661,16 @@ class LedgerHandle:
             # Watermarks count only above the LAC: one behind it (a bookie slow to answer,
             # or one past which its answers wait ahead) starts from the LAC again.
             floor = self._lac
+            caught_up = False
             for bookie_id, through in self._through.items():
                 if through < floor:
-                    self._through[bookie_id] = self._catch_up(bookie_id, floor) \
-                        if bookie_id in self._ahead else floor
+                    if bookie_id in self._ahead:
+                        through = self._through[bookie_id] = self._catch_up(bookie_id, floor)
+                        caught_up = caught_up or through > floor
+                    else:
+                        self._through[bookie_id] = floor
+            if not caught_up:
+                break
         if not self._awaits_acks():
             self._drained.notify_all()
 
