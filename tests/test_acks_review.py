@@ -181,3 +181,125 @@ def test_two_calls_waiting_for_permits_do_not_split_them(cluster):
     assert not any(isinstance(o, TooManyRequests) for o in outcomes.values()), outcomes
     assert sorted(outcomes.values()) == [(8, 12), (13, 17)]
     lh.close()
+
+
+@pytest.fixture
+def seven(tmp_path):
+    with clusters(tmp_path, "inprocess") as make:
+        yield make(7)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_watermarks_across_ensemble_changes_against_a_model(seven, seed):
+    """As above, with adds made along the way (one by one and in add_entries calls) and
+    ensemble changes: a bookie fails an add (alone, or in a reply that also acknowledges
+    other adds), is replaced, and its late answers (also once a later change chose it
+    again, at another position) come in with the others.  After every step: each
+    confirmed entry has Qa acknowledgements from its write set in the ledger's
+    metadata, and the LAC is where the model puts it."""
+    from pybk.errors import BookKeeperError
+
+    rng = random.Random(seed)
+    ensemble, write, ack = QUORUMS[seed % len(QUORUMS)]
+    bk = seven.client(dataclasses.replace(FAST, addEntryTimeout=60.0,
+                                          bookieQuarantineTimeSeconds=0.0))
+    for faults in seven.faults.values():
+        faults.hold.add("add")
+    lh = bk.create_ledger(ensemble, write, ack, password=PASSWORD)
+    futures: list = []
+    sent: dict[str, set[int]] = {b: set() for b in seven.faults}   # adds it owes answers
+    fed: dict[str, set[int]] = {b: set() for b in seven.faults}    # answers given so far
+    counted: dict[str, set[int]] = {b: set() for b in seven.faults}  # this tenure's
+    expected = -1
+    changes = 0
+
+    def add(count: int) -> None:
+        first = len(futures)
+        if count > 1 and rng.random() < 0.5:
+            future = lh.add_entries_async([payload(first + i) for i in range(count)])
+            futures.extend([future] * count)
+        else:
+            futures.extend(lh.add_entry_async(payload(first + i)) for i in range(count))
+        for entry_id in range(first, first + count):
+            for bookie_id in lh.metadata.write_set(entry_id):
+                sent[bookie_id].add(entry_id)
+
+    def change(bookie_id: str, reply: list[int]) -> None:
+        nonlocal changes
+        before = lh.metadata.fragments[-1].ensemble
+        if reply:
+            errors = [BookKeeperError("injected")] + [None] * (len(reply) - 1)
+            lh._on_acks(bookie_id, reply, errors)
+            fed[bookie_id].update(reply[1:])
+        else:
+            lh._on_add_error(bookie_id, BookKeeperError("injected"))
+        assert _wait(lambda: not lh._changing_ensemble
+                     and lh.metadata.fragments[-1].ensemble != before)
+        changes += 1
+        after = lh.metadata.fragments[-1].ensemble
+        counted[bookie_id] = set()  # gone: its answers count for nothing now
+        for joined in set(after) - set(before):
+            counted[joined] = set()
+            for entry_id in range(lh.last_add_confirmed + 1, len(futures)):
+                if joined in lh.metadata.write_set(entry_id):
+                    sent[joined].add(entry_id)  # re-sent to the replacement
+                    fed[joined].discard(entry_id)  # (again, if it served before)
+
+    def check() -> None:
+        nonlocal expected
+        lac = lh.last_add_confirmed
+        metadata = lh.metadata
+        for entry_id in range(expected + 1, lac + 1):
+            holders = [b for b in metadata.write_set(entry_id) if entry_id in fed[b]]
+            assert len(holders) >= ack, (seed, entry_id, holders, metadata.fragments)
+        assert lac >= expected
+        current = metadata.fragments[-1].ensemble
+        expected = _reference_lac(expected, len(futures) - 1, metadata.write_set,
+                                  {b: counted[b] if b in current else set()
+                                   for b in counted}, ack)
+        assert lac == expected, (seed, (ensemble, write, ack), lac, expected)
+
+    add(rng.randint(1, 6))
+    for _step in range(rng.randint(10, 60)):
+        action = rng.random()
+        current = lh.metadata.fragments[-1].ensemble
+        if action < 0.2:
+            add(rng.randint(1, 6))
+        elif action < 0.28 and changes < 3:
+            victim = rng.choice(current)
+            owed = sorted(sent[victim] - fed[victim])
+            change(victim, rng.sample(owed, min(len(owed), rng.randint(0, 3))) if owed
+                   and rng.random() < 0.5 else [])
+        else:
+            candidates = [b for b in sent if sent[b] - fed[b] or (fed[b] and rng.random() < .1)]
+            if not candidates:
+                add(rng.randint(1, 3))
+                continue
+            bookie_id = rng.choice(candidates)
+            owed = sorted(sent[bookie_id] - fed[bookie_id])
+            reply = owed[:rng.randint(1, 6)] if owed else []
+            if rng.random() < 0.3 and len(reply) > 1:
+                rng.shuffle(reply)
+            if fed[bookie_id] and rng.random() < 0.2:
+                reply.append(rng.choice(sorted(fed[bookie_id])))
+            if not reply:
+                continue
+            lh._on_acks(bookie_id, reply, None)
+            fed[bookie_id].update(reply)
+            if bookie_id in lh.metadata.fragments[-1].ensemble:
+                counted[bookie_id].update(reply)
+        check()
+    # Every bookie of the last ensemble answers everything it was sent: all confirmed.
+    for bookie_id in lh.metadata.fragments[-1].ensemble:
+        owed = sorted(sent[bookie_id] - fed[bookie_id])
+        if owed:
+            lh._on_acks(bookie_id, owed, None)
+            fed[bookie_id].update(owed)
+            counted[bookie_id].update(owed)
+        check()
+    assert lh.last_add_confirmed == len(futures) - 1
+    for future in futures:
+        future.result(timeout=5)
+    for faults in seven.faults.values():
+        faults.hold.clear()
+    lh.close()
