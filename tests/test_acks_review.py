@@ -303,3 +303,35 @@ def test_watermarks_across_ensemble_changes_against_a_model(seven, seed):
     for faults in seven.faults.values():
         faults.hold.clear()
     lh.close()
+
+
+@pytest.mark.parametrize("quorums, silent, entries", [
+    ((3, 3, 3), "all", None),       # answers nothing
+    ((3, 3, 3), "some", {1, 4}),    # answers all but two
+    ((4, 2, 2), "all", None),       # striping: a bookie of half the write sets
+    ((4, 2, 2), "some", {1, 5}),
+    ((4, 3, 3), "some", {5}),
+])
+def test_a_bookie_that_does_not_answer_times_out_and_is_replaced(seven, quorums, silent,
+                                                                   entries):
+    """Qa = Qw: a bookie whose answers (all, or those of some entries) never come is
+    replaced once addEntryTimeout passed, and every add then succeeds; then its
+    replacement stops answering too and is replaced in turn."""
+    bk = seven.client(dataclasses.replace(FAST, addEntryTimeout=0.5))
+    lh = bk.create_ledger(*quorums, password=PASSWORD)
+    first = lh.metadata.fragments[0].ensemble
+    victim = first[1]
+    seven.faults[victim].drop.add("add")
+    seven.faults[victim].only_entries = entries
+    futures = [lh.add_entry_async(payload(i)) for i in range(8)]
+    assert [f.result(timeout=20) for f in futures] == list(range(8))
+    assert victim not in lh.metadata.fragments[-1].ensemble
+    replacement = next(b for b in lh.metadata.fragments[-1].ensemble if b not in first)
+    seven.faults[replacement].drop.add("add")
+    futures = [lh.add_entry_async(payload(i)) for i in range(8, 16)]
+    assert lh.add_entries([payload(i) for i in range(16, 20)]) == (16, 19)
+    assert [f.result(timeout=20) for f in futures] == list(range(8, 16))
+    assert replacement not in lh.metadata.fragments[-1].ensemble
+    lh.close()
+    reader = seven.client().open_ledger(lh.id, password=PASSWORD)
+    assert [e.data for e in reader.read_entries(0, 19)] == [payload(i) for i in range(20)]
