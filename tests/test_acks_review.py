@@ -15,7 +15,7 @@ import time
 import pytest
 from clientutil import FAST, clusters
 
-from pybk.errors import TooManyRequests
+from pybk.errors import BookKeeperError, TooManyRequests
 
 pytestmark = pytest.mark.timeout(120)
 PASSWORD = b"secret"
@@ -335,3 +335,36 @@ def test_a_bookie_that_does_not_answer_times_out_and_is_replaced(seven, quorums,
     lh.close()
     reader = seven.client().open_ledger(lh.id, password=PASSWORD)
     assert [e.data for e in reader.read_entries(0, 19)] == [payload(i) for i in range(20)]
+
+
+def test_a_call_failing_part_way_tells_what_it_acknowledged(tmp_path):
+    """Three bookies, E = Qw = 3, Qa = 2: a call of 6 whose last 3 are answered by one
+    bookie only.  The two silent bookies time out and no bookie can replace them: the
+    ledger closes at 10, the call fails with ``acknowledged`` 8..10, the single add
+    after it fails too; a cancelled call's adds went on; every throttle permit is back,
+    once."""
+    with clusters(tmp_path, "inprocess") as make:
+        cluster = make(3)
+        bk = cluster.client(dataclasses.replace(FAST, addEntryTimeout=0.3, throttle=16))
+        lh = bk.create_ledger(3, 3, 2, password=PASSWORD)
+        ensemble = lh.metadata.fragments[0].ensemble
+        cancelled = lh.add_entries_async([payload(i) for i in range(4)])
+        cancelled.cancel()  # too late or not: the adds go on
+        assert lh.add_entries([payload(i) for i in range(4, 8)]) == (4, 7)
+        for bookie_id in ensemble[:2]:
+            cluster.faults[bookie_id].drop.add("add")
+            cluster.faults[bookie_id].only_entries = {11, 12, 13}
+        future = lh.add_entries_async([payload(i) for i in range(8, 14)])
+        later = lh.add_entry_async(payload(14))
+        with pytest.raises(BookKeeperError) as failed:
+            future.result(timeout=10)
+        assert failed.value.acknowledged == range(8, 11)
+        with pytest.raises(BookKeeperError):
+            later.result(timeout=5)
+        assert lh.last_add_confirmed == 10
+        assert bk._add_permits._value == 16  # every permit back, once
+        lh.close()
+        assert lh.metadata.last_entry_id == 10
+        reader = cluster.client().open_ledger(lh.id, password=PASSWORD)
+        assert reader.last_add_confirmed == 10
+        assert [e.data for e in reader.read_entries(0, 10)] == [payload(i) for i in range(11)]
