@@ -368,3 +368,31 @@ def test_a_call_failing_part_way_tells_what_it_acknowledged(tmp_path):
         reader = cluster.client().open_ledger(lh.id, password=PASSWORD)
         assert reader.last_add_confirmed == 10
         assert [e.data for e in reader.read_entries(0, 10)] == [payload(i) for i in range(11)]
+
+
+def test_a_deferred_call_failing_part_way_tells_only_what_the_ledger_keeps(cluster):
+    """DEFERRED_SYNC, nothing forced: a call of 6 whose entries 3..5 a bookie refuses.
+    The handle closes at the durable LAC (-1: BookKeeper's rule), so entries 0..2,
+    written on Qa bookies, are not in the ledger: the failed call must not report them
+    acknowledged (a log writer would return their records as appended)."""
+    from pybk.client.deferred import WriteFlag
+
+    bk = cluster.client(dataclasses.replace(FAST, addEntryTimeout=60.0))
+    lh = bk.create_ledger(3, 3, 2, password=PASSWORD, write_flags={WriteFlag.DEFERRED_SYNC})
+    victim, slow, _ = lh.metadata.fragments[0].ensemble
+    for bookie_id in (victim, slow):
+        cluster.faults[bookie_id].hold.add("add")
+        cluster.faults[bookie_id].only_entries = {3, 4, 5}
+    future = lh.add_entries_async([payload(i) for i in range(6)])
+    cluster.faults[victim].wait_held(3)
+    assert _wait(lambda: lh.last_add_acknowledged == 2)
+    cluster.faults[victim].release(BookKeeperError("refused by the test"))
+    with pytest.raises(BookKeeperError) as failed:
+        future.result(timeout=10)
+    assert _wait(lambda: lh.metadata.last_entry_id is not None)
+    closed_at = lh.metadata.last_entry_id
+    assert closed_at == -1
+    acknowledged = failed.value.acknowledged
+    assert acknowledged is not None and (not acknowledged or acknowledged[-1] <= closed_at), \
+        (acknowledged, closed_at)
+    cluster.faults[slow].release()

@@ -136,8 +136,9 @@ def _range_done(handle: "LedgerHandle", first: int, count: int, done: AddDone,
     ``first``: ``done`` as it is, or with a copy of the error that tells which of them
     were acknowledged (``error.acknowledged``)."""
     if error is not None and isinstance(error, BookKeeperError):
-        # Called after the close was decided: the LAC is final.
-        through = min(handle.last_add_acknowledged, first + count - 1)
+        # Called after the close was decided, at the durable LAC (the LAC but for a
+        # DEFERRED_SYNC ledger, whose entries acknowledged past it the close leaves out).
+        through = min(handle.last_add_forced, first + count - 1)
         error = copy.copy(error)  # one error fails many calls: each gets its own
         error.__notes__ = list(getattr(error, "__notes__", ()))  # not the shared list
         error.acknowledged = range(first, through + 1)
@@ -325,8 +326,10 @@ class LedgerHandle:
         ``done(last id, None)`` is called once every entry was acknowledged (in entry-id
         order with the handle's other completions), or ``done(None, error)`` once one
         failed: then the entries before it may have been acknowledged, and
-        ``error.acknowledged`` is the range of this call's ids that were (the LAC is
-        final by then: a failed add closes the ledger).  A buffer that is not bytes, or
+        ``error.acknowledged`` is the range of this call's ids that were and that the
+        ledger keeps (a failed add closes the ledger, at the LAC; a DEFERRED_SYNC one
+        at the durable LAC, :attr:`last_add_forced`, leaving out the entries
+        acknowledged past it).  A buffer that is not bytes, or
         too large, refuses the whole call before any entry is sent (TypeError,
         EntryTooLarge); so does an empty ``buffers`` (ValueError), and, with a
         ``throttle``, more entries than it lets be outstanding (ValueError)."""
