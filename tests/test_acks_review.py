@@ -396,3 +396,54 @@ def test_a_deferred_call_failing_part_way_tells_only_what_the_ledger_keeps(clust
     assert acknowledged is not None and (not acknowledged or acknowledged[-1] <= closed_at), \
         (acknowledged, closed_at)
     cluster.faults[slow].release()
+
+
+@pytest.mark.parametrize("quorums", [(3, 3, 2), (4, 2, 2), (5, 3, 1)])
+def test_calls_and_single_adds_from_many_threads(cluster, quorums):
+    """Four threads add one by one and in calls of up to 20, while one bookie answers
+    late: every call gets consecutive ids, the ids of all of them are 0..n-1 once each,
+    completions come one at a time in id order, and the ledger holds what each added."""
+    bk = cluster.client(dataclasses.replace(FAST, throttle=64))
+    lh = bk.create_ledger(*quorums, password=PASSWORD)
+    cluster.faults[lh.metadata.fragments[0].ensemble[1]].delay_s = 0.002
+    lock = threading.Lock()
+    completed: list[tuple[int, int]] = []  # (first, last) in completion order
+    data: dict[int, bytes] = {}
+    inside = [0]
+
+    def done_for(buffers):
+        def done(last, error):
+            assert error is None, error
+            with lock:
+                inside[0] += 1
+                assert inside[0] == 1, "completions overlap"
+            first = last - len(buffers) + 1
+            for i, buffer in enumerate(buffers):
+                data[first + i] = buffer
+            completed.append((first, last))
+            with lock:
+                inside[0] -= 1
+        return done
+
+    def writer(k: int) -> None:
+        rng = random.Random(k)
+        for n in range(40):
+            count = rng.choice([1, 1, 2, 5, 20])
+            buffers = [b"t%d-c%d-%d" % (k, n, i) for i in range(count)]
+            if count == 1 and rng.random() < 0.5:
+                lh.add_entry_then(buffers[0], done_for(buffers))
+            else:
+                lh.add_entries_then(buffers, done_for(buffers))
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert _wait(lambda: lh.pending_adds == 0, 30)
+    lh.close()
+    last = lh.metadata.last_entry_id
+    assert [first for first, _ in completed] == sorted(first for first, _ in completed)
+    assert sum(b - a + 1 for a, b in completed) == last + 1 == len(data)
+    assert all(completed[i][1] + 1 == completed[i + 1][0] for i in range(len(completed) - 1))
+    assert {e.entry_id: e.data for e in lh.read_entries(0, last)} == data
