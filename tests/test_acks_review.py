@@ -447,3 +447,49 @@ def test_calls_and_single_adds_from_many_threads(cluster, quorums):
     assert sum(b - a + 1 for a, b in completed) == last + 1 == len(data)
     assert all(completed[i][1] + 1 == completed[i + 1][0] for i in range(len(completed) - 1))
     assert {e.entry_id: e.data for e in lh.read_entries(0, last)} == data
+
+
+@pytest.mark.parametrize("order", ["recovery first", "change first"])
+def test_an_ensemble_change_racing_a_recovery_confirms_nothing_past_the_close(cluster,
+                                                                               order):
+    """Entries 5..9 are acknowledged by two bookies (Qa) while the third fails them and
+    the ensemble change's metadata write is held; a recovery by another client runs
+    meanwhile.  Whichever write lands first, the writer confirms no entry the recovered
+    ledger does not hold, and a confirmed entry is never past its last entry."""
+    bk = cluster.client(dataclasses.replace(FAST, addEntryTimeout=60.0))
+    lh = bk.create_ledger(3, 3, 2, password=PASSWORD)
+    for i in range(5):
+        assert lh.add_entry(payload(i)) == i
+    victim = lh.metadata.fragments[0].ensemble[0]
+    cluster.metadata_faults.hold_writes = True
+    cluster.faults[victim].fail.add("add")
+    futures = [lh.add_entry_async(payload(i)) for i in range(5, 10)]
+    change = cluster.metadata_faults.wait_held(1)[0]
+    time.sleep(0.2)
+    assert lh.last_add_confirmed == 4 and not any(f.done() for f in futures)
+    outcome: dict[str, object] = {}
+
+    def recover() -> None:
+        try:
+            outcome["ledger"] = cluster.client().open_ledger(lh.id, password=PASSWORD)
+        except Exception as e:  # noqa: BLE001 - recorded for the assertion
+            outcome["error"] = e
+
+    if order == "change first":
+        cluster.metadata_faults.release(change)
+        assert _wait(lambda: lh.last_add_confirmed == 9)
+    recoverer = threading.Thread(target=recover)
+    recoverer.start()
+    if order == "recovery first":
+        in_recovery = next(w for w in cluster.metadata_faults.wait_held(2) if w is not change)
+        cluster.metadata_faults.release(in_recovery)
+    cluster.metadata_faults.release_all()
+    recoverer.join(timeout=30)
+    recovered = outcome["ledger"]
+    last = recovered.metadata.last_entry_id
+    confirmed = [f.result() for f in futures if f.done() and f.exception() is None]
+    assert all(entry_id <= last for entry_id in confirmed), (confirmed, last)
+    assert lh.last_add_confirmed <= last
+    assert [e.data for e in recovered.read_entries(0, last)] == [
+        payload(i) for i in range(last + 1)]
+    cluster.faults[victim].fail.clear()
