@@ -493,3 +493,36 @@ def test_an_ensemble_change_racing_a_recovery_confirms_nothing_past_the_close(cl
     assert [e.data for e in recovered.read_entries(0, last)] == [
         payload(i) for i in range(last + 1)]
     cluster.faults[victim].fail.clear()
+
+
+@pytest.mark.parametrize("quorums", [(3, 3, 2), (4, 3, 3), (4, 2, 2)])
+def test_a_second_failure_during_a_change(seven, quorums):
+    """A bookie fails adds and the change's metadata write is held; meanwhile a second
+    bookie fails, and adds keep coming.  Once the write lands both are replaced, the
+    pending adds are re-sent to the replacements, every add succeeds, and every entry
+    is held by Qa bookies (all of Qw here) of its write set in the metadata."""
+    bk = seven.client(dataclasses.replace(FAST, addEntryTimeout=60.0))
+    lh = bk.create_ledger(*quorums, password=PASSWORD)
+    futures = [lh.add_entry_async(payload(i)) for i in range(4)]
+    assert [f.result(timeout=10) for f in futures] == list(range(4))
+    first, second = lh.metadata.fragments[0].ensemble[:2]
+    seven.metadata_faults.hold_writes = True
+    seven.faults[first].fail.add("add")
+    futures += [lh.add_entry_async(payload(i)) for i in range(4, 8)]
+    change = seven.metadata_faults.wait_held(1)[0]
+    seven.faults[second].fail.add("add")
+    futures += [lh.add_entry_async(payload(i)) for i in range(8, 12)]
+    assert lh.add_entries_async([payload(i) for i in range(12, 16)]) is not None
+    time.sleep(0.2)
+    seven.metadata_faults.release(change)
+    seven.metadata_faults.release_all()
+    assert [f.result(timeout=20) for f in futures] == list(range(12))
+    assert _wait(lambda: lh.last_add_confirmed == 15)
+    ensemble = lh.metadata.fragments[-1].ensemble
+    assert first not in ensemble and second not in ensemble
+    for entry_id in range(16):
+        holders = set(seven.holders(lh.id, entry_id)) & set(lh.metadata.write_set(entry_id))
+        assert len(holders) >= quorums[2], (entry_id, holders, lh.metadata.fragments)
+    lh.close()
+    for bookie_id in (first, second):
+        seven.faults[bookie_id].fail.clear()
