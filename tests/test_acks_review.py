@@ -526,3 +526,48 @@ def test_a_second_failure_during_a_change(seven, quorums):
     lh.close()
     for bookie_id in (first, second):
         seven.faults[bookie_id].fail.clear()
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_caller_given_ids_against_a_model(cluster, seed):
+    """create_ledger_adv: ids added in a random order (holes filled later), answers
+    given by the test as in the model test above: the LAC stops before the first hole
+    and is where the model puts it after every step; completions come in id order."""
+    rng = random.Random(seed)
+    ensemble, write, ack = QUORUMS[seed % len(QUORUMS)]
+    bk = cluster.client(dataclasses.replace(FAST, addEntryTimeout=60.0))
+    for faults in cluster.faults.values():
+        faults.hold.add("add")
+    lh = bk.create_ledger_adv(ensemble, write, ack, password=PASSWORD)
+    metadata = lh.metadata
+    count = rng.randint(1, 30)
+    ids = list(range(count))
+    rng.shuffle(ids)
+    order: list[int] = []
+    acked: dict[str, set[int]] = {b: set() for b in metadata.fragments[0].ensemble}
+    owed: dict[str, list[int]] = {b: [] for b in acked}
+    added: set[int] = set()
+    expected = -1
+    while ids or any(owed.values()):
+        if ids and (rng.random() < 0.4 or not any(owed.values())):
+            entry_id = ids.pop()
+            lh.add_entry_then(entry_id, payload(entry_id),
+                              lambda e, error: order.append(e if error is None else -2))
+            added.add(entry_id)
+            for bookie_id in metadata.write_set(entry_id):
+                owed[bookie_id].append(entry_id)
+        else:
+            bookie_id = rng.choice([b for b in owed if owed[b]])
+            rng.shuffle(owed[bookie_id])
+            reply = owed[bookie_id][:rng.randint(1, 4)]
+            del owed[bookie_id][:len(reply)]
+            lh._on_acks(bookie_id, reply, None)
+            acked[bookie_id].update(reply)
+        last = max(added)
+        expected = _reference_lac(expected, last, metadata.write_set, acked, ack)
+        assert lh.last_add_confirmed == expected, (seed, lh.last_add_confirmed, expected)
+    assert lh.last_add_confirmed == count - 1
+    assert order == list(range(count))
+    for faults in cluster.faults.values():
+        faults.hold.clear()
+    lh.close()
