@@ -571,3 +571,27 @@ def test_caller_given_ids_against_a_model(cluster, seed):
     for faults in cluster.faults.values():
         faults.hold.clear()
     lh.close()
+
+
+def test_calls_of_many_adds_without_blocking_do_not_refuse_each_other(cluster):
+    """throttleBlocking off, permits plentiful: calls of many adds from four threads at
+    once all go through (none is refused for another taking its permits)."""
+    bk = cluster.client(dataclasses.replace(FAST, throttle=4000, throttleBlocking=False))
+    lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        for n in range(50):
+            try:
+                lh.add_entries_async([b"%d-%d-%d" % (k, n, i) for i in range(5)])
+            except BaseException as e:  # noqa: BLE001 - recorded for the assertion
+                errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors[:3]
+    assert _wait(lambda: lh.last_add_confirmed == 999, 30)
+    lh.close()

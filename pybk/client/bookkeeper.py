@@ -337,15 +337,15 @@ class BookKeeper(ClientContext):
         many = self._many_permits_lock
         deadline = None  # the clock is read only once something has to be waited for
         if not many.acquire(False):
-            if settings.throttleBlocking:
+            if not settings.throttleBlocking:
+                many.acquire()  # held only while a call takes its permits without waiting
+            else:
                 deadline = time.monotonic() + settings.addEntryTimeout
-            if not settings.throttleBlocking or not many.acquire(True,
-                                                                 settings.addEntryTimeout):
-                raise TooManyRequests(
-                    f"{settings.throttle} adds of this client are outstanding (throttle): "
-                    f"another call of many adds was still taking its permits" + (
-                        f" after {settings.addEntryTimeout} s"
-                        if settings.throttleBlocking else ""))
+                if not many.acquire(True, settings.addEntryTimeout):
+                    raise TooManyRequests(
+                        f"{settings.throttle} adds of this client are outstanding "
+                        "(throttle): another call of many adds was still waiting for its "
+                        f"permits after {settings.addEntryTimeout} s")
         try:
             self._take_each_permit(count, deadline)
         finally:
