@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import itertools
 import os
 import select
 import signal
@@ -102,6 +104,8 @@ TARGET_LIGHT_LOAD_P99_US = 10_000     # at half load and at the fixed rate
 TARGET_LIGHT_LOAD_P50_US = 2_000
 #: CPU per entry (client + bookies) at the fixed rate, at most this times full load's.
 TARGET_CPU_PER_ENTRY_FIXED_TO_FULL = 1.5
+#: Entries per ``add_entries`` call in the full-load phase that adds in runs.
+RUN_ENTRIES = 100
 
 
 @dataclass(frozen=True)
@@ -381,19 +385,28 @@ class Adds:
     def in_flight(self) -> int:
         return len(self.start_ns) - len(self.done_ns)
 
-    def submit(self, start_ns: int) -> None:
-        """Add one entry, timed from ``start_ns``."""
-        self.start_ns.append(start_ns)
-        self.ledger.add_entry_then(PAYLOAD, self._on_done)
+    def submit(self, start_ns: int, run: int = 1) -> None:
+        """Add one entry (``run`` > 1: that many in one ``add_entries_then`` call), timed
+        from ``start_ns``."""
+        if run == 1:
+            self.start_ns.append(start_ns)
+            self.ledger.add_entry_then(PAYLOAD, self._on_done)
+            return
+        self.start_ns.extend(itertools.repeat(start_ns, run))
+        self.ledger.add_entries_then([PAYLOAD] * run, functools.partial(self._on_run_done,
+                                                                        run))
 
     def _on_done(self, entry_id: int | None, error: BaseException | None) -> None:
+        self._on_run_done(1, entry_id, error)
+
+    def _on_run_done(self, run: int, last: int | None, error: BaseException | None) -> None:
         done = self.done_ns
         if error is not None:
             self.errors.append(error)
-        elif entry_id != len(done):
-            self.errors.append(RuntimeError(f"entry {entry_id} acknowledged as number "
-                                            f"{len(done)}"))
-        done.append(time.perf_counter_ns())
+        elif last != len(done) + run - 1:
+            self.errors.append(RuntimeError(f"entry {last} acknowledged as number "
+                                            f"{len(done) + run - 1}"))
+        done.extend(itertools.repeat(time.perf_counter_ns(), run))
         if len(self.start_ns) - len(done) <= self._wake_at:
             self._wake_at = -1
             self._wakeup.set()
@@ -424,9 +437,10 @@ class Adds:
         return figures
 
 
-def closed_loop(adds: Adds, profile: Profile) -> dict:
+def closed_loop(adds: Adds, profile: Profile, run: int = 1) -> dict:
     """Full load: keep up to ``window`` adds in flight; at a full window, wait until half
-    of it was acknowledged.  Latency counts from the add_entry_then call."""
+    of it was acknowledged.  Latency counts from the add_entry_then call (``run`` > 1:
+    adds made ``run`` at a time by ``add_entries_then``, each timed from its call)."""
     clock = time.perf_counter_ns
     begin = clock()
     measure_from = begin + int(profile.warmup_seconds * 1e9)
@@ -438,7 +452,7 @@ def closed_loop(adds: Adds, profile: Profile) -> dict:
         if adds.in_flight >= window:
             adds.wait_in_flight(resume_at, deadline)
         else:
-            adds.submit(now)
+            adds.submit(now, run)
     adds.wait_in_flight(0, deadline)
     figures = adds.summary(measure_from, measure_to)
     figures["window"] = window
@@ -503,8 +517,9 @@ def say_phase(name: str, label: str, figures: dict) -> None:
 def measure_config(bk: BookKeeper, name: str, quorums: tuple[int, int, int],
                    bookie_pids: list[int], profile: Profile,
                    sweep_rates: tuple[float, ...] = ()) -> dict:
-    """Full load, then half of its rate, then :data:`FIXED_RATE_PER_S`, for one (E, Qw,
-    Qa); with ``sweep_rates``, also those offered rates, and ``sweep``: every phase as a
+    """Full load, full load again in ``add_entries`` calls of :data:`RUN_ENTRIES`, then
+    half of the first one's rate, then :data:`FIXED_RATE_PER_S`, for one (E, Qw, Qa);
+    with ``sweep_rates``, also those offered rates, and ``sweep``: every phase as a
     point of latency against offered load (full load at the rate it reached)."""
     def open_phase(rate: float) -> dict:
         figures = load_phase(bk, quorums, bookie_pids,
@@ -514,11 +529,15 @@ def measure_config(bk: BookKeeper, name: str, quorums: tuple[int, int, int],
 
     full = load_phase(bk, quorums, bookie_pids, lambda adds: closed_loop(adds, profile))
     say_phase(name, "full load", full)
+    runs = load_phase(bk, quorums, bookie_pids,
+                      lambda adds: closed_loop(adds, profile, RUN_ENTRIES))
+    say_phase(name, f"full load, add_entries of {RUN_ENTRIES}", runs)
     half = open_phase(full["per_s"] * HALF_LOAD_FRACTION)
     fixed = open_phase(FIXED_RATE_PER_S)
     ensemble, write_quorum, ack_quorum = quorums
     figures = {"ensemble": ensemble, "write_quorum": write_quorum, "ack_quorum": ack_quorum,
-               "full_load": full, "half_load": half, "fixed_rate": fixed,
+               "full_load": full, "full_load_runs": runs, "half_load": half,
+               "fixed_rate": fixed,
                "bookie_adds_per_s": round(full["per_s"] * write_quorum, 1)}
     if sweep_rates:
         phases = [(rate, open_phase(rate)) for rate in sweep_rates]
@@ -658,6 +677,10 @@ def evaluate(raw: dict, pybk: dict, zookeeper: dict) -> tuple[dict, dict]:
             reference[phase]["cpu_us_per_add"]["total"],
             floor[phase]["cpu_us_per_add"]["total"])
     ratios["full_load_to_floor"] = ratio(per_s, floor["full_load"]["per_s"])
+    runs = reference["full_load_runs"]
+    ratios["cpu_per_entry_full_load_runs_to_floor"] = ratio(
+        runs["cpu_us_per_add"]["total"], floor["full_load"]["cpu_us_per_add"]["total"])
+    ratios["full_load_runs_to_floor"] = ratio(runs["per_s"], floor["full_load"]["per_s"])
     ratios["floor_cpu_per_entry_5k_to_full"] = floor["cpu_per_entry_5k_to_full"]
     targets = {
         "replicated_1k_entries_per_s": target(per_s, per_s >= TARGET_ENTRIES_PER_S,

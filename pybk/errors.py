@@ -14,6 +14,10 @@ class BookKeeperError(Exception):
     """Base of every pybk error."""
 
     code: int = -999  # BKException.Code.UnexpectedConditionException
+    #: On the error of a failed ``LedgerHandle.add_entries``: the ids of that call's
+    #: entries that were acknowledged before it failed and that the closed ledger keeps
+    #: (for DEFERRED_SYNC: up to the durable LAC; empty: none); None elsewhere.
+    acknowledged: range | None = None
 
 
 class InvalidConfiguration(BookKeeperError, ValueError):

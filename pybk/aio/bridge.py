@@ -38,7 +38,17 @@ import queue
 import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, AsyncIterator, Callable, Generic, Iterator, Protocol, Self, TypeVar
+from typing import (
+    Any,
+    AsyncIterator,
+    Callable,
+    Generic,
+    Iterator,
+    Protocol,
+    Self,
+    Sequence,
+    TypeVar,
+)
 
 from pybk.log.futures import wait_for_callbacks
 
@@ -378,8 +388,14 @@ class Admission(Generic[T]):
     async def admit(self, data: bytes) -> bytes:
         """Take room for ``data`` (waiting for it); return the bytes to queue (a copy
         of a buffer the caller may reuse once this returns)."""
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"data must be bytes, not {type(data).__name__}")
+        return (await self.admit_many((data,)))[0]
+
+    async def admit_many(self, buffers: Sequence[bytes]) -> list[bytes]:
+        """:meth:`admit` for ``buffers`` that go out as one item: room for one, and the
+        bytes of each."""
+        for data in buffers:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise TypeError(f"data must be bytes, not {type(data).__name__}")
         self.check_open()
         if not self._bridge.try_take_room():
             await self._bridge.take_room()
@@ -388,7 +404,7 @@ class Admission(Generic[T]):
             except BaseException:
                 self._bridge.give_room()
                 raise
-        return data if type(data) is bytes else bytes(data)
+        return [data if type(data) is bytes else bytes(data) for data in buffers]
 
     def queue(self, item: object) -> "asyncio.Future[T]":
         """Queue ``item`` (room taken: :meth:`admit`) for ``start``; the future gives

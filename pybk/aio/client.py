@@ -19,9 +19,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Sequence
 
-from pybk.aio.bridge import MAX_PENDING_DEFAULT, AsyncClosing, Bridge, Feed, Submissions
+from pybk.aio.bridge import (
+    MAX_PENDING_DEFAULT,
+    Admission,
+    AsyncClosing,
+    Bridge,
+    Feed,
+    Submissions,
+)
 from pybk.aio.log import AsyncLogReader, AsyncLogWriter
 from pybk.client import BookKeeper
 from pybk.client.ledger import LedgerEntry, LedgerHandle
@@ -145,12 +152,24 @@ class AsyncLedger(AsyncClosing):
         self._closing = False
         self._adds: Submissions[int] = Submissions(
             bridge, self._start_adds, lambda: LedgerClosed(f"ledger {self.id} is closed"))
+        self._batches: Admission[tuple[int, int]] = Admission(
+            bridge, self._start_batches, lambda: LedgerClosed(f"ledger {self.id} is closed"))
 
     def _start_adds(self, items: list[tuple[Any, asyncio.Future]]) -> None:
         """Send queued adds (on the submitter thread)."""
         for data, future in items:
             try:
                 self.handle.add_entry_then(data, functools.partial(self._bridge.post, future))
+            except Exception as e:  # refused at once (closed, too large...)
+                self._bridge.post(future, None, e)
+
+    def _start_batches(self, items: list[tuple[Any, asyncio.Future]]) -> None:
+        """Send queued calls of :meth:`add_entries` (on the submitter thread)."""
+        for buffers, future in items:
+            count = len(buffers)
+            try:
+                self.handle.add_entries_then(buffers, functools.partial(
+                    _post_range, self._bridge, future, count))
             except Exception as e:  # refused at once (closed, too large...)
                 self._bridge.post(future, None, e)
 
@@ -179,6 +198,16 @@ class AsyncLedger(AsyncClosing):
     async def add(self, data: bytes) -> int:
         """Add an entry; return its id once acknowledged."""
         return await self._adds.wait(data)
+
+    async def add_entries(self, buffers: Sequence[bytes]) -> tuple[int, int]:
+        """Add ``buffers`` as consecutive entries in one call
+        (``LedgerHandle.add_entries_then``, sent in order with the adds queued before);
+        return ``(first id, last id)`` once all were acknowledged.  The call takes the
+        room of one add."""
+        if not buffers:
+            raise ValueError("add_entries needs at least one entry")
+        copies = await self._batches.admit_many(buffers)
+        return await self._batches.queue(copies)
 
     async def force(self) -> int:
         """Make every add acknowledged so far durable and return the durable LAC
@@ -215,6 +244,7 @@ class AsyncLedger(AsyncClosing):
             return
         self._closing = True
         self._adds.refuse()
+        self._batches.refuse()
         await self._bridge.barrier()
         await self._bridge.call(self.handle.close)  # once its adds' callbacks ran
         self._bridge.deliver()
@@ -244,3 +274,10 @@ class AsyncLedgerAdv(AsyncLedger):
     async def add(self, entry_id: int, data: bytes) -> int:  # type: ignore[override]
         """Add ``data`` as entry ``entry_id``; return the id once acknowledged."""
         return await self._adds.wait(data, entry_id)
+
+
+def _post_range(bridge: Bridge, future: asyncio.Future, count: int, last: int | None,
+                error: BaseException | None) -> None:
+    """The completion of an :meth:`AsyncLedger.add_entries` call of ``count`` entries:
+    ``(first id, last id)`` to its future on the loop, or the error."""
+    bridge.post(future, None if last is None else (last - count + 1, last), error)

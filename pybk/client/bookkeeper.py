@@ -107,6 +107,10 @@ class BookKeeper(ClientContext):
         # failed; bounded, so that a permit given back twice raises.
         self._add_permits = (threading.BoundedSemaphore(self.settings.throttle)
                              if self.settings.throttle else None)
+        # Held by a call taking many permits (add_entries) while it takes them: two
+        # taking theirs permit by permit would split the permits coming back between
+        # them, and both would wait for the rest until addEntryTimeout.
+        self._many_permits_lock = threading.Lock()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pybk-client")
         self._stop = threading.Event()
         self._closed = False  # read by every add of the client's ledgers: a plain flag
@@ -320,17 +324,54 @@ class BookKeeper(ClientContext):
             return False
         return True
 
-    def _take_add_permit(self) -> None:
-        """Take a permit for one add (see ``_add_permits``): wait up to addEntryTimeout
-        for one (``throttleBlocking``) or not at all; TooManyRequests if none came."""
+    def _take_add_permits(self, count: int = 1) -> None:
+        """Take a permit per add (see ``_add_permits``; ``count`` at most ``throttle``):
+        wait up to addEntryTimeout in all (``throttleBlocking``) or not at all;
+        TooManyRequests, none taken, if they did not all come."""
         settings = self.settings
-        blocking = settings.throttleBlocking
-        if self._add_permits.acquire(blocking,  # type: ignore[union-attr]
-                                     settings.addEntryTimeout if blocking else None):
+        permits = self._add_permits
+        assert permits is not None
+        if count == 1:
+            self._take_each_permit(1, None)
             return
-        waited = f" for {settings.addEntryTimeout} s" if blocking else ""
-        raise TooManyRequests(f"{settings.throttle} adds of this client are outstanding "
-                              f"(throttle) and none finished{waited}")
+        many = self._many_permits_lock
+        deadline = None  # the clock is read only once something has to be waited for
+        if not many.acquire(False):
+            if not settings.throttleBlocking:
+                many.acquire()  # held only while a call takes its permits without waiting
+            else:
+                deadline = time.monotonic() + settings.addEntryTimeout
+                if not many.acquire(True, settings.addEntryTimeout):
+                    raise TooManyRequests(
+                        f"{settings.throttle} adds of this client are outstanding "
+                        "(throttle): another call of many adds was still waiting for its "
+                        f"permits after {settings.addEntryTimeout} s")
+        try:
+            self._take_each_permit(count, deadline)
+        finally:
+            many.release()
+
+    def _take_each_permit(self, count: int, deadline: float | None) -> None:
+        """:meth:`_take_add_permits`'s taking, permit by permit, waiting until
+        ``deadline`` (None: addEntryTimeout from the first wait)."""
+        settings = self.settings
+        permits = self._add_permits
+        assert permits is not None
+        for taken in range(count):
+            if permits.acquire(False):
+                continue
+            if settings.throttleBlocking:
+                if deadline is None:
+                    deadline = time.monotonic() + settings.addEntryTimeout
+                if permits.acquire(True, max(0.0, deadline - time.monotonic())):
+                    continue
+            if taken:
+                self._release_add_permits(taken)
+            waited = f" for {settings.addEntryTimeout} s" if settings.throttleBlocking else ""
+            raise TooManyRequests(f"{settings.throttle} adds of this client are "
+                                  f"outstanding (throttle) and none finished{waited}" + (
+                                      f" (still {count - taken} to take for {count} adds "
+                                      "of one call)" if count > 1 else ""))
 
     def _release_add_permits(self, count: int = 1) -> None:
         self._add_permits.release(count)  # type: ignore[union-attr]

@@ -8,6 +8,9 @@ their callbacks: the decision appends to a :class:`CompletionQueue` under the lo
 entry-id order, and :meth:`CompletionQueue.deliver` then calls them outside the lock, on
 one thread at a time.  A thread that finds another delivering leaves its completions to
 it, so no thread waits for another's callbacks, and callbacks never overlap.
+
+Completions are queued by the run, not by the add: a list of callbacks for consecutive
+entry ids (the ledger's slots, sliced), so deciding a thousand adds is one append.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from typing import Callable
+from typing import Callable, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -28,19 +31,20 @@ class CompletionQueue:
 
     def __init__(self, lock: threading.RLock) -> None:
         self._lock = lock
-        self._queue: collections.deque[tuple[AddDone, int | None,
+        # Runs of completions: (callbacks, id of the first, error).  Callback i of a run
+        # is called with (first + i, None), or (None, error); None stands for no callback.
+        self._queue: collections.deque[tuple[Sequence[AddDone | None], int | None,
                                              BaseException | None]] = collections.deque()
         self._deliverer: int | None = None  # the thread calling callbacks now
         self._idle = threading.Condition(lock)
 
-    def put(self, done: AddDone, entry_id: int | None, error: BaseException | None) -> None:
-        """Queue a completion.  Caller holds the lock and queues in entry-id order."""
-        self._queue.append((done, entry_id, error))
-
-    def put_all(self, completions: list[tuple[AddDone, int | None,
-                                              BaseException | None]]) -> None:
-        """Queue ``(done, entry_id, error)`` completions, as :meth:`put` does each."""
-        self._queue.extend(completions)
+    def put_range(self, dones: Sequence[AddDone | None], first: int | None,
+                  error: BaseException | None = None) -> None:
+        """Queue the completions of consecutive adds: ``dones[i]`` is called with
+        ``(first + i, None)``, or with ``(None, error)`` when ``error`` is given (then
+        ``first`` is not used).  Caller holds the lock and queues in entry-id order; the
+        list is the queue's from now on."""
+        self._queue.append((dones, first, error))
 
     def deliver(self) -> None:
         """Call the queued callbacks, unless another thread is at it (it calls ours too).
@@ -60,11 +64,17 @@ class CompletionQueue:
                     return
                 batch = list(queue)
                 queue.clear()
-            for done, entry_id, error in batch:
-                try:
-                    done(entry_id, error)
-                except Exception:  # the application's bug must not stop the others
-                    log.exception("an add's completion callback raised")
+            for dones, first, error in batch:
+                for entry_id, done in enumerate(dones, first or 0):
+                    if done is None:
+                        continue
+                    try:
+                        if error is None:
+                            done(entry_id, None)
+                        else:
+                            done(None, error)
+                    except Exception:  # the application's bug must not stop the others
+                        log.exception("an add's completion callback raised")
 
     def wait_delivered(self, timeout: float) -> bool:
         """Wait until everything queued so far was delivered (at once if called from a

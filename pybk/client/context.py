@@ -88,13 +88,14 @@ class ClientContext(ABC):
         """Run ``fn`` on the client's worker thread; False once the client is closed."""
 
     @abstractmethod
-    def _take_add_permit(self) -> None:
-        """Take a permit of the client's throttle for one add (``ClientSettings.throttle``
-        is not 0); TooManyRequests if none came."""
+    def _take_add_permits(self, count: int = 1) -> None:
+        """Take a permit of the client's throttle per add, ``count`` adds
+        (``ClientSettings.throttle`` is not 0); TooManyRequests, none taken, if they did
+        not all come."""
 
     @abstractmethod
     def _release_add_permits(self, count: int = 1) -> None:
-        """Give back ``count`` permits taken by :meth:`_take_add_permit` (adds that were
+        """Give back ``count`` permits taken by :meth:`_take_add_permits` (adds that were
         acknowledged or failed)."""
 
     @abstractmethod

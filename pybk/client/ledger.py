@@ -6,6 +6,18 @@ is confirmed to the caller only after every lower entry was, so the LAC (carried
 entry) only moves forward.  Completions reach the application in entry-id order, one at
 a time (:mod:`pybk.client.completions`).
 
+Acknowledgements are kept per bookie, not per add: each bookie of the last ensemble has a
+*watermark*, the highest entry up to which it acknowledged every add of its write sets
+above the LAC (answers past one it has not given yet, which come when replies or
+caller-given ids arrive out of order, wait in a small set until it comes).  Entry ``e``
+has Qa acknowledgements exactly when the Qa-th highest watermark of its write set
+reaches ``e``, so the LAC is derived once per reply (with Qw = E: the Qa-th highest
+watermark; with striping, per write set ``e % E``).  The pending adds live in slots
+(lists of entries, callbacks, lengths and push times, slot i being entry LAC + 1 + i), and
+a reply costs one lock and one small step per entry.  A bookie is timed out when its
+oldest unanswered pending add (the first of its write sets past its watermark) was sent
+more than ``addEntryTimeout`` ago.
+
 Ensemble changes: a bookie of the current ensemble that fails an add (an error, or no
 answer within ``addEntryTimeout`` of the add being sent to it) is replaced.  The new
 fragment starts at LAC + 1 (or replaces the last fragment in place if that is where it
@@ -41,23 +53,24 @@ error, a digest mismatch or ``readTimeout``; every entry's digest is verified.  
 (``read_entries``, and ``read_unconfirmed`` past the LAC) is read ahead with the same
 guarantees (:mod:`pybk.client.reads`).
 
-A writer that gives the entry ids itself is :mod:`pybk.client.ledger_adv`'s subclass: the
-pending adds stay in entry-id order, and the LAC moves only to the next id (the hooks
-``_next_entry_id``, ``_enqueue`` and ``_awaits_acks``).
+A writer that gives the entry ids itself is :mod:`pybk.client.ledger_adv`'s subclass:
+its adds fill the slots in any order (an id not added yet is a hole, which no bookie
+acknowledges, so the LAC stops before it), through the hook ``_next_entry_id``.
 """
 
 from __future__ import annotations
 
-import collections
+import copy
 import dataclasses
 import enum
+import itertools
 import logging
 import threading
 import time
 from concurrent.futures import Future, as_completed
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from pybk.client.completions import AddDone, CompletionQueue
 from pybk.client.context import ClientContext
@@ -94,32 +107,57 @@ class _WriteState(enum.Enum):
     STOPPED = "stopped"  # recovery mode only: the re-writes are over (done or failed)
 
 
-class _PendingAdd:
-    __slots__ = ("entry_id", "entry", "length", "done", "write_set", "acked", "sent",
-                 "finished")
+class _AckLayout:
+    """Where the bookies of a ledger's last ensemble store its entries, as the
+    acknowledgement watermarks need it: ``write_sets[r]``, the write set of the entries
+    ``e`` with ``e % E == r``; ``gaps[bookie][r]``, from such an entry to the next one
+    the bookie stores (1 for every bookie when Qw = E); ``full``, whether Qw = E."""
 
-    def __init__(self, entry_id: int, entry: bytes, length: int, done: AddDone,
-                 write_set: tuple[str, ...]) -> None:
-        self.entry_id = entry_id
-        self.entry = entry
-        self.finished = False  # acknowledged or failed: late answers are ignored
-        self.length = length
-        self.done = done            # called once: (entry id, None) or (None, error)
-        self.write_set = write_set  # the bookies it goes to (changes with the ensemble)
-        self.acked: set[str] = set()
-        # Bookie -> when the add was sent to it, for the bookies that still owe an
-        # answer (each bookie's timeout counts from its own send).
-        self.sent: dict[str, float] = {}
+    __slots__ = ("ensemble", "write_sets", "gaps", "full")
+
+    def __init__(self, metadata: LedgerMetadata) -> None:
+        self.ensemble = metadata.fragments[-1].ensemble
+        size = len(self.ensemble)
+        first = metadata.fragments[-1].first_entry_id
+        by_residue: list[tuple[str, ...]] = [()] * size
+        for entry_id in range(first, first + size):
+            by_residue[entry_id % size] = metadata.write_set(entry_id)
+        self.write_sets = tuple(by_residue)
+        self.full = metadata.write_quorum_size == size
+        self.gaps = {bookie_id: tuple(
+            next(gap for gap in range(1, size + 1)
+                 if bookie_id in by_residue[(residue + gap) % size])
+            for residue in range(size)) for bookie_id in self.ensemble}
 
 
-def _settle(future: Future) -> AddDone:
-    """An :data:`AddDone` that completes ``future`` (unless it was cancelled)."""
+def _range_done(handle: "LedgerHandle", first: int, count: int, done: AddDone,
+                entry_id: int | None, error: BaseException | None) -> None:
+    """The completion of :meth:`LedgerHandle.add_entries_then`'s ``count`` adds from
+    ``first``: ``done`` as it is, or with a copy of the error that tells which of them
+    were acknowledged (``error.acknowledged``)."""
+    if error is not None and isinstance(error, BookKeeperError):
+        # Called after the close was decided, at the durable LAC (the LAC but for a
+        # DEFERRED_SYNC ledger, whose entries acknowledged past it the close leaves out).
+        through = min(handle.last_add_forced, first + count - 1)
+        error = copy.copy(error)  # one error fails many calls: each gets its own
+        error.__notes__ = list(getattr(error, "__notes__", ()))  # not the shared list
+        error.acknowledged = range(first, through + 1)
+        error.add_note(f"entries {first}..{first + count - 1} of one add_entries call: "
+                       + (f"{first}..{through} acknowledged" if through >= first
+                          else "none acknowledged"))
+    done(entry_id, error)
+
+
+def _settle(future: Future, result: Callable[[int], object] | None = None) -> AddDone:
+    """An :data:`AddDone` that completes ``future`` (unless it was cancelled) with the
+    entry id, or what ``result`` makes of it."""
     def done(entry_id: int | None, error: BaseException | None) -> None:
         if future.set_running_or_notify_cancel():
-            if error is None:
-                future.set_result(entry_id)
-            else:
+            if error is not None:
                 future.set_exception(error)
+            else:
+                future.set_result(entry_id if result is None or entry_id is None
+                                  else result(entry_id))
     return done
 
 
@@ -149,7 +187,26 @@ class LedgerHandle:
         self._lock = threading.RLock()
         self._drained = threading.Condition(self._lock)  # pending adds all finished
         self._completions = CompletionQueue(self._lock)
-        self._pending: collections.deque[_PendingAdd] = collections.deque()
+        # The pending adds, in slots: slot i is entry ``_base + i`` (``_base`` is LAC + 1
+        # while the handle is OPEN), its encoded entry (None: a hole, an id a caller of
+        # ledger_adv has not added yet), the callback, the ledger's length with it, and
+        # when it was pushed (sent to the bookies of its write set then).
+        self._base = last_add_confirmed + 1
+        self._entries: list[bytes | None] = []
+        self._dones: list[AddDone | None] = []
+        self._lengths: list[int] = []
+        self._pushed_at: list[float] = []
+        self._outstanding = 0  # slots that are not holes
+        # Acknowledgements as watermarks (module docstring), per bookie of the last
+        # ensemble: the highest entry up to which it acknowledged every add of its write
+        # sets above the LAC; the acknowledgements it gave past one missing (ids in any
+        # order, replies in any order); and when it joined the ensemble (0: from the
+        # start), which its timeouts count from for the adds pushed before.
+        self._layout = _AckLayout(self._metadata) if writable else None
+        self._through: dict[str, int] = dict.fromkeys(
+            self._metadata.fragments[-1].ensemble, last_add_confirmed) if writable else {}
+        self._ahead: dict[str, set[int]] = {}
+        self._since: dict[str, float] = {}
         self._lac = last_add_confirmed
         self._last_pushed = last_add_confirmed
         self._length = length
@@ -217,7 +274,7 @@ class LedgerHandle:
     @property
     def pending_adds(self) -> int:
         """Adds sent and not yet acknowledged or failed."""
-        return len(self._pending)
+        return self._outstanding
 
     @property
     def is_closed(self) -> bool:
@@ -248,9 +305,77 @@ class LedgerHandle:
         whichever thread completed the add (keep ``done`` short and non-blocking)."""
         self._add(None, data, done)
 
-    def _add(self, requested: int | None, data: bytes, done: AddDone) -> None:
-        """Add an entry as :meth:`add_entry_then` says, under the id
-        :meth:`_next_entry_id` gives for ``requested``."""
+    def add_entries(self, buffers: Sequence[bytes]) -> tuple[int, int]:
+        """Add ``buffers`` as consecutive entries; return ``(first id, last id)`` once
+        every one of them was acknowledged (see :meth:`add_entries_then`)."""
+        return self.add_entries_async(buffers).result()
+
+    def add_entries_async(self, buffers: Sequence[bytes]) -> Future:
+        """Add ``buffers`` as consecutive entries; the future gives ``(first id, last
+        id)`` once all were acknowledged, or fails as :meth:`add_entries_then` says
+        (futures of a handle complete in entry-id order, with :meth:`add_entry_async`'s)."""
+        future: Future = Future()
+        count = len(buffers)
+        self.add_entries_then(buffers, _settle(future, lambda last: (last - count + 1, last)))
+        return future
+
+    def add_entries_then(self, buffers: Sequence[bytes], done: AddDone) -> int:
+        """Add ``buffers`` as consecutive entries, in one call: one lock, one throttle
+        take and one completion for all of them; return the first one's id.
+
+        ``done(last id, None)`` is called once every entry was acknowledged (in entry-id
+        order with the handle's other completions), or ``done(None, error)`` once one
+        failed: then the entries before it may have been acknowledged, and
+        ``error.acknowledged`` is the range of this call's ids that were and that the
+        ledger keeps (a failed add closes the ledger, at the LAC; a DEFERRED_SYNC one
+        at the durable LAC, :attr:`last_add_forced`, leaving out the entries
+        acknowledged past it).  A buffer that is not bytes, or
+        too large, refuses the whole call before any entry is sent (TypeError,
+        EntryTooLarge); so does an empty ``buffers`` (ValueError), and, with a
+        ``throttle``, more entries than it lets be outstanding (ValueError)."""
+        if not self._ids_in_order:
+            raise TypeError(f"ledger {self.id} takes the caller's entry ids: add them one "
+                            "by one with add_entry(entry_id, data)")
+        count = len(buffers)
+        if not count:
+            raise ValueError("add_entries needs at least one entry")
+        for data in buffers:
+            self._check_data(data)
+        throttle = self._bk.settings.throttle
+        if self._throttled and count > throttle:
+            raise ValueError(f"{count} entries in one call is more than throttle="
+                             f"{throttle} adds outstanding: split the call")
+        if self._bk.metrics is not None:
+            done = self._bk.metrics.timed_add(done)
+        if self._throttled:
+            self._bk._take_add_permits(count)
+        try:
+            with self._lock:
+                if self._state is not _WriteState.OPEN or not self._writable \
+                        or self._recovery or self._bk.closed:
+                    self._check_can_add()
+                first = self._last_pushed + 1
+                lac = self._forced if self._deferred else self._lac
+                length = self._length
+                lengths = [length := length + len(data) for data in buffers]
+                encode = self._digest.encode
+                entries = [encode(entry_id, lac, entry_length, data) for entry_id,
+                           entry_length, data in zip(range(first, first + count), lengths,
+                                                     buffers)]
+                self._length = length
+                targets = self._push_run(first, entries, lengths,
+                                         partial(_range_done, self, first, count, done))
+        except BaseException:
+            if self._throttled:
+                self._bk._release_add_permits(count)
+            raise
+        size = len(targets)
+        for entry_id, entry in enumerate(entries, first):
+            self._send(entry_id, entry, targets[entry_id % size])
+        return first
+
+    def _check_data(self, data: bytes) -> None:
+        """Refuse an entry no bookie would take, before anything is sent."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"entry data must be bytes, not {type(data).__name__}")
         if len(data) > self._max_payload:  # refused here: no bookie would take it
@@ -258,10 +383,15 @@ class LedgerHandle:
                                 f"bytes an entry can carry (maxEntrySizeBytes="
                                 f"{self._bk.settings.maxEntrySizeBytes}, less the "
                                 f"{self._digest.overhead}-byte entry header)")
+
+    def _add(self, requested: int | None, data: bytes, done: AddDone) -> None:
+        """Add an entry as :meth:`add_entry_then` says, under the id
+        :meth:`_next_entry_id` gives for ``requested``."""
+        self._check_data(data)
         if self._bk.metrics is not None:
             done = self._bk.metrics.timed_add(done)
         if self._throttled:
-            self._bk._take_add_permit()
+            self._bk._take_add_permits()
         try:
             with self._lock:
                 if self._state is not _WriteState.OPEN or not self._writable \
@@ -269,14 +399,15 @@ class LedgerHandle:
                     self._check_can_add()
                 entry_id = self._next_entry_id(requested)
                 self._length += len(data)
-                op, targets = self._push(entry_id, self._digest.encode(
+                entry = self._digest.encode(
                     entry_id, self._forced if self._deferred else self._lac, self._length,
-                    data), done)
+                    data)
+                targets = self._push(entry_id, entry, done)
         except BaseException:
             if self._throttled:
                 self._bk._release_add_permits()
             raise
-        self._send(op, targets)
+        self._send(entry_id, entry, targets)
 
     def _next_entry_id(self, requested: int | None) -> int:
         """The id of the add being made: the next one (a handle with caller-given ids
@@ -294,36 +425,67 @@ class LedgerHandle:
             entry_id = self._last_pushed + 1
             assert entry.entry_id == entry_id, (entry.entry_id, entry_id)
             self._length = entry.length
-            op, targets = self._push(entry_id, self._digest.encode(
-                entry_id, entry.last_add_confirmed, entry.length, entry.data), _settle(future))
-        self._send(op, targets)
+            encoded = self._digest.encode(entry_id, entry.last_add_confirmed, entry.length,
+                                          entry.data)
+            targets = self._push(entry_id, encoded, _settle(future))
+        self._send(entry_id, encoded, targets)
         return future
 
-    def _push(self, entry_id: int, entry: bytes,
-              done: AddDone) -> tuple[_PendingAdd, Sequence[str]]:
-        """Queue a new pending add; return it and the bookies to send it to now (its
+    def _push(self, entry_id: int, entry: bytes, done: AddDone) -> Sequence[str]:
+        """Put a new pending add into its slot; return the bookies to send it to now (its
         write set less the bookies an ensemble change is replacing).  Caller holds the
         lock."""
         self._last_pushed = max(self._last_pushed, entry_id)
-        op = _PendingAdd(entry_id, entry, self._length, done,
-                         self._metadata.write_set(entry_id))
-        self._enqueue(op)
         now = self._last_activity = time.monotonic()
-        targets = op.write_set if not self._failed_bookies else \
-            [b for b in op.write_set if b not in self._failed_bookies]
-        op.sent = dict.fromkeys(targets, now)
-        return op, targets
+        at = entry_id - self._base
+        entries = self._entries
+        if at > len(entries):  # a caller-given id (ledger_adv) past new holes
+            holes = at - len(entries)
+            entries.extend([None] * holes)
+            self._dones.extend([None] * holes)
+            self._lengths.extend([0] * holes)
+            self._pushed_at.extend([0.0] * holes)
+        if at == len(entries):  # the next id: every add of a LedgerHandle
+            entries.append(entry)
+            self._dones.append(done)
+            self._lengths.append(self._length)
+            self._pushed_at.append(now)
+        else:  # a caller-given id (ledger_adv) into a hole
+            assert entries[at] is None, f"entry {entry_id} is pending already"
+            entries[at], self._dones[at] = entry, done
+            self._lengths[at], self._pushed_at[at] = self._length, now
+        self._outstanding += 1
+        write_set = self._metadata.write_set(entry_id)
+        if not self._failed_bookies:
+            return write_set
+        return [b for b in write_set if b not in self._failed_bookies]
 
-    def _enqueue(self, op: _PendingAdd) -> None:
-        """Put ``op`` into the pending queue, which is in entry-id order (ids come in
-        order here).  Caller holds the lock."""
-        self._pending.append(op)
+    def _push_run(self, first: int, entries: list[bytes], lengths: list[int],
+                  done: AddDone) -> list[Sequence[str]]:
+        """Put the adds of ``entries`` (ids from ``first``, the next id on) into their
+        slots at once, ``done`` in the last one's; return, per ``entry_id % E``, the
+        bookies to send them to now (as :meth:`_push`).  Caller holds the lock."""
+        count = len(entries)
+        assert first == self._base + len(self._entries), "a run of adds out of order"
+        self._last_pushed = first + count - 1
+        now = self._last_activity = time.monotonic()
+        self._entries.extend(entries)
+        self._dones.extend(itertools.repeat(None, count - 1))
+        self._dones.append(done)
+        self._lengths.extend(lengths)
+        self._pushed_at.extend(itertools.repeat(now, count))
+        self._outstanding += count
+        layout = self._layout
+        assert layout is not None
+        failed = self._failed_bookies
+        return [[b for b in write_set if b not in failed] if failed else write_set
+                for write_set in layout.write_sets]
 
     def _awaits_acks(self) -> bool:
         """Whether a pending add can still be confirmed by bookies' answers alone: the
-        first one is the entry after the LAC (always, unless ids are the caller's and
-        one is missing).  Caller holds the lock."""
-        return bool(self._pending) and self._pending[0].entry_id == self._lac + 1
+        first slot holds an add (always, unless ids are the caller's and one is
+        missing).  Caller holds the lock."""
+        return bool(self._entries) and self._entries[0] is not None
 
     def _check_can_add(self) -> None:
         if not self._writable or self._recovery:
@@ -339,21 +501,21 @@ class LedgerHandle:
         raise LedgerClosed(f"ledger {self.id} was closed after an error its writer could "
                            f"not recover from ({cause}); open it with recovery to read it")
 
-    def _send(self, op: _PendingAdd, bookie_ids: Iterable[str]) -> None:
-        """Send ``op`` to ``bookie_ids`` (the hot path: one call per entry, and per
-        bookie one call of the transport's :meth:`~BookieClient.ledger_adds` sender
-        when it has one)."""
-        if op.finished:
+    def _send(self, entry_id: int, entry: bytes, bookie_ids: Iterable[str]) -> None:
+        """Send the add of ``entry_id`` to ``bookie_ids`` (the hot path: one call per
+        entry, and per bookie one call of the transport's
+        :meth:`~BookieClient.ledger_adds` sender when it has one).  The bookie's answer
+        names the add by its entry id."""
+        if entry_id < self._base:
             return  # finished while an ensemble change was re-sending it
-        entry = op.entry
         senders = self._senders
         for bookie_id in bookie_ids:
             send = senders.get(bookie_id)
-            if send is None or not send(op.entry_id, entry, op):
-                self._send_to_client(bookie_id, op, entry)
+            if send is None or not send(entry_id, entry, entry_id):
+                self._send_to_client(bookie_id, entry_id, entry)
 
-    def _send_to_client(self, bookie_id: str, op: _PendingAdd, entry: bytes) -> None:
-        """Send ``op`` to the bookie's current client, keeping that client's sender for
+    def _send_to_client(self, bookie_id: str, entry_id: int, entry: bytes) -> None:
+        """Send the add to the bookie's current client, keeping that client's sender for
         the next adds (if it has one)."""
         self._senders.pop(bookie_id, None)
         try:
@@ -365,35 +527,89 @@ class LedgerHandle:
             bookie_id, partial(self._on_acks, bookie_id))
         send = client.ledger_adds(self.id, self._master_key, sink, self._recovery,
                                   deferred=self._deferred)
-        if send is not None and send(op.entry_id, entry, op):
+        if send is not None and send(entry_id, entry, entry_id):
             self._senders[bookie_id] = send
         else:
-            client.add_grouped(self.id, op.entry_id, entry, self._master_key, op, sink,
+            client.add_grouped(self.id, entry_id, entry, self._master_key, entry_id, sink,
                                self._recovery, deferred=self._deferred)
 
-    def _on_acks(self, bookie_id: str, ops: Sequence[_PendingAdd],
+    def _on_acks(self, bookie_id: str, entry_ids: Sequence[int],
                  errors: Sequence[BaseException | None] | None) -> None:
         """A bookie answered adds (all durable when ``errors`` is None): one lock for
-        all of them, however many the transport's reply carried."""
+        all of them, however many the transport's reply carried, and per add a step of
+        the bookie's watermark; the LAC is derived from the watermarks once per reply."""
         if errors is not None:
             failed = [e for e in errors if e is not None]
             if failed:
                 self._on_add_error(bookie_id, failed[0])
-                ops = [op for op, error in zip(ops, errors) if error is None]
+                entry_ids = [e for e, error in zip(entry_ids, errors) if error is None]
         with self._lock:
             acks = self._acks
-            for op in ops:
-                if acks is not None:  # also late ones: a force may count this bookie
-                    acks.acked(bookie_id, op.entry_id)
-                # skipped: finished already, or a late answer from a replaced bookie
-                if not op.finished and bookie_id in op.write_set:
-                    op.acked.add(bookie_id)
-                    op.sent.pop(bookie_id, None)
-            pending = self._pending
-            if not pending or len(pending[0].acked) < self._metadata.ack_quorum_size:
-                return  # nothing new to confirm: the first pending add is short of Qa
+            if acks is not None:  # also late ones: a force may count this bookie
+                for entry_id in entry_ids:
+                    acks.acked(bookie_id, entry_id)
+            known = self._through.get(bookie_id)
+            if known is None or self._state is not _WriteState.OPEN:
+                return  # a late answer from a replaced bookie, or the adds were decided
+            gaps = self._layout.gaps[bookie_id]  # type: ignore[union-attr]
+            size = len(gaps)
+            through = known
+            following = through + gaps[through % size]
+            for entry_id in entry_ids:
+                if entry_id == following:
+                    through = entry_id
+                    following = entry_id + gaps[entry_id % size]
+                elif entry_id > following:  # past one not answered yet (or refused)
+                    self._ahead.setdefault(bookie_id, set()).add(entry_id)
+            if bookie_id in self._ahead:
+                through = self._catch_up(bookie_id, through)
+            if through == known:
+                return
+            self._through[bookie_id] = through
+            if through < self._base:
+                return  # nothing new to confirm: the bookie is behind the LAC
             self._confirm()
         self._completions.deliver()
+
+    def _catch_up(self, bookie_id: str, through: int) -> int:
+        """The bookie's watermark ``through`` raised over its acknowledgements ahead that
+        now follow on from it; those at or below it forgotten.  Caller holds the lock."""
+        ahead = self._ahead[bookie_id]
+        gaps = self._layout.gaps[bookie_id]  # type: ignore[union-attr]
+        size = len(gaps)
+        following = through + gaps[through % size]
+        while following in ahead:
+            through = following
+            following = through + gaps[through % size]
+        ahead = {e for e in ahead if e > through}
+        if ahead:
+            self._ahead[bookie_id] = ahead
+        else:
+            del self._ahead[bookie_id]
+        return through
+
+    def _acked_through(self) -> int:
+        """The highest entry id up to which every pending add has Qa acknowledgements
+        from its write set, from the watermarks: an entry ``e`` of write set ``r`` is
+        acknowledged by Qa bookies exactly when the Qa-th highest watermark of that
+        write set's bookies reaches ``e`` (a watermark covers every entry of its
+        bookie's write sets up to it).  With Qw = E there is one write set; with
+        striping, the first entry not covered in any write set ends the run.  Caller
+        holds the lock."""
+        layout = self._layout
+        assert layout is not None
+        through, qa, floor = self._through, self._metadata.ack_quorum_size, self._base - 1
+        if layout.full:
+            return max(floor, sorted(through.values())[-qa])
+        size = len(layout.write_sets)
+        first_short = None
+        for residue, write_set in enumerate(layout.write_sets):
+            covered = max(floor, sorted(through[b] for b in write_set)[-qa])
+            short = covered + 1 + (residue - covered - 1) % size  # next e, e % E == residue
+            if first_short is None or short < first_short:
+                first_short = short
+        assert first_short is not None
+        return first_short - 1
 
     def _on_add_error(self, bookie_id: str, error: BaseException) -> None:
         if isinstance(error, (LedgerFenced, Unauthorized)):
@@ -429,33 +645,48 @@ class LedgerHandle:
         with ``self._completions.deliver()``).  Caller holds the lock."""
         if self._changing_ensemble:
             return  # the change completes them once the new ensemble is in place
-        pending = self._pending
-        qa = self._metadata.ack_quorum_size
-        confirmed: list[tuple[AddDone, int | None, BaseException | None]] = []
-        while pending and len(pending[0].acked) >= qa \
-                and pending[0].entry_id == self._lac + len(confirmed) + 1:
-            op = pending.popleft()
-            op.finished = True
-            confirmed.append((op.done, op.entry_id, None))
-        if confirmed:
-            assert op.entry_id == self._lac + len(confirmed), "adds confirmed out of order"
+        # Raising the watermarks to the new LAC below may let a bookie's answers waiting
+        # ahead count (its missing one is confirmed now): derive the LAC again then.
+        while (count := self._acked_through() - self._base + 1) > 0:
+            assert count <= len(self._entries) and self._lac == self._base - 1, \
+                "adds confirmed out of order"
+            dones = self._dones[:count]
+            self._confirmed_length = self._lengths[count - 1]
+            for slots in (self._entries, self._dones, self._lengths, self._pushed_at):
+                del slots[:count]
+            first = self._base
+            self._base += count
+            self._lac = self._base - 1
+            self._outstanding -= count
             if self._throttled:
-                self._bk._release_add_permits(len(confirmed))
-            self._lac = op.entry_id
-            self._confirmed_length = op.length
-            self._completions.put_all(confirmed)
+                self._bk._release_add_permits(count)
+            self._completions.put_range(dones, first)
+            # Watermarks count only above the LAC: one behind it (a bookie slow to answer,
+            # or one past which its answers wait ahead) starts from the LAC again.
+            floor = self._lac
+            caught_up = False
+            for bookie_id, through in self._through.items():
+                if through < floor:
+                    if bookie_id in self._ahead:
+                        through = self._through[bookie_id] = self._catch_up(bookie_id, floor)
+                        caught_up = caught_up or through > floor
+                    else:
+                        self._through[bookie_id] = floor
+            if not caught_up:
+                break
         if not self._awaits_acks():
             self._drained.notify_all()
 
     def _fail_pending(self, error: BookKeeperError) -> None:
         """Fail every pending add with ``error``, in entry-id order.  Caller holds the
         lock."""
-        for op in self._pending:
-            op.finished = True
-            self._completions.put(op.done, None, error)
-        if self._throttled and self._pending:
-            self._bk._release_add_permits(len(self._pending))
-        self._pending.clear()
+        if self._outstanding:
+            self._completions.put_range(self._dones, None, error)
+            if self._throttled:
+                self._bk._release_add_permits(self._outstanding)
+        self._base = max(self._base, self._last_pushed + 1)
+        self._entries, self._dones, self._lengths, self._pushed_at = [], [], [], []
+        self._outstanding = 0
         self._drained.notify_all()
 
     def _unrecoverable(self, error: BookKeeperError) -> None:
@@ -525,13 +756,17 @@ class LedgerHandle:
                     self._senders.pop(bookie_id, None)
                 if self._state is not _WriteState.OPEN:
                     return
-                if self._failed_bookies:
-                    continue  # more bookies of the new ensemble failed meanwhile
-                self._changing_ensemble = False
                 resend = self._retarget_pending(changed)
-                self._confirm()
-            for op, bookie_ids in resend:
-                self._send(op, bookie_ids)
+                # More bookies of the new ensemble failed meanwhile: replace them too
+                # (the replacements already in place get their adds now).
+                more = bool(self._failed_bookies)
+                if not more:
+                    self._changing_ensemble = False
+                    self._confirm()
+            for entry_id, entry, bookie_ids in resend:
+                self._send(entry_id, entry, bookie_ids)
+            if more:
+                continue
             self._completions.deliver()
             return
 
@@ -576,23 +811,29 @@ class LedgerHandle:
                 self._adopt(*current)
             return None
 
-    def _retarget_pending(self, changed: LedgerMetadata) -> list[tuple[_PendingAdd,
-                                                                         list[str]]]:
-        """Point the pending adds at their write sets in ``changed``; return the adds
-        and the bookies each must now be sent to.  Caller holds the lock."""
+    def _retarget_pending(self, changed: LedgerMetadata
+                          ) -> list[tuple[int, bytes, list[str]]]:
+        """Take ``changed``'s last ensemble for the acknowledgements: the replaced
+        bookies' watermarks go (their late answers count for nothing), each replacement
+        starts at the LAC, with its timeouts counted from now; return, per pending add,
+        its entry id, entry and the replacements of its write set to send it to.  Caller
+        holds the lock."""
+        layout = self._layout = _AckLayout(changed)
+        old, floor, now = self._through, self._base - 1, time.monotonic()
+        self._through = {b: old.get(b, floor) for b in layout.ensemble}
+        joined = {b for b in layout.ensemble if b not in old}
+        for bookie_id in old.keys() - self._through.keys():
+            self._ahead.pop(bookie_id, None)
+            self._since.pop(bookie_id, None)
+        for bookie_id in joined:
+            self._since[bookie_id] = now
         resend = []
-        now = time.monotonic()
-        for op in self._pending:
-            write_set = changed.write_set(op.entry_id)
-            op.write_set = write_set
-            op.acked.intersection_update(write_set)
-            for bookie_id in [b for b in op.sent if b not in write_set]:
-                del op.sent[bookie_id]
-            targets = [b for b in write_set if b not in op.acked and b not in op.sent]
-            for bookie_id in targets:
-                op.sent[bookie_id] = now
-            if targets:
-                resend.append((op, targets))
+        size = len(layout.write_sets)
+        for entry_id, entry in enumerate(self._entries, self._base):
+            if entry is not None:
+                targets = [b for b in layout.write_sets[entry_id % size] if b in joined]
+                if targets:
+                    resend.append((entry_id, entry, targets))
         return resend
 
     def _adopt(self, metadata: LedgerMetadata, version: int) -> None:
@@ -613,7 +854,7 @@ class LedgerHandle:
         settings = self._bk.settings
         with self._lock:
             late = self._late_bookies(now, settings.addEntryTimeout)
-            idle = not self._pending and now - self._last_activity \
+            idle = not self._outstanding and now - self._last_activity \
                 >= settings.explicitLacInterval / 1000.0
             send_lac = (settings.explicitLacInterval > 0 and idle and not self._recovery
                         and self._state is _WriteState.OPEN
@@ -629,21 +870,36 @@ class LedgerHandle:
                 self._bk.bookie_client(bookie_id).write_lac(self.id, lac, self._master_key)
 
     def _late_bookies(self, now: float, timeout: float) -> set[str]:
-        """The bookies whose oldest unanswered add was sent over ``timeout`` seconds ago.
-        A bookie's adds are sent in entry order, so its first unanswered one in the
-        pending queue is its oldest: the scan stops once every bookie was seen (not for
-        caller-given ids, which may be sent in any order).  Caller holds the lock."""
+        """The bookies whose oldest unanswered pending add was sent over ``timeout``
+        seconds ago (sent when pushed, or when the bookie joined the ensemble if that was
+        later).  Ids in order: a bookie's oldest unanswered add is the first of its write
+        sets past its watermark, one look per bookie; caller-given ids are pushed in any
+        order, so their bookies' unanswered adds are all looked at (the slower general
+        path, off the add path: the client's timer).  Caller holds the lock."""
         late: set[str] = set()
-        seen: set[str] = set()
-        size = self._metadata.ensemble_size
-        for op in self._pending:
-            for bookie_id, sent_at in op.sent.items():
-                if bookie_id not in seen:
-                    seen.add(bookie_id)
-                    if now - sent_at > timeout:
-                        late.add(bookie_id)
-            if len(seen) >= size and self._ids_in_order:
-                break
+        layout = self._layout
+        if layout is None or not self._outstanding:
+            return late
+        base, entries, pushed_at = self._base, self._entries, self._pushed_at
+        end = base + len(entries)
+        for bookie_id, through in self._through.items():
+            if bookie_id in self._failed_bookies:
+                continue  # being replaced already
+            gaps, size = layout.gaps[bookie_id], len(layout.gaps[bookie_id])
+            ahead = self._ahead.get(bookie_id, ())
+            since = self._since.get(bookie_id, 0.0)
+            entry_id = max(through, base - 1)
+            while True:
+                entry_id += gaps[entry_id % size]
+                if entry_id >= end:
+                    break
+                if entries[entry_id - base] is None or entry_id in ahead:
+                    continue
+                if now - max(pushed_at[entry_id - base], since) > timeout:
+                    late.add(bookie_id)
+                    break
+                if self._ids_in_order:
+                    break  # pushed in order: the later ones were sent later
         return late
 
     # -- deferred sync --------------------------------------------------------------

@@ -29,11 +29,10 @@ the ledger's length is that of its last entry, exact when ids came in order.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from concurrent.futures import Future
 
 from pybk.client.completions import AddDone
-from pybk.client.ledger import LedgerHandle, _PendingAdd, _settle
+from pybk.client.ledger import LedgerHandle, _settle
 from pybk.errors import DuplicateEntryId, InvalidEntryId
 
 
@@ -82,23 +81,11 @@ class LedgerHandleAdv(LedgerHandle):
             raise InvalidEntryId(
                 f"ledger {self.id}: entry id {requested} is more than advWindowEntries="
                 f"{window} past the LAC {lac}: add the ids before it first")
-        pending = self._pending
-        at = bisect_left(pending, requested, key=_entry_id)
-        if at < len(pending) and pending[at].entry_id == requested:
+        at = requested - self._base  # its slot (module docstring of ledger.py)
+        if at < len(self._entries) and self._entries[at] is not None:
             raise DuplicateEntryId(f"ledger {self.id}: an add of entry {requested} is "
                                    "outstanding already")
         return requested
-
-    def _enqueue(self, op: _PendingAdd) -> None:
-        pending = self._pending
-        if not pending or pending[-1].entry_id < op.entry_id:
-            pending.append(op)  # in order: the usual case
-        else:
-            pending.insert(bisect_left(pending, op.entry_id, key=_entry_id), op)
-
-
-def _entry_id(op: _PendingAdd) -> int:
-    return op.entry_id
 
 
 __all__ = ["LedgerHandleAdv"]

@@ -426,6 +426,9 @@ class LogWriter:
                 return
             self._sending = True
         roll = False
+        # Batches ready together go out in one add_entries call (at most the client's
+        # throttle of them, which one call may not pass).
+        throttle = self._bk.settings.throttle
         while True:
             with self._lock:
                 due = self._failure is None and self._roll_due()
@@ -434,21 +437,49 @@ class LogWriter:
                 if not self._ready or self._failure is not None or due:
                     self._sending = False
                     break
-                batch = self._ready.popleft()
-                batch.segment, batch.ledger = self._segment, self._ledger
-                # Under the lock that orders the sends: the ledger's running maximum.
-                batch.max_floor = floor = self._segment_max
-                top = max(batch.timestamps)
-                self._segment_max = top if floor is None or top > floor else floor
-                self._in_flight[batch.ledger.id] += 1
-                self._segment_bytes += batch.size
+                group: list[_Batch] = []
+                while self._ready and not (group and (
+                        self._roll_due() or len(group) == throttle)):
+                    batch = self._ready.popleft()
+                    batch.segment, batch.ledger = self._segment, self._ledger
+                    # Under the lock that orders the sends: the ledger's running maximum.
+                    batch.max_floor = floor = self._segment_max
+                    top = max(batch.timestamps)
+                    self._segment_max = top if floor is None or top > floor else floor
+                    self._in_flight[batch.ledger.id] += 1
+                    self._segment_bytes += batch.size
+                    group.append(batch)
+            ledger = group[0].ledger
+            assert ledger is not None
             try:
-                batch.ledger.add_entry_then(batch.encode(),
-                                            functools.partial(self._on_batch_done, batch))
+                if len(group) == 1:
+                    ledger.add_entry_then(group[0].encode(),
+                                          functools.partial(self._on_batch_done, group[0]))
+                else:
+                    ledger.add_entries_then([b.encode() for b in group],
+                                            functools.partial(self._on_group_done, group))
             except BookKeeperError as e:
-                self._batch_failed(batch, e)
+                for batch in group:
+                    self._batch_failed(batch, e)
         if roll:
             self._start_roll()
+
+    def _on_group_done(self, group: list[_Batch], last: int | None,
+                       error: BaseException | None) -> None:
+        """The completion of batches sent in one add_entries call: each batch's own,
+        in order; after a failure, the batches the call acknowledged (the error's
+        ``acknowledged``) still succeed."""
+        if error is None:
+            assert last is not None
+            first, acknowledged = last - len(group) + 1, len(group)
+        else:
+            done = getattr(error, "acknowledged", None) or range(0)
+            first, acknowledged = done.start, len(done)
+        for i, batch in enumerate(group):
+            if i < acknowledged:
+                self._on_batch_done(batch, first + i, None)
+            else:
+                self._on_batch_done(batch, None, error)
 
     def _on_batch_done(self, batch: _Batch, entry_id: int | None,
                        error: BaseException | None) -> None:
