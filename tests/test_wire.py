@@ -245,13 +245,16 @@ def test_add_bodies_and_statuses_round_trip():
 def test_decoded_entries_are_read_only_views_of_the_body_and_keys_copies(as_view):
     """A bookie keeps an ADD's entries as they arrived: no copy per entry, from a body
     received as bytes or as a view of its ZeroMQ message (pybk/net/frames.py)."""
-    body = wire.encode_adds(RUNS[:3], MAX)  # mostly entries (see the test below)
+    body_bytes = bytes(wire.VIEW_MIN_MEAN_BYTES)  # mostly entries (see the tests below)
+    sent = [run(7, [1, 2], entries=[entry(7, e, body_bytes) for e in (1, 2)]),
+            run(8, [0], key=b"", entries=[entry(8, 0, body_bytes)])]
+    body = wire.encode_adds(sent, MAX)
     received = memoryview(bytearray(body)) if as_view else body  # a writable view too
     runs = wire.decode_adds(received, MAX)
-    assert runs == RUNS[:3]
-    for run in runs:
-        assert type(run.master_key) is bytes
-        for view in run.entries:
+    assert runs == sent
+    for decoded in runs:
+        assert type(decoded.master_key) is bytes
+        for view in decoded.entries:
             assert isinstance(view, memoryview) and view.readonly
             assert view.obj is (received.obj if as_view else body)
 
@@ -264,6 +267,15 @@ def test_a_body_mostly_of_keys_and_ids_is_decoded_into_copies_of_its_entries():
     body = wire.encode_adds(runs, MAX)
     decoded = wire.decode_adds(memoryview(body).toreadonly(), MAX)
     assert decoded == runs
+    assert all(type(e) is bytes for r in decoded for e in r.entries)
+
+
+def test_small_entries_are_decoded_into_copies():
+    """A view object takes more memory than a small entry's bytes: entries that average
+    under VIEW_MIN_MEAN_BYTES are copies."""
+    body = wire.encode_adds(RUNS[:3], MAX)
+    decoded = wire.decode_adds(memoryview(body).toreadonly(), MAX)
+    assert decoded == RUNS[:3]
     assert all(type(e) is bytes for r in decoded for e in r.entries)
 
 
