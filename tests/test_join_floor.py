@@ -180,11 +180,11 @@ def test_adds_from_several_threads_reach_a_wiped_bookie_below_one_its_disks_took
     cluster.closing.callback(go.set)  # never left waiting
     real_send = LedgerHandle._send
 
-    def preempted(self, op, bookie_ids, real_send=real_send):
-        if self is writer and op.entry_id in reached:
-            reached[op.entry_id].set()
+    def preempted(self, entry_id, entry, bookie_ids, real_send=real_send):
+        if self is writer and entry_id in reached:
+            reached[entry_id].set()
             go.wait(WAIT_S)
-        return real_send(self, op, bookie_ids)
+        return real_send(self, entry_id, entry, bookie_ids)
     monkeypatch.setattr(LedgerHandle, "_send", preempted)
     results: dict[int, object] = {}
 
