@@ -125,10 +125,12 @@ def test_a_bookie_that_lost_acknowledged_adds_in_a_power_cut_does_not_count_for_
         for i in range(5):
             lh.add_entry(payload(i))
         assert lh.force() == 4
-        # The force returned once Qa bookies synced; the cut one's may still be on its
-        # way: the cut bookie makes entries 0..4 durable itself before the cut (its other
-        # files may keep unsynced writes: no checkpoint runs).
-        assert bookie.force(lh.id, 0, 4).result(30) == 5
+        # The force returned once Qa bookies synced; the cut one's adds and force may
+        # still be on their way: once it holds entries 0..4, the cut bookie makes them
+        # durable itself before the cut (its other files may keep unsynced writes: no
+        # checkpoint runs).
+        wait_until(lambda: bookie.force(lh.id, 0, 4).result(30) == 5,
+                   "the cut bookie holds entries 0..4, durable")
         # Entries 5..9 acknowledged by the bookie cut among the first two (the second
         # bookie's answers held back till then), so none is in flight when it goes.
         first, second = (b for b in lh.metadata.fragments[0].ensemble if b != cut)
