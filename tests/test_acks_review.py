@@ -91,6 +91,17 @@ def _reference_lac(lac: int, last: int, write_set, acked: dict[str, set[int]],
     return lac
 
 
+def _answers_held(cluster, seed: int, adv: bool):
+    """A new ledger (ids given by the caller if ``adv``) with the seed's quorums, whose
+    bookies' add answers are all held: the model tests give the handle its answers."""
+    ensemble, write, ack = QUORUMS[seed % len(QUORUMS)]
+    bk = cluster.client(dataclasses.replace(FAST, addEntryTimeout=60.0))
+    for faults in cluster.faults.values():
+        faults.hold.add("add")
+    create = bk.create_ledger_adv if adv else bk.create_ledger
+    return create(ensemble, write, ack, password=PASSWORD)
+
+
 @pytest.mark.parametrize("seed", range(24))
 def test_watermarks_against_a_model_of_every_answer(cluster, seed):
     """Every bookie's answers held; the test then gives the handle answers itself (as
@@ -99,12 +110,9 @@ def test_watermarks_against_a_model_of_every_answer(cluster, seed):
     has Qa acknowledgements from its write set, and that the LAC is where a model of
     the watermarks puts it; once every answer is in, every entry is confirmed."""
     rng = random.Random(seed)
-    ensemble, write, ack = QUORUMS[seed % len(QUORUMS)]
-    bk = cluster.client(dataclasses.replace(FAST, addEntryTimeout=60.0))
-    for faults in cluster.faults.values():
-        faults.hold.add("add")
-    lh = bk.create_ledger(ensemble, write, ack, password=PASSWORD)
+    lh = _answers_held(cluster, seed, adv=False)
     metadata = lh.metadata
+    ack = metadata.ack_quorum_size
     count = rng.randint(1, 40)
     futures = [lh.add_entry_async(payload(i)) for i in range(count)]
     answers = [(b, e) for e in range(count) for b in metadata.write_set(e)]
@@ -135,7 +143,7 @@ def test_watermarks_against_a_model_of_every_answer(cluster, seed):
             holders = [b for b in metadata.write_set(entry_id) if entry_id in acked[b]]
             assert len(holders) >= ack, (seed, entry_id, holders)
         expected = _reference_lac(-1, count - 1, metadata.write_set, acked, ack)
-        assert after == expected, (seed, (ensemble, write, ack), reply, bookie_id,
+        assert after == expected, (seed, QUORUMS[seed % len(QUORUMS)], reply, bookie_id,
                                    after, expected)
     assert lh.last_add_confirmed == count - 1
     assert [f.result(timeout=5) for f in futures] == list(range(count))
@@ -534,12 +542,9 @@ def test_caller_given_ids_against_a_model(cluster, seed):
     given by the test as in the model test above: the LAC stops before the first hole
     and is where the model puts it after every step; completions come in id order."""
     rng = random.Random(seed)
-    ensemble, write, ack = QUORUMS[seed % len(QUORUMS)]
-    bk = cluster.client(dataclasses.replace(FAST, addEntryTimeout=60.0))
-    for faults in cluster.faults.values():
-        faults.hold.add("add")
-    lh = bk.create_ledger_adv(ensemble, write, ack, password=PASSWORD)
+    lh = _answers_held(cluster, seed, adv=True)
     metadata = lh.metadata
+    ack = metadata.ack_quorum_size
     count = rng.randint(1, 30)
     ids = list(range(count))
     rng.shuffle(ids)
