@@ -16,6 +16,7 @@ import pytest
 from clientutil import FAST, clusters
 
 from pybk.errors import BookKeeperError, TooManyRequests
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 PASSWORD = b"secret"
@@ -29,15 +30,6 @@ def cluster(tmp_path):
 
 def payload(i: int) -> bytes:
     return b"entry-%d-" % i * 4
-
-
-def _wait(condition, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_answers_waiting_ahead_count_once_the_lac_passes_the_missing_one(cluster):
@@ -57,7 +49,7 @@ def test_answers_waiting_ahead_count_once_the_lac_passes_the_missing_one(cluster
     cluster.faults[a].wait_held(1)
     cluster.faults[c].wait_held(2)
     assert futures[0].result(timeout=10) == 0
-    assert _wait(lambda: lh._ahead.get(a) == {2})  # A's answer for 2 is in, waiting
+    wait_until(lambda: lh._ahead.get(a) == {2}, "A's answer for 2 waits ahead")
     assert lh.last_add_confirmed == 0
     cluster.faults[c].wait_answered()
     cluster.faults[c].release(entries={1})
@@ -241,8 +233,8 @@ def test_watermarks_across_ensemble_changes_against_a_model(seven, seed):
             fed[bookie_id].update(reply[1:])
         else:
             lh._on_add_error(bookie_id, BookKeeperError("injected"))
-        assert _wait(lambda: not lh._changing_ensemble
-                     and lh.metadata.fragments[-1].ensemble != before)
+        wait_until(lambda: not lh._changing_ensemble
+                   and lh.metadata.fragments[-1].ensemble != before, "the ensemble changed")
         changes += 1
         after = lh.metadata.fragments[-1].ensemble
         counted[bookie_id] = set()  # gone: its answers count for nothing now
@@ -393,11 +385,11 @@ def test_a_deferred_call_failing_part_way_tells_only_what_the_ledger_keeps(clust
         cluster.faults[bookie_id].only_entries = {3, 4, 5}
     future = lh.add_entries_async([payload(i) for i in range(6)])
     cluster.faults[victim].wait_held(3)
-    assert _wait(lambda: lh.last_add_acknowledged == 2)
+    wait_until(lambda: lh.last_add_acknowledged == 2, "entry 2 acknowledged")
     cluster.faults[victim].release(BookKeeperError("refused by the test"))
     with pytest.raises(BookKeeperError) as failed:
         future.result(timeout=10)
-    assert _wait(lambda: lh.metadata.last_entry_id is not None)
+    wait_until(lambda: lh.metadata.last_entry_id is not None, "the ledger closed")
     closed_at = lh.metadata.last_entry_id
     assert closed_at == -1
     acknowledged = failed.value.acknowledged
@@ -448,7 +440,7 @@ def test_calls_and_single_adds_from_many_threads(cluster, quorums):
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    assert _wait(lambda: lh.pending_adds == 0, 30)
+    wait_until(lambda: lh.pending_adds == 0, "no add pending", 30)
     lh.close()
     last = lh.metadata.last_entry_id
     assert [first for first, _ in completed] == sorted(first for first, _ in completed)
@@ -485,7 +477,7 @@ def test_an_ensemble_change_racing_a_recovery_confirms_nothing_past_the_close(cl
 
     if order == "change first":
         cluster.metadata_faults.release(change)
-        assert _wait(lambda: lh.last_add_confirmed == 9)
+        wait_until(lambda: lh.last_add_confirmed == 9, "entry 9 confirmed")
     recoverer = threading.Thread(target=recover)
     recoverer.start()
     if order == "recovery first":
@@ -525,7 +517,7 @@ def test_a_second_failure_during_a_change(seven, quorums):
     seven.metadata_faults.release(change)
     seven.metadata_faults.release_all()
     assert [f.result(timeout=20) for f in futures] == list(range(12))
-    assert _wait(lambda: lh.last_add_confirmed == 15)
+    wait_until(lambda: lh.last_add_confirmed == 15, "entry 15 confirmed")
     ensemble = lh.metadata.fragments[-1].ensemble
     assert first not in ensemble and second not in ensemble
     for entry_id in range(16):
@@ -598,5 +590,5 @@ def test_calls_of_many_adds_without_blocking_do_not_refuse_each_other(cluster):
     for thread in threads:
         thread.join(timeout=60)
     assert not errors, errors[:3]
-    assert _wait(lambda: lh.last_add_confirmed == 999, 30)
+    wait_until(lambda: lh.last_add_confirmed == 999, "entry 999 confirmed", 30)
     lh.close()
