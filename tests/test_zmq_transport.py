@@ -574,3 +574,33 @@ def test_a_reply_received_in_the_round_its_deadline_passes_still_counts(closing)
     time.sleep(0.6)  # past the deadline, while the loop is held
     release.set()
     assert answered.result(timeout=10) == 7
+
+
+def test_a_force_leaves_after_the_adds_queued_before_it(closing):
+    """A FORCE_LEDGER reaches the bookie after every add the client queued for it
+    earlier.  Adds wait in the client while ``zmqAddMessagesInFlight`` ADD messages are
+    out; a force that overtook them would find the bookie without them, and the ledger
+    client would count that bookie as short of entries it was about to store."""
+    router = closing.enter_context(RawRouter())
+    client = closing.enter_context(ZmqBookieClient("B1", router.address, ClientSettings(
+        addEntryTimeout=30, readTimeout=30, zmqAddMessagesInFlight=1)))
+    first = client.add(1, 0, entry(1, 0), KEY)
+    identity, *frames = router.receive(timeout_s=10)
+    held = wire.decode_request(frames, 1024)  # the one ADD out, unanswered for now
+    second = client.add(1, 1, entry(1, 1), KEY)  # waits in the client for that answer
+    forced = client.force_ledger(1, 0, 1)
+    router.send([identity, *wire.encode_adds_durable(held.request_id, 1)])
+    arrived = []
+    for _ in range(2):
+        identity, *frames = router.receive(timeout_s=10)
+        request = wire.decode_request(frames, 1024)
+        arrived.append((request.op, request.request_id, request.entry and
+                        [run.entry_ids for run in wire.decode_adds(request.entry, 1024)]))
+    assert [(op, ids) for op, _, ids in arrived] == [(wire.Op.ADD, [[1]]),
+                                                     (wire.Op.FORCE_LEDGER, None)]
+    (_, add_id, _), (_, force_id, _) = arrived
+    router.send([identity, *wire.encode_adds_durable(add_id, 1)])
+    router.send([identity, *wire.encode_reply(wire.Reply(wire.Op.FORCE_LEDGER, force_id,
+                                                         lac=2), 1024)])
+    assert (first.result(timeout=10), second.result(timeout=10)) == (None, None)
+    assert forced.result(timeout=10) == 2

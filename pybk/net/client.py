@@ -578,6 +578,11 @@ class _Connection:
         # Adds from any thread, batched into ADD messages on the loop's thread.
         self.adds: deque[_QueuedAdd] = deque()
         self.adds_posted = False
+        # How many adds have been taken from ``adds`` (lock held), and the requests that
+        # must leave after the adds queued before them (see submit_after_adds): each
+        # with the count of adds taken that releases it.
+        self._adds_taken = 0
+        self._after_adds: deque[tuple[int, _Pending]] = deque()
         self._last_ledger_adds: _LedgerAdds | None = None
         self.refusing = False  # down or closed: _LedgerAdds.add sends the caller back
         self._sending_adds = False
@@ -696,6 +701,8 @@ class _Connection:
                     runs, reports = self._take_batch()
                     if runs:
                         self._send_batch(runs, reports)
+                    if self._after_adds:
+                        self._send_after_adds()
             finally:
                 self._sending_adds = False
 
@@ -707,6 +714,7 @@ class _Connection:
         max_entry = self._settings.maxEntrySizeBytes
         if len(adds) == 1 and len(adds[0].entry) <= max_entry:  # the light load's message
             add = adds.popleft()
+            self._adds_taken += 1
             ledger_adds = add.ledger_adds
             return ([wire.AddRun(ledger_adds.ledger_id, [add.entry_id], [add.entry],
                                  ledger_adds.master_key, ledger_adds.recovery,
@@ -733,6 +741,7 @@ class _Connection:
         cut = bisect.bisect_right(ends, self._max_add_body - wire.ADD_COUNT.size) - 1
         adds.extendleft(reversed(items[cut:]))
         del items[cut:]
+        self._adds_taken += len(items)
         if oversized:
             legal = []
             for add in items:
@@ -807,6 +816,33 @@ class _Connection:
                     self.calls.popleft().fail(error)
                 except IndexError:
                     break
+
+    def submit_after_adds(self, call: _Pending) -> None:
+        """Send a request once every add queued on this connection before it has left in
+        an ADD message (any thread): a FORCE_LEDGER or an explicit LAC is about those
+        adds, and adds wait in the client while ``zmqAddMessagesInFlight`` ADD messages
+        are out.  The bookie handles a connection's messages in order, so the request
+        then finds those adds stored or in its journal."""
+        if not self.loop.post(partial(self._queue_after_adds, call)):
+            call.fail(BookieUnavailable(f"the client of bookie {self.bookie_id} is closed"))
+
+    def _queue_after_adds(self, call: _Pending) -> None:
+        """Loop thread: hold ``call`` until the adds queued so far are taken (the count
+        also takes in adds appended meanwhile by other threads, which only holds it a
+        little longer; every add queued is taken, or failed, in time)."""
+        with self.lock:
+            if self._state is _State.CLOSED:
+                call.fail(BookieUnavailable(f"the client of bookie {self.bookie_id} is "
+                                            "closed"))
+                return
+            self._after_adds.append((self._adds_taken + len(self.adds), call))
+            self._send_after_adds()
+
+    def _send_after_adds(self) -> None:
+        """Send the held requests whose adds have been taken, in order (lock held)."""
+        held = self._after_adds
+        while held and held[0][0] <= self._adds_taken:
+            self.send(held.popleft()[1])
 
     def send_calls(self) -> None:
         """Loop thread: send the requests queued by :meth:`submit`, in order."""
@@ -922,6 +958,10 @@ class _Connection:
         self._backlog.clear()
         for p in pending.values():
             p.fail(error)
+        if self._state is _State.CLOSED:  # down: the queued adds still drain, and these
+            held, self._after_adds = self._after_adds, deque()  # follow them (failing)
+            for _, call in held:
+                call.fail(error)
 
     # -- sending and receiving --------------------------------------------------------
 
@@ -1090,17 +1130,19 @@ class ZmqBookieClient(BookieClient):
 
     def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> Future:
         return self._call(Op.WRITE_LAC, self._settings.addEntryTimeout, ledger_id=ledger_id,
-                          lac=lac, master_key=master_key)
+                          lac=lac, master_key=master_key, after_adds=True)
 
     def delete_ledger(self, ledger_id: int) -> Future:
         return self._call(Op.DELETE, self._settings.addEntryTimeout, ledger_id=ledger_id)
 
     def force_ledger(self, ledger_id: int, first: int = 0, last: int = -1) -> Future:
-        """One FORCE_LEDGER request (flag HELD): completes once the bookie synced the
-        ledger's adds, with how many of the entries ``first..last`` it holds (a bookie
-        too old to know the request or the flag fails it with MalformedMessage)."""
+        """One FORCE_LEDGER request (flag HELD), sent after the adds queued before it:
+        completes once the bookie synced the ledger's adds, with how many of the entries
+        ``first..last`` it holds (a bookie too old to know the request or the flag fails
+        it with MalformedMessage)."""
         return self._call(Op.FORCE_LEDGER, self._settings.addEntryTimeout,
-                          ledger_id=ledger_id, entry_id=first, lac=last, flags=wire.HELD)
+                          ledger_id=ledger_id, entry_id=first, lac=last, flags=wire.HELD,
+                          after_adds=True)
 
     @property
     def is_down(self) -> bool:
@@ -1130,7 +1172,10 @@ class ZmqBookieClient(BookieClient):
         if self._own_loop:
             self._loop.close()
 
-    def _call(self, op: Op, timeout_s: float, **fields: Any) -> Future:
+    def _call(self, op: Op, timeout_s: float, after_adds: bool = False,
+              **fields: Any) -> Future:
+        """Send a request; ``after_adds``: once the adds queued before it have left
+        (:meth:`_Connection.submit_after_adds`)."""
         future: Future = Future()
         future.set_running_or_notify_cancel()  # not cancellable: completion never races
         request_id = self._loop.next_request_id()
@@ -1140,7 +1185,11 @@ class ZmqBookieClient(BookieClient):
         except BookKeeperError as e:
             future.set_exception(e)
             return future
-        self._post(_Call(request_id, op, frames, timeout_s, self._connection, future))
+        call = _Call(request_id, op, frames, timeout_s, self._connection, future)
+        if after_adds:
+            self._connection.submit_after_adds(call)
+        else:
+            self._post(call)
         return future
 
     def _post(self, call: _Call) -> None:
