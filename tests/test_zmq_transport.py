@@ -604,3 +604,32 @@ def test_a_force_leaves_after_the_adds_queued_before_it(closing):
                                                          lac=2), 1024)])
     assert (first.result(timeout=10), second.result(timeout=10)) == (None, None)
     assert forced.result(timeout=10) == 2
+
+
+def test_a_request_made_after_a_force_does_not_overtake_it(closing):
+    """A caller's requests leave in the order made, a FORCE_LEDGER or an explicit LAC
+    (which wait for the adds queued before them) included: a READ_LAC made after a
+    WRITE_LAC must not reach the bookie first and read the LAC of before."""
+    router = closing.enter_context(RawRouter())
+    loop = closing.enter_context(ClientLoop())
+    client = closing.enter_context(ZmqBookieClient("B1", router.address, PATIENT,
+                                                   loop=loop))
+    client.read_lac(1)  # the first request waits for the connection: then it is up
+    identity, header = router.receive(timeout_s=10)
+    router.send([identity, *wire.encode_reply(wire.Reply(
+        wire.Op.READ_LAC, wire.decode_request([header], 1024).request_id), 1024)])
+    wait_until(lambda: not client._connection.calls, "the first request answered")
+    busy, release = threading.Event(), threading.Event()
+    closing.callback(release.set)  # the loop is freed even if the test fails
+    loop.post(lambda: (busy.set(), release.wait(30)))
+    assert busy.wait(10)
+    client.write_lac(1, 5, KEY)
+    client.force_ledger(1, 0, 5)
+    client.read_lac(1)  # the socket is free: this thread may send it itself
+    release.set()
+    ops = []
+    for _ in range(3):
+        message = router.receive(timeout_s=10)
+        assert message is not None, f"requests received: {ops}"
+        ops.append(wire.decode_request(message[1:], 1024).op)
+    assert ops == [wire.Op.WRITE_LAC, wire.Op.FORCE_LEDGER, wire.Op.READ_LAC]
