@@ -573,14 +573,15 @@ class _Connection:
         self.lock = threading.RLock()  # see the class docstring
         self._pending: dict[int, _Pending] = {}
         self._backlog: deque[_Pending] = deque()  # not yet taken by ZeroMQ
-        # Requests other than adds that the loop is to send (see submit), in order.
-        self.calls: deque[_Pending] = deque()
+        # Requests other than adds that the loop is to send (see submit), in order, each
+        # with whether it leaves after the adds queued before it.
+        self.calls: deque[tuple[_Pending, bool]] = deque()
         # Adds from any thread, batched into ADD messages on the loop's thread.
         self.adds: deque[_QueuedAdd] = deque()
         self.adds_posted = False
-        # How many adds have been taken from ``adds`` (lock held), and the requests that
-        # must leave after the adds queued before them (see submit_after_adds): each
-        # with the count of adds taken that releases it.
+        # How many adds have been taken from ``adds`` (lock held), and the requests held
+        # until the adds queued before them have left, with the requests made after them
+        # (see submit): each with the count of adds taken that releases it.
         self._adds_taken = 0
         self._after_adds: deque[tuple[int, _Pending]] = deque()
         self._last_ledger_adds: _LedgerAdds | None = None
@@ -795,65 +796,71 @@ class _Connection:
         else:
             self.send(batch)
 
-    def submit(self, call: _Pending) -> None:
+    def submit(self, call: _Pending, after_adds: bool = False) -> None:
         """Send a request from this thread when the connection is up, nobody is using its
-        socket and no request submitted earlier waits for the loop (so requests leave in
-        the order made): no wake-up of the loop, no thread switch.  Else queue it for the
-        loop, which sends what is queued in order (failing it at once if the loop is
-        closed)."""
-        if not self.calls and self._state is _State.UP and self.lock.acquire(blocking=False):
+        socket and no request submitted earlier waits for the loop or for adds (so
+        requests leave in the order made): no wake-up of the loop, no thread switch.
+        Else queue it for the loop, which sends what is queued in order (failing it at
+        once if the loop is closed).
+
+        ``after_adds``: the request leaves once every add queued on this connection
+        before it has left in an ADD message (a FORCE_LEDGER or an explicit LAC is about
+        those adds, and adds wait in the client while ``zmqAddMessagesInFlight`` ADD
+        messages are out; the bookie handles a connection's messages in order, so the
+        request then finds those adds stored or in its journal).  It always goes through
+        the loop, which holds it (:meth:`_hold`), and the requests made after it wait
+        behind it."""
+        if not after_adds and not self.calls and self._state is _State.UP \
+                and self.lock.acquire(blocking=False):
             try:
-                if self._state is _State.UP:  # may have changed before the lock
+                # The state may have changed before the lock; a request held for adds
+                # (moved there from ``calls`` under the lock) must not be overtaken.
+                if self._state is _State.UP and not self._after_adds:
                     self.send(call)
                     return
             finally:
                 self.lock.release()
-        self.calls.append(call)
+        self.calls.append((call, after_adds))
         if not self.loop.post(self.send_calls):
             error = BookieUnavailable(f"the client of bookie {self.bookie_id} is closed")
             while self.calls:  # another thread failing them too may take the last one
                 try:
-                    self.calls.popleft().fail(error)
+                    self.calls.popleft()[0].fail(error)
                 except IndexError:
                     break
 
-    def submit_after_adds(self, call: _Pending) -> None:
-        """Send a request once every add queued on this connection before it has left in
-        an ADD message (any thread): a FORCE_LEDGER or an explicit LAC is about those
-        adds, and adds wait in the client while ``zmqAddMessagesInFlight`` ADD messages
-        are out.  The bookie handles a connection's messages in order, so the request
-        then finds those adds stored or in its journal."""
-        if not self.loop.post(partial(self._queue_after_adds, call)):
-            call.fail(BookieUnavailable(f"the client of bookie {self.bookie_id} is closed"))
-
-    def _queue_after_adds(self, call: _Pending) -> None:
-        """Loop thread: hold ``call`` until the adds queued so far are taken (the count
-        also takes in adds appended meanwhile by other threads, which only holds it a
-        little longer; every add queued is taken, or failed, in time)."""
+    def send_calls(self) -> None:
+        """Loop thread: send the requests queued by :meth:`submit`, in order (holding
+        those that wait for adds, and those behind them)."""
+        calls = self.calls
         with self.lock:
-            if self._state is _State.CLOSED:
-                call.fail(BookieUnavailable(f"the client of bookie {self.bookie_id} is "
-                                            "closed"))
-                return
-            self._after_adds.append((self._adds_taken + len(self.adds), call))
-            self._send_after_adds()
+            for _ in range(len(calls)):
+                try:
+                    call, after_adds = calls.popleft()
+                except IndexError:  # the loop closed: a submitting thread failed the rest
+                    return
+                if after_adds or self._after_adds:
+                    self._hold(call, after_adds)
+                else:
+                    self.send(call)
+
+    def _hold(self, call: _Pending, after_adds: bool) -> None:
+        """Hold ``call`` behind the requests held already, and (``after_adds``) until
+        the adds queued so far are taken (lock held; the count also takes in adds
+        appended meanwhile by other threads, which only holds it a little longer; every
+        add queued is taken, or failed, in time)."""
+        if self._state is _State.CLOSED:  # _fail_all failed the held ones already
+            call.fail(BookieUnavailable(f"the client of bookie {self.bookie_id} is closed"))
+            return
+        self._after_adds.append((self._adds_taken + len(self.adds) if after_adds else 0,
+                                 call))
+        self._send_after_adds()
 
     def _send_after_adds(self) -> None:
         """Send the held requests whose adds have been taken, in order (lock held)."""
         held = self._after_adds
         while held and held[0][0] <= self._adds_taken:
             self.send(held.popleft()[1])
-
-    def send_calls(self) -> None:
-        """Loop thread: send the requests queued by :meth:`submit`, in order."""
-        calls = self.calls
-        with self.lock:
-            for _ in range(len(calls)):
-                try:
-                    call = calls.popleft()
-                except IndexError:  # the loop closed: a submitting thread failed the rest
-                    return
-                self.send(call)
 
     def send(self, pending: _Pending) -> None:
         """Send a request, or queue it until the connection is up (any thread; fails it
@@ -1175,7 +1182,7 @@ class ZmqBookieClient(BookieClient):
     def _call(self, op: Op, timeout_s: float, after_adds: bool = False,
               **fields: Any) -> Future:
         """Send a request; ``after_adds``: once the adds queued before it have left
-        (:meth:`_Connection.submit_after_adds`)."""
+        (:meth:`_Connection.submit`)."""
         future: Future = Future()
         future.set_running_or_notify_cancel()  # not cancellable: completion never races
         request_id = self._loop.next_request_id()
@@ -1185,11 +1192,8 @@ class ZmqBookieClient(BookieClient):
         except BookKeeperError as e:
             future.set_exception(e)
             return future
-        call = _Call(request_id, op, frames, timeout_s, self._connection, future)
-        if after_adds:
-            self._connection.submit_after_adds(call)
-        else:
-            self._post(call)
+        self._connection.submit(_Call(request_id, op, frames, timeout_s, self._connection,
+                                      future), after_adds)
         return future
 
     def _post(self, call: _Call) -> None:
