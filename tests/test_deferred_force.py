@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import random
+import threading
 
 import pytest
 from clientutil import FAST, clusters
@@ -311,3 +313,50 @@ def test_a_force_counts_the_entries_held_in_its_range_in_the_index_and_the_cache
                         (14, 10 ** 9 - 1), (5, 4), (0, 0)):
         assert bookie.force(7, first, last).result(timeout=10) == \
             sum(first <= e <= last for e in held), (first, last)
+
+
+def test_a_force_waits_for_the_adds_still_being_sent_to_the_other_bookies(tmp_path):
+    """E=4, Qw=3, Qa=2, no fault at all: the writer's threads send an add to its write
+    set's bookies one after the other, so Qa bookies may acknowledge it before the
+    thread sent it to the last one.  Entry 2 (bookies 2, 3, 0) and entry 5 (1, 2, 3)
+    are acknowledged so while bookies 0 and 3 have yet to get them, and entries 3 and 4
+    go everywhere: the LAC is 5.  A force made then must reach bookies 0 and 3 after
+    those adds, not count them short of entries they are about to get, which leaves
+    entry 3 (bookies 3, 0, 1) one bookie and fails the force."""
+    with clusters(tmp_path) as make:
+        cluster = make(4)
+        lh = cluster.client(dataclasses.replace(QUIET, addEntryTimeout=30)).create_ledger(
+            4, 3, 2, password=PASSWORD, write_flags=DEFERRED)
+        ensemble = lh.metadata.fragments[0].ensemble
+        for entry_id in range(2):  # every bookie's sender is known from here on
+            lh.add_entry(payload(entry_id))
+        release = threading.Event()
+        reached = {2: threading.Event(), 5: threading.Event()}
+
+        def late(send, stalled: int, entry_id: int, entry: bytes, token) -> bool:
+            if entry_id == stalled:  # the adder's thread stalls before the last bookie
+                reached[entry_id].set()
+                release.wait(30)
+            return send(entry_id, entry, token)
+
+        for entry_id in reached:  # the last bookie of entry e's write set
+            last = ensemble[(entry_id + 2) % 4]
+            lh._senders[last] = functools.partial(late, lh._senders[last], entry_id)
+        adders = []
+        try:
+            for entry_id in range(2, 6):
+                if entry_id not in reached:
+                    lh.add_entry_async(payload(entry_id))
+                    continue
+                adder = threading.Thread(target=lh.add_entry_async,
+                                         args=(payload(entry_id),))
+                adders.append(adder)
+                adder.start()
+                assert reached[entry_id].wait(10), f"entry {entry_id} not sent"
+            wait_until(lambda: lh.last_add_acknowledged == 5, "entries 2..5 acknowledged")
+            forced = lh.force_async()
+        finally:
+            release.set()
+            for adder in adders:
+                adder.join(10)
+        assert forced.result(timeout=10) == 5
