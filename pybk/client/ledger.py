@@ -220,6 +220,11 @@ class LedgerHandle:
             last_add_confirmed, lambda bookie_id, entry_id: bookie_id in
             self._metadata.write_set(entry_id), self._metadata.ensemble_size) \
             if self._deferred else None
+        # Deferred: the first entry id of each add call still sending its adds (pushed
+        # under the lock, sent outside it, one bookie after the other), and the forces
+        # waiting for the calls of ids up to their target: (target, send the force).
+        self._sending: set[int] = set()
+        self._forces_waiting: list[tuple[int, Callable[[], None]]] = []
         self._state = _WriteState.OPEN
         self._closed_by: BookKeeperError | None = None  # why the close was decided
         self._metadata_closed: Future | None = None     # the CLOSED write's outcome
@@ -365,13 +370,19 @@ class LedgerHandle:
                 self._length = length
                 targets = self._push_run(first, entries, lengths,
                                          partial(_range_done, self, first, count, done))
+                if self._deferred:
+                    self._sending.add(first)
         except BaseException:
             if self._throttled:
                 self._bk._release_add_permits(count)
             raise
         size = len(targets)
-        for entry_id, entry in enumerate(entries, first):
-            self._send(entry_id, entry, targets[entry_id % size])
+        try:
+            for entry_id, entry in enumerate(entries, first):
+                self._send(entry_id, entry, targets[entry_id % size])
+        finally:
+            if self._deferred:
+                self._sent(first)
         return first
 
     def _check_data(self, data: bytes) -> None:
@@ -403,11 +414,34 @@ class LedgerHandle:
                     entry_id, self._forced if self._deferred else self._lac, self._length,
                     data)
                 targets = self._push(entry_id, entry, done)
+                if self._deferred:
+                    self._sending.add(entry_id)
         except BaseException:
             if self._throttled:
                 self._bk._release_add_permits()
             raise
-        self._send(entry_id, entry, targets)
+        if not self._deferred:
+            self._send(entry_id, entry, targets)
+            return
+        try:
+            self._send(entry_id, entry, targets)
+        finally:
+            self._sent(entry_id)
+
+    def _sent(self, first: int) -> None:
+        """Deferred: the add call of ``first`` sent its adds to every bookie of their
+        write sets: send the forces that waited for it (see :meth:`force_async`)."""
+        with self._lock:
+            self._sending.discard(first)
+            if not self._forces_waiting:
+                return
+            lowest = min(self._sending, default=None)
+            ready = [send for target, send in self._forces_waiting
+                     if lowest is None or target < lowest]
+            self._forces_waiting = [(target, send) for target, send in self._forces_waiting
+                                    if lowest is not None and target >= lowest]
+        for send in ready:
+            send()
 
     def _next_entry_id(self, requested: int | None) -> int:
         """The id of the add being made: the next one (a handle with caller-given ids
@@ -964,13 +998,25 @@ class LedgerHandle:
                         entries_stored([metadata.write_set(i) for i in range(size)],
                                        forced + 1, target),
                         metadata.ack_quorum_size, acks.through, done)
-        for bookie_id in force.bookies:
-            try:
-                answer = self._bk.bookie_client(bookie_id).force_ledger(self.id, forced + 1,
-                                                                        target)
-            except BookKeeperError as e:
-                answer = failed_future(e)
-            answer.add_done_callback(partial(force.answer, bookie_id))
+
+        def send() -> None:
+            for bookie_id in force.bookies:
+                try:
+                    answer = self._bk.bookie_client(bookie_id).force_ledger(
+                        self.id, forced + 1, target)
+                except BookKeeperError as e:
+                    answer = failed_future(e)
+                answer.add_done_callback(partial(force.answer, bookie_id))
+
+        # An entry up to the target may be acknowledged by Qa bookies while its adder's
+        # thread still sends it to the others: the force goes after those sends (a
+        # bookie answers a force after the adds it received before), else it would
+        # count them short of entries they are about to get.
+        with self._lock:
+            if self._sending and min(self._sending) <= target:
+                self._forces_waiting.append((target, send))
+                return future
+        send()
         return future
 
     # -- closing ------------------------------------------------------------------
