@@ -25,7 +25,10 @@ Failures:
 * Every request has a time limit: adds, explicit LACs and deletes ``addEntryTimeout``;
   reads, batch reads, LAC reads and INFO ``readTimeout``; a long poll its wait plus
   ``readTimeout``.
-  A request not answered in time fails with Timeout; the connection stays.
+  A request not answered in time fails with Timeout; the connection stays.  A force or
+  an explicit LAC held behind the adds queued before it (:meth:`_Connection.submit`),
+  and the requests made after it, are timed from when they leave: at most the adds'
+  own limit later.
 * The connection: the DEALER queues messages only on a live connection
   (``ZMQ_IMMEDIATE``), and a socket monitor reports connection events.  When the
   connection drops (the bookie closed or crashed, or its heartbeat went silent for
