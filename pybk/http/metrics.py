@@ -65,7 +65,7 @@ from prometheus_client.core import (
 from pybk.autorecovery.service import AutoRecovery
 from pybk.errors import BookKeeperError
 from pybk.net.server import BookieServer
-from pybk.stats import Histogram, OpStats
+from pybk.stats import READ_SAMPLE, Histogram, OpStats
 from pybk.storage import Bookie
 
 log = logging.getLogger(__name__)
@@ -94,8 +94,42 @@ class BookieCollector:
 
     def _bookie_metrics(self) -> Iterator[Metric]:
         journal, storage = self._bookie.journal_stats, self._bookie.stats
+        ops = self._bookie.bookie_stats
+        yield _op_histogram("bookie_BOOKIE_ADD_ENTRY",
+                            "Latency in ms of checking, caching and queueing adds for the "
+                            "journal, per entry (observed per call, weighted by its entries)",
+                            ops.add_entry)
+        yield _op_histogram("bookie_BOOKIE_RECOVERY_ADD_ENTRY",
+                            "bookie_BOOKIE_ADD_ENTRY of recovery adds", ops.recovery_add_entry)
+        yield _op_histogram("bookie_BOOKIE_ADD_ENTRY_BYTES",
+                            "Entry sizes of adds (each call's mean size, weighted by its "
+                            "entries)", ops.add_entry_bytes)
+        yield _op_histogram("bookie_BOOKIE_READ_ENTRY",
+                            f"Read latency in ms, per entry: one read in {READ_SAMPLE} timed "
+                            f"and counted {READ_SAMPLE} times", ops.read_entry)
+        yield _op_histogram("bookie_BOOKIE_READ_ENTRY_BYTES",
+                            "Entry sizes of reads, sampled as bookie_BOOKIE_READ_ENTRY",
+                            ops.read_entry_bytes)
+        for name, doc, value in (
+                ("bookie_WRITE_BYTES", "Bytes of entries added", ops.write_bytes),
+                ("bookie_READ_BYTES", "Bytes of entries read", ops.read_bytes),
+                ("bookie_BOOKIE_FORCE_LEDGER", "Forces of a ledger's adds", ops.force_ledger),
+                ("bookie_write_cache_hits", "Reads served from the write cache",
+                 ops.write_cache_hits),
+                ("bookie_write_cache_misses", "Reads the write cache did not hold",
+                 ops.write_cache_misses)):
+            yield CounterMetricFamily(name, doc, value)
         yield _op_histogram("bookie_journal_JOURNAL_ADD_ENTRY",
                             "Journal add latency in ms, per record", journal.add_entry)
+        yield _op_histogram("bookie_journal_JOURNAL_QUEUE_LATENCY",
+                            "Latency in ms from a journal group's first record being queued "
+                            "to the group being taken, per record", journal.queue)
+        yield _op_histogram("bookie_journal_JOURNAL_FLUSH_LATENCY",
+                            "Latency in ms of writing a journal group (before its fdatasync)",
+                            journal.flush)
+        yield _op_histogram("bookie_journal_JOURNAL_PROCESS_TIME_LATENCY",
+                            "Latency in ms from a journal group being taken to its callbacks "
+                            "having run (write, fdatasync, completions)", journal.process)
         yield _op_histogram("bookie_journal_JOURNAL_SYNC", "Journal fdatasync latency in ms",
                             journal.sync)
         yield _histogram("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
@@ -134,6 +168,8 @@ class BookieCollector:
                  gauges.journal_queue),
                 ("bookie_write_cache_size", "Bytes of entries in the write cache",
                  gauges.write_cache_bytes),
+                ("bookie_write_cache_count", "Entries in the write cache",
+                 gauges.write_cache_entries),
                 ("bookie_ledgers_count", "Ledgers in the index", gauges.ledgers),
                 ("pybk_bookie_entry_logs", "Entry log files", gauges.entry_logs),
                 ("pybk_bookie_entry_log_bytes", "Bytes of entry log files",

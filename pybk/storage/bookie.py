@@ -75,7 +75,7 @@ from pybk.errors import (
 )
 from pybk.fileio import DEFAULT_IO, Buffer, FileIO, hold_presence, lock_file
 from pybk.settings import ServerSettings
-from pybk.stats import JournalStats, StorageGauges, StorageStats
+from pybk.stats import READ_SAMPLE, BookieStats, JournalStats, StorageGauges, StorageStats
 from pybk.storage import journal as jr
 from pybk.storage import journal_codec as codec
 from pybk.storage.checkpoint import Checkpointer, Generation, flush_generation, flush_records
@@ -211,6 +211,8 @@ class Bookie:
         self._state_listeners: list[StateListener] = []
         #: Checkpoint and garbage collection figures for :mod:`pybk.http.metrics`.
         self.stats = StorageStats()
+        #: Add and read figures for :mod:`pybk.http.metrics` (BookKeeper's BookieStats).
+        self.bookie_stats = BookieStats()
         self._closed = False
         self._stop = threading.Event()
         self._gc_wanted = threading.Event()  # deletions became durable; also: at start
@@ -424,6 +426,8 @@ class Bookie:
             journal_queue=self._journal.queued_records,
             write_cache_bytes=self._active.size_bytes + (flushing.size_bytes if flushing
                                                          else 0),
+            write_cache_entries=self._active.entry_count + (flushing.entry_count if flushing
+                                                            else 0),
             entry_logs=len(log_sizes), entry_log_bytes=sum(log_sizes),
             index_bytes=index_bytes, ledgers=max(0, ledgers - len(self._durably_deleted)),
             read_only=self._read_only)
@@ -589,6 +593,7 @@ class Bookie:
                   admitted: bool, on_parked: Callable[[int], None] | None = None) -> None:
         """:meth:`add_entries_async`; ``admitted``: the runs passed the guard's check
         (:meth:`guard_unknown_ledgers`), so they may create their ledgers."""
+        started = time.monotonic()
         errors: list[BaseException | None] = [None] * sum(len(run[1]) for run in runs)
         try:
             if self._read_only or self._closed or self._journal.failure is not None:
@@ -604,7 +609,8 @@ class Bookie:
             deferred = deferred and run_deferred
             passed = self._check_run(ledger_id, entry_ids, entries, first, errors)
             if passed is not None:
-                checked.append((ledger_id, master_key, recovery, run_deferred, passed))
+                checked.append((ledger_id, master_key, bool(recovery), run_deferred,
+                                passed))
             first += len(entry_ids)
         self._make_room()
         # The records of every run taken, for one journal submission: the new ledgers'
@@ -612,7 +618,7 @@ class Bookie:
         # entries as they came: for a server, views of the message), and their byte
         # count, summed per run.
         buffers: list[Buffer] = []
-        taken: list[tuple[int, LedgerState, _CheckedRun]] = []
+        taken: list[tuple[int, LedgerState, bool, _CheckedRun]] = []
         queued: list[Sequence[int]] = []  # the positions of each run taken
         due: list[LacWatcher] = []
         parked: list[tuple[Sequence[int], AddRun]] = []  # runs the guard checks first
@@ -637,21 +643,25 @@ class Bookie:
                     parked.append((positions, (ledger_id, passed[1], _copies(passed[2]),
                                                master_key, recovery, deferred_run)))
                     continue
-                taken.append((ledger_id, state, passed))
+                taken.append((ledger_id, state, recovery, passed))
             nbytes = sum(map(len, buffers))  # the key records
             # An entry that is a view keeps its whole message alive.  When an add of the
             # message failed or waits for the guard, the entries kept are copied, so that
             # what the write cache holds is what it counts (a body is never held for the
             # sake of a part of it; bytes are kept as they are).
             keep = _copies if parked or any(errors) else _as_they_are
-            for ledger_id, state, (positions, entry_ids, entries, record_headers, lac,
-                                   run_bytes) in taken:
+            added = [0, 0]  # entries of the normal runs, and of the recovery runs
+            entry_bytes = 0
+            for ledger_id, state, recovery, (positions, entry_ids, entries, record_headers,
+                                             lac, run_bytes) in taken:
                 entries = keep(entries)
                 self._active.put_run(ledger_id, entry_ids, record_headers, entries, run_bytes)
                 self._raise_lac_locked(ledger_id, state, lac, due)
                 buffers += itertools.chain.from_iterable(zip(record_headers, entries))
                 nbytes += run_bytes + codec.RECORD.size * len(record_headers)
                 queued.append(positions)
+                added[recovery] += len(entry_ids)
+                entry_bytes += run_bytes
             # With parked runs, the callback comes once the queued adds and each of them
             # are done; without (the normal path), straight from the journal.
             gather = _Gather(errors, callback, bool(queued) + len(parked)) if parked \
@@ -671,8 +681,13 @@ class Bookie:
                     for i in itertools.chain.from_iterable(queued):
                         errors[i] = e
                     queued = []
+                    added, entry_bytes = [0, 0], 0
                     if gather is not None:
                         gather.parts -= 1
+            # Under the lock: adds come from several threads (a server's, the guard's,
+            # in-process clients').
+            self.bookie_stats.adds_queued(started, added[0], added[1], entry_bytes,
+                                          len(errors) - errors.count(None))
         if due:
             _notify(due)
         if gather is not None:
@@ -790,6 +805,7 @@ class Bookie:
              deferred: bool = False, admitted: bool = False) -> None:
         """Check an add, apply back-pressure, then cache and journal it under the lock;
         _NeedsAdmission if the guard must check its ledger first (``admitted``: it did)."""
+        started = time.monotonic()
         if self._read_only or self._closed or self._journal.failure is not None:
             self._check_writable()
         lac = self._check_entry(ledger_id, entry_id, entry)
@@ -808,6 +824,7 @@ class Bookie:
                 records = [*key_record, *records]
                 nbytes += sum(map(len, key_record))
             self._journal.submit_many_locked(records, nbytes, callback, wake, deferred)
+            self.bookie_stats.adds_queued(started, not recovery, recovery, len(entry), 0)
         if due:
             _notify(due)
 
@@ -951,6 +968,7 @@ class Bookie:
         held = self._count_held(ledger_id, first, last)  # every add taken is cached by now
         future: Future = Future()
         self._journal.mark(_future_setter(future, result=held))
+        self.bookie_stats.force_ledger += 1
         return future
 
     def _count_held(self, ledger_id: int, first: int, last: int) -> int:
@@ -981,7 +999,19 @@ class Bookie:
         """The entry's bytes as added; ``entry_id=LAST_ENTRY`` (-1) reads the last one.
         An entry not held is NoSuchEntry (NoSuchLedger: the ledger is not held, or was
         deleted), or EntryMaybeLost for a ledger not deleted below the join floor
-        (:meth:`record_join_floor`)."""
+        (:meth:`record_join_floor`).  Counted in :attr:`bookie_stats`, one read in
+        :data:`pybk.stats.READ_SAMPLE` timed."""
+        stats = self.bookie_stats
+        if stats.reads_until_timed:
+            stats.reads_until_timed -= 1
+            data = self._read_entry(ledger_id, entry_id)
+            stats.read_bytes += len(data)
+            return data
+        stats.reads_until_timed = READ_SAMPLE - 1
+        return stats.timed_read(self._read_entry, ledger_id, entry_id)
+
+    def _read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        """:meth:`read_entry`, counting the write cache's hits and misses."""
         self._check_open()
         with self._lock:
             state = self._state(ledger_id)
@@ -1004,7 +1034,9 @@ class Bookie:
                         # A copy if the cache holds a view of the message the entry came
                         # in (a server's adds): readers get bytes, whoever they are.  (The
                         # test first: calling bytes() on bytes costs a tenth of a read.)
+                        self.bookie_stats.write_cache_hits += 1
                         return data if type(data) is bytes else bytes(data)
+            self.bookie_stats.write_cache_misses += 1
             location = self._index.location(ledger_id, entry_id)
             if location is None:
                 raise self._unheld(ledger_id, NoSuchEntry(

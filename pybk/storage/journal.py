@@ -383,11 +383,13 @@ class Journal:
             self._swap_queue() if self._flush_when_empty else self._take_group())
         if not callbacks and not markers and not written:
             return False
+        taken = time.monotonic()
         error: BaseException | None = self._failure
         acknowledged = False  # the deferred records' callbacks ran
         try:
             if buffers and error is None:
                 self._write(buffers, nbytes)
+                self.stats.flush.observe_since(taken)
             acknowledged = True
             if written:
                 _complete_all(written, error)
@@ -402,10 +404,13 @@ class Journal:
             _complete_all([callback for _before, callback in markers], error)
             return True
         _complete_all(callbacks, None)
-        if buffers:
+        if buffers:  # per group, each latency weighted by the group's records
             stats = self.stats
-            stats.add_entry.observe_since(self._group_queued_at, len(buffers) // 2)
-            stats.group_records.observe(len(buffers) // 2)
+            records = len(buffers) // 2
+            stats.queue.observe((taken - self._group_queued_at) * 1000.0, records)
+            stats.add_entry.observe_since(self._group_queued_at, records)
+            stats.process.observe_since(taken)
+            stats.group_records.observe(records)
             stats.group_bytes.observe(nbytes)
             stats.bytes_written += nbytes
         start = self._offset - nbytes  # a group never spans two files

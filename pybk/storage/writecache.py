@@ -80,6 +80,11 @@ class WriteCache:
         record = self._records.get(ledger_id << 64 | entry_id)
         return self._entries[record] if record is not None else None
 
+    @property
+    def entry_count(self) -> int:
+        """Entries held (an entry put twice counts once)."""
+        return len(self._records)
+
     def last_entry_id(self, ledger_id: int) -> int | None:
         return self._last.get(ledger_id)
 
