@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Self, Sequence
 
-from pybk.client.context import ClientContext, Writer
+from pybk.client.context import ClientContext, Writer, timing
 from pybk.client.deferred import WriteFlag
 from pybk.client.ledger import LedgerHandle
 from pybk.client.ledger_adv import LedgerHandleAdv
@@ -169,6 +169,14 @@ class BookKeeper(ClientContext):
                 custom_metadata: Mapping[str, bytes] | None,
                 ledger_id: int | None) -> Versioned:
         """A new ledger's metadata, its bookies resolved."""
+        with timing(self.metrics, "LEDGER_CREATE"):
+            return self._create_metadata(ensemble, write_quorum, ack_quorum, digest,
+                                         password, custom_metadata, ledger_id)
+
+    def _create_metadata(self, ensemble: int, write_quorum: int, ack_quorum: int,
+                         digest: str | DigestType, password: bytes,
+                         custom_metadata: Mapping[str, bytes] | None,
+                         ledger_id: int | None) -> Versioned:
         self._check_open()
         digest_type = _digest_type(digest)
         versioned = self.ledger_manager.create_ledger(
@@ -188,13 +196,18 @@ class BookKeeper(ClientContext):
         (the writer, if alive, can add no more); ``recovery=False`` reads up to the LAC
         without disturbing the writer.
         """
+        with timing(self.metrics, "LEDGER_OPEN"):
+            return self._open(ledger_id, password, recovery)
+
+    def _open(self, ledger_id: int, password: bytes, recovery: bool) -> LedgerHandle:
         self._check_open()
         versioned = self.ledger_manager.read(ledger_id)
         if not versioned.metadata.check_password(password):
             raise Unauthorized(f"wrong password for ledger {ledger_id}")
         self.resolve_bookies(_bookies_of(versioned.metadata))
         if recovery:
-            versioned = recover(self, versioned, password)
+            with timing(self.metrics, "LEDGER_RECOVER"):
+                versioned = recover(self, versioned, password)
         metadata = versioned.metadata
         lac = metadata.closed_last_entry_id() if metadata.state is LedgerState.CLOSED else -1
         handle = LedgerHandle(self, versioned, password, writable=False,
@@ -207,6 +220,10 @@ class BookKeeper(ClientContext):
 
     def delete_ledger(self, ledger_id: int) -> None:
         """Delete a ledger's metadata, then its entries on every bookie that held some."""
+        with timing(self.metrics, "LEDGER_DELETE"):
+            self._delete(ledger_id)
+
+    def _delete(self, ledger_id: int) -> None:
         self._check_open()
         metadata = self.ledger_manager.read(ledger_id).metadata
         self.ledger_manager.delete(ledger_id)

@@ -17,6 +17,7 @@ timer drives (:class:`Writer`).  The members with an underscore are for the hand
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
@@ -27,6 +28,13 @@ from pybk.settings import ClientSettings
 
 if TYPE_CHECKING:  # prometheus_client is imported only by a client that keeps metrics
     from pybk.client.metrics import ClientMetrics
+
+
+def timing(metrics: ClientMetrics | None,
+           name: str) -> contextlib.AbstractContextManager[None]:
+    """``metrics.timing(name)`` (:meth:`~pybk.client.metrics.ClientMetrics.timing`), or
+    nothing without metrics."""
+    return contextlib.nullcontext() if metrics is None else metrics.timing(name)
 
 
 class Writer(Protocol):

@@ -73,7 +73,7 @@ from functools import partial
 from typing import Callable, Iterable, Iterator, Sequence
 
 from pybk.client.completions import AddDone, CompletionQueue
-from pybk.client.context import ClientContext
+from pybk.client.context import ClientContext, timing
 from pybk.client.deferred import AckWatermarks, ForceOp, WriteFlag, entries_stored
 from pybk.client.digest import DecodedEntry, DigestManager
 from pybk.client.reads import RangeRead, read_error
@@ -351,7 +351,7 @@ class LedgerHandle:
             raise ValueError(f"{count} entries in one call is more than throttle="
                              f"{throttle} adds outstanding: split the call")
         if self._bk.metrics is not None:
-            done = self._bk.metrics.timed_add(done)
+            done = self._bk.metrics.timed_add(done, count)
         if self._throttled:
             self._bk._take_add_permits(count)
         try:
@@ -958,6 +958,8 @@ class LedgerHandle:
         ledger without DEFERRED_SYNC is durable at every acknowledgement: its future
         gives the LAC at once."""
         future: Future = Future()
+        if self._bk.metrics is not None:
+            self._bk.metrics.time_future("FORCE", future)
         with self._lock:
             if self._state is not _WriteState.OPEN or not self._writable or self._recovery:
                 self._check_can_add()
@@ -1155,10 +1157,10 @@ class LedgerHandle:
         return self._read_range(first, last)
 
     def _read_range(self, first: int, last: int) -> Iterator[LedgerEntry]:
-        entries = iter(RangeRead(self._metadata, self._digest, self._bk.bookie_client,
-                                 self._bk.settings.readTimeout, first, last))
         metrics = self._bk.metrics
-        return entries if metrics is None else metrics.timed_reads(entries)
+        return iter(RangeRead(self._metadata, self._digest, self._bk.bookie_client,
+                              self._bk.settings.readTimeout, first, last,
+                              None if metrics is None else metrics.reads_done))
 
     def _readable_limit(self) -> int:
         metadata = self._metadata
@@ -1168,6 +1170,10 @@ class LedgerHandle:
 
     def read_entry(self, entry_id: int, fence: bool = False) -> LedgerEntry:
         """One entry, from the first bookie of its write set that has a valid copy."""
+        with timing(self._bk.metrics, "READ_ENTRY"):
+            return self._read_one(entry_id, fence)
+
+    def _read_one(self, entry_id: int, fence: bool) -> LedgerEntry:
         errors: list[BaseException] = []
         for bookie_id in self._metadata.write_set(entry_id):
             data = self._ask(bookie_id, entry_id, fence, errors)
@@ -1197,6 +1203,10 @@ class LedgerHandle:
     def read_last_add_confirmed(self) -> int:
         """Ask the bookies of the last fragment for the LAC, all at once (one wait for
         their answers, within ``readTimeout``); the highest answer wins."""
+        with timing(self._bk.metrics, "READ_LAC"):
+            return self._read_lac()
+
+    def _read_lac(self) -> int:
         if self._metadata.state is LedgerState.CLOSED:
             return self._metadata.closed_last_entry_id()
         asked = [self._read_lac_of(b) for b in self._metadata.fragments[-1].ensemble]
@@ -1223,6 +1233,10 @@ class LedgerHandle:
         ``readTimeout`` passed, provided one bookie answered (a bookie without the ledger
         or its entries answers too); if none did, BookKeeperError.  A closed ledger's
         answer is its last entry, without asking."""
+        with timing(self._bk.metrics, "READ_LAC"):
+            return self._try_read_lac()
+
+    def _try_read_lac(self) -> int:
         metadata = self._metadata
         if metadata.state is LedgerState.CLOSED:
             return metadata.closed_last_entry_id()
@@ -1263,13 +1277,17 @@ class LedgerHandle:
                                           ) -> tuple[int, LedgerEntry | None]:
         """Long poll: wait up to ``timeout`` seconds for the LAC to move past the one
         known now; return the new LAC and that entry (or the old LAC and None)."""
+        with timing(self._bk.metrics, "READ_LAST_CONFIRMED_AND_ENTRY"):
+            return self._long_poll(timeout)
+
+    def _long_poll(self, timeout: float) -> tuple[int, LedgerEntry | None]:
         known = self._lac
         deadline = time.monotonic() + timeout
         pause = 0.0005
         while True:
-            lac = self.read_last_add_confirmed()
+            lac = self._read_lac()
             if lac > known:
-                return lac, self.read_entry(lac)
+                return lac, self._read_one(lac, False)
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._metadata.state is LedgerState.CLOSED:
                 return lac, None

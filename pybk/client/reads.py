@@ -74,13 +74,14 @@ _ABSENT = (NoSuchEntry, NoSuchLedger)
 
 
 class _Request:
-    __slots__ = ("bookie_id", "entry_ids", "future", "deadline", "budget")
+    __slots__ = ("bookie_id", "entry_ids", "future", "sent", "deadline", "budget")
 
     def __init__(self, bookie_id: str, entry_ids: list[int], future: Future,
-                 deadline: float, budget: int) -> None:
+                 sent: float, deadline: float, budget: int) -> None:
         self.bookie_id = bookie_id
         self.entry_ids = entry_ids
         self.future = future
+        self.sent = sent  # time.monotonic()
         self.deadline = deadline
         self.budget = budget
 
@@ -90,11 +91,16 @@ class RangeRead:
 
     ``client_of(bookie_id)`` gives a bookie's client (it may raise BookKeeperError);
     ``timeout_s`` is how long a request may go unanswered.  Iterate once, on one thread.
+    ``observe(sent, taken, ok, entries)``, if given, is called for each request taken in
+    (sent at ``sent``, taken in at ``taken``: ``time.monotonic()``), once with the
+    entries it brought (``ok``) and once with those that failed, if any (all it asked
+    for when the request failed); for the client's READ_ENTRY metric.
     """
 
     def __init__(self, metadata: LedgerMetadata, digest: DigestManager,
                  client_of: Callable[[str], BookieClient], timeout_s: float,
-                 first: int, last: int) -> None:
+                 first: int, last: int,
+                 observe: Callable[[float, float, bool, int], None] | None = None) -> None:
         self._metadata = metadata
         self._ledger_id = metadata.ledger_id
         self._digest = digest
@@ -117,6 +123,7 @@ class RangeRead:
         # Entry id -> the bookies that failed to read it, and how (until it is read).
         self._failures: dict[int, list[tuple[str, BaseException]]] = {}
         self._avoided: set[str] = set()  # bookies that failed a read (not by absence)
+        self._observe = observe
 
     def __iter__(self) -> Iterator[DecodedEntry]:
         ready = self._ready
@@ -184,9 +191,9 @@ class RangeRead:
         except BookKeeperError as e:
             future = Future()
             future.set_exception(e)
-        self._in_flight.append(_Request(bookie_id, entry_ids, future,
-                                        time.monotonic() + self._timeout_s,
-                                        READ_BATCH_MAX_BYTES))
+        sent = time.monotonic()
+        self._in_flight.append(_Request(bookie_id, entry_ids, future, sent,
+                                        sent + self._timeout_s, READ_BATCH_MAX_BYTES))
         self._reserved += READ_BATCH_MAX_BYTES
         self._busy[bookie_id] = self._busy.get(bookie_id, 0) + 1
 
@@ -206,35 +213,37 @@ class RangeRead:
         still = []
         for request in in_flight:
             if request.future.done():
-                self._answered(request)
+                self._answered(request, now)
             elif now >= request.deadline:  # the transport gave no answer in time
                 self._reserved -= request.budget
                 self._busy[request.bookie_id] -= 1
                 self._request_failed(request, Timeout(
                     f"bookie {request.bookie_id} did not answer a read within "
-                    f"readTimeout={self._timeout_s}"))
+                    f"readTimeout={self._timeout_s}"), now)
             else:
                 still.append(request)
         self._in_flight = still
 
-    def _answered(self, request: _Request) -> None:
+    def _answered(self, request: _Request, now: float) -> None:
         self._reserved -= request.budget
         self._busy[request.bookie_id] -= 1
         error = request.future.exception()
         if error is not None:
-            self._request_failed(request, error)
+            self._request_failed(request, error, now)
             return
         answers = request.future.result()
         entry_ids = request.entry_ids
         if not 1 <= len(answers) <= len(entry_ids):
             self._request_failed(request, MalformedMessage(
                 f"bookie {request.bookie_id} answered {len(answers)} reads of "
-                f"{len(entry_ids)}"))
+                f"{len(entry_ids)}"), now)
             return
         bookie_id = request.bookie_id
+        failed = 0
         for entry_id, answer in zip(entry_ids, answers):
             if isinstance(answer, BaseException):
                 self._failed(entry_id, bookie_id, answer)
+                failed += 1
                 continue
             try:
                 entry = self._digest.decode(entry_id, answer)
@@ -242,6 +251,7 @@ class RangeRead:
                 log.warning("ledger %d entry %d: bad copy on %s (%s)", self._ledger_id,
                             entry_id, bookie_id, e)
                 self._failed(entry_id, bookie_id, e)
+                failed += 1
                 continue
             self._ready[entry_id] = entry
             self._held += len(entry.data)
@@ -251,8 +261,14 @@ class RangeRead:
             self._queue(bookie_id, entry_id)
         if len(answers) < len(entry_ids):
             self._urgent.add(bookie_id)
+        if self._observe is not None:
+            self._observe(request.sent, now, True, len(answers) - failed)
+            if failed:
+                self._observe(request.sent, now, False, failed)
 
-    def _request_failed(self, request: _Request, error: BaseException) -> None:
+    def _request_failed(self, request: _Request, error: BaseException, now: float) -> None:
+        if self._observe is not None:
+            self._observe(request.sent, now, False, len(request.entry_ids))
         for entry_id in request.entry_ids:
             self._failed(entry_id, request.bookie_id, error)
 

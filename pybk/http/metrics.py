@@ -58,14 +58,14 @@ from prometheus_client import (
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 
 from pybk.autorecovery.service import AutoRecovery
 from pybk.errors import BookKeeperError
 from pybk.net.server import BookieServer
-from pybk.stats import READ_SAMPLE, Histogram, OpStats
+from pybk.promstats import histogram_family, op_histogram_family
+from pybk.stats import READ_SAMPLE
 from pybk.storage import Bookie
 
 log = logging.getLogger(__name__)
@@ -95,21 +95,36 @@ class BookieCollector:
     def _bookie_metrics(self) -> Iterator[Metric]:
         journal, storage = self._bookie.journal_stats, self._bookie.stats
         ops = self._bookie.bookie_stats
-        yield _op_histogram("bookie_BOOKIE_ADD_ENTRY",
-                            "Latency in ms of checking, caching and queueing adds for the "
-                            "journal, per entry (observed per call, weighted by its entries)",
-                            ops.add_entry)
-        yield _op_histogram("bookie_BOOKIE_RECOVERY_ADD_ENTRY",
-                            "bookie_BOOKIE_ADD_ENTRY of recovery adds", ops.recovery_add_entry)
-        yield _op_histogram("bookie_BOOKIE_ADD_ENTRY_BYTES",
-                            "Entry sizes of adds (each call's mean size, weighted by its "
-                            "entries)", ops.add_entry_bytes)
-        yield _op_histogram("bookie_BOOKIE_READ_ENTRY",
-                            f"Read latency in ms, per entry: one read in {READ_SAMPLE} timed "
-                            f"and counted {READ_SAMPLE} times", ops.read_entry)
-        yield _op_histogram("bookie_BOOKIE_READ_ENTRY_BYTES",
-                            "Entry sizes of reads, sampled as bookie_BOOKIE_READ_ENTRY",
-                            ops.read_entry_bytes)
+        # Latencies in ms (and sizes in bytes) with the label success, per entry or record.
+        for name, doc, stats in (
+                ("bookie_BOOKIE_ADD_ENTRY",
+                 "Latency in ms of checking, caching and queueing adds for the journal, per "
+                 "entry (observed once per call, weighted by its entries)", ops.add_entry),
+                ("bookie_BOOKIE_RECOVERY_ADD_ENTRY",
+                 "bookie_BOOKIE_ADD_ENTRY of recovery adds", ops.recovery_add_entry),
+                ("bookie_BOOKIE_ADD_ENTRY_BYTES",
+                 "Entry sizes of adds (each call's mean size, weighted by its entries)",
+                 ops.add_entry_bytes),
+                ("bookie_BOOKIE_READ_ENTRY",
+                 f"Read latency in ms, per entry: one read in {READ_SAMPLE} is timed and "
+                 f"counted {READ_SAMPLE} times", ops.read_entry),
+                ("bookie_BOOKIE_READ_ENTRY_BYTES",
+                 "Entry sizes of reads, sampled as bookie_BOOKIE_READ_ENTRY",
+                 ops.read_entry_bytes),
+                ("bookie_journal_JOURNAL_ADD_ENTRY", "Journal add latency in ms, per record",
+                 journal.add_entry),
+                ("bookie_journal_JOURNAL_QUEUE_LATENCY",
+                 "Latency in ms from a journal group's first record being queued to the "
+                 "group being taken, per record", journal.queue),
+                ("bookie_journal_JOURNAL_FLUSH_LATENCY",
+                 "Latency in ms of writing a journal group (before its fdatasync)",
+                 journal.flush),
+                ("bookie_journal_JOURNAL_PROCESS_TIME_LATENCY",
+                 "Latency in ms from a journal group being taken to its callbacks having run "
+                 "(write, fdatasync, completions)", journal.process),
+                ("bookie_journal_JOURNAL_SYNC", "Journal fdatasync latency in ms",
+                 journal.sync)):
+            yield op_histogram_family(name, doc, stats)
         for name, doc, value in (
                 ("bookie_WRITE_BYTES", "Bytes of entries added", ops.write_bytes),
                 ("bookie_READ_BYTES", "Bytes of entries read", ops.read_bytes),
@@ -119,29 +134,16 @@ class BookieCollector:
                 ("bookie_write_cache_misses", "Reads the write cache did not hold",
                  ops.write_cache_misses)):
             yield CounterMetricFamily(name, doc, value)
-        yield _op_histogram("bookie_journal_JOURNAL_ADD_ENTRY",
-                            "Journal add latency in ms, per record", journal.add_entry)
-        yield _op_histogram("bookie_journal_JOURNAL_QUEUE_LATENCY",
-                            "Latency in ms from a journal group's first record being queued "
-                            "to the group being taken, per record", journal.queue)
-        yield _op_histogram("bookie_journal_JOURNAL_FLUSH_LATENCY",
-                            "Latency in ms of writing a journal group (before its fdatasync)",
-                            journal.flush)
-        yield _op_histogram("bookie_journal_JOURNAL_PROCESS_TIME_LATENCY",
-                            "Latency in ms from a journal group being taken to its callbacks "
-                            "having run (write, fdatasync, completions)", journal.process)
-        yield _op_histogram("bookie_journal_JOURNAL_SYNC", "Journal fdatasync latency in ms",
-                            journal.sync)
-        yield _histogram("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
-                         "Records per journal group commit", journal.group_records)
-        yield _histogram("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES",
-                         "Bytes per journal group commit", journal.group_bytes)
+        yield histogram_family("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
+                               "Records per journal group commit", journal.group_records)
+        yield histogram_family("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES",
+                               "Bytes per journal group commit", journal.group_bytes)
         yield CounterMetricFamily("bookie_journal_JOURNAL_WRITE_BYTES",
                                   "Bytes written to the journal", journal.bytes_written)
-        yield _histogram("bookie_flush", "Checkpoint (write cache flush) latency in ms",
-                         storage.flush)
-        yield _histogram("bookie_flush_size", "Bytes of entries each checkpoint wrote",
-                         storage.flush_bytes)
+        yield histogram_family("bookie_flush", "Checkpoint (write cache flush) latency in ms",
+                               storage.flush)
+        yield histogram_family("bookie_flush_size", "Bytes of entries each checkpoint wrote",
+                               storage.flush_bytes)
         for name, doc, value in (
                 ("pybk_bookie_gc_runs", "Garbage collection runs", storage.gc_runs),
                 ("bookie_gc_MINOR_COMPACTION_COUNT", "Minor compactions",
@@ -180,10 +182,10 @@ class BookieCollector:
 
     def _server_metrics(self) -> Iterator[Metric]:
         stats = self._server.stats  # type: ignore[union-attr]
-        yield _op_histogram("bookkeeper_server_ADD_ENTRY_REQUEST",
-                            "Add request latency in ms, per entry", stats.add_request)
-        yield _op_histogram("bookkeeper_server_READ_ENTRY_REQUEST",
-                            "Read request latency in ms", stats.read_request)
+        yield op_histogram_family("bookkeeper_server_ADD_ENTRY_REQUEST",
+                                  "Add request latency in ms, per entry", stats.add_request)
+        yield op_histogram_family("bookkeeper_server_READ_ENTRY_REQUEST",
+                                  "Read request latency in ms", stats.read_request)
         for name, doc, value in (
                 ("pybk_server_messages_received", "ZeroMQ messages received",
                  stats.messages_in),
@@ -211,33 +213,6 @@ class BookieCollector:
             yield GaugeMetricFamily("pybk_auditor_fewest_replicas",
                                     "Fewest live replicas of an entry short of its quorum",
                                     value=backlog.min_replicas)
-
-
-def _buckets(histogram: Histogram) -> tuple[list[tuple[str, float]], float]:
-    """Cumulative buckets, +Inf last, and the sum."""
-    buckets: list[tuple[str, float]] = []
-    total = 0
-    for bound, count in zip((*histogram.bounds, float("inf")), list(histogram.counts)):
-        total += count
-        buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), total))
-    return buckets, histogram.sum
-
-
-def _histogram(name: str, doc: str, histogram: Histogram) -> HistogramMetricFamily:
-    buckets, total = _buckets(histogram)
-    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
-
-
-def _op_histogram(name: str, doc: str, stats: OpStats | Histogram) -> HistogramMetricFamily:
-    """A latency histogram with BookKeeper's ``success`` label (a plain histogram counts
-    only successes)."""
-    family = HistogramMetricFamily(name, doc, labels=["success"])
-    parts = ((("true", stats.success), ("false", stats.failure))
-             if isinstance(stats, OpStats) else (("true", stats),))
-    for label, histogram in parts:
-        buckets, total = _buckets(histogram)
-        family.add_metric([label], buckets, total)
-    return family
 
 
 def bookie_registry(bookie: Bookie, server: BookieServer | None = None,
