@@ -22,6 +22,7 @@ import pybk
 from pybk.errors import InvalidConfiguration
 from pybk.http.metrics import MetricsServer, render
 from pybk.settings import ServerSettings
+from pybk.stats import READ_SAMPLE
 from pybk.testing.waiting import wait_until
 
 PASSWORD = b"metrics"
@@ -66,18 +67,42 @@ def test_a_bookie_process_serves_metrics_that_follow_its_work(bookies, address):
     assert f"pybk bookie: metrics at http://127.0.0.1:{port}/metrics" in bookie.output
     assert listening_ports(bookie.process.pid) == {endpoint_port(bookie.endpoint), port}
     before = scrape(port)
-    with pybk.connect(address, FAST, zk_settings=zkutil.settings()) as bk:
+    registry = CollectorRegistry()
+    batch = 10  # the last entries are added in one call
+    with pybk.connect(address, FAST, zk_settings=zkutil.settings(),
+                      metrics_registry=registry) as bk:
         lh = bk.create_ledger(1, 1, 1, password=PASSWORD)
-        for i in range(ENTRIES):
+        for i in range(ENTRIES - batch):
             lh.add_entry(payload(i))
+        lh.add_entries([payload(i) for i in range(ENTRIES - batch, ENTRIES)])
         assert [e.data for e in lh.read_entries(0, ENTRIES - 1)] == \
             [payload(i) for i in range(ENTRIES)]
         lh.close()
+        entry_bytes = sum(len(payload(i)) for i in range(ENTRIES)) + \
+            ENTRIES * lh._digest.overhead
     after = scrape(port)
+    client = parse(render(registry)[0].decode())
 
     def moved(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
 
+    # The client counts every entry, the batch's too, and one creation.
+    assert value(client, "bookkeeper_client_ADD_ENTRY_count", success="true") == ENTRIES
+    assert value(client, "bookkeeper_client_READ_ENTRY_count", success="true") == ENTRIES
+    assert value(client, "bookkeeper_client_LEDGER_CREATE_count", success="true") == 1
+    # The bookie took every entry (the batch's in one call, weighted), and read each once:
+    # its bytes as sent, digest header included.
+    assert moved("bookie_BOOKIE_ADD_ENTRY_count", success="true") == ENTRIES
+    assert moved("bookie_BOOKIE_ADD_ENTRY_count", success="false") == 0
+    assert moved("bookie_BOOKIE_ADD_ENTRY_BYTES_count", success="true") == ENTRIES
+    assert moved("bookie_BOOKIE_ADD_ENTRY_BYTES_sum", success="true") == entry_bytes
+    assert moved("bookie_WRITE_BYTES_total") == entry_bytes
+    assert moved("bookie_READ_BYTES_total") == entry_bytes
+    assert moved("bookie_write_cache_hits_total") + \
+        moved("bookie_write_cache_misses_total") == ENTRIES
+    # One read in READ_SAMPLE is timed and counted READ_SAMPLE times.
+    assert ENTRIES <= moved("bookie_BOOKIE_READ_ENTRY_count", success="true") \
+        < ENTRIES + READ_SAMPLE
     # Every add the client made was one successful add request, none failed.
     assert moved("bookkeeper_server_ADD_ENTRY_REQUEST_count", success="true") == ENTRIES
     assert moved("bookkeeper_server_ADD_ENTRY_REQUEST_count", success="false") == 0
@@ -86,15 +111,21 @@ def test_a_bookie_process_serves_metrics_that_follow_its_work(bookies, address):
     # The journal wrote every entry (and the ledger's master key) in synced groups.
     assert moved("bookie_journal_JOURNAL_ADD_ENTRY_count", success="true") >= ENTRIES
     assert moved("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES_sum") >= ENTRIES
+    # Per group, weighted by its records: the queue wait per record, the rest per group.
+    assert moved("bookie_journal_JOURNAL_QUEUE_LATENCY_count", success="true") == \
+        moved("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES_sum")
+    groups = moved("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES_count")
+    assert moved("bookie_journal_JOURNAL_FLUSH_LATENCY_count", success="true") == groups
+    assert moved("bookie_journal_JOURNAL_PROCESS_TIME_LATENCY_count", success="true") == groups
     syncs = moved("bookie_journal_JOURNAL_SYNC_count", success="true")
     assert 1 <= syncs <= moved("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES_count")
     assert moved("bookie_journal_JOURNAL_WRITE_BYTES_total") >= ENTRIES * len(payload(0))
     assert value(after, "bookie_journal_JOURNAL_SYNC_bucket", le="+Inf", success="true") \
         == value(after, "bookie_journal_JOURNAL_SYNC_count", success="true")
     # ZeroMQ traffic: the adds and the reads came in, their answers went out.
-    assert moved("pybk_server_messages_received_total") >= ENTRIES + 1
+    assert moved("pybk_server_messages_received_total") >= ENTRIES - batch + 1
     assert moved("pybk_server_bytes_received_total") >= ENTRIES * len(payload(0))
-    assert moved("pybk_server_messages_sent_total") >= ENTRIES + 1
+    assert moved("pybk_server_messages_sent_total") >= ENTRIES - batch + 1
     assert moved("pybk_server_bytes_sent_total") >= ENTRIES * len(payload(0))
     assert value(after, "bookie_SERVER_STATUS") == 1
     assert value(after, "bookie_journal_JOURNAL_QUEUE_SIZE") == 0
@@ -194,12 +225,19 @@ def test_client_metrics_count_adds_reads_pending_adds_and_ensemble_changes(tmp_p
         futures = [lh.add_entry_async(payload(i)) for i in range(21, ENTRIES)]
         assert [f.result(timeout=30) for f in futures] == list(range(21, ENTRIES))
         assert len(list(lh.read_entries(0, ENTRIES - 1))) == ENTRIES
+        lh.close()
+        assert bk.open_ledger(lh.id, password=PASSWORD).read_last_add_confirmed() == \
+            ENTRIES - 1
+        bk.delete_ledger(lh.id)
         samples = parse(render(registry)[0].decode())
     assert value(samples, "bookkeeper_client_ADD_ENTRY_count", success="true") == ENTRIES
     assert value(samples, "bookkeeper_client_ADD_ENTRY_count", success="false") == 0
     assert value(samples, "bookkeeper_client_READ_ENTRY_count", success="true") == ENTRIES
     assert value(samples, "bookkeeper_client_NUM_PENDING_ADD") == 0
     assert value(samples, "bookkeeper_client_NUM_ENSEMBLE_CHANGE_total") == 1
+    for operation in ("LEDGER_CREATE", "LEDGER_OPEN", "LEDGER_RECOVER", "LEDGER_DELETE"):
+        assert value(samples, f"bookkeeper_client_{operation}_count", success="true") == 1
+    assert value(samples, "bookkeeper_client_READ_LAC_count", success="true") >= 1
     assert value(samples, "pybk_client_bookie_errors_total", bookie=failing) >= 1
 
 
