@@ -11,21 +11,33 @@ as BookKeeper's OpStatsLogger reports them (BookKeeper writes quantiles, pybk bu
 Prometheus' text format gives every counter.  pybk's own figures are named ``pybk_...``.
 
 Bookie (``bookie_*``, BookKeeper's scope ``bookie``)
-    ``bookie_SERVER_STATUS`` (1 writable, 0 read-only); ``bookie_journal_JOURNAL_ADD_ENTRY``
-    (from a record's group being first queued to the group durable, per record);
-    ``bookie_journal_JOURNAL_SYNC`` (each fdatasync); ``bookie_journal_JOURNAL_QUEUE_SIZE``;
-    ``bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES`` and ``..._BATCH_BYTES`` (per group
-    commit); ``bookie_journal_JOURNAL_WRITE_BYTES_total``; ``bookie_write_cache_size``
-    (bytes); ``bookie_flush`` and ``bookie_flush_size`` (each checkpoint's latency and
-    bytes); ``bookie_ledgers_count``; ``bookie_gc_MINOR_COMPACTION_COUNT_total``,
-    ``bookie_gc_MAJOR_COMPACTION_COUNT_total``,
+    Adds and reads (:class:`pybk.stats.BookieStats`): ``bookie_BOOKIE_ADD_ENTRY`` and
+    ``..._RECOVERY_ADD_ENTRY`` (checking, caching and queueing adds for the journal; one
+    observation per call, weighted by its entries), ``..._ADD_ENTRY_BYTES`` (entry sizes),
+    ``bookie_BOOKIE_READ_ENTRY`` and ``..._READ_ENTRY_BYTES`` (one read in
+    :data:`pybk.stats.READ_SAMPLE` timed, counted that many times),
+    ``bookie_BOOKIE_FORCE_LEDGER_total``, ``bookie_WRITE_BYTES_total``,
+    ``bookie_READ_BYTES_total``, ``bookie_write_cache_hits_total`` and ``..._misses_total``
+    (reads), ``bookie_write_cache_size`` (bytes) and ``bookie_write_cache_count``
+    (entries).  ``bookie_SERVER_STATUS`` (1 writable, 0 read-only); ``bookie_JOURNAL_DIRS``
+    and ``bookie_JOURNAL_QUEUE_MAX_SIZE``.  The journal (:class:`pybk.stats.JournalStats`,
+    per group, latencies weighted by its records): ``bookie_journal_JOURNAL_ADD_ENTRY``
+    (from a record's group being first queued to the group durable, per record),
+    ``..._QUEUE_LATENCY`` (to the group being taken, per record), ``..._FLUSH_LATENCY``
+    (the group's write), ``..._PROCESS_TIME_LATENCY`` (from the group taken to its
+    callbacks run), ``..._SYNC`` (each fdatasync), ``..._QUEUE_SIZE``,
+    ``..._FORCE_WRITE_BATCH_ENTRIES`` and ``..._BATCH_BYTES`` (per group commit),
+    ``..._WRITE_BYTES_total``.  ``bookie_flush`` and ``bookie_flush_size`` (each
+    checkpoint's latency and bytes); ``bookie_ledgers_count``;
+    ``bookie_gc_MINOR_COMPACTION_COUNT_total``, ``bookie_gc_MAJOR_COMPACTION_COUNT_total``,
     ``bookie_gc_RECLAIMED_DELETION_SPACE_BYTES_total``,
     ``bookie_gc_RECLAIMED_COMPACTION_SPACE_BYTES_total``; pybk's ``pybk_bookie_gc_runs_total``,
     ``pybk_bookie_entry_logs``, ``pybk_bookie_entry_log_bytes``, ``pybk_bookie_index_bytes``.
 Server (``bookkeeper_server_*``)
     ``bookkeeper_server_ADD_ENTRY_REQUEST`` (per entry, from the request being read to its
     reply), ``bookkeeper_server_READ_ENTRY_REQUEST`` (READ and READ_BATCH requests, not
-    fencing reads); pybk's ``pybk_server_messages_received_total``,
+    fencing reads), ``..._ADD_ENTRY_IN_PROGRESS`` and ``..._READ_ENTRY_IN_PROGRESS``;
+    pybk's ``pybk_server_messages_received_total``,
     ``pybk_server_bytes_received_total``, ``pybk_server_messages_sent_total``,
     ``pybk_server_bytes_sent_total`` (ZeroMQ messages and bytes) and
     ``pybk_server_backpressure_pauses_total`` (times the server stopped reading requests at
@@ -166,6 +178,10 @@ class BookieCollector:
         for name, doc, value in (
                 ("bookie_SERVER_STATUS", "1 if the bookie takes adds, 0 if read-only",
                  0 if gauges.read_only else 1),
+                ("bookie_JOURNAL_DIRS", "Journal directories", 1),
+                ("bookie_JOURNAL_QUEUE_MAX_SIZE",
+                 "Records that may wait for the journal (journalQueueSize)",
+                 self._bookie.settings.journalQueueSize),
                 ("bookie_journal_JOURNAL_QUEUE_SIZE", "Records waiting for the journal",
                  gauges.journal_queue),
                 ("bookie_write_cache_size", "Bytes of entries in the write cache",
@@ -181,11 +197,19 @@ class BookieCollector:
             yield GaugeMetricFamily(name, doc, value=value)
 
     def _server_metrics(self) -> Iterator[Metric]:
-        stats = self._server.stats  # type: ignore[union-attr]
+        server = self._server
+        assert server is not None
+        stats = server.stats
         yield op_histogram_family("bookkeeper_server_ADD_ENTRY_REQUEST",
                                   "Add request latency in ms, per entry", stats.add_request)
         yield op_histogram_family("bookkeeper_server_READ_ENTRY_REQUEST",
                                   "Read request latency in ms", stats.read_request)
+        yield GaugeMetricFamily("bookkeeper_server_ADD_ENTRY_IN_PROGRESS",
+                                "Adds and other writes read and not answered yet",
+                                value=server.adds_in_progress)
+        yield GaugeMetricFamily("bookkeeper_server_READ_ENTRY_IN_PROGRESS",
+                                "Fencing reads and long polls read and not answered yet",
+                                value=server.reads_in_progress)
         for name, doc, value in (
                 ("pybk_server_messages_received", "ZeroMQ messages received",
                  stats.messages_in),

@@ -214,6 +214,16 @@ class BookieServer:
         self._thread.start()
         log.info("bookie server listening on %s", self.address)
 
+    @property
+    def adds_in_progress(self) -> int:
+        """Adds (and other writes) read and not answered yet (read without a lock)."""
+        return self._adds_in_progress
+
+    @property
+    def reads_in_progress(self) -> int:
+        """Fencing reads and long polls read and not answered yet (read without a lock)."""
+        return self._reads_in_progress
+
     def requests_served(self) -> dict[str, int]:
         """Requests decoded since the server started, by operation (``add``, ``read``,
         ...): a rate is the difference of two readings over their interval."""
