@@ -121,11 +121,13 @@ class StorageStats:
 class BookieStats:
     """A bookie's add and read figures (BookKeeper's ``bookie`` scope).
 
-    Adds are counted per call (a run of entries, an ADD message's), under the bookie's
-    lock; reads per entry, by the reading thread: a server's, or an in-process client's
-    (whose increments rely on the GIL, docs/THREADS.md).  One read in
-    :data:`READ_SAMPLE` is timed and counted that many times: the read histogram's count
-    is the reads rounded to that step, its sum an estimate."""
+    Adds are counted per call (an ADD message's runs of entries), under the bookie's
+    lock; the failures are the adds such a call refused (a single add's refusal is
+    raised to its caller, not counted).  Reads are counted per entry by the reading
+    thread: a server's, or an in-process client's (whose increments rely on the GIL,
+    docs/THREADS.md).  One read in :data:`READ_SAMPLE` is timed and counted that many
+    times: the read histogram's count is the reads rounded to that step, its sum an
+    estimate."""
 
     __slots__ = ("add_entry", "recovery_add_entry", "add_entry_bytes", "read_entry",
                  "read_entry_bytes", "write_bytes", "read_bytes", "force_ledger",

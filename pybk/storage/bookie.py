@@ -599,6 +599,8 @@ class Bookie:
             if self._read_only or self._closed or self._journal.failure is not None:
                 self._check_writable()
         except BookKeeperError as e:
+            with self._lock:
+                self.bookie_stats.adds_queued(started, 0, 0, 0, len(errors))
             callback([e] * len(errors))
             return
         checked = []
