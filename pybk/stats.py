@@ -203,17 +203,27 @@ class StorageGauges(NamedTuple):
     read_only: bool
 
 
+#: The requests a bookie server times besides adds and plain reads, by BookKeeper's
+#: name (scope ``bookkeeper_server``).
+SERVER_REQUESTS = ("READ_LAC_REQUEST", "WRITE_LAC_REQUEST", "FORCE_LEDGER_REQUEST",
+                   "READ_ENTRY_FENCE_REQUEST", "READ_ENTRY_LONG_POLL_REQUEST",
+                   "GET_BOOKIE_INFO_REQUEST")
+
+
 class ServerStats:
     """A bookie server's figures, updated by its server thread only."""
 
-    __slots__ = ("add_request", "read_request", "messages_in", "bytes_in", "messages_out",
-                 "bytes_out", "paused")
+    __slots__ = ("add_request", "read_request", "requests", "messages_in", "bytes_in",
+                 "messages_out", "bytes_out", "paused")
 
     def __init__(self) -> None:
         #: Milliseconds from an add request being read to its reply, per entry.
         self.add_request = OpStats()
         #: Milliseconds to answer a READ or READ_BATCH request.
         self.read_request = OpStats()
+        #: Milliseconds from the other requests being read to their reply, by
+        #: BookKeeper's name (:data:`SERVER_REQUESTS`).
+        self.requests = {name: OpStats() for name in SERVER_REQUESTS}
         self.messages_in = 0
         self.bytes_in = 0
         self.messages_out = 0

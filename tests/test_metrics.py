@@ -77,6 +77,7 @@ def test_a_bookie_process_serves_metrics_that_follow_its_work(bookies, address):
         lh.add_entries([payload(i) for i in range(ENTRIES - batch, ENTRIES)])
         assert [e.data for e in lh.read_entries(0, ENTRIES - 1)] == \
             [payload(i) for i in range(ENTRIES)]
+        assert lh.read_last_add_confirmed() == ENTRIES - 1
         lh.close()
         entry_bytes = sum(len(payload(i)) for i in range(ENTRIES)) + \
             ENTRIES * lh._digest.overhead
@@ -108,6 +109,8 @@ def test_a_bookie_process_serves_metrics_that_follow_its_work(bookies, address):
     assert moved("bookkeeper_server_ADD_ENTRY_REQUEST_count", success="false") == 0
     assert moved("bookkeeper_server_ADD_ENTRY_REQUEST_sum", success="true") > 0
     assert moved("bookkeeper_server_READ_ENTRY_REQUEST_count", success="true") >= 1
+    assert moved("bookkeeper_server_READ_LAC_REQUEST_count", success="true") >= 1
+    assert value(client, "bookkeeper_client_READ_LAC_count", success="true") == 1
     # The journal wrote every entry (and the ledger's master key) in synced groups.
     assert moved("bookie_journal_JOURNAL_ADD_ENTRY_count", success="true") >= ENTRIES
     assert moved("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES_sum") >= ENTRIES

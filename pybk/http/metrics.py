@@ -36,7 +36,11 @@ Bookie (``bookie_*``, BookKeeper's scope ``bookie``)
 Server (``bookkeeper_server_*``)
     ``bookkeeper_server_ADD_ENTRY_REQUEST`` (per entry, from the request being read to its
     reply), ``bookkeeper_server_READ_ENTRY_REQUEST`` (READ and READ_BATCH requests, not
-    fencing reads), ``..._ADD_ENTRY_IN_PROGRESS`` and ``..._READ_ENTRY_IN_PROGRESS``;
+    fencing reads); ``..._READ_LAC_REQUEST``, ``..._WRITE_LAC_REQUEST``,
+    ``..._FORCE_LEDGER_REQUEST``, ``..._READ_ENTRY_FENCE_REQUEST``,
+    ``..._READ_ENTRY_LONG_POLL_REQUEST``, ``..._GET_BOOKIE_INFO_REQUEST`` (from the
+    request being read to its reply); ``..._ADD_ENTRY_IN_PROGRESS`` and
+    ``..._READ_ENTRY_IN_PROGRESS``;
     pybk's ``pybk_server_messages_received_total``,
     ``pybk_server_bytes_received_total``, ``pybk_server_messages_sent_total``,
     ``pybk_server_bytes_sent_total`` (ZeroMQ messages and bytes) and
@@ -204,6 +208,10 @@ class BookieCollector:
                                   "Add request latency in ms, per entry", stats.add_request)
         yield op_histogram_family("bookkeeper_server_READ_ENTRY_REQUEST",
                                   "Read request latency in ms", stats.read_request)
+        for name, timed in stats.requests.items():
+            yield op_histogram_family(f"bookkeeper_server_{name}",
+                                      "Latency in ms from the request being read to its reply",
+                                      timed)
         yield GaugeMetricFamily("bookkeeper_server_ADD_ENTRY_IN_PROGRESS",
                                 "Adds and other writes read and not answered yet",
                                 value=server.adds_in_progress)

@@ -110,8 +110,14 @@ _CLOSE_LINGER_MS = 1000
 #: While ZeroMQ refuses replies (a client's queue is full), retry this often.
 _RETRY_SEND_MS = 1
 #: Requests timed as reads (BookKeeper's READ_ENTRY_REQUEST); fencing reads, which wait
-#: for the fence, are not.
+#: for the fence, are READ_ENTRY_FENCE_REQUEST.
 _TIMED_READS = (Op.READ, Op.READ_BATCH)
+#: The other requests timed, by BookKeeper's name (pybk.stats.SERVER_REQUESTS; adds are
+#: timed per entry, deletes not at all).
+_TIMED_REQUESTS = {Op.READ_LAC: "READ_LAC_REQUEST", Op.WRITE_LAC: "WRITE_LAC_REQUEST",
+                   Op.FORCE_LEDGER: "FORCE_LEDGER_REQUEST",
+                   Op.LONG_POLL: "READ_ENTRY_LONG_POLL_REQUEST",
+                   Op.INFO: "GET_BOOKIE_INFO_REQUEST"}
 
 
 class _LongPoll:
@@ -199,6 +205,9 @@ class BookieServer:
         # the dict change size (docs/THREADS.md, fields that rely on the GIL).
         self._served: dict[Op, int] = dict.fromkeys(Op, 0)
         # Owned by the server thread:
+        # (client, request id) -> (BookKeeper's name, time read) of the timed requests
+        # answered later (fencing reads, long polls, writes of the LAC, forces).
+        self._answered_later: dict[tuple[bytes, int], tuple[str, float]] = {}
         self._adds_in_progress = 0
         self._reads_in_progress = 0
         # Replies ZeroMQ could not take yet, by client, in order.
@@ -366,22 +375,39 @@ class BookieServer:
         started = time.monotonic()
         answered = self._answer(identity, request,
                                 partial(self._handlers[request.op], identity, request))
-        if request.op in _TIMED_READS and not request.flags & wire.FENCE:
-            self.stats.read_request.observe_since(started, answered)
+        op = request.op
+        if op is Op.ADD:
+            return  # timed per entry when answered (_finish_adds)
+        if op in _TIMED_READS and not request.flags & wire.FENCE:
+            self.stats.read_request.observe_since(started, answered is not False)
+            return
+        name = "READ_ENTRY_FENCE_REQUEST" if op is Op.READ else _TIMED_REQUESTS.get(op)
+        if name is None:
+            return
+        if answered is None:  # answered later, through _answer again
+            self._answered_later[(identity, request.request_id)] = (name, started)
+        else:
+            self.stats.requests[name].observe_since(started, answered)
 
     def _answer(self, identity: bytes, request: Request,
-                compute: Callable[[], Reply | None]) -> bool:
-        """Send what ``compute`` returns (None: the answer comes later), or the error
-        it raises; False if it raised."""
+                compute: Callable[[], Reply | None]) -> bool | None:
+        """Send what ``compute`` returns, or the error it raises: whether it succeeded
+        (None: the answer comes later, through this method again)."""
         try:
             reply = compute()
         except Exception as e:
             if not isinstance(e, BookKeeperError):
                 log.exception("request %s failed unexpectedly", request._replace(entry=None))
             reply = wire.error_reply(request.op, request.request_id, e)
-        if reply is not None:
-            self._send(identity, reply)
-        return reply is None or reply.status == 0
+        if reply is None:
+            return None
+        self._send(identity, reply)
+        ok = reply.status == 0
+        if self._answered_later:  # a request timed from its reading (_handle)
+            timed = self._answered_later.pop((identity, request.request_id), None)
+            if timed is not None:
+                self.stats.requests[timed[0]].observe_since(timed[1], ok)
+        return ok
 
     # -- sending ----------------------------------------------------------------------
 
