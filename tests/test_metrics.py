@@ -228,7 +228,7 @@ def test_client_metrics_count_adds_reads_pending_adds_and_ensemble_changes(tmp_p
         futures = [lh.add_entry_async(payload(i)) for i in range(21, ENTRIES)]
         assert [f.result(timeout=30) for f in futures] == list(range(21, ENTRIES))
         assert len(list(lh.read_entries(0, ENTRIES - 1))) == ENTRIES
-        lh.close()
+        # Recovered under the writer (fenced), then deleted.
         assert bk.open_ledger(lh.id, password=PASSWORD).read_last_add_confirmed() == \
             ENTRIES - 1
         bk.delete_ledger(lh.id)
@@ -241,6 +241,16 @@ def test_client_metrics_count_adds_reads_pending_adds_and_ensemble_changes(tmp_p
     for operation in ("LEDGER_CREATE", "LEDGER_OPEN", "LEDGER_RECOVER", "LEDGER_DELETE"):
         assert value(samples, f"bookkeeper_client_{operation}_count", success="true") == 1
     assert value(samples, "bookkeeper_client_READ_LAC_count", success="true") >= 1
+    for counted in ("READ", "ADD"):
+        assert value(samples, f"bookkeeper_client_LEDGER_RECOVER_{counted}_ENTRIES_count",
+                     success="true") == 1
+    # Recovery read the last confirmed entry, each one it re-wrote (at least those past
+    # the last ensemble change's LAC), and one past the end.
+    rewritten = value(samples, "bookkeeper_client_LEDGER_RECOVER_ADD_ENTRIES_sum",
+                      success="true")
+    assert rewritten >= 1
+    assert value(samples, "bookkeeper_client_LEDGER_RECOVER_READ_ENTRIES_sum",
+                 success="true") == rewritten + 2
     assert value(samples, "pybk_client_bookie_errors_total", bookie=failing) >= 1
 
 

@@ -19,6 +19,9 @@ ms with the label ``success``):
 ``bookkeeper_client_{FORCE,READ_LAC,READ_LAST_CONFIRMED_AND_ENTRY}``
     A force of a DEFERRED_SYNC ledger; asking the bookies for the LAC
     (``read_last_add_confirmed`` and ``try_read_last_add_confirmed``); the long poll.
+``bookkeeper_client_LEDGER_RECOVER_READ_ENTRIES``, ``..._LEDGER_RECOVER_ADD_ENTRIES``
+    Per recovery, the entries it read (forward from the LAC, the one past the end
+    included) and re-wrote (histograms of counts, label ``success``).
 ``bookkeeper_client_NUM_PENDING_ADD`` (gauge)
     Adds sent and not yet acknowledged, over the client's writable ledgers (read when
     scraped).
@@ -47,7 +50,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from pybk.promstats import op_histogram_family
-from pybk.stats import OpStats
+from pybk.stats import COUNT_BOUNDS, Histogram, OpStats
 
 AddDone = Callable[[int | None, BaseException | None], None]
 
@@ -84,13 +87,16 @@ class ClientMetrics:
         self.ops = {name: OpStats() for name in OPERATIONS}
         self._add = self.ops["ADD_ENTRY"]
         self._read = self.ops["READ_ENTRY"]
+        #: Entries read and re-written by each recovery.
+        self.recover_reads = Histogram(COUNT_BOUNDS)
+        self.recover_adds = Histogram(COUNT_BOUNDS)
         self.ensemble_changes = Counter("bookkeeper_client_NUM_ENSEMBLE_CHANGE",
                                         "Ensemble changes recorded in ledger metadata",
                                         registry=registry)
         self.bookie_errors = Counter("pybk_client_bookie_errors",
                                      "Adds a bookie failed or did not answer in time",
                                      ["bookie"], registry=registry)
-        registry.register(_Collector(self.ops, self._clients))
+        registry.register(_Collector(self, self._clients))
 
     @classmethod
     def on(cls, registry: CollectorRegistry, client: CountedClient) -> "ClientMetrics":
@@ -119,6 +125,11 @@ class ClientMetrics:
                 stats.failure.observe(elapsed_ms, count - acknowledged)
             done(entry_id, error)
         return timed
+
+    def recovered(self, read: int, added: int) -> None:
+        """A recovery read ``read`` entries and re-wrote ``added``."""
+        self.recover_reads.observe(read)
+        self.recover_adds.observe(added)
 
     def reads_done(self, sent: float, taken: float, ok: bool, count: int) -> None:
         """A read request sent at ``sent`` was answered (``ok``) or failed by ``taken``
@@ -150,14 +161,19 @@ class ClientMetrics:
 class _Collector:
     """Collects the latencies and ``bookkeeper_client_NUM_PENDING_ADD`` when scraped."""
 
-    def __init__(self, ops: dict[str, OpStats],
+    def __init__(self, metrics: ClientMetrics,
                  clients: "weakref.WeakSet[CountedClient]") -> None:
-        self._ops = ops
+        self._metrics = metrics
         self._clients = clients
 
     def collect(self) -> Iterator[Metric]:
-        for name, stats in self._ops.items():
+        metrics = self._metrics
+        for name, stats in metrics.ops.items():
             yield op_histogram_family(f"bookkeeper_client_{name}", OPERATIONS[name], stats)
+        yield op_histogram_family("bookkeeper_client_LEDGER_RECOVER_READ_ENTRIES",
+                                  "Entries each recovery read", metrics.recover_reads)
+        yield op_histogram_family("bookkeeper_client_LEDGER_RECOVER_ADD_ENTRIES",
+                                  "Entries each recovery re-wrote", metrics.recover_adds)
         pending = sum(client.pending_adds() for client in list(self._clients))
         yield GaugeMetricFamily("bookkeeper_client_NUM_PENDING_ADD",
                                 "Adds sent and not yet acknowledged", value=pending)

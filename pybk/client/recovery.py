@@ -98,6 +98,7 @@ class _Recovery:
         first_of_last = self._md.fragments[-1].first_entry_id
         entry_id = max(highest_lac, first_of_last - 1) + 1
         last, length = entry_id - 1, 0
+        reads = 1 if last >= 0 else 0  # entries read, for the metrics
         if last >= 0:
             confirmed = self._read_present(last)
             if confirmed is None:
@@ -119,6 +120,8 @@ class _Recovery:
             self._wait_rewritten(rewrites)
         finally:
             writer.close()
+        if self._bk.metrics is not None:  # and forward: each re-written, then one past
+            self._bk.metrics.recovered(reads + len(rewrites) + 1, len(rewrites))
         log.info("ledger %d recovered: last entry %d, %d bytes", self._id, last, length)
         return self._close(writer.metadata.fragments, last, length)
 
