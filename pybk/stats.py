@@ -49,6 +49,12 @@ class Histogram:
         self.counts[bisect_left(self.bounds, value)] += times
         self.sum += value * times
 
+    def observe_mean(self, total: float, times: int) -> None:
+        """Count ``times`` values whose sum is ``total`` as their mean (the sum stays
+        exact; the buckets are when the values are equal)."""
+        self.counts[bisect_left(self.bounds, total / times)] += times
+        self.sum += total
+
     def observe_since(self, start: float, times: int = 1) -> None:
         """Count the milliseconds since ``start`` (a ``time.monotonic()``)."""
         self.observe((time.monotonic() - start) * 1000.0, times)
@@ -126,7 +132,7 @@ class BookieStats:
     raised to its caller, not counted).  Reads are counted per entry by the reading
     thread: a server's, or an in-process client's (whose increments rely on the GIL,
     docs/THREADS.md).  One read in :data:`READ_SAMPLE` is timed and counted that many
-    times: the read histogram's count is the reads rounded to that step, its sum an
+    times: the read histogram's count is the reads rounded up to that step, its sum an
     estimate."""
 
     __slots__ = ("add_entry", "recovery_add_entry", "add_entry_bytes", "read_entry",
@@ -169,7 +175,7 @@ class BookieStats:
         if failed:
             self.add_entry.failure.observe(elapsed_ms, failed)
         if nbytes:
-            self.add_entry_bytes.observe(nbytes / (added + recovered), added + recovered)
+            self.add_entry_bytes.observe_mean(nbytes, added + recovered)
             self.write_bytes += nbytes
 
     def timed_read(self, read: Callable[[int, int], bytes], ledger_id: int,
