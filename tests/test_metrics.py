@@ -145,6 +145,21 @@ def test_a_bookie_process_serves_metrics_that_follow_its_work(bookies, address):
     assert value(audited, "pybk_auditor_elected") == 1
     assert value(audited, "pybk_auditor_underreplicated_ledgers") == 0
     assert value(audited, "pybk_auditor_underreplicated_entries") == 0
+    # A force of a DEFERRED_SYNC ledger: timed by the client and the server, counted by
+    # the bookie.
+    with pybk.connect(address, FAST, zk_settings=zkutil.settings(),
+                      metrics_registry=registry) as bk:
+        lh = bk.create_ledger(1, 1, 1, password=PASSWORD,
+                              write_flags={pybk.WriteFlag.DEFERRED_SYNC})
+        lh.add_entry(payload(0))
+        assert lh.force() == 0
+    forced = scrape(port)
+    assert value(parse(render(registry)[0].decode()), "bookkeeper_client_FORCE_count",
+                 success="true") == 1
+    assert value(forced, "bookkeeper_server_FORCE_LEDGER_REQUEST_count", success="true") \
+        - value(audited, "bookkeeper_server_FORCE_LEDGER_REQUEST_count", success="true") \
+        == value(forced, "bookie_BOOKIE_FORCE_LEDGER_total") \
+        - value(audited, "bookie_BOOKIE_FORCE_LEDGER_total") >= 1
     assert bookie.terminate() == 0
 
 
