@@ -35,15 +35,22 @@ REPOSITORY = str(Path(__file__).resolve().parent.parent)
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
+#: What the tests' sessions (:func:`spark_session`) and the scripts' own set: no web
+#: UI (a Jetty server per application) and few shuffle partitions (they shuffle
+#: kilobytes; Spark's 200 are 200 tasks).  A tenth less CPU per script's application.
+SCRIPT_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}
+
+
 def script_env() -> dict[str, str]:
     """The environment of a script that builds its own SparkSession as a user's does
     (an example, a README block): its Python workers run this interpreter, on loopback,
     and its JVMs (the driver, and the executors of a ``local-cluster`` master) take
-    :data:`JVM_OPTIONS` and the Spark class archive's options through
+    :data:`JVM_OPTIONS`, the Spark class archive's options and :data:`SCRIPT_CONF` through
     ``PYSPARK_SUBMIT_ARGS``, as a user's ``spark-submit --conf`` would give them."""
     jvm = " ".join([JVM_OPTIONS, *jvm_archives.options("spark")])
-    submit = " ".join(f"--conf '{key}={jvm}'" for key in (
-        "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"))
+    submit = " ".join(f"--conf '{key}={value}'" for key, value in (
+        ("spark.driver.extraJavaOptions", jvm), ("spark.executor.extraJavaOptions", jvm),
+        *SCRIPT_CONF.items()))
     return {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
             "PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"}
 
@@ -66,8 +73,7 @@ def spark_session(master: str = "local[2]", **conf: str) -> Iterator["SparkSessi
 
     import pybk.spark
     builder = (SparkSession.builder.master(master).appName("pybk-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "4")
+               .config(map=SCRIPT_CONF)
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")
                .config("spark.python.worker.faulthandler.enabled", "true"))
