@@ -229,20 +229,27 @@ class _Adds:
         self._failure: BookKeeperError | None = None
         self._progress_at = time.monotonic()  # the last add sent or answer taken in
 
-    def send(self, entry_id: int, data: bytes) -> None:
+    def send(self, entry_ids: Sequence[int], entries: list[bytes], sizes: list[int]) -> None:
+        """Send a batch's adds, as a group (one ADD message over ZeroMQ when the
+        connection has room for it); ``sizes``: the entries' lengths."""
         with self._changed:
-            self._sizes[entry_id] = len(data)
-            self.bytes += len(data)
+            self._sizes.update(zip(entry_ids, sizes))
+            self.bytes += sum(sizes)
             self._progress_at = time.monotonic()
-        if self._send is not None and self._send(entry_id, data, entry_id):
+        last = len(entry_ids) - 1
+        for index, (entry_id, entry) in enumerate(zip(entry_ids, entries)):
+            self._send_one(entry_id, entry, index < last)
+
+    def _send_one(self, entry_id: int, entry: bytes, more: bool) -> None:
+        if self._send is not None and self._send(entry_id, entry, entry_id, more):
             return
         # No sender yet, or its connection went down: ask for the bookie's client again.
         client = self._bk.bookie_client(self._target)
         self._send = client.ledger_adds(self._ledger_id, self._key, self._answered,
                                         recovery=True)
-        if self._send is None or not self._send(entry_id, data, entry_id):
+        if self._send is None or not self._send(entry_id, entry, entry_id, more):
             self._send = None
-            client.add_grouped(self._ledger_id, entry_id, data, self._key, entry_id,
+            client.add_grouped(self._ledger_id, entry_id, entry, self._key, entry_id,
                                self._answered, recovery=True)
 
     def _answered(self, entry_ids: Sequence[int],
@@ -430,12 +437,13 @@ class LedgerRepair:
                 raise Stopped(f"ledger {ledger_id}: the replication worker is closing")
             batch = reading.popleft()
             answers = batch.answers(sources)
-            for entry_id in batch.entry_ids:
-                data = self._read_verified(digest, entry_id, batch.sources_of(entry_id),
+            entries = [self._read_verified(digest, entry_id, batch.sources_of(entry_id),
                                            answers.get(entry_id))
-                self._rate.take(len(data))
-                adds.send(entry_id, data)
-                written += len(data)
+                       for entry_id in batch.entry_ids]
+            sizes = list(map(len, entries))
+            self._rate.take(sum(sizes))
+            adds.send(batch.entry_ids, entries, sizes)
+            written += sum(sizes)
             reserved -= batch.reserved
             adds.check()
         adds.wait_below(0)
