@@ -419,7 +419,8 @@ class LedgerRepair:
                  for start in range(0, len(entry_ids), size))
         plan = next(plans, None)
         reading: collections.deque[_BatchRead] = collections.deque()
-        reserved = written = 0  # the budgets of the batches in ``reading``
+        reserved = 0  # the read budgets of the batches in ``reading``
+        written = 0
         while True:
             while plan is not None:  # read ahead while the bound allows
                 if reserved + adds.bytes + plan.reserved > bound \
