@@ -223,6 +223,8 @@ class _Adds:
         self._target = target
         self._timeout_s = timeout_s
         self._send: LedgerAdds | None = None
+        # One sink object for every add: transports group the answers by its identity.
+        self._sink = self._answered
         self._changed = threading.Condition(threading.Lock())
         self._sizes: dict[int, int] = {}  # entry id -> its bytes, until acknowledged
         self.bytes = 0  #: bytes of the adds sent and not acknowledged yet
@@ -245,12 +247,12 @@ class _Adds:
             return
         # No sender yet, or its connection went down: ask for the bookie's client again.
         client = self._bk.bookie_client(self._target)
-        self._send = client.ledger_adds(self._ledger_id, self._key, self._answered,
+        self._send = client.ledger_adds(self._ledger_id, self._key, self._sink,
                                         recovery=True)
         if self._send is None or not self._send(entry_id, entry, entry_id, more):
             self._send = None
             client.add_grouped(self._ledger_id, entry_id, entry, self._key, entry_id,
-                               self._answered, recovery=True)
+                               self._sink, recovery=True)
 
     def _answered(self, entry_ids: Sequence[int],
                   errors: Sequence[BaseException | None] | None) -> None:
