@@ -48,14 +48,16 @@ def repair_of(bk) -> LedgerRepair:
 
 
 @pytest.fixture
-def lost_bookie(tmp_path):
+def lost_bookie(tmp_path, request):
     """The cluster, a client, the closed ledger's metadata, the lost bookie, its share
-    and the replacement (see the module docstring)."""
+    and the replacement (see the module docstring; the write quorum is 2 unless the
+    test's indirect parameter gives another)."""
+    write_quorum = getattr(request, "param", 2)
     with clusters(tmp_path, "zmq") as make:
         cluster = make(4)
         for bookie_id in cluster.bookie_ids:
             cluster.store.register_bookie(bookie_id)
-        handle = cluster.client(FAST).create_ledger(3, 2, 2, password=PASSWORD)
+        handle = cluster.client(FAST).create_ledger(3, write_quorum, 2, password=PASSWORD)
         for add in [handle.add_entry_async(payload(i)) for i in range(ENTRIES)]:
             add.result(timeout=30)
         handle.close()
@@ -197,3 +199,22 @@ def _answers(bk, bookie_id: str, ledger_id: int) -> bool:
     except BookKeeperError:
         return False
     return True
+
+
+@pytest.mark.parametrize("lost_bookie", [3], indirect=True)  # two survivors an entry
+def test_a_source_whose_batch_read_failed_is_asked_last_for_the_entries_it_did_not_answer(
+        lost_bookie):
+    # One source never answers batch reads (a hung bookie: each request waits
+    # readTimeout).  The entries of its requests already in flight are read from the other
+    # replica, not asked of it again one by one (each single read would wait readTimeout
+    # too, one entry after the other); its single reads fail at once here, so that asking
+    # it shows as a read it recorded rather than as minutes spent.
+    cluster, bk, metadata, lost, share, replacement = lost_bookie
+    hung = next(b for b in metadata.fragments[0].ensemble if b != lost)
+    cluster.faults[hung].drop.add("read_batch")
+    cluster.faults[hung].fail.add("read")
+    spies, _counter = spy_on(bk, cluster)
+    result = repair_of(bk).run(metadata.ledger_id, (lost,), False)
+    assert (result.outcome, result.entries) == (Outcome.REPLICATED, len(share))
+    assert spies[hung].reads == []
+    check_repaired(cluster, bk, metadata, lost, share, replacement)
