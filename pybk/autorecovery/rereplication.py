@@ -154,7 +154,8 @@ class _BatchRead(NamedTuple):
 
     def sources_of(self, entry_id: int) -> tuple[str, ...]:
         """The entry's sources in the order used when the batch was asked: the first
-        was asked in the batch, the others are asked one by one if it fails."""
+        was asked in the batch, the others are asked one by one if its answer for the
+        entry is an error or a bad copy (an entry it did not answer: :meth:`_Sources.of`)."""
         return self.sources[entry_id % len(self.sources)]
 
     def answers(self, sources: "_Sources") -> dict[int, "bytes | BaseException"]:
@@ -189,6 +190,10 @@ class _Sources:
             avoided = self._avoided.__contains__
             self._by_start = {start: tuple(sorted(write_set, key=avoided))
                               for start, write_set in enumerate(self._write_sets)}
+
+    def of(self, entry_id: int) -> tuple[str, ...]:
+        """The entry's sources now, those that failed a batch read last."""
+        return self._by_start[entry_id % len(self._by_start)]
 
     def plan(self, entry_ids: Sequence[int]) -> _Plan:
         """The batch of ``entry_ids``, each asked of its first source."""
@@ -440,8 +445,12 @@ class LedgerRepair:
                 raise Stopped(f"ledger {ledger_id}: the replication worker is closing")
             batch = reading.popleft()
             answers = batch.answers(sources)
+            # An entry its batch read did not answer is asked in the order of now, which
+            # puts a bookie whose batch read failed last (a hung bookie would otherwise
+            # cost readTimeout for each of them, one after the other).
             entries = [self._read_verified(digest, entry_id, batch.sources_of(entry_id),
-                                           answers.get(entry_id))
+                                           answers[entry_id]) if entry_id in answers
+                       else self._read_verified(digest, entry_id, sources.of(entry_id), None)
                        for entry_id in batch.entry_ids]
             sizes = list(map(len, entries))
             self._rate.take(sum(sizes))
