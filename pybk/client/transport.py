@@ -79,7 +79,8 @@ class BookieClient(abc.ABC):
         the bookie's client again.  ``more=True`` says that the caller sends another add
         at once: a transport that sends adds in messages may keep this one for the same
         message (the caller's last add of a group goes without it, so that the group
-        leaves then; until it does, a transport sends kept adds only with others)."""
+        leaves then; until it does, a transport sends kept adds only with others, and
+        fails them when it refuses the caller's next add)."""
         return None
 
     @abc.abstractmethod

@@ -533,6 +533,8 @@ class _LedgerAdds:
         for the bookie's client again (it may have moved)."""
         connection = self.connection
         if connection.refusing:
+            if connection.adds:  # adds kept by ``more`` (the caller's group): they fail
+                connection.lead_adds()  # now, not unanswered (the caller may move on)
             return False
         # _Connection.queue, inlined: this runs once per add and bookie.
         connection.adds.append(_QueuedAdd(self, entry_id, entry, token))
