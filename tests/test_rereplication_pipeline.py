@@ -218,3 +218,16 @@ def test_a_source_whose_batch_read_failed_is_asked_last_for_the_entries_it_did_n
     assert (result.outcome, result.entries) == (Outcome.REPLICATED, len(share))
     assert spies[hung].reads == []
     check_repaired(cluster, bk, metadata, lost, share, replacement)
+
+
+def test_an_add_never_answered_leaves_the_ledger_unrepaired(lost_bookie):
+    # The replacement takes every add but one, whose answer is lost: the copy fails
+    # once nothing was answered for addEntryTimeout, the metadata unchanged.
+    cluster, bk, metadata, lost, share, replacement = lost_bookie
+    middle = share[len(share) // 2]
+    cluster.faults[replacement].drop.add("add")
+    cluster.faults[replacement].only_entries = {middle}
+    with pytest.raises(BookKeeperError, match=f"bookie {replacement}"):
+        repair_of(bk).run(metadata.ledger_id, (lost,), False)
+    assert bk.ledger_manager.read(metadata.ledger_id).metadata.fragments == metadata.fragments
+    assert held_on(cluster, replacement, metadata.ledger_id) == set(share) - {middle}
