@@ -659,3 +659,29 @@ def test_an_add_kept_for_the_next_one_fails_when_the_connection_refuses_that_one
     wait_until(lambda: len(reported) == 2, "the kept add answered", timeout_s=10)
     assert reported[1][0] == ["kept"]
     assert [type(e) for e in reported[1][1]] == [BookieUnavailable]
+
+
+def test_a_force_made_while_a_group_is_kept_leaves_after_the_group(closing):
+    """A FORCE_LEDGER of another ledger made while a caller keeps adds for its next one
+    (``more=True``) is held behind them, and leaves right after them once the caller's
+    last add sends the group: the kept adds delay it only until then."""
+    router = closing.enter_context(RawRouter())
+    client = closing.enter_context(ZmqBookieClient("B1", router.address, PATIENT))
+    client.read_lac(1)  # the first request waits for the connection: then it is up
+    identity, header = router.receive(timeout_s=10)
+    router.send([identity, *wire.encode_reply(wire.Reply(
+        wire.Op.READ_LAC, wire.decode_request([header], 1024).request_id), 1024)])
+    wait_until(lambda: not client._connection.calls, "the first request answered")
+    send = client.ledger_adds(9, KEY, lambda tokens, errors: None, recovery=True)
+    assert send(0, entry(9, 0), 0, more=True) and send(1, entry(9, 1), 1, more=True)
+    forced = client.force_ledger(2, 0, 0)
+    assert router.receive(timeout_s=0.3) is None  # held behind the kept adds
+    assert send(2, entry(9, 2), 2)
+    identity, request_id, runs = add_message(router)
+    assert [run.entry_ids for run in runs] == [[0, 1, 2]]
+    identity, *frames = router.receive(timeout_s=10)
+    force = wire.decode_request(frames, 1024)
+    assert force.op == wire.Op.FORCE_LEDGER
+    router.send([identity, *wire.encode_reply(wire.Reply(wire.Op.FORCE_LEDGER,
+                                                         force.request_id, lac=0), 1024)])
+    assert forced.result(timeout=10) == 0
