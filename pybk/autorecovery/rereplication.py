@@ -293,8 +293,10 @@ class _Adds:
                 left = self._progress_at + self._timeout_s - time.monotonic()
                 if left <= 0:
                     raise Timeout(f"ledger {self._ledger_id}: bookie {self._target} "
-                                  f"acknowledged none of {len(self._sizes)} adds within "
-                                  f"{self._timeout_s} s")
+                                  f"answered no add for {self._timeout_s} s; "
+                                  f"{len(self._sizes)} adds not acknowledged (entries "
+                                  f"{sorted(self._sizes)[:10]}"
+                                  f"{'...' if len(self._sizes) > 10 else ''})")
                 self._changed.wait(left)
 
 
