@@ -231,3 +231,36 @@ def test_an_add_never_answered_leaves_the_ledger_unrepaired(lost_bookie):
         repair_of(bk).run(metadata.ledger_id, (lost,), False)
     assert bk.ledger_manager.read(metadata.ledger_id).metadata.fragments == metadata.fragments
     assert held_on(cluster, replacement, metadata.ledger_id) == set(share) - {middle}
+
+
+def test_entries_over_a_batch_reads_budget_are_copied_whole(tmp_path):
+    # Entries larger than READ_BATCH_MAX_BYTES: a batch read brings one at most (the
+    # rest are read one by one), and the bound (here below one entry) still lets the
+    # copy through, one batch at a time.
+    big = READ_BATCH_MAX_BYTES + 1000
+    with clusters(tmp_path, "zmq") as make:
+        cluster = make(4)
+        for bookie_id in cluster.bookie_ids:
+            cluster.store.register_bookie(bookie_id)
+        handle = cluster.client(FAST).create_ledger(3, 2, 2, password=PASSWORD)
+        payloads = [bytes([i]) * (big if i % 2 else 100) for i in range(12)]
+        for add in [handle.add_entry_async(p) for p in payloads]:
+            add.result(timeout=30)
+        handle.close()
+        metadata = handle.metadata
+        lost = metadata.fragments[0].ensemble[0]
+        (replacement,) = set(cluster.bookie_ids) - set(metadata.fragments[0].ensemble)
+        cluster.faults[lost].unreachable = True
+        cluster.store.unregister_bookie(lost)
+        bk = cluster.client(FAST)
+        repair = LedgerRepair(bk, ServerSettings(bookieRecoveryPasswd=PASSWORD.decode(),
+                                                 rereplicationEntryBatchSize=4,
+                                                 rereplicationMaxBytesInFlight=big // 2),
+                              threading.Event())
+        result = repair.run(metadata.ledger_id, (lost,), False)
+        share = [e for e in range(12) if holds(metadata, 0, e)]
+        assert (result.outcome, result.entries) == (Outcome.REPLICATED, len(share))
+        digest = DigestManager(metadata.ledger_id, metadata.digest_type, PASSWORD)
+        for entry_id in share:
+            data = cluster.stored_entry(replacement, metadata.ledger_id, entry_id)
+            assert digest.decode(entry_id, data).data == payloads[entry_id]
