@@ -34,6 +34,13 @@ whether the machine's cores were the bound.  Progress goes to stderr; stdout get
 JSON line (see ``benchmarks/README.md``).  Targets are reported, never asserted: the exit code is
 non-zero only if the benchmark itself fails (an add refused, replication not done
 within ``REPLICATION_TIMEOUT_S``, a copy read back wrong).
+
+``--one-worker`` measures one worker alone instead: the bookies run no autorecovery
+(``autoRecoveryDaemonEnabled=false``), and once the dead bookie's registration is gone
+this process repairs the ledgers it held, one after the other, with one
+:class:`~pybk.autorecovery.rereplication.LedgerRepair` (a worker's copier, default
+settings), reporting the CPU per entry copied of that worker's thread, of this
+process's other threads (the client's ZeroMQ loop) and of the survivors.
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ from rawdisk import MIB, mb_per_s, ratio, raw_durable_bandwidth, run_and_report 
 
 import pybk  # noqa: E402
 from pybk.autorecovery.replicas import bookie_holds_entries, coverage  # noqa: E402
+from pybk.autorecovery.rereplication import LedgerRepair  # noqa: E402
 from pybk.client.bookkeeper import BookKeeper  # noqa: E402
 from pybk.client.digest import DigestManager  # noqa: E402
 from pybk.client.ledger import LedgerHandle  # noqa: E402
@@ -67,6 +75,7 @@ from pybk.meta.ledger_metadata import LedgerMetadata  # noqa: E402
 from pybk.meta.ledgers import LedgerManager  # noqa: E402
 from pybk.meta.underreplication import UnderreplicationManager  # noqa: E402
 from pybk.meta.zookeeper import ZooKeeperMetadataStore  # noqa: E402
+from pybk.settings import ServerSettings  # noqa: E402
 from pybk.storage.cookie import read_cookie  # noqa: E402
 from pybk.testing.local_cluster import LocalCluster  # noqa: E402
 
@@ -91,6 +100,9 @@ CLUSTER_START_TIMEOUT_S = 120.0
 REPLICATION_TIMEOUT_S = 1800.0     # from the kill to full replication
 READ_TIMEOUT_S = 30.0              # one sampled read
 POLL_S = 0.1                       # between looks at the metadata store
+#: ``--one-worker``: the bookies' ZooKeeper session timeout, so that the dead bookie's
+#: registration goes soon (nothing is marked: no auditor runs).
+ONE_WORKER_ZK_TIMEOUT_MS = 4000
 
 #: Re-replication copies at least as fast as the cluster took the same entries from a
 #: writer (bytes per second, in the same run): lost copies are restored as fast as the
@@ -417,6 +429,58 @@ def measure_config(workdir: str, name: str, quorums: tuple[int, int, int], mib: 
     return figures
 
 
+def measure_one_worker(workdir: str, name: str, quorums: tuple[int, int, int], mib: int,
+                       bookie_args: list[str]) -> dict:
+    """Write, kill, repair in this process with one worker's copier, verify (see the
+    module docstring's ``--one-worker``)."""
+    entries_per_ledger = max(1, mib * MIB // ENTRY_BYTES // LEDGERS)
+    bookie_args = ["--set", "autoRecoveryDaemonEnabled=false", "--set",
+                   f"zkTimeout={ONE_WORKER_ZK_TIMEOUT_MS}", *bookie_args]
+    with LocalCluster(BOOKIES, os.path.join(workdir, name), bookie_args=bookie_args,
+                      start_timeout_s=CLUSTER_START_TIMEOUT_S) as cluster:
+        ids = bookie_ids(cluster)
+        with pybk.connect(cluster.address) as bk:
+            ledger_ids, written = write_ledgers(bk, quorums, entries_per_ledger)
+            before = {ledger_id: bk.ledger_manager.read(ledger_id).metadata
+                      for ledger_id in ledger_ids}
+            victim = max(ids, key=lambda bookie_id: entries_held(before, bookie_id))
+            process = cluster.processes[ids.index(victim)]
+            survivors = [p.pid for p in cluster.processes if p is not process]
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+            deadline = time.monotonic() + REPLICATION_TIMEOUT_S
+            while victim in bk.metadata.bookies():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{victim} still registered after the kill")
+                time.sleep(POLL_S)
+            say(f"{name}: {victim} killed and unregistered; one worker repairs its ledgers")
+            repair = LedgerRepair(bk, ServerSettings(), threading.Event())
+            affected = [ledger_id for ledger_id, metadata in before.items()
+                        if bookie_holds_entries(metadata, victim)]
+            at = (time.perf_counter(), time.thread_time(), time.process_time(),
+                  cpu_of(survivors))
+            entries = sum(repair.run(ledger_id, (victim,), True).entries
+                          for ledger_id in affected)
+            wall_s, thread_s, process_s, survivors_s = (
+                end - start for end, start in zip((time.perf_counter(), time.thread_time(),
+                                                   time.process_time(), cpu_of(survivors)),
+                                                  at))
+            checked = verify_copies(bk, before, victim)
+    figures = {
+        "ensemble": quorums[0], "write_quorum": quorums[1], "ack_quorum": quorums[2],
+        "ledgers_affected": len(affected), "entries_copied": entries,
+        "entries_expected": entries_held(before, victim), "copy_seconds": round(wall_s, 2),
+        "copy_entries_per_s": round(entries / wall_s, 1),
+        "copy_mb_per_s": mb_per_s(entries * ENTRY_BYTES, wall_s),
+        "us_per_entry": {"worker_thread": round(thread_s / entries * 1e6, 1),
+                         "other_threads": round((process_s - thread_s) / entries * 1e6, 1),
+                         "survivors": round(survivors_s / entries * 1e6, 1)},
+        "verified": checked, "written": written}
+    say(f"{name}: one worker copied {entries:,} entries in {wall_s:.2f} s; CPU per entry "
+        f"{figures['us_per_entry']}")
+    return figures
+
+
 # -- the run ----------------------------------------------------------------------------
 
 def run(args: argparse.Namespace, workdir: str) -> dict:
@@ -427,9 +491,15 @@ def run(args: argparse.Namespace, workdir: str) -> dict:
     say(f"{'quick' if args.quick else 'full'} run in {workdir}: {mib} MiB per configuration; "
         f"load average {load_1m:.2f} on {os.cpu_count()} CPUs (other work on the machine "
         "skews every figure)")
+    bookie_args = [option for setting in args.bookie_set for option in ("--set", setting)]
+    if args.one_worker:
+        return {"mode": "one worker", "python": sys.version.split()[0],
+                "load_average_1m_at_start": round(load_1m, 2), "mib_written": mib,
+                "configs": {name: measure_one_worker(workdir, name, CONFIGS[name], mib,
+                                                     bookie_args)
+                            for name in args.config}}
     raw_mb_s = raw_durable_bandwidth(workdir, RAW_BANDWIDTH_MB[bool(args.quick)])
     say(f"raw durable sequential write: {raw_mb_s} MiB/s")
-    bookie_args = [option for setting in args.bookie_set for option in ("--set", setting)]
     results = {name: measure_config(workdir, name, CONFIGS[name], mib, bookie_args, raw_mb_s)
                for name in args.config}
     reference = results[args.config[0]]
@@ -456,6 +526,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a configuration to measure (repeatable; default: e3_qw2_qa2)")
     parser.add_argument("--bookie-set", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting for every bookie (pybk bookie --set; repeatable)")
+    parser.add_argument("--one-worker", action="store_true",
+                        help="one worker's copier in this process, alone (see the docstring)")
     parser.add_argument("--dir", default=os.getcwd(),
                         help="where the fresh temporary directory is made (default: the "
                              "current directory, i.e. its disk is the one under test)")

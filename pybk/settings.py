@@ -289,11 +289,18 @@ class ServerSettings(_Settings):
     #: replacement bookies no faster, so that repair leaves room for the writers.
     replicationRateByBytes: int = -1
     #: Entries a worker copies in one batch (read from replicas together, one batch read
-    #: per bookie, then written together while the next batch is read), so a worker holds
-    #: at most twice this many entries in memory.  BookKeeper's default is 10; pybk's is
+    #: per source bookie, then written together while the next batches are read; how
+    #: many batches a worker holds is bounded by ``rereplicationMaxBytesInFlight``).
+    #: BookKeeper's default is 10; pybk's is
     #: 100: copying 1 KiB entries between bookie processes here ran at about 9,600
     #: entries/s with 10 and 30,000 with 100.
     rereplicationEntryBatchSize: int = 100
+    #: pybk's: bytes a worker's copy holds at most (about: an entry larger than a read
+    #: request's budget comes whole): the budgets of the batch reads it keeps in flight
+    #: (one READ_BATCH per source bookie of a batch, each bringing at most 1 MiB) plus
+    #: the entries written to the replacement and not yet acknowledged.  It reads
+    #: batches ahead while it checks and writes the current one, as many as this allows.
+    rereplicationMaxBytesInFlight: int = 16 * 1024 * 1024
     #: The password a worker opens ledgers with (BookKeeper's ``bookieRecoveryPasswd``):
     #: pybk keeps no ledger's password, only a salted hash of it, and the copies need
     #: the bookies' master key, derived from it.  A ledger created with another password
@@ -495,6 +502,7 @@ def _validate(s: ServerSettings) -> None:
                 "maxAddsInProgressLimit", "maxReadsInProgressLimit", "zkTimeout",
                 "zkOperationTimeoutMs", "zkRetryBackoffStartMs", "zkRetryBackoffMaxMs",
                 "lockReleaseOfFailedLedgerGracePeriod", "rereplicationEntryBatchSize",
+                "rereplicationMaxBytesInFlight",
                 "httpServerMaxRequestBytes", "httpServerMaxConcurrentRequests",
                 "httpServerSocketTimeoutMs"):
         _require(getattr(s, key) > 0, key, getattr(s, key), "greater than 0")

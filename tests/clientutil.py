@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
@@ -24,7 +26,7 @@ from curveutil import make_keys
 from zmqutil import LOOPBACK
 
 from pybk.client import BookKeeper
-from pybk.client.transport import BookieClient, InProcessBookieClient
+from pybk.client.transport import AddsDone, BookieClient, InProcessBookieClient
 from pybk.errors import NoSuchEntry, NoSuchLedger
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
@@ -236,6 +238,83 @@ class Cluster:
             faults.unreachable = False
             faults.release()
         self._stack.close()
+
+
+class Spy:
+    """Stands between the ledger client and a bookie's client (its fault hooks): records
+    the reads and batch reads asked of the bookie, how many requests of all spies
+    sharing ``counter`` were in flight at once, and how the bookie's adds were made and
+    answered: ``future_adds``, adds made with a Future each (:meth:`add`);
+    ``answered``, per answer of grouped adds (:meth:`ledger_adds`, :meth:`add_grouped`),
+    how many adds it answered."""
+
+    def __init__(self, inner: BookieClient, counter: dict) -> None:
+        self.inner = inner
+        self.reads: list[int] = []
+        self.batches: list[tuple[list[int], int, Future]] = []
+        self.future_adds = 0
+        self.answered: list[int] = []
+        self._counter = counter
+        self._sinks: dict[AddsDone, AddsDone] = {}  # the caller's sink -> its counting one
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def read(self, ledger_id, entry_id, fence=False, master_key=b""):
+        self.reads.append(entry_id)
+        return self._track(self.inner.read(ledger_id, entry_id, fence, master_key))
+
+    def read_batch(self, ledger_id, entry_ids, max_bytes):
+        future = self._track(self.inner.read_batch(ledger_id, entry_ids, max_bytes))
+        self.batches.append((list(entry_ids), max_bytes, future))
+        return future
+
+    def add(self, *args, **kwargs):
+        self.future_adds += 1
+        return self.inner.add(*args, **kwargs)
+
+    def ledger_adds(self, ledger_id, master_key, sink, recovery=False, *, deferred=False):
+        return self.inner.ledger_adds(ledger_id, master_key, self._counting(sink), recovery,
+                                      deferred=deferred)
+
+    def add_grouped(self, ledger_id, entry_id, entry, master_key, token, sink, recovery=False,
+                    *, deferred=False):
+        self.inner.add_grouped(ledger_id, entry_id, entry, master_key, token,
+                               self._counting(sink), recovery, deferred=deferred)
+
+    def _counting(self, sink: AddsDone) -> AddsDone:
+        """One counting sink per caller's sink (so the transport still groups by it)."""
+        counting = self._sinks.get(sink)
+        if counting is None:
+            def counting(tokens, errors, sink=sink):
+                self.answered.append(len(tokens))
+                sink(tokens, errors)
+            self._sinks[sink] = counting
+        return counting
+
+    def _track(self, future: Future) -> Future:
+        counter = self._counter
+        with counter["lock"]:
+            counter["now"] += 1
+            counter["most"] = max(counter["most"], counter["now"])
+
+        def done(_future: Future) -> None:
+            with counter["lock"]:
+                counter["now"] -= 1
+        future.add_done_callback(done)
+        return future
+
+    def asked(self) -> list[int]:
+        """Every entry id asked of this bookie, singly or in batches."""
+        return self.reads + [e for entry_ids, _, _ in self.batches for e in entry_ids]
+
+
+def spy_on(bk, cluster: Cluster) -> tuple[dict[str, Spy], dict]:
+    """Spies on every bookie client ``bk`` hands out from now on."""
+    counter = {"lock": threading.Lock(), "now": 0, "most": 0}
+    spies = {b: Spy(bk.bookie_client(b), counter) for b in cluster.bookie_ids}
+    bk.bookie_client = spies.__getitem__
+    return spies, counter
 
 
 @contextlib.contextmanager

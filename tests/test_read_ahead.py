@@ -6,14 +6,10 @@ called in-process and with bookie servers on loopback TCP (READ_BATCH messages).
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import Future
-
 import pytest
-from clientutil import TRANSPORTS, Cluster
+from clientutil import TRANSPORTS, Cluster, spy_on
 
 from pybk.client import reads
-from pybk.client.transport import BookieClient
 from pybk.errors import DigestMismatch, NoSuchEntry
 from pybk.log import LogReader, LogWriter
 from pybk.settings import ClientSettings, LogSettings
@@ -39,54 +35,6 @@ def cluster_of(tmp_path, request):
 
 def payload(i: int, size: int = 100) -> bytes:
     return (b"entry %d " % i * (size // 8 + 1))[:size]
-
-
-class Spy:
-    """Stands between the ledger client and a bookie's client (its fault hooks): records
-    the reads and batch reads asked of the bookie, and how many requests of all spies
-    sharing ``counter`` were in flight at once."""
-
-    def __init__(self, inner: BookieClient, counter: dict) -> None:
-        self.inner = inner
-        self.reads: list[int] = []
-        self.batches: list[tuple[list[int], int, Future]] = []
-        self._counter = counter
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
-
-    def read(self, ledger_id, entry_id, fence=False, master_key=b""):
-        self.reads.append(entry_id)
-        return self._track(self.inner.read(ledger_id, entry_id, fence, master_key))
-
-    def read_batch(self, ledger_id, entry_ids, max_bytes):
-        future = self._track(self.inner.read_batch(ledger_id, entry_ids, max_bytes))
-        self.batches.append((list(entry_ids), max_bytes, future))
-        return future
-
-    def _track(self, future: Future) -> Future:
-        counter = self._counter
-        with counter["lock"]:
-            counter["now"] += 1
-            counter["most"] = max(counter["most"], counter["now"])
-
-        def done(_future: Future) -> None:
-            with counter["lock"]:
-                counter["now"] -= 1
-        future.add_done_callback(done)
-        return future
-
-    def asked(self) -> list[int]:
-        """Every entry id asked of this bookie, singly or in batches."""
-        return self.reads + [e for entry_ids, _, _ in self.batches for e in entry_ids]
-
-
-def spy_on(bk, cluster: Cluster) -> tuple[dict[str, Spy], dict]:
-    """Spies on every bookie client ``bk`` hands out from now on."""
-    counter = {"lock": threading.Lock(), "now": 0, "most": 0}
-    spies = {b: Spy(bk.bookie_client(b), counter) for b in cluster.bookie_ids}
-    bk.bookie_client = spies.__getitem__
-    return spies, counter
 
 
 def written_ledger(cluster: Cluster, count: int, ensemble: int = 3, write_quorum: int = 2,

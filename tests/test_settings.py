@@ -59,6 +59,7 @@ def test_conf_file_then_environment_then_overrides(tmp_path):
     ("readOnlyModeEnabled", "maybe"),
     ("replicationRateByBytes", "0"),  # -1 (no limit) or a rate
     ("rereplicationEntryBatchSize", "0"),
+    ("rereplicationMaxBytesInFlight", "0"),
     ("openLedgerRereplicationGracePeriod", "-1"),
     ("lockReleaseOfFailedLedgerGracePeriod", "0"),
     ("logSizeLimit", str(1 << 20)),  # under twice maxEntrySizeBytes

@@ -633,3 +633,55 @@ def test_a_request_made_after_a_force_does_not_overtake_it(closing):
         assert message is not None, f"requests received: {ops}"
         ops.append(wire.decode_request(message[1:], 1024).op)
     assert ops == [wire.Op.WRITE_LAC, wire.Op.FORCE_LEDGER, wire.Op.READ_LAC]
+
+
+def test_an_add_kept_for_the_next_one_fails_when_the_connection_refuses_that_one(closing):
+    """An add sent with ``more=True`` waits in the client for the caller's next add; if
+    the connection goes down meanwhile, that next send is refused (the caller asks for
+    the bookie's client again, which may be another connection), and the kept add fails
+    then too rather than waiting, unanswered, in a connection nobody adds to."""
+    router = closing.enter_context(RawRouter())
+    client = closing.enter_context(ZmqBookieClient("B1", router.address, PATIENT))
+    reported = []
+
+    def sink(tokens, errors):
+        reported.append((list(tokens), errors))
+
+    send = client.ledger_adds(9, KEY, sink, recovery=True)
+    assert send(0, entry(9, 0), "t0")
+    identity, request_id, _ = add_message(router)
+    answer_adds(router, identity, request_id, 1)
+    wait_until(lambda: reported == [(["t0"], None)], "the first add answered")
+    assert send(1, entry(9, 1), "kept", more=True)
+    router.close()  # the bookie goes away before the caller's next add
+    wait_until(lambda: client.is_down, "the client sees the bookie down")
+    assert not send(2, entry(9, 2), "t2")
+    wait_until(lambda: len(reported) == 2, "the kept add answered", timeout_s=10)
+    assert reported[1][0] == ["kept"]
+    assert [type(e) for e in reported[1][1]] == [BookieUnavailable]
+
+
+def test_a_force_made_while_a_group_is_kept_leaves_after_the_group(closing):
+    """A FORCE_LEDGER of another ledger made while a caller keeps adds for its next one
+    (``more=True``) is held behind them, and leaves right after them once the caller's
+    last add sends the group: the kept adds delay it only until then."""
+    router = closing.enter_context(RawRouter())
+    client = closing.enter_context(ZmqBookieClient("B1", router.address, PATIENT))
+    client.read_lac(1)  # the first request waits for the connection: then it is up
+    identity, header = router.receive(timeout_s=10)
+    router.send([identity, *wire.encode_reply(wire.Reply(
+        wire.Op.READ_LAC, wire.decode_request([header], 1024).request_id), 1024)])
+    wait_until(lambda: not client._connection.calls, "the first request answered")
+    send = client.ledger_adds(9, KEY, lambda tokens, errors: None, recovery=True)
+    assert send(0, entry(9, 0), 0, more=True) and send(1, entry(9, 1), 1, more=True)
+    forced = client.force_ledger(2, 0, 0)
+    assert router.receive(timeout_s=0.3) is None  # held behind the kept adds
+    assert send(2, entry(9, 2), 2)
+    identity, request_id, runs = add_message(router)
+    assert [run.entry_ids for run in runs] == [[0, 1, 2]]
+    identity, *frames = router.receive(timeout_s=10)
+    force = wire.decode_request(frames, 1024)
+    assert force.op == wire.Op.FORCE_LEDGER
+    router.send([identity, *wire.encode_reply(wire.Reply(wire.Op.FORCE_LEDGER,
+                                                         force.request_id, lac=0), 1024)])
+    assert forced.result(timeout=10) == 0

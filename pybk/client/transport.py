@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 from concurrent.futures import Future
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from pybk.errors import BookieUnavailable, BookKeeperError
 from pybk.storage import LAST_ENTRY, Bookie
@@ -26,8 +26,14 @@ AddCallback = Callable[[BaseException | None], None]
 #: None when every one is durable, else a list with an error (or None) per token.
 AddsDone = Callable[[Sequence[Any], Sequence[BaseException | None] | None], None]
 
-#: ``send(entry_id, entry, token) -> queued``: see :meth:`BookieClient.ledger_adds`.
-LedgerAdds = Callable[[int, bytes, Any], bool]
+
+
+class LedgerAdds(Protocol):
+    """``send(entry_id, entry, token, more=False) -> queued``: see
+    :meth:`BookieClient.ledger_adds`."""
+
+    def __call__(self, entry_id: int, entry: bytes, token: Any, more: bool = False) -> bool:
+        ...
 
 
 class BookieClient(abc.ABC):
@@ -70,7 +76,11 @@ class BookieClient(abc.ABC):
         transport has none: ``send(entry_id, entry, token)`` queues an add (the ledger,
         key and sink given once), or returns False, queuing nothing, when this client can
         take no more adds that way (its connection is down): the caller then asks for
-        the bookie's client again."""
+        the bookie's client again.  ``more=True`` says that the caller sends another add
+        at once: a transport that sends adds in messages may keep this one for the same
+        message (the caller's last add of a group goes without it, so that the group
+        leaves then; until it does, a transport sends kept adds only with others, and
+        fails them when it refuses the caller's next add)."""
         return None
 
     @abc.abstractmethod
@@ -199,7 +209,7 @@ class InProcessBookieClient(BookieClient):
     def ledger_adds(self, ledger_id: int, master_key: bytes, sink: AddsDone,
                     recovery: bool = False, *, deferred: bool = False) -> LedgerAdds | None:
         """A bookie in this process never moves: its sender is :meth:`add_grouped`."""
-        def send(entry_id: int, entry: bytes, token: Any) -> bool:
+        def send(entry_id: int, entry: bytes, token: Any, more: bool = False) -> bool:
             self.add_grouped(ledger_id, entry_id, entry, master_key, token, sink, recovery,
                              deferred=deferred)
             return True

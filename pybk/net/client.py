@@ -525,16 +525,20 @@ class _LedgerAdds:
                 and self.recovery == recovery and self.sink is sink
                 and self.deferred == deferred)
 
-    def add(self, entry_id: int, entry: bytes, token: Any) -> bool:
+    def add(self, entry_id: int, entry: bytes, token: Any, more: bool = False) -> bool:
         """Queue an add for the connection's next ADD message (any thread), reported to
-        the sink by ``token``.  False, queuing nothing, when the connection is down or
-        closed: the caller asks for the bookie's client again (it may have moved)."""
+        the sink by ``token``; with ``more``, leave it queued for the caller's next add
+        (so that a group goes in one message: see :meth:`BookieClient.ledger_adds`).
+        False, queuing nothing, when the connection is down or closed: the caller asks
+        for the bookie's client again (it may have moved)."""
         connection = self.connection
         if connection.refusing:
+            if connection.adds:  # adds kept by ``more`` (the caller's group): they fail
+                connection.lead_adds()  # now, not unanswered (the caller may move on)
             return False
         # _Connection.queue, inlined: this runs once per add and bookie.
         connection.adds.append(_QueuedAdd(self, entry_id, entry, token))
-        if not connection.adds_posted \
+        if not more and not connection.adds_posted \
                 and connection.add_batches_in_flight < connection.add_batches_limit:
             connection.lead_adds()
         return True
@@ -1105,7 +1109,8 @@ class ZmqBookieClient(BookieClient):
     def ledger_adds(self, ledger_id: int, master_key: bytes, sink: AddsDone,
                     recovery: bool = False, *, deferred: bool = False) -> LedgerAdds | None:
         """:meth:`add_grouped` for one ledger, key and sink: ``send(entry_id, entry,
-        token)`` queues an add, or returns False when the connection is down or closed."""
+        token, more=False)`` queues an add (with ``more``, for the same ADD message as the
+        caller's next one), or returns False when the connection is down or closed."""
         return _LedgerAdds(self._connection, ledger_id, master_key, recovery, sink,
                            deferred).add
 

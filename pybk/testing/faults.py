@@ -24,13 +24,15 @@ from pybk.errors import BookieUnavailable, BookKeeperError
 class Faults:
     """What to do to the operations of one bookie (tests set these while running).
 
-    ``fail``: operation names ("add", "read", "read_lac", "write_lac", "delete_ledger")
-    that fail at once with ``error``; ``drop``: names whose futures never complete (a
-    lost reply); ``hold``: names whose operation reaches the bookie but whose reply is
-    kept back until :meth:`release` (delivered as it was, or replaced by an error: a late
-    answer); ``delay_s``: seconds before any reply; ``unreachable``: every call fails
-    with BookieUnavailable.  ``only_entries`` limits fail/drop/hold of add and read to
-    those ids.
+    ``fail``: operation names ("add", "read", "read_batch", "read_lac", "write_lac",
+    "delete_ledger") that fail at once with ``error``; ``drop``: names whose futures
+    never complete (a lost reply); ``hold``: names whose operation reaches the bookie but
+    whose reply is kept back until :meth:`release` (delivered as it was, or replaced by
+    an error: a late answer); ``delay_s``: seconds before any reply; ``unreachable``:
+    every call fails with BookieUnavailable.  ``only_entries`` limits fail/drop/hold of
+    add and read to those ids.  "read_batch" is a batch read as one request (its reply
+    held, failed or dropped whole, whatever its ids); "read" faults reach the reads of a
+    batch read one by one instead.
     """
 
     fail: set[str] = field(default_factory=set)
@@ -220,11 +222,16 @@ class FaultyBookieClient(BookieClient):
         if send is None:
             return None
 
-        def faulty_send(entry_id: int, entry: bytes, token: Any) -> bool:
+        def faulty_send(entry_id: int, entry: bytes, token: Any, more: bool = False) -> bool:
+            faults = self.faults
+            if more and (faults.unreachable or "add" in faults.fail | faults.drop):
+                # A later add of the group may be failed or dropped here, never reaching
+                # the transport to send the group: each add leaves at once.
+                more = False
             sent = adds.before_send(entry_id, token)
             if sent is None:
                 return True  # answered by the fault, or dropped
-            if send(entry_id, entry, sent):
+            if send(entry_id, entry, sent, more):
                 return True
             adds.unsent(sent)
             return False
@@ -254,9 +261,13 @@ class FaultyBookieClient(BookieClient):
             ledger_id, entry_id, fence, master_key))
 
     def read_batch(self, ledger_id: int, entry_ids: Sequence[int], max_bytes: int) -> Future:
-        """The inner client's batch read; one read after the other, each through the
-        faults, while any fault applies to reads."""
+        """The inner client's batch read, through the "read_batch" faults as one request;
+        one read after the other, each through the faults, while a fault applies to
+        reads."""
         faults = self.faults
+        if faults.applying("read_batch", None) in ("fail", "drop", "hold"):
+            return self._apply("read_batch", None, lambda: self.inner.read_batch(
+                ledger_id, entry_ids, max_bytes))
         if faults.unreachable or faults.delay_s > 0 \
                 or "read" in faults.fail | faults.drop | faults.hold:
             return super().read_batch(ledger_id, entry_ids, max_bytes)
