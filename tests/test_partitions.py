@@ -1,0 +1,135 @@
+"""Real network faults (issue 35): ZooKeeper and four ``pybk bookie`` processes in network
+namespaces of their own, the test process a client node among them, all joined by the
+switch of tests/netbed.py, whose nemesis cuts, delays and drops frames while clients
+write.  After each run a client that reaches everything checks the ledger rules: every
+acknowledged entry is readable, once, in order, with its bytes; nothing beyond the
+recovered close was acknowledged to a fenced writer.
+
+The nodes: ``zk``; bookies ``b1``..``b4``; ``c2``, a namespace for a client child process
+(tests/cluster_writer.py); ``client``, the test process (its own clients' traffic
+crosses the switch too).  One bed, server and bookies serve the whole module; each test
+heals the network when it ends and uses ledgers of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import netbed
+import pytest
+import zkutil
+from clusterutil import (PASSWORD, TESTS, BookieProcess, BookieProcesses, Writer, child_env,
+                         payload)
+
+import pybk
+from pybk.meta.ledger_metadata import LedgerState
+from pybk.settings import ClientSettings
+
+pytestmark = [pytest.mark.skipif(netbed.skip_reason() is not None,
+                                 reason=str(netbed.skip_reason())),
+              pytest.mark.zookeeper, pytest.mark.java, pytest.mark.processes]
+
+BOOKIES = ["b1", "b2", "b3", "b4"]
+#: The switch's seed (loss and jitter draws).
+SEED = 35
+#: A client notices a silent bookie within about this long: its adds time out, or the
+#: connection's heartbeats go unanswered; then it changes the ensemble.
+CLIENT = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0, zmqHeartbeatIntervalMs=300,
+                        zmqHeartbeatTimeoutMs=1_500)
+#: Bound on every wait for the cluster to do something.
+WAIT_S = 60.0
+
+
+@dataclass
+class Cluster:
+    bed: netbed.NetBed
+    address: str
+    bookies: dict[str, BookieProcess]  # by node
+    workdir: Path
+
+    def node_of(self, bookie_id: str) -> str:
+        """The node of the bookie registered as ``bookie_id`` (``host:port``)."""
+        return next(node for node, b in self.bookies.items() if b.bookie_id == bookie_id)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("partitions")
+    with netbed.NetBed(["zk", *BOOKIES, "c2"], host="client", seed=SEED) as bed:
+        with zkutil.server(host=bed.address("zk"), command_prefix=bed.exec_prefix("zk")) as zk:
+            address = zkutil.formatted_cluster(zk)
+            group = BookieProcesses(workdir, address)
+            try:
+                started = {node: group.start(node, host=bed.address(node),
+                                             prefix=bed.exec_prefix(node))
+                           for node in BOOKIES}
+                for bookie in started.values():
+                    bookie.wait_serving()
+                yield Cluster(bed, address, started, workdir)
+            finally:
+                group.close()
+
+
+@pytest.fixture
+def nemesis(cluster):
+    """The bed's nemesis; the network is healed when the test ends."""
+    yield cluster.bed.nemesis
+    cluster.bed.nemesis.heal()
+
+
+def check_ledger(address: str, ledger_id: int, acked: list[int]) -> int:
+    """The rules, from a fresh client that reaches every node: the ledger is closed (its
+    recovery if need be), every acknowledged entry is at or below its last entry, and
+    entries 0..last read back with the bytes added.  Returns the last entry."""
+    assert acked == list(range(len(acked))), "acknowledged out of order or not once"
+    with pybk.connect(address, CLIENT) as reader:
+        ledger = reader.open_ledger(ledger_id, password=PASSWORD, recovery=True)
+        assert ledger.metadata.state is LedgerState.CLOSED
+        last = ledger.metadata.last_entry_id
+        assert last >= len(acked) - 1, f"entries {acked[last + 1:]} acknowledged, then lost"
+        assert [e.data for e in ledger.read_entries(0, last)] == \
+            [payload(i) for i in range(last + 1)]
+        return last
+
+
+def wait_until(condition, what: str, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.05)
+
+
+# -- scenario 2: a writer cut from one bookie, one way then the other ----------------------
+
+def test_a_writer_cut_one_way_from_a_bookie_then_the_other_way_loses_nothing(
+        cluster, nemesis):
+    bed = cluster.bed
+    with pybk.connect(cluster.address, CLIENT) as client:
+        ledger = client.create_ledger(3, 3, 2, password=PASSWORD)
+        writer = Writer(ledger)
+        try:
+            writer.wait_for(100)
+            for cut in ("to the bookie", "from the bookie"):
+                fragments = len(ledger.metadata.fragments)
+                victim = cluster.node_of(ledger.metadata.fragments[-1].ensemble[0])
+                link = ("client", victim) if cut == "to the bookie" else (victim, "client")
+                nemesis.one_way(*link)
+                # Qa=2 of the two others acknowledge meanwhile; the silent one is replaced.
+                wait_until(lambda: len(ledger.metadata.fragments) > fragments,
+                           f"an ensemble change away from {victim}, cut {cut}")
+                assert cluster.bookies[victim].bookie_id not in \
+                    ledger.metadata.fragments[-1].ensemble
+                assert bed.frames(*link)[1] > 0
+                writer.wait_for(100)
+                nemesis.heal()
+                writer.wait_for(100)
+        finally:
+            acked = writer.stop()
+        ledger.close()
+    assert check_ledger(cluster.address, ledger.id, acked) == len(acked) - 1
