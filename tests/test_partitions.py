@@ -24,8 +24,7 @@ from pathlib import Path
 import netbed
 import pytest
 import zkutil
-from clusterutil import (PASSWORD, TESTS, BookieProcess, BookieProcesses, Writer, child_env,
-                         payload)
+from clusterutil import PASSWORD, TESTS, BookieProcess, BookieProcesses, Writer, child_env, payload
 
 import pybk
 from pybk.meta.ledger_metadata import LedgerState
@@ -121,7 +120,7 @@ def test_a_writer_cut_one_way_from_a_bookie_then_the_other_way_loses_nothing(
                 link = ("client", victim) if cut == "to the bookie" else (victim, "client")
                 nemesis.one_way(*link)
                 # Qa=2 of the two others acknowledge meanwhile; the silent one is replaced.
-                wait_until(lambda: len(ledger.metadata.fragments) > fragments,
+                wait_until(lambda before=fragments: len(ledger.metadata.fragments) > before,
                            f"an ensemble change away from {victim}, cut {cut}")
                 assert cluster.bookies[victim].bookie_id not in \
                     ledger.metadata.fragments[-1].ensemble
@@ -133,3 +132,52 @@ def test_a_writer_cut_one_way_from_a_bookie_then_the_other_way_loses_nothing(
             acked = writer.stop()
         ledger.close()
     assert check_ledger(cluster.address, ledger.id, acked) == len(acked) - 1
+
+
+# -- scenario 1: a writer cut from ZooKeeper only, its ledger recovered by another client ----
+
+#: The session timeout of the writer cut from ZooKeeper: its session expires soon after.
+WRITER_SESSION_MS = zkutil.SHORT_SESSION_TIMEOUT_MS
+
+
+def _acks(path: Path) -> list[bytes]:
+    try:
+        return path.read_bytes().split(b"\n")[:-1]  # a line without its newline: unfinished
+    except FileNotFoundError:
+        return []
+
+
+def test_a_writer_cut_from_zookeeper_only_gets_nothing_acknowledged_past_the_recovery(
+        cluster, nemesis, tmp_path):
+    acks, output = tmp_path / "acks", tmp_path / "writer.log"
+    with open(output, "wb") as out:
+        writer = cluster.bed.popen(
+            "c2", [sys.executable, os.path.join(TESTS, "cluster_writer.py"), "--zk",
+                   cluster.address, "--acks", str(acks), "--zk-timeout-ms",
+                   str(WRITER_SESSION_MS)],
+            env=child_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+    try:
+        wait_until(lambda: len(_acks(acks)) > 100 or writer.poll() is not None,
+                   "100 entries acknowledged to the writer")
+        assert writer.poll() is None, output.read_text()
+        nemesis.partition("c2", ["zk"])
+        # Its session expires while its adds go on: the bookies do not need ZooKeeper.
+        cut_at = len(_acks(acks))
+        time.sleep(3 * WRITER_SESSION_MS / 1000)
+        wait_until(lambda: len(_acks(acks)) > cut_at + 100 or writer.poll() is not None,
+                   "100 entries acknowledged to the writer cut from ZooKeeper")
+        assert writer.poll() is None, output.read_text()
+        ledger_id = int(_acks(acks)[0].split()[1])
+        with pybk.connect(cluster.address, CLIENT) as client:
+            recovered = client.open_ledger(ledger_id, password=PASSWORD, recovery=True)
+            last = recovered.metadata.last_entry_id
+        # The fenced writer fails its next add and exits (status 2, cluster_writer.py).
+        assert writer.wait(WAIT_S) == 2, output.read_text()
+    finally:
+        if writer.poll() is None:
+            writer.send_signal(signal.SIGKILL)
+            writer.wait(WAIT_S)
+    acked = [int(line) for line in _acks(acks)[1:]]
+    assert max(acked) <= last, f"entries {[i for i in acked if i > last]} acknowledged " \
+        f"after the recovery closed the ledger at {last}:\n{output.read_text()}"
+    assert check_ledger(cluster.address, ledger_id, acked) == last

@@ -354,7 +354,8 @@ class ZooKeeperServer(TempDirectoryProcesses):
 
     def _spawn(self) -> None:
         command = [
-            *self.command_prefix, find_java(), f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC", *self.jvm_options,
+            *self.command_prefix, find_java(), f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC",
+            *self.jvm_options,
             "-Dlog4j2.configurationFile=" + os.path.join(self.directory, "log4j2.properties"),
             "-Dzookeeper.jmx.log4j.disable=true",
             *([] if self.force_sync else ["-Dzookeeper.forceSync=no"]),
