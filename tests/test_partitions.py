@@ -25,9 +25,12 @@ import netbed
 import pytest
 import zkutil
 from clusterutil import PASSWORD, TESTS, BookieProcess, BookieProcesses, Writer, child_env, payload
+from test_interleavings import check_fragments
 
 import pybk
+from pybk.errors import BookKeeperError
 from pybk.meta.ledger_metadata import LedgerState
+from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ClientSettings
 
 pytestmark = [pytest.mark.skipif(netbed.skip_reason() is not None,
@@ -41,6 +44,8 @@ SEED = 35
 #: connection's heartbeats go unanswered; then it changes the ensemble.
 CLIENT = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0, zmqHeartbeatIntervalMs=300,
                         zmqHeartbeatTimeoutMs=1_500)
+#: Ensemble size of the tests' ledgers (E3/Qw3/Qa2).
+ENSEMBLE = 3
 #: Bound on every wait for the cluster to do something.
 WAIT_S = 60.0
 
@@ -82,14 +87,18 @@ def nemesis(cluster):
     cluster.bed.nemesis.heal()
 
 
-def check_ledger(address: str, ledger_id: int, acked: list[int]) -> int:
+def check_ledger(cluster: Cluster, ledger_id: int, acked: list[int]) -> int:
     """The rules, from a fresh client that reaches every node: the ledger is closed (its
-    recovery if need be), every acknowledged entry is at or below its last entry, and
-    entries 0..last read back with the bytes added.  Returns the last entry."""
+    recovery if need be) with well-formed fragments of the cluster's bookies (the
+    randomized interleaving test's checker), every acknowledged entry is at or below its
+    last entry, and entries 0..last read back with the bytes added.  Returns the last
+    entry."""
     assert acked == list(range(len(acked))), "acknowledged out of order or not once"
-    with pybk.connect(address, CLIENT) as reader:
+    with pybk.connect(cluster.address, CLIENT) as reader:
         ledger = reader.open_ledger(ledger_id, password=PASSWORD, recovery=True)
         assert ledger.metadata.state is LedgerState.CLOSED
+        assert not check_fragments(ledger.metadata, ENSEMBLE,
+                                   [b.bookie_id for b in cluster.bookies.values()])
         last = ledger.metadata.last_entry_id
         assert last >= len(acked) - 1, f"entries {acked[last + 1:]} acknowledged, then lost"
         assert [e.data for e in ledger.read_entries(0, last)] == \
@@ -110,7 +119,7 @@ def test_a_writer_cut_one_way_from_a_bookie_then_the_other_way_loses_nothing(
         cluster, nemesis):
     bed = cluster.bed
     with pybk.connect(cluster.address, CLIENT) as client:
-        ledger = client.create_ledger(3, 3, 2, password=PASSWORD)
+        ledger = client.create_ledger(ENSEMBLE, 3, 2, password=PASSWORD)
         writer = Writer(ledger)
         try:
             writer.wait_for(100)
@@ -131,7 +140,7 @@ def test_a_writer_cut_one_way_from_a_bookie_then_the_other_way_loses_nothing(
         finally:
             acked = writer.stop()
         ledger.close()
-    assert check_ledger(cluster.address, ledger.id, acked) == len(acked) - 1
+    assert check_ledger(cluster, ledger.id, acked) == len(acked) - 1
 
 
 # -- scenario 1: a writer cut from ZooKeeper only, its ledger recovered by another client ----
@@ -180,4 +189,44 @@ def test_a_writer_cut_from_zookeeper_only_gets_nothing_acknowledged_past_the_rec
     acked = [int(line) for line in _acks(acks)[1:]]
     assert max(acked) <= last, f"entries {[i for i in acked if i > last]} acknowledged " \
         f"after the recovery closed the ledger at {last}:\n{output.read_text()}"
-    assert check_ledger(cluster.address, ledger_id, acked) == last
+    assert check_ledger(cluster, ledger_id, acked) == last
+
+
+# -- scenario 3: ZooKeeper cut from everyone for longer than the sessions ----------------------
+
+def registered(address: str) -> set[str]:
+    """The bookies registered as writable, read by a fresh store."""
+    with ZooKeeperMetadataStore(address, zkutil.settings()) as store:
+        return set(store.bookies(read_only=False))
+
+
+def test_zookeeper_cut_from_everyone_past_the_sessions_then_healed(cluster, nemesis):
+    every_bookie = {b.bookie_id for b in cluster.bookies.values()}
+    with pybk.connect(cluster.address, CLIENT, zk_settings=zkutil.settings()) as client:
+        ledger = client.create_ledger(ENSEMBLE, 3, 2, password=PASSWORD)
+        writer = Writer(ledger)
+        try:
+            writer.wait_for(100)
+            nemesis.partition("zk")
+            # ZooKeeper expires every session (bookies' and the client's) meanwhile; the
+            # bookies refuse adds once they have heard nothing for their zkTimeout.
+            time.sleep(2 * zkutil.SESSION_TIMEOUT_MS / 1000)
+            nemesis.heal()
+            wait_until(lambda: registered(cluster.address) == every_bookie,
+                       "every bookie registered again")
+            # The writer goes on, or has failed cleanly (a pybk error, every add answered).
+            if not writer.errors:
+                writer.wait_for(100)
+        finally:
+            acked = writer.stop(failures_ok=True)
+        assert all(isinstance(e, BookKeeperError) for e in writer.errors), writer.errors
+        if not writer.errors:
+            ledger.close()
+        # The cluster takes new ledgers again.
+        with client.create_ledger(ENSEMBLE, 3, 2, password=PASSWORD) as fresh:
+            for entry_id in range(10):
+                fresh.add_entry(payload(entry_id))
+    assert all(b.process.poll() is None for b in cluster.bookies.values())
+    check_ledger(cluster, ledger.id, acked)
+    print(f"scenario 3: {len(acked)} acknowledged in {len(ledger.metadata.fragments)} "
+          f"fragments, writer errors: {writer.errors[:1]}")
