@@ -24,12 +24,15 @@ from pathlib import Path
 import netbed
 import pytest
 import zkutil
+from autorecoveryutil import check_replicas, marks, write_ledger
 from clusterutil import PASSWORD, TESTS, BookieProcess, BookieProcesses, Writer, child_env, payload
 from test_interleavings import check_fragments
 
 import pybk
+from pybk.autorecovery.replicas import bookie_holds_entries
 from pybk.errors import BookKeeperError
 from pybk.meta.ledger_metadata import LedgerState
+from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ClientSettings
 
@@ -46,6 +49,12 @@ CLIENT = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0, zmqHeartbeatInterv
                         zmqHeartbeatTimeoutMs=1_500)
 #: Ensemble size of the tests' ledgers (E3/Qw3/Qa2).
 ENSEMBLE = 3
+#: The bookies' ``lostBookieRecoveryDelay``: the auditor marks a bookie's ledgers once
+#: it has been unregistered this long (its session expired: ``zkutil.SESSION_TIMEOUT_MS``).
+LOST_BOOKIE_DELAY_S = 2
+#: Every bookie's: the delay, and the password its replication worker opens ledgers with.
+BOOKIE_OPTIONS = ("--set", f"lostBookieRecoveryDelay={LOST_BOOKIE_DELAY_S}",
+                  "--set", f"bookieRecoveryPasswd={PASSWORD.decode()}")
 #: Bound on every wait for the cluster to do something.
 WAIT_S = 60.0
 
@@ -70,7 +79,7 @@ def cluster(tmp_path_factory):
             address = zkutil.formatted_cluster(zk)
             group = BookieProcesses(workdir, address)
             try:
-                started = {node: group.start(node, host=bed.address(node),
+                started = {node: group.start(node, *BOOKIE_OPTIONS, host=bed.address(node),
                                              prefix=bed.exec_prefix(node))
                            for node in BOOKIES}
                 for bookie in started.values():
@@ -91,7 +100,8 @@ def check_ledger(cluster: Cluster, ledger_id: int, acked: list[int]) -> int:
     """The rules, from a fresh client that reaches every node: the ledger is closed (its
     recovery if need be) with well-formed fragments of the cluster's bookies (the
     randomized interleaving test's checker), every acknowledged entry is at or below its
-    last entry, and entries 0..last read back with the bytes added.  Returns the last
+    last entry, and entries 0..last read back with the bytes added.  Then it is deleted,
+    so that no later test's lost bookie makes the auditor copy it.  Returns the last
     entry."""
     assert acked == list(range(len(acked))), "acknowledged out of order or not once"
     with pybk.connect(cluster.address, CLIENT) as reader:
@@ -103,6 +113,7 @@ def check_ledger(cluster: Cluster, ledger_id: int, acked: list[int]) -> int:
         assert last >= len(acked) - 1, f"entries {acked[last + 1:]} acknowledged, then lost"
         assert [e.data for e in ledger.read_entries(0, last)] == \
             [payload(i) for i in range(last + 1)]
+        reader.delete_ledger(ledger_id)
         return last
 
 
@@ -230,3 +241,33 @@ def test_zookeeper_cut_from_everyone_past_the_sessions_then_healed(cluster, neme
     check_ledger(cluster, ledger.id, acked)
     print(f"scenario 3: {len(acked)} acknowledged in {len(ledger.metadata.fragments)} "
           f"fragments, writer errors: {writer.errors[:1]}")
+
+
+# -- scenario 4: a bookie cut off past lostBookieRecoveryDelay, then back ---------------------
+
+def test_a_bookie_cut_off_past_the_recovery_delay_is_replaced_and_harmless_back(
+        cluster, nemesis):
+    entries = 50
+    with pybk.connect(cluster.address, CLIENT, zk_settings=zkutil.settings()) as client, \
+            ZooKeeperMetadataStore(cluster.address, zkutil.settings()) as store:
+        manager = UnderreplicationManager(store)
+        ledgers = [write_ledger(client, ENSEMBLE, 3, entries) for _ in range(3)]
+        lost = ledgers[0].metadata.fragments[0].ensemble[0]
+        nemesis.partition(cluster.node_of(lost))
+
+        def replaced() -> bool:
+            return not marks(manager) and not any(
+                bookie_holds_entries(client.ledger_manager.read(ledger.id).metadata, lost)
+                for ledger in ledgers)
+
+        # Its session expires, the delay passes, the auditor marks, workers copy.
+        wait_until(replaced, f"the ledgers of {lost} re-replicated")
+        nemesis.heal()
+        wait_until(lambda: lost in registered(cluster.address), f"{lost} registered again")
+        # Its stale copies change nothing: every copy the metadata names is whole.
+        for ledger in ledgers:
+            metadata = client.ledger_manager.read(ledger.id).metadata
+            assert lost not in {b for f in metadata.fragments for b in f.ensemble}
+            check_replicas(client, metadata, entries - 1)
+    for ledger in ledgers:
+        assert check_ledger(cluster, ledger.id, list(range(entries))) == entries - 1
