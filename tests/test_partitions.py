@@ -1,19 +1,21 @@
-"""Real network faults (issue 35): ZooKeeper and four ``pybk bookie`` processes in network
+"""Real network faults (issue 35): ZooKeeper and five ``pybk bookie`` processes in network
 namespaces of their own, the test process a client node among them, all joined by the
 switch of tests/netbed.py, whose nemesis cuts, delays and drops frames while clients
 write.  After each run a client that reaches everything checks the ledger rules: every
 acknowledged entry is readable, once, in order, with its bytes; nothing beyond the
 recovered close was acknowledged to a fenced writer.
 
-The nodes: ``zk``; bookies ``b1``..``b4``; ``c2``, a namespace for a client child process
-(tests/cluster_writer.py); ``client``, the test process (its own clients' traffic
-crosses the switch too).  One bed, server and bookies serve the whole module; each test
-heals the network when it ends and uses ledgers of its own.
+The nodes: ``zk``; bookies ``b1``..``b5``; ``c1``..``c3``, namespaces for client
+processes (tests/cluster_writer.py, tests/contending_log_writer.py); ``client``, the
+test process (its own clients' traffic crosses the switch too).  One bed, server and
+bookies serve the whole module; each test heals the network when it ends and uses
+ledgers (or a log) of its own.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -31,6 +33,7 @@ from test_interleavings import check_fragments
 import pybk
 from pybk.autorecovery.replicas import bookie_holds_entries
 from pybk.errors import BookKeeperError
+from pybk.log import LogReader, LogWriter, Position
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
@@ -40,7 +43,9 @@ pytestmark = [pytest.mark.skipif(netbed.skip_reason() is not None,
                                  reason=str(netbed.skip_reason())),
               pytest.mark.zookeeper, pytest.mark.java, pytest.mark.processes]
 
-BOOKIES = ["b1", "b2", "b3", "b4"]
+BOOKIES = ["b1", "b2", "b3", "b4", "b5"]
+#: The namespaces of client processes.
+CLIENTS = ["c1", "c2", "c3"]
 #: The switch's seed (loss and jitter draws).
 SEED = 35
 #: A client notices a silent bookie within about this long: its adds time out, or the
@@ -74,7 +79,7 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("partitions")
-    with netbed.NetBed(["zk", *BOOKIES, "c2"], host="client", seed=SEED) as bed:
+    with netbed.NetBed(["zk", *BOOKIES, *CLIENTS], host="client", seed=SEED) as bed:
         with zkutil.server(host=bed.address("zk"), command_prefix=bed.exec_prefix("zk")) as zk:
             address = zkutil.formatted_cluster(zk)
             group = BookieProcesses(workdir, address)
@@ -211,8 +216,16 @@ def registered(address: str) -> set[str]:
         return set(store.bookies(read_only=False))
 
 
-def test_zookeeper_cut_from_everyone_past_the_sessions_then_healed(cluster, nemesis):
+def wait_every_bookie_registered(cluster: Cluster) -> None:
+    """Wait until every bookie is registered (again: one whose session expired while it
+    was cut off registers in a new one soon after healing).  A fresh client cannot reach
+    a bookie that is not registered (nor can BookKeeper's): it has no endpoint for it."""
     every_bookie = {b.bookie_id for b in cluster.bookies.values()}
+    wait_until(lambda: registered(cluster.address) == every_bookie,
+               "every bookie registered again")
+
+
+def test_zookeeper_cut_from_everyone_past_the_sessions_then_healed(cluster, nemesis):
     with pybk.connect(cluster.address, CLIENT, zk_settings=zkutil.settings()) as client:
         ledger = client.create_ledger(ENSEMBLE, 3, 2, password=PASSWORD)
         writer = Writer(ledger)
@@ -223,8 +236,7 @@ def test_zookeeper_cut_from_everyone_past_the_sessions_then_healed(cluster, neme
             # bookies refuse adds once they have heard nothing for their zkTimeout.
             time.sleep(2 * zkutil.SESSION_TIMEOUT_MS / 1000)
             nemesis.heal()
-            wait_until(lambda: registered(cluster.address) == every_bookie,
-                       "every bookie registered again")
+            wait_every_bookie_registered(cluster)
             # The writer goes on, or has failed cleanly (a pybk error, every add answered).
             if not writer.errors:
                 writer.wait_for(100)
@@ -320,3 +332,132 @@ def test_delay_and_loss_on_every_link_are_absorbed(cluster, nemesis):
           f"{churned} ledgers created, written, read, deleted; one add at a time: p50 "
           f"{latencies[len(latencies) // 2] * 1000:.0f} ms, p99 "
           f"{latencies[len(latencies) * 99 // 100] * 1000:.0f} ms; {dropped} frames dropped")
+
+
+# -- scenario 6: a random nemesis over log writers contending for one log ---------------------
+
+#: The schedules run: seed 1 in CI; ``PYBK_PARTITION_SEEDS=N`` runs seeds 1..N.
+SEEDS = range(1, int(os.environ.get("PYBK_PARTITION_SEEDS", "1")) + 1)
+#: Faults of one schedule, each held 0.5 to 2.5 s.
+SCHEDULE_STEPS = 8
+
+
+def random_schedule(rng: random.Random, nodes: list[str]) -> list[tuple[str, tuple, float]]:
+    """``(nemesis method, arguments, seconds held)`` steps; a step may heal first (half
+    the time), so faults also pile up."""
+    steps = []
+    for _ in range(SCHEDULE_STEPS):
+        if rng.random() < 0.5:
+            steps.append(("heal", (), 0.0))
+        kind = rng.choice(["partition", "partition_some", "one_way", "halves", "delay",
+                           "loss"])
+        node = rng.choice(nodes)
+        others = [n for n in nodes if n != node]
+        if kind == "partition":
+            step = ("partition", (node,))
+        elif kind == "partition_some":
+            step = ("partition", (node, rng.sample(others, rng.randint(1, 3))))
+        elif kind == "one_way":
+            step = ("one_way", (node, rng.choice(others)))
+        elif kind == "halves":
+            shuffled = rng.sample(nodes, len(nodes))
+            cut = rng.randint(1, len(nodes) - 1)
+            step = ("halves", (shuffled[:cut], shuffled[cut:]))
+        elif kind == "delay":
+            step = ("delay", (rng.choice([20, 50, 100]), rng.choice([0, 10, 30])))
+        else:
+            step = ("loss", (rng.choice([0.01, 0.05, 0.1]),))
+        steps.append((*step, rng.uniform(0.5, 2.5)))
+    return steps
+
+
+def _log_acks(path: Path) -> dict[Position, int]:
+    acked = {}
+    for line in _acks(path):
+        position, number = line.split()
+        acked[Position.parse(position.decode())] = int(number)
+    return acked
+
+
+def check_log(records: list[tuple[Position, bytes]],
+              acked: dict[str, dict[Position, int]]) -> list[str]:
+    """The log rules over what a reader read after the run (``records``) and what each
+    writer was acknowledged: every acknowledged record is read once, at its position;
+    nothing read but the acknowledged, except after the last acknowledged record of a
+    segment (what a recovery keeps of a fenced writer's last appends); each writer's
+    records in the order appended, none twice."""
+    problems = []
+    read_at = {position: value for position, value in records}
+    for name, positions in acked.items():
+        for position, number in positions.items():
+            expected = b"%s %d" % (name.encode(), number)
+            if read_at.get(position) != expected:
+                problems.append(f"{name}'s record {number}, acknowledged at {position}, "
+                                f"reads as {read_at.get(position)!r}")
+    values = [value for _, value in records]
+    if len(set(values)) != len(values):
+        problems.append("a record is read twice")
+    last_acked: dict[int, Position] = {}
+    for positions in acked.values():
+        for position in positions:
+            last_acked[position.segment] = max(last_acked.get(position.segment, position),
+                                               position)
+    acked_at = {p for positions in acked.values() for p in positions}
+    unacked_before = [p for p, _ in records
+                      if p not in acked_at and p.segment in last_acked
+                      and p < last_acked[p.segment]]
+    if unacked_before:
+        problems.append(f"records never acknowledged read before acknowledged ones of "
+                        f"their segments: {unacked_before[:5]}")
+    for name in acked:
+        numbers = [int(value.split()[1]) for value in values
+                   if value.split()[0] == name.encode()]
+        if numbers != sorted(numbers):
+            problems.append(f"{name}'s records are read out of the order appended")
+    return problems
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_random_nemesis_over_contending_log_writers_keeps_the_log_rules(
+        cluster, nemesis, tmp_path, seed):
+    rng = random.Random(seed)
+    targets = ["zk", *BOOKIES, *CLIENTS]
+    schedule = random_schedule(rng, targets)
+    print(f"scenario 6, seed {seed}: {schedule}")
+    log_name = f"contended-{seed}"
+    writers = {}
+    try:
+        for number, node in enumerate(CLIENTS):
+            with open(tmp_path / f"{node}.log", "wb") as out:
+                writers[node] = cluster.bed.popen(node, [
+                    sys.executable, os.path.join(TESTS, "contending_log_writer.py"),
+                    "--zk", cluster.address, "--log", log_name, "--name", node,
+                    "--acks", str(tmp_path / f"{node}.acks"), "--seed", str(seed * 10 + number)],
+                    env=child_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        total = lambda: sum(len(_acks(tmp_path / f"{node}.acks")) for node in CLIENTS)  # noqa: E731
+        wait_until(lambda: total() > 100, "the writers write")
+        for method, arguments, held_s in schedule:
+            getattr(nemesis, method)(*arguments)
+            time.sleep(held_s)
+        nemesis.heal()
+        healed_at = total()
+        # They go on: someone holds the log and is acknowledged records again.
+        wait_until(lambda: total() > healed_at + 100, "records acknowledged after healing")
+        for node, process in writers.items():
+            assert process.poll() is None, (tmp_path / f"{node}.log").read_text()
+    finally:
+        for process in writers.values():
+            process.send_signal(signal.SIGKILL)
+            process.wait(WAIT_S)
+    acked = {node: _log_acks(tmp_path / f"{node}.acks") for node in CLIENTS}
+    wait_every_bookie_registered(cluster)
+    with pybk.connect(cluster.address, CLIENT, zk_settings=zkutil.settings()) as client:
+        LogWriter.open(client, log_name).close()  # fences and recovers the last segments
+        records = list(LogReader(client, log_name).read())
+    reopenings = sum((tmp_path / f"{node}.log").read_text().count("append failed")
+                     for node in CLIENTS)
+    print(f"scenario 6, seed {seed}: {len(records)} records read, "
+          f"{sum(map(len, acked.values()))} acknowledged, {reopenings} writers fenced or "
+          f"failed and reopened")
+    problems = check_log(records, acked)
+    assert not problems, problems
