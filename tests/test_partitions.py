@@ -461,3 +461,21 @@ def test_a_random_nemesis_over_contending_log_writers_keeps_the_log_rules(
           f"failed and reopened")
     problems = check_log(records, acked)
     assert not problems, problems
+
+
+def test_the_log_checker_catches_broken_histories():
+    def at(segment: int, entry: int) -> Position:
+        return Position(segment, entry, 0)
+
+    acked = {"c1": {at(1, 0): 0, at(1, 1): 1}, "c2": {at(2, 0): 0}}
+    good = [(at(1, 0), b"c1 0"), (at(1, 1), b"c1 1"), (at(1, 2), b"c1 2"),
+            (at(2, 0), b"c2 0")]
+    assert check_log(good, acked) == []
+    assert "reads as None" in check_log([r for r in good if r[0] != at(1, 1)], acked)[0]
+    assert check_log([*good, (at(3, 0), b"c2 0")], acked) == ["a record is read twice"]
+    assert "before acknowledged" in check_log(
+        [(at(1, 0), b"c1 0"), (at(1, 1), b"c1 5"), (at(1, 2), b"c1 1"),
+         (at(2, 0), b"c2 0")], {"c1": {at(1, 0): 0, at(1, 2): 1}, "c2": {at(2, 0): 0}})[0]
+    assert check_log([(at(1, 0), b"c1 1"), (at(1, 1), b"c1 0"), (at(2, 0), b"c2 0")],
+                     {"c1": {at(1, 0): 1, at(1, 1): 0}, "c2": {at(2, 0): 0}}) == \
+        ["c1's records are read out of the order appended"]
