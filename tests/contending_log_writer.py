@@ -9,8 +9,8 @@ appending ``<position> <n>`` to the acks file as each is acknowledged (O_APPEND,
 fsync: a SIGKILL keeps the page cache).  When an append fails (``LogFenced`` once another
 writer took the log over, or any other error), it closes its writer, waits 0.3 to 1.5 s
 (drawn from ``random.Random(seed)``) and opens the log again, which fences the others;
-an open that fails is tried again the same way.  Each such event is a line on standard
-error.  It runs until killed.
+a connection or an open that fails is tried again the same way.  Each such event is a
+line on standard error.  It runs until killed.
 """
 
 from __future__ import annotations
@@ -46,7 +46,13 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(args.seed)
     fd = os.open(args.acks, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    bk = pybk.connect(args.zk, CLIENT, zk_settings=zkutil.settings())
+    while True:  # the nemesis may cut it off before it ever connected
+        try:
+            bk = pybk.connect(args.zk, CLIENT, zk_settings=zkutil.settings())
+            break
+        except Exception as e:  # noqa: BLE001 - cut off: try again
+            print(f"{args.name}: connect failed: {e!r}", file=sys.stderr, flush=True)
+            threading.Event().wait(rng.uniform(0.3, 1.5))
     number = 0
     while True:
         try:
