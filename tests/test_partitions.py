@@ -38,6 +38,7 @@ from pybk.meta.ledger_metadata import LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ClientSettings
+from pybk.testing.waiting import wait_until
 
 pytestmark = [pytest.mark.skipif(netbed.skip_reason() is not None,
                                  reason=str(netbed.skip_reason())),
@@ -60,8 +61,6 @@ LOST_BOOKIE_DELAY_S = 2
 #: Every bookie's: the delay, and the password its replication worker opens ledgers with.
 BOOKIE_OPTIONS = ("--set", f"lostBookieRecoveryDelay={LOST_BOOKIE_DELAY_S}",
                   "--set", f"bookieRecoveryPasswd={PASSWORD.decode()}")
-#: Bound on every wait for the cluster to do something.
-WAIT_S = 60.0
 
 
 @dataclass
@@ -120,13 +119,6 @@ def check_ledger(cluster: Cluster, ledger_id: int, acked: list[int]) -> int:
             [payload(i) for i in range(last + 1)]
         reader.delete_ledger(ledger_id)
         return last
-
-
-def wait_until(condition, what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.05)
 
 
 # -- scenario 2: a writer cut from one bookie, one way then the other ----------------------
@@ -197,11 +189,11 @@ def test_a_writer_cut_from_zookeeper_only_gets_nothing_acknowledged_past_the_rec
             recovered = client.open_ledger(ledger_id, password=PASSWORD, recovery=True)
             last = recovered.metadata.last_entry_id
         # The fenced writer fails its next add and exits (status 2, cluster_writer.py).
-        assert writer.wait(WAIT_S) == 2, output.read_text()
+        assert writer.wait(60) == 2, output.read_text()
     finally:
         if writer.poll() is None:
             writer.send_signal(signal.SIGKILL)
-            writer.wait(WAIT_S)
+            writer.wait(60)
     acked = [int(line) for line in _acks(acks)[1:]]
     assert max(acked) <= last, f"entries {[i for i in acked if i > last]} acknowledged " \
         f"after the recovery closed the ledger at {last}:\n{output.read_text()}"
@@ -222,7 +214,7 @@ def wait_every_bookie_registered(cluster: Cluster) -> None:
     a bookie that is not registered (nor can BookKeeper's): it has no endpoint for it."""
     every_bookie = {b.bookie_id for b in cluster.bookies.values()}
     wait_until(lambda: registered(cluster.address) == every_bookie,
-               "every bookie registered again")
+               "every bookie registered again", interval_s=0.2)  # a session each
 
 
 def test_zookeeper_cut_from_everyone_past_the_sessions_then_healed(cluster, nemesis):
@@ -273,9 +265,10 @@ def test_a_bookie_cut_off_past_the_recovery_delay_is_replaced_and_harmless_back(
                 for ledger in ledgers)
 
         # Its session expires, the delay passes, the auditor marks, workers copy.
-        wait_until(replaced, f"the ledgers of {lost} re-replicated")
+        wait_until(replaced, f"the ledgers of {lost} re-replicated", interval_s=0.2)
         nemesis.heal()
-        wait_until(lambda: lost in registered(cluster.address), f"{lost} registered again")
+        wait_until(lambda: lost in registered(cluster.address), f"{lost} registered again",
+                   interval_s=0.2)
         # Its stale copies change nothing: every copy the metadata names is whole.
         for ledger in ledgers:
             metadata = client.ledger_manager.read(ledger.id).metadata
@@ -448,7 +441,7 @@ def test_a_random_nemesis_over_contending_log_writers_keeps_the_log_rules(
     finally:
         for process in writers.values():
             process.send_signal(signal.SIGKILL)
-            process.wait(WAIT_S)
+            process.wait(60)
     acked = {node: _log_acks(tmp_path / f"{node}.acks") for node in CLIENTS}
     wait_every_bookie_registered(cluster)
     with pybk.connect(cluster.address, CLIENT, zk_settings=zkutil.settings()) as client:
