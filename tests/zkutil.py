@@ -27,15 +27,16 @@ SESSION_TIMEOUT_MS = 4_000
 SHORT_SESSION_TIMEOUT_MS = 1_000
 
 
-def server() -> ZooKeeperServer:
+def server(**options) -> ZooKeeperServer:
     """A (not yet started) throwaway server with test settings.  Its JVM takes the
     options of the tests' Spark JVMs (:data:`sparkutil.JVM_OPTIONS`: the client compiler
     only), which halves the CPU a server takes to start, and maps its classes from the
     ZooKeeper class archive once ``make test`` made it (tests/jvm_archives.py): tests
-    start dozens."""
+    start dozens.  ``options`` are more keyword arguments of ZooKeeperServer (its
+    ``host``, ``command_prefix``)."""
     return ZooKeeperServer(force_sync=False, tick_time_ms=TICK_MS, start_timeout_s=60.0,
                            jvm_options=[*JVM_OPTIONS.split(),
-                                        *jvm_archives.options("zookeeper")])
+                                        *jvm_archives.options("zookeeper")], **options)
 
 
 def settings(**overrides: int) -> ZooKeeperSettings:

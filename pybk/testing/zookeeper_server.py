@@ -12,7 +12,7 @@ Where ZooKeeper comes from (the first that exists wins)
     Java is ``$JAVA_HOME/bin/java``, else ``java`` on ``PATH`` (17 or later).
 
 What one server keeps in its directory (a fresh temporary one unless given)
-    ``zoo.cfg``               the configuration (loopback only; four-letter words
+    ``zoo.cfg``               the configuration (loopback unless ``host`` says; four-letter words
                               ``ruok`` and ``srvr`` whitelisted; admin server off)
     ``log4j2.properties``     INFO to standard output (ZooKeeper 3.9 logs via log4j 2)
     ``zookeeper.log``         the process's standard output and error, appended to by
@@ -130,10 +130,11 @@ def find_classpath() -> str:
         f"{CLASSPATH_ENV} to a class path holding ZooKeeper and its dependencies")
 
 
-def four_letter_word(port: int, word: str, timeout_s: float = FOUR_LETTER_TIMEOUT_S) -> str:
-    """Send a four-letter command to the server on ``port`` and return its whole answer
-    ("" if it closed without one).  Raises OSError if it cannot be reached."""
-    with socket.create_connection((HOST, port), timeout=timeout_s) as sock:
+def four_letter_word(port: int, word: str, timeout_s: float = FOUR_LETTER_TIMEOUT_S,
+                     host: str = HOST) -> str:
+    """Send a four-letter command to the server at ``host``:``port`` and return its whole
+    answer ("" if it closed without one).  Raises OSError if it cannot be reached."""
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
         sock.sendall(word.encode("ascii"))
         chunks = []
         while chunk := sock.recv(4096):
@@ -176,12 +177,17 @@ class ZooKeeperServer(TempDirectoryProcesses):
     server's ``-XX:TieredStopAtLevel=1``, which starts it with less CPU).
     ``stop_grace_s`` is how long a graceful shutdown waits for the JVM to exit after
     SIGTERM before killing it (longer for a JVM that writes a class archive as it exits).
+    ``host`` is the address it serves clients at (loopback by default), which this
+    process must reach too (readiness probes); ``command_prefix`` goes before the
+    ``java`` command and must exec it in the same process (e.g. ``ip netns exec NAME``,
+    which runs it in a network namespace: tests/netbed.py).
     """
 
     def __init__(self, directory: str | os.PathLike | None = None, *, port: int = 0,
                  force_sync: bool = True, tick_time_ms: int = 2000, heap_mb: int = 256,
                  start_timeout_s: float = 60.0, jvm_options: Sequence[str] = (),
-                 stop_grace_s: float = STOP_GRACE_S, _peer: _Peer | None = None,
+                 stop_grace_s: float = STOP_GRACE_S, host: str = HOST,
+                 command_prefix: Sequence[str] = (), _peer: _Peer | None = None,
                  _ensemble: Sequence[_Peer] = ()) -> None:
         super().__init__(directory, "pybk-zk-")
         self.port = _peer.client_port if _peer else port
@@ -192,6 +198,8 @@ class ZooKeeperServer(TempDirectoryProcesses):
         self.start_timeout_s = start_timeout_s
         self.jvm_options = tuple(jvm_options)
         self.stop_grace_s = stop_grace_s
+        self.host = host
+        self.command_prefix = tuple(command_prefix)
         self._peer = _peer
         self._ensemble = tuple(_ensemble)
         self._process: subprocess.Popen | None = None
@@ -201,8 +209,9 @@ class ZooKeeperServer(TempDirectoryProcesses):
 
     @property
     def connect_string(self) -> str:
-        """``127.0.0.1:<port>``, as kazoo and ZooKeeper clients take it."""
-        return f"{HOST}:{self.port}"
+        """``<host>:<port>`` (``127.0.0.1`` unless ``host`` says), as kazoo and ZooKeeper
+        clients take it."""
+        return f"{self.host}:{self.port}"
 
     def address(self, root: str = "/ledgers") -> str:
         """pybk's metadata address of a cluster rooted at ``root`` on this server."""
@@ -325,7 +334,7 @@ class ZooKeeperServer(TempDirectoryProcesses):
             f"tickTime={self.tick_time_ms}",
             f"dataDir={data_dir}",
             f"clientPort={self.port}",
-            f"clientPortAddress={HOST}",
+            f"clientPortAddress={self.host}",
             f"minSessionTimeout={2 * self.tick_time_ms}",
             f"maxSessionTimeout={300 * self.tick_time_ms}",
             "4lw.commands.whitelist=ruok,srvr",
@@ -345,7 +354,8 @@ class ZooKeeperServer(TempDirectoryProcesses):
 
     def _spawn(self) -> None:
         command = [
-            find_java(), f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC", *self.jvm_options,
+            *self.command_prefix, find_java(), f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC",
+            *self.jvm_options,
             "-Dlog4j2.configurationFile=" + os.path.join(self.directory, "log4j2.properties"),
             "-Dzookeeper.jmx.log4j.disable=true",
             *([] if self.force_sync else ["-Dzookeeper.forceSync=no"]),
@@ -364,8 +374,8 @@ class ZooKeeperServer(TempDirectoryProcesses):
 
     def _serves(self) -> bool:
         try:
-            return (four_letter_word(self.port, "ruok") == "imok"
-                    and "Mode: " in four_letter_word(self.port, "srvr"))
+            return (four_letter_word(self.port, "ruok", host=self.host) == "imok"
+                    and "Mode: " in four_letter_word(self.port, "srvr", host=self.host))
         except OSError:
             return False
 
