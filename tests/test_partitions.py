@@ -19,6 +19,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -364,6 +365,57 @@ def random_schedule(rng: random.Random, nodes: list[str]) -> list[tuple[str, tup
     return steps
 
 
+class Tailer:
+    """A reader tailing the log from the test process while the nemesis runs (its
+    traffic crosses the switch).  When a read fails (a bookie or ZooKeeper cut off) it
+    opens a new reader at the position it reached.  ``read`` is every record it was
+    given, which must all stay true: a reader reads only what a quorum acknowledged."""
+
+    def __init__(self, address: str, log_name: str) -> None:
+        self.read: list[tuple[Position, bytes]] = []
+        self.failures = 0
+        self._address, self._log_name = address, log_name
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tailer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        position = None
+        with pybk.connect(self._address, CLIENT, zk_settings=zkutil.settings()) as client:
+            while not self._stop.is_set():
+                try:
+                    reader = LogReader(client, self._log_name, position)
+                    while not self._stop.is_set():
+                        record = reader.read_next(timeout=0.2)
+                        if record is not None:
+                            self.read.append((record[0], bytes(record[1])))
+                        position = reader.position
+                except BookKeeperError:
+                    self.failures += 1
+                    self._stop.wait(0.2)
+
+    def stop(self) -> list[tuple[Position, bytes]]:
+        self._stop.set()
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "the tailer did not stop"
+        return self.read
+
+
+def check_tailed(tailed: list[tuple[Position, bytes]],
+                 records: list[tuple[Position, bytes]]) -> list[str]:
+    """What a tailing reader read (``tailed``) against the log read after the run: in
+    position order, none twice, each the record the log holds at its position."""
+    problems = []
+    positions = [position for position, _ in tailed]
+    if positions != sorted(set(positions)):
+        problems.append("the tailer read records out of order or twice")
+    read_at = dict(records)
+    changed = [(p, v) for p, v in tailed if read_at.get(p) != v]
+    if changed:
+        problems.append(f"the tailer read records the log does not hold: {changed[:5]}")
+    return problems
+
+
 def _log_acks(path: Path) -> dict[Position, int]:
     acked = {}
     for line in _acks(path):
@@ -419,6 +471,7 @@ def test_a_random_nemesis_over_contending_log_writers_keeps_the_log_rules(
     print(f"scenario 6, seed {seed}: {schedule}")
     log_name = f"contended-{seed}"
     writers = {}
+    tailer: Tailer | None = None
     try:
         for number, node in enumerate(CLIENTS):
             with open(tmp_path / f"{node}.log", "wb") as out:
@@ -429,6 +482,7 @@ def test_a_random_nemesis_over_contending_log_writers_keeps_the_log_rules(
                     env=child_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         total = lambda: sum(len(_acks(tmp_path / f"{node}.acks")) for node in CLIENTS)  # noqa: E731
         wait_until(lambda: total() > 100, "the writers write")
+        tailer = Tailer(cluster.address, log_name)
         for method, arguments, held_s in schedule:
             getattr(nemesis, method)(*arguments)
             time.sleep(held_s)
@@ -436,9 +490,11 @@ def test_a_random_nemesis_over_contending_log_writers_keeps_the_log_rules(
         healed_at = total()
         # They go on: someone holds the log and is acknowledged records again.
         wait_until(lambda: total() > healed_at + 100, "records acknowledged after healing")
+        wait_until(lambda: len(tailer.read) > healed_at, "the tailer reading after healing")
         for node, process in writers.items():
             assert process.poll() is None, (tmp_path / f"{node}.log").read_text()
     finally:
+        tailed = tailer.stop() if tailer is not None else []
         for process in writers.values():
             process.send_signal(signal.SIGKILL)
             process.wait(60)
@@ -451,8 +507,9 @@ def test_a_random_nemesis_over_contending_log_writers_keeps_the_log_rules(
                      for node in CLIENTS)
     print(f"scenario 6, seed {seed}: {len(records)} records read, "
           f"{sum(map(len, acked.values()))} acknowledged, {reopenings} writers fenced or "
-          f"failed and reopened")
-    problems = check_log(records, acked)
+          f"failed and reopened; the tailer read {len(tailed)} (reopened "
+          f"{tailer.failures if tailer else 0} times)")
+    problems = check_log(records, acked) + check_tailed(tailed, records)
     assert not problems, problems
 
 
@@ -472,3 +529,8 @@ def test_the_log_checker_catches_broken_histories():
     assert check_log([(at(1, 0), b"c1 1"), (at(1, 1), b"c1 0"), (at(2, 0), b"c2 0")],
                      {"c1": {at(1, 0): 1, at(1, 1): 0}, "c2": {at(2, 0): 0}}) == \
         ["c1's records are read out of the order appended"]
+    assert check_tailed(good[:2], good) == []
+    assert check_tailed([good[1], good[0]], good) == \
+        ["the tailer read records out of order or twice"]
+    assert "does not hold" in check_tailed([(at(1, 0), b"c1 0"), (at(1, 1), b"c2 9")],
+                                           good)[0]
