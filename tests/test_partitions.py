@@ -35,6 +35,7 @@ import pybk
 from pybk.autorecovery.replicas import bookie_holds_entries
 from pybk.errors import BookKeeperError
 from pybk.log import LogReader, LogWriter, Position
+from pybk.log.metadata import live_segments, read_log
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.meta.underreplication import UnderreplicationManager
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
@@ -401,6 +402,17 @@ class Tailer:
         return self.read
 
 
+def closed_segments(client: pybk.BookKeeper, log_name: str) -> dict[int, tuple[int, int]]:
+    """Each closed segment ledger of the log, by id: its last entry id and length."""
+    metadata = read_log(client.metadata, log_name).metadata
+    closed = {}
+    for segment in live_segments(client.metadata, metadata):
+        ledger = client.open_ledger(segment.ledger_id, recovery=False).metadata
+        if ledger.state is LedgerState.CLOSED:
+            closed[segment.ledger_id] = (ledger.last_entry_id, ledger.length)
+    return closed
+
+
 def check_tailed(tailed: list[tuple[Position, bytes]],
                  records: list[tuple[Position, bytes]]) -> list[str]:
     """What a tailing reader read (``tailed``) against the log read after the run: in
@@ -488,6 +500,9 @@ def test_a_random_nemesis_over_contending_log_writers_keeps_the_log_rules(
             time.sleep(held_s)
         nemesis.heal()
         healed_at = total()
+        wait_every_bookie_registered(cluster)
+        with pybk.connect(cluster.address, CLIENT, zk_settings=zkutil.settings()) as client:
+            closed_at_healing = closed_segments(client, log_name)
         # They go on: someone holds the log and is acknowledged records again.
         wait_until(lambda: total() > healed_at + 100, "records acknowledged after healing")
         wait_until(lambda: len(tailer.read) > healed_at, "the tailer reading after healing")
@@ -503,12 +518,18 @@ def test_a_random_nemesis_over_contending_log_writers_keeps_the_log_rules(
     with pybk.connect(cluster.address, CLIENT, zk_settings=zkutil.settings()) as client:
         LogWriter.open(client, log_name).close()  # fences and recovers the last segments
         records = list(LogReader(client, log_name).read())
+        closed_at_end = closed_segments(client, log_name)
+    changed = {ledger_id: (at_healing, closed_at_end.get(ledger_id))
+               for ledger_id, at_healing in closed_at_healing.items()
+               if closed_at_end.get(ledger_id) != at_healing}
+    assert not changed, f"closed segments changed after healing: {changed}"
     reopenings = sum((tmp_path / f"{node}.log").read_text().count("append failed")
                      for node in CLIENTS)
     print(f"scenario 6, seed {seed}: {len(records)} records read, "
           f"{sum(map(len, acked.values()))} acknowledged, {reopenings} writers fenced or "
           f"failed and reopened; the tailer read {len(tailed)} (reopened "
-          f"{tailer.failures if tailer else 0} times)")
+          f"{tailer.failures if tailer else 0} times); {len(closed_at_healing)} segments "
+          "closed at healing, unchanged since")
     problems = check_log(records, acked) + check_tailed(tailed, records)
     assert not problems, problems
 
