@@ -18,7 +18,7 @@ import threading
 import traceback
 from concurrent.futures import Future
 
-from clusterutil import payload
+from clusterutil import payload, run_child
 
 import pybk
 from pybk.log import LogWriter
@@ -62,8 +62,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        traceback.print_exc()
-        os._exit(2)
+    run_child(main)

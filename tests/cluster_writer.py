@@ -18,7 +18,7 @@ import threading
 import traceback
 
 import zkutil
-from clusterutil import PASSWORD, Writer
+from clusterutil import PASSWORD, Writer, run_child
 
 import pybk
 from pybk.settings import ClientSettings
@@ -51,8 +51,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        traceback.print_exc()
-        os._exit(2)
+    run_child(main)

@@ -21,8 +21,9 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import pytest
 import zkutil
@@ -319,3 +320,13 @@ def serving_cluster(zookeeper, workdir: Path, count: int = 3) -> Iterator[str]:
             format_bookie(settings)
             nodes.enter_context(BookieNode(settings))
         yield address
+
+
+def run_child(main: Callable[[], None]) -> None:
+    """Run a child script's ``main``: whatever it raises is printed and ends the process at
+    once with status 2 (``os._exit``: the threads it started do not keep it alive)."""
+    try:
+        main()
+    except BaseException:
+        traceback.print_exc()
+        os._exit(2)

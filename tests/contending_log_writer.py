@@ -21,10 +21,10 @@ import os
 import random
 import sys
 import threading
-import traceback
 from concurrent.futures import Future
 
 import zkutil
+from clusterutil import run_child
 
 import pybk
 from pybk.log import LogWriter
@@ -91,8 +91,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        traceback.print_exc()
-        os._exit(2)
+    run_child(main)

@@ -459,17 +459,24 @@ def test_a_server_keeps_a_large_add_body_as_it_arrived(bookie, closing, entries)
     assert [bookie.read_entry(5, e) for e in range(entries)] == run.entries
 
 
-def test_a_callers_requests_leave_in_order_whether_it_sends_them_or_the_loop_does(closing):
-    """A caller sends its request itself when the connection's socket is free; while
-    another thread uses it, the request waits for the loop, and the caller's next
-    requests wait behind it rather than overtake it once the socket is free again."""
+def connected_to_router(closing) -> tuple[RawRouter, ZmqBookieClient]:
+    """A ROUTER playing a bookie, and a client of it whose connection is up (its first
+    request, which waits for the connection, answered)."""
     router = closing.enter_context(RawRouter())
     client = closing.enter_context(ZmqBookieClient("B1", router.address, PATIENT))
-    client.read_lac(1)  # the first request waits for the connection: then it is up
+    client.read_lac(1)
     identity, header = router.receive(timeout_s=10)
     router.send([identity, *wire.encode_reply(wire.Reply(
         wire.Op.READ_LAC, wire.decode_request([header], 1024).request_id), 1024)])
     wait_until(lambda: not client._connection.calls, "the first request answered")
+    return router, client
+
+
+def test_a_callers_requests_leave_in_order_whether_it_sends_them_or_the_loop_does(closing):
+    """A caller sends its request itself when the connection's socket is free; while
+    another thread uses it, the request waits for the loop, and the caller's next
+    requests wait behind it rather than overtake it once the socket is free again."""
+    router, client = connected_to_router(closing)
     connection = client._connection
     held, release = threading.Event(), threading.Event()
 
@@ -665,13 +672,7 @@ def test_a_force_made_while_a_group_is_kept_leaves_after_the_group(closing):
     """A FORCE_LEDGER of another ledger made while a caller keeps adds for its next one
     (``more=True``) is held behind them, and leaves right after them once the caller's
     last add sends the group: the kept adds delay it only until then."""
-    router = closing.enter_context(RawRouter())
-    client = closing.enter_context(ZmqBookieClient("B1", router.address, PATIENT))
-    client.read_lac(1)  # the first request waits for the connection: then it is up
-    identity, header = router.receive(timeout_s=10)
-    router.send([identity, *wire.encode_reply(wire.Reply(
-        wire.Op.READ_LAC, wire.decode_request([header], 1024).request_id), 1024)])
-    wait_until(lambda: not client._connection.calls, "the first request answered")
+    router, client = connected_to_router(closing)
     send = client.ledger_adds(9, KEY, lambda tokens, errors: None, recovery=True)
     assert send(0, entry(9, 0), 0, more=True) and send(1, entry(9, 1), 1, more=True)
     forced = client.force_ledger(2, 0, 0)
