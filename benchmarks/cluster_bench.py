@@ -21,8 +21,12 @@ measurement is stopped before the next starts):
    :class:`ClientLoop`), 1 KiB entries, for E=3/Qw=3/Qa=2 and E=3/Qw=2/Qa=2: full load
    (a window of adds in flight), then open-loop loads at half the full-load rate and at
    a fixed 5,000 entries/s (and, with ``--plot``, at a few more fixed rates: latency
-   against offered load, drawn as a PNG);
-5. ZooKeeper: a three-server ensemble on loopback (fsync on, as bookies do), kazoo's
+   against offered load, drawn as a PNG); then, on the same bookies and client, a
+   :class:`LogWriter` of E=3/Qw=3/Qa=2 appending 1 KiB records with ``append_async``
+   pipelined (``wal_bench.py``'s loop and record size);
+5. the embedded WAL (:func:`pybk.open` in the temporary directory, so on the disk under
+   test), the same pipelined loop: the rate the replicated log is read against;
+6. ZooKeeper: a three-server ensemble on loopback (fsync on, as bookies do), kazoo's
    ``create_async`` of 1 KiB znodes with a window in flight.
 
 Progress goes to stderr; stdout gets one line, a JSON object with every figure (see
@@ -59,12 +63,15 @@ if ROOT not in sys.path:
 from plot import PlottingUnavailable, check_plotting, plot_latency  # noqa: E402
 from rawdisk import latency_summary, mb_per_s, measure_raw, ratio, run_and_report  # noqa: E402
 from replication_floor import FloorClient, serve_durable_group_echo  # noqa: E402
+from wal_bench import RECORD, pipelined  # noqa: E402
 
+import pybk  # noqa: E402
 from pybk.client.bookkeeper import BookKeeper  # noqa: E402
 from pybk.client.ledger import LedgerHandle  # noqa: E402
+from pybk.log import LogWriter  # noqa: E402
 from pybk.meta.embedded import EmbeddedMetadataStore  # noqa: E402
 from pybk.net import BookieServer, ClientLoop, ZmqBookieClient  # noqa: E402
-from pybk.settings import ClientSettings, ServerSettings  # noqa: E402
+from pybk.settings import ClientSettings, LogSettings, ServerSettings  # noqa: E402
 from pybk.storage import Bookie, format_bookie  # noqa: E402
 from pybk.testing.zookeeper_server import ZooKeeperEnsemble  # noqa: E402
 
@@ -106,6 +113,10 @@ TARGET_LIGHT_LOAD_P50_US = 2_000
 TARGET_CPU_PER_ENTRY_FIXED_TO_FULL = 1.5
 #: Entries per ``add_entries`` call in the full-load phase that adds in runs.
 RUN_ENTRIES = 100
+#: Replicated LogWriter records/s, at least this times the embedded WAL's (both
+#: pipelined, same run; issue 34).
+TARGET_LOG_WRITER_TO_WAL = 0.7
+LOG_NAME = "bench-log"
 
 
 @dataclass(frozen=True)
@@ -120,12 +131,16 @@ class Profile:
     load_seconds: float       # counted part of each pybk / ZooKeeper load
     window: int               # pybk adds in flight at full load
     zk_window: int            # ZooKeeper creates in flight
+    log_records: int          # records each pipelined log phase (LogWriter, WAL) appends
+    log_window: int           # ...with at most this many in flight (wal_bench's window)
 
 
 QUICK = Profile("quick", raw_seconds=1.0, raw_max_ops=8192, zmq_seconds=2.0,
-                warmup_seconds=1.0, load_seconds=5.0, window=2000, zk_window=1000)
+                warmup_seconds=1.0, load_seconds=5.0, window=2000, zk_window=1000,
+                log_records=200_000, log_window=20_000)
 FULL = Profile("full", raw_seconds=3.0, raw_max_ops=32_768, zmq_seconds=5.0,
-               warmup_seconds=2.0, load_seconds=15.0, window=2000, zk_window=1000)
+               warmup_seconds=2.0, load_seconds=15.0, window=2000, zk_window=1000,
+               log_records=1_000_000, log_window=20_000)
 
 
 def say(message: str) -> None:
@@ -594,6 +609,52 @@ def measure_pybk(workdir: str, children: Children, profile: Profile,
     return results
 
 
+# -- the log: replicated and embedded ---------------------------------------------------
+
+def measure_log_writer(bk: BookKeeper, quorums: tuple[int, int, int],
+                       bookie_pids: list[int], profile: Profile) -> dict:
+    """A :class:`LogWriter` of a new log whose segments have the (E, Qw, Qa) ``quorums``,
+    on ``bk``'s bookies: ``wal_bench``'s :func:`pipelined` loop (``log_records`` records
+    of :data:`RECORD` bytes, up to ``log_window`` in flight, rate from the first append
+    to the last acknowledgement), with the CPU per record of this process and of the
+    bookies (:class:`CpuUse`)."""
+    ensemble, write_quorum, ack_quorum = quorums
+    settings = LogSettings(ensembleSize=ensemble, writeQuorumSize=write_quorum,
+                           ackQuorumSize=ack_quorum)
+    with LogWriter.open(bk, LOG_NAME, settings) as writer:
+        cpu = CpuUse(bookie_pids)
+        row = pipelined(writer, profile.log_records, profile.log_window)
+        use = cpu.per_op(row["records"])
+        appended = writer.append_counts()[0]
+    if appended != row["records"]:
+        raise RuntimeError(f"log {LOG_NAME}: {appended} appends counted, "
+                           f"{row['records']} made")
+    # Not pipelined's cpu_us_per_append (this process only: cpu_us_per_record.client)
+    # nor its disk_bytes_per_append (the bookies write, not this process).
+    figures = {"record_bytes": RECORD, "window": profile.log_window,
+               "records": row["records"], "per_s": row["per_s"], "mb_per_s": row["mb_per_s"],
+               "last_position": row["last_position"], "cpu_us_per_record": use}
+    say(f"LogWriter E{ensemble}/Qw{write_quorum}/Qa{ack_quorum}, append_async pipelined: "
+        f"{figures['per_s']:,.0f} records/s; CPU per record: client {use['client']} µs, "
+        f"bookies {use['servers']} µs")
+    return figures
+
+
+def measure_wal(workdir: str, profile: Profile) -> dict:
+    """The embedded WAL (:func:`pybk.open` in ``workdir``, on the disk under test) with
+    the same :func:`pipelined` loop as :func:`measure_log_writer`; its
+    ``cpu_us_per_append`` is this whole process's, the WAL's bookie included."""
+    wal = pybk.open(os.path.join(workdir, "wal"))
+    try:
+        figures = pipelined(wal, profile.log_records, profile.log_window)
+    finally:
+        wal.close()
+    figures["window"] = profile.log_window
+    say(f"embedded WAL, append_async pipelined: {figures['per_s']:,.0f} records/s; "
+        f"CPU per record {figures['cpu_us_per_append']} µs")
+    return figures
+
+
 # -- ZooKeeper ------------------------------------------------------------------------------
 
 def measure_zookeeper(workdir: str, profile: Profile) -> dict:
@@ -656,9 +717,9 @@ def target(value: float, passed: bool, wanted: str) -> dict:
     return {"value": value, "target": wanted, "pass": passed}
 
 
-def evaluate(raw: dict, pybk: dict, zookeeper: dict) -> tuple[dict, dict]:
+def evaluate(raw: dict, pybk: dict, wal: dict, zookeeper: dict) -> tuple[dict, dict]:
     """The ratios and the targets, from the reference configuration (and the replication
-    floor, ``raw["replication_floor"]``)."""
+    floor, ``raw["replication_floor"]``, and the embedded WAL's pipelined row ``wal``)."""
     reference = pybk[REFERENCE_CONFIG]
     full = reference["full_load"]
     per_s = full["per_s"]
@@ -682,6 +743,10 @@ def evaluate(raw: dict, pybk: dict, zookeeper: dict) -> tuple[dict, dict]:
         runs["cpu_us_per_add"]["total"], floor["full_load"]["cpu_us_per_add"]["total"])
     ratios["full_load_runs_to_floor"] = ratio(runs["per_s"], floor["full_load"]["per_s"])
     ratios["floor_cpu_per_entry_5k_to_full"] = floor["cpu_per_entry_5k_to_full"]
+    log = reference["log_writer_pipelined"]
+    ratios["log_writer_to_wal_pipelined"] = ratio(log["per_s"], wal["per_s"])
+    ratios["cpu_per_record_log_writer_to_wal"] = ratio(log["cpu_us_per_record"]["total"],
+                                                       wal["cpu_us_per_append"])
     targets = {
         "replicated_1k_entries_per_s": target(per_s, per_s >= TARGET_ENTRIES_PER_S,
                                               f">= {TARGET_ENTRIES_PER_S} ({REFERENCE_CONFIG})"),
@@ -699,6 +764,11 @@ def evaluate(raw: dict, pybk: dict, zookeeper: dict) -> tuple[dict, dict]:
     targets["cpu_per_entry_5k_to_full"] = target(
         fixed_to_full, fixed_to_full <= TARGET_CPU_PER_ENTRY_FIXED_TO_FULL,
         f"<= {TARGET_CPU_PER_ENTRY_FIXED_TO_FULL:g} ({REFERENCE_CONFIG}, client + bookies)")
+    log_to_wal = ratios["log_writer_to_wal_pipelined"]
+    targets["log_writer_to_wal_pipelined"] = target(
+        log_to_wal, log_to_wal >= TARGET_LOG_WRITER_TO_WAL,
+        f">= {TARGET_LOG_WRITER_TO_WAL:g} x the embedded WAL's pipelined records/s "
+        f"({REFERENCE_CONFIG})")
     targets["all_pass"] = all(t["pass"] for t in targets.values())
     return ratios, targets
 
@@ -717,12 +787,18 @@ def run(profile: Profile, workdir: str, children: Children,
 
     def measure(bk: BookKeeper, name: str, quorums: tuple[int, int, int],
                 bookie_pids: list[int], profile: Profile) -> dict:
-        sweep = SWEEP_RATES_PER_S if plot_path and name == REFERENCE_CONFIG else ()
-        return measure_config(bk, name, quorums, bookie_pids, profile, sweep)
+        if name != REFERENCE_CONFIG:
+            return measure_config(bk, name, quorums, bookie_pids, profile)
+        sweep = SWEEP_RATES_PER_S if plot_path else ()
+        figures = measure_config(bk, name, quorums, bookie_pids, profile, sweep)
+        figures["log_writer_pipelined"] = measure_log_writer(bk, quorums, bookie_pids,
+                                                             profile)
+        return figures
 
     pybk = measure_pybk(workdir, children, profile, measure)
+    wal = measure_wal(workdir, profile)
     zookeeper = measure_zookeeper(workdir, profile)
-    ratios, targets = evaluate(raw, pybk, zookeeper)
+    ratios, targets = evaluate(raw, pybk, wal, zookeeper)
     for name, value in ratios.items():
         say(f"ratio {name}: {value}")
     for name, entry in targets.items():
@@ -737,7 +813,8 @@ def run(profile: Profile, workdir: str, children: Children,
         say(f"latency against offered load drawn in {plot_path}")
     return {"mode": profile.name, "dir": workdir, "python": sys.version.split()[0],
             "cpus": os.cpu_count(), "load_average_1m_at_start": round(load_1m, 2),
-            "raw": raw, "pybk": pybk, "zookeeper": zookeeper, "ratios": ratios,
+            "raw": raw, "pybk": pybk, "embedded_wal_pipelined": wal, "zookeeper": zookeeper,
+            "ratios": ratios,
             "targets": targets, "elapsed_s": round(time.perf_counter() - started, 1)}
 
 
