@@ -821,7 +821,7 @@ def run(profile: Profile, workdir: str, children: Children,
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (plus the hidden options of the child processes)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a shorter run (about a minute)")
+    parser.add_argument("--quick", action="store_true", help="a shorter run (about two minutes)")
     parser.add_argument("--dir", default=os.getcwd(),
                         help="where the fresh temporary directory is made (default: the "
                              "current directory, i.e. its disk is the one under test)")
