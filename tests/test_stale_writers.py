@@ -26,6 +26,7 @@ from conftest import entry
 import pybk
 from pybk.client import BookKeeper
 from pybk.client.transport import InProcessBookieClient
+from pybk.cluster.admission import LedgerAdmission
 from pybk.cluster.node import BookieNode
 from pybk.errors import (
     BookieUnavailable,
@@ -37,6 +38,7 @@ from pybk.errors import (
     NoSuchLedger,
     Timeout,
 )
+from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.interface import ANY_VERSION, MetadataStore
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 from pybk.settings import ClientSettings, ServerSettings
@@ -429,3 +431,22 @@ def test_adds_past_the_admission_bound_are_refused_at_once(cluster, monkeypatch)
         with pytest.raises(LedgerFenced):
             add.result(timeout=WAIT_S)
     assert node.bookie._adds_awaiting_admission == 0
+
+
+def test_the_admission_thread_starts_with_the_check_and_ends_with_its_close(tmp_path):
+    """The thread of a node's ledger admission exists from the node's start to its
+    close, not from its first check on: a check then never waits for a thread to start,
+    and a node's threads are all there once it serves (so none appears in the middle of
+    a client's work, as a test that counts the threads it left would see)."""
+    def admission_threads() -> list[str]:
+        return [t.name for t in threading.enumerate()
+                if t.name.startswith("pybk-ledger-admission")]
+
+    with EmbeddedMetadataStore(tmp_path / "meta") as store:
+        before = admission_threads()
+        admission = LedgerAdmission(store)
+        try:
+            assert len(admission_threads()) == len(before) + 1  # before any check
+        finally:
+            admission.close()
+        assert admission_threads() == before

@@ -51,6 +51,9 @@ class LedgerAdmission:
         self._checks: dict[int, Future] = {}
         self._executor = ThreadPoolExecutor(max_workers=1,
                                             thread_name_prefix="pybk-ledger-admission")
+        # Its thread starts now, not at the first check: a check never waits for it,
+        # and the node's threads are all there once it serves.
+        self._executor.submit(_nothing)
 
     def __call__(self, ledger_id: int) -> Future:
         with self._lock:
@@ -93,3 +96,7 @@ class LedgerAdmission:
         """Refuse the checks not started and wait for the one running (it ends within
         the store's operation timeout)."""
         self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _nothing() -> None:
+    """The first task of the admission's executor: it starts the thread."""
