@@ -415,7 +415,10 @@ def test_adds_past_the_admission_bound_are_refused_at_once(cluster, monkeypatch)
         observer.next_ledger_id()
     node = cluster.start("b1")
     zookeeper_back = hold_metadata_reads(cluster.stores["b1"], monkeypatch)
-    flooder = cluster.client().bookie_client(node.bookie_id)
+    # Its adds wait for the held checks on purpose: they must not time out meanwhile.
+    flooder = cluster.client(ClientSettings(addEntryTimeout=3 * WAIT_S, readTimeout=2.0,
+                                            explicitLacInterval=20)
+                             ).bookie_client(node.bookie_id)
     try:
         waiting = [flooder.add(ledger_id, 0, entry(ledger_id, 0), b"any key")
                    for ledger_id in range(2)]
