@@ -21,6 +21,7 @@ from pybk.errors import (
     LedgerClosed,
     LedgerFenced,
     NoSuchEntry,
+    NoSuchLedger,
     NotEnoughBookies,
     ReadOnlyLedger,
     TooManyRequests,
@@ -28,6 +29,7 @@ from pybk.errors import (
 )
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.storage import make_entry
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 PASSWORD = b"secret"
@@ -280,7 +282,13 @@ def test_a_corrupted_copy_is_skipped_for_a_good_one(cluster_of):
     lh = bk.create_ledger(3, 3, 2, password=PASSWORD)
     lh.add_entry(payload(0))
     lh.close()
-    good = cluster.stored_entry(lh.metadata.write_set(0)[1], lh.id, 0)
+
+    def second_copy() -> bytes | None:  # Qa answers can come before the third copy lands
+        try:
+            return cluster.stored_entry(lh.metadata.write_set(0)[1], lh.id, 0)
+        except (NoSuchLedger, NoSuchEntry):
+            return None
+    good = wait_until(second_copy, "the entry stored on its second bookie")
     damaged = good[:-1] + bytes([good[-1] ^ 0xFF])
     first = lh.metadata.write_set(0)[0]
     cluster.put_entry(first, lh.id, 0, damaged, bk.master_key(PASSWORD))
