@@ -15,7 +15,8 @@ measurement is stopped before the next starts):
 3. the replication floor (:mod:`replication_floor`): E=3/Qw=3/Qa=2 with no protocol, three
    group-committing echo servers that fdatasync and one Python client thread, in the
    same phases as pybk's, so that pybk's figures can be read against the least this
-   machine needs for the same work;
+   machine needs for the same work; then the formats' floor, the same with BookKeeper's
+   per-entry formats and a store's files (journal, entry log, index) added;
 4. pybk: three bookie child processes (this script with ``--serve``), one client here
    (an :class:`EmbeddedMetadataStore`, three :class:`ZmqBookieClient` on one
    :class:`ClientLoop`), 1 KiB entries, for E=3/Qw=3/Qa=2 and E=3/Qw=2/Qa=2: full load
@@ -25,7 +26,8 @@ measurement is stopped before the next starts):
    :class:`LogWriter` of E=3/Qw=3/Qa=2 appending 1 KiB records with ``append_async``
    pipelined (``wal_bench.py``'s loop and record size);
 5. the embedded WAL (:func:`pybk.open` in the temporary directory, so on the disk under
-   test), the same pipelined loop: the rate the replicated log is read against;
+   test), the same pipelined loop, right after the LogWriter's (the bookies up and
+   idle): the rate the replicated log is read against;
 6. ZooKeeper: a three-server ensemble on loopback (fsync on, as bookies do), kazoo's
    ``create_async`` of 1 KiB znodes with a window in flight.
 
@@ -116,6 +118,13 @@ RUN_ENTRIES = 100
 #: Replicated LogWriter records/s, at least this times the embedded WAL's (both
 #: pipelined, same run; issue 34).
 TARGET_LOG_WRITER_TO_WAL = 0.7
+#: Issue 34's targets against the replication floor of the same run (E3/Qw3/Qa2): full
+#: load at least this times the floor's entries/s...
+TARGET_FULL_LOAD_TO_FLOOR = 0.4
+#: ...at most this times its CPU per entry...
+TARGET_CPU_PER_ENTRY_TO_FLOOR = 3.0
+#: ...and at 5,000/s and at half load, p50 and p99 at most this times the floor's.
+TARGET_LATENCY_TO_FLOOR = 1.5
 LOG_NAME = "bench-log"
 
 
@@ -237,11 +246,13 @@ def serve_echo() -> None:
 
 # -- CPU accounting -------------------------------------------------------------------------
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds used so far by process ``pid`` (from /proc)."""
+def process_cpu_s(pid: int, kernel_only: bool = False) -> float:
+    """User + system (``kernel_only``: system) CPU seconds used so far by process ``pid``
+    (from /proc)."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         fields = f.read().rpartition(")")[2].split()  # fields from the 3rd (state) on
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    system = int(fields[12])
+    return (system if kernel_only else int(fields[11]) + system) / os.sysconf("SC_CLK_TCK")
 
 
 class CpuUse:
@@ -252,16 +263,19 @@ class CpuUse:
         self.server_pids = server_pids
         self.started = self._now()
 
-    def _now(self) -> tuple[float, float]:
-        return time.process_time(), sum(process_cpu_s(pid) for pid in self.server_pids)
+    def _now(self) -> tuple[float, float, float]:
+        return (time.process_time(), sum(process_cpu_s(pid) for pid in self.server_pids),
+                sum(process_cpu_s(pid, kernel_only=True) for pid in self.server_pids))
 
     def per_op(self, ops: int) -> dict:
-        """µs of CPU per operation: ``client``, ``servers``, their ``total``, and
+        """µs of CPU per operation: ``client``, ``servers`` (``servers_kernel`` of it in
+        the kernel: sockets, the copies into the page cache, syncs), their ``total``, and
         ``cpu_limit_per_s``, the rate at which these processes alone would keep every
         core of the machine busy."""
-        client, servers = (round((now - then) / max(ops, 1) * 1e6, 1)
-                           for now, then in zip(self._now(), self.started))
-        return {"client": client, "servers": servers, "total": round(client + servers, 1),
+        client, servers, servers_kernel = (round((now - then) / max(ops, 1) * 1e6, 1)
+                                           for now, then in zip(self._now(), self.started))
+        return {"client": client, "servers": servers, "servers_kernel": servers_kernel,
+                "total": round(client + servers, 1),
                 "cpu_limit_per_s": round(os.cpu_count() * 1e6 / (client + servers), 1)
                 if client + servers else None}
 
@@ -333,25 +347,29 @@ def measure_raw_zmq(children: Children, profile: Profile) -> dict:
 
 # -- the floor of a replicated add -----------------------------------------------------
 
-def measure_floor(workdir: str, children: Children, profile: Profile) -> dict:
+def measure_floor(workdir: str, children: Children, profile: Profile,
+                  formats: bool = False) -> dict:
     """:mod:`replication_floor` for the reference configuration (three servers, each
     entry to all three, acknowledged by two): full load, half of its rate and
-    :data:`FIXED_RATE_PER_S`, with the CPU per entry of each (client + servers)."""
+    :data:`FIXED_RATE_PER_S`, with the CPU per entry of each (client + servers).  With
+    ``formats``, the formats' floor: the same with BookKeeper's per-entry formats."""
+    name = "formats' floor" if formats else "replication floor"
     servers = []
     try:
         for number in range(BOOKIES):
-            directory = os.path.join(workdir, f"floor-{number}")
+            directory = os.path.join(workdir, f"floor-{'formats-' * formats}{number}")
             os.makedirs(directory)
-            servers.append(children.start("--floor-echo", directory))
+            servers.append(children.start("--floor-formats" if formats else "--floor-echo",
+                                          directory))
         client = FloorClient([endpoint for _, endpoint in servers], ack_quorum=2,
-                             payload=PAYLOAD)
+                             payload=PAYLOAD, formats=formats)
         pids = [child.pid for child, _ in servers]
         try:
             def phase(label: str, run: Callable[[], dict]) -> dict:
                 cpu = CpuUse(pids)
                 figures = run()
                 figures["cpu_us_per_add"] = cpu.per_op(figures["entries"])
-                say_phase("replication floor", label, figures)
+                say_phase(name, label, figures)
                 return figures
 
             full = phase("full load", lambda: client.closed_loop(
@@ -643,7 +661,8 @@ def measure_log_writer(bk: BookKeeper, quorums: tuple[int, int, int],
 def measure_wal(workdir: str, profile: Profile) -> dict:
     """The embedded WAL (:func:`pybk.open` in ``workdir``, on the disk under test) with
     the same :func:`pipelined` loop as :func:`measure_log_writer`; its
-    ``cpu_us_per_append`` is this whole process's, the WAL's bookie included."""
+    ``cpu_us_per_append`` is this whole process's, the WAL's bookie included, and
+    ``kernel_us_per_append`` the part of it in the kernel."""
     wal = pybk.open(os.path.join(workdir, "wal"))
     try:
         figures = pipelined(wal, profile.log_records, profile.log_window)
@@ -651,7 +670,8 @@ def measure_wal(workdir: str, profile: Profile) -> dict:
         wal.close()
     figures["window"] = profile.log_window
     say(f"embedded WAL, append_async pipelined: {figures['per_s']:,.0f} records/s; "
-        f"CPU per record {figures['cpu_us_per_append']} µs")
+        f"CPU per record {figures['cpu_us_per_append']} µs "
+        f"({figures['kernel_us_per_append']} µs in the kernel)")
     return figures
 
 
@@ -743,6 +763,18 @@ def evaluate(raw: dict, pybk: dict, wal: dict, zookeeper: dict) -> tuple[dict, d
         runs["cpu_us_per_add"]["total"], floor["full_load"]["cpu_us_per_add"]["total"])
     ratios["full_load_runs_to_floor"] = ratio(runs["per_s"], floor["full_load"]["per_s"])
     ratios["floor_cpu_per_entry_5k_to_full"] = floor["cpu_per_entry_5k_to_full"]
+    for phase in ("half_load", "fixed_rate"):
+        for quantile in ("p50_us", "p99_us"):
+            ratios[f"{phase}_{quantile[:3]}_to_floor"] = ratio(reference[phase][quantile],
+                                                                floor[phase][quantile])
+    # The formats' floor: how much of the gap to the floor BookKeeper's formats make.
+    formats = raw["formats_floor"]["full_load"]
+    cpu_formats = formats["cpu_us_per_add"]["total"]
+    cpu_floor = floor["full_load"]["cpu_us_per_add"]["total"]
+    ratios["formats_floor_cpu_per_entry_to_floor"] = ratio(cpu_formats, cpu_floor)
+    ratios["formats_floor_to_floor"] = ratio(formats["per_s"], floor["full_load"]["per_s"])
+    ratios["cpu_per_entry_full_load_to_formats_floor"] = ratio(cpu_full, cpu_formats)
+    ratios["full_load_to_formats_floor"] = ratio(per_s, formats["per_s"])
     log = reference["log_writer_pipelined"]
     ratios["log_writer_to_wal_pipelined"] = ratio(log["per_s"], wal["per_s"])
     ratios["cpu_per_record_log_writer_to_wal"] = ratio(log["cpu_us_per_record"]["total"],
@@ -769,6 +801,20 @@ def evaluate(raw: dict, pybk: dict, wal: dict, zookeeper: dict) -> tuple[dict, d
         log_to_wal, log_to_wal >= TARGET_LOG_WRITER_TO_WAL,
         f">= {TARGET_LOG_WRITER_TO_WAL:g} x the embedded WAL's pipelined records/s "
         f"({REFERENCE_CONFIG})")
+    to_floor = ratios["full_load_to_floor"]
+    targets["full_load_to_floor"] = target(
+        to_floor, to_floor >= TARGET_FULL_LOAD_TO_FLOOR,
+        f">= {TARGET_FULL_LOAD_TO_FLOOR:g} x the replication floor's entries/s")
+    cpu_to_floor = ratios["cpu_per_entry_full_load_to_floor"]
+    targets["cpu_per_entry_full_load_to_floor"] = target(
+        cpu_to_floor, cpu_to_floor <= TARGET_CPU_PER_ENTRY_TO_FLOOR,
+        f"<= {TARGET_CPU_PER_ENTRY_TO_FLOOR:g} x the replication floor's CPU per entry")
+    for phase in ("half_load", "fixed_rate"):
+        for quantile in ("p50", "p99"):
+            value = ratios[f"{phase}_{quantile}_to_floor"]
+            targets[f"{phase}_{quantile}_to_floor"] = target(
+                value, value <= TARGET_LATENCY_TO_FLOOR,
+                f"<= {TARGET_LATENCY_TO_FLOOR:g} x the replication floor's")
     targets["all_pass"] = all(t["pass"] for t in targets.values())
     return ratios, targets
 
@@ -784,6 +830,9 @@ def run(profile: Profile, workdir: str, children: Children,
     raw = measure_raw(workdir, profile.raw_seconds, profile.raw_max_ops, 0, say)
     raw["zmq"] = measure_raw_zmq(children, profile)
     raw["replication_floor"] = measure_floor(workdir, children, profile)
+    raw["formats_floor"] = measure_floor(workdir, children, profile, formats=True)
+
+    wal: dict = {}
 
     def measure(bk: BookKeeper, name: str, quorums: tuple[int, int, int],
                 bookie_pids: list[int], profile: Profile) -> dict:
@@ -793,10 +842,13 @@ def run(profile: Profile, workdir: str, children: Children,
         figures = measure_config(bk, name, quorums, bookie_pids, profile, sweep)
         figures["log_writer_pipelined"] = measure_log_writer(bk, quorums, bookie_pids,
                                                              profile)
+        # Right after it, the bookies up and idle: a write into new page-cache pages
+        # costs the kernel several times more once the machine's recently freed memory
+        # is used up (benchmarks/README.md), so the two loops run back to back.
+        wal.update(measure_wal(workdir, profile))
         return figures
 
     pybk = measure_pybk(workdir, children, profile, measure)
-    wal = measure_wal(workdir, profile)
     zookeeper = measure_zookeeper(workdir, profile)
     ratios, targets = evaluate(raw, pybk, wal, zookeeper)
     for name, value in ratios.items():
@@ -832,6 +884,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--serve", metavar="BOOKIE_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--floor-echo", metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--floor-formats", metavar="DIR", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -844,9 +897,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.echo:
         serve_echo()
         return 0
-    if args.floor_echo:
+    if args.floor_echo or args.floor_formats:
         on_lifeline_lost(lambda: os._exit(0))
-        serve_durable_group_echo(args.floor_echo)
+        serve_durable_group_echo(args.floor_echo or args.floor_formats,
+                                 formats=bool(args.floor_formats))
         return 0
     # SIGTERM unwinds like Ctrl-C, so the finally blocks stop the children.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

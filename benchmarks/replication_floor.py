@@ -14,17 +14,41 @@ thread) does what a ledger cannot avoid: send each batch of entries to every ser
 frame), and count the answers per entry, an entry being acknowledged once
 ``ack_quorum`` servers answered for it.  No checksums, no ids, no futures, no index,
 no entry logs: everything pybk does beyond this is above the floor.
+
+**The formats' floor** (``formats=True`` on both sides) is a store with BookKeeper's
+formats and no protocol, done with pybk's own codecs: the client encodes each entry with
+its header and CRC-32C digest (:class:`pybk.client.digest.DigestManager`, as a ledger
+does); a server (:class:`_Store`) reads each entry's header and checks its ledger and
+id, and writes each entry to its journal behind its record header (length, CRC-32C,
+type: :mod:`pybk.storage.journal_codec`); once :data:`ENTRY_LOG_FLUSH_BYTES` of entries
+are journaled, it writes them again into an entry log behind the same record headers,
+``fdatasync`` s it and puts their index locations into LMDB in one synced transaction
+(:meth:`pybk.storage.index.Index.record_items`), as a bookie's checkpoint does.  Like a
+bookie's, its journal and entry log are new files (the journal zero-filled a MiB at a
+time ahead of its records), so every entry lands in new page-cache pages twice, which
+the replication floor's rewritten file never does.
+No ledger state, fencing, write cache, futures or per-entry callbacks: what pybk spends
+beyond the formats' floor is its own Python, not its formats or its files.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 import time
 from array import array
 
+import lmdb
 import zmq
 from rawdisk import latency_summary, prepare_zero_fill
+
+from pybk.checksum import crc32c
+from pybk.client.digest import DigestManager
+from pybk.meta.ledger_metadata import DigestType
+from pybk.storage import journal_codec as codec
+from pybk.storage.entries import ENTRY_HEADER
+from pybk.storage.index import Index
 
 LOOPBACK_ANY_PORT = "tcp://127.0.0.1:*"
 HWM = 100_000                       # high-water marks well above any window
@@ -36,22 +60,34 @@ RECV_TIMEOUT_S = 10.0               # no answer for this long fails the run
 #: An open-loop client wakes at least this often, then sends every entry that fell due
 #: (as ``cluster_bench``'s open-loop producer does for pybk).
 TICK_S = 0.001
+#: The formats' floor: the ledger every entry names; the bytes of entries journaled
+#: between two entry-log writes (about what a bookie journals between two checkpoints
+#: at full load); how far its journal is zero-filled ahead, in steps of a MiB after a
+#: group (pybk's ``journalPreAllocSizeMB`` and ``ZERO_FILL_STEP``); where its journal
+#: and entry log start again from their beginning (a GiB: past a quick run's writes,
+#: so that disk use stays bounded in a long one); the index's keys (entry ids modulo
+#: this, so that the index stays small).
+FORMATS_LEDGER = 1
+ENTRY_LOG_FLUSH_BYTES = 32 * 1024 * 1024
+JOURNAL_PREALLOC_BYTES = 16 * 1024 * 1024
+ZERO_FILL_STEP = 1024 * 1024
+STORE_FILE_BYTES = 1024 * 1024 * 1024
+INDEX_KEYS = 1 << 20
+INDEX_MAP_BYTES = 1 << 30
 
 
-def serve_durable_group_echo(directory: str) -> None:
+def serve_durable_group_echo(directory: str, formats: bool = False) -> None:
     """Child process: a ROUTER that group-commits every ready message (one ``pwritev``
     of all their entries, one ``fdatasync``) and then answers each with its header;
-    prints its endpoint first.  Runs until killed."""
+    prints its endpoint first.  With ``formats``, a store's work too (:class:`_Store`).
+    Runs until killed."""
     socket = zmq.Context().socket(zmq.ROUTER)
     socket.setsockopt(zmq.SNDHWM, HWM)
     socket.setsockopt(zmq.RCVHWM, HWM)
     socket.bind(LOOPBACK_ANY_PORT)
-    fd = os.open(os.path.join(directory, "floor-journal.dat"),
-                 os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-    prepare_zero_fill(fd, SYNC_FILE_BYTES)
+    journal = _Store(directory) if formats else _RewrittenJournal(directory)
     print(socket.getsockopt_string(zmq.LAST_ENDPOINT), flush=True)
-    recv, send, offset = socket.recv_multipart, socket.send_multipart, 0
-    iov_max = os.sysconf("SC_IOV_MAX")
+    recv, send = socket.recv_multipart, socket.send_multipart
     while True:
         group = [recv()]
         while True:
@@ -59,23 +95,136 @@ def serve_durable_group_echo(directory: str) -> None:
                 group.append(recv(zmq.NOBLOCK))
             except zmq.Again:
                 break
-        frames = [message[2] for message in group]
-        size = sum(map(len, frames))
-        if offset + size > SYNC_FILE_BYTES:
-            offset = 0
-        for start in range(0, len(frames), iov_max):
-            offset += os.pwritev(fd, frames[start:start + iov_max], offset)
-        os.fdatasync(fd)
+        journal.commit(group)
         for message in group:
             send(message[:2])
+        journal.after_answers()
+
+
+def _pwritev_all(fd: int, buffers: list, offset: int) -> int:
+    """``pwritev`` of ``buffers`` at ``offset``, ``IOV_MAX`` at a time; the new offset."""
+    iov_max = os.sysconf("SC_IOV_MAX")
+    for start in range(0, len(buffers), iov_max):
+        offset += os.pwritev(fd, buffers[start:start + iov_max], offset)
+    return offset
+
+
+class _RewrittenJournal:
+    """The replication floor's journal: a file of zeros synced beforehand, rewritten from
+    its start (its pages stay in the page cache)."""
+
+    def __init__(self, directory: str) -> None:
+        self._fd = os.open(os.path.join(directory, "floor-journal.dat"),
+                           os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        prepare_zero_fill(self._fd, SYNC_FILE_BYTES)
+        self._offset = 0
+
+    def commit(self, group: list[list[bytes]]) -> None:
+        """Write the group's entries, one ``fdatasync``."""
+        frames = [message[2] for message in group]
+        if self._offset + sum(map(len, frames)) > SYNC_FILE_BYTES:
+            self._offset = 0
+        self._offset = _pwritev_all(self._fd, frames, self._offset)
+        os.fdatasync(self._fd)
+
+    def after_answers(self) -> None:
+        """Nothing: all of the file was prepared."""
+
+
+class _Store:
+    """The formats' floor's server: each entry's header checked and its journal record
+    header made; the journal a new file zero-filled ahead of its records; the entries
+    kept for the entry log and the index, which :meth:`_checkpoint` writes."""
+
+    def __init__(self, directory: str) -> None:
+        self._journal = os.open(os.path.join(directory, "floor-journal.dat"),
+                                os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self._offset = self._allocated = 0
+        self._zero_fill(ZERO_FILL_STEP)
+        self._log = os.open(os.path.join(directory, "floor-entrylog.dat"),
+                            os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self._log_offset = 0
+        self._index = lmdb.open(os.path.join(directory, "floor-index"),
+                                map_size=INDEX_MAP_BYTES, max_dbs=1)
+        self._entries = self._index.open_db(b"entries")
+        self._records: list = []          # record header, entry, record header, entry...
+        self._ids: list[int] = []
+        self._pending_bytes = 0
+
+    def commit(self, group: list[list[bytes]]) -> None:
+        """Journal a group of messages: every entry behind its record header, one
+        ``fdatasync``.  A message whose entries name another ledger or ids out of order
+        fails the server (the client sends them in order)."""
+        records, seed = [], codec.ENTRY_CRC_SEED
+        for message in group:
+            first, count = BATCH.unpack(message[1])
+            body = memoryview(message[2])
+            size = len(body) // count
+            entries = [body[start:start + size] for start in range(0, len(body), size)]
+            ledgers, ids, _ = zip(*map(ENTRY_HEADER.unpack_from, entries))
+            if ledgers.count(FORMATS_LEDGER) != count or ids != tuple(
+                    range(first, first + count)):
+                raise RuntimeError(f"entries {first}+{count}: wrong ledger or ids")
+            headers = map(codec.RECORD.pack, itertools.repeat(size),
+                          map(crc32c, entries, itertools.repeat(seed)),
+                          itertools.repeat(codec.ADD))
+            records.extend(itertools.chain.from_iterable(zip(headers, entries)))
+            self._ids.extend(ids)
+            self._pending_bytes += len(body)
+        self._records.extend(records)
+        size = sum(map(len, records))
+        if self._offset + size > STORE_FILE_BYTES:
+            self._offset = 0  # the rest of the file is zeros or older records: written
+        if self._offset + size > self._allocated:  # behind: this group waits for zeros
+            self._zero_fill(self._offset + size - self._allocated)
+        self._offset = _pwritev_all(self._journal, records, self._offset)
+        os.fdatasync(self._journal)
+
+    def after_answers(self) -> None:
+        """Zero-fill a step ahead if the zeros run short; write the entry log and the
+        index once enough is journaled."""
+        if self._allocated - self._offset < JOURNAL_PREALLOC_BYTES \
+                and self._allocated < STORE_FILE_BYTES:
+            self._zero_fill(ZERO_FILL_STEP)
+        if self._pending_bytes >= ENTRY_LOG_FLUSH_BYTES:
+            self._checkpoint()
+
+    def _zero_fill(self, length: int) -> None:
+        _pwritev_all(self._journal, [bytes(length)], self._allocated)
+        os.fdatasync(self._journal)
+        self._allocated += length
+
+    def _checkpoint(self) -> None:
+        """Write the kept records into the entry log (one ``fdatasync``) and their
+        locations into the index (one synced LMDB transaction)."""
+        records, ids = self._records, self._ids
+        size = sum(map(len, records))
+        if self._log_offset + size > STORE_FILE_BYTES:
+            self._log_offset = 0
+        first_offset = self._log_offset
+        self._log_offset = _pwritev_all(self._log, records, self._log_offset)
+        os.fdatasync(self._log)
+        record_bytes = codec.RECORD.size + len(records[1])
+        offsets = range(first_offset, first_offset + record_bytes * len(ids), record_bytes)
+        keys = (entry_id % INDEX_KEYS for entry_id in ids)
+        with self._index.begin(write=True) as txn:
+            txn.cursor(db=self._entries).putmulti(Index.record_items(
+                itertools.repeat(FORMATS_LEDGER), keys, 0, offsets,
+                itertools.repeat(len(records[1]))))
+        self._records, self._ids, self._pending_bytes = [], [], 0
 
 
 class FloorClient:
     """One thread sending entries to every server endpoint and counting answers."""
 
-    def __init__(self, endpoints: list[str], ack_quorum: int, payload: bytes) -> None:
+    def __init__(self, endpoints: list[str], ack_quorum: int, payload: bytes,
+                 formats: bool = False) -> None:
         self.ack_quorum = ack_quorum
         self.payload = payload
+        #: With ``formats``, each entry is encoded as a ledger encodes it (the servers
+        #: must then be formats' floor servers, which check its header).
+        self.digest = DigestManager(FORMATS_LEDGER, DigestType.CRC32C, b"") \
+            if formats else None
         #: Sequence numbers run on across phases, so that a late answer to an entry of
         #: an earlier phase (from the server outside the quorum) is told apart.
         self.next_sequence = 0
@@ -152,8 +301,14 @@ class _Phase:
 
     def send(self, start_ns: list[int]) -> None:
         """Send ``len(start_ns)`` entries, one message to every server."""
-        count = len(start_ns)
-        message = [BATCH.pack(self._base + self.sent, count), self._client.payload * count]
+        count, payload, first = len(start_ns), self._client.payload, self._base + self.sent
+        if self._client.digest is None:
+            body = payload * count
+        else:
+            encode, size = self._client.digest.encode, len(payload)
+            body = b"".join([encode(number, number - 1, (number + 1) * size, payload)
+                             for number in range(first, first + count)])
+        message = [BATCH.pack(first, count), body]
         self.start_ns.extend(start_ns)
         self.done_ns.extend([0] * count)
         self._answers.extend(bytes(count))

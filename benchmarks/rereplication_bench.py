@@ -333,9 +333,9 @@ def bookie_ids(cluster: LocalCluster) -> list[str]:
     return ids
 
 
-def cpu_of(pids: list[int]) -> float:
-    """CPU seconds used so far by the processes ``pids``."""
-    return sum(process_cpu_s(pid) for pid in pids)
+def cpu_of(pids: list[int], kernel_only: bool = False) -> float:
+    """CPU seconds (``kernel_only``: in the kernel) used so far by the processes ``pids``."""
+    return sum(process_cpu_s(pid, kernel_only) for pid in pids)
 
 
 def measure_config(workdir: str, name: str, quorums: tuple[int, int, int], mib: int,
@@ -368,12 +368,14 @@ def measure_config(workdir: str, name: str, quorums: tuple[int, int, int], mib: 
                 f"{held[victim]:,} entries ({copied_bytes / MIB:.1f} MiB) of "
                 f"{len(affected)} ledgers; the auditor is {auditor}")
             own_cpu_at_kill = time.process_time()
+            kernel_at_kill = cpu_of(survivors, kernel_only=True)
             killed_wall, killed_mono = time.time(), time.monotonic()
             process.send_signal(signal.SIGKILL)
             process.wait(30)
             repair = watch_repair(store, victim, affected, killed_mono,
                                   lambda: cpu_of(survivors))
             own_cpu = time.process_time() - own_cpu_at_kill
+            kernel_s = cpu_of(survivors, kernel_only=True) - kernel_at_kill
             say(f"{name}: fully replicated {repair.replicated_s} s after the kill "
                 f"(unregistered at {repair.unregistered_s} s, first mark at "
                 f"{repair.first_mark_s} s)")
@@ -414,6 +416,8 @@ def measure_config(workdir: str, name: str, quorums: tuple[int, int, int], mib: 
         "copy_to_write": ratio(copy_mb_s, mb_per_s(written["entries"] * entry_bytes,
                                                    written["seconds"])),
         "cpu": {"survivors_s": round(repair.cpu_at_end_s - repair.cpu_at_kill_s, 2),
+                "survivors_kernel_share": ratio(kernel_s,
+                                                repair.cpu_at_end_s - repair.cpu_at_kill_s),
                 "survivors_while_copying_s": round(copy_cpu_s, 2),
                 "survivors_us_per_entry": round(copy_cpu_s / held[victim] * 1e6, 1),
                 "survivors_cores_busy": round(copy_cpu_s / copy_s, 2),

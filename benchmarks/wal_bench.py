@@ -271,10 +271,12 @@ def written_bytes() -> int:
 def pipelined(wal, count: int, window: int) -> dict:
     """One thread keeps up to ``window`` ``append_async`` calls in flight; with the bytes
     the process wrote to disk per append meanwhile, and the CPU it used per append (all
-    its threads)."""
+    its threads; ``kernel_us_per_append`` of it in the kernel: above all the copies into
+    the page cache, see benchmarks/README.md)."""
     payload = os.urandom(RECORD)
     in_flight: deque = deque()
     written_before = written_bytes()
+    kernel_before = os.times().system
     cpu_before, started = time.process_time(), time.perf_counter()
     for _ in range(count):
         in_flight.append(wal.append_async(payload))
@@ -286,8 +288,10 @@ def pipelined(wal, count: int, window: int) -> dict:
     wal.sync()  # a no-op for durable appends; what makes deferred ones durable
     elapsed = time.perf_counter() - started
     cpu_us = (time.process_time() - cpu_before) / count * 1e6
+    kernel_us = (os.times().system - kernel_before) / count * 1e6
     return {"records": count, "per_s": round(count / elapsed, 1),
             "cpu_us_per_append": round(cpu_us, 2),
+            "kernel_us_per_append": round(kernel_us, 2),
             "mb_per_s": round(count * RECORD / MIB / elapsed, 1), "last_position": str(last),
             "disk_bytes_per_append": round((written_bytes() - written_before) / count)}
 
