@@ -53,6 +53,7 @@ from pybk.storage.index import Index
 LOOPBACK_ANY_PORT = "tcp://127.0.0.1:*"
 HWM = 100_000                       # high-water marks well above any window
 SYNC_FILE_BYTES = 64 * 1024 * 1024  # each server's file of zeros, rewritten from its start
+IOV_MAX = os.sysconf("SC_IOV_MAX")  # buffers in one pwritev at most
 MAX_BATCH = 1000                    # entries in one message at most (pybk's batches are smaller)
 #: A message's header and its answer: the first entry's sequence number, the entries.
 BATCH = struct.Struct(">QI")
@@ -103,9 +104,8 @@ def serve_durable_group_echo(directory: str, formats: bool = False) -> None:
 
 def _pwritev_all(fd: int, buffers: list, offset: int) -> int:
     """``pwritev`` of ``buffers`` at ``offset``, ``IOV_MAX`` at a time; the new offset."""
-    iov_max = os.sysconf("SC_IOV_MAX")
-    for start in range(0, len(buffers), iov_max):
-        offset += os.pwritev(fd, buffers[start:start + iov_max], offset)
+    for start in range(0, len(buffers), IOV_MAX):
+        offset += os.pwritev(fd, buffers[start:start + IOV_MAX], offset)
     return offset
 
 
