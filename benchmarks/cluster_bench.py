@@ -246,13 +246,19 @@ def serve_echo() -> None:
 
 # -- CPU accounting -------------------------------------------------------------------------
 
-def process_cpu_s(pid: int, kernel_only: bool = False) -> float:
-    """User + system (``kernel_only``: system) CPU seconds used so far by process ``pid``
-    (from /proc)."""
+def process_cpu_times(pid: int) -> tuple[float, float]:
+    """User + system, and system, CPU seconds used so far by process ``pid`` (one read of
+    /proc)."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         fields = f.read().rpartition(")")[2].split()  # fields from the 3rd (state) on
-    system = int(fields[12])
-    return (system if kernel_only else int(fields[11]) + system) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick
+
+
+def process_cpu_s(pid: int, kernel_only: bool = False) -> float:
+    """User + system (``kernel_only``: system) CPU seconds used so far by process ``pid``."""
+    total, kernel = process_cpu_times(pid)
+    return kernel if kernel_only else total
 
 
 class CpuUse:
@@ -264,8 +270,9 @@ class CpuUse:
         self.started = self._now()
 
     def _now(self) -> tuple[float, float, float]:
-        return (time.process_time(), sum(process_cpu_s(pid) for pid in self.server_pids),
-                sum(process_cpu_s(pid, kernel_only=True) for pid in self.server_pids))
+        servers = [process_cpu_times(pid) for pid in self.server_pids]
+        return (time.process_time(), sum(total for total, _ in servers),
+                sum(kernel for _, kernel in servers))
 
     def per_op(self, ops: int) -> dict:
         """µs of CPU per operation: ``client``, ``servers`` (``servers_kernel`` of it in

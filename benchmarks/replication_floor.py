@@ -172,7 +172,8 @@ class _Store:
             self._ids.extend(ids)
             self._pending_bytes += len(body)
         self._records.extend(records)
-        size = sum(map(len, records))
+        size = sum(map(len, (message[2] for message in group))) \
+            + codec.RECORD.size * (len(records) // 2)
         if self._offset + size > STORE_FILE_BYTES:
             self._offset = 0  # the rest of the file is zeros or older records: written
         if self._offset + size > self._allocated:  # behind: this group waits for zeros
@@ -198,7 +199,7 @@ class _Store:
         """Write the kept records into the entry log (one ``fdatasync``) and their
         locations into the index (one synced LMDB transaction)."""
         records, ids = self._records, self._ids
-        size = sum(map(len, records))
+        size = self._pending_bytes + codec.RECORD.size * len(ids)
         if self._log_offset + size > STORE_FILE_BYTES:
             self._log_offset = 0
         first_offset = self._log_offset
