@@ -138,8 +138,13 @@ def test_nothing_is_left_of_a_bed_nor_of_a_killed_run():
     subprocess.run(["ip", "netns", "add", leftover], check=True)
     orphan = subprocess.Popen(["ip", "netns", "exec", leftover, "sleep", "600"])
     try:
+        # `ip netns exec` enters the namespace some time after Popen returns: a removal
+        # before then would find nobody to kill.
+        wait_until(lambda: str(orphan.pid) in subprocess.run(
+            ["ip", "netns", "pids", leftover], capture_output=True, text=True).stdout.split(),
+            "the orphan to be in its namespace")
         assert leftover in netbed.remove_leftovers()
-        assert orphan.wait(10) == -9
+        assert orphan.wait(60) == -9
     finally:
         orphan.kill()
         subprocess.run(["ip", "netns", "del", leftover], capture_output=True)
