@@ -33,6 +33,7 @@ from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
 from pybk.net import BookieServer, ClientLoop, ZmqBookieClient
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import Bookie, format_bookie
+from pybk.testing import WAIT_S
 from pybk.testing.faults import Faults, FaultyBookieClient
 from pybk.testing.faulty_metadata import FaultyMetadataStore
 
@@ -203,17 +204,17 @@ class Cluster:
 
     def stored_entry(self, bookie_id: str, ledger_id: int, entry_id: int) -> bytes:
         """The entry's bytes as the bookie holds them (NoSuchEntry, NoSuchLedger)."""
-        return self._inspectors[bookie_id].read(ledger_id, entry_id).result(timeout=10)
+        return self._inspectors[bookie_id].read(ledger_id, entry_id).result(timeout=WAIT_S)
 
     def put_entry(self, bookie_id: str, ledger_id: int, entry_id: int, data: bytes,
                   master_key: bytes) -> None:
         """Store ``data`` as the entry on the bookie (a recovery add: fenced or not)."""
         self._inspectors[bookie_id].add(ledger_id, entry_id, data, master_key,
-                                        recovery=True).result(timeout=10)
+                                        recovery=True).result(timeout=WAIT_S)
 
     def holds_ledger(self, bookie_id: str, ledger_id: int) -> bool:
         try:
-            self._inspectors[bookie_id].read_lac(ledger_id).result(timeout=10)
+            self._inspectors[bookie_id].read_lac(ledger_id).result(timeout=WAIT_S)
         except NoSuchLedger:
             return False
         return True

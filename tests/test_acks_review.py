@@ -16,7 +16,7 @@ import pytest
 from clientutil import FAST, clusters
 
 from pybk.errors import BookKeeperError, TooManyRequests
-from pybk.testing import wait_until
+from pybk.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 PASSWORD = b"secret"
@@ -48,13 +48,13 @@ def test_answers_waiting_ahead_count_once_the_lac_passes_the_missing_one(cluster
     futures = [lh.add_entry_async(payload(i)) for i in range(3)]
     cluster.faults[a].wait_held(1)
     cluster.faults[c].wait_held(2)
-    assert futures[0].result(timeout=10) == 0
+    assert futures[0].result(timeout=WAIT_S) == 0
     wait_until(lambda: lh._ahead.get(a) == {2}, "A's answer for 2 waits ahead")
     assert lh.last_add_confirmed == 0
     cluster.faults[c].wait_answered()
     cluster.faults[c].release(entries={1})
-    assert futures[1].result(timeout=10) == 1
-    assert futures[2].result(timeout=5) == 2  # A and B acknowledged it
+    assert futures[1].result(timeout=WAIT_S) == 1
+    assert futures[2].result(timeout=WAIT_S) == 2  # A and B acknowledged it
     assert lh.metadata.fragments == lh.metadata.fragments[:1]  # no ensemble change
     cluster.faults[a].release()
     cluster.faults[c].release()
@@ -138,7 +138,7 @@ def test_watermarks_against_a_model_of_every_answer(cluster, seed):
         assert after == expected, (seed, QUORUMS[seed % len(QUORUMS)], reply, bookie_id,
                                    after, expected)
     assert lh.last_add_confirmed == count - 1
-    assert [f.result(timeout=5) for f in futures] == list(range(count))
+    assert [f.result(timeout=WAIT_S) for f in futures] == list(range(count))
     for faults in cluster.faults.values():
         faults.hold.clear()
     lh.close()
@@ -174,7 +174,7 @@ def test_two_calls_waiting_for_permits_do_not_split_them(cluster):
     for entry_id in range(8):
         for bookie_id in lh.metadata.fragments[0].ensemble:
             cluster.faults[bookie_id].release(entries={entry_id})
-        assert held[entry_id].result(timeout=10) == entry_id
+        assert held[entry_id].result(timeout=WAIT_S) == entry_id
         time.sleep(0.05)  # the woken waiter takes its permit and waits again
     for thread in threads:
         thread.join(timeout=30)
@@ -299,7 +299,7 @@ def test_watermarks_across_ensemble_changes_against_a_model(seven, seed):
         check()
     assert lh.last_add_confirmed == len(futures) - 1
     for future in futures:
-        future.result(timeout=5)
+        future.result(timeout=WAIT_S)
     for faults in seven.faults.values():
         faults.hold.clear()
     lh.close()
@@ -324,13 +324,13 @@ def test_a_bookie_that_does_not_answer_times_out_and_is_replaced(seven, quorums,
     seven.faults[victim].drop.add("add")
     seven.faults[victim].only_entries = entries
     futures = [lh.add_entry_async(payload(i)) for i in range(8)]
-    assert [f.result(timeout=20) for f in futures] == list(range(8))
+    assert [f.result(timeout=WAIT_S) for f in futures] == list(range(8))
     assert victim not in lh.metadata.fragments[-1].ensemble
     replacement = next(b for b in lh.metadata.fragments[-1].ensemble if b not in first)
     seven.faults[replacement].drop.add("add")
     futures = [lh.add_entry_async(payload(i)) for i in range(8, 16)]
     assert lh.add_entries([payload(i) for i in range(16, 20)]) == (16, 19)
-    assert [f.result(timeout=20) for f in futures] == list(range(8, 16))
+    assert [f.result(timeout=WAIT_S) for f in futures] == list(range(8, 16))
     assert replacement not in lh.metadata.fragments[-1].ensemble
     lh.close()
     reader = seven.client().open_ledger(lh.id, password=PASSWORD)
@@ -357,10 +357,10 @@ def test_a_call_failing_part_way_tells_what_it_acknowledged(tmp_path):
         future = lh.add_entries_async([payload(i) for i in range(8, 14)])
         later = lh.add_entry_async(payload(14))
         with pytest.raises(BookKeeperError) as failed:
-            future.result(timeout=10)
+            future.result(timeout=WAIT_S)
         assert failed.value.acknowledged == range(8, 11)
         with pytest.raises(BookKeeperError):
-            later.result(timeout=5)
+            later.result(timeout=WAIT_S)
         assert lh.last_add_confirmed == 10
         assert bk._add_permits._value == 16  # every permit back, once
         lh.close()
@@ -388,7 +388,7 @@ def test_a_deferred_call_failing_part_way_tells_only_what_the_ledger_keeps(clust
     wait_until(lambda: lh.last_add_acknowledged == 2, "entry 2 acknowledged")
     cluster.faults[victim].release(BookKeeperError("refused by the test"))
     with pytest.raises(BookKeeperError) as failed:
-        future.result(timeout=10)
+        future.result(timeout=WAIT_S)
     wait_until(lambda: lh.metadata.last_entry_id is not None, "the ledger closed")
     closed_at = lh.metadata.last_entry_id
     assert closed_at == -1
@@ -504,7 +504,7 @@ def test_a_second_failure_during_a_change(seven, quorums):
     bk = seven.client(dataclasses.replace(FAST, addEntryTimeout=60.0))
     lh = bk.create_ledger(*quorums, password=PASSWORD)
     futures = [lh.add_entry_async(payload(i)) for i in range(4)]
-    assert [f.result(timeout=10) for f in futures] == list(range(4))
+    assert [f.result(timeout=WAIT_S) for f in futures] == list(range(4))
     first, second = lh.metadata.fragments[0].ensemble[:2]
     seven.metadata_faults.hold_writes = True
     seven.faults[first].fail.add("add")
@@ -516,7 +516,7 @@ def test_a_second_failure_during_a_change(seven, quorums):
     time.sleep(0.2)
     seven.metadata_faults.release(change)
     seven.metadata_faults.release_all()
-    assert [f.result(timeout=20) for f in futures] == list(range(12))
+    assert [f.result(timeout=WAIT_S) for f in futures] == list(range(12))
     wait_until(lambda: lh.last_add_confirmed == 15, "entry 15 confirmed")
     ensemble = lh.metadata.fragments[-1].ensemble
     assert first not in ensemble and second not in ensemble

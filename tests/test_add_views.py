@@ -15,7 +15,7 @@ from zmqutil import LOOPBACK, RawDealer
 from pybk.errors import NoSuchLedger
 from pybk.net import BookieServer, wire
 from pybk.net import frames as frames_module
-from pybk.testing import wait_until
+from pybk.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -91,7 +91,7 @@ def test_a_message_with_adds_waiting_for_the_guard_is_not_held_by_the_server(
     try:
         wait_until(lambda: checks and bookie._active.get(5, 40) is not None,
                    "the good adds cached and the guard asked")
-        bookie.force(5).result(timeout=10)  # the good adds are written and synced
+        bookie.force(5).result(timeout=WAIT_S)  # the good adds are written and synced
         assert len(received) == 1
         gc.collect()
         try:

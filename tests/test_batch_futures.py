@@ -10,6 +10,7 @@ import pytest
 
 from pybk.log import futures as futures_module
 from pybk.log.futures import BatchFutures, wait_for_callbacks
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -72,7 +73,7 @@ def test_waiters_on_siblings_wake_only_when_their_own_future_is_done():
 
     def wait(i: int) -> None:
         try:
-            results[i] = futures[i].result(timeout=10)
+            results[i] = futures[i].result(timeout=WAIT_S)
         except Exception as e:  # recorded, then asserted below
             results[i] = e
 

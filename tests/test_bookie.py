@@ -22,6 +22,7 @@ from pybk.errors import (
 from pybk.net import wire
 from pybk.storage import LAST_ENTRY, Bookie, entrylog
 from pybk.storage.journal_codec import RECORD
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -54,7 +55,7 @@ def test_a_batch_of_runs_fails_add_by_add_or_run_by_run_and_completes_once_durab
     settings = settings_factory(maxEntrySizeBytes=4096)
     bookie = bookie_factory(settings)
     bookie.add_entry(2, 0, entry(2, 0), KEY)
-    bookie.fence(2, KEY).result(timeout=10)
+    bookie.fence(2, KEY).result(timeout=WAIT_S)
     bookie.add_entry(3, 0, entry(3, 0), KEY)
     runs = [(1, [0], [entry(1, 0)], KEY, False),
             (2, [1, 2], [entry(2, 1), entry(2, 2)], KEY, False),   # fenced: the whole run
@@ -118,7 +119,7 @@ def test_a_batch_of_adds_fails_as_a_whole_on_a_closed_bookie(bookie):
 
 def test_async_adds_complete_through_futures_and_callbacks(bookie):
     futures = [bookie.add_entry_async(1, e, entry(1, e), KEY) for e in range(100)]
-    assert all(f.result(timeout=10) is None for f in futures)
+    assert all(f.result(timeout=WAIT_S) is None for f in futures)
     done = threading.Event()
     outcomes = []
 
@@ -140,7 +141,7 @@ def test_read_last_entry_and_lac(bookie):
     assert bookie.last_entry_id(3) == 4
     assert bookie.read_lac(3) == 3
     assert bookie.read_explicit_lac(3) is None
-    bookie.set_explicit_lac(3, 4, KEY).result(timeout=10)
+    bookie.set_explicit_lac(3, 4, KEY).result(timeout=WAIT_S)
     assert bookie.read_explicit_lac(3) == 4
     assert bookie.read_lac(3) == 4
 
@@ -161,10 +162,10 @@ def test_lac_watchers_fire_once_when_the_lac_passes_what_they_know(bookie):
     assert fired == []
     bookie.add_entry(4, 3, entry(4, 3, lac=1), KEY)
     assert fired == ["at 0"]
-    bookie.set_explicit_lac(4, 2, KEY).result(timeout=10)
+    bookie.set_explicit_lac(4, 2, KEY).result(timeout=WAIT_S)
     assert fired == ["at 0", "at 1"]
     bookie.add_entry(4, 4, entry(4, 4, lac=3), KEY)
-    bookie.set_explicit_lac(4, 5, KEY).result(timeout=10)
+    bookie.set_explicit_lac(4, 5, KEY).result(timeout=WAIT_S)
     assert fired == ["at 0", "at 1"]  # each watcher fires once
 
 
@@ -173,7 +174,7 @@ def test_explicit_lac_and_lac_survive_a_crash(bookie_factory, settings_factory, 
     bookie = bookie_factory(settings)
     for e in range(3):
         bookie.add_entry(5, e, entry(5, e), KEY)
-    bookie.set_explicit_lac(5, 2, KEY).result(timeout=10)
+    bookie.set_explicit_lac(5, 2, KEY).result(timeout=WAIT_S)
     close_as_if_crashed(bookie, str(tmp_path))
     reopened = bookie_factory(settings)
     assert reopened.replayed_records > 0
@@ -216,7 +217,7 @@ def test_fence_refuses_adds_accepts_recovery_adds_and_survives_restart(
     settings = settings_factory()
     bookie = bookie_factory(settings)
     bookie.add_entry(2, 0, entry(2, 0), KEY)
-    bookie.fence(2, KEY).result(timeout=10)
+    bookie.fence(2, KEY).result(timeout=WAIT_S)
     assert bookie.is_fenced(2)
     with pytest.raises(LedgerFenced):
         bookie.add_entry(2, 1, entry(2, 1), KEY)
@@ -233,7 +234,7 @@ def test_fence_refuses_adds_accepts_recovery_adds_and_survives_restart(
 
 
 def test_fencing_an_unknown_ledger_records_it(bookie):
-    bookie.fence(11, KEY).result(timeout=10)
+    bookie.fence(11, KEY).result(timeout=WAIT_S)
     with pytest.raises(LedgerFenced):
         bookie.add_entry(11, 0, entry(11, 0), KEY)
 
@@ -250,7 +251,7 @@ def test_deleted_ledger_is_gone_and_refuses_adds(bookie_factory, settings_factor
         bookie.add_entry(6, e, entry(6, e), KEY)
     bookie.checkpoint()
     bookie.add_entry(6, 10, entry(6, 10), KEY)
-    bookie.fence(8, KEY).result(timeout=10)
+    bookie.fence(8, KEY).result(timeout=WAIT_S)
     bookie.delete_ledger(6)
     bookie.delete_ledger(8)
     if crash:
@@ -282,9 +283,9 @@ def test_deleting_an_unknown_ledger_refuses_its_later_adds(bookie):
 def test_force_completes_once_durable_with_the_entries_held_of_a_range(bookie):
     for entry_id in (0, 1, 3):
         bookie.add_entry_async(1, entry_id, entry(1, entry_id), KEY)
-    assert bookie.force(1).result(timeout=10) == 0  # an empty range: nothing asked
-    assert bookie.force(1, 1, 4).result(timeout=10) == 2
-    assert bookie.force(1, 2, 2 ** 62).result(timeout=10) == 1  # as far as it holds
+    assert bookie.force(1).result(timeout=WAIT_S) == 0  # an empty range: nothing asked
+    assert bookie.force(1, 1, 4).result(timeout=WAIT_S) == 2
+    assert bookie.force(1, 2, 2 ** 62).result(timeout=WAIT_S) == 1  # as far as it holds
     with pytest.raises(NoSuchLedger):
         bookie.force(99)
 
@@ -329,7 +330,7 @@ def test_group_wait_collects_a_group_into_one_fdatasync(bookie_factory, settings
     before = io.journal_syncs
     futures = [bookie.add_entry_async(1, e, entry(1, e), KEY) for e in range(20)]
     for f in futures:
-        f.result(timeout=10)
+        f.result(timeout=WAIT_S)
     assert io.journal_syncs - before <= 2  # the first add opens a group that waits 500 ms
 
 
@@ -342,7 +343,7 @@ def test_buffered_writes_threshold_ends_the_group_wait(bookie_factory, settings_
     # 80 KB of records against an 8 KB threshold: the groups go out long before the
     # one-minute group wait would end.
     for f in futures:
-        f.result(timeout=10)
+        f.result(timeout=WAIT_S)
 
 
 def test_journal_rolls_and_old_journals_are_removed_keeping_backups(bookie_factory,
@@ -559,7 +560,7 @@ def test_adds_queued_without_waking_are_committed_by_the_caller(bookie):
                                  lambda errors, outcomes=outcomes: outcomes.append(
                                      (threading.get_ident(), errors)), wake=False)
         bookie.commit_queued()
-        bookie.force(7).result(timeout=10)  # also when the journal thread took it
+        bookie.force(7).result(timeout=WAIT_S)  # also when the journal thread took it
         assert [errors for _thread, errors in outcomes] == [[None]]
         on_caller += outcomes[0][0] == threading.get_ident()
     assert on_caller >= 90
@@ -578,7 +579,7 @@ def test_a_leading_thread_syncs_its_own_adds(bookie):
             bookie.add_entry_async(7, entry_id, entry(7, entry_id), KEY,
                                    callback=lambda error, ran_on=ran_on: ran_on.append(
                                        threading.get_ident()))
-        bookie.force(7).result(timeout=10)
+        bookie.force(7).result(timeout=WAIT_S)
         on_caller += ran_on == [threading.get_ident()]
     assert on_caller >= 90
     assert bookie.entry_ids(7) == list(range(100))

@@ -9,10 +9,10 @@ import threading
 import pytest
 
 import pybk
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(60)
 
-WAIT_S = 10.0
 
 
 def test_a_slow_callback_does_not_stall_another_threads_append(tmp_path):

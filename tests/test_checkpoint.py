@@ -16,6 +16,7 @@ from pybk.storage.entrylog import RECORD_HEADER_SIZE, EntryLogger, Location, ent
 from pybk.storage.index import Index
 from pybk.storage.journal_codec import ADD, RECORD
 from pybk.storage.lastmark import FILE_NAME, read_mark
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,7 +58,7 @@ def test_lastmark_moves_only_after_entry_logs_and_index_are_durable(bookie_facto
     bookie = bookie_factory(settings, io=SyncRecorder(events), start_background_threads=False)
     for e in range(20):
         bookie.add_entry(1, e, entry(1, e), KEY)
-    bookie.fence(1, KEY).result(timeout=10)
+    bookie.fence(1, KEY).result(timeout=WAIT_S)
     events.clear()
     mark = bookie.checkpoint()
     first_mark_sync = events.index("lastMark synced")

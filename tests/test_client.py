@@ -29,7 +29,7 @@ from pybk.errors import (
 )
 from pybk.meta.ledger_metadata import LedgerState
 from pybk.storage import make_entry
-from pybk.testing import wait_until
+from pybk.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 PASSWORD = b"secret"
@@ -264,7 +264,7 @@ def test_no_replacement_left_fails_the_adds(cluster_of):
     cluster.faults[lh.metadata.write_set(1)[0]].unreachable = True
     future = lh.add_entry_async(payload(1))
     with pytest.raises(NotEnoughBookies):
-        future.result(timeout=10)
+        future.result(timeout=WAIT_S)
 
 
 def test_a_timed_out_bookie_is_replaced(cluster_of):

@@ -29,7 +29,7 @@ from pybk.errors import (
     NoSuchEntry,
 )
 from pybk.meta.ledger_metadata import LedgerState
-from pybk.testing import returns_in_time, wait_until
+from pybk.testing import WAIT_S, returns_in_time, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -262,7 +262,7 @@ def test_adv_close_fails_the_adds_held_back_behind_a_missing_id_at_once(cluster_
     returns_in_time(lh.close, "the close, with adds held back behind a missing id")
     for future in held_back:
         with pytest.raises(LedgerClosed):
-            future.result(timeout=10)
+            future.result(timeout=WAIT_S)
     with pytest.raises(LedgerClosed):
         lh.add_entry(1, payload(1))
     reader = cluster.client().open_ledger(lh.id, password=PASSWORD, recovery=False)
@@ -336,7 +336,7 @@ def test_recovery_of_an_adv_ledger_closes_before_the_first_missing_id(cluster_of
         lh.add_entry(5, payload(5))
     for future in held_back:
         with pytest.raises((LedgerFenced, LedgerClosed)):
-            future.result(timeout=10)
+            future.result(timeout=WAIT_S)
     lh.close()  # at its LAC, 4: agrees with recovery
 
 

@@ -25,7 +25,7 @@ from pybk.net import BookieServer, wire
 from pybk.net.wire import Op, Request
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie, make_entry
-from pybk.testing import wait_until
+from pybk.testing import WAIT_S, wait_until
 from pybk.testing.faultyio import FaultyFileIO, lose_unsynced
 
 pytestmark = pytest.mark.timeout(120)
@@ -63,7 +63,7 @@ def force_held(cluster, lh, counted: tuple[str, ...], last: str):
         cluster.faults[bookie_id].release(entries={None})  # the force, not a held add
     assert not forced.done(), "the force was decided before the bookie that holds it"
     cluster.faults[last].release(entries={None})
-    return forced.result(timeout=10)
+    return forced.result(timeout=WAIT_S)
 
 
 def test_a_bookie_that_refused_an_add_does_not_count_for_it_in_a_force(tmp_path):
@@ -160,7 +160,7 @@ def test_a_bookie_that_lost_acknowledged_adds_in_a_power_cut_does_not_count_for_
 
         def reconnected() -> bool:
             try:
-                bk.bookie_client(cut).read_lac(lh.id).result(timeout=5)
+                bk.bookie_client(cut).read_lac(lh.id).result(timeout=WAIT_S)
             except BookKeeperError:
                 return False
             return True
@@ -254,7 +254,7 @@ def test_a_force_that_completes_after_the_close_was_decided_does_not_pass_the_cl
                 cluster.faults[bookie_id].wait_answered()
                 cluster.faults[bookie_id].release()
         try:
-            durable = forced.result(timeout=10)
+            durable = forced.result(timeout=WAIT_S)
         except BookKeeperError:
             durable = -1
         assert durable <= closed.last_entry_id, (
@@ -311,7 +311,7 @@ def test_a_force_counts_the_entries_held_in_its_range_in_the_index_and_the_cache
     bookie.add_entry(8, 12, make_entry(8, 12, -1, b"x"), KEY)  # another ledger's
     for first, last in ((0, 20), (3, 12), (10, 10), (12, 12), (11, 13), (0, 2 ** 63 - 1),
                         (14, 10 ** 9 - 1), (5, 4), (0, 0)):
-        assert bookie.force(7, first, last).result(timeout=10) == \
+        assert bookie.force(7, first, last).result(timeout=WAIT_S) == \
             sum(first <= e <= last for e in held), (first, last)
 
 
@@ -359,4 +359,4 @@ def test_a_force_waits_for_the_adds_still_being_sent_to_the_other_bookies(tmp_pa
             release.set()
             for adder in adders:
                 adder.join(10)
-        assert forced.result(timeout=10) == 5
+        assert forced.result(timeout=WAIT_S) == 5

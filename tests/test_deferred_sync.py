@@ -29,7 +29,7 @@ from pybk.net import wire
 from pybk.net.wire import Op, Request
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie, make_entry
-from pybk.testing import waiting
+from pybk.testing import WAIT_S, waiting
 from pybk.testing.faultyio import MODES, FaultyFileIO, lose_unsynced, read_unsynced
 
 pytestmark = pytest.mark.timeout(120)
@@ -62,10 +62,10 @@ def test_a_deferred_add_is_acknowledged_unsynced_and_force_syncs_it(tmp_path):
         assert unsynced_journal_bytes() == 0
         for entry_id in range(1, 4):
             bookie.add_entry_async(1, entry_id, make_entry(1, entry_id, -1, b"deferred"), KEY,
-                                   deferred=True).result(timeout=10)
+                                   deferred=True).result(timeout=WAIT_S)
         assert unsynced_journal_bytes() > 0
         assert bookie.read_entry(1, 3) == make_entry(1, 3, -1, b"deferred")
-        bookie.force(1).result(timeout=10)
+        bookie.force(1).result(timeout=WAIT_S)
         assert unsynced_journal_bytes() == 0
 
 

@@ -25,13 +25,12 @@ from pybk.net.server import BookieServer
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import format_bookie
 from pybk.storage.cookie import is_formatted
-from pybk.testing import wait_until
+from pybk.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0, explicitLacInterval=20)
 PASSWORD = b"directory-test"
-WAIT_S = 20.0
 
 
 class GatedRegistry:
@@ -69,16 +68,16 @@ def test_a_lookup_runs_in_the_background_and_waiting_requests_go_out_once_it_end
     assert directory.client("b1") is stand_in  # one lookup, whoever asks
     registry.gate.set()
     for f in adds:
-        assert f.result(timeout=10) is None
+        assert f.result(timeout=WAIT_S) is None
     assert [bookie.read_entry(1, i) for i in range(50)] == [entry(1, i) for i in range(50)]
     assert registry.reads == [("b1", "pybk-bookie-lookup")]  # off the callers' threads
     resolved = directory.client("b1")
     assert isinstance(resolved, ZmqBookieClient) and resolved.address == server.address
-    assert stand_in.read(1, 3).result(timeout=10) == entry(1, 3)  # it forwards now
+    assert stand_in.read(1, 3).result(timeout=WAIT_S) == entry(1, 3)  # it forwards now
 
     unknown = directory.client("nobody")  # not registered: fails, after the lookup
     with pytest.raises(BookieUnavailable, match="not registered"):
-        unknown.read(1, 0).result(timeout=10)
+        unknown.read(1, 0).result(timeout=WAIT_S)
 
 
 def test_local_bookies_are_handed_out_as_given_and_never_looked_up(bookie, closing):
@@ -91,7 +90,7 @@ def test_local_bookies_are_handed_out_as_given_and_never_looked_up(bookie, closi
     closing.callback(registry.gate.set)
     directory.resolve(["me"])
     assert directory.client("me") is local
-    assert directory.client("me").add(1, 0, entry(1, 0), KEY).result(timeout=5) is None
+    assert directory.client("me").add(1, 0, entry(1, 0), KEY).result(timeout=WAIT_S) is None
     assert registry.reads == []
 
 
@@ -192,7 +191,7 @@ def test_lookups_never_stall_the_client_loop_while_zookeeper_is_down_and_a_moved
         zkOperationTimeoutMs=operation_timeout_ms)))
     bk.resolve_bookies(["b1", "b2"])
     old_b1 = bk.bookie_client("b1")
-    assert old_b1.add(1, 0, entry(1, 0), KEY).result(timeout=10) is None
+    assert old_b1.add(1, 0, entry(1, 0), KEY).result(timeout=WAIT_S) is None
     old_endpoint = b1.endpoint
     b1.close()  # unregistered while ZooKeeper is up; the client's connection drops
     wait_until(lambda: old_b1.is_down, "the client seeing b1 go")
@@ -234,7 +233,7 @@ def test_lookups_never_stall_the_client_loop_while_zookeeper_is_down_and_a_moved
              "the client's session seeing b1 again")
     time.sleep(directory_module.REFRESH_INTERVAL_S)  # the last lookup's interval passes
     # The next request starts a refresh and waits for it: it reaches the new address.
-    assert bk.bookie_client("b1").read(1, 0).result(timeout=10) == entry(1, 0)
+    assert bk.bookie_client("b1").read(1, 0).result(timeout=WAIT_S) == entry(1, 0)
     current = bk.bookie_client("b1")
     assert isinstance(current, ZmqBookieClient) and current.address == moved.endpoint
 

@@ -16,6 +16,7 @@ from pybk.errors import BookKeeperError, CorruptData, NoSuchEntry
 from pybk.fileio import FileIO
 from pybk.storage.entrylog import Location
 from pybk.storage.index import Index
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -45,7 +46,7 @@ def test_failed_checkpoint_keeps_its_entries_for_the_next_one(bookie_factory, se
     bookie = bookie_factory(settings, io=io)
     for e in range(5):
         bookie.add_entry(1, e, entry(1, e), KEY)
-    bookie.fence(1, KEY).result(timeout=10)
+    bookie.fence(1, KEY).result(timeout=WAIT_S)
     bookie.checkpoint()  # the first entry log exists, so a later write can tear inside it
     bookie.add_entry(1, 5, entry(1, 5), KEY, recovery=True)
     io.failures, io.partial = 1, partial
@@ -68,7 +69,7 @@ def test_a_raising_or_cancelled_callback_does_not_stop_the_journal(bookie):
     bookie.add_entry_async(1, 0, entry(1, 0), KEY, callback=bad_callback)
     cancelled = bookie.add_entry_async(1, 1, entry(1, 1), KEY)
     cancelled.cancel()
-    assert bookie.add_entry_async(1, 2, entry(1, 2), KEY).result(timeout=10) is None
+    assert bookie.add_entry_async(1, 2, entry(1, 2), KEY).result(timeout=WAIT_S) is None
     bookie.checkpoint()
     assert bookie.entry_ids(1) == [0, 1, 2]
     if cancelled.cancelled():

@@ -52,12 +52,12 @@ from pybk.storage.cookie import BookieCookie, directory_cookie, read_cookie, wri
 from pybk.storage.entrylog import EntryLogger, log_file_name
 from pybk.storage.journal import ZERO_FILL_STEP
 from pybk.storage.lastmark import read_mark
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(60)
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 REGENERATE = os.environ.get("PYBK_REGENERATE_GOLDEN") == "1"
-WAIT_S = 10
 MAX_ENTRY_BYTES = ServerSettings().maxEntrySizeBytes
 
 #: Every golden file, by its path under tests/golden (README.md and .gitattributes aside).

@@ -30,11 +30,10 @@ from pybk.errors import (
 )
 from pybk.meta.ledger_metadata import Fragment, LedgerState
 from pybk.meta.ledgers import LedgerManager, Versioned
-from pybk.testing import wait_until
+from pybk.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 PASSWORD = b"race"
-WAIT_S = 10.0  # bound of every wait for something that should happen at once
 
 
 def payload(i: int) -> bytes:

@@ -15,6 +15,7 @@ from storageutil import close_as_if_crashed
 from pybk.errors import LedgerFenced, NoSuchLedger, Unauthorized
 from pybk.storage import bookie as bookie_module
 from pybk.storage.index import INDEX_VERSION, Index, StoredLedgerState
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,9 +41,9 @@ def _fill(bookie):
             bookie.add_entry(ledger, e, entry(ledger, e), KEY)
     for ledger in LEDGERS:
         if ledger % 3 == 0:
-            bookie.fence(ledger, KEY).result(timeout=10)
+            bookie.fence(ledger, KEY).result(timeout=WAIT_S)
         if ledger % 5 == 0:
-            bookie.set_explicit_lac(ledger, 7, KEY).result(timeout=10)
+            bookie.set_explicit_lac(ledger, 7, KEY).result(timeout=WAIT_S)
 
 
 def _assert_states(bookie):
@@ -93,8 +94,8 @@ def test_states_survive_a_restart_after_eviction(few_states, bookie_factory, set
     bookie.checkpoint()
     assert bookie.ledger_states_in_memory <= KEPT
     # Changes after the eviction live in the journal only until the next checkpoint.
-    bookie.fence(4, KEY).result(timeout=10)
-    bookie.set_explicit_lac(4, 7, KEY).result(timeout=10)
+    bookie.fence(4, KEY).result(timeout=WAIT_S)
+    bookie.set_explicit_lac(4, 7, KEY).result(timeout=WAIT_S)
     if crash:
         close_as_if_crashed(bookie, str(tmp_path))
     else:
@@ -288,7 +289,7 @@ def test_deleting_a_durably_deleted_ledger_again_survives_a_failed_checkpoint_an
     and ledger 5 stays gone (as one the bookie never held), also after a restart."""
     settings = _quiet(settings_factory)
     bookie = bookie_factory(settings, start_background_threads=False)
-    bookie.fence(5, KEY).result(timeout=10)  # a ledger with a key and no entries
+    bookie.fence(5, KEY).result(timeout=WAIT_S)  # a ledger with a key and no entries
     bookie.add_entry(6, 0, entry(6, 0), KEY)
     bookie.checkpoint()
     bookie.delete_ledger(5)
@@ -357,13 +358,13 @@ def test_a_guarded_bookie_checks_adds_to_ledgers_it_forgot_also_after_a_restart(
         bookie.add_entry(5, 20, entry(5, 20), KEY)
     refused: Future = Future()
     bookie.add_entries_async([(5, [21], [entry(5, 21)], KEY, False)], refused.set_result)
-    assert isinstance(refused.result(timeout=10)[0], LedgerFenced)
+    assert isinstance(refused.result(timeout=WAIT_S)[0], LedgerFenced)
     with pytest.raises(NoSuchLedger):  # an idle writer's explicit LAC makes nothing
         bookie.set_explicit_lac(5, 20, KEY)
     assert asked == [5, 5] and not bookie.ledger_exists(5)
     bookie.add_entry(7, 0, entry(7, 0), KEY)  # above the tombstone: a new ledger
     bookie.add_entry(4, 0, entry(4, 0), KEY, recovery=True)  # recovery adds never ask
-    assert not bookie.fence(3, KEY).result(timeout=10)  # fences neither (held before: no)
+    assert not bookie.fence(3, KEY).result(timeout=WAIT_S)  # fences neither (held before: no)
     assert asked == [5, 5]
     bookie.guard_unknown_ledgers(None)  # unguarded: a forgotten ledger is made again
     bookie.add_entry(5, 0, entry(5, 0), b"another key")

@@ -24,6 +24,7 @@ from pybk.meta import EmbeddedMetadataStore, LedgerManager
 from pybk.meta.interface import MetadataStore, batches
 from pybk.meta.layout import FLAT, HIERARCHICAL, LedgerLayout
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
+from pybk.testing import WAIT_S
 from pybk.testing.ledger_records import put_ledgers
 
 pytestmark = pytest.mark.timeout(120)
@@ -32,7 +33,6 @@ LONG_FROM = 2 ** 31 - 1  # the hierarchical layout's long form starts here
 PAGE = 4
 #: Bytes the test's end of a CLI's pipe holds: the CLI blocks once it is this far ahead.
 PIPE_BYTES = 4096
-WAIT_S = 60
 
 
 def zookeeper_store(zookeeper, layout: LedgerLayout) -> ZooKeeperMetadataStore:

@@ -27,6 +27,7 @@ from pybk.log import LogReader, LogWriter, Position
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES, decode_batch, encode_batch
 from pybk.log.metadata import Dropped, LogMetadata, Segment, live_segments, read_log, update_log
 from pybk.settings import ClientSettings, LogSettings
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -78,7 +79,7 @@ def test_a_second_writer_fences_the_first_and_nothing_acknowledged_is_lost(clust
     late = []
     for i, future in enumerate(in_flight):
         try:
-            late.append((future.result(timeout=10), b"late-%d" % i))
+            late.append((future.result(timeout=WAIT_S), b"late-%d" % i))
         except LogFenced:
             pass
     mine = [(second.append(b"two-%d" % i), b"two-%d" % i) for i in range(10)]
@@ -133,7 +134,7 @@ def test_rolling_closes_segments_and_a_tailing_reader_crosses_them(cluster):
     written = [(writer.append(b"%04d" % i + bytes(200)), b"%04d" % i + bytes(200))
                for i in range(100)]
     futures = [(writer.append_async(b"async %d" % i), b"async %d" % i) for i in range(200)]
-    written += [(f.result(timeout=10), data) for f, data in futures]
+    written += [(f.result(timeout=WAIT_S), data) for f, data in futures]
     tailing.join(timeout=30)
     assert got == written
     segments = _segments(bk_reader)
@@ -271,7 +272,7 @@ def test_a_segment_older_than_its_age_limit_still_takes_a_batch_before_it_rolls(
     bk = cluster.client()
     with _open(bk, segmentMaxAgeSeconds=1e-9) as writer:
         written = [(writer.append_async(b"%d" % i), b"%d" % i) for i in range(20)]
-        written = [(future.result(timeout=20), data) for future, data in written]
+        written = [(future.result(timeout=WAIT_S), data) for future, data in written]
     assert _read_all(bk) == written
     assert len(_segments(bk)) <= 21
 

@@ -16,7 +16,7 @@ from pybk.errors import NoSuchLog, RecordsTruncated
 from pybk.log import LogReader, LogWriter, Position
 from pybk.log.ranges import ReadRange, plan, read_records, split_ranges
 from pybk.settings import LogSettings
-from pybk.testing import wait_until
+from pybk.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -35,7 +35,7 @@ def _write(writer: LogWriter, count: int, first: int = 0) -> list[tuple[Position
     """``count`` records appended together, so that entries hold several each."""
     values = [b"record %05d " % i + bytes(40) for i in range(first, first + count)]
     futures = [writer.append_async(v) for v in values]
-    return [(f.result(timeout=20), v) for f, v in zip(futures, values)]
+    return [(f.result(timeout=WAIT_S), v) for f, v in zip(futures, values)]
 
 
 def _read(bk, ranges: list[ReadRange]) -> list[tuple[Position, bytes]]:

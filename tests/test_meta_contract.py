@@ -39,13 +39,12 @@ from pybk.meta import ANY_VERSION, MAX_DATA_BYTES, EmbeddedMetadataStore, Metada
 from pybk.meta.cookies import Cookie
 from pybk.meta.interface import MAX_BATCH_BYTES, MAX_BATCH_RECORDS, batches
 from pybk.meta.zookeeper import ZooKeeperMetadataStore, format_cluster
-from pybk.testing import wait_until
+from pybk.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
-WAIT_S = 10.0  # the longest any test waits for one thing to happen
 
 
 # -- the stores ----------------------------------------------------------------------

@@ -35,12 +35,12 @@ from pybk.net.connect import ClusterBookKeeper
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import Bookie, format_bookie
 from pybk.storage.cookie import directory_cookie, is_formatted
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(60)
 
 FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=1.0, explicitLacInterval=20)
 PASSWORD = b"node-test"
-WAIT_S = 20.0
 
 
 class Usage:

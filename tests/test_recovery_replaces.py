@@ -47,7 +47,7 @@ from pybk.log.metadata import read_log
 from pybk.meta.ledger_metadata import Fragment, LedgerMetadata, LedgerState
 from pybk.settings import LogSettings
 from pybk.storage import LAST_ENTRY
-from pybk.testing import wait_until
+from pybk.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -60,7 +60,6 @@ ACKED_FIRST = 10
 TAIL = range(10, 15)
 LAST = TAIL[-1]
 REPLICATED = LogSettings(ensembleSize=3, writeQuorumSize=2, ackQuorumSize=2)
-WAIT_S = 10.0
 
 
 # -- in-process bookies ------------------------------------------------------------------

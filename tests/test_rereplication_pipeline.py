@@ -25,7 +25,7 @@ from pybk.client.digest import DigestManager
 from pybk.client.reads import READ_BATCH_MAX_BYTES
 from pybk.errors import BookKeeperError, NoSuchEntry, NoSuchLedger
 from pybk.settings import ServerSettings
-from pybk.testing import wait_until
+from pybk.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -195,7 +195,7 @@ def test_the_replacement_dying_in_the_middle_leaves_the_ledger_unrepaired(lost_b
 
 def _answers(bk, bookie_id: str, ledger_id: int) -> bool:
     try:
-        bk.bookie_client(bookie_id).read_lac(ledger_id).result(timeout=5)
+        bk.bookie_client(bookie_id).read_lac(ledger_id).result(timeout=WAIT_S)
     except BookKeeperError:
         return False
     return True

@@ -40,7 +40,7 @@ from pybk.meta.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, forma
 from pybk.net import BookieServer, ZmqBookieClient
 from pybk.net.curve import load_key_pair
 from pybk.settings import ClientSettings
-from pybk.testing import wait_until
+from pybk.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -70,9 +70,9 @@ def test_an_allowed_client_pinning_the_bookie_key_reads_and_writes(keys, curve_s
     client = closing.enter_context(ZmqBookieClient(
         "B1", curve_server.address, keys.client(PATIENT), server_key=keys.bookie_public))
     assert curve_server.public_key == keys.bookie_public
-    assert client.read(1, 0).result(timeout=10) == entry(1, 0, lac=-1)
-    client.add(1, 1, entry(1, 1, lac=0), KEY).result(timeout=10)
-    assert client.read(1, 1).result(timeout=10) == entry(1, 1, lac=0)
+    assert client.read(1, 0).result(timeout=WAIT_S) == entry(1, 0, lac=-1)
+    client.add(1, 1, entry(1, 1, lac=0), KEY).result(timeout=WAIT_S)
+    assert client.read(1, 1).result(timeout=WAIT_S) == entry(1, 1, lac=0)
 
 
 def refused_promptly(client: ZmqBookieClient) -> None:
@@ -224,13 +224,13 @@ def test_a_wrong_password_is_refused_at_every_step(curve_cluster):
     for bookie_id in lh.metadata.fragments[0].ensemble:
         bookie = curve_cluster.bookie_client(bookie_id)
         with pytest.raises(Unauthorized):  # an add
-            bookie.add(lh.id, 1, forged, wrong_key).result(timeout=10)
+            bookie.add(lh.id, 1, forged, wrong_key).result(timeout=WAIT_S)
         with pytest.raises(Unauthorized):  # a recovery add
-            bookie.add(lh.id, 1, forged, wrong_key, recovery=True).result(timeout=10)
+            bookie.add(lh.id, 1, forged, wrong_key, recovery=True).result(timeout=WAIT_S)
         with pytest.raises(Unauthorized):  # a fencing read
-            bookie.read(lh.id, 0, fence=True, master_key=wrong_key).result(timeout=10)
+            bookie.read(lh.id, 0, fence=True, master_key=wrong_key).result(timeout=WAIT_S)
         with pytest.raises(Unauthorized):  # an explicit LAC
-            bookie.write_lac(lh.id, 5, wrong_key).result(timeout=10)
+            bookie.write_lac(lh.id, 5, wrong_key).result(timeout=WAIT_S)
     # None of it fenced the ledger or added anything: the writer goes on.
     assert lh.add_entry(b"second") == 1
     entries = reader.open_ledger(lh.id, password=PASSWORD, recovery=True).read_entries(0, 1)
@@ -381,7 +381,7 @@ def test_a_wal_promoted_to_a_secured_cluster_replicates_over_curve(zookeeper, tm
                 metadata = bk.ledger_manager.read(ledger_id).metadata
                 assert wal_bookie in metadata.fragments[0].ensemble
                 for bookie_id in metadata.fragments[0].ensemble:
-                    bk.bookie_client(bookie_id).read(ledger_id, 0).result(timeout=10)
+                    bk.bookie_client(bookie_id).read(ledger_id, 0).result(timeout=WAIT_S)
             assert list(wal.read()) == written
 
 

@@ -25,12 +25,12 @@ from securityutil import secured_cluster_of_bookies
 from pybk.log import LogReader, jobs
 from pybk.log.batch import LOG_NAME_KEY, keeps_running_maxima
 from pybk.log.metadata import jobs_path, read_log
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(300)
 
 #: Each task may be tried 3 times (the retry tests fail a first attempt on purpose).
 MASTER = "local[2,3]"
-WAIT_S = 60.0
 
 
 @pytest.fixture(scope="module")

@@ -46,13 +46,12 @@ from pybk.storage import LAST_ENTRY, Bookie, format_bookie
 from pybk.storage import bookie as bookie_module
 from pybk.storage.cookie import is_formatted
 from pybk.testing.faults import Faults, FaultyBookieClient
-from pybk.testing.waiting import wait_until
+from pybk.testing.waiting import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 FAST = ClientSettings(addEntryTimeout=2.0, readTimeout=2.0, explicitLacInterval=20)
 PASSWORD = b"stale-writer-test"
-WAIT_S = 20.0
 #: A ledger id far above any the cluster hands out: the filler that rolls entry logs.
 FILLER = 2 ** 40
 

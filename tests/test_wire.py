@@ -40,6 +40,7 @@ from pybk.net.wire import (
 )
 from pybk.settings import ClientSettings
 from pybk.storage import LAST_ENTRY
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -505,45 +506,45 @@ def client(server, closing):
 
 def test_every_operation_round_trips_through_a_server(server, client):
     for e in range(3):
-        assert client.add(7, e, entry(7, e, lac=e - 1), KEY).result(timeout=10) is None
-    assert client.read(7, 1).result(timeout=10) == entry(7, 1, lac=0)
-    assert client.read(7, LAST_ENTRY).result(timeout=10) == entry(7, 2, lac=1)
-    assert client.read_lac(7).result(timeout=10) == 1
-    assert client.write_lac(7, 2, KEY).result(timeout=10) is None
-    assert client.read_lac(7).result(timeout=10) == 2
-    assert client.read_lac_long_poll(7, 1, 2, 5).result(timeout=10) == (2, entry(7, 2,
+        assert client.add(7, e, entry(7, e, lac=e - 1), KEY).result(timeout=WAIT_S) is None
+    assert client.read(7, 1).result(timeout=WAIT_S) == entry(7, 1, lac=0)
+    assert client.read(7, LAST_ENTRY).result(timeout=WAIT_S) == entry(7, 2, lac=1)
+    assert client.read_lac(7).result(timeout=WAIT_S) == 1
+    assert client.write_lac(7, 2, KEY).result(timeout=WAIT_S) is None
+    assert client.read_lac(7).result(timeout=WAIT_S) == 2
+    assert client.read_lac_long_poll(7, 1, 2, 5).result(timeout=WAIT_S) == (2, entry(7, 2,
                                                                                   lac=1))
     waiting = client.read_lac_long_poll(7, 2, 3, 10)
-    assert client.read_lac_long_poll(7, 2, 3, 0.05).result(timeout=10) == (2, None)
+    assert client.read_lac_long_poll(7, 2, 3, 0.05).result(timeout=WAIT_S) == (2, None)
     assert not waiting.done()
-    client.add(7, 3, entry(7, 3, lac=2), KEY).result(timeout=10)
-    client.add(7, 4, entry(7, 4, lac=3), KEY).result(timeout=10)
-    assert waiting.result(timeout=10) == (3, entry(7, 3, lac=2))
-    info = client.bookie_info().result(timeout=10)
+    client.add(7, 3, entry(7, 3, lac=2), KEY).result(timeout=WAIT_S)
+    client.add(7, 4, entry(7, 4, lac=3), KEY).result(timeout=WAIT_S)
+    assert waiting.result(timeout=WAIT_S) == (3, entry(7, 3, lac=2))
+    info = client.bookie_info().result(timeout=WAIT_S)
     assert 0 < info.free_bytes <= info.total_bytes and info.read_only is False
-    assert client.read(7, LAST_ENTRY, fence=True, master_key=KEY).result(timeout=10) == \
+    assert client.read(7, LAST_ENTRY, fence=True, master_key=KEY).result(timeout=WAIT_S) == \
         entry(7, 4, lac=3)
     with pytest.raises(LedgerFenced):
-        client.add(7, 5, entry(7, 5), KEY).result(timeout=10)
-    client.add(7, 5, entry(7, 5), KEY, recovery=True).result(timeout=10)
-    assert client.delete_ledger(7).result(timeout=10) is None
+        client.add(7, 5, entry(7, 5), KEY).result(timeout=WAIT_S)
+    client.add(7, 5, entry(7, 5), KEY, recovery=True).result(timeout=WAIT_S)
+    assert client.delete_ledger(7).result(timeout=WAIT_S) is None
     with pytest.raises(NoSuchLedger):
-        client.read(7, 0).result(timeout=10)
+        client.read(7, 0).result(timeout=WAIT_S)
 
 
 def test_a_read_batch_answers_each_entry_in_order_within_its_byte_budget(server, client):
     for e in range(4):
-        client.add(7, e, entry(7, e), KEY).result(timeout=10)
+        client.add(7, e, entry(7, e), KEY).result(timeout=WAIT_S)
     entries = [entry(7, e) for e in range(4)]
-    answers = client.read_batch(7, [2, 0, 9, 3], 2 ** 32 - 1).result(timeout=10)
+    answers = client.read_batch(7, [2, 0, 9, 3], 2 ** 32 - 1).result(timeout=WAIT_S)
     assert answers[0] == entries[2] and answers[1] == entries[0] and answers[3] == entries[3]
     assert isinstance(answers[2], NoSuchEntry) and "bookie B1" in str(answers[2])
     # The budget counts the entries' bytes; the first id is answered whatever its size.
     two = len(entries[0]) + len(entries[1])
-    assert client.read_batch(7, [0, 1, 2], two).result(timeout=10) == entries[:2]
-    assert client.read_batch(7, [0, 1, 2], two - 1).result(timeout=10) == entries[:1]
-    assert client.read_batch(7, [3, 1], 1).result(timeout=10) == [entries[3]]
-    missing = client.read_batch(8, [0, 1], 1).result(timeout=10)
+    assert client.read_batch(7, [0, 1, 2], two).result(timeout=WAIT_S) == entries[:2]
+    assert client.read_batch(7, [0, 1, 2], two - 1).result(timeout=WAIT_S) == entries[:1]
+    assert client.read_batch(7, [3, 1], 1).result(timeout=WAIT_S) == [entries[3]]
+    missing = client.read_batch(8, [0, 1], 1).result(timeout=WAIT_S)
     assert [type(answer) for answer in missing] == [NoSuchLedger, NoSuchLedger]
 
 
@@ -554,21 +555,21 @@ def test_a_read_batch_is_cut_to_what_one_message_may_carry(server, closing):
     client = closing.enter_context(ZmqBookieClient("B1", server.address,
                                                    ClientSettings(maxEntrySizeBytes=MAX)))
     many = wire.max_read_batch_ids(MAX) + 100
-    answers = client.read_batch(7, list(range(many)), 2 ** 32 - 1).result(timeout=10)
+    answers = client.read_batch(7, list(range(many)), 2 ** 32 - 1).result(timeout=WAIT_S)
     assert len(answers) == wire.max_read_batch_ids(MAX)
     assert all(isinstance(answer, NoSuchLedger) for answer in answers)
 
 
 def test_bookie_errors_come_back_as_the_same_exceptions(server, client):
-    client.add(8, 0, entry(8, 0), KEY).result(timeout=10)
+    client.add(8, 0, entry(8, 0), KEY).result(timeout=WAIT_S)
     with pytest.raises(NoSuchEntry, match="bookie B1"):
-        client.read(8, 9).result(timeout=10)
+        client.read(8, 9).result(timeout=WAIT_S)
     with pytest.raises(Unauthorized):
-        client.add(8, 1, entry(8, 1), b"other key").result(timeout=10)
+        client.add(8, 1, entry(8, 1), b"other key").result(timeout=WAIT_S)
     with pytest.raises(EntryTooLarge):  # the bookie's limit, under the client's
-        client.add(8, 1, entry(8, 1, body=bytes(MAX)), KEY).result(timeout=10)
+        client.add(8, 1, entry(8, 1, body=bytes(MAX)), KEY).result(timeout=WAIT_S)
     with pytest.raises(MalformedMessage):  # refused before sending
-        client.read_lac_long_poll(8, 0, 1, wire.MAX_LONG_POLL_MS + 1).result(timeout=10)
+        client.read_lac_long_poll(8, 0, 1, wire.MAX_LONG_POLL_MS + 1).result(timeout=WAIT_S)
 
 
 def test_a_status_rebuilds_the_errors_a_bookie_may_send_and_no_caller_side_error():
@@ -619,7 +620,7 @@ def test_server_survives_random_and_mutated_frames(server, closing):
     # A new client is served; whatever came back to the fuzzer is a well-formed reply;
     # and the fuzzer's own valid request is answered too.
     with ZmqBookieClient("B1", server.address) as fresh:
-        assert fresh.bookie_info().result(timeout=10).total_bytes > 0
+        assert fresh.bookie_info().result(timeout=WAIT_S).total_bytes > 0
     while (frames := dealer.receive(timeout_s=0.2)) is not None:
         wire.decode_reply(frames, MAX)
     dealer.send(wire.encode_request(Request(Op.INFO, 424242), MAX))
@@ -638,14 +639,14 @@ def test_entries_larger_than_the_copy_threshold_travel_intact(bookie_factory,
     client = closing.enter_context(ZmqBookieClient(
         "B1", server.address, ClientSettings(maxEntrySizeBytes=large)))
     body = random.Random(3).randbytes(large - 100)  # sent and answered without a copy
-    client.add(9, 0, entry(9, 0, body=body), KEY).result(timeout=10)
-    assert client.read(9, 0).result(timeout=10) == entry(9, 0, body=body)
+    client.add(9, 0, entry(9, 0, body=body), KEY).result(timeout=WAIT_S)
+    assert client.read(9, 0).result(timeout=WAIT_S) == entry(9, 0, body=body)
 
 
 def test_replies_to_a_client_that_stops_reading_wait_instead_of_being_dropped(server, client,
                                                                             closing):
     body = bytes(30 * 1024)
-    client.add(10, 0, entry(10, 0, body=body), KEY).result(timeout=10)
+    client.add(10, 0, entry(10, 0, body=body), KEY).result(timeout=WAIT_S)
     # More replies than the client's queue (1), the sockets' buffers and the server's
     # per-client queue (1000 messages) hold: the server has to hold some back.
     slow = closing.enter_context(RawDealer(server.address, receive_hwm=1))
@@ -659,4 +660,4 @@ def test_replies_to_a_client_that_stops_reading_wait_instead_of_being_dropped(se
         assert reply.status == 0 and len(reply.body) == len(entry(10, 0, body=body))
         answered.add(reply.request_id)
     assert answered == set(range(count))
-    assert client.read_lac(10).result(timeout=10) == -1
+    assert client.read_lac(10).result(timeout=WAIT_S) == -1

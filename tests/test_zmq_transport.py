@@ -22,7 +22,7 @@ from pybk.errors import BookieUnavailable, EntryTooLarge, LedgerFenced, Malforme
 from pybk.net import BookieServer, ClientLoop, ZmqBookieClient, wire
 from pybk.net import client as client_module
 from pybk.settings import ClientSettings
-from pybk.testing import wait_until
+from pybk.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,7 +36,7 @@ def serve_with_read_limit(limit: int, bookie_factory, settings_factory, closing)
     bookie = bookie_factory(settings_factory(maxReadsInProgressLimit=limit))
     server = closing.enter_context(BookieServer(bookie, LOOPBACK))
     client = closing.enter_context(ZmqBookieClient("B1", server.address, PATIENT))
-    client.add(1, 0, entry(1, 0, lac=-1), KEY).result(timeout=10)
+    client.add(1, 0, entry(1, 0, lac=-1), KEY).result(timeout=WAIT_S)
     return bookie, server, client
 
 
@@ -66,9 +66,9 @@ def test_a_closed_server_fails_outstanding_requests_promptly_and_clients_reconne
         client.read_lac(1).result(timeout=60)
 
     closing.enter_context(BookieServer(bookie, server.address))  # back, same address
-    wait_until(lambda: client.read_lac(1).exception(timeout=5) is None,
+    wait_until(lambda: client.read_lac(1).exception(timeout=WAIT_S) is None,
                "the client reaches the bookie")
-    assert client.read(1, 0).result(timeout=5) == entry(1, 0, lac=-1)
+    assert client.read(1, 0).result(timeout=WAIT_S) == entry(1, 0, lac=-1)
 
 
 def test_a_bookie_nobody_serves_fails_requests_at_once(closing):
@@ -79,7 +79,7 @@ def test_a_bookie_nobody_serves_fails_requests_at_once(closing):
         client.add(1, 0, entry(1, 0), KEY).result(timeout=60)
     nowhere = closing.enter_context(ZmqBookieClient("B8", "tcp://not an address", PATIENT))
     with pytest.raises(BookieUnavailable, match="cannot connect"):
-        nowhere.read_lac(1).result(timeout=10)
+        nowhere.read_lac(1).result(timeout=WAIT_S)
 
 
 #: A peer that accepts a connection and never answers; SIGSTOP then silences its ZeroMQ
@@ -115,7 +115,7 @@ def test_timeouts_are_per_request_and_late_or_wrong_replies_are_handled(closing)
     late = client.read_lac(1)
     identity, header = router.receive(timeout_s=10)
     with pytest.raises(Timeout, match="READ_LAC"):
-        late.result(timeout=10)
+        late.result(timeout=WAIT_S)
     first_id = wire.decode_request([header], 1024).request_id
 
     answered = client.read_lac(2)
@@ -124,14 +124,14 @@ def test_timeouts_are_per_request_and_late_or_wrong_replies_are_handled(closing)
     for request_id, lac in ((first_id, 5), (second_id, 6)):  # the first one is too late
         router.send([identity, *wire.encode_reply(wire.Reply(wire.Op.READ_LAC, request_id,
                                                              lac=lac), 1024)])
-    assert answered.result(timeout=10) == 6
+    assert answered.result(timeout=WAIT_S) == 6
 
     wrong_op = client.read_lac(3)
     identity, header = router.receive(timeout_s=10)
     request_id = wire.decode_request([header], 1024).request_id
     router.send([identity, *wire.encode_reply(wire.Reply(wire.Op.DELETE, request_id), 1024)])
     with pytest.raises(MalformedMessage, match="answered a READ_LAC request"):
-        wrong_op.result(timeout=10)
+        wrong_op.result(timeout=WAIT_S)
 
     garbled = client.read_lac(4)
     identity, header = router.receive(timeout_s=10)
@@ -139,7 +139,7 @@ def test_timeouts_are_per_request_and_late_or_wrong_replies_are_handled(closing)
     reply = wire.encode_reply(wire.Reply(wire.Op.READ_LAC, request_id), 1024)[0]
     router.send([identity, reply + b"trailing bytes"])
     with pytest.raises(MalformedMessage):
-        garbled.result(timeout=10)
+        garbled.result(timeout=WAIT_S)
 
 
 def test_a_server_at_its_read_limit_stops_reading_until_reads_finish(
@@ -150,8 +150,8 @@ def test_a_server_at_its_read_limit_stops_reading_until_reads_finish(
     time.sleep(0.3)
     assert not behind.done() and not any(p.done() for p in polls)
     bookie.add_entry(1, 1, entry(1, 1, lac=0), KEY)  # the LAC moves: the polls end
-    assert [p.result(timeout=10) for p in polls] == [(0, entry(1, 0, lac=-1))] * 2
-    assert behind.result(timeout=10) == 0
+    assert [p.result(timeout=WAIT_S) for p in polls] == [(0, entry(1, 0, lac=-1))] * 2
+    assert behind.result(timeout=WAIT_S) == 0
 
 
 def flood_unread(hog: RawDealer, count: int) -> None:
@@ -178,7 +178,7 @@ def test_a_client_that_does_not_read_its_replies_stalls_no_one(bookie, closing):
                "the server read every request of a client that does not read replies",
                timeout_s=20)
     client = closing.enter_context(ZmqBookieClient("B1", server.address, PATIENT))
-    assert client.read_lac(1).result(timeout=10) == -1
+    assert client.read_lac(1).result(timeout=WAIT_S) == -1
 
 
 def test_a_closing_server_lets_a_vanished_clients_replies_go(
@@ -203,7 +203,7 @@ def test_a_closing_server_lets_a_vanished_clients_replies_go(
     hog.close()  # reset: replies it did not read are waiting in its TCP buffer
     with caplog.at_level(logging.WARNING, logger="pybk.net.server"):
         server.close()
-    assert poll.result(timeout=10) == (-1, None)
+    assert poll.result(timeout=WAIT_S) == (-1, None)
     assert "closing with" not in caplog.text  # the warning of a close out of time
 
 
@@ -242,12 +242,12 @@ def test_closing_a_client_fails_what_is_outstanding_and_what_comes_after(
         bookie_factory, closing):
     server = closing.enter_context(BookieServer(bookie_factory(), LOOPBACK))
     client = closing.enter_context(ZmqBookieClient("B1", server.address, PATIENT))
-    client.add(1, 0, entry(1, 0, lac=-1), KEY).result(timeout=10)
+    client.add(1, 0, entry(1, 0, lac=-1), KEY).result(timeout=WAIT_S)
     poll = client.read_lac_long_poll(1, -1, 0, timeout_s=30)
     time.sleep(0.1)
     client.close()
-    assert isinstance(poll.exception(timeout=5), BookieUnavailable)
-    assert isinstance(client.read_lac(1).exception(timeout=5), BookieUnavailable)
+    assert isinstance(poll.exception(timeout=WAIT_S), BookieUnavailable)
+    assert isinstance(client.read_lac(1).exception(timeout=WAIT_S), BookieUnavailable)
 
 
 def test_adds_gather_while_the_bookies_answers_are_outstanding(closing):
@@ -274,7 +274,7 @@ def test_adds_gather_while_the_bookies_answers_are_outstanding(closing):
     waiting.append(client.add(6, 0, entry(6, 0), b"other key", recovery=True))
     assert router.receive(timeout_s=0.3) is None  # held in the client meanwhile
     answer(identity, first_id, [0])
-    assert first.result(timeout=10) is None
+    assert first.result(timeout=WAIT_S) is None
     identity, second_id, runs = next_add_message()
     assert runs == [wire.AddRun(5, list(range(1, 51)), [entry(5, e) for e in range(1, 51)],
                                 KEY),
@@ -282,9 +282,9 @@ def test_adds_gather_while_the_bookies_answers_are_outstanding(closing):
     statuses = [0] * 51
     statuses[50] = wire.error_code(LedgerFenced("ledger 6 is fenced"))
     answer(identity, second_id, statuses, "LedgerFenced: ledger 6 is fenced")
-    assert [f.result(timeout=10) for f in waiting[:50]] == [None] * 50
+    assert [f.result(timeout=WAIT_S) for f in waiting[:50]] == [None] * 50
     with pytest.raises(LedgerFenced, match="bookie B1: LedgerFenced: ledger 6 is fenced"):
-        waiting[50].result(timeout=10)
+        waiting[50].result(timeout=WAIT_S)
 
 
 def add_message(router):
@@ -309,7 +309,7 @@ def test_an_add_on_an_idle_connection_leaves_from_the_calling_thread(closing):
     first = client.add(5, 0, entry(5, 0), KEY)  # connects (sent by the loop or not)
     identity, request_id, _ = add_message(router)
     answer_adds(router, identity, request_id, 1)
-    assert first.result(timeout=10) is None
+    assert first.result(timeout=WAIT_S) is None
 
     busy, release = threading.Event(), threading.Event()
     closing.callback(release.set)  # the loop is freed even if the test fails
@@ -322,7 +322,7 @@ def test_an_add_on_an_idle_connection_leaves_from_the_calling_thread(closing):
     time.sleep(0.2)
     assert not second.done()  # replies are the loop's
     release.set()
-    assert second.result(timeout=10) is None
+    assert second.result(timeout=WAIT_S) is None
 
 
 def test_an_unanswered_add_sent_by_the_caller_times_out_on_time(closing, monkeypatch):
@@ -335,7 +335,7 @@ def test_an_unanswered_add_sent_by_the_caller_times_out_on_time(closing, monkeyp
     first = client.add(5, 0, entry(5, 0), KEY)
     identity, request_id, _ = add_message(router)
     answer_adds(router, identity, request_id, 1)
-    assert first.result(timeout=10) is None
+    assert first.result(timeout=WAIT_S) is None
     time.sleep(0.3)  # the loop is asleep, with nothing to time
     unanswered = client.add(5, 1, entry(5, 1), KEY)
     add_message(router)
@@ -381,7 +381,7 @@ def test_queued_adds_are_cut_into_messages_within_the_body_limit(closing):
             4096)])
     assert received == [(5, e) for e in range(11)]
     assert messages >= 1 + 3  # ten entries of over 1 KB need three 5 KB bodies at least
-    assert [f.result(timeout=10) for f in futures] == [None] * 11
+    assert [f.result(timeout=WAIT_S) for f in futures] == [None] * 11
 
 
 def test_grouped_adds_are_reported_once_per_run_of_adds_sharing_a_sink(closing):
@@ -432,8 +432,8 @@ def test_an_entry_over_the_maximum_fails_alone(bookie_factory, settings_factory,
     too_large = client.add(4, 0, entry(4, 0, body=bytes(4096)), KEY)
     adds += [client.add(3, e, entry(3, e), KEY) for e in range(3, 6)]
     with pytest.raises(EntryTooLarge):
-        too_large.result(timeout=10)
-    assert [f.result(timeout=10) for f in adds] == [None] * 6
+        too_large.result(timeout=WAIT_S)
+    assert [f.result(timeout=WAIT_S) for f in adds] == [None] * 6
     assert bookie.entry_ids(3) == list(range(6))
 
 
@@ -547,7 +547,7 @@ def test_every_add_after_a_client_closed_fails_at_once(closing):
     client = closing.enter_context(ZmqBookieClient("B1", router.address, PATIENT))
     client.close()
     for entry_id in range(3):
-        error = client.add(5, entry_id, entry(5, entry_id), KEY).exception(timeout=5)
+        error = client.add(5, entry_id, entry(5, entry_id), KEY).exception(timeout=WAIT_S)
         assert isinstance(error, BookieUnavailable), f"add {entry_id}: {error!r}"
 
 
@@ -571,7 +571,7 @@ def test_a_reply_received_in_the_round_its_deadline_passes_still_counts(closing)
 
     first = client.read_lac(1)  # waits for the connection: then it is up
     answer_lac(4)
-    assert first.result(timeout=10) == 4
+    assert first.result(timeout=WAIT_S) == 4
     busy, release = threading.Event(), threading.Event()
     closing.callback(release.set)  # the loop is freed even if the test fails
     loop.post(lambda: (busy.set(), release.wait(30)))
@@ -580,7 +580,7 @@ def test_a_reply_received_in_the_round_its_deadline_passes_still_counts(closing)
     answer_lac(7)  # received by ZeroMQ at once; read by the loop when it is free
     time.sleep(0.6)  # past the deadline, while the loop is held
     release.set()
-    assert answered.result(timeout=10) == 7
+    assert answered.result(timeout=WAIT_S) == 7
 
 
 def test_a_force_leaves_after_the_adds_queued_before_it(closing):
@@ -609,8 +609,8 @@ def test_a_force_leaves_after_the_adds_queued_before_it(closing):
     router.send([identity, *wire.encode_adds_durable(add_id, 1)])
     router.send([identity, *wire.encode_reply(wire.Reply(wire.Op.FORCE_LEDGER, force_id,
                                                          lac=2), 1024)])
-    assert (first.result(timeout=10), second.result(timeout=10)) == (None, None)
-    assert forced.result(timeout=10) == 2
+    assert (first.result(timeout=WAIT_S), second.result(timeout=WAIT_S)) == (None, None)
+    assert forced.result(timeout=WAIT_S) == 2
 
 
 def test_a_request_made_after_a_force_does_not_overtake_it(closing):
@@ -685,4 +685,4 @@ def test_a_force_made_while_a_group_is_kept_leaves_after_the_group(closing):
     assert force.op == wire.Op.FORCE_LEDGER
     router.send([identity, *wire.encode_reply(wire.Reply(wire.Op.FORCE_LEDGER,
                                                          force.request_id, lac=0), 1024)])
-    assert forced.result(timeout=10) == 0
+    assert forced.result(timeout=WAIT_S) == 0

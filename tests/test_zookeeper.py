@@ -20,11 +20,10 @@ from pybk.meta.address import open_metadata_store
 from pybk.meta.embedded import EmbeddedMetadataStore
 from pybk.meta.layout import FLAT, HIERARCHICAL
 from pybk.meta.zookeeper import SessionState, ZooKeeperMetadataStore, format_cluster
-from pybk.testing import returns_in_time, wait_until
+from pybk.testing import WAIT_S, returns_in_time, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
-WAIT_S = 20.0  # the longest a test waits for one thing (a restart, a new session)
 ENSEMBLE = ["b1:3181", "b2:3181", "b3:3181"]
 
 

@@ -12,9 +12,11 @@
 :mod:`pybk.testing.ledger_records`
     :func:`~pybk.testing.ledger_records.put_ledgers`: many ledger records written straight
     into a metadata store, in batches (listings and audits of many ledgers).
-:func:`wait_until`, :func:`returns_in_time`
+:func:`wait_until`, :func:`returns_in_time`, :data:`WAIT_S`
     A bounded wait for something another thread or process does; a call shown not to
-    wait for what takes far longer than the bound, by its returning at all.
+    wait for what takes far longer than the bound, by its returning at all; the bound
+    every wait for an expected outcome uses (a guard against hangs on a loaded machine,
+    not an expectation of speed).
 
 A throwaway ZooKeeper is :class:`pybk.testing.zookeeper_server.ZooKeeperServer` and a
 local cluster of bookie processes :class:`pybk.testing.local_cluster.LocalCluster`; both serve
@@ -24,6 +26,6 @@ May import: every package of the library and :mod:`pybk` itself, as an applicati
 would; only :mod:`pybk.cli` imports it.
 """
 
-from pybk.testing.waiting import returns_in_time, wait_until
+from pybk.testing.waiting import WAIT_S, returns_in_time, wait_until
 
-__all__ = ["returns_in_time", "wait_until"]
+__all__ = ["WAIT_S", "returns_in_time", "wait_until"]
