@@ -278,7 +278,9 @@ def test_a_bookie_wiped_at_its_address_after_recovery_refuses_the_stale_writer(c
         writer.add_entry(payload(10))
     faulty(fenced).faults.release()
     assert not cluster.bookie(wiped).ledger_exists(writer.id)
-    assert cluster.bookie(spared).entry_ids(writer.id) == list(range(11))  # unfenced
+    # The refusal can come back before the unfenced bookie has stored the entry.
+    wait_until(lambda: cluster.bookie(spared).entry_ids(writer.id) == list(range(11)),
+               "the unfenced bookie stores entry 10", WAIT_S)
     reader = cluster.client().open_ledger(writer.id, password=PASSWORD)
     assert reader.last_add_confirmed == 9
 
