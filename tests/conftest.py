@@ -20,6 +20,7 @@ from zmq.utils.garbage import GarbageCollectorThread
 import pybk
 from pybk.settings import ServerSettings
 from pybk.storage import Bookie, format_bookie, make_entry
+from pybk.testing import WAIT_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -119,7 +120,7 @@ def no_threads_left_behind():
     process: not ours.)"""
     before = set(threading.enumerate())
     yield
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + WAIT_S
     while (left := [t for t in threading.enumerate() if t not in before and t.is_alive()
                     and not isinstance(t, GarbageCollectorThread)]) \
             and time.monotonic() < deadline:

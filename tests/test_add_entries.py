@@ -20,6 +20,7 @@ from pybk.client.ledger import LedgerHandle
 from pybk.errors import EntryTooLarge, LedgerClosed, LedgerFenced, LogFenced
 from pybk.log import LogWriter, Position
 from pybk.settings import LogSettings
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(120)
 PASSWORD = b"secret"
@@ -128,7 +129,7 @@ def test_a_failure_part_way_tells_what_was_acknowledged(cluster):
     future = lh.add_entries_async([payload(i) for i in range(10)])
     for bookie_id in ensemble:
         cluster.faults[bookie_id].wait_held(4)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + WAIT_S
     while lh.last_add_confirmed < 5 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert lh.last_add_confirmed == 5 and not future.done()
@@ -205,7 +206,7 @@ def test_a_log_writer_sends_the_batches_ready_together_in_one_call(cluster, monk
             assert calls[0] == 3
             return
         # Entries 1 and 2 held on the segment's three bookies, entry 0 acknowledged.
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + WAIT_S
         while (sum(len(f.held()) for f in cluster.faults.values()) < 6
                or bk.pending_adds() > 2) and time.monotonic() < deadline:
             time.sleep(0.01)

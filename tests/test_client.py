@@ -166,7 +166,7 @@ def test_an_entry_on_one_bookie_of_its_write_set_is_recovered_or_absent_for_all(
     cluster.faults[ws[1]].drop.add("add")
     cluster.faults[ws[2]].drop.add("add")
     pending = lh.add_entry_async(payload(5))
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + WAIT_S
     while cluster.holders(lh.id, 5) != [ws[0]] and time.monotonic() < deadline:
         time.sleep(0.01)
     assert cluster.holders(lh.id, 5) == [ws[0]] and not pending.done()

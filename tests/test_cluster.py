@@ -45,7 +45,7 @@ from pybk.meta.ledger_metadata import LedgerState
 from pybk.meta.zookeeper import ZooKeeperMetadataStore
 from pybk.settings import ClientSettings, ServerSettings
 from pybk.storage import format_bookie
-from pybk.testing import returns_in_time, wait_until
+from pybk.testing import WAIT_S, returns_in_time, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -251,7 +251,7 @@ def test_a_node_closes_promptly_while_zookeeper_is_down(tmp_path, closing, own_z
     node = BookieNode(settings)
     closing.callback(node.close)
     own_zookeeper.shutdown(graceful=False)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + WAIT_S
     while node._connected:  # the node heard that the connection is down
         assert time.monotonic() < deadline, "the node did not notice ZooKeeper was gone"
         time.sleep(0.02)

@@ -11,6 +11,7 @@ from conftest import KEY, entry
 from storageutil import JournalWriteFailure
 
 from pybk.errors import BookieClosed, BookieReadOnly, DiskFull
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -78,7 +79,7 @@ def test_background_disk_checker_notices(bookie_factory, settings_factory):
     bookie = bookie_factory(settings_factory(diskCheckInterval=50, gcWaitTime=50),
                             disk_usage=usage)
     usage.fraction = 0.99
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + WAIT_S
     while not bookie.is_read_only and time.monotonic() < deadline:
         time.sleep(0.02)
     assert bookie.is_read_only
@@ -89,7 +90,7 @@ def test_shuts_down_when_read_only_mode_is_disabled(bookie_factory, settings_fac
     bookie = bookie_factory(settings_factory(readOnlyModeEnabled=False), disk_usage=usage)
     usage.fraction = 0.99
     bookie.check_disks()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + WAIT_S
     while not bookie.is_closed and time.monotonic() < deadline:
         time.sleep(0.02)
     assert bookie.is_closed

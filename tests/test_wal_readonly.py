@@ -26,6 +26,7 @@ from pybk.errors import DirectoryLocked, LogClosed, MetadataError, NoSuchLog
 from pybk.fileio import lock_file
 from pybk.log import Position
 from pybk.meta.embedded import LOCK_FILE, EmbeddedMetadataStore
+from pybk.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,9 +34,13 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 WAL_CHILD = os.path.join(TESTS, "wal_child.py")
 DEFERRED_CHILD = os.path.join(TESTS, "wal_deferred_child.py")
 THREADS = 3
-#: How long after its acknowledgement a record is visible while the owner runs, at most:
-#: the owner's explicit LAC (explicitLacInterval, 50 ms) and its journal write, with room.
+#: How long after its acknowledgement a record is visible while the owner runs: the
+#: owner's explicit LAC (explicitLacInterval, 50 ms) and its journal write, with room.
+#: What must become visible is waited for up to WAIT_S; this is how long a test waits
+#: before it shows that something must not.
 VISIBLE_WITHIN_S = 1.0
+#: Records a tail must bring to show that it follows the owner.
+TAILED_ENOUGH = 100
 
 
 def _owner(children, directory, acks, *options: str):
@@ -43,6 +48,24 @@ def _owner(children, directory, acks, *options: str):
                            *options)
     children.wait_for_acks(child, acks, 200)
     return child
+
+
+def _missing(records, acked) -> set[Position]:
+    """The acknowledged positions that ``records`` lack or hold other data at."""
+    found = {p: who(data) for p, data in records}
+    return {p for p, ids in acked.items() if found.get(p) != ids}
+
+
+def _tailed(tail) -> list:
+    """What ``tail`` gives until it brought more than TAILED_ENOUGH records (at most
+    WAIT_S)."""
+    tailed = []
+    deadline = time.monotonic() + WAIT_S
+    for record in tail:
+        tailed.append(record)
+        if len(tailed) > TAILED_ENOUGH or time.monotonic() > deadline:
+            break
+    return tailed
 
 
 def _check_records(records) -> None:
@@ -59,12 +82,13 @@ def test_a_running_owners_acknowledged_records_are_read_and_tailed(tmp_path, chi
     child = _owner(children, directory, acks)
     with pybk.open_readonly(directory) as wal:
         acked = acknowledged(acks)
-        time.sleep(VISIBLE_WITHIN_S)
-        records = list(wal.read())
+
+        def every_acknowledged_one() -> list | None:
+            records = list(wal.read())
+            return None if _missing(records, acked) else records
+
+        records = wait_until(every_acknowledged_one, "every acknowledged record is read")
         _check_records(records)
-        found = {p: who(data) for p, data in records}
-        missing = {p for p, ids in acked.items() if found.get(p) != ids}
-        assert not missing, f"acknowledged records not read: {sorted(missing)[:3]}"
         stats = wal.stats()
         assert stats.owner_running and stats.journal_records_read > 0
         assert stats.first_position == Position(0, 0, 0)
@@ -73,14 +97,9 @@ def test_a_running_owners_acknowledged_records_are_read_and_tailed(tmp_path, chi
         # Tailing from where the read ended follows the owner's new records.
         reader = wal.reader(records[-1][0])
         assert next(reader.tail(5.0))[0] == records[-1][0]
-        tailed = []
-        deadline = time.monotonic() + 2.0
-        for record in reader.tail(5.0, poll_interval=0.02):
-            tailed.append(record)
-            if time.monotonic() > deadline:
-                break
+        tailed = _tailed(reader.tail(5.0, poll_interval=0.02))
         _check_records(records + tailed)
-        assert len(tailed) > 100, "the tail did not follow the owner"
+        assert len(tailed) > TAILED_ENOUGH, "the tail did not follow the owner"
         assert child.poll() is None, children.stderr(child)
 
 
@@ -96,12 +115,12 @@ async def test_the_asyncio_face_reads_tails_and_counts_a_running_owner(tmp_path,
     async with LoopWatch() as watch:
         async with await pybk.aio.open_readonly(directory) as wal:
             acked = acknowledged(acks)
-            await asyncio.sleep(VISIBLE_WITHIN_S)
-            records = [record async for record in wal.read()]
-            _check_records(records)
-            found = {p: who(data) for p, data in records}
-            missing = {p for p, ids in acked.items() if found.get(p) != ids}
+            deadline = time.monotonic() + WAIT_S
+            while (missing := _missing(records := [r async for r in wal.read()], acked)) \
+                    and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
             assert not missing, f"acknowledged records not read: {sorted(missing)[:3]}"
+            _check_records(records)
             assert await wal.first_position() == Position(0, 0, 0)
             assert await wal.last_position() >= records[-1][0]
             assert await wal.space_used() > 0
@@ -109,15 +128,15 @@ async def test_the_asyncio_face_reads_tails_and_counts_a_running_owner(tmp_path,
             assert stats.owner_running and stats.journal_records_read > 0
 
             tailed = []
-            deadline = time.monotonic() + 2.0
+            deadline = time.monotonic() + WAIT_S
             async with wal.reader(records[-1][0]).tail(5.0) as tail:
                 async for record in tail:
                     tailed.append(record)
-                    if time.monotonic() > deadline:
+                    if len(tailed) > TAILED_ENOUGH or time.monotonic() > deadline:
                         break
             assert tailed[0] == records[-1]
             _check_records(records + tailed[1:])
-            assert len(tailed) > 100, "the tail did not follow the owner"
+            assert len(tailed) > TAILED_ENOUGH, "the tail did not follow the owner"
         with pytest.raises(LogClosed):
             wal.reader()
         await wal.close()  # again: nothing happens
@@ -185,27 +204,36 @@ def test_truncation_gc_and_compaction_under_a_tailing_reader(tmp_path, children)
     reader, which goes on past them and serves only what the writers wrote, in order."""
     directory, acks = tmp_path / "wal", tmp_path / "acks"
     child = _owner(children, directory, acks, "truncate")
+    current = directory / "bookie" / "ledgers" / "current"
+
+    def entry_logs() -> set[str]:
+        return {name for name in os.listdir(current) if name.endswith(".log")}
+
+    def truncated_under_the_reader() -> bool:
+        first = wal.first_position
+        return (len(records) > 1000 and first is not None and first > records[0][0]
+                and bool(logs_seen - entry_logs()))
+
     logs_seen: set[str] = set()
     with pybk.open_readonly(directory) as wal:
         reader = wal.reader()
         records = []
-        deadline = time.monotonic() + 4.0
+        deadline = time.monotonic() + WAIT_S
         for record in reader.tail(5.0, poll_interval=0.005):
             records.append(record)
-            logs_seen.update(name for name in os.listdir(directory / "bookie" / "ledgers"
-                                                         / "current")
-                             if name.endswith(".log"))
+            logs_seen |= entry_logs()
             if time.monotonic() > deadline:
                 break
             if len(records) % 500 == 0:
+                if truncated_under_the_reader():
+                    break
                 time.sleep(0.3)  # fall behind a truncation now and then
         first = wal.first_position
     assert child.poll() is None, children.stderr(child)
     _check_records(records)
     assert len(records) > 1000
     assert first is not None and first > records[0][0], "the owner never truncated"
-    remaining = {name for name in os.listdir(directory / "bookie" / "ledgers" / "current")
-                 if name.endswith(".log")}
+    remaining = entry_logs()
     assert logs_seen - remaining, "no entry log was removed while the reader read"
 
 

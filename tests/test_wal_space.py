@@ -16,6 +16,7 @@ import pybk
 from pybk.log import Position
 from pybk.log.batch import BATCH_HEADER_BYTES, RECORD_OVERHEAD_BYTES
 from pybk.storage.gc import space_bound_bytes
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -24,8 +25,11 @@ MIB = 1024 * 1024
 INDEX_BYTES_PER_ENTRY = 100
 #: Cookies, LastLogMarks, LMDB lock files and the WAL's metadata store.
 SMALL_FILES_BYTES = 1 * MIB
-#: How soon space must come back after a truncation, a deletion or an open.
-RECLAIM_SECONDS = 10.0
+#: The bound on the wait for space to come back after a truncation, a deletion or an
+#: open: wide against a loaded machine, yet a tenth of the ten minutes between the
+#: checkpoints and GC passes that the deletion tests set, so space back within it was
+#: given back by the checkpoint the deletion asked for, not by a timer.
+RECLAIM_SECONDS = WAIT_S
 
 
 def _du(path) -> int:
@@ -62,9 +66,9 @@ def _segment_bytes(positions: list[Position], record_bytes: int) -> dict[int, in
 
 def test_truncating_a_wal_gives_its_space_back_within_the_documented_bound(tmp_path):
     """100 MiB appended in 4 MiB segments with the default settings, then truncated
-    before the last record: within seconds, and after a close and an open, the directory
-    holds the last segment plus at most space_bound_bytes (53 MiB with a WAL's
-    defaults), the index and a few small files."""
+    before the last record: soon after (RECLAIM_SECONDS at most), and after a close and
+    an open, the directory holds the last segment plus at most space_bound_bytes (53 MiB
+    with a WAL's defaults), the index and a few small files."""
     directory = tmp_path / "wal"
     record_bytes, segment_max = 4096, 4 * MIB
     with pybk.open(directory, segmentMaxBytes=segment_max) as wal:
@@ -113,7 +117,7 @@ def _fill(bookie, ledger_id: int, count: int, body: bytes) -> None:
 def test_a_deletion_gives_its_space_back_at_once_whatever_the_intervals(settings_factory,
                                                                       bookie_factory):
     """With checkpoints and GC 10 minutes apart, deleting a ledger still frees its entry
-    logs within seconds: the deletion asks for a checkpoint, which wakes GC."""
+    logs well before either interval: the deletion asks for a checkpoint, which wakes GC."""
     settings = settings_factory(flushInterval=600_000, gcWaitTime=600_000,
                                 diskCheckInterval=600_000, logSizeLimit=MIB,
                                 maxEntrySizeBytes=64 * 1024, ledgerDirectories=(
