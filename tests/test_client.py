@@ -315,8 +315,8 @@ def test_long_poll_returns_promptly_on_a_new_entry(cluster_of):
     lh = cluster.client().create_ledger(3, 2, 2, password=PASSWORD)
     lh.add_entry(payload(0))
     reader = cluster.client().open_ledger(lh.id, password=PASSWORD, recovery=False)
-    time.sleep(0.2)  # the idle writer's explicit LAC reaches the bookies
-    assert reader.read_last_add_confirmed() == 0
+    wait_until(lambda: reader.read_last_add_confirmed() == 0,
+               "the idle writer's explicit LAC reaches the bookies")
     got: list = []
     poll = threading.Thread(target=lambda: got.append(
         reader.read_last_add_confirmed_and_entry(timeout=600)))

@@ -9,7 +9,6 @@ Real Spark in local mode (the worker's shared session), a real ZooKeeper and thr
 from __future__ import annotations
 
 import contextlib
-import time
 
 import pytest
 import zkutil
@@ -19,6 +18,7 @@ from pybk.log import LogWriter, Position
 from pybk.settings import LogSettings
 from pybk.spark.batch_read import Bounds, FilteringBatchReader
 from pybk.spark.options import READ, parse
+from pybk.testing import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -159,12 +159,16 @@ def test_a_wal_directory_is_read_by_path(spark, tmp_path):
 def test_a_wal_directory_is_read_while_its_application_appends(spark, tmp_path):
     """A batch read takes no lock: the application (this process) goes on appending,
     and the job reads every record acknowledged before it was planned (the owner's
-    explicit LAC, 50 ms after its appends go idle, makes the last one visible)."""
+    explicit LAC, 50 ms after its appends go idle, makes the last one visible: the test
+    waits for it)."""
     directory = str(tmp_path / "wal")
     with contextlib.closing(pybk.open(directory, segmentMaxBytes=2048)) as wal:
         written = [(wal.append(b"live record %d" % i), b"live record %d" % i)
                    for i in range(200)]
-        time.sleep(0.5)
+        last = written[-1][0]
+        segment = next(s for s in wal._writer.metadata.tail if s.number == last.segment)
+        wait_until(lambda: wal.bookie.read_lac(segment.ledger_id) >= last.entry,
+                   "the owner's explicit LAC covers the last record")
         rows = spark.read.format("pybk").option("minPartitions", 3).load(directory).collect()
         assert [(Position(r.segment, r.entry, r.slot), bytes(r.value)) for r in rows] == \
             written
