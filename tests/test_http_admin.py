@@ -12,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -642,9 +641,12 @@ def test_an_idle_connection_is_dropped_and_too_many_are_refused(tmp_path, cluste
     host, port = bookie.url.removeprefix("http://").split(":")
     idle = [socket.create_connection((host, int(port)), timeout=60) for _ in range(2)]
     try:
-        time.sleep(0.2)  # both accepted, each holding a slot while it sends nothing
-        status, headers, body = call(bookie.url + "/heartbeat")
-        assert status == 503 and headers["Retry-After"] == "1"
+        # Refused once the server has accepted both, each holding a slot while it sends
+        # nothing (until httpServerSocketTimeoutMs).
+        status, headers, body = wait_until(
+            lambda: (answer := call(bookie.url + "/heartbeat"))[0] == 503 and answer,
+            "a request refused while both slots are held", interval_s=0.01)
+        assert headers["Retry-After"] == "1"
         assert "httpServerMaxConcurrentRequests" in json.loads(body)["message"]
         for sock in idle:  # the server gives up on them after httpServerSocketTimeoutMs
             assert sock.recv(1024) == b""  # (not the 60 s of this socket's own timeout)

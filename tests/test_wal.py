@@ -16,6 +16,7 @@ import pybk
 from pybk.errors import BookKeeperError, EntryTooLarge, InvalidConfiguration, LogClosed
 from pybk.log import Position
 from pybk.storage import make_entry
+from pybk.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -130,13 +131,20 @@ def test_a_reader_tails_the_wal(tmp_path):
         reader = wal.reader()
         assert reader.read_next(timeout=0.05) is None
         got: list = []
-        tailing = threading.Thread(target=lambda: got.extend(reader.tail(idle_timeout=2.0)))
+
+        def follow() -> None:
+            for record in reader.tail(idle_timeout=WAIT_S):
+                got.append(record)
+                if len(got) == 20:
+                    return
+
+        tailing = threading.Thread(target=follow)
         tailing.start()
         written = []
         for i in range(20):
             written.append((wal.append(b"%d" % i), b"%d" % i))
             time.sleep(0.005)
-        tailing.join(timeout=10)
+        tailing.join(timeout=WAIT_S)
     assert got == written
 
 
