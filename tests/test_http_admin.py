@@ -634,9 +634,11 @@ def test_numbers_out_of_range_are_a_400_on_every_endpoint_never_a_5xx(admin, led
 
 def test_an_idle_connection_is_dropped_and_too_many_are_refused(tmp_path, cluster,
                                                                    bookies_group):
-    """A bookie of the test's own with 2 request slots and a 1 s socket timeout."""
+    """A bookie of the test's own with 2 request slots and a 3 s socket timeout (the
+    window in which two idle connections hold both slots: wide against a stalled test,
+    short beside the 60 s these sockets would wait on their own)."""
     bookie = start_http_bookie(bookies_group, "bounded", "httpServerMaxConcurrentRequests=2",
-                               "httpServerSocketTimeoutMs=1000")
+                               "httpServerSocketTimeoutMs=3000")
     bookie.process.wait_serving()
     host, port = bookie.url.removeprefix("http://").split(":")
     idle = [socket.create_connection((host, int(port)), timeout=60) for _ in range(2)]
