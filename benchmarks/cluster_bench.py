@@ -849,10 +849,12 @@ def run(profile: Profile, workdir: str, children: Children,
         figures = measure_config(bk, name, quorums, bookie_pids, profile, sweep)
         figures["log_writer_pipelined"] = measure_log_writer(bk, quorums, bookie_pids,
                                                              profile)
-        # Right after it, the bookies up and idle: a write into new page-cache pages
-        # costs the kernel several times more once the machine's recently freed memory
-        # is used up (benchmarks/README.md), so the two loops run back to back.
-        wal.update(measure_wal(workdir, profile))
+        if name == REFERENCE_CONFIG:
+            # Right after the LogWriter it is read against, the bookies up and idle: a
+            # write into new page-cache pages costs the kernel several times more once
+            # the machine's recently freed memory is used up (benchmarks/README.md), so
+            # the two loops run back to back.
+            wal.update(measure_wal(workdir, profile))
         return figures
 
     pybk = measure_pybk(workdir, children, profile, measure)
